@@ -1,0 +1,187 @@
+use super::*;
+use crate::config::{load_text, Report};
+
+fn ok(text: &str) -> Config {
+    match load_text("t.conf", text) {
+        Ok(l) => l.config,
+        Err(r) => panic!("expected the config to load, got:\n{r}"),
+    }
+}
+
+/// The first error as (line, col, message, hint).
+fn err(text: &str) -> (u32, u32, String, String) {
+    let r: Report = match load_text("t.conf", text) {
+        Ok(_) => panic!("expected an error for:\n{text}"),
+        Err(r) => r,
+    };
+    let d = r.errors().next().expect("an error").clone();
+    (d.span.line, d.span.col, d.message, d.hint.unwrap_or_default())
+}
+
+#[test]
+fn a_full_site_loads() {
+    let c = ok(r#"
+global {
+    workers 2
+    trust 10.0.0.0/8 192.168.1.5
+    grace 5s
+}
+listen 127.0.0.1:8081
+listen [::1]:8082
+site example.com *.example.com {
+    route /api/* {
+        match method GET POST
+        strip /api
+        proxy 127.0.0.1:3000 http://localhost:3001 unix:/run/app.sock {
+            lb first
+            timeout 30s
+            limit 10 1s
+            max_body 10M
+            header_up X-Edge sluice
+            header_up -Cookie
+            retries 2
+            keepalive 16 2s
+        }
+    }
+    route /old { redirect 301 https://{host}/new{query} }
+    respond "hello {host}"
+}
+site * { respond 404 }
+"#);
+    assert_eq!(c.global.workers, Some(2));
+    assert_eq!(c.global.trust.len(), 2);
+    assert_eq!(c.listeners.len(), 2);
+    assert_eq!(c.sites.len(), 2);
+    let site = &c.sites[0];
+    assert_eq!(site.hosts[1], HostPattern::Suffix(".example.com".into()));
+    assert_eq!(site.routes.len(), 3);
+    assert_eq!(site.routes[0].name, "example.com /api/*");
+    assert_eq!(site.routes[2].name, "example.com", "the site block's own route is named after the site");
+    let Some(Handler::Proxy(p)) = &site.routes[0].handler else { panic!("proxy handler") };
+    assert_eq!(p.backends.len(), 3);
+    assert_eq!(p.lb, Policy::First);
+    assert_eq!(p.limit, Some(Limit { max: 10, wait: Duration::from_secs(1) }));
+    assert_eq!(p.max_body, Some(10 << 20));
+    assert_eq!(p.backends[2].target, Target::Unix("/run/app.sock".into()));
+    assert_eq!(c.summary(), "2 listeners, 2 sites, 4 routes, 1 pool");
+}
+
+#[test]
+fn default_listener() {
+    let c = ok("site * { respond ok }");
+    assert_eq!(c.listeners[0].addr.to_string(), "127.0.0.1:8080");
+}
+
+#[test]
+fn unknown_directive_suggests_the_nearest() {
+    let (l, c, m, h) = err("site a {\n    prxy 127.0.0.1:1\n}\n");
+    assert_eq!((l, c), (2, 5));
+    assert!(m.contains("unknown directive `prxy`"), "{m}");
+    assert!(h.contains("did you mean `proxy`"), "{h}");
+}
+
+#[test]
+fn misplaced_directive_names_its_place() {
+    let (l, c, m, h) = err("site a {\n  timeout 5s\n  respond ok\n}\n");
+    assert_eq!((l, c), (2, 3));
+    assert!(m.contains("does not belong in a `site` block"), "{m}");
+    assert!(h.contains("`proxy` block"), "{h}");
+}
+
+#[test]
+fn bad_values_point_at_the_value() {
+    let (l, c, m, h) = err("site a {\n  proxy 127.0.0.1:1 {\n    max_body 1.5M\n  }\n}\n");
+    assert_eq!((l, c), (3, 14));
+    assert!(m.contains("fraction"), "{m}");
+    assert_eq!(h, "write 1536K");
+    let (l, c, m, _) = err("site a {\n  proxy 127.0.0.1:1 {\n    timeout 30\n  }\n}\n");
+    assert_eq!((l, c), (3, 13));
+    assert!(m.contains("no unit"), "{m}");
+    let (_, c, m, _) = err("site a {\n  proxy 127.0.0.1:1 { retries 5 }\n}\n");
+    assert_eq!(c, 31);
+    assert!(m.contains("out of range"), "{m}");
+}
+
+#[test]
+fn addresses_are_checked() {
+    let (_, c, m, _) = err("site a { proxy 127.0.0.1:1/api }");
+    assert_eq!(c, 16);
+    assert!(m.contains("no path"), "{m}");
+    let (_, _, m, _) = err("site a { proxy user@host:80 }");
+    assert!(m.contains("credentials"), "{m}");
+    let (_, _, m, _) = err("site a { proxy localhost }");
+    assert!(m.contains("needs a port"), "{m}");
+    let (_, _, m, _) = err("site a { proxy https://x:443 }");
+    assert!(m.contains("not supported yet"), "{m}");
+}
+
+#[test]
+fn unbuilt_directives_are_refused_not_ignored() {
+    for (text, what) in [
+        ("site a { proxy 127.0.0.1:1 { health /h } }", "health"),
+        ("site a { fastcgi 127.0.0.1:9000 }", "fastcgi"),
+        ("site a { files /srv }", "files"),
+        ("site a { rate_limit 10 }", "rate_limit"),
+        ("tcp 127.0.0.1:1 { proxy 127.0.0.1:2 }", "tcp"),
+        ("global { tracing on }", "tracing"),
+    ] {
+        let (_, _, m, _) = err(text);
+        assert!(m.contains("not supported yet") && m.contains(what), "{text}: {m}");
+    }
+}
+
+#[test]
+fn two_handlers_in_one_route() {
+    let (l, c, m, h) = err("site a {\n  respond ok\n  redirect /x\n}\n");
+    assert_eq!((l, c), (3, 3));
+    assert!(m.contains("exactly one handler"), "{m}");
+    assert!(h.contains("line 2"), "{h}");
+}
+
+#[test]
+fn duplicates_are_errors() {
+    let (l, _, m, _) = err("site a { respond ok }\nsite A { respond no }\n");
+    assert_eq!(l, 2);
+    assert!(m.contains("already names another site"), "{m}");
+    let (l, _, m, _) = err("listen 127.0.0.1:1\nlisten 127.0.0.1:1\n");
+    assert_eq!(l, 2);
+    assert!(m.contains("already a listener"), "{m}");
+    let (_, _, m, _) = err("site a { proxy 127.0.0.1:1 { timeout 1s; timeout 2s } }");
+    assert!(m.contains("set twice"), "{m}");
+}
+
+#[test]
+fn warnings() {
+    let l = load_text(
+        "t.conf",
+        "global { trust 0.0.0.0/0 }\nsite a {\n route /x { respond 1 }\n route /x { respond 2 }\n proxy 127.0.0.1:1 { limit off }\n}\n",
+    )
+    .expect("warnings do not fail a load");
+    let msgs: Vec<String> = l.warnings.warnings().map(|d| d.message.clone()).collect();
+    assert_eq!(msgs.len(), 3, "{msgs:?}");
+    assert!(msgs.iter().any(|m| m.contains("can never match")));
+    assert!(msgs.iter().any(|m| m.contains("limit off")));
+    assert!(msgs.iter().any(|m| m.contains("every client")));
+}
+
+#[test]
+fn templates_and_patterns() {
+    let c = ok("site a { route /old/* { rewrite /old/* /new{path} } redirect 301 https://{host}{uri} }");
+    let Some(Handler::Redirect { status, target }) = &c.sites[0].routes[1].handler else { panic!() };
+    assert_eq!(status.as_u16(), 301);
+    assert_eq!(target.parts[1], TemplatePart::Host);
+    let (_, _, m, _) = err("site a { redirect https://{hots}/ }");
+    assert!(m.contains("unknown placeholder"), "{m}");
+    let (_, _, m, _) = err("site a { route /a*b { respond 1 } }");
+    assert!(m.contains("trailing"), "{m}");
+}
+
+#[test]
+fn prefix_patterns_stop_at_segments() {
+    let p = PathPattern::Prefix("/api".into());
+    assert!(p.matches("/api"));
+    assert!(p.matches("/api/"));
+    assert!(p.matches("/api/x/y"));
+    assert!(!p.matches("/apix"));
+    assert!(PathPattern::Prefix(String::new()).matches("/anything"));
+}

@@ -1,0 +1,241 @@
+//! Turns config text into words, with positions.
+//!
+//! A word is a run of characters up to white space, `;` or a line end, or a `"…"`
+//! string (escapes `\"`, `\\`, `\n`). `{` and `}` are block delimiters only when they
+//! stand alone as a word, so `{$PORT}` and `{host}` stay inside their words. `#` at the
+//! start of a word comments out the rest of the line. `{$NAME}` / `{$NAME:default}` are
+//! replaced from the environment here, so every later stage sees final text.
+
+use super::diag::{Diagnostic, FileId, Span};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenKind {
+    Word,
+    Open,
+    Close,
+    /// A line end or `;`: the end of a directive.
+    End,
+}
+
+#[derive(Debug, Clone)]
+pub struct Token {
+    pub kind: TokenKind,
+    pub text: String,
+    pub quoted: bool,
+    pub span: Span,
+}
+
+/// Reads the environment; a seam so tests need not touch the process environment.
+pub trait Env {
+    fn get(&self, name: &str) -> Option<String>;
+}
+
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+pub fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<Token>, Diagnostic> {
+    let mut out = Vec::new();
+    for (idx, line) in text.lines().enumerate() {
+        let line_no = idx as u32 + 1;
+        let chars: Vec<char> = line.chars().collect();
+        let mut i = 0;
+        let span_at = |i: usize| Span {
+            file,
+            line: line_no,
+            col: i as u32 + 1,
+        };
+        while i < chars.len() {
+            let c = chars[i];
+            if c.is_whitespace() {
+                i += 1;
+                continue;
+            }
+            if c == '#' {
+                break;
+            }
+            if c == ';' {
+                out.push(Token {
+                    kind: TokenKind::End,
+                    text: ";".into(),
+                    quoted: false,
+                    span: span_at(i),
+                });
+                i += 1;
+                continue;
+            }
+            let start = i;
+            let (raw, quoted) = if c == '"' {
+                i += 1;
+                let mut s = String::new();
+                loop {
+                    match chars.get(i) {
+                        None => {
+                            return Err(Diagnostic::error(span_at(start), "unterminated string")
+                                .with_hint("close the string with `\"` on the same line"))
+                        }
+                        Some('"') => {
+                            i += 1;
+                            break;
+                        }
+                        Some('\\') => {
+                            match chars.get(i + 1) {
+                                Some('"') => s.push('"'),
+                                Some('\\') => s.push('\\'),
+                                Some('n') => s.push('\n'),
+                                other => {
+                                    let shown = other.map(|c| c.to_string()).unwrap_or_default();
+                                    return Err(Diagnostic::error(
+                                        span_at(i),
+                                        format!("unknown escape `\\{shown}` in a string"),
+                                    )
+                                    .with_hint("strings know \\\", \\\\ and \\n"));
+                                }
+                            }
+                            i += 2;
+                        }
+                        Some(&ch) => {
+                            s.push(ch);
+                            i += 1;
+                        }
+                    }
+                }
+                (s, true)
+            } else {
+                while i < chars.len() && !chars[i].is_whitespace() && chars[i] != ';' {
+                    i += 1;
+                }
+                (chars[start..i].iter().collect::<String>(), false)
+            };
+            let kind = match (quoted, raw.as_str()) {
+                (false, "{") => TokenKind::Open,
+                (false, "}") => TokenKind::Close,
+                _ => TokenKind::Word,
+            };
+            let text = if kind == TokenKind::Word {
+                expand_env(&raw, span_at(start), quoted, env)?
+            } else {
+                raw
+            };
+            out.push(Token {
+                kind,
+                text,
+                quoted,
+                span: span_at(start),
+            });
+        }
+        out.push(Token {
+            kind: TokenKind::End,
+            text: String::new(),
+            quoted: false,
+            span: span_at(chars.len()),
+        });
+    }
+    Ok(out)
+}
+
+/// Replaces `{$NAME}` and `{$NAME:default}` in a word.
+fn expand_env(word: &str, span: Span, quoted: bool, env: &dyn Env) -> Result<String, Diagnostic> {
+    if !word.contains("{$") {
+        return Ok(word.to_string());
+    }
+    let mut out = String::with_capacity(word.len());
+    let mut rest = word;
+    // Column of `rest` within the line: quoted words start one past their quote.
+    let mut offset = span.col + u32::from(quoted);
+    while let Some(pos) = rest.find("{$") {
+        out.push_str(&rest[..pos]);
+        let here = Span {
+            col: offset + rest[..pos].chars().count() as u32,
+            ..span
+        };
+        let after = &rest[pos + 2..];
+        let end = after.find('}').ok_or_else(|| {
+            Diagnostic::error(here, "unclosed environment reference `{$`")
+                .with_hint("write {$NAME} or {$NAME:default}")
+        })?;
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(':') {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(Diagnostic::error(
+                here,
+                format!("`{name}` is not an environment variable name"),
+            )
+            .with_hint("names are letters, digits and `_`"));
+        }
+        match (env.get(name), default) {
+            (Some(v), _) => out.push_str(&v),
+            (None, Some(d)) => out.push_str(d),
+            (None, None) => {
+                return Err(Diagnostic::error(
+                    here,
+                    format!("environment variable `{name}` is not set"),
+                )
+                .with_hint(format!("set it, or give a default: {{${name}:value}}")))
+            }
+        }
+        let consumed = pos + 2 + end + 1;
+        offset += rest[..consumed].chars().count() as u32;
+        rest = &rest[consumed..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct MapEnv(HashMap<&'static str, &'static str>);
+    impl Env for MapEnv {
+        fn get(&self, name: &str) -> Option<String> {
+            self.0.get(name).map(|s| s.to_string())
+        }
+    }
+
+    fn words(text: &str) -> Vec<String> {
+        let env = MapEnv(HashMap::from([("PORT", "9000")]));
+        tokenize(0, text, &env)
+            .unwrap()
+            .into_iter()
+            .map(|t| match t.kind {
+                TokenKind::End => "⏎".to_string(),
+                _ => t.text,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn blocks_semicolons_and_comments() {
+        assert_eq!(
+            words("a { b 1; c \"x y\" } # note\nredirect {host}{path}"),
+            ["a", "{", "b", "1", "⏎", "c", "x y", "}", "⏎", "redirect", "{host}{path}", "⏎"]
+        );
+    }
+
+    #[test]
+    fn environment_expansion() {
+        assert_eq!(words("listen 127.0.0.1:{$PORT}")[1], "127.0.0.1:9000");
+        assert_eq!(words("x {$NOPE:7}")[1], "7");
+        let err = tokenize(0, "x  {$NOPE}", &MapEnv(HashMap::new())).unwrap_err();
+        assert_eq!((err.span.line, err.span.col), (1, 4));
+        assert!(err.message.contains("NOPE"));
+    }
+
+    #[test]
+    fn string_errors_have_positions() {
+        let env = MapEnv(HashMap::new());
+        let err = tokenize(0, "respond \"abc", &env).unwrap_err();
+        assert_eq!(err.span.col, 9);
+        let err = tokenize(0, "respond \"a\\qb\"", &env).unwrap_err();
+        assert!(err.message.contains("escape"));
+    }
+}

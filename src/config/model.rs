@@ -1,0 +1,262 @@
+//! The typed, validated configuration: what `config::build` produces and the runtime
+//! compiles into its route tables and pools. Plain data: no sockets, no counters, no
+//! state that must survive a reload (that lives in `upstream`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, Method, StatusCode};
+use ipnet::IpNet;
+
+use super::diag::Span;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub global: Global,
+    pub listeners: Vec<Listen>,
+    pub sites: Vec<Site>,
+}
+
+impl Config {
+    pub fn routes(&self) -> impl Iterator<Item = &Route> {
+        self.sites.iter().flat_map(|s| s.routes.iter())
+    }
+
+    pub fn pools(&self) -> impl Iterator<Item = (&Route, &ProxyConfig)> {
+        self.routes().filter_map(|r| match &r.handler {
+            Some(Handler::Proxy(p)) => Some((r, &**p)),
+            _ => None,
+        })
+    }
+
+    /// One line for `sluice check` and the start-up log.
+    pub fn summary(&self) -> String {
+        let plural = |n: usize, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+        format!(
+            "{}, {}, {}, {}",
+            plural(self.listeners.len(), "listener"),
+            plural(self.sites.len(), "site"),
+            plural(self.routes().count(), "route"),
+            plural(self.pools().count(), "pool"),
+        )
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Global {
+    /// Runtime worker threads; `None` = available cores.
+    pub workers: Option<usize>,
+    /// Peers whose forwarding headers are believed.
+    pub trust: Vec<IpNet>,
+    /// How long in-flight requests may finish after SIGTERM/SIGINT.
+    pub grace: Duration,
+}
+
+impl Default for Global {
+    fn default() -> Self {
+        Global {
+            workers: None,
+            trust: Vec::new(),
+            grace: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Listen {
+    pub addr: SocketAddr,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone)]
+pub struct Site {
+    /// The first host as written: the site's name in logs and pool names.
+    pub name: String,
+    pub hosts: Vec<HostPattern>,
+    pub routes: Vec<Route>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HostPattern {
+    /// Lower-case host, no port.
+    Exact(String),
+    /// `*.example.com`, stored as `.example.com`.
+    Suffix(String),
+    /// `*`: the default site.
+    Any,
+}
+
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// `SITE PATTERN`, or just `SITE` for the site block's own route.
+    pub name: String,
+    pub pattern: PathPattern,
+    pub matchers: Vec<Matcher>,
+    pub filters: Vec<Filter>,
+    pub handler: Option<Handler>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathPattern {
+    Exact(String),
+    /// `/api/*` is `Prefix("/api")`: `/api`, `/api/` and below, not `/apix`. `/*` is `Prefix("")`.
+    Prefix(String),
+}
+
+impl PathPattern {
+    pub fn matches(&self, path: &str) -> bool {
+        match self {
+            PathPattern::Exact(p) => path == p,
+            PathPattern::Prefix(p) => {
+                path.starts_with(p.as_str())
+                    && (path.len() == p.len() || path.as_bytes()[p.len()] == b'/')
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Matcher {
+    Method(Vec<Method>),
+    /// Value `*` matches any value of a present header.
+    Header(HeaderName, String),
+    /// Value `*` matches any value of a present parameter.
+    Query(String, String),
+}
+
+#[derive(Debug, Clone)]
+pub enum Filter {
+    Strip(String),
+    Rewrite { from: PathPattern, to: Template },
+    HeaderDown(HeaderOp),
+    MaxBody(u64),
+}
+
+#[derive(Debug, Clone)]
+pub enum HeaderOp {
+    Set(HeaderName, HeaderValue),
+    Remove(HeaderName),
+}
+
+#[derive(Debug, Clone)]
+pub enum Handler {
+    Proxy(Box<ProxyConfig>),
+    Respond { status: StatusCode, body: Template },
+    Redirect { status: StatusCode, target: Template },
+}
+
+/// Text with `{host}`, `{path}`, `{query}`, `{uri}` placeholders, split at load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    pub parts: Vec<TemplatePart>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplatePart {
+    Text(String),
+    Host,
+    Path,
+    Query,
+    Uri,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    pub backends: Vec<BackendAddr>,
+    pub lb: Policy,
+    pub fail_duration: Duration,
+    pub breaker: u32,
+    pub all_down: AllDown,
+    pub host: HostMode,
+    pub header_up: Vec<HeaderOp>,
+    pub header_down: Vec<HeaderOp>,
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    pub limit: Option<Limit>,
+    pub max_body: Option<u64>,
+    pub retries: u8,
+    pub keepalive: Keepalive,
+}
+
+impl ProxyConfig {
+    pub fn new(backends: Vec<BackendAddr>) -> Self {
+        ProxyConfig {
+            backends,
+            lb: Policy::RoundRobin,
+            fail_duration: Duration::from_secs(30),
+            breaker: 1,
+            all_down: AllDown::Try,
+            host: HostMode::Keep,
+            header_up: Vec::new(),
+            header_down: Vec::new(),
+            timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(5),
+            limit: Some(Limit {
+                max: 1024,
+                wait: Duration::from_secs(3),
+            }),
+            max_body: None,
+            retries: 1,
+            keepalive: Keepalive {
+                idle_max: 2048,
+                idle_timeout: Duration::from_secs(4),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BackendAddr {
+    /// As configured: how logs, metrics and the status API name the peer.
+    pub text: String,
+    pub target: Target,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// An IP literal or a name resolved at each dial.
+    Tcp { host: String, port: u16 },
+    Unix(PathBuf),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    First,
+    RoundRobin,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::First => "first",
+            Policy::RoundRobin => "round_robin",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllDown {
+    Try,
+    Fail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostMode {
+    Keep,
+    Upstream,
+    Name(HeaderValue),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    pub max: u32,
+    pub wait: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    pub idle_max: usize,
+    pub idle_timeout: Duration,
+}

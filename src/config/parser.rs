@@ -1,0 +1,268 @@
+//! The syntax tree: directives with their words and blocks, with `import` expanded.
+//!
+//! This stage knows nothing of what directives mean; it only checks that braces
+//! balance and that imports resolve without cycles. Meaning is `config::build`'s job.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::diag::{Diagnostic, Sources, Span};
+use super::lexer::{tokenize, Env, Token, TokenKind};
+
+/// A word as written, after environment expansion.
+#[derive(Debug, Clone)]
+pub struct Word {
+    pub text: String,
+    pub quoted: bool,
+    pub span: Span,
+}
+
+/// `name args... [{ block }]`.
+#[derive(Debug, Clone)]
+pub struct Directive {
+    pub name: Word,
+    pub args: Vec<Word>,
+    pub block: Option<Vec<Directive>>,
+    /// Where the block's `{` stands, for "block expected here" messages.
+    pub block_span: Option<Span>,
+}
+
+impl Directive {
+    pub fn span(&self) -> Span {
+        self.name.span
+    }
+
+    /// Where an error about a missing argument should point: just past the last word.
+    pub fn end_span(&self) -> Span {
+        let last = self.args.last().unwrap_or(&self.name);
+        let len = last.text.chars().count() as u32 + if last.quoted { 2 } else { 0 };
+        Span {
+            col: last.span.col + len + 1,
+            ..last.span
+        }
+    }
+}
+
+/// Reads a config file and everything it imports.
+pub fn parse_file(
+    display: &str,
+    sources: &mut Sources,
+    env: &dyn Env,
+) -> Result<Vec<Directive>, Diagnostic> {
+    let mut stack = Vec::new();
+    parse_path(Path::new(display), display.to_string(), None, sources, env, &mut stack)
+}
+
+/// Parses config text that did not come from a file (the embedded demo, tests).
+pub fn parse_text(
+    name: &str,
+    text: &str,
+    sources: &mut Sources,
+    env: &dyn Env,
+) -> Result<Vec<Directive>, Diagnostic> {
+    let file = sources.add(name.to_string(), Arc::from(text));
+    let tokens = tokenize(file, text, env)?;
+    let mut p = Parser { tokens, pos: 0 };
+    let tree = p.block(None)?;
+    // Imports in embedded text resolve against the working directory.
+    let mut stack = Vec::new();
+    expand_imports(tree, Path::new(name), sources, env, &mut stack)
+}
+
+fn parse_path(
+    path: &Path,
+    display: String,
+    imported_at: Option<Span>,
+    sources: &mut Sources,
+    env: &dyn Env,
+    stack: &mut Vec<PathBuf>,
+) -> Result<Vec<Directive>, Diagnostic> {
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    if let Some(at) = imported_at {
+        if stack.contains(&canonical) {
+            let chain: Vec<String> = stack
+                .iter()
+                .chain(std::iter::once(&canonical))
+                .map(|p| p.display().to_string())
+                .collect();
+            return Err(Diagnostic::error(at, "import cycle")
+                .with_hint(format!("the files import each other: {}", chain.join(" -> "))));
+        }
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        let at = imported_at.unwrap_or_default();
+        Diagnostic::error(at, format!("cannot read {display}: {e}"))
+    })?;
+    let file = sources.add(display, Arc::from(text.as_str()));
+    let tokens = tokenize(file, &text, env)?;
+    let mut p = Parser { tokens, pos: 0 };
+    let tree = p.block(None)?;
+    stack.push(canonical);
+    let out = expand_imports(tree, path, sources, env, stack);
+    stack.pop();
+    out
+}
+
+fn expand_imports(
+    tree: Vec<Directive>,
+    including: &Path,
+    sources: &mut Sources,
+    env: &dyn Env,
+    stack: &mut Vec<PathBuf>,
+) -> Result<Vec<Directive>, Diagnostic> {
+    let mut out = Vec::with_capacity(tree.len());
+    for mut d in tree {
+        if d.name.text == "import" {
+            let [target] = d.args.as_slice() else {
+                return Err(Diagnostic::error(d.span(), "`import` takes one file or glob")
+                    .with_hint("write: import sites/*.conf"));
+            };
+            if d.block.is_some() {
+                return Err(Diagnostic::error(d.span(), "`import` takes no block"));
+            }
+            let dir = including.parent().unwrap_or(Path::new(""));
+            let joined = dir.join(&target.text);
+            let joined_text = joined.to_string_lossy().to_string();
+            let is_glob = target.text.contains(['*', '?', '[']);
+            let files: Vec<PathBuf> = if is_glob {
+                let paths = glob::glob(&joined_text).map_err(|e| {
+                    Diagnostic::error(target.span, format!("bad import pattern: {}", e.msg))
+                })?;
+                let mut v: Vec<PathBuf> = paths.filter_map(Result::ok).collect();
+                v.sort();
+                v
+            } else {
+                if !joined.exists() {
+                    return Err(Diagnostic::error(
+                        target.span,
+                        format!("imported file {joined_text} does not exist"),
+                    )
+                    .with_hint("import paths are relative to the file that imports them"));
+                }
+                vec![joined]
+            };
+            for f in files {
+                let display = f.to_string_lossy().to_string();
+                out.extend(parse_path(&f, display, Some(target.span), sources, env, stack)?);
+            }
+            continue;
+        }
+        if let Some(block) = d.block.take() {
+            d.block = Some(expand_imports(block, including, sources, env, stack)?);
+        }
+        out.push(d);
+    }
+    Ok(out)
+}
+
+struct Parser {
+    tokens: Vec<Token>,
+    pos: usize,
+}
+
+impl Parser {
+    fn peek(&self) -> Option<&Token> {
+        self.tokens.get(self.pos)
+    }
+
+    /// Directives until the matching `}` (when `open` is the block's `{`) or the end.
+    fn block(&mut self, open: Option<Span>) -> Result<Vec<Directive>, Diagnostic> {
+        let mut out = Vec::new();
+        loop {
+            let Some(tok) = self.peek().cloned() else {
+                return match open {
+                    Some(span) => Err(Diagnostic::error(span, "this block is never closed")
+                        .with_hint("add a `}` on its own line to close it")),
+                    None => Ok(out),
+                };
+            };
+            match tok.kind {
+                TokenKind::End => self.pos += 1,
+                TokenKind::Close => {
+                    self.pos += 1;
+                    return match open {
+                        Some(_) => Ok(out),
+                        None => Err(Diagnostic::error(tok.span, "`}` without a block to close")
+                            .with_hint("remove it, or look for a missing `{` above")),
+                    };
+                }
+                TokenKind::Open => {
+                    return Err(Diagnostic::error(tok.span, "`{` without a directive")
+                        .with_hint("a block opens at the end of a directive's line: site example.com {"))
+                }
+                TokenKind::Word => out.push(self.directive()?),
+            }
+        }
+    }
+
+    fn directive(&mut self) -> Result<Directive, Diagnostic> {
+        let name = self.word();
+        let mut args = Vec::new();
+        loop {
+            let Some(tok) = self.peek().cloned() else {
+                return Ok(Directive { name, args, block: None, block_span: None });
+            };
+            match tok.kind {
+                TokenKind::Word => args.push(self.word()),
+                TokenKind::End => {
+                    self.pos += 1;
+                    return Ok(Directive { name, args, block: None, block_span: None });
+                }
+                // `}` ends the directive and, for the caller, the block.
+                TokenKind::Close => {
+                    return Ok(Directive { name, args, block: None, block_span: None })
+                }
+                TokenKind::Open => {
+                    self.pos += 1;
+                    let block = self.block(Some(tok.span))?;
+                    return Ok(Directive {
+                        name,
+                        args,
+                        block: Some(block),
+                        block_span: Some(tok.span),
+                    });
+                }
+            }
+        }
+    }
+
+    fn word(&mut self) -> Word {
+        let t = &self.tokens[self.pos];
+        self.pos += 1;
+        Word {
+            text: t.text.clone(),
+            quoted: t.quoted,
+            span: t.span,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::lexer::ProcessEnv;
+
+    fn parse(text: &str) -> Result<Vec<Directive>, Diagnostic> {
+        parse_text("t.conf", text, &mut Sources::default(), &ProcessEnv)
+    }
+
+    #[test]
+    fn nested_blocks_and_inline_blocks() {
+        let tree = parse("site a {\n  proxy x { failover { failure_threshold 3; hold_down 30s } }\n}\n")
+            .unwrap();
+        assert_eq!(tree.len(), 1);
+        let site = tree[0].block.as_ref().unwrap();
+        let proxy = &site[0];
+        assert_eq!(proxy.name.text, "proxy");
+        let failover = &proxy.block.as_ref().unwrap()[0];
+        assert_eq!(failover.block.as_ref().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn unbalanced_braces_point_at_the_opening() {
+        let err = parse("site a {\n  respond ok\n").unwrap_err();
+        assert_eq!((err.span.line, err.span.col), (1, 8));
+        let err = parse("respond ok\n}\n").unwrap_err();
+        assert_eq!((err.span.line, err.span.col), (2, 1));
+    }
+}
