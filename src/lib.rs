@@ -7,4 +7,13 @@
 
 #![forbid(unsafe_code)]
 
+pub mod body;
 pub mod config;
+pub mod demo;
+pub mod filter;
+pub mod proxy;
+pub mod route;
+pub mod runtime;
+pub mod server;
+pub mod stats;
+pub mod upstream;

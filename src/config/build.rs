@@ -40,35 +40,105 @@ impl Place {
         match self {
             Place::Top => &["global", "listen", "site", "tcp", "import"],
             Place::Global => &[
-                "admin", "workers", "trust", "max_tunnels", "tunnel_drain", "grace",
-                "access_log", "tracing", "probe_concurrency", "safety",
+                "admin",
+                "workers",
+                "trust",
+                "max_tunnels",
+                "tunnel_drain",
+                "grace",
+                "access_log",
+                "tracing",
+                "probe_concurrency",
+                "safety",
             ],
             Place::Site => &[
-                "tls", "route", "match", "proxy", "fastcgi", "files", "redirect", "respond",
-                "strip", "rewrite", "header_down", "request_id", "rate_limit", "allow", "deny",
-                "basic_auth", "compress", "max_body", "cors",
+                "tls",
+                "route",
+                "match",
+                "proxy",
+                "fastcgi",
+                "files",
+                "redirect",
+                "respond",
+                "strip",
+                "rewrite",
+                "header_down",
+                "request_id",
+                "rate_limit",
+                "allow",
+                "deny",
+                "basic_auth",
+                "compress",
+                "max_body",
+                "cors",
             ],
             Place::Route => &[
-                "match", "proxy", "fastcgi", "files", "redirect", "respond", "strip", "rewrite",
-                "header_down", "request_id", "rate_limit", "allow", "deny", "basic_auth",
-                "compress", "max_body", "cors",
+                "match",
+                "proxy",
+                "fastcgi",
+                "files",
+                "redirect",
+                "respond",
+                "strip",
+                "rewrite",
+                "header_down",
+                "request_id",
+                "rate_limit",
+                "allow",
+                "deny",
+                "basic_auth",
+                "compress",
+                "max_body",
+                "cors",
             ],
             Place::Proxy => &[
-                "lb", "weights", "backup", "failover", "health", "fail_duration", "breaker",
-                "all_down", "host", "header_up", "header_down", "timeout", "connect_timeout",
-                "limit", "max_body", "retries", "retry_on", "retry_buffer", "retry_budget",
-                "slow_start", "outlier", "safety", "keepalive", "tls_verify", "tls_server_name",
-                "tls_ca", "compress", "origin_headers",
+                "lb",
+                "weights",
+                "backup",
+                "failover",
+                "health",
+                "fail_duration",
+                "breaker",
+                "all_down",
+                "host",
+                "header_up",
+                "header_down",
+                "timeout",
+                "connect_timeout",
+                "limit",
+                "max_body",
+                "retries",
+                "retry_on",
+                "retry_buffer",
+                "retry_budget",
+                "slow_start",
+                "outlier",
+                "safety",
+                "keepalive",
+                "tls_verify",
+                "tls_server_name",
+                "tls_ca",
+                "compress",
+                "origin_headers",
             ],
             Place::FastCgi => &[
-                "root", "suffix", "index", "fallback", "max_conns", "connect_timeout",
-                "keepalive_timeout", "env",
+                "root",
+                "suffix",
+                "index",
+                "fallback",
+                "max_conns",
+                "connect_timeout",
+                "keepalive_timeout",
+                "env",
             ],
             Place::Files => &["index", "browse"],
             Place::Tcp => &["proxy"],
             Place::Safety => &["default", "allow_private", "block"],
             Place::Failover => &[
-                "failure_threshold", "recovery_threshold", "hold_down", "failback_delay",
+                "failure_threshold",
+                "recovery_threshold",
+                "hold_down",
+                "failback_delay",
             ],
             Place::Health => &[
                 "method", "interval", "timeout", "rise", "fall", "expect", "host", "initial",
@@ -196,8 +266,14 @@ impl Builder {
                     Ok(l) => {
                         if let Some(prev) = listeners.iter().find(|p| p.addr == l.addr) {
                             self.errors.push(
-                                Diagnostic::error(d.args[0].span, format!("`{}` is already a listener", l.addr))
-                                    .with_hint(format!("it was first declared on line {}", prev.span.line)),
+                                Diagnostic::error(
+                                    d.args[0].span,
+                                    format!("`{}` is already a listener", l.addr),
+                                )
+                                .with_hint(format!(
+                                    "it was first declared on line {}",
+                                    prev.span.line
+                                )),
                             );
                         } else {
                             listeners.push(l);
@@ -262,7 +338,9 @@ impl Builder {
                 }
                 "admin" => match d.args.as_slice() {
                     [w] if w.text == "off" => Ok(()),
-                    _ => Err(unsupported(d).with_hint("the admin API is not built yet; write `admin off` or remove the line")),
+                    _ => Err(unsupported(d).with_hint(
+                        "the admin API is not built yet; write `admin off` or remove the line",
+                    )),
                 },
                 _ => Err(unsupported(d)),
             };
@@ -272,7 +350,11 @@ impl Builder {
 
     fn site(&mut self, d: &Directive, hosts_seen: &mut HashMap<HostPattern, Span>) -> Option<Site> {
         if d.args.is_empty() {
-            self.errors.push(missing(d, "site HOST... {", "site example.com www.example.com {"));
+            self.errors.push(missing(
+                d,
+                "site HOST... {",
+                "site example.com www.example.com {",
+            ));
             return None;
         }
         let items = match block(d, "site example.com {") {
@@ -288,8 +370,11 @@ impl Builder {
                 Ok(h) => {
                     if let Some(prev) = hosts_seen.get(&h) {
                         self.errors.push(
-                            Diagnostic::error(w.span, format!("host `{}` already names another site", w.text))
-                                .with_hint(format!("the other site is on line {}", prev.line)),
+                            Diagnostic::error(
+                                w.span,
+                                format!("host `{}` already names another site", w.text),
+                            )
+                            .with_hint(format!("the other site is on line {}", prev.line)),
                         );
                     } else {
                         hosts_seen.insert(h.clone(), w.span);
@@ -319,12 +404,21 @@ impl Builder {
         if !own.is_empty() {
             let owned: Vec<Directive> = own.into_iter().cloned().collect();
             let span = owned[0].span();
-            if let Some(r) = self.route_body(&owned, name.clone(), PathPattern::Prefix(String::new()), span) {
+            if let Some(r) = self.route_body(
+                &owned,
+                name.clone(),
+                PathPattern::Prefix(String::new()),
+                span,
+            ) {
                 routes.push(r);
             }
         }
         self.check_shadowed(&routes);
-        Some(Site { name, hosts, routes })
+        Some(Site {
+            name,
+            hosts,
+            routes,
+        })
     }
 
     fn route(&mut self, d: &Directive, site: &str) -> Option<Route> {
@@ -361,16 +455,31 @@ impl Builder {
     }
 
     /// Matchers, filters (in order) and the one handler of a route or a site block.
-    fn route_body(&mut self, items: &[Directive], name: String, pattern: PathPattern, span: Span) -> Option<Route> {
+    fn route_body(
+        &mut self,
+        items: &[Directive],
+        name: String,
+        pattern: PathPattern,
+        span: Span,
+    ) -> Option<Route> {
         let mut matchers = Vec::new();
         let mut filters = Vec::new();
         let mut handler: Option<(Handler, Span)> = None;
         let mut failed = false;
         for d in items {
-            if let Some(w) = d.args.iter().find(|w| !w.quoted && matches!(w.text.as_str(), "when" | "unless" | "failure")) {
+            if let Some(w) = d
+                .args
+                .iter()
+                .find(|w| !w.quoted && matches!(w.text.as_str(), "when" | "unless" | "failure"))
+            {
                 self.errors.push(
-                    Diagnostic::error(w.span, format!("filter conditions (`{}`) are not supported yet", w.text))
-                        .with_hint("this build runs every filter unconditionally; remove the condition"),
+                    Diagnostic::error(
+                        w.span,
+                        format!("filter conditions (`{}`) are not supported yet", w.text),
+                    )
+                    .with_hint(
+                        "this build runs every filter unconditionally; remove the condition",
+                    ),
                 );
                 failed = true;
                 continue;
@@ -379,8 +488,11 @@ impl Builder {
                 "match" => matcher(d).map(|m| matchers.push(m)),
                 "strip" => one_arg(d, "strip /prefix").and_then(|w| {
                     if !w.text.starts_with('/') || w.text.len() < 2 {
-                        return Err(Diagnostic::error(w.span, format!("`{}` is not a path prefix", w.text))
-                            .with_hint("write a prefix starting with /, like strip /api"));
+                        return Err(Diagnostic::error(
+                            w.span,
+                            format!("`{}` is not a path prefix", w.text),
+                        )
+                        .with_hint("write a prefix starting with /, like strip /api"));
                     }
                     filters.push(Filter::Strip(w.text.trim_end_matches('/').to_string()));
                     Ok(())
@@ -392,10 +504,15 @@ impl Builder {
                         return Err(Diagnostic::error(to.span, "a rewrite target is a path")
                             .with_hint("write a path starting with /, like rewrite /old /new"));
                     }
-                    filters.push(Filter::Rewrite { from: from_pat, to: to_t });
+                    filters.push(Filter::Rewrite {
+                        from: from_pat,
+                        to: to_t,
+                    });
                     Ok(())
                 }),
-                "header_down" => header_op(d, "header_down").map(|op| filters.push(Filter::HeaderDown(op))),
+                "header_down" => {
+                    header_op(d, "header_down").map(|op| filters.push(Filter::HeaderDown(op)))
+                }
                 "max_body" => one_arg(d, "max_body SIZE").and_then(|w| {
                     filters.push(Filter::MaxBody(size(w)?));
                     Ok(())
@@ -442,7 +559,10 @@ impl Builder {
 
     fn check_shadowed(&mut self, routes: &[Route]) {
         for (i, r) in routes.iter().enumerate() {
-            if let Some(earlier) = routes[..i].iter().find(|e| e.pattern == r.pattern && e.matchers.is_empty()) {
+            if let Some(earlier) = routes[..i]
+                .iter()
+                .find(|e| e.pattern == r.pattern && e.matchers.is_empty())
+            {
                 self.warnings.push(
                     Diagnostic::warning(r.span, format!("route `{}` can never match", r.name))
                         .with_hint(format!("the route on line {} has the same pattern and no matchers, and comes first", earlier.span.line)),
@@ -453,7 +573,11 @@ impl Builder {
 
     fn proxy(&mut self, d: &Directive) -> Res<Handler> {
         if d.args.is_empty() {
-            return Err(missing(d, "proxy ADDR...", "proxy 127.0.0.1:3000 127.0.0.1:3001"));
+            return Err(missing(
+                d,
+                "proxy ADDR...",
+                "proxy 127.0.0.1:3000 127.0.0.1:3001",
+            ));
         }
         let backends = d.args.iter().map(backend_addr).collect::<Res<Vec<_>>>()?;
         let mut p = ProxyConfig::new(backends);
@@ -475,12 +599,27 @@ impl Builder {
                 p.lb = match w.text.as_str() {
                     "first" => Policy::First,
                     "round_robin" => Policy::RoundRobin,
-                    "weighted_round_robin" | "least_conn" | "weighted_least_conn" | "p2c" | "hash" => {
-                        return Err(Diagnostic::error(w.span, format!("policy `{}` is not supported yet", w.text))
-                            .with_hint("this build balances with `first` or `round_robin`"))
+                    "weighted_round_robin"
+                    | "least_conn"
+                    | "weighted_least_conn"
+                    | "p2c"
+                    | "hash" => {
+                        return Err(Diagnostic::error(
+                            w.span,
+                            format!("policy `{}` is not supported yet", w.text),
+                        )
+                        .with_hint("this build balances with `first` or `round_robin`"))
                     }
                     other => {
-                        let known = ["first", "round_robin", "weighted_round_robin", "least_conn", "weighted_least_conn", "p2c", "hash"];
+                        let known = [
+                            "first",
+                            "round_robin",
+                            "weighted_round_robin",
+                            "least_conn",
+                            "weighted_least_conn",
+                            "p2c",
+                            "hash",
+                        ];
                         let e = Diagnostic::error(w.span, format!("unknown policy `{other}`"));
                         return Err(match nearest(other, known) {
                             Some(s) => e.with_hint(format!("did you mean `{s}`?")),
@@ -541,8 +680,11 @@ impl Builder {
                 match d.args.as_slice() {
                     [w] if w.text == "off" => {
                         self.warnings.push(
-                            Diagnostic::warning(w.span, "`limit off` lets a burst open backend connections without end")
-                                .with_hint("keep a cap, e.g. limit 4096 3s"),
+                            Diagnostic::warning(
+                                w.span,
+                                "`limit off` lets a burst open backend connections without end",
+                            )
+                            .with_hint("keep a cap, e.g. limit 4096 3s"),
                         );
                         p.limit = None;
                     }
@@ -602,8 +744,9 @@ struct Seen(HashMap<String, Span>);
 // Small helpers: each returns a diagnostic that points at the right word.
 
 fn unsupported(d: &Directive) -> Diagnostic {
-    Diagnostic::error(d.span(), format!("`{}` is not supported yet", d.name.text))
-        .with_hint("this build knows the directive but cannot run it yet; remove it to load this file")
+    Diagnostic::error(d.span(), format!("`{}` is not supported yet", d.name.text)).with_hint(
+        "this build knows the directive but cannot run it yet; remove it to load this file",
+    )
 }
 
 fn twice(d: &Directive, first: Span) -> Diagnostic {
@@ -612,8 +755,11 @@ fn twice(d: &Directive, first: Span) -> Diagnostic {
 }
 
 fn missing(d: &Directive, usage: &str, example: &str) -> Diagnostic {
-    Diagnostic::error(d.end_span(), format!("`{}` expects more: {usage}", d.name.text))
-        .with_hint(format!("for example: {example}"))
+    Diagnostic::error(
+        d.end_span(),
+        format!("`{}` expects more: {usage}", d.name.text),
+    )
+    .with_hint(format!("for example: {example}"))
 }
 
 fn extra(w: &Word, what: &str) -> Diagnostic {
@@ -640,7 +786,10 @@ fn block<'a>(d: &'a Directive, example: &str) -> Res<&'a [Directive]> {
 
 fn no_block(d: &Directive) -> Res<()> {
     match d.block_span {
-        Some(s) => Err(Diagnostic::error(s, format!("`{}` takes no block", d.name.text))),
+        Some(s) => Err(Diagnostic::error(
+            s,
+            format!("`{}` takes no block", d.name.text),
+        )),
         None => Ok(()),
     }
 }
@@ -670,8 +819,10 @@ fn two_args<'a>(d: &'a Directive, usage: &str) -> Res<(&'a Word, &'a Word)> {
 fn int_in(w: &Word, min: u64, max: u64) -> Res<u64> {
     match w.text.parse::<u64>() {
         Ok(n) if (min..=max).contains(&n) => Ok(n),
-        Ok(_) => Err(Diagnostic::error(w.span, format!("{} is out of range", w.text))
-            .with_hint(format!("use a whole number from {min} to {max}"))),
+        Ok(_) => Err(
+            Diagnostic::error(w.span, format!("{} is out of range", w.text))
+                .with_hint(format!("use a whole number from {min} to {max}")),
+        ),
         Err(_) => Err(expected(w, &format!("a whole number from {min} to {max}"))),
     }
 }
@@ -689,7 +840,10 @@ fn duration(w: &Word) -> Res<Duration> {
 fn positive(w: &Word) -> Res<Duration> {
     let d = duration(w)?;
     if d.is_zero() {
-        return Err(Diagnostic::error(w.span, "this duration must be more than 0s"));
+        return Err(Diagnostic::error(
+            w.span,
+            "this duration must be more than 0s",
+        ));
     }
     Ok(d)
 }
@@ -711,7 +865,10 @@ fn cidr(w: &Word) -> Res<IpNet> {
     if let Ok(ip) = w.text.parse::<IpAddr>() {
         return Ok(IpNet::from(ip));
     }
-    Err(expected(w, "an address or CIDR like 10.0.0.0/8 or 2001:db8::/32"))
+    Err(expected(
+        w,
+        "an address or CIDR like 10.0.0.0/8 or 2001:db8::/32",
+    ))
 }
 
 fn compress(d: &Directive) -> Res<()> {
@@ -719,8 +876,10 @@ fn compress(d: &Directive) -> Res<()> {
     match w.text.as_str() {
         // Nothing is compressed yet, so `off` states what already happens.
         "off" => Ok(()),
-        "on" => Err(Diagnostic::error(w.span, "compression is not supported yet")
-            .with_hint("write `compress off`, or remove the line")),
+        "on" => Err(
+            Diagnostic::error(w.span, "compression is not supported yet")
+                .with_hint("write `compress off`, or remove the line"),
+        ),
         _ => Err(expected(w, "`on` or `off`")),
     }
 }
@@ -729,21 +888,32 @@ fn listen(d: &Directive) -> Res<Listen> {
     let w = first_arg(d, "listen ADDR")?;
     if let Some(t) = d.args.get(1) {
         if t.text == "tls" {
-            return Err(Diagnostic::error(t.span, "TLS listeners are not supported yet")
-                .with_hint("serve plain HTTP here and terminate TLS in front for now"));
+            return Err(
+                Diagnostic::error(t.span, "TLS listeners are not supported yet")
+                    .with_hint("serve plain HTTP here and terminate TLS in front for now"),
+            );
         }
         return Err(extra(t, "write: listen ADDR [tls]"));
     }
     let text = w.text.as_str();
     let addr = if let Some(port) = text.strip_prefix(':') {
-        port.parse::<u16>().ok().map(|p| SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)))
+        port.parse::<u16>()
+            .ok()
+            .map(|p| SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)))
     } else if let Some(port) = text.strip_prefix("localhost:") {
-        port.parse::<u16>().ok().map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p)))
+        port.parse::<u16>()
+            .ok()
+            .map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p)))
     } else {
         text.parse::<SocketAddr>().ok()
     };
-    addr.map(|addr| Listen { addr, span: d.span() }).ok_or_else(|| {
-        expected(w, "an address with a port").with_hint("write 127.0.0.1:8080, [::1]:8080 or :8080 (all interfaces)")
+    addr.map(|addr| Listen {
+        addr,
+        span: d.span(),
+    })
+    .ok_or_else(|| {
+        expected(w, "an address with a port")
+            .with_hint("write 127.0.0.1:8080, [::1]:8080 or :8080 (all interfaces)")
     })
 }
 
@@ -757,20 +927,30 @@ fn host_pattern(w: &Word) -> Res<HostPattern> {
         None => (false, h.as_str()),
     };
     if name.contains(':') && !name.starts_with('[') {
-        return Err(Diagnostic::error(w.span, format!("site host `{}` has a port", w.text))
-            .with_hint("hosts are matched without their port; write the name alone"));
+        return Err(
+            Diagnostic::error(w.span, format!("site host `{}` has a port", w.text))
+                .with_hint("hosts are matched without their port; write the name alone"),
+        );
     }
     let ok = !name.is_empty()
         && name.split('.').all(|label| {
-            !label.is_empty() && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         });
     if !ok && name.parse::<IpAddr>().is_err() && !name.starts_with('[') {
-        return Err(expected(w, "a host name, *.suffix or *").with_hint("for example: site example.com *.example.com {"));
+        return Err(expected(w, "a host name, *.suffix or *")
+            .with_hint("for example: site example.com *.example.com {"));
     }
     Ok(if wild {
         HostPattern::Suffix(format!(".{name}"))
     } else {
-        HostPattern::Exact(name.trim_start_matches('[').trim_end_matches(']').to_string())
+        HostPattern::Exact(
+            name.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+        )
     })
 }
 
@@ -786,8 +966,11 @@ fn path_pattern(w: &Word) -> Res<PathPattern> {
     } else if !t.contains('*') {
         return Ok(PathPattern::Exact(t.to_string()));
     }
-    Err(Diagnostic::error(w.span, format!("`{t}` has a `*` that is not a trailing `/*`"))
-        .with_hint("patterns are /exact or /prefix/*"))
+    Err(Diagnostic::error(
+        w.span,
+        format!("`{t}` has a `*` that is not a trailing `/*`"),
+    )
+    .with_hint("patterns are /exact or /prefix/*"))
 }
 
 fn matcher(d: &Directive) -> Res<Matcher> {
@@ -796,7 +979,11 @@ fn matcher(d: &Directive) -> Res<Matcher> {
     match kind.text.as_str() {
         "method" => {
             if rest.is_empty() {
-                return Err(missing(d, "match method METHOD...", "match method GET HEAD"));
+                return Err(missing(
+                    d,
+                    "match method METHOD...",
+                    "match method GET HEAD",
+                ));
             }
             rest.iter()
                 .map(|w| {
@@ -810,16 +997,28 @@ fn matcher(d: &Directive) -> Res<Matcher> {
         }
         "header" => match rest {
             [n, v] => Ok(Matcher::Header(
-                HeaderName::from_bytes(n.text.as_bytes()).map_err(|_| expected(n, "a header name"))?,
+                HeaderName::from_bytes(n.text.as_bytes())
+                    .map_err(|_| expected(n, "a header name"))?,
                 v.text.clone(),
             )),
-            [_, _, x, ..] => Err(extra(x, "write: match header NAME VALUE (quote a value with spaces)")),
-            _ => Err(missing(d, "match header NAME VALUE", "match header X-Canary 1")),
+            [_, _, x, ..] => Err(extra(
+                x,
+                "write: match header NAME VALUE (quote a value with spaces)",
+            )),
+            _ => Err(missing(
+                d,
+                "match header NAME VALUE",
+                "match header X-Canary 1",
+            )),
         },
         "query" => match rest {
             [n, v] => Ok(Matcher::Query(n.text.clone(), v.text.clone())),
             [_, _, x, ..] => Err(extra(x, "write: match query NAME VALUE")),
-            _ => Err(missing(d, "match query NAME VALUE", "match query version 2")),
+            _ => Err(missing(
+                d,
+                "match query NAME VALUE",
+                "match query version 2",
+            )),
         },
         _ => Err(expected(kind, "`method`, `header` or `query`")),
     }
@@ -835,13 +1034,20 @@ fn header_op(d: &Directive, what: &str) -> Res<HeaderOp> {
                 .map_err(|_| expected(n, "a header name after `-`"))
         }
         [n, v] => {
-            let name = HeaderName::from_bytes(n.text.as_bytes()).map_err(|_| expected(n, "a header name"))?;
-            let value = HeaderValue::from_str(&v.text)
-                .map_err(|_| Diagnostic::error(v.span, "this value cannot be sent in a header").with_hint("header values are visible ASCII"))?;
+            let name = HeaderName::from_bytes(n.text.as_bytes())
+                .map_err(|_| expected(n, "a header name"))?;
+            let value = HeaderValue::from_str(&v.text).map_err(|_| {
+                Diagnostic::error(v.span, "this value cannot be sent in a header")
+                    .with_hint("header values are visible ASCII")
+            })?;
             Ok(HeaderOp::Set(name, value))
         }
         [_, _, x, ..] => Err(extra(x, "quote a value that has spaces")),
-        _ => Err(missing(d, &format!("{what} NAME VALUE | -NAME"), &format!("{what} X-Served-By edge"))),
+        _ => Err(missing(
+            d,
+            &format!("{what} NAME VALUE | -NAME"),
+            &format!("{what} X-Served-By edge"),
+        )),
     }
 }
 
@@ -850,7 +1056,9 @@ fn template(w: &Word) -> Res<Template> {
     let mut text = String::new();
     let mut rest = w.text.as_str();
     while let Some(open) = rest.find('{') {
-        let Some(close) = rest[open..].find('}') else { break };
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
         let name = &rest[open + 1..open + close];
         let part = match name {
             "host" => TemplatePart::Host,
@@ -861,8 +1069,11 @@ fn template(w: &Word) -> Res<Template> {
                 text.push_str(&rest[..open + close + 1]);
                 rest = &rest[open + close + 1..];
                 if name.chars().all(|c| c.is_ascii_lowercase()) && !name.is_empty() {
-                    return Err(Diagnostic::error(w.span, format!("unknown placeholder `{{{name}}}`"))
-                        .with_hint("placeholders are {host}, {path}, {query} and {uri}"));
+                    return Err(Diagnostic::error(
+                        w.span,
+                        format!("unknown placeholder `{{{name}}}`"),
+                    )
+                    .with_hint("placeholders are {host}, {path}, {query} and {uri}"));
                 }
                 continue;
             }
@@ -882,7 +1093,9 @@ fn template(w: &Word) -> Res<Template> {
 }
 
 fn status_word(w: &Word) -> Option<u16> {
-    (w.text.len() == 3 && !w.quoted).then(|| w.text.parse::<u16>().ok()).flatten()
+    (w.text.len() == 3 && !w.quoted)
+        .then(|| w.text.parse::<u16>().ok())
+        .flatten()
 }
 
 fn respond(d: &Directive) -> Res<Handler> {
@@ -894,7 +1107,12 @@ fn respond(d: &Directive) -> Res<Handler> {
             None => (StatusCode::OK, Some(a)),
         },
         [a, b] => (status(a, 100..=599)?, Some(b)),
-        [_, _, x, ..] => return Err(extra(x, "quote a body that has spaces: respond 200 \"hello there\"")),
+        [_, _, x, ..] => {
+            return Err(extra(
+                x,
+                "quote a body that has spaces: respond 200 \"hello there\"",
+            ))
+        }
     };
     let body = match body {
         Some(w) => template(w)?,
@@ -908,7 +1126,13 @@ fn redirect(d: &Directive) -> Res<Handler> {
     let (status, target) = match d.args.as_slice() {
         [t] => (StatusCode::FOUND, t),
         [c, t] => (status(c, 300..=308)?, t),
-        [] => return Err(missing(d, "redirect [CODE] TARGET", "redirect 301 https://{host}{uri}")),
+        [] => {
+            return Err(missing(
+                d,
+                "redirect [CODE] TARGET",
+                "redirect 301 https://{host}{uri}",
+            ))
+        }
         [_, _, x, ..] => return Err(extra(x, "write: redirect [CODE] TARGET")),
     };
     Ok(Handler::Redirect {
@@ -918,9 +1142,14 @@ fn redirect(d: &Directive) -> Res<Handler> {
 }
 
 fn status(w: &Word, range: std::ops::RangeInclusive<u16>) -> Res<StatusCode> {
-    let n = status_word(w).filter(|n| range.contains(n)).ok_or_else(|| {
-        expected(w, &format!("a status code from {} to {}", range.start(), range.end()))
-    })?;
+    let n = status_word(w)
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| {
+            expected(
+                w,
+                &format!("a status code from {} to {}", range.start(), range.end()),
+            )
+        })?;
     StatusCode::from_u16(n).map_err(|_| expected(w, "a status code"))
 }
 
@@ -929,7 +1158,9 @@ fn backend_addr(w: &Word) -> Res<BackendAddr> {
     let bad = |msg: &str| Diagnostic::error(w.span, format!("`{text}`: {msg}"));
     if let Some(path) = text.strip_prefix("unix:") {
         if path.is_empty() {
-            return Err(bad("a unix address needs a socket path").with_hint("write unix:/run/app.sock"));
+            return Err(
+                bad("a unix address needs a socket path").with_hint("write unix:/run/app.sock")
+            );
         }
         return Ok(BackendAddr {
             text: text.to_string(),
@@ -939,29 +1170,43 @@ fn backend_addr(w: &Word) -> Res<BackendAddr> {
     let rest = if let Some(r) = text.strip_prefix("http://") {
         r
     } else if text.starts_with("https://") || text.starts_with("h2c://") {
-        return Err(bad("this backend scheme is not supported yet")
-            .with_hint("this build speaks plain HTTP/1.1 to backends: use host:port or http://host:port"));
+        return Err(bad("this backend scheme is not supported yet").with_hint(
+            "this build speaks plain HTTP/1.1 to backends: use host:port or http://host:port",
+        ));
     } else if let Some((scheme, _)) = text.split_once("://") {
-        return Err(bad(&format!("unknown scheme `{scheme}`")).with_hint("use host:port, http://, or unix:/path"));
+        return Err(bad(&format!("unknown scheme `{scheme}`"))
+            .with_hint("use host:port, http://, or unix:/path"));
     } else {
         text
     };
     if rest.contains(['/', '?', '#']) {
-        return Err(bad("a backend address has no path or query").with_hint("rewrite the path with `rewrite` or `strip` instead"));
+        return Err(bad("a backend address has no path or query")
+            .with_hint("rewrite the path with `rewrite` or `strip` instead"));
     }
     if rest.contains('@') {
-        return Err(bad("a backend address has no credentials").with_hint("set an Authorization header with header_up instead"));
+        return Err(bad("a backend address has no credentials")
+            .with_hint("set an Authorization header with header_up instead"));
     }
     let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
-        let (ip, port) = v6.split_once("]:").ok_or_else(|| bad("expected [v6]:port"))?;
-        ip.parse::<std::net::Ipv6Addr>().map_err(|_| bad("not an IPv6 address"))?;
+        let (ip, port) = v6
+            .split_once("]:")
+            .ok_or_else(|| bad("expected [v6]:port"))?;
+        ip.parse::<std::net::Ipv6Addr>()
+            .map_err(|_| bad("not an IPv6 address"))?;
         (ip.to_string(), port)
     } else {
         rest.rsplit_once(':')
             .map(|(h, p)| (h.to_string(), p))
-            .ok_or_else(|| bad("a backend address needs a port").with_hint(format!("write {rest}:80 or the port your app listens on")))?
+            .ok_or_else(|| {
+                bad("a backend address needs a port")
+                    .with_hint(format!("write {rest}:80 or the port your app listens on"))
+            })?
     };
-    let port: u16 = port.parse().ok().filter(|p| *p != 0).ok_or_else(|| bad("the port is not a number from 1 to 65535"))?;
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| bad("the port is not a number from 1 to 65535"))?;
     if host.is_empty() {
         return Err(bad("the address has no host"));
     }

@@ -31,7 +31,10 @@ impl Sources {
     }
 
     pub fn name(&self, id: FileId) -> &str {
-        self.files.get(id).map(|f| f.0.as_str()).unwrap_or("<unknown>")
+        self.files
+            .get(id)
+            .map(|f| f.0.as_str())
+            .unwrap_or("<unknown>")
     }
 
     pub fn text(&self, id: FileId) -> &str {
@@ -43,7 +46,9 @@ impl Sources {
     }
 
     fn line(&self, span: Span) -> Option<&str> {
-        self.text(span.file).lines().nth(span.line.checked_sub(1)? as usize)
+        self.text(span.file)
+            .lines()
+            .nth(span.line.checked_sub(1)? as usize)
     }
 }
 
@@ -190,8 +195,15 @@ mod tests {
     fn render_points_at_the_column() {
         let mut s = Sources::default();
         let f = s.add("a.conf".into(), "site x {\n  prxy 1\n}\n".into());
-        let d = Diagnostic::error(Span { file: f, line: 2, col: 3 }, "unknown directive `prxy`")
-            .with_hint("did you mean `proxy`?");
+        let d = Diagnostic::error(
+            Span {
+                file: f,
+                line: 2,
+                col: 3,
+            },
+            "unknown directive `prxy`",
+        )
+        .with_hint("did you mean `proxy`?");
         assert_eq!(
             d.render(&s),
             "a.conf:2:3: unknown directive `prxy`\n      prxy 1\n      ^\nhint: did you mean `proxy`?"

@@ -217,7 +217,20 @@ mod tests {
     fn blocks_semicolons_and_comments() {
         assert_eq!(
             words("a { b 1; c \"x y\" } # note\nredirect {host}{path}"),
-            ["a", "{", "b", "1", "⏎", "c", "x y", "}", "⏎", "redirect", "{host}{path}", "⏎"]
+            [
+                "a",
+                "{",
+                "b",
+                "1",
+                "⏎",
+                "c",
+                "x y",
+                "}",
+                "⏎",
+                "redirect",
+                "{host}{path}",
+                "⏎"
+            ]
         );
     }
 

@@ -143,8 +143,14 @@ pub enum HeaderOp {
 #[derive(Debug, Clone)]
 pub enum Handler {
     Proxy(Box<ProxyConfig>),
-    Respond { status: StatusCode, body: Template },
-    Redirect { status: StatusCode, target: Template },
+    Respond {
+        status: StatusCode,
+        body: Template,
+    },
+    Redirect {
+        status: StatusCode,
+        target: Template,
+    },
 }
 
 /// Text with `{host}`, `{path}`, `{query}`, `{uri}` placeholders, split at load.
@@ -217,7 +223,10 @@ pub struct BackendAddr {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Target {
     /// An IP literal or a name resolved at each dial.
-    Tcp { host: String, port: u16 },
+    Tcp {
+        host: String,
+        port: u16,
+    },
     Unix(PathBuf),
 }
 

@@ -50,7 +50,14 @@ pub fn parse_file(
     env: &dyn Env,
 ) -> Result<Vec<Directive>, Diagnostic> {
     let mut stack = Vec::new();
-    parse_path(Path::new(display), display.to_string(), None, sources, env, &mut stack)
+    parse_path(
+        Path::new(display),
+        display.to_string(),
+        None,
+        sources,
+        env,
+        &mut stack,
+    )
 }
 
 /// Parses config text that did not come from a file (the embedded demo, tests).
@@ -85,8 +92,10 @@ fn parse_path(
                 .chain(std::iter::once(&canonical))
                 .map(|p| p.display().to_string())
                 .collect();
-            return Err(Diagnostic::error(at, "import cycle")
-                .with_hint(format!("the files import each other: {}", chain.join(" -> "))));
+            return Err(Diagnostic::error(at, "import cycle").with_hint(format!(
+                "the files import each other: {}",
+                chain.join(" -> ")
+            )));
         }
     }
     let text = std::fs::read_to_string(path).map_err(|e| {
@@ -114,8 +123,10 @@ fn expand_imports(
     for mut d in tree {
         if d.name.text == "import" {
             let [target] = d.args.as_slice() else {
-                return Err(Diagnostic::error(d.span(), "`import` takes one file or glob")
-                    .with_hint("write: import sites/*.conf"));
+                return Err(
+                    Diagnostic::error(d.span(), "`import` takes one file or glob")
+                        .with_hint("write: import sites/*.conf"),
+                );
             };
             if d.block.is_some() {
                 return Err(Diagnostic::error(d.span(), "`import` takes no block"));
@@ -143,7 +154,14 @@ fn expand_imports(
             };
             for f in files {
                 let display = f.to_string_lossy().to_string();
-                out.extend(parse_path(&f, display, Some(target.span), sources, env, stack)?);
+                out.extend(parse_path(
+                    &f,
+                    display,
+                    Some(target.span),
+                    sources,
+                    env,
+                    stack,
+                )?);
             }
             continue;
         }
@@ -187,8 +205,11 @@ impl Parser {
                     };
                 }
                 TokenKind::Open => {
-                    return Err(Diagnostic::error(tok.span, "`{` without a directive")
-                        .with_hint("a block opens at the end of a directive's line: site example.com {"))
+                    return Err(
+                        Diagnostic::error(tok.span, "`{` without a directive").with_hint(
+                            "a block opens at the end of a directive's line: site example.com {",
+                        ),
+                    )
                 }
                 TokenKind::Word => out.push(self.directive()?),
             }
@@ -200,17 +221,32 @@ impl Parser {
         let mut args = Vec::new();
         loop {
             let Some(tok) = self.peek().cloned() else {
-                return Ok(Directive { name, args, block: None, block_span: None });
+                return Ok(Directive {
+                    name,
+                    args,
+                    block: None,
+                    block_span: None,
+                });
             };
             match tok.kind {
                 TokenKind::Word => args.push(self.word()),
                 TokenKind::End => {
                     self.pos += 1;
-                    return Ok(Directive { name, args, block: None, block_span: None });
+                    return Ok(Directive {
+                        name,
+                        args,
+                        block: None,
+                        block_span: None,
+                    });
                 }
                 // `}` ends the directive and, for the caller, the block.
                 TokenKind::Close => {
-                    return Ok(Directive { name, args, block: None, block_span: None })
+                    return Ok(Directive {
+                        name,
+                        args,
+                        block: None,
+                        block_span: None,
+                    })
                 }
                 TokenKind::Open => {
                     self.pos += 1;
@@ -248,8 +284,9 @@ mod tests {
 
     #[test]
     fn nested_blocks_and_inline_blocks() {
-        let tree = parse("site a {\n  proxy x { failover { failure_threshold 3; hold_down 30s } }\n}\n")
-            .unwrap();
+        let tree =
+            parse("site a {\n  proxy x { failover { failure_threshold 3; hold_down 30s } }\n}\n")
+                .unwrap();
         assert_eq!(tree.len(), 1);
         let site = tree[0].block.as_ref().unwrap();
         let proxy = &site[0];

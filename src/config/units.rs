@@ -79,15 +79,15 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     if text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(err(
             format!("duration `{text}` has no unit"),
-            Some(format!("write {text}s for seconds or {text}ms for milliseconds")),
+            Some(format!(
+                "write {text}s for seconds or {text}ms for milliseconds"
+            )),
         ));
     }
     let mut total = Duration::ZERO;
     let mut rest = text;
     while !rest.is_empty() {
-        let n_end = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .ok_or_else(bad)?;
+        let n_end = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
         if n_end == 0 {
             if rest.starts_with('.') || rest.contains('.') {
                 return Err(err(
@@ -171,8 +171,14 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        assert!(parse_duration("30").unwrap_err().message.contains("no unit"));
-        assert!(parse_duration("1.5s").unwrap_err().message.contains("fraction"));
+        assert!(parse_duration("30")
+            .unwrap_err()
+            .message
+            .contains("no unit"));
+        assert!(parse_duration("1.5s")
+            .unwrap_err()
+            .message
+            .contains("fraction"));
         assert!(parse_duration("5x").is_err());
         assert!(parse_duration("s").is_err());
         assert_eq!(format_duration(Duration::from_secs(90)), "1m30s");

@@ -15,7 +15,12 @@ fn err(text: &str) -> (u32, u32, String, String) {
         Err(r) => r,
     };
     let d = r.errors().next().expect("an error").clone();
-    (d.span.line, d.span.col, d.message, d.hint.unwrap_or_default())
+    (
+        d.span.line,
+        d.span.col,
+        d.message,
+        d.hint.unwrap_or_default(),
+    )
 }
 
 #[test]
@@ -56,11 +61,22 @@ site * { respond 404 }
     assert_eq!(site.hosts[1], HostPattern::Suffix(".example.com".into()));
     assert_eq!(site.routes.len(), 3);
     assert_eq!(site.routes[0].name, "example.com /api/*");
-    assert_eq!(site.routes[2].name, "example.com", "the site block's own route is named after the site");
-    let Some(Handler::Proxy(p)) = &site.routes[0].handler else { panic!("proxy handler") };
+    assert_eq!(
+        site.routes[2].name, "example.com",
+        "the site block's own route is named after the site"
+    );
+    let Some(Handler::Proxy(p)) = &site.routes[0].handler else {
+        panic!("proxy handler")
+    };
     assert_eq!(p.backends.len(), 3);
     assert_eq!(p.lb, Policy::First);
-    assert_eq!(p.limit, Some(Limit { max: 10, wait: Duration::from_secs(1) }));
+    assert_eq!(
+        p.limit,
+        Some(Limit {
+            max: 10,
+            wait: Duration::from_secs(1)
+        })
+    );
     assert_eq!(p.max_body, Some(10 << 20));
     assert_eq!(p.backends[2].target, Target::Unix("/run/app.sock".into()));
     assert_eq!(c.summary(), "2 listeners, 2 sites, 4 routes, 1 pool");
@@ -126,7 +142,10 @@ fn unbuilt_directives_are_refused_not_ignored() {
         ("global { tracing on }", "tracing"),
     ] {
         let (_, _, m, _) = err(text);
-        assert!(m.contains("not supported yet") && m.contains(what), "{text}: {m}");
+        assert!(
+            m.contains("not supported yet") && m.contains(what),
+            "{text}: {m}"
+        );
     }
 }
 
@@ -166,8 +185,12 @@ fn warnings() {
 
 #[test]
 fn templates_and_patterns() {
-    let c = ok("site a { route /old/* { rewrite /old/* /new{path} } redirect 301 https://{host}{uri} }");
-    let Some(Handler::Redirect { status, target }) = &c.sites[0].routes[1].handler else { panic!() };
+    let c = ok(
+        "site a { route /old/* { rewrite /old/* /new{path} } redirect 301 https://{host}{uri} }",
+    );
+    let Some(Handler::Redirect { status, target }) = &c.sites[0].routes[1].handler else {
+        panic!()
+    };
     assert_eq!(status.as_u16(), 301);
     assert_eq!(target.parts[1], TemplatePart::Host);
     let (_, _, m, _) = err("site a { redirect https://{hots}/ }");

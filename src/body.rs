@@ -1,0 +1,131 @@
+//! The one body type that flows through sluice, request or response.
+//!
+//! An enum rather than a boxed trait object so the common cases (no body, a small
+//! fixed body, a stream from a client or a backend) cost no allocation. Never buffers:
+//! every variant yields frames as they come.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use tokio::sync::{mpsc, oneshot};
+
+/// Why a body stopped before its end.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// The body passed a `max_body` limit.
+    #[error("request body is larger than the limit of {0} bytes")]
+    TooLarge(u64),
+    /// The client sent a body that breaks HTTP framing.
+    #[error("malformed request body: {0}")]
+    Malformed(&'static str),
+    /// The client went away or stalled before the body ended.
+    #[error("client stopped sending the body: {0}")]
+    ClientGone(&'static str),
+    /// The backend's body broke off.
+    #[error("backend body failed: {0}")]
+    Upstream(#[from] hyper::Error),
+}
+
+pub enum Body {
+    Empty,
+    Full(Option<Bytes>),
+    /// From hyper: an HTTP/2 client's request, or a backend's response.
+    Incoming(hyper::body::Incoming),
+    /// An HTTP/1 client's request body, fed by the connection task.
+    Channel {
+        rx: mpsc::Receiver<Result<Bytes, BodyError>>,
+        len: Option<u64>,
+        /// Told on the first read, for `Expect: 100-continue`.
+        want: Option<oneshot::Sender<()>>,
+    },
+    /// A backend's response body with the resources it holds until it ends.
+    Proxied(crate::proxy::ResponseBody),
+    /// Any body with something to release when it is done or dropped.
+    Guarded(Box<Body>, crate::server::drain::RequestGuard),
+    Limited(Box<Body>, LimitState),
+}
+
+/// State of a `max_body` check on a streamed body.
+pub struct LimitState {
+    pub limit: u64,
+    pub seen: u64,
+}
+
+impl Body {
+    pub fn full(b: impl Into<Bytes>) -> Body {
+        let b = b.into();
+        if b.is_empty() {
+            Body::Empty
+        } else {
+            Body::Full(Some(b))
+        }
+    }
+
+    /// Cuts the body off with `TooLarge` once more than `limit` bytes passed.
+    pub fn limited(self, limit: u64) -> Body {
+        Body::Limited(Box::new(self), LimitState { limit, seen: 0 })
+    }
+}
+
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match self.get_mut() {
+            Body::Empty => Poll::Ready(None),
+            Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Body::Incoming(b) => Pin::new(b)
+                .poll_frame(cx)
+                .map(|o| o.map(|r| r.map_err(BodyError::Upstream))),
+            Body::Channel { rx, want, .. } => {
+                if let Some(w) = want.take() {
+                    let _ = w.send(());
+                }
+                rx.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data)))
+            }
+            Body::Proxied(b) => Pin::new(b).poll_frame(cx),
+            Body::Guarded(b, _) => Pin::new(&mut **b).poll_frame(cx),
+            Body::Limited(b, st) => {
+                let r = Pin::new(&mut **b).poll_frame(cx);
+                if let Poll::Ready(Some(Ok(f))) = &r {
+                    if let Some(d) = f.data_ref() {
+                        st.seen += d.len() as u64;
+                        if st.seen > st.limit {
+                            return Poll::Ready(Some(Err(BodyError::TooLarge(st.limit))));
+                        }
+                    }
+                }
+                r
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Empty => true,
+            Body::Full(b) => b.is_none(),
+            Body::Incoming(b) => b.is_end_stream(),
+            Body::Channel { len, .. } => *len == Some(0),
+            Body::Proxied(b) => b.is_end_stream(),
+            Body::Guarded(b, _) | Body::Limited(b, _) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Empty => SizeHint::with_exact(0),
+            Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Body::Incoming(b) => b.size_hint(),
+            Body::Channel { len: Some(n), .. } => SizeHint::with_exact(*n),
+            Body::Channel { len: None, .. } => SizeHint::default(),
+            Body::Proxied(b) => b.size_hint(),
+            Body::Guarded(b, _) | Body::Limited(b, _) => b.size_hint(),
+        }
+    }
+}

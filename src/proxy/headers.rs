@@ -1,0 +1,207 @@
+//! What the backend receives and what the client gets back (DESIGN.md §8.9).
+//!
+//! Request: hop-by-hop fields and every field named in `Connection` go (`TE: trailers`
+//! stays), `X-Sluice-*` goes, forwarding fields from untrusted clients go; then
+//! `X-Forwarded-For/Proto/Host` are set, `Host` per the `host` option, and `header_up`
+//! lines last. Response: hop-by-hop and `X-Sluice-*` go, then `header_down`.
+//! Allocates only when a field must be built (the client address, a joined XFF).
+
+use std::net::IpAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+use crate::config::{HeaderOp, HostMode, ProxyConfig};
+
+static HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::EXPECT,
+];
+
+static FORWARDING: [HeaderName; 7] = [
+    HeaderName::from_static("x-forwarded-for"),
+    HeaderName::from_static("x-forwarded-proto"),
+    HeaderName::from_static("x-forwarded-host"),
+    header::FORWARDED,
+    HeaderName::from_static("x-real-ip"),
+    HeaderName::from_static("true-client-ip"),
+    HeaderName::from_static("cf-connecting-ip"),
+];
+
+const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
+const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Removes hop-by-hop fields, those named in `Connection`, and `X-Sluice-*`.
+fn strip_hop_by_hop(h: &mut HeaderMap, keep_te_trailers: bool) {
+    if let Some(conn) = h.get(header::CONNECTION) {
+        let named: Vec<HeaderName> = conn
+            .as_bytes()
+            .split(|&b| b == b',')
+            .filter_map(|t| {
+                let t = std::str::from_utf8(t).ok()?.trim();
+                HeaderName::from_bytes(t.as_bytes()).ok()
+            })
+            .collect();
+        for n in named {
+            h.remove(n);
+        }
+    }
+    for n in &HOP_BY_HOP {
+        h.remove(n);
+    }
+    if let Some(te) = h.get(header::TE) {
+        let trailers = keep_te_trailers && te.as_bytes().eq_ignore_ascii_case(b"trailers");
+        if !trailers {
+            h.remove(header::TE);
+        }
+    }
+    if h.keys().any(is_sluice) {
+        let ours: Vec<HeaderName> = h.keys().filter(|k| is_sluice(k)).cloned().collect();
+        for n in ours {
+            h.remove(n);
+        }
+    }
+}
+
+fn is_sluice(k: &HeaderName) -> bool {
+    k.as_str().starts_with("x-sluice-")
+}
+
+/// Everything but `Host` in upstream mode, which depends on the peer chosen.
+pub fn request(h: &mut HeaderMap, client: IpAddr, trusted: bool, cfg: &ProxyConfig) {
+    let original_host = h.get(header::HOST).cloned();
+    strip_hop_by_hop(h, true);
+    if !trusted {
+        for n in &FORWARDING {
+            h.remove(n);
+        }
+    }
+    let ip = client.to_string();
+    let xff = match h.get_all(&XFF).iter().count() {
+        0 => HeaderValue::from_str(&ip),
+        _ => {
+            let mut joined = Vec::new();
+            for v in h.get_all(&XFF) {
+                if !joined.is_empty() {
+                    joined.extend_from_slice(b", ");
+                }
+                joined.extend_from_slice(v.as_bytes());
+            }
+            joined.extend_from_slice(b", ");
+            joined.extend_from_slice(ip.as_bytes());
+            HeaderValue::from_bytes(&joined)
+        }
+    };
+    if let Ok(v) = xff {
+        h.insert(XFF, v);
+    }
+    if !h.contains_key(&XFP) {
+        h.insert(XFP, HeaderValue::from_static("http"));
+    }
+    if !h.contains_key(&XFH) {
+        if let Some(host) = original_host {
+            h.insert(XFH, host);
+        }
+    }
+    if let HostMode::Name(v) = &cfg.host {
+        h.insert(header::HOST, v.clone());
+    }
+}
+
+/// `Host` for upstream mode, then the `header_up` lines (which may override it).
+pub fn finish_request(h: &mut HeaderMap, cfg: &ProxyConfig, peer_host: Option<&HeaderValue>) {
+    if let (HostMode::Upstream, Some(v)) = (&cfg.host, peer_host) {
+        h.insert(header::HOST, v.clone());
+    }
+    apply(h, &cfg.header_up);
+}
+
+pub fn response(h: &mut HeaderMap, cfg: &ProxyConfig) {
+    strip_hop_by_hop(h, false);
+    apply(h, &cfg.header_down);
+}
+
+pub fn apply(h: &mut HeaderMap, ops: &[HeaderOp]) {
+    for op in ops {
+        match op {
+            HeaderOp::Set(n, v) => {
+                h.insert(n.clone(), v.clone());
+            }
+            HeaderOp::Remove(n) => {
+                h.remove(n);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ProxyConfig;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn untrusted_client_loses_forwarding_headers() {
+        let mut h = map(&[
+            ("host", "example.com:8080"),
+            ("connection", "keep-alive, x-drop"),
+            ("x-drop", "1"),
+            ("te", "trailers"),
+            ("x-sluice-peer", "spoof"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-real-ip", "6.6.6.6"),
+            ("x-keep", "1"),
+        ]);
+        request(
+            &mut h,
+            "10.0.0.9".parse().unwrap(),
+            false,
+            &ProxyConfig::new(vec![]),
+        );
+        assert_eq!(h["x-forwarded-for"], "10.0.0.9");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "example.com:8080");
+        assert_eq!(h["te"], "trailers");
+        assert_eq!(h["host"], "example.com:8080", "host keep is the default");
+        for gone in ["connection", "x-drop", "x-sluice-peer", "x-real-ip"] {
+            assert!(!h.contains_key(gone), "{gone} should be removed");
+        }
+        assert!(h.contains_key("x-keep"));
+    }
+
+    #[test]
+    fn trusted_client_keeps_and_extends() {
+        let mut h = map(&[
+            ("host", "a"),
+            ("x-forwarded-for", "1.1.1.1"),
+            ("x-forwarded-proto", "https"),
+            ("te", "gzip"),
+        ]);
+        request(
+            &mut h,
+            "10.0.0.9".parse().unwrap(),
+            true,
+            &ProxyConfig::new(vec![]),
+        );
+        assert_eq!(h["x-forwarded-for"], "1.1.1.1, 10.0.0.9");
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert!(!h.contains_key("te"), "TE other than trailers goes");
+    }
+}

@@ -1,0 +1,114 @@
+//! Graceful shutdown: counts open connections and in-flight requests, and tells
+//! connections when sluice stops taking new work. Atomics and one watch channel; no lock.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{watch, Notify};
+
+#[derive(Clone)]
+pub struct Drain {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connections: AtomicUsize,
+    requests: AtomicUsize,
+    idle: Notify,
+    tx: watch::Sender<bool>,
+}
+
+impl Default for Drain {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drain {
+    pub fn new() -> Self {
+        Drain {
+            inner: Arc::new(Inner {
+                connections: AtomicUsize::new(0),
+                requests: AtomicUsize::new(0),
+                idle: Notify::new(),
+                tx: watch::channel(false).0,
+            }),
+        }
+    }
+
+    pub fn watch(&self) -> Watch {
+        Watch {
+            rx: self.inner.tx.subscribe(),
+        }
+    }
+
+    pub fn connection(&self) -> ConnectionGuard {
+        self.inner.connections.fetch_add(1, Ordering::Relaxed);
+        ConnectionGuard {
+            inner: self.inner.clone(),
+        }
+    }
+
+    pub fn request(&self) -> RequestGuard {
+        self.inner.requests.fetch_add(1, Ordering::Relaxed);
+        RequestGuard {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Stop taking new work: listeners stop accepting, idle connections close.
+    pub fn start(&self) {
+        self.inner.tx.send_replace(true);
+    }
+
+    pub fn requests_in_flight(&self) -> usize {
+        self.inner.requests.load(Ordering::Relaxed)
+    }
+
+    /// Resolves when no connection is open.
+    pub async fn closed(&self) {
+        loop {
+            let notified = self.inner.idle.notified();
+            if self.inner.connections.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+pub struct Watch {
+    rx: watch::Receiver<bool>,
+}
+
+impl Watch {
+    pub fn is_draining(&self) -> bool {
+        *self.rx.borrow()
+    }
+
+    pub async fn draining(&mut self) {
+        let _ = self.rx.wait_for(|d| *d).await;
+    }
+}
+
+pub struct ConnectionGuard {
+    inner: Arc<Inner>,
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        if self.inner.connections.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.inner.idle.notify_waiters();
+        }
+    }
+}
+
+pub struct RequestGuard {
+    inner: Arc<Inner>,
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.inner.requests.fetch_sub(1, Ordering::Relaxed);
+    }
+}

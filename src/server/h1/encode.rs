@@ -1,0 +1,143 @@
+//! Response heads and chunked framing, written into a reusable buffer so a response
+//! head and a small body leave in one write.
+
+use std::io::IoSlice;
+
+use http::{HeaderMap, StatusCode, Version};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+/// How a response body is delimited on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body may follow (HEAD, 1xx, 204, 304).
+    None,
+    Length,
+    Chunked,
+    /// HTTP/1.0 without a length: the body ends when the connection closes.
+    Close,
+}
+
+pub fn head(
+    out: &mut Vec<u8>,
+    status: StatusCode,
+    headers: &HeaderMap,
+    version: Version,
+    keep_alive: bool,
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !keep_alive {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if version == Version::HTTP_10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes one chunk (size line, data, CRLF) with a single vectored write when it can.
+pub async fn chunk<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> std::io::Result<()> {
+    let mut size = [0u8; 18];
+    let n = hex_line(&mut size, data.len());
+    let mut slices = [
+        IoSlice::new(&size[..n]),
+        IoSlice::new(data),
+        IoSlice::new(b"\r\n"),
+    ];
+    write_all_vectored(w, &mut slices).await
+}
+
+fn hex_line(out: &mut [u8; 18], mut n: usize) -> usize {
+    let mut digits = [0u8; 16];
+    let mut i = 16;
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789abcdef"[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    let len = 16 - i;
+    out[..len].copy_from_slice(&digits[i..]);
+    out[len..len + 2].copy_from_slice(b"\r\n");
+    len + 2
+}
+
+pub async fn write_all_vectored<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    mut slices: &mut [IoSlice<'_>],
+) -> std::io::Result<()> {
+    IoSlice::advance_slices(&mut slices, 0);
+    while !slices.is_empty() {
+        let n = w.write_vectored(slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut slices, n);
+    }
+    Ok(())
+}
+
+/// A short plain-text answer sluice makes itself (errors, refusals), as raw bytes.
+pub fn simple(status: StatusCode, body: &str, extra: &[(&str, &str)], close: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128 + body.len());
+    out.extend_from_slice(
+        format!(
+            "HTTP/1.1 {} {}\r\n",
+            status.as_str(),
+            status.canonical_reason().unwrap_or("")
+        )
+        .as_bytes(),
+    );
+    out.extend_from_slice(
+        format!(
+            "content-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    for (k, v) in extra {
+        out.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_size_lines() {
+        let mut b = [0u8; 18];
+        let n = hex_line(&mut b, 0);
+        assert_eq!(&b[..n], b"0\r\n");
+        let n = hex_line(&mut b, 0x1a2b);
+        assert_eq!(&b[..n], b"1a2b\r\n");
+    }
+
+    #[test]
+    fn head_with_close() {
+        let mut out = Vec::new();
+        let mut h = HeaderMap::new();
+        h.insert("content-length", "2".parse().unwrap());
+        head(&mut out, StatusCode::OK, &h, Version::HTTP_11, false);
+        assert_eq!(
+            out,
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n"
+        );
+    }
+}

@@ -1,0 +1,429 @@
+//! sluice's own HTTP/1.1 server codec: one task per connection that reads heads,
+//! dispatches requests, pumps request bodies and writes responses.
+//!
+//! Why our own and not hyper's server: the framing rules of DESIGN.md §14 (bare LF,
+//! obs-fold, 501 for unknown codings) must be enforced on raw bytes, and an idle
+//! keep-alive connection must hold no buffers (hyper keeps 8 KiB per connection).
+//! Here the read and write buffers are released while a connection waits for its next
+//! request. Never buffers a body: request bodies go to the handler a chunk at a time
+//! through a one-slot channel, responses are written frame by frame.
+
+pub mod decode;
+pub mod encode;
+pub mod head;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{Method, Request, StatusCode, Version};
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::ReadHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{timeout, timeout_at, Instant};
+
+use self::decode::{Decoded, Decoder};
+use self::encode::Framing as Out;
+use self::head::{Framing, Head, HeadError};
+use super::drain::{Drain, Watch};
+use crate::body::{Body, BodyError};
+use crate::runtime::Live;
+use crate::stats::{bump, COUNTERS};
+
+/// A new connection's first head, and any later head once its first byte arrived,
+/// must be complete within this.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// A kept-alive connection with no byte of a next request closes after this.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A request body that stalls this long between reads fails.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+const READ_CHUNK: usize = 16 * 1024;
+/// Bodies this small are written with the head in one write.
+const COALESCE: usize = 16 * 1024;
+
+pub struct Conn {
+    pub client: SocketAddr,
+    pub live: Arc<Live>,
+    pub drain: Drain,
+    pub watch: Watch,
+}
+
+impl Conn {
+    /// Serves requests on `stream` until the client leaves, a limit is hit or sluice
+    /// shuts down. `buf` holds bytes already read (the protocol sniff).
+    pub async fn serve(mut self, mut stream: TcpStream, mut buf: BytesMut, accepted: Instant) {
+        let mut wbuf: Vec<u8> = Vec::new();
+        let mut deadline = accepted + HEAD_TIMEOUT;
+        loop {
+            let head = match self.read_head(&mut stream, &mut buf, deadline).await {
+                Ok(Some(h)) => h,
+                Ok(None) => return,
+                Err(e) => {
+                    let (status, body, counter) = match e {
+                        HeadError::Bad(why) => {
+                            tracing::debug!(client = %self.client, "sluice: bad request head: {why}");
+                            (
+                                StatusCode::BAD_REQUEST,
+                                format!("Bad request: {why}\n"),
+                                &COUNTERS.bad_request,
+                            )
+                        }
+                        HeadError::TooLarge => (
+                            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                            "Request header fields too large\n".to_string(),
+                            &COUNTERS.head_too_large,
+                        ),
+                        HeadError::Coding => (
+                            StatusCode::NOT_IMPLEMENTED,
+                            "Transfer coding not implemented\n".to_string(),
+                            &COUNTERS.unsupported_coding,
+                        ),
+                    };
+                    bump(counter);
+                    let _ = stream
+                        .write_all(&encode::simple(status, &body, &[], true))
+                        .await;
+                    return;
+                }
+            };
+            let keep = self.serve_one(&mut stream, &mut buf, &mut wbuf, head).await;
+            if !keep || self.watch.is_draining() {
+                return;
+            }
+            if buf.is_empty() {
+                // Idle: hold no buffers while waiting for the next request.
+                buf = BytesMut::new();
+                if wbuf.capacity() > COALESCE * 2 {
+                    wbuf = Vec::new();
+                }
+                tokio::select! {
+                    r = stream.readable() => if r.is_err() { return },
+                    _ = tokio::time::sleep(IDLE_TIMEOUT) => return,
+                    _ = self.watch.draining() => return,
+                }
+            }
+            deadline = Instant::now() + HEAD_TIMEOUT;
+        }
+    }
+
+    /// Reads until a whole head is in `buf`. `Ok(None)`: close silently (the client left,
+    /// or the deadline passed before any byte came).
+    async fn read_head(
+        &self,
+        stream: &mut TcpStream,
+        buf: &mut BytesMut,
+        deadline: Instant,
+    ) -> Result<Option<Head>, HeadError> {
+        loop {
+            if let Some(end) = head::find_end(buf)? {
+                let bytes: Bytes = buf.split_to(end).freeze();
+                return head::parse(bytes).map(Some);
+            }
+            if buf.capacity() - buf.len() < 1024 {
+                buf.reserve(
+                    READ_CHUNK
+                        .min(head::MAX_HEAD + 1 - buf.len().min(head::MAX_HEAD))
+                        .max(1024),
+                );
+            }
+            match timeout_at(deadline, stream.read_buf(buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return Ok(None),
+                Ok(Ok(_)) => {}
+                Err(_) => {
+                    if buf.iter().all(|b| *b == b'\r' || *b == b'\n') {
+                        return Ok(None);
+                    }
+                    bump(&COUNTERS.head_timeout);
+                    let _ = stream
+                        .write_all(&encode::simple(
+                            StatusCode::REQUEST_TIMEOUT,
+                            "Request timeout\n",
+                            &[],
+                            true,
+                        ))
+                        .await;
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// One request and its response. Returns whether the connection may carry another.
+    async fn serve_one(
+        &mut self,
+        stream: &mut TcpStream,
+        buf: &mut BytesMut,
+        wbuf: &mut Vec<u8>,
+        head: Head,
+    ) -> bool {
+        let Head {
+            method,
+            uri,
+            version,
+            headers,
+            framing,
+            mut keep_alive,
+            expect_continue,
+        } = head;
+        let is_head = method == Method::HEAD;
+        let (mut want, mut pump, body) = match framing {
+            Framing::None => (None, None, Body::Empty),
+            Framing::Length(n) => Pump::channel(Decoder::length(n), Some(n), expect_continue),
+            Framing::Chunked => {
+                // Without Expect the first chunk-size line is normally here already:
+                // check it before anything is dispatched, so a bad one never reaches a backend.
+                if !expect_continue {
+                    if let Err(e) = first_chunk_line(stream, buf).await {
+                        if let Some(why) = e {
+                            bump(&COUNTERS.bad_request);
+                            let msg = format!("Bad request: {why}\n");
+                            let _ = stream
+                                .write_all(&encode::simple(
+                                    StatusCode::BAD_REQUEST,
+                                    &msg,
+                                    &[],
+                                    true,
+                                ))
+                                .await;
+                        }
+                        return false;
+                    }
+                }
+                Pump::channel(Decoder::chunked(), None, expect_continue)
+            }
+        };
+        let mut req = Request::new(body);
+        *req.method_mut() = method;
+        *req.uri_mut() = uri;
+        *req.version_mut() = version;
+        *req.headers_mut() = headers;
+        let _guard = self.drain.request();
+        let mut fut = self.live.handle(req, self.client);
+        let (mut rd, mut wr) = stream.split();
+
+        // Until the response head: pump the body, answer Expect, notice a client leaving.
+        let resp = loop {
+            tokio::select! {
+                biased;
+                resp = &mut fut => break resp,
+                r = async { want.as_mut().expect("guarded by the precondition").await }, if want.is_some() => {
+                    want = None;
+                    if r.is_ok() && wr.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
+                        return false;
+                    }
+                }
+                r = read_side(&mut pump, &mut rd, buf, true) => {
+                    if r == Side::ClientClosed {
+                        return false;
+                    }
+                }
+            }
+        };
+        drop(fut);
+
+        let (parts, mut rbody) = resp.into_parts();
+        let mut headers = parts.headers;
+        let status = parts.status;
+        let out = if is_head
+            || status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED
+        {
+            if !is_head {
+                headers.remove(CONTENT_LENGTH);
+            }
+            Out::None
+        } else if headers.contains_key(CONTENT_LENGTH) {
+            Out::Length
+        } else if let Some(n) = rbody.size_hint().exact() {
+            headers.insert(CONTENT_LENGTH, n.into());
+            Out::Length
+        } else if version == Version::HTTP_11 {
+            headers.insert(TRANSFER_ENCODING, http::HeaderValue::from_static("chunked"));
+            Out::Chunked
+        } else {
+            keep_alive = false;
+            Out::Close
+        };
+        if is_head && !headers.contains_key(CONTENT_LENGTH) {
+            if let Some(n) = rbody.size_hint().exact() {
+                headers.insert(CONTENT_LENGTH, n.into());
+            }
+        }
+        keep_alive &= !self.watch.is_draining();
+        wbuf.clear();
+        encode::head(wbuf, status, &headers, version, keep_alive);
+        if let (Body::Full(Some(b)), true) = (&rbody, out != Out::None) {
+            if b.len() <= COALESCE {
+                wbuf.extend_from_slice(b);
+                rbody = Body::Empty;
+            }
+        }
+        if wr.write_all(wbuf).await.is_err() {
+            return false;
+        }
+        if out != Out::None {
+            loop {
+                tokio::select! {
+                    biased;
+                    frame = rbody.frame() => match frame {
+                        None => break,
+                        Some(Ok(frame)) => {
+                            let Ok(data) = frame.into_data() else { continue };
+                            if data.is_empty() {
+                                continue;
+                            }
+                            let w = match out {
+                                Out::Chunked => encode::chunk(&mut wr, &data).await,
+                                _ => wr.write_all(&data).await,
+                            };
+                            if w.is_err() {
+                                return false;
+                            }
+                        }
+                        // The body broke off: close so the client sees the truncation.
+                        Some(Err(_)) => return false,
+                    },
+                    _ = read_side(&mut pump, &mut rd, buf, false), if pump.is_some() => {}
+                }
+            }
+            if out == Out::Chunked && wr.write_all(b"0\r\n\r\n").await.is_err() {
+                return false;
+            }
+        }
+        drop(rbody);
+        // A request body the handler did not read to its end leaves the stream mid-request.
+        keep_alive && out != Out::Close && pump.is_none()
+    }
+}
+
+/// Waits for the first chunk-size line of a chunked body and checks it.
+/// `Err(Some(why))`: malformed; `Err(None)`: the client left or stalled.
+async fn first_chunk_line(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+) -> Result<(), Option<&'static str>> {
+    loop {
+        match decode::size_line(buf) {
+            Ok(Some(_)) => return Ok(()),
+            Err(why) => return Err(Some(why)),
+            Ok(None) => {}
+        }
+        buf.reserve(READ_CHUNK);
+        match timeout(BODY_READ_TIMEOUT, stream.read_buf(buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Err(None),
+        }
+    }
+}
+
+/// Feeds a request body from the connection into its channel.
+struct Pump {
+    decoder: Decoder,
+    tx: mpsc::Sender<Result<Bytes, BodyError>>,
+    /// The body failed (malformed, client gone): nothing more is read from it.
+    failed: bool,
+}
+
+impl Pump {
+    fn channel(
+        decoder: Decoder,
+        len: Option<u64>,
+        expect: bool,
+    ) -> (Option<oneshot::Receiver<()>>, Option<Pump>, Body) {
+        let (tx, rx) = mpsc::channel(1);
+        let (want_tx, want_rx) = if expect {
+            let (t, r) = oneshot::channel();
+            (Some(t), Some(r))
+        } else {
+            (None, None)
+        };
+        (
+            want_rx,
+            Some(Pump {
+                decoder,
+                tx,
+                failed: false,
+            }),
+            Body::Channel {
+                rx,
+                len,
+                want: want_tx,
+            },
+        )
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Side {
+    Progress,
+    ClientClosed,
+}
+
+/// The read half's work while a request is in flight: pump its body if one is still
+/// coming, else (when `watch_eof`) notice the client closing.
+async fn read_side(
+    pump: &mut Option<Pump>,
+    rd: &mut ReadHalf<'_>,
+    buf: &mut BytesMut,
+    watch_eof: bool,
+) -> Side {
+    let Some(p) = pump else {
+        if !watch_eof || buf.len() >= head::MAX_HEAD {
+            return std::future::pending().await;
+        }
+        buf.reserve(1024);
+        // Bytes that arrive now are a pipelined next request; they stay in `buf`.
+        return match rd.read_buf(buf).await {
+            Ok(0) | Err(_) => Side::ClientClosed,
+            Ok(_) => Side::Progress,
+        };
+    };
+    if p.failed {
+        return std::future::pending().await;
+    }
+    let Ok(permit) = p.tx.reserve().await else {
+        // The handler dropped the body: stop reading it; the connection will close.
+        return std::future::pending().await;
+    };
+    loop {
+        match p.decoder.decode(buf) {
+            Ok(Decoded::Data(b)) => {
+                permit.send(Ok(b));
+                return Side::Progress;
+            }
+            Ok(Decoded::Done) => {
+                drop(permit);
+                *pump = None;
+                return Side::Progress;
+            }
+            Ok(Decoded::NeedMore) => {
+                buf.reserve(READ_CHUNK);
+                match timeout(BODY_READ_TIMEOUT, rd.read_buf(buf)).await {
+                    Ok(Ok(n)) if n > 0 => {}
+                    Ok(_) => {
+                        permit.send(Err(BodyError::ClientGone("connection closed")));
+                        p.failed = true;
+                        return Side::ClientClosed;
+                    }
+                    Err(_) => {
+                        permit.send(Err(BodyError::ClientGone("no body bytes for 60s")));
+                        p.failed = true;
+                        return std::future::pending().await;
+                    }
+                }
+            }
+            Err(why) => {
+                bump(&COUNTERS.bad_request);
+                permit.send(Err(BodyError::Malformed(why)));
+                p.failed = true;
+                return std::future::pending().await;
+            }
+        }
+    }
+}

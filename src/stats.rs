@@ -1,0 +1,51 @@
+//! Process-wide counters for refusals and limits: plain atomics, never a lock, so the
+//! request path can count without contention. The metrics endpoint reads them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Default)]
+pub struct Counters {
+    /// 400 for a malformed request head or body framing.
+    pub bad_request: AtomicU64,
+    /// 408: a head not complete within its deadline.
+    pub head_timeout: AtomicU64,
+    /// 431: a head over 64 KiB or 100 fields.
+    pub head_too_large: AtomicU64,
+    /// 501: a transfer coding other than a single `chunked`.
+    pub unsupported_coding: AtomicU64,
+    /// 421: no site for the Host.
+    pub unknown_site: AtomicU64,
+    /// 404: no route in the site.
+    pub no_route: AtomicU64,
+    /// 413: a body over `max_body`.
+    pub body_too_large: AtomicU64,
+    /// 503: a pool's `limit` reached and the wait ran out.
+    pub limit_rejections: AtomicU64,
+    /// 503: dialing failed for want of local ports or descriptors.
+    pub out_of_ports: AtomicU64,
+    /// 502: no backend could be reached or a connection broke.
+    pub bad_gateway: AtomicU64,
+    /// 504: a backend did not answer within `timeout`.
+    pub gateway_timeout: AtomicU64,
+    /// Requests sent to another backend after the first could not be reached.
+    pub retries: AtomicU64,
+}
+
+pub static COUNTERS: Counters = Counters {
+    bad_request: AtomicU64::new(0),
+    head_timeout: AtomicU64::new(0),
+    head_too_large: AtomicU64::new(0),
+    unsupported_coding: AtomicU64::new(0),
+    unknown_site: AtomicU64::new(0),
+    no_route: AtomicU64::new(0),
+    body_too_large: AtomicU64::new(0),
+    limit_rejections: AtomicU64::new(0),
+    out_of_ports: AtomicU64::new(0),
+    bad_gateway: AtomicU64::new(0),
+    gateway_timeout: AtomicU64::new(0),
+    retries: AtomicU64::new(0),
+};
+
+pub fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}

@@ -1,0 +1,74 @@
+//! Idle backend connections, per peer: most recently used first (LIFO), at most
+//! IDLE_MAX kept, each closed after IDLE_TIMEOUT idle.
+//!
+//! Ours rather than hyper-util's pool because its rules are the product's (DESIGN.md
+//! §8.12). The lock is per peer and held only to push or pop, never across an await.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hyper::client::conn::http1::SendRequest;
+
+use crate::body::Body;
+
+pub type Sender = SendRequest<Body>;
+
+#[derive(Default)]
+pub struct Idle {
+    list: Mutex<Vec<(Sender, Instant)>>,
+}
+
+impl Idle {
+    /// The most recently returned live connection, if one is fresh enough.
+    pub async fn checkout(&self, idle_timeout: Duration) -> Option<Sender> {
+        loop {
+            let mut sender = {
+                let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+                let (sender, since) = list.pop()?;
+                if since.elapsed() >= idle_timeout {
+                    // Everything below is older still.
+                    list.clear();
+                    return None;
+                }
+                sender
+            };
+            if sender.is_closed() {
+                continue;
+            }
+            // The connection may still be finishing its previous response.
+            if sender.ready().await.is_ok() {
+                return Some(sender);
+            }
+        }
+    }
+
+    pub fn checkin(&self, sender: Sender, idle_max: usize) {
+        if sender.is_closed() || idle_max == 0 {
+            return;
+        }
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        if list.len() < idle_max {
+            list.push((sender, Instant::now()));
+        }
+    }
+
+    /// Closes connections idle for `idle_timeout` or more (the oldest are first).
+    pub fn reap(&self, idle_timeout: Duration) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        let expired = list
+            .iter()
+            .take_while(|(_, since)| since.elapsed() >= idle_timeout)
+            .count();
+        if expired > 0 {
+            list.drain(..expired);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.lock().map(|l| l.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

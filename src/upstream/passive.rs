@@ -1,0 +1,69 @@
+//! Passive health: a peer that cannot be connected to, or whose connection breaks with
+//! a request on it, leaves rotation for `fail_duration` after `breaker` consecutive
+//! failures. A successful connection clears the count. Atomics only.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Milliseconds since the process started: a clock that fits in an atomic.
+pub fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+#[derive(Default)]
+pub struct Breaker {
+    consecutive: AtomicU32,
+    out_until: AtomicU64,
+}
+
+impl Breaker {
+    pub fn is_available(&self, now: u64) -> bool {
+        self.out_until.load(Ordering::Relaxed) <= now
+    }
+
+    pub fn record_success(&self) {
+        if self.consecutive.load(Ordering::Relaxed) != 0 {
+            self.consecutive.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a failure; returns true when this one takes the peer out of rotation.
+    pub fn record_failure(&self, breaker: u32, fail_duration: Duration) -> bool {
+        if fail_duration.is_zero() {
+            return false;
+        }
+        let n = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
+        if n < breaker {
+            return false;
+        }
+        self.consecutive.store(0, Ordering::Relaxed);
+        let now = now_ms();
+        let was_out = !self.is_available(now);
+        self.out_until
+            .store(now + fail_duration.as_millis() as u64, Ordering::Relaxed);
+        !was_out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_after_breaker_failures() {
+        let b = Breaker::default();
+        let d = Duration::from_secs(30);
+        assert!(!b.record_failure(2, d), "one failure of two");
+        assert!(b.is_available(now_ms()));
+        assert!(b.record_failure(2, d), "the second takes it out");
+        assert!(!b.is_available(now_ms()));
+        let off = Breaker::default();
+        assert!(
+            !off.record_failure(1, Duration::ZERO),
+            "fail_duration 0s turns it off"
+        );
+        assert!(off.is_available(now_ms()));
+    }
+}
