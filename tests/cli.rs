@@ -1,0 +1,223 @@
+//! The command line: `check` on good and bad files, exit codes, `--help`, `version`,
+//! and every example config.
+
+mod common;
+
+use std::process::Command;
+
+use common::{bin, TempDir};
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn sluice(args: &[&str]) -> Out {
+    let o = Command::new(bin())
+        .args(args)
+        .output()
+        .expect("sluice runs");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).to_string(),
+        stderr: String::from_utf8_lossy(&o.stderr).to_string(),
+    }
+}
+
+/// Writes `text` as `sluice.conf` and runs `sluice check` on it.
+fn check(text: &str) -> (Out, String) {
+    let dir = TempDir::new();
+    let path = dir.write("sluice.conf", text);
+    let p = path.to_str().unwrap().to_string();
+    (sluice(&["check", "-c", &p]), p)
+}
+
+fn assert_error_at(text: &str, line: u32, col: u32, message: &str) {
+    let (out, path) = check(text);
+    assert_eq!(
+        out.code, 1,
+        "check should fail for:\n{text}\nstderr:\n{}",
+        out.stderr
+    );
+    let want = format!("{path}:{line}:{col}: ");
+    let first = out.stderr.lines().next().unwrap_or("");
+    assert!(
+        first.starts_with(&want),
+        "expected {want} in the first line, got:\n{}",
+        out.stderr
+    );
+    assert!(
+        first.contains(message),
+        "expected {message:?} in:\n{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn check_accepts_a_good_file_and_summarises_it() {
+    let (out, path) = check("listen 127.0.0.1:8080\nsite example.com {\n  route /api/* { proxy 127.0.0.1:3000 127.0.0.1:3001 }\n  respond ok\n}\n");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stdout.trim(),
+        format!("sluice check: {path}: ok: 1 listener, 1 site, 2 routes, 1 pool")
+    );
+}
+
+#[test]
+fn check_names_line_and_column_for_each_kind_of_mistake() {
+    assert_error_at(
+        "site a {\n    prxy 127.0.0.1:1\n}\n",
+        2,
+        5,
+        "unknown directive `prxy`",
+    );
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    timeout 30\n  }\n}\n",
+        3,
+        13,
+        "no unit",
+    );
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    max_body 1.5M\n  }\n}\n",
+        3,
+        14,
+        "fraction",
+    );
+    assert_error_at("site a {\n  respond ok\n", 1, 8, "never closed");
+    assert_error_at("site a {\n  respond ok\n}\n}\n", 4, 1, "without a block");
+    assert_error_at(
+        "listen {$SLUICE_TEST_SURELY_UNSET}\n",
+        1,
+        8,
+        "SLUICE_TEST_SURELY_UNSET",
+    );
+    assert_error_at(
+        "site a {\n  respond \"ok\n}\n",
+        2,
+        11,
+        "unterminated string",
+    );
+    assert_error_at("site a {\n  timeout 5s\n}\n", 2, 3, "does not belong");
+    assert_error_at("site a {\n  proxy 127.0.0.1:1/x\n}\n", 2, 9, "no path");
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 { lb fastest }\n}\n",
+        2,
+        26,
+        "unknown policy",
+    );
+    assert_error_at("listen nowhere\n", 1, 8, "expected an address");
+    assert_error_at(
+        "site a {\n  respond 1\n  respond 2\n}\n",
+        3,
+        3,
+        "exactly one handler",
+    );
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 { health /healthz }\n}\n",
+        2,
+        23,
+        "not supported yet",
+    );
+}
+
+#[test]
+fn errors_carry_the_line_a_caret_and_a_hint() {
+    let (out, _) = check("site a {\n    prxy 127.0.0.1:1\n}\n");
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(lines[1], "        prxy 127.0.0.1:1");
+    assert_eq!(lines[2], "        ^");
+    assert_eq!(lines[3], "hint: did you mean `proxy`?");
+}
+
+#[test]
+fn imports_resolve_relative_and_report_their_own_file() {
+    let dir = TempDir::new();
+    dir.write("sites/a.conf", "site a.example {\n  respond a\n}\n");
+    dir.write("sites/b.conf", "site b.example {\n  respnd b\n}\n");
+    let main = dir.write("main.conf", "import sites/*.conf\n");
+    let out = sluice(&["check", "-c", main.to_str().unwrap()]);
+    assert_eq!(out.code, 1);
+    let want = format!(
+        "{}:2:3: unknown directive `respnd`",
+        dir.0.join("sites/b.conf").display()
+    );
+    assert!(
+        out.stderr.starts_with(&want),
+        "expected {want}, got:\n{}",
+        out.stderr
+    );
+
+    let dir = TempDir::new();
+    dir.write("a.conf", "import b.conf\n");
+    dir.write("b.conf", "import a.conf\n");
+    let out = sluice(&["check", "-c", dir.0.join("a.conf").to_str().unwrap()]);
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains("import cycle"), "{}", out.stderr);
+}
+
+#[test]
+fn warnings_pass_unless_strict() {
+    let text = "site a {\n  proxy 127.0.0.1:1 { limit off }\n}\n";
+    let (out, path) = check(text);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(&format!("{path}:2:29: warning: `limit off`")),
+        "{}",
+        out.stderr
+    );
+    let out = sluice(&["check", "-c", &path, "--strict"]);
+    assert_eq!(out.code, 1, "--strict turns warnings into errors");
+}
+
+#[test]
+fn exit_codes() {
+    let out = sluice(&["check", "-c", "/nonexistent/sluice.conf"]);
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr.contains("/nonexistent/sluice.conf"),
+        "the missing file is named: {}",
+        out.stderr
+    );
+    assert_eq!(sluice(&["check", "--bogus"]).code, 2, "usage errors exit 2");
+    let out = sluice(&["version"]);
+    assert_eq!(out.code, 0);
+    assert!(out.stdout.starts_with("sluice "), "{}", out.stdout);
+    let out = sluice(&["run", "-c", "/nonexistent/sluice.conf"]);
+    assert_eq!(out.code, 1, "run refuses a missing config");
+}
+
+#[test]
+fn every_subcommand_has_help() {
+    for sub in ["run", "check", "demo", "proxy", "version"] {
+        let out = sluice(&[sub, "--help"]);
+        assert_eq!(out.code, 0, "{sub} --help");
+        assert!(
+            out.stdout.contains("Usage: sluice"),
+            "{sub} --help prints usage: {}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
+fn every_example_checks_clean() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("examples/ exists") {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "conf") {
+            let out = sluice(&["check", "--strict", "-c", p.to_str().unwrap()]);
+            assert_eq!(
+                out.code,
+                0,
+                "{} should pass check --strict:\n{}",
+                p.display(),
+                out.stderr
+            );
+            n += 1;
+        }
+    }
+    assert!(n > 0, "at least one example config");
+}

@@ -1,0 +1,443 @@
+//! Test harness: runs the real `sluice` binary on a config written to a temp dir,
+//! starts in-process hyper backends on free loopback ports, and speaks raw HTTP.
+//! Every wait is bounded; every process and file is cleaned up on drop.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+pub const WAIT: Duration = Duration::from_secs(10);
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh temp directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "sluice-test-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sluice")
+}
+
+/// A running sluice. Its stderr lines are collected for log assertions.
+pub struct Sluice {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub logs: Arc<Mutex<Vec<String>>>,
+    _dir: TempDir,
+}
+
+impl Sluice {
+    /// Starts `sluice run` on `config`, where `{LISTEN}` stands for a free port.
+    pub fn start(config: &str) -> Sluice {
+        let dir = TempDir::new();
+        let text = config.replace("{LISTEN}", "127.0.0.1:0");
+        let text = if text.contains("listen ") {
+            text
+        } else {
+            format!("listen 127.0.0.1:0\n{text}")
+        };
+        let path = dir.write("sluice.conf", &text);
+        Self::spawn(&["run", "-c", path.to_str().unwrap()], dir)
+    }
+
+    pub fn spawn(args: &[&str], dir: TempDir) -> Sluice {
+        let mut child = Command::new(bin())
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sluice starts");
+        let stderr = child.stderr.take().unwrap();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(a) = line.strip_prefix("sluice: listening on http://") {
+                    let _ = tx.send(a.parse::<SocketAddr>().unwrap());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let addr = match rx.recv_timeout(WAIT) {
+            Ok(a) => a,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "sluice did not start listening; stderr:\n{}",
+                    logs.lock().unwrap().join("\n")
+                );
+            }
+        };
+        Sluice {
+            child,
+            addr,
+            logs,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Waits (bounded) for a log line containing `needle`.
+    pub fn wait_log(&self, needle: &str) -> String {
+        let end = Instant::now() + WAIT;
+        loop {
+            if let Some(l) = self
+                .logs
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(needle))
+            {
+                return l.clone();
+            }
+            if Instant::now() > end {
+                panic!(
+                    "no log line with {needle:?}; logs:\n{}",
+                    self.logs.lock().unwrap().join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// Waits (bounded) for the process to exit; returns its code.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub type Body = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+pub type Handler = Arc<
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync,
+>;
+
+pub fn full(s: impl Into<Bytes>) -> Body {
+    Full::new(s.into())
+        .map_err(|e: Infallible| match e {})
+        .boxed()
+}
+
+/// An in-process HTTP/1.1 backend.
+pub struct Backend {
+    pub addr: SocketAddr,
+    /// Connections accepted so far.
+    pub connections: Arc<AtomicUsize>,
+    /// Requests served so far.
+    pub requests: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Backend {
+    pub async fn start<F, Fut>(f: F) -> Backend
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<Body>> + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |r| Box::pin(f(r)));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::serve(listener, handler)
+    }
+
+    pub fn serve(listener: TcpListener, handler: Handler) -> Backend {
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (c, r) = (connections.clone(), requests.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                c.fetch_add(1, Ordering::SeqCst);
+                let h = handler.clone();
+                let r = r.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| {
+                        r.fetch_add(1, Ordering::SeqCst);
+                        let fut = h(req);
+                        async move { Ok::<_, Infallible>(fut.await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Backend {
+            addr,
+            connections,
+            requests,
+            task,
+        }
+    }
+
+    /// Answers every request with `text`.
+    pub async fn text(text: &'static str) -> Backend {
+        Backend::start(move |_| async move { Response::new(full(text)) }).await
+    }
+
+    /// Answers with the request's head as text: method, URI, then `name: value` lines.
+    pub async fn echo_head() -> Backend {
+        Backend::start(|req: Request<Incoming>| async move {
+            let mut s = format!("{} {}\n", req.method(), req.uri());
+            for (k, v) in req.headers() {
+                s.push_str(&format!("{}: {}\n", k, v.to_str().unwrap_or("?")));
+            }
+            Response::new(full(s))
+        })
+        .await
+    }
+}
+
+/// A loopback address where nothing listens.
+pub async fn dead_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap()
+}
+
+/// A parsed HTTP/1.1 response.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).to_string()
+    }
+}
+
+/// Sends raw bytes and reads until the server closes (bounded); returns all it sent.
+pub async fn raw(addr: SocketAddr, req: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(req).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(WAIT, s.read_to_end(&mut out)).await;
+    out
+}
+
+/// Parses one response (Content-Length, chunked or close-delimited) off the front of `buf`.
+pub fn parse_response(buf: &[u8]) -> Option<(Resp, usize)> {
+    let mut hs = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut hs);
+    let httparse::Status::Complete(n) = r.parse(buf).ok()? else {
+        return None;
+    };
+    let status = r.code?;
+    let headers: Vec<(String, String)> = r
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_string(),
+                String::from_utf8_lossy(h.value).to_string(),
+            )
+        })
+        .collect();
+    let get = |k: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(k))
+            .map(|(_, v)| v.clone())
+    };
+    let rest = &buf[n..];
+    let (body, used) = if status == 204 || status == 304 || (100..200).contains(&status) {
+        (Vec::new(), 0)
+    } else if let Some(cl) = get("content-length") {
+        let cl: usize = cl.parse().ok()?;
+        if rest.len() < cl {
+            return None;
+        }
+        (rest[..cl].to_vec(), cl)
+    } else if get("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        let mut body = Vec::new();
+        let mut i = 0;
+        loop {
+            let line_end = rest[i..].windows(2).position(|w| w == b"\r\n")? + i;
+            let size = usize::from_str_radix(
+                std::str::from_utf8(&rest[i..line_end])
+                    .ok()?
+                    .split(';')
+                    .next()?,
+                16,
+            )
+            .ok()?;
+            i = line_end + 2;
+            if size == 0 {
+                i += 2;
+                break;
+            }
+            if rest.len() < i + size + 2 {
+                return None;
+            }
+            body.extend_from_slice(&rest[i..i + size]);
+            i += size + 2;
+        }
+        (body, i)
+    } else {
+        (rest.to_vec(), rest.len())
+    };
+    Some((
+        Resp {
+            status,
+            headers,
+            body,
+        },
+        n + used,
+    ))
+}
+
+/// One request on a new connection (`Connection: close`).
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Resp {
+    let mut req = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str("Host: localhost\r\n");
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !body.is_empty()
+        && !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding"))
+    {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    req.push_str("Connection: close\r\n\r\n");
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body);
+    let out = raw(addr, &bytes).await;
+    parse_response(&out)
+        .unwrap_or_else(|| {
+            panic!(
+                "no complete response in {:?}",
+                String::from_utf8_lossy(&out)
+            )
+        })
+        .0
+}
+
+pub async fn get(addr: SocketAddr, path: &str) -> Resp {
+    request(addr, "GET", path, &[], b"").await
+}
+
+pub async fn get_host(addr: SocketAddr, host: &str, path: &str) -> Resp {
+    request(addr, "GET", path, &[("Host", host)], b"").await
+}
+
+/// Whether interop tests must run (CI) or may skip when a program is missing.
+pub fn require_interop() -> bool {
+    std::env::var("SLUICE_INTEROP").as_deref() == Ok("require")
+}
+
+/// RSS of a process in KiB (`VmRSS`) and its peak (`VmHWM`).
+pub fn rss_kib(pid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |k: &str| {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}

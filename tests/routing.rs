@@ -1,0 +1,203 @@
+//! Sites by Host, routes by path and matchers, and the local handlers and filters:
+//! `respond`, `redirect`, `strip`, `rewrite`, `header_down`.
+
+mod common;
+
+use common::*;
+
+const SITES: &str = r#"
+site example.com {
+    route /exact { respond "exact" }
+    route /api/* { respond "api prefix" }
+    route /api/v2/* { respond "api v2 longer prefix" }
+    route /m/* {
+        match method POST
+        respond "post only"
+    }
+    route /m/* {
+        match header X-Canary 1
+        respond "canary"
+    }
+    route /m/* {
+        match query version 2
+        respond "query v2"
+    }
+    route /old/* { redirect 301 https://{host}/new{path}{query} }
+    route /moved { redirect https://elsewhere.example{uri} }
+    route /hdr {
+        header_down X-Route yes
+        respond 202 "with header"
+    }
+    route /status { respond 418 }
+}
+site *.example.com { respond "wildcard {host}" }
+site *.deep.example.com { respond "longer wildcard" }
+site * { respond "default site" }
+"#;
+
+#[tokio::test]
+async fn sites_match_exact_then_longest_wildcard_then_default() {
+    let s = Sluice::start(SITES);
+    assert_eq!(
+        get_host(s.addr, "example.com", "/exact").await.text(),
+        "exact"
+    );
+    assert_eq!(
+        get_host(s.addr, "EXAMPLE.com:8080", "/exact").await.text(),
+        "exact",
+        "case and port are ignored"
+    );
+    assert_eq!(
+        get_host(s.addr, "a.example.com", "/").await.text(),
+        "wildcard a.example.com"
+    );
+    assert_eq!(
+        get_host(s.addr, "x.y.example.com", "/").await.text(),
+        "wildcard x.y.example.com",
+        "any depth"
+    );
+    assert_eq!(
+        get_host(s.addr, "a.deep.example.com", "/").await.text(),
+        "longer wildcard"
+    );
+    assert_eq!(
+        get_host(s.addr, "other.org", "/").await.text(),
+        "default site"
+    );
+}
+
+#[tokio::test]
+async fn unknown_site_is_421() {
+    let s = Sluice::start("site example.com { respond ok }");
+    let r = get_host(s.addr, "other.org", "/").await;
+    assert_eq!(r.status, 421, "a Host with no site is misdirected");
+    assert_eq!(r.text(), "unknown site\n");
+}
+
+#[tokio::test]
+async fn routes_exact_then_longest_prefix_then_404() {
+    let s = Sluice::start(SITES);
+    let h = "example.com";
+    assert_eq!(get_host(s.addr, h, "/exact").await.text(), "exact");
+    assert_eq!(
+        get_host(s.addr, h, "/exact/more").await.status,
+        404,
+        "an exact route does not match below it"
+    );
+    assert_eq!(
+        get_host(s.addr, h, "/api").await.text(),
+        "api prefix",
+        "/api/* matches /api"
+    );
+    assert_eq!(get_host(s.addr, h, "/api/users").await.text(), "api prefix");
+    assert_eq!(
+        get_host(s.addr, h, "/api/v2/users").await.text(),
+        "api v2 longer prefix"
+    );
+    let r = get_host(s.addr, h, "/apix").await;
+    assert_eq!(r.status, 404, "/api/* does not match /apix");
+}
+
+#[tokio::test]
+async fn matchers_skip_routes_that_fail() {
+    let s = Sluice::start(SITES);
+    let h = ("Host", "example.com");
+    assert_eq!(
+        request(s.addr, "POST", "/m/x", &[h], b"").await.text(),
+        "post only"
+    );
+    assert_eq!(
+        request(s.addr, "GET", "/m/x", &[h, ("X-Canary", "1")], b"")
+            .await
+            .text(),
+        "canary"
+    );
+    assert_eq!(
+        request(s.addr, "GET", "/m/x?a=1&version=2", &[h], b"")
+            .await
+            .text(),
+        "query v2"
+    );
+    assert_eq!(
+        request(s.addr, "GET", "/m/x", &[h], b"").await.status,
+        404,
+        "no matcher passes"
+    );
+}
+
+#[tokio::test]
+async fn redirects_and_responses_use_placeholders() {
+    let s = Sluice::start(SITES);
+    let r = get_host(s.addr, "example.com", "/old/a%20b?x=1").await;
+    assert_eq!(r.status, 301);
+    assert_eq!(
+        r.header("location"),
+        Some("https://example.com/new/old/a%20b?x=1"),
+        "{{path}} is as received, still encoded"
+    );
+    let r = get_host(s.addr, "example.com", "/moved?q=1").await;
+    assert_eq!(r.status, 302, "redirect defaults to 302");
+    assert_eq!(
+        r.header("location"),
+        Some("https://elsewhere.example/moved?q=1")
+    );
+    let r = get_host(s.addr, "example.com", "/hdr").await;
+    assert_eq!((r.status, r.text().as_str()), (202, "with header"));
+    assert_eq!(r.header("x-route"), Some("yes"));
+    let r = get_host(s.addr, "example.com", "/status").await;
+    assert_eq!(r.status, 418);
+    assert!(r.body.is_empty(), "respond CODE has an empty body");
+}
+
+#[tokio::test]
+async fn strip_and_rewrite_change_what_the_backend_sees() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /api/* {{
+                strip /api
+                proxy {a}
+            }}
+            route /legacy/* {{
+                rewrite /legacy/* /v1/*
+                proxy {a}
+            }}
+            route /one {{
+                rewrite /one /two?fixed=1
+                proxy {a}
+            }}
+        }}",
+        a = b.addr
+    ));
+    let first_line = |r: Resp| r.text().lines().next().unwrap().to_string();
+    assert_eq!(
+        first_line(get(s.addr, "/api/users?id=3").await),
+        "GET /users?id=3"
+    );
+    assert_eq!(first_line(get(s.addr, "/api").await), "GET /");
+    assert_eq!(
+        first_line(get(s.addr, "/legacy/a/b?q=1").await),
+        "GET /v1/a/b?q=1"
+    );
+    assert_eq!(
+        first_line(get(s.addr, "/one?dropped=1").await),
+        "GET /two?fixed=1"
+    );
+}
+
+#[tokio::test]
+async fn head_requests_get_no_body() {
+    let s = Sluice::start("site * { respond \"hello\" }");
+    let out = raw(
+        s.addr,
+        b"HEAD / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(
+        text.contains("content-length: 5\r\n"),
+        "HEAD keeps the length: {text}"
+    );
+    assert!(text.ends_with("\r\n\r\n"), "but sends no body: {text:?}");
+}
