@@ -95,7 +95,17 @@ impl http_body::Body for ResponseBody {
                 }
                 Poll::Ready(Some(Err(BodyError::Upstream(e))))
             }
-            other => other.map(|o| o.map(|r| r.map_err(BodyError::Upstream))),
+            Poll::Ready(Some(Ok(frame))) => {
+                // A consumer may stop polling once `is_end_stream` holds (hyper's h2
+                // server does), so the connection goes back as soon as the end is known.
+                if this.inner.is_end_stream() {
+                    if let Some(lease) = this.lease.as_mut() {
+                        lease.release_connection();
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Pending => Poll::Pending,
         }
     }
 

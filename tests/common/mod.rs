@@ -441,3 +441,25 @@ pub fn rss_kib(pid: u32) -> (u64, u64) {
     };
     (field("VmRSS:"), field("VmHWM:"))
 }
+
+/// A response body fed chunk by chunk; it ends when the sender is dropped.
+pub fn channel_body() -> (tokio::sync::mpsc::Sender<Bytes>, Body) {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    (tx, ChanBody(rx).boxed())
+}
+
+pub struct ChanBody(pub tokio::sync::mpsc::Receiver<Bytes>);
+
+impl http_body::Body for ChanBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|o| o.map(|b| Ok(http_body::Frame::data(b))))
+    }
+}

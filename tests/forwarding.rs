@@ -1,0 +1,269 @@
+//! What the backend receives and what the client gets back (DESIGN.md §8.9), over
+//! every kind of backend address, from HTTP/1.1 and HTTP/2 clients.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+
+/// The head the echo backend saw: first line, then lower-case names to values.
+fn seen(r: &Resp) -> (String, HashMap<String, String>) {
+    let text = r.text();
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or_default().to_string();
+    let map = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    (first, map)
+}
+
+#[tokio::test]
+async fn untrusted_clients_lose_forwarding_headers_and_hop_by_hop() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let r = request(
+        s.addr,
+        "GET",
+        "/p?q=1",
+        &[
+            ("Host", "app.example:8080"),
+            ("X-Forwarded-For", "6.6.6.6"),
+            ("X-Forwarded-Proto", "https"),
+            ("X-Real-IP", "6.6.6.6"),
+            ("Forwarded", "for=6.6.6.6"),
+            ("X-Sluice-Peer", "spoofed"),
+            ("Keep-Alive", "timeout=5"),
+            ("Proxy-Authorization", "secret"),
+            ("X-Custom", "gone"),
+            ("Connection", "X-Custom"),
+            ("TE", "trailers"),
+            ("X-Kept", "yes"),
+        ],
+        b"",
+    )
+    .await;
+    let (first, h) = seen(&r);
+    assert_eq!(first, "GET /p?q=1");
+    assert_eq!(
+        h.get("x-forwarded-for").map(String::as_str),
+        Some("127.0.0.1"),
+        "XFF is the client alone"
+    );
+    assert_eq!(h.get("x-forwarded-proto").map(String::as_str), Some("http"));
+    assert_eq!(
+        h.get("x-forwarded-host").map(String::as_str),
+        Some("app.example:8080"),
+        "XFH is Host as sent, port included"
+    );
+    assert_eq!(
+        h.get("host").map(String::as_str),
+        Some("app.example:8080"),
+        "host keep is the default"
+    );
+    assert_eq!(
+        h.get("te").map(String::as_str),
+        Some("trailers"),
+        "TE: trailers passes"
+    );
+    assert_eq!(h.get("x-kept").map(String::as_str), Some("yes"));
+    for gone in [
+        "x-real-ip",
+        "forwarded",
+        "x-sluice-peer",
+        "keep-alive",
+        "proxy-authorization",
+        "x-custom",
+        "connection",
+    ] {
+        assert!(
+            !h.contains_key(gone),
+            "{gone} must not reach the backend: {h:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn trusted_clients_keep_forwarding_headers() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!(
+        "global {{ trust 127.0.0.0/8 }}\nsite * {{ proxy {} }}",
+        b.addr
+    ));
+    let r = request(
+        s.addr,
+        "GET",
+        "/",
+        &[
+            ("X-Forwarded-For", "203.0.113.7"),
+            ("X-Forwarded-Proto", "https"),
+            ("X-Forwarded-Host", "public.example"),
+            ("X-Real-IP", "203.0.113.7"),
+        ],
+        b"",
+    )
+    .await;
+    let (_, h) = seen(&r);
+    assert_eq!(
+        h["x-forwarded-for"], "203.0.113.7, 127.0.0.1",
+        "the client address is appended"
+    );
+    assert_eq!(h["x-forwarded-proto"], "https");
+    assert_eq!(h["x-forwarded-host"], "public.example");
+    assert_eq!(h["x-real-ip"], "203.0.113.7");
+}
+
+#[tokio::test]
+async fn host_modes_and_header_up_applied_last() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /keep {{ proxy {a} }}
+            route /upstream {{ proxy {a} {{ host upstream }} }}
+            route /named {{ proxy {a} {{ host api.internal }} }}
+            route /up {{
+                proxy {a} {{
+                    header_up X-Edge sluice
+                    header_up X-Forwarded-Proto overridden
+                    header_up -User-Agent
+                }}
+            }}
+        }}",
+        a = b.addr
+    ));
+    let host_at = |path: &'static str| async move {
+        let r = request(s.addr, "GET", path, &[("Host", "client.example")], b"").await;
+        seen(&r).1.get("host").cloned()
+    };
+    assert_eq!(host_at("/keep").await.as_deref(), Some("client.example"));
+    assert_eq!(host_at("/upstream").await, Some(b.addr.to_string()));
+    assert_eq!(host_at("/named").await.as_deref(), Some("api.internal"));
+    let r = request(s.addr, "GET", "/up", &[("User-Agent", "curl")], b"").await;
+    let (_, h) = seen(&r);
+    assert_eq!(h["x-edge"], "sluice");
+    assert_eq!(
+        h["x-forwarded-proto"], "overridden",
+        "header_up applies after the forwarding headers"
+    );
+    assert!(!h.contains_key("user-agent"));
+}
+
+#[tokio::test]
+async fn responses_lose_hop_by_hop_and_sluice_headers_then_get_header_down() {
+    let b = Backend::start(|_| async {
+        Response::builder()
+            .header("x-sluice-origin", "forged")
+            .header("keep-alive", "timeout=5")
+            .header("x-powered-by", "php")
+            .header("x-app", "1")
+            .body(full("ok"))
+            .unwrap()
+    })
+    .await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            header_down X-Route-Level 1
+            proxy {} {{
+                header_down -X-Powered-By
+                header_down X-Served-By sluice
+            }}
+        }}",
+        b.addr
+    ));
+    let r = get(s.addr, "/").await;
+    assert_eq!(r.text(), "ok");
+    assert_eq!(r.header("x-app"), Some("1"));
+    assert_eq!(r.header("x-served-by"), Some("sluice"));
+    assert_eq!(r.header("x-route-level"), Some("1"));
+    for gone in ["x-sluice-origin", "keep-alive", "x-powered-by"] {
+        assert!(r.header(gone).is_none(), "{gone} must not reach the client");
+    }
+}
+
+#[tokio::test]
+async fn unix_socket_and_named_backends() {
+    let dir = TempDir::new();
+    let sock = dir.0.join("app.sock");
+    let ul = tokio::net::UnixListener::bind(&sock).unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = ul.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    let host = req
+                        .headers()
+                        .get("host")
+                        .map(|v| v.to_str().unwrap().to_string());
+                    Ok::<_, std::convert::Infallible>(Response::new(full(format!(
+                        "unix host={host:?}"
+                    ))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    let named = Backend::text("named").await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /unix {{ proxy unix:{} {{ host upstream }} }}
+            route /named {{ proxy localhost:{} }}
+            route /scheme {{ proxy http://127.0.0.1:{} }}
+        }}",
+        sock.display(),
+        named.addr.port(),
+        named.addr.port()
+    ));
+    assert_eq!(
+        get(s.addr, "/unix").await.text(),
+        "unix host=Some(\"localhost\")"
+    );
+    assert_eq!(
+        get(s.addr, "/named").await.text(),
+        "named",
+        "names are resolved at dial time"
+    );
+    assert_eq!(get(s.addr, "/scheme").await.text(), "named");
+    task.abort();
+}
+
+#[tokio::test]
+async fn h2c_clients_reach_http1_backends() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!("site app.example {{ proxy {} }}", b.addr));
+    let stream = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    for i in 0..3 {
+        let req = Request::builder()
+            .uri(format!("http://app.example/h2/{i}"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        use http_body_util::BodyExt;
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.starts_with(&format!("GET /h2/{i}\n")), "{text}");
+        assert!(
+            text.contains("host: app.example\n"),
+            "the :authority becomes Host: {text}"
+        );
+    }
+    assert_eq!(
+        b.connections.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "h2 streams share a pooled h1 connection"
+    );
+}

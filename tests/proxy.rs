@@ -1,0 +1,266 @@
+//! The proxy handler over real sockets: balancing, retries, passive health, timeouts,
+//! limits, body caps, the headers the backend and the client see, and addresses.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::*;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+fn pool(addrs: &[String], opts: &str) -> String {
+    format!(
+        "site * {{\n  proxy {} {{\n{opts}\n  }}\n}}\n",
+        addrs.join(" ")
+    )
+}
+
+#[tokio::test]
+async fn round_robin_alternates_between_backends() {
+    let (a, b) = (Backend::text("a").await, Backend::text("b").await);
+    let s = Sluice::start(&pool(&[a.addr.to_string(), b.addr.to_string()], ""));
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(get(s.addr, "/").await.text());
+    }
+    assert_eq!(seen, ["a", "b", "a", "b"]);
+}
+
+#[tokio::test]
+async fn first_sends_everything_to_the_first_reachable() {
+    let dead = dead_addr().await;
+    let b = Backend::text("standby").await;
+    let primary = Backend::text("primary").await;
+    let s = Sluice::start(&pool(
+        &[primary.addr.to_string(), b.addr.to_string()],
+        "lb first",
+    ));
+    for _ in 0..3 {
+        assert_eq!(get(s.addr, "/").await.text(), "primary");
+    }
+    let s2 = Sluice::start(&pool(&[dead.to_string(), b.addr.to_string()], "lb first"));
+    assert_eq!(
+        get(s2.addr, "/").await.text(),
+        "standby",
+        "the primary is down, the standby answers"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_backend_is_retried_on_another_with_the_body_intact() {
+    let dead = dead_addr().await;
+    let b = Backend::start(|req: Request<Incoming>| async move {
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        Response::new(full(body))
+    })
+    .await;
+    let s = Sluice::start(&pool(&[dead.to_string(), b.addr.to_string()], "lb first"));
+    let r = request(s.addr, "POST", "/", &[], b"a post body").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "a post body"),
+        "a POST that never reached a backend is safe to send elsewhere"
+    );
+    let line = s.wait_log(&format!("{dead} failed ("));
+    assert_eq!(
+        line,
+        format!("sluice: * : {dead} failed (Connection refused (os error 111)), out of rotation for 30s").replace("* :", "*:"),
+        "the log names the pool, the peer, the reason and what sluice did"
+    );
+}
+
+#[tokio::test]
+async fn retries_zero_means_502_when_the_backend_is_unreachable() {
+    let dead = dead_addr().await;
+    let b = Backend::text("b").await;
+    let s = Sluice::start(&pool(
+        &[dead.to_string(), b.addr.to_string()],
+        "lb first\nretries 0",
+    ));
+    let r = get(s.addr, "/").await;
+    assert_eq!(r.status, 502);
+    assert_eq!(b.requests.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_backend_5xx_passes_through_unchanged_and_is_never_retried() {
+    let bad = Backend::start(|_| async {
+        let mut r = Response::new(full("backend says no"));
+        *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+        r.headers_mut().insert("x-from", "app".parse().unwrap());
+        r
+    })
+    .await;
+    let good = Backend::text("ok").await;
+    let s = Sluice::start(&pool(
+        &[bad.addr.to_string(), good.addr.to_string()],
+        "lb first",
+    ));
+    let r = get(s.addr, "/").await;
+    assert_eq!(
+        (r.status, r.text().as_str(), r.header("x-from")),
+        (500, "backend says no", Some("app"))
+    );
+    assert_eq!(
+        good.requests.load(Ordering::SeqCst),
+        0,
+        "a request that reached a backend is never sent again"
+    );
+    assert_eq!(
+        get(s.addr, "/").await.status,
+        500,
+        "a 5xx does not take the backend out of rotation"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_backend_stays_out_of_rotation_for_fail_duration() {
+    let dead = dead_addr().await;
+    let b = Backend::text("alive").await;
+    let s = Sluice::start(&pool(
+        &[dead.to_string(), b.addr.to_string()],
+        "fail_duration 1s",
+    ));
+    for _ in 0..6 {
+        assert_eq!(get(s.addr, "/").await.text(), "alive");
+    }
+    s.wait_log("out of rotation for 1s");
+    let failures = s.logs().matches(&format!("{dead} failed")).count();
+    assert_eq!(
+        failures,
+        1,
+        "while out of rotation the dead peer is not tried:\n{}",
+        s.logs()
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for _ in 0..2 {
+        assert_eq!(get(s.addr, "/").await.text(), "alive");
+    }
+    assert_eq!(
+        s.logs().matches(&format!("{dead} failed")).count(),
+        2,
+        "after fail_duration it is tried again"
+    );
+}
+
+#[tokio::test]
+async fn breaker_counts_consecutive_failures_before_taking_a_peer_out() {
+    let dead = dead_addr().await;
+    let b = Backend::text("alive").await;
+    let s = Sluice::start(&pool(
+        &[dead.to_string(), b.addr.to_string()],
+        "lb first\nbreaker 3",
+    ));
+    for _ in 0..3 {
+        assert_eq!(get(s.addr, "/").await.text(), "alive");
+    }
+    s.wait_log("out of rotation");
+    assert_eq!(
+        s.logs().matches(&format!("{dead} failed")).count(),
+        3,
+        "{}",
+        s.logs()
+    );
+    assert_eq!(
+        s.logs().matches("out of rotation").count(),
+        1,
+        "only the third failure takes it out"
+    );
+}
+
+#[tokio::test]
+async fn all_down_try_still_tries_and_all_down_fail_answers_503() {
+    let dead = dead_addr().await;
+    let s = Sluice::start(&pool(&[dead.to_string()], ""));
+    assert_eq!(get(s.addr, "/").await.status, 502);
+    assert_eq!(
+        get(s.addr, "/").await.status,
+        502,
+        "all_down try: an out-of-rotation peer is still tried"
+    );
+    assert_eq!(s.logs().matches("failed (").count(), 2);
+    let s = Sluice::start(&pool(&[dead.to_string()], "all_down fail"));
+    assert_eq!(get(s.addr, "/").await.status, 502);
+    let r = get(s.addr, "/").await;
+    assert_eq!(r.status, 503, "all_down fail: nothing eligible answers 503");
+}
+
+#[tokio::test]
+async fn a_connection_broken_mid_request_is_502_and_a_passive_failure() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let (mut c, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf).await;
+            drop(c);
+        }
+    });
+    let good = Backend::text("ok").await;
+    let s = Sluice::start(&pool(
+        &[addr.to_string(), good.addr.to_string()],
+        "lb first",
+    ));
+    let r = get(s.addr, "/").await;
+    assert_eq!(
+        r.status, 502,
+        "the request reached the backend, so it is not retried"
+    );
+    assert_eq!(good.requests.load(Ordering::SeqCst), 0);
+    s.wait_log(&format!("{addr} failed ("));
+    assert_eq!(
+        get(s.addr, "/").await.text(),
+        "ok",
+        "the broken backend is out of rotation"
+    );
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_slow_backend_gets_504_and_stays_in_rotation() {
+    let b = Backend::start(|req: Request<Incoming>| async move {
+        if req.uri().path() == "/slow" {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        Response::new(full("done"))
+    })
+    .await;
+    let s = Sluice::start(&pool(&[b.addr.to_string()], "timeout 300ms\nall_down fail"));
+    let start = Instant::now();
+    let r = get(s.addr, "/slow").await;
+    assert_eq!(r.status, 504);
+    assert!(
+        start.elapsed() < Duration::from_millis(1500),
+        "timeout cuts at 300ms, took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        get(s.addr, "/fast").await.text(),
+        "done",
+        "a timeout is not a failure: the peer is still eligible"
+    );
+}
+
+#[tokio::test]
+async fn the_body_has_no_time_limit_once_the_head_arrived() {
+    let b = Backend::start(|_| async {
+        let (tx, body) = channel_body();
+        tokio::spawn(async move {
+            for i in 0..3 {
+                let _ = tx.send(format!("part{i};").into()).await;
+                tokio::time::sleep(Duration::from_millis(400)).await;
+            }
+        });
+        Response::new(body)
+    })
+    .await;
+    let s = Sluice::start(&pool(&[b.addr.to_string()], "timeout 300ms"));
+    let r = get(s.addr, "/").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "part0;part1;part2;"));
+}
