@@ -119,7 +119,6 @@ impl Sites {
         self.suffixes
             .iter()
             .find(|(sfx, _)| host.len() > sfx.len() && host.ends_with(sfx.as_str()))
-            .or_else(|| None)
             .map(|(_, i)| &self.list[*i])
             .or_else(|| self.any.map(|i| &self.list[i]))
     }

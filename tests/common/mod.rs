@@ -222,6 +222,10 @@ impl Backend {
         Self::serve(listener, handler)
     }
 
+    pub async fn with(handler: Handler) -> Backend {
+        Self::serve(TcpListener::bind("127.0.0.1:0").await.unwrap(), handler)
+    }
+
     pub fn serve(listener: TcpListener, handler: Handler) -> Backend {
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));

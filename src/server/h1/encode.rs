@@ -76,7 +76,6 @@ pub async fn write_all_vectored<W: AsyncWrite + Unpin>(
     w: &mut W,
     mut slices: &mut [IoSlice<'_>],
 ) -> std::io::Result<()> {
-    IoSlice::advance_slices(&mut slices, 0);
     while !slices.is_empty() {
         let n = w.write_vectored(slices).await?;
         if n == 0 {

@@ -1,0 +1,79 @@
+//! SIGTERM and SIGINT: stop accepting, let requests in flight finish for up to
+//! `grace`, then exit 0; requests still open after grace are cut and counted.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use hyper::Response;
+
+async fn slow_backend(delay: Duration) -> Backend {
+    Backend::start(move |_| async move {
+        tokio::time::sleep(delay).await;
+        Response::new(full("finished"))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_slow_request_finish_then_exits_0() {
+    let b = slow_backend(Duration::from_millis(1500)).await;
+    let mut s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let addr = s.addr;
+    let slow = tokio::spawn(async move { get(addr, "/").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.signal("TERM");
+    s.wait_log("sluice: stopping");
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no new connections after SIGTERM"
+    );
+    let r = tokio::time::timeout(WAIT, slow).await.unwrap().unwrap();
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "finished"),
+        "the request in flight finished"
+    );
+    assert_eq!(s.wait_exit(WAIT), Some(0));
+}
+
+#[tokio::test]
+async fn sigint_closes_idle_connections_at_once() {
+    let mut s = Sluice::start("site * { respond ok }");
+    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let _ = c.read(&mut buf).await.unwrap();
+    let start = Instant::now();
+    s.signal("INT");
+    assert_eq!(s.wait_exit(WAIT), Some(0));
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "an idle keep-alive connection does not hold up shutdown"
+    );
+}
+
+#[tokio::test]
+async fn requests_still_open_after_grace_are_cut_and_counted() {
+    let b = slow_backend(Duration::from_secs(30)).await;
+    let mut s = Sluice::start(&format!(
+        "global {{ grace 500ms }}\nsite * {{ proxy {} }}",
+        b.addr
+    ));
+    let addr = s.addr;
+    let _slow = tokio::spawn(async move { raw(addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let start = Instant::now();
+    s.signal("TERM");
+    assert_eq!(s.wait_exit(WAIT), Some(0), "exit code stays 0");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "grace 500ms bounds the wait: {:?}",
+        start.elapsed()
+    );
+    s.wait_log("sluice: shutdown: cut 1 requests still in flight after grace");
+}
