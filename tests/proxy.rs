@@ -264,3 +264,43 @@ async fn the_body_has_no_time_limit_once_the_head_arrived() {
     let r = get(s.addr, "/").await;
     assert_eq!((r.status, r.text().as_str()), (200, "part0;part1;part2;"));
 }
+
+#[tokio::test]
+async fn connect_timeout_counts_as_unreachable_and_moves_on() {
+    // A listener whose accept queue is full: further connects hang in SYN-SENT.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let full = sock.listen(0).unwrap();
+    let addr = full.local_addr().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(addr)).await {
+            held.push(c);
+        }
+    }
+    let probe = tokio::time::timeout(Duration::from_millis(300), tokio::net::TcpStream::connect(addr)).await;
+    if probe.is_ok() {
+        eprintln!("skipping: this kernel completes connects to a full accept queue");
+        return;
+    }
+    let good = Backend::text("ok").await;
+    let s = Sluice::start(&pool(&[addr.to_string(), good.addr.to_string()], "lb first\nconnect_timeout 300ms"));
+    let start = Instant::now();
+    let r = get(s.addr, "/").await;
+    assert_eq!(r.text(), "ok", "the request moved on to the next backend");
+    assert!(start.elapsed() < Duration::from_secs(2), "connect_timeout bounds the dial: {:?}", start.elapsed());
+    s.wait_log(&format!("{addr} failed (connect timed out after 300ms)"));
+    drop(full);
+}
+
+#[tokio::test]
+async fn ipv6_literal_backends() {
+    let Ok(l) = TcpListener::bind("[::1]:0").await else {
+        eprintln!("skipping: no IPv6 loopback here");
+        return;
+    };
+    let handler: Handler = std::sync::Arc::new(|_| Box::pin(async { Response::new(full("v6")) }));
+    let b = Backend::serve(l, handler);
+    let s = Sluice::start(&pool(&[format!("[::1]:{}", b.addr.port())], ""));
+    assert_eq!(get(s.addr, "/").await.text(), "v6");
+}

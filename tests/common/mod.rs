@@ -148,6 +148,18 @@ impl Sluice {
         }
     }
 
+    /// Waits (bounded) until `needle` appears exactly `n` times, and a moment more to
+    /// see that no further one follows.
+    pub fn wait_count(&self, needle: &str, n: usize) {
+        let end = Instant::now() + WAIT;
+        let count = || self.logs().matches(needle).count();
+        while count() < n && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(count(), n, "expected {n} log lines with {needle:?}:\n{}", self.logs());
+    }
+
     pub fn logs(&self) -> String {
         self.logs.lock().unwrap().join("\n")
     }

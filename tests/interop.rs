@@ -1,0 +1,134 @@
+//! Interop with real programs: curl as the client (HTTP/1.1 and h2c), nginx as a
+//! backend, h2load for concurrent h2c streams. Each test skips with a printed reason
+//! when its program is missing, and fails instead under `SLUICE_INTEROP=require` (CI).
+
+mod common;
+
+use std::net::TcpListener as StdListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The program's path, or `None` (after saying why) when the test should skip.
+fn program(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        if require_interop() {
+            panic!("{name} is required (SLUICE_INTEROP=require) but not installed");
+        }
+        eprintln!("skipping: {name} is not installed");
+    }
+    found
+}
+
+fn curl(args: &[&str]) -> (i32, String) {
+    let out = Command::new("curl").args(["-sS", "--max-time", "10"]).args(args).output().expect("curl runs");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+#[test]
+fn curl_through_the_demo_pool_alternates_backends() {
+    if program("curl").is_none() {
+        return;
+    }
+    let s = Sluice::spawn(&["demo", "--listen", "127.0.0.1:0"], TempDir::new());
+    let mut backends = Vec::new();
+    for _ in 0..4 {
+        let (code, body) = curl(&[&s.url("/hello")]);
+        assert_eq!(code, 0);
+        assert!(body.contains("You asked for GET /hello"), "{body}");
+        backends.push(body.split_whitespace().nth(4).unwrap_or_default().to_string());
+    }
+    assert_eq!(backends, ["A", "B", "A", "B"], "round robin over the two demo backends");
+    let (code, body) = curl(&["--http2-prior-knowledge", &s.url("/h2")]);
+    assert_eq!(code, 0);
+    assert!(body.contains("You asked for GET /h2"), "h2c through the demo: {body}");
+}
+
+struct Nginx {
+    child: Child,
+    addr: std::net::SocketAddr,
+    _dir: TempDir,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_nginx(bin: PathBuf) -> Nginx {
+    let dir = TempDir::new();
+    let port = StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let p = dir.0.display();
+    let conf = format!(
+        "daemon off; master_process off; worker_processes 1; pid {p}/nginx.pid; error_log stderr warn;
+         events {{ worker_connections 256; }}
+         http {{
+           access_log off;
+           client_body_temp_path {p}/body; proxy_temp_path {p}/proxy; fastcgi_temp_path {p}/fcgi;
+           uwsgi_temp_path {p}/uwsgi; scgi_temp_path {p}/scgi;
+           server {{
+             listen 127.0.0.1:{port};
+             location = /echo-length {{ return 200 \"length=$http_content_length te=$http_transfer_encoding xff=$http_x_forwarded_for\"; }}
+             location / {{ return 200 \"nginx says hi\"; }}
+           }}
+         }}"
+    );
+    let path = dir.write("nginx.conf", &conf);
+    let child = Command::new(bin)
+        .args(["-p", &p.to_string(), "-c", path.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("nginx starts");
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let end = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < end, "nginx did not start listening");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Nginx { child, addr, _dir: dir }
+}
+
+#[test]
+fn nginx_as_a_backend() {
+    let (Some(nginx), Some(_)) = (program("nginx"), program("curl")) else { return };
+    let n = start_nginx(nginx);
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", n.addr));
+    let (code, body) = curl(&[&s.url("/")]);
+    assert_eq!((code, body.as_str()), (0, "nginx says hi"));
+    let (code, body) = curl(&["--data-binary", "hello nginx", &s.url("/echo-length")]);
+    assert_eq!(code, 0);
+    assert_eq!(body, "length=11 te= xff=127.0.0.1");
+    let (code, body) = curl(&["-H", "Transfer-Encoding: chunked", "--data-binary", "chunked body", &s.url("/echo-length")]);
+    assert_eq!(code, 0);
+    assert!(body.contains("te=chunked"), "a chunked upload reaches nginx chunked: {body}");
+    for _ in 0..20 {
+        assert_eq!(curl(&[&s.url("/")]).1, "nginx says hi");
+    }
+}
+
+#[test]
+fn h2load_runs_concurrent_h2c_streams() {
+    let Some(h2load) = program("h2load") else { return };
+    let b = tokio::runtime::Runtime::new().unwrap();
+    let backend = b.block_on(Backend::text("ok"));
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", backend.addr));
+    let out = Command::new(h2load)
+        .args(["-n", "2000", "-c", "4", "-m", "8", &s.url("/")])
+        .output()
+        .expect("h2load runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("2000 succeeded, 0 failed, 0 errored"), "every stream succeeded:\n{text}");
+    assert!(text.contains("status codes: 2000 2xx"), "{text}");
+}
