@@ -420,3 +420,28 @@ async fn a_1gib_upload_streams_in_bounded_memory() {
         "RSS grew {growth} KiB while 1 GiB passed (idle {idle} KiB)"
     );
 }
+
+#[tokio::test]
+async fn an_early_413_reaches_a_client_still_uploading() {
+    let s = Sluice::start("site * { max_body 1K\n respond ok }");
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    let size = 8 << 20;
+    c.write_all(format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {size}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let chunk = vec![b'x'; 64 * 1024];
+    let (mut rd, mut wr) = c.into_split();
+    let writer = tokio::spawn(async move {
+        for _ in 0..(size / chunk.len()) {
+            if wr.write_all(&chunk).await.is_err() {
+                return false;
+            }
+        }
+        true
+    });
+    let mut out = Vec::new();
+    tokio::time::timeout(WAIT, rd.read_to_end(&mut out)).await.expect("answered and closed").ok();
+    let r = parse_response(&out).map(|r| r.0.status);
+    assert_eq!(r, Some(413), "the client reads the 413 although it was still sending: {:?}", String::from_utf8_lossy(&out));
+    let _ = writer.await;
+}
