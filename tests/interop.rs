@@ -29,8 +29,15 @@ fn program(name: &str) -> Option<PathBuf> {
 }
 
 fn curl(args: &[&str]) -> (i32, String) {
-    let out = Command::new("curl").args(["-sS", "--max-time", "10"]).args(args).output().expect("curl runs");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).to_string())
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10"])
+        .args(args)
+        .output()
+        .expect("curl runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+    )
 }
 
 #[test]
@@ -44,12 +51,24 @@ fn curl_through_the_demo_pool_alternates_backends() {
         let (code, body) = curl(&[&s.url("/hello")]);
         assert_eq!(code, 0);
         assert!(body.contains("You asked for GET /hello"), "{body}");
-        backends.push(body.split_whitespace().nth(4).unwrap_or_default().to_string());
+        backends.push(
+            body.split_whitespace()
+                .nth(4)
+                .unwrap_or_default()
+                .to_string(),
+        );
     }
-    assert_eq!(backends, ["A", "B", "A", "B"], "round robin over the two demo backends");
+    assert_eq!(
+        backends,
+        ["A", "B", "A", "B"],
+        "round robin over the two demo backends"
+    );
     let (code, body) = curl(&["--http2-prior-knowledge", &s.url("/h2")]);
     assert_eq!(code, 0);
-    assert!(body.contains("You asked for GET /h2"), "h2c through the demo: {body}");
+    assert!(
+        body.contains("You asked for GET /h2"),
+        "h2c through the demo: {body}"
+    );
 }
 
 struct Nginx {
@@ -67,7 +86,11 @@ impl Drop for Nginx {
 
 fn start_nginx(bin: PathBuf) -> Nginx {
     let dir = TempDir::new();
-    let port = StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let p = dir.0.display();
     let conf = format!(
         "daemon off; master_process off; worker_processes 1; pid {p}/nginx.pid; error_log stderr warn;
@@ -96,12 +119,18 @@ fn start_nginx(bin: PathBuf) -> Nginx {
         assert!(Instant::now() < end, "nginx did not start listening");
         std::thread::sleep(Duration::from_millis(50));
     }
-    Nginx { child, addr, _dir: dir }
+    Nginx {
+        child,
+        addr,
+        _dir: dir,
+    }
 }
 
 #[test]
 fn nginx_as_a_backend() {
-    let (Some(nginx), Some(_)) = (program("nginx"), program("curl")) else { return };
+    let (Some(nginx), Some(_)) = (program("nginx"), program("curl")) else {
+        return;
+    };
     let n = start_nginx(nginx);
     let s = Sluice::start(&format!("site * {{ proxy {} }}", n.addr));
     let (code, body) = curl(&[&s.url("/")]);
@@ -109,9 +138,18 @@ fn nginx_as_a_backend() {
     let (code, body) = curl(&["--data-binary", "hello nginx", &s.url("/echo-length")]);
     assert_eq!(code, 0);
     assert_eq!(body, "length=11 te= xff=127.0.0.1");
-    let (code, body) = curl(&["-H", "Transfer-Encoding: chunked", "--data-binary", "chunked body", &s.url("/echo-length")]);
+    let (code, body) = curl(&[
+        "-H",
+        "Transfer-Encoding: chunked",
+        "--data-binary",
+        "chunked body",
+        &s.url("/echo-length"),
+    ]);
     assert_eq!(code, 0);
-    assert!(body.contains("te=chunked"), "a chunked upload reaches nginx chunked: {body}");
+    assert!(
+        body.contains("te=chunked"),
+        "a chunked upload reaches nginx chunked: {body}"
+    );
     for _ in 0..20 {
         assert_eq!(curl(&[&s.url("/")]).1, "nginx says hi");
     }
@@ -119,7 +157,9 @@ fn nginx_as_a_backend() {
 
 #[test]
 fn h2load_runs_concurrent_h2c_streams() {
-    let Some(h2load) = program("h2load") else { return };
+    let Some(h2load) = program("h2load") else {
+        return;
+    };
     let b = tokio::runtime::Runtime::new().unwrap();
     let backend = b.block_on(Backend::text("ok"));
     let s = Sluice::start(&format!("site * {{ proxy {} }}", backend.addr));
@@ -129,6 +169,9 @@ fn h2load_runs_concurrent_h2c_streams() {
         .expect("h2load runs");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("2000 succeeded, 0 failed, 0 errored"), "every stream succeeded:\n{text}");
+    assert!(
+        text.contains("2000 succeeded, 0 failed, 0 errored"),
+        "every stream succeeded:\n{text}"
+    );
     assert!(text.contains("status codes: 2000 2xx"), "{text}");
 }

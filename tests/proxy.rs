@@ -274,21 +274,37 @@ async fn connect_timeout_counts_as_unreachable_and_moves_on() {
     let addr = full.local_addr().unwrap();
     let mut held = Vec::new();
     for _ in 0..4 {
-        if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(addr)).await {
+        if let Ok(Ok(c)) = tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
             held.push(c);
         }
     }
-    let probe = tokio::time::timeout(Duration::from_millis(300), tokio::net::TcpStream::connect(addr)).await;
+    let probe = tokio::time::timeout(
+        Duration::from_millis(300),
+        tokio::net::TcpStream::connect(addr),
+    )
+    .await;
     if probe.is_ok() {
         eprintln!("skipping: this kernel completes connects to a full accept queue");
         return;
     }
     let good = Backend::text("ok").await;
-    let s = Sluice::start(&pool(&[addr.to_string(), good.addr.to_string()], "lb first\nconnect_timeout 300ms"));
+    let s = Sluice::start(&pool(
+        &[addr.to_string(), good.addr.to_string()],
+        "lb first\nconnect_timeout 300ms",
+    ));
     let start = Instant::now();
     let r = get(s.addr, "/").await;
     assert_eq!(r.text(), "ok", "the request moved on to the next backend");
-    assert!(start.elapsed() < Duration::from_secs(2), "connect_timeout bounds the dial: {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "connect_timeout bounds the dial: {:?}",
+        start.elapsed()
+    );
     s.wait_log(&format!("{addr} failed (connect timed out after 300ms)"));
     drop(full);
 }

@@ -440,8 +440,16 @@ async fn an_early_413_reaches_a_client_still_uploading() {
         true
     });
     let mut out = Vec::new();
-    tokio::time::timeout(WAIT, rd.read_to_end(&mut out)).await.expect("answered and closed").ok();
+    tokio::time::timeout(WAIT, rd.read_to_end(&mut out))
+        .await
+        .expect("answered and closed")
+        .ok();
     let r = parse_response(&out).map(|r| r.0.status);
-    assert_eq!(r, Some(413), "the client reads the 413 although it was still sending: {:?}", String::from_utf8_lossy(&out));
+    assert_eq!(
+        r,
+        Some(413),
+        "the client reads the 413 although it was still sending: {:?}",
+        String::from_utf8_lossy(&out)
+    );
     let _ = writer.await;
 }

@@ -157,7 +157,12 @@ impl Sluice {
             std::thread::sleep(Duration::from_millis(20));
         }
         std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(count(), n, "expected {n} log lines with {needle:?}:\n{}", self.logs());
+        assert_eq!(
+            count(),
+            n,
+            "expected {n} log lines with {needle:?}:\n{}",
+            self.logs()
+        );
     }
 
     pub fn logs(&self) -> String {
