@@ -291,10 +291,11 @@ mod tests {
             HeadError::Coding
         );
         assert_eq!(bad("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"), HeadError::Coding);
-        assert_eq!(
+        // httparse or our own check refuses it first; either way a 400.
+        assert!(matches!(
             bad("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\x0b\r\n\r\n"),
-            HeadError::Bad("control character in Transfer-Encoding")
-        );
+            HeadError::Bad(_)
+        ));
         assert_eq!(
             bad("GET / HTTP/1.1\r\n\r\n"),
             HeadError::Bad("missing Host")

@@ -1,0 +1,424 @@
+#!/usr/bin/env python3
+"""Side-by-side proxy benchmark: sluice, nginx (two buffer settings) and HAProxy in
+front of one fast nginx backend, plus the backend measured directly.
+
+Method (docs/performance.md): the proxy under test runs alone on CPU 0; the load
+generator and the backend share CPU 1. Each measurement starts the proxy fresh, warms
+it up for a second, then runs the load while reading the proxy's own CPU time
+(utime + stime from /proc/PID/stat) before and after. Rounds interleave the proxies
+(A B C D A B C D ...), and the table reports medians with the min-max spread.
+Every process started here is killed by PID on exit, Ctrl-C included.
+"""
+
+import atexit
+import os
+import re
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SLUICE = os.path.join(ROOT, "target", "release", "sluice")
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+DURATION = int(os.environ.get("DURATION", "4"))
+IDLE_CONNS = int(os.environ.get("IDLE_CONNS", "1000"))
+ONLY = [p for p in os.environ.get("ONLY", "").split(",") if p]
+TESTS_ONLY = [t for t in os.environ.get("TESTS", "").split(",") if t]
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+WORK = tempfile.mkdtemp(prefix="sluice-bench-")
+PROCS = []
+
+
+def which(name):
+    for d in os.environ.get("PATH", "").split(":") + ["/usr/sbin", "/sbin"]:
+        p = os.path.join(d, name)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    sys.exit(f"bench: {name} is not installed (bench/run.sh installs it)")
+
+
+NGINX, HAPROXY, WRK, H2LOAD = which("nginx"), which("haproxy"), which("wrk"), which("h2load")
+
+
+def cleanup(*_):
+    for p in PROCS:
+        if p.poll() is None:
+            try:
+                p.kill()
+            except OSError:
+                pass
+    for p in PROCS:
+        try:
+            p.wait(timeout=2)
+        except Exception:
+            pass
+    subprocess.run(["rm", "-rf", WORK])
+
+
+atexit.register(cleanup)
+for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda *_: sys.exit(130))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port, proc, limit=10.0):
+    end = time.time() + limit
+    while time.time() < end:
+        if proc.poll() is not None:
+            sys.exit(f"bench: process {proc.args} exited early with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    sys.exit(f"bench: nothing listening on {port} after {limit}s")
+
+
+def start(cmd, cpu, ports):
+    p = subprocess.Popen(["taskset", "-c", str(cpu)] + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    PROCS.append(p)
+    for port in ports:
+        wait_port(port, p)
+    return p
+
+
+def stop(p):
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def children(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    out.append(int(d))
+            except OSError:
+                pass
+    return out
+
+
+def cpu_ticks(pids):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total
+
+
+def status_kib(pids, key):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key):
+                    total += int(line.split()[1])
+    return total
+
+
+# --- the backend ------------------------------------------------------------------
+
+def start_backend():
+    port = free_port()
+    with open(os.path.join(WORK, "big.bin"), "wb") as f:
+        f.write(b"x" * 65536)
+    conf = os.path.join(WORK, "backend.conf")
+    with open(conf, "w") as f:
+        f.write(f"""
+worker_processes 1; daemon off; pid {WORK}/backend.pid; error_log {WORK}/backend.err;
+worker_rlimit_nofile 65536;
+events {{ worker_connections 16384; }}
+http {{
+  access_log off; keepalive_requests 1000000; keepalive_timeout 300s;
+  client_body_temp_path {WORK}/b_body; proxy_temp_path {WORK}/b_proxy; fastcgi_temp_path {WORK}/b_fcgi;
+  uwsgi_temp_path {WORK}/b_uwsgi; scgi_temp_path {WORK}/b_scgi;
+  sendfile on; tcp_nopush on;
+  server {{
+    listen 127.0.0.1:{port} backlog=4096;
+    location = /small {{ default_type text/plain; return 200 "hello world!\\n"; }}
+    location = /big {{ default_type application/octet-stream; alias {WORK}/big.bin; }}
+  }}
+}}
+""")
+    p = start([NGINX, "-p", WORK, "-c", conf], 1, [port])
+    return p, port
+
+
+# --- the proxies --------------------------------------------------------------------
+
+def nginx_proxy(backend, buffers16k):
+    port, h2port = free_port(), free_port()
+    name = "nginx16k" if buffers16k else "nginx"
+    extra = "proxy_buffer_size 16k; proxy_buffers 8 16k; proxy_busy_buffers_size 32k;" if buffers16k else ""
+    loc = f"location / {{ proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection \"\"; {extra} }}"
+    conf = os.path.join(WORK, f"{name}.conf")
+    with open(conf, "w") as f:
+        f.write(f"""
+worker_processes 1; daemon off; pid {WORK}/{name}.pid; error_log {WORK}/{name}.err;
+worker_rlimit_nofile 65536;
+events {{ worker_connections 16384; }}
+http {{
+  access_log off; keepalive_requests 1000000; keepalive_timeout 300s;
+  client_body_temp_path {WORK}/{name}_body; proxy_temp_path {WORK}/{name}_proxy; fastcgi_temp_path {WORK}/{name}_fcgi;
+  uwsgi_temp_path {WORK}/{name}_uwsgi; scgi_temp_path {WORK}/{name}_scgi;
+  upstream b {{ server 127.0.0.1:{backend}; keepalive 128; keepalive_requests 1000000; }}
+  server {{ listen 127.0.0.1:{port} backlog=4096; {loc} }}
+  server {{ listen 127.0.0.1:{h2port} http2 backlog=4096; {loc} }}
+}}
+""")
+    p = start([NGINX, "-p", WORK, "-c", conf], 0, [port, h2port])
+    time.sleep(0.1)
+    return p, [p.pid] + children(p.pid), port, h2port
+
+
+def haproxy_proxy(backend):
+    port, h2port = free_port(), free_port()
+    conf = os.path.join(WORK, "haproxy.cfg")
+    with open(conf, "w") as f:
+        f.write(f"""
+global
+    nbthread 1
+    maxconn 60000
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 300s
+    timeout server 300s
+    timeout http-keep-alive 300s
+    http-reuse always
+frontend f1
+    bind 127.0.0.1:{port}
+    default_backend b
+frontend f2
+    bind 127.0.0.1:{h2port} proto h2
+    default_backend b
+backend b
+    server s1 127.0.0.1:{backend}
+""")
+    p = start([HAPROXY, "-f", conf, "-db"], 0, [port, h2port])
+    return p, [p.pid], port, h2port
+
+
+def sluice_proxy(backend, workers=1, cpu=0):
+    port = free_port()
+    conf = os.path.join(WORK, "sluice.conf")
+    with open(conf, "w") as f:
+        f.write(f"global {{ workers {workers} }}\nlisten 127.0.0.1:{port}\nsite * {{ proxy 127.0.0.1:{backend} }}\n")
+    cmd = [SLUICE, "run", "-c", conf]
+    if cpu is None:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        PROCS.append(p)
+        wait_port(port, p)
+    else:
+        p = start(cmd, cpu, [port])
+    return p, [p.pid], port, port
+
+
+def direct(backend, backend_pids):
+    return None, backend_pids, backend, None
+
+
+# --- the loads ----------------------------------------------------------------------
+
+def to_us(v, unit):
+    return float(v) * {"us": 1, "ms": 1000, "s": 1_000_000}[unit]
+
+
+def wrk(port, path, conns, extra=(), duration=DURATION):
+    cmd = ["taskset", "-c", "1", WRK, "-t1", f"-c{conns}", f"-d{duration}s", "--latency"] + list(extra)
+    out = subprocess.run(cmd + [f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, timeout=duration + 30).stdout
+    reqs = int(re.search(r"(\d+) requests in", out).group(1))
+    errs = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    lat = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", out, re.M))
+    def us(s):
+        m = re.match(r"([\d.]+)(us|ms|s)", s)
+        return to_us(m.group(1), m.group(2))
+    return {"requests": reqs - (int(errs.group(1)) if errs else 0), "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+            "p50": us(lat["50"]), "p99": us(lat["99"])}
+
+
+def h2load(port, duration=DURATION):
+    cmd = ["taskset", "-c", "1", H2LOAD, "-c", "16", "-m", "8", "-D", str(duration), f"http://127.0.0.1:{port}/small"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
+    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded", out)
+    rps = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
+    lat = re.search(r"time for request:\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)", out)
+    if not (m and rps and lat):
+        sys.exit(f"bench: cannot read h2load output:\n{out}")
+    return {"requests": int(m.group(1)), "rps": float(rps.group(1)), "p50": to_us(lat.group(5), lat.group(6)), "p99": to_us(lat.group(3), lat.group(4))}
+
+
+def idle_probe(port, pids):
+    """RSS growth per idle keep-alive client connection (after one request each)."""
+    before = status_kib(pids, "VmRSS:")
+    socks = []
+    req = b"GET /small HTTP/1.1\r\nHost: bench\r\n\r\n"
+    for _ in range(IDLE_CONNS):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(req)
+        socks.append(s)
+    for s in socks:
+        got = b""
+        while b"hello world!\n" not in got:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+    time.sleep(1.0)
+    after = status_kib(pids, "VmRSS:")
+    for s in socks:
+        s.close()
+    return {"bytes_per_conn": (after - before) * 1024 / IDLE_CONNS, "rss_kib": after}
+
+
+TESTS = {
+    "keepalive-13B": lambda port, h2: wrk(port, "/small", 64),
+    "keepalive-64KiB": lambda port, h2: wrk(port, "/big", 64),
+    "new-connection": lambda port, h2: wrk(port, "/small", 64, ["-H", "Connection: close"]),
+    "h2c-front": lambda port, h2: h2load(h2),
+}
+
+
+def main():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536))
+    backend_proc, backend = start_backend()
+    time.sleep(0.2)
+    backend_pids = [backend_proc.pid] + children(backend_proc.pid)
+    proxies = {
+        "direct": lambda: direct(backend, backend_pids),
+        "nginx": lambda: nginx_proxy(backend, False),
+        "nginx16k": lambda: nginx_proxy(backend, True),
+        "haproxy": lambda: haproxy_proxy(backend),
+        "sluice": lambda: sluice_proxy(backend),
+    }
+    if ONLY:
+        proxies = {k: v for k, v in proxies.items() if k in ONLY}
+    tests = [t for t in list(TESTS) + ["idle"] if not TESTS_ONLY or t in TESTS_ONLY]
+    results = {}  # (test, proxy) -> list of dicts
+    started = time.time()
+    for rnd in range(ROUNDS):
+        for test in tests:
+            for name, make in proxies.items():
+                if test == "h2c-front" and name == "direct":
+                    continue
+                proc, pids, port, h2port = make()
+                try:
+                    if test == "idle":
+                        wrk(port, "/small", 8, duration=1)
+                        time.sleep(0.3)
+                        r = idle_probe(port, pids)
+                    else:
+                        TESTS[test](port, h2port) if DURATION > 1 else None  # warm-up on the same path
+                        t0 = cpu_ticks(pids)
+                        r = TESTS[test](port, h2port)
+                        t1 = cpu_ticks(pids)
+                        r["cpu_us"] = (t1 - t0) / TICK * 1e6 / max(r["requests"], 1)
+                        r["peak_rss_kib"] = status_kib(pids, "VmHWM:")
+                finally:
+                    if proc is not None:
+                        stop(proc)
+                results.setdefault((test, name), []).append(r)
+                print(f"round {rnd + 1}/{ROUNDS} {test:16} {name:9} " + " ".join(f"{k}={v:.1f}" for k, v in r.items()), flush=True)
+    scaling = None
+    if os.environ.get("SCALING", "1") == "1" and (not ONLY or "sluice" in ONLY) and not TESTS_ONLY:
+        scaling = measure_scaling(backend)
+    report(results, proxies, tests, scaling, time.time() - started)
+
+
+def measure_scaling(backend):
+    """workers 1 vs workers 2 with no pinning: req/s with a load side that has room."""
+    out = {}
+    for workers in (1, 2, 1, 2):
+        proc, pids, port, _ = sluice_proxy(backend, workers=workers, cpu=None)
+        try:
+            cmd = [WRK, "-t2", "-c128", f"-d{DURATION}s", f"http://127.0.0.1:{port}/small"]
+            text = subprocess.run(cmd, capture_output=True, text=True, timeout=DURATION + 30).stdout
+            out.setdefault(workers, []).append(float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1)))
+        finally:
+            stop(proc)
+    return out
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def report(results, proxies, tests, scaling, took):
+    lines = []
+    cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True, text=True).stdout.strip()
+    lines.append(f"sluice bench — {time.strftime('%Y-%m-%d %H:%M')} — {os.cpu_count()} CPUs ({cpu}), {ROUNDS} rounds x {DURATION}s, took {took:.0f}s")
+    lines.append("medians, [min-max] over rounds; cpu = the proxy's own user+system CPU per request")
+    lines.append("")
+    for test in tests:
+        lines.append(f"## {test}")
+        if test == "idle":
+            lines.append(f"{'proxy':10} {'bytes/idle conn':>18} {'[min-max]':>18} {'RSS KiB':>9}")
+            for name in proxies:
+                rs = results.get((test, name))
+                if rs:
+                    b = [r["bytes_per_conn"] for r in rs]
+                    lines.append(f"{name:10} {med(b):18.0f} {'[%.0f-%.0f]' % (min(b), max(b)):>18} {med([r['rss_kib'] for r in rs]):9.0f}")
+        else:
+            lat = "mean/max" if test == "h2c-front" else "p50/p99"
+            lines.append(f"{'proxy':10} {'req/s':>9} {'[min-max]':>17} {'cpu us/req':>10} {'[min-max]':>13} {lat + ' us':>16} {'peak RSS KiB':>12}")
+            for name in proxies:
+                rs = results.get((test, name))
+                if not rs:
+                    continue
+                rps = [r["rps"] for r in rs]
+                c = [r["cpu_us"] for r in rs]
+                lines.append(f"{name:10} {med(rps):9.0f} {'[%.0f-%.0f]' % (min(rps), max(rps)):>17} {med(c):10.1f} {'[%.1f-%.1f]' % (min(c), max(c)):>13} "
+                             f"{'%.0f/%.0f' % (med([r['p50'] for r in rs]), med([r['p99'] for r in rs])):>16} {med([r['peak_rss_kib'] for r in rs]):12.0f}")
+        lines.append("")
+    if "sluice" in proxies:
+        lines.append("## ratios sluice / other (medians; below 1.0 is sluice better)")
+        for test in tests:
+            key = "bytes_per_conn" if test == "idle" else "cpu_us"
+            s = results.get((test, "sluice"))
+            if not s:
+                continue
+            parts = []
+            for other in ("nginx", "nginx16k", "haproxy"):
+                o = results.get((test, other))
+                if o and med([r[key] for r in o]) > 0:
+                    parts.append(f"÷{other} {med([r[key] for r in s]) / med([r[key] for r in o]):.2f}")
+            if test != "idle" and results.get((test, "nginx")):
+                parts.append(f"p99÷nginx {med([r['p99'] for r in s]) / med([r['p99'] for r in results[(test, 'nginx')]]):.2f}")
+            lines.append(f"{test:16} {'cpu' if test != 'idle' else 'mem'}: " + "  ".join(parts))
+        lines.append("")
+    if scaling:
+        w1, w2 = med(scaling[1]), med(scaling[2])
+        lines.append(f"## scaling, unpinned, wrk -t2 -c128: workers 1 {w1:.0f} req/s, workers 2 {w2:.0f} req/s, ratio {w2 / w1:.2f}")
+        lines.append("")
+    text = "\n".join(lines)
+    print("\n" + text)
+    path = os.path.join(ROOT, "bench", "results.txt")
+    with open(path, "w") as f:
+        f.write(text + "\n")
+    print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()
