@@ -32,6 +32,7 @@ TESTS_ONLY = [t for t in os.environ.get("TESTS", "").split(",") if t]
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 WORK = tempfile.mkdtemp(prefix="sluice-bench-")
+os.chmod(WORK, 0o755)  # nginx workers run as an unprivileged user and must read big.bin
 PROCS = []
 
 
@@ -46,13 +47,17 @@ def which(name):
 NGINX, HAPROXY, WRK, H2LOAD = which("nginx"), which("haproxy"), which("wrk"), which("h2load")
 
 
+def kill_group(p, sig):
+    """Signals the process and everything it started (nginx workers survive a killed master)."""
+    try:
+        os.killpg(p.pid, sig)
+    except OSError:
+        pass
+
+
 def cleanup(*_):
     for p in PROCS:
-        if p.poll() is None:
-            try:
-                p.kill()
-            except OSError:
-                pass
+        kill_group(p, signal.SIGKILL)
     for p in PROCS:
         try:
             p.wait(timeout=2)
@@ -88,7 +93,7 @@ def wait_port(port, proc, limit=10.0):
 
 
 def start(cmd, cpu, ports):
-    p = subprocess.Popen(["taskset", "-c", str(cpu)] + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(["taskset", "-c", str(cpu)] + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     PROCS.append(p)
     for port in ports:
         wait_port(port, p)
@@ -96,13 +101,13 @@ def start(cmd, cpu, ports):
 
 
 def stop(p):
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    kill_group(p, signal.SIGTERM)
+    try:
+        p.wait(timeout=3)
+    except subprocess.TimeoutExpired:
+        pass
+    kill_group(p, signal.SIGKILL)
+    p.wait()
 
 
 def children(pid):
@@ -200,7 +205,7 @@ def haproxy_proxy(backend):
         f.write(f"""
 global
     nbthread 1
-    maxconn 60000
+    maxconn 8000
 defaults
     mode http
     timeout connect 5s
@@ -228,7 +233,7 @@ def sluice_proxy(backend, workers=1, cpu=0):
         f.write(f"global {{ workers {workers} }}\nlisten 127.0.0.1:{port}\nsite * {{ proxy 127.0.0.1:{backend} }}\n")
     cmd = [SLUICE, "run", "-c", conf]
     if cpu is None:
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         PROCS.append(p)
         wait_port(port, p)
     else:
@@ -271,21 +276,22 @@ def h2load(port, duration=DURATION):
 
 
 def idle_probe(port, pids):
-    """RSS growth per idle keep-alive client connection (after one request each)."""
+    """RSS growth per idle keep-alive client connection, after one request each.
+    Requests go one at a time, so the proxy needs one backend connection, not 1000:
+    what grows is the cost of the idle client connections alone."""
     before = status_kib(pids, "VmRSS:")
     socks = []
     req = b"GET /small HTTP/1.1\r\nHost: bench\r\n\r\n"
     for _ in range(IDLE_CONNS):
         s = socket.create_connection(("127.0.0.1", port))
         s.sendall(req)
-        socks.append(s)
-    for s in socks:
         got = b""
         while b"hello world!\n" not in got:
             chunk = s.recv(4096)
             if not chunk:
-                break
+                sys.exit("bench: the proxy closed a connection during the idle probe")
             got += chunk
+        socks.append(s)
     time.sleep(1.0)
     after = status_kib(pids, "VmRSS:")
     for s in socks:
@@ -302,7 +308,10 @@ TESTS = {
 
 
 def main():
-    resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if hard < IDLE_CONNS + 200:
+        sys.exit(f"bench: the descriptor limit {hard} is too low for {IDLE_CONNS} idle connections")
     backend_proc, backend = start_backend()
     time.sleep(0.2)
     backend_pids = [backend_proc.pid] + children(backend_proc.pid)

@@ -162,8 +162,13 @@ fn check(path: &str, strict: bool) -> ExitCode {
 }
 
 fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut b = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = workers {
+    // One worker needs no work stealing: the current-thread scheduler does the same
+    // work with fewer atomics and no cross-thread wakeups.
+    let mut b = match workers {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    if let Some(n) = workers.filter(|n| *n > 1) {
         b.worker_threads(n);
     }
     b.enable_all().build()
@@ -259,3 +264,6 @@ async fn wait_for_stop() {
         _ = int.recv() => {}
     }
 }
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

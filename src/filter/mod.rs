@@ -5,8 +5,6 @@
 //! Filters built so far: `strip`, `rewrite`, `max_body` (request side) and
 //! `header_down` (response side). A filter never buffers a body.
 
-use std::net::SocketAddr;
-
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
@@ -18,9 +16,10 @@ use crate::proxy;
 use crate::route::template::{render, Values};
 use crate::route::{host_of, Handler};
 use crate::runtime::{local_response, Generation};
+use crate::server::ClientAddr;
 use crate::stats::{bump, COUNTERS};
 
-pub async fn run(gen: &Generation, mut req: Request<Body>, client: SocketAddr) -> Response<Body> {
+pub async fn run(gen: &Generation, mut req: Request<Body>, client: &ClientAddr) -> Response<Body> {
     // HTTP/2 carries the host in :authority; backends and rules expect a Host field.
     if !req.headers().contains_key(header::HOST) {
         if let Some(v) = req
@@ -31,22 +30,26 @@ pub async fn run(gen: &Generation, mut req: Request<Body>, client: SocketAddr) -
             req.headers_mut().insert(header::HOST, v);
         }
     }
-    let host = host_of(&req).into_owned();
-    let Some(site) = gen.sites.find(&host) else {
-        bump(&COUNTERS.unknown_site);
-        return local_response(StatusCode::MISDIRECTED_REQUEST, "unknown site\n");
+    let route = {
+        let host = host_of(&req);
+        let Some(site) = gen.sites.find(&host) else {
+            bump(&COUNTERS.unknown_site);
+            return local_response(StatusCode::MISDIRECTED_REQUEST, "unknown site\n");
+        };
+        let Some(route) = site.find(&req) else {
+            bump(&COUNTERS.no_route);
+            return local_response(StatusCode::NOT_FOUND, "Not found\n");
+        };
+        route
     };
-    let Some(route) = site.find(&req) else {
-        bump(&COUNTERS.no_route);
-        return local_response(StatusCode::NOT_FOUND, "Not found\n");
-    };
-    let original = req.uri().clone();
+    // Placeholders speak of the request as received; keep its URI only when needed.
+    let original = route.uses_placeholders.then(|| req.uri().clone());
     for f in &route.filters {
         match f {
             Filter::Strip(prefix) => strip(&mut req, prefix),
             Filter::Rewrite { from, to } => {
                 if from.matches(req.uri().path()) {
-                    let target = rewrite_target(from, to, &host, req.uri());
+                    let target = rewrite_target(from, to, &host_of(&req), req.uri());
                     set_path(&mut req, &target);
                 }
             }
@@ -61,6 +64,12 @@ pub async fn run(gen: &Generation, mut req: Request<Body>, client: SocketAddr) -
             Filter::HeaderDown(_) => {}
         }
     }
+    let host = if original.is_some() {
+        host_of(&req).into_owned()
+    } else {
+        String::new()
+    };
+    let original = original.unwrap_or_default();
     let values = Values {
         host: &host,
         uri: &original,
@@ -69,7 +78,7 @@ pub async fn run(gen: &Generation, mut req: Request<Body>, client: SocketAddr) -
         Handler::Proxy(pool) => {
             let c = proxy::Client {
                 addr: client,
-                trusted: gen.is_trusted(client),
+                trusted: gen.is_trusted(client.addr),
             };
             proxy::forward(pool, req, &c).await
         }

@@ -6,8 +6,6 @@
 //! lines last. Response: hop-by-hop and `X-Sluice-*` go, then `header_down`.
 //! Allocates only when a field must be built (the client address, a joined XFF).
 
-use std::net::IpAddr;
-
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::{HeaderOp, HostMode, ProxyConfig};
@@ -75,17 +73,31 @@ fn is_sluice(k: &HeaderName) -> bool {
 }
 
 /// Everything but `Host` in upstream mode, which depends on the peer chosen.
-pub fn request(h: &mut HeaderMap, client: IpAddr, trusted: bool, cfg: &ProxyConfig) {
+/// One pass over the names: does anything have to go? Most requests carry none of
+/// these, and then no removal (each a hash lookup) is attempted at all.
+fn needs_cleaning(h: &HeaderMap, trusted: bool) -> bool {
+    h.keys().any(|k| {
+        HOP_BY_HOP.contains(k)
+            || k == header::TE
+            || is_sluice(k)
+            || (!trusted && FORWARDING.contains(k))
+    })
+}
+
+/// `client_ip` is the client's address as a header value, rendered once per connection.
+pub fn request(h: &mut HeaderMap, client_ip: &HeaderValue, trusted: bool, cfg: &ProxyConfig) {
     let original_host = h.get(header::HOST).cloned();
-    strip_hop_by_hop(h, true);
-    if !trusted {
-        for n in &FORWARDING {
-            h.remove(n);
+    if needs_cleaning(h, trusted) {
+        strip_hop_by_hop(h, true);
+        if !trusted {
+            for n in &FORWARDING {
+                h.remove(n);
+            }
         }
     }
-    let ip = client.to_string();
+    let ip = client_ip.as_bytes();
     let xff = match h.get_all(&XFF).iter().count() {
-        0 => HeaderValue::from_str(&ip),
+        0 => Ok(client_ip.clone()),
         _ => {
             let mut joined = Vec::new();
             for v in h.get_all(&XFF) {
@@ -95,7 +107,7 @@ pub fn request(h: &mut HeaderMap, client: IpAddr, trusted: bool, cfg: &ProxyConf
                 joined.extend_from_slice(v.as_bytes());
             }
             joined.extend_from_slice(b", ");
-            joined.extend_from_slice(ip.as_bytes());
+            joined.extend_from_slice(ip);
             HeaderValue::from_bytes(&joined)
         }
     };
@@ -124,7 +136,9 @@ pub fn finish_request(h: &mut HeaderMap, cfg: &ProxyConfig, peer_host: Option<&H
 }
 
 pub fn response(h: &mut HeaderMap, cfg: &ProxyConfig) {
-    strip_hop_by_hop(h, false);
+    if needs_cleaning(h, true) {
+        strip_hop_by_hop(h, false);
+    }
     apply(h, &cfg.header_down);
 }
 
@@ -171,7 +185,7 @@ mod tests {
         ]);
         request(
             &mut h,
-            "10.0.0.9".parse().unwrap(),
+            &HeaderValue::from_static("10.0.0.9"),
             false,
             &ProxyConfig::new(vec![]),
         );
@@ -196,7 +210,7 @@ mod tests {
         ]);
         request(
             &mut h,
-            "10.0.0.9".parse().unwrap(),
+            &HeaderValue::from_static("10.0.0.9"),
             true,
             &ProxyConfig::new(vec![]),
         );

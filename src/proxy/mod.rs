@@ -10,7 +10,6 @@
 pub mod body;
 pub mod headers;
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -30,12 +29,16 @@ const BUSY: &str = "Server busy, retry in a moment\n";
 const NO_CAPACITY: &str = "Edge out of connection capacity toward this site, retry in a moment\n";
 
 /// The client-side facts the proxy needs.
-pub struct Client {
-    pub addr: SocketAddr,
+pub struct Client<'a> {
+    pub addr: &'a crate::server::ClientAddr,
     pub trusted: bool,
 }
 
-pub async fn forward(pool: &Arc<Pool>, mut req: Request<Body>, client: &Client) -> Response<Body> {
+pub async fn forward(
+    pool: &Arc<Pool>,
+    mut req: Request<Body>,
+    client: &Client<'_>,
+) -> Response<Body> {
     let cfg = &pool.cfg;
     if let Some(max) = cfg.max_body {
         if let Some(resp) = check_declared_body(&req, max) {
@@ -49,9 +52,17 @@ pub async fn forward(pool: &Arc<Pool>, mut req: Request<Body>, client: &Client) 
         None => None,
         Some(sem) => {
             let wait = cfg.limit.map(|l| l.wait).unwrap_or_default();
-            match tokio::time::timeout(wait, sem.clone().acquire_owned()).await {
-                Ok(Ok(p)) => Some(p),
-                _ => {
+            // A free slot is taken without arming a timer.
+            let permit = match sem.clone().try_acquire_owned() {
+                Ok(p) => Ok(p),
+                Err(_) => match tokio::time::timeout(wait, sem.clone().acquire_owned()).await {
+                    Ok(Ok(p)) => Ok(p),
+                    _ => Err(()),
+                },
+            };
+            match permit {
+                Ok(p) => Some(p),
+                Err(()) => {
                     bump(&COUNTERS.limit_rejections);
                     tracing::debug!(
                         "sluice: {}: limit of {} in flight reached, refused a request",
@@ -70,7 +81,7 @@ pub async fn forward(pool: &Arc<Pool>, mut req: Request<Body>, client: &Client) 
     let (mut parts, body) = req.into_parts();
     headers::request(
         &mut parts.headers,
-        client.addr.ip().to_canonical(),
+        &client.addr.ip_value,
         client.trusted,
         cfg,
     );

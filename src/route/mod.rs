@@ -35,6 +35,8 @@ pub struct Route {
     pub matchers: Vec<Matcher>,
     pub filters: Vec<Filter>,
     pub handler: Handler,
+    /// A filter or the handler renders placeholders from the request as received.
+    pub uses_placeholders: bool,
 }
 
 pub enum Handler {
@@ -76,6 +78,16 @@ impl Sites {
                     pattern: r.pattern.clone(),
                     matchers: r.matchers.clone(),
                     filters: r.filters.clone(),
+                    uses_placeholders: r
+                        .filters
+                        .iter()
+                        .any(|f| matches!(f, Filter::Rewrite { .. }))
+                        || matches!(
+                            &r.handler,
+                            Some(
+                                config::Handler::Respond { .. } | config::Handler::Redirect { .. }
+                            )
+                        ),
                     handler: match &r.handler {
                         Some(config::Handler::Proxy(p)) => {
                             Handler::Proxy(Pool::new(r.name.clone(), (**p).clone()))

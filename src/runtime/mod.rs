@@ -63,9 +63,9 @@ impl Live {
 
     /// Serves one request on the current generation. Boxed so a connection's task
     /// stays small while it waits idle.
-    pub fn handle(&self, req: Request<Body>, client: SocketAddr) -> ResponseFuture {
+    pub fn handle(&self, req: Request<Body>, client: crate::server::ClientAddr) -> ResponseFuture {
         let gen = self.current.load_full();
-        Box::pin(async move { crate::filter::run(&gen, req, client).await })
+        Box::pin(async move { crate::filter::run(&gen, req, &client).await })
     }
 }
 

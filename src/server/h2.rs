@@ -3,7 +3,6 @@
 
 use std::convert::Infallible;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -27,14 +26,16 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 pub async fn serve(
     stream: TcpStream,
     pre: Bytes,
-    client: SocketAddr,
+    client: super::ClientAddr,
     live: Arc<Live>,
     drain: Drain,
     mut watch: Watch,
 ) {
     let io = TokioIo::new(Rewind { pre, inner: stream });
+    let addr = client.addr;
     let svc = service_fn(move |req: Request<Incoming>| {
         let live = live.clone();
+        let client = client.clone();
         let guard = drain.request();
         async move {
             if req.headers().len() > MAX_HEADERS {
@@ -57,7 +58,7 @@ pub async fn serve(
     tokio::select! {
         r = conn.as_mut() => {
             if let Err(e) = r {
-                tracing::debug!(client = %client, "sluice: h2 connection ended: {e}");
+                tracing::debug!(client = %addr, "sluice: h2 connection ended: {e}");
             }
         }
         _ = watch.draining() => {

@@ -20,6 +20,25 @@ use tokio::time::{timeout_at, Instant};
 use self::drain::Drain;
 use crate::runtime::Live;
 
+/// The client end of a connection, with its address rendered once for the headers
+/// that carry it (`X-Forwarded-For`), not once per request.
+#[derive(Clone)]
+pub struct ClientAddr {
+    pub addr: SocketAddr,
+    pub ip_value: http::HeaderValue,
+}
+
+impl ClientAddr {
+    pub fn new(addr: SocketAddr) -> ClientAddr {
+        let ip = addr.ip().to_canonical().to_string();
+        ClientAddr {
+            addr,
+            ip_value: http::HeaderValue::from_str(&ip)
+                .expect("an IP address is a valid header value"),
+        }
+    }
+}
+
 /// Binds every listener, or fails naming the address that could not be bound.
 pub async fn bind(addrs: &[SocketAddr]) -> anyhow::Result<Vec<TcpListener>> {
     let mut out = Vec::with_capacity(addrs.len());
@@ -73,8 +92,10 @@ async fn connection(mut stream: TcpStream, client: SocketAddr, live: Arc<Live>, 
         }
     }
     let watch = drain.watch();
+    let client = ClientAddr::new(client);
     if buf.starts_with(h2::PREFACE) {
-        h2::serve(stream, buf.freeze(), client, live, drain, watch).await;
+        // Boxed: an HTTP/1 connection's task should not be as large as an h2 one's.
+        Box::pin(h2::serve(stream, buf.freeze(), client, live, drain, watch)).await;
     } else {
         let conn = h1::Conn {
             client,

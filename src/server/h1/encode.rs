@@ -55,6 +55,15 @@ pub async fn chunk<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> std::io::Re
     write_all_vectored(w, &mut slices).await
 }
 
+/// Appends one chunk (size line, data, CRLF) to `out`.
+pub fn chunk_into(out: &mut Vec<u8>, data: &[u8]) {
+    let mut size = [0u8; 18];
+    let n = hex_line(&mut size, data.len());
+    out.extend_from_slice(&size[..n]);
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
 fn hex_line(out: &mut [u8; 18], mut n: usize) -> usize {
     let mut digits = [0u8; 16];
     let mut i = 16;

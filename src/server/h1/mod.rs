@@ -12,8 +12,9 @@ pub mod decode;
 pub mod encode;
 pub mod head;
 
-use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -47,7 +48,7 @@ const READ_CHUNK: usize = 16 * 1024;
 const COALESCE: usize = 16 * 1024;
 
 pub struct Conn {
-    pub client: SocketAddr,
+    pub client: super::ClientAddr,
     pub live: Arc<Live>,
     pub drain: Drain,
     pub watch: Watch,
@@ -66,7 +67,7 @@ impl Conn {
                 Err(e) => {
                     let (status, body, counter) = match e {
                         HeadError::Bad(why) => {
-                            tracing::debug!(client = %self.client, "sluice: bad request head: {why}");
+                            tracing::debug!(client = %self.client.addr, "sluice: bad request head: {why}");
                             (
                                 StatusCode::BAD_REQUEST,
                                 format!("Bad request: {why}\n"),
@@ -203,7 +204,7 @@ impl Conn {
         *req.version_mut() = version;
         *req.headers_mut() = headers;
         let _guard = self.drain.request();
-        let mut fut = self.live.handle(req, self.client);
+        let mut fut = self.live.handle(req, self.client.clone());
         let (mut rd, mut wr) = stream.split();
 
         // Until the response head: pump the body, answer Expect, notice a client leaving.
@@ -258,48 +259,87 @@ impl Conn {
         keep_alive &= !self.watch.is_draining();
         wbuf.clear();
         encode::head(wbuf, status, &headers, version, keep_alive);
-        if let (Body::Full(Some(b)), true) = (&rbody, out != Out::None) {
-            if b.len() <= COALESCE {
-                wbuf.extend_from_slice(b);
-                rbody = Body::Empty;
+        // Whatever of the body is ready now leaves with the head, in one write: a small
+        // response, proxied or local, costs a single syscall.
+        let mut finished = out == Out::None;
+        if !finished {
+            match coalesce_ready(&mut rbody, out, wbuf) {
+                Ok(done) => finished = done,
+                Err(()) => return false,
             }
         }
         if wr.write_all(wbuf).await.is_err() {
             return false;
         }
-        if out != Out::None {
-            loop {
-                tokio::select! {
-                    biased;
-                    frame = rbody.frame() => match frame {
-                        None => break,
-                        Some(Ok(frame)) => {
-                            let Ok(data) = frame.into_data() else { continue };
-                            if data.is_empty() {
-                                continue;
-                            }
-                            let w = match out {
-                                Out::Chunked => encode::chunk(&mut wr, &data).await,
-                                _ => wr.write_all(&data).await,
-                            };
-                            if w.is_err() {
-                                return false;
-                            }
+        while !finished {
+            tokio::select! {
+                biased;
+                frame = rbody.frame() => match frame {
+                    None => {
+                        if out == Out::Chunked && wr.write_all(b"0\r\n\r\n").await.is_err() {
+                            return false;
                         }
-                        // The body broke off: close so the client sees the truncation.
-                        Some(Err(_)) => return false,
-                    },
-                    _ = read_side(&mut pump, &mut rd, buf, false), if pump.is_some() => {}
-                }
-            }
-            if out == Out::Chunked && wr.write_all(b"0\r\n\r\n").await.is_err() {
-                return false;
+                        finished = true;
+                    }
+                    Some(Ok(frame)) => {
+                        let Ok(data) = frame.into_data() else { continue };
+                        if data.is_empty() {
+                            continue;
+                        }
+                        let w = match out {
+                            Out::Chunked => encode::chunk(&mut wr, &data).await,
+                            _ => wr.write_all(&data).await,
+                        };
+                        if w.is_err() {
+                            return false;
+                        }
+                    }
+                    // The body broke off: close so the client sees the truncation.
+                    Some(Err(_)) => return false,
+                },
+                _ = read_side(&mut pump, &mut rd, buf, false), if pump.is_some() => {}
             }
         }
         drop(rbody);
         // A request body the handler did not read to its end leaves the stream mid-request.
         keep_alive && out != Out::Close && pump.is_none()
     }
+}
+
+/// Moves body frames that are ready without waiting into `wbuf` (framed for `out`),
+/// up to [`COALESCE`] bytes. `Ok(true)`: the body ended (its terminator is in `wbuf`).
+fn coalesce_ready(body: &mut Body, out: Out, wbuf: &mut Vec<u8>) -> Result<bool, ()> {
+    let mut cx = Context::from_waker(Waker::noop());
+    while wbuf.len() < COALESCE {
+        if body.is_end_stream() {
+            break;
+        }
+        match Pin::new(&mut *body).poll_frame(&mut cx) {
+            Poll::Pending => return Ok(false),
+            Poll::Ready(None) => break,
+            Poll::Ready(Some(Err(_))) => return Err(()),
+            Poll::Ready(Some(Ok(frame))) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if out == Out::Chunked {
+                    if data.is_empty() {
+                        continue;
+                    }
+                    encode::chunk_into(wbuf, &data);
+                } else {
+                    wbuf.extend_from_slice(&data);
+                }
+            }
+        }
+    }
+    if wbuf.len() >= COALESCE && !body.is_end_stream() {
+        return Ok(false);
+    }
+    if out == Out::Chunked {
+        wbuf.extend_from_slice(b"0\r\n\r\n");
+    }
+    Ok(true)
 }
 
 /// Waits for the first chunk-size line of a chunked body and checks it.
