@@ -23,9 +23,12 @@ pub enum BodyError {
     /// The client went away or stalled before the body ended.
     #[error("client stopped sending the body: {0}")]
     ClientGone(&'static str),
+    /// An HTTP/2 stream's body failed.
+    #[error("body stream failed: {0}")]
+    Stream(#[from] hyper::Error),
     /// The backend's body broke off.
     #[error("backend body failed: {0}")]
-    Upstream(#[from] hyper::Error),
+    Backend(std::io::Error),
 }
 
 pub enum Body {
@@ -45,6 +48,12 @@ pub enum Body {
     /// Any body with something to release when it is done or dropped.
     Guarded(Box<Body>, crate::server::drain::RequestGuard),
     Limited(Box<Body>, LimitState),
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Body")
+    }
 }
 
 /// State of a `max_body` check on a streamed body.
@@ -82,7 +91,7 @@ impl http_body::Body for Body {
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             Body::Incoming(b) => Pin::new(b)
                 .poll_frame(cx)
-                .map(|o| o.map(|r| r.map_err(BodyError::Upstream))),
+                .map(|o| o.map(|r| r.map_err(BodyError::Stream))),
             Body::Channel { rx, want, .. } => {
                 if let Some(w) = want.take() {
                     let _ = w.send(());

@@ -1,7 +1,8 @@
-//! A backend's response body on its way to the client, holding what the request
-//! leased: the pool slot, the peer's in-flight count and the connection. The
-//! connection goes back to the idle list only when the body ended cleanly; a body
-//! the client abandoned (dropped early) closes its connection.
+//! A backend's response body on its way to the client, read straight from the backend
+//! connection, holding what the request leased: the pool slot and the peer's
+//! in-flight count. The connection goes back to the idle list only when the body
+//! ended cleanly on a connection that allows reuse; a body the client abandoned
+//! (dropped early) closes its connection.
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -9,39 +10,25 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body::{Body as _, Frame, SizeHint};
-use hyper::body::Incoming;
+use http_body::{Frame, SizeHint};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::body::BodyError;
-use crate::upstream::connpool::Sender;
+use crate::server::h1::decode::Decoder;
+use crate::upstream::conn::BackendConn;
 use crate::upstream::Pool;
 
 /// What one request holds on its pool until its response has been passed on.
 pub struct Lease {
     pub pool: Arc<Pool>,
     pub peer: usize,
-    pub sender: Option<Sender>,
     pub permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Lease {
     pub fn new(pool: Arc<Pool>, peer: usize, permit: Option<OwnedSemaphorePermit>) -> Lease {
         pool.peers[peer].in_flight.fetch_add(1, Ordering::Relaxed);
-        Lease {
-            pool,
-            peer,
-            sender: None,
-            permit,
-        }
-    }
-
-    /// The response is complete: its connection may carry another request.
-    fn release_connection(&mut self) {
-        if let Some(s) = self.sender.take() {
-            let ka = self.pool.cfg.keepalive;
-            self.pool.peers[self.peer].idle.checkin(s, ka.idle_max);
-        }
+        Lease { pool, peer, permit }
     }
 }
 
@@ -54,18 +41,35 @@ impl Drop for Lease {
 }
 
 pub struct ResponseBody {
-    inner: Incoming,
-    lease: Option<Lease>,
+    conn: Option<BackendConn>,
+    decoder: Decoder,
+    reusable: bool,
+    lease: Lease,
 }
 
 impl ResponseBody {
-    pub fn new(inner: Incoming, mut lease: Lease) -> ResponseBody {
-        if inner.is_end_stream() {
-            lease.release_connection();
+    pub fn new(conn: BackendConn, decoder: Decoder, reusable: bool, lease: Lease) -> ResponseBody {
+        let mut body = ResponseBody {
+            conn: Some(conn),
+            decoder,
+            reusable,
+            lease,
+        };
+        if body.decoder.is_done() {
+            body.release();
         }
-        ResponseBody {
-            inner,
-            lease: Some(lease),
+        body
+    }
+
+    /// The body is complete: the connection may carry another request.
+    fn release(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if self.reusable {
+                let pool = &self.lease.pool;
+                pool.peers[self.lease.peer]
+                    .idle
+                    .checkin(conn, pool.cfg.keepalive.idle_max);
+            }
         }
     }
 }
@@ -79,41 +83,42 @@ impl http_body::Body for ResponseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        let Some(conn) = this.conn.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match conn.poll_body(&mut this.decoder, cx) {
+            Poll::Pending => Poll::Pending,
             Poll::Ready(None) => {
-                if let Some(mut lease) = this.lease.take() {
-                    lease.release_connection();
-                }
+                this.release();
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(Err(e))) => {
-                if let Some(mut lease) = this.lease.take() {
-                    lease.sender = None;
-                    lease
-                        .pool
-                        .peer_failed(lease.peer, &format_args!("response body broke off: {e}"));
-                }
-                Poll::Ready(Some(Err(BodyError::Upstream(e))))
-            }
-            Poll::Ready(Some(Ok(frame))) => {
+            Poll::Ready(Some(Ok(data))) => {
                 // A consumer may stop polling once `is_end_stream` holds (hyper's h2
                 // server does), so the connection goes back as soon as the end is known.
-                if this.inner.is_end_stream() {
-                    if let Some(lease) = this.lease.as_mut() {
-                        lease.release_connection();
-                    }
+                if this.decoder.is_done() {
+                    this.release();
                 }
-                Poll::Ready(Some(Ok(frame)))
+                Poll::Ready(Some(Ok(Frame::data(data))))
             }
-            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Err(e))) => {
+                this.conn = None;
+                let lease = &this.lease;
+                lease
+                    .pool
+                    .peer_failed(lease.peer, &format_args!("response body broke off: {e}"));
+                Poll::Ready(Some(Err(BodyError::Backend(e))))
+            }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.decoder.is_done()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match self.decoder.remaining() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
     }
 }

@@ -36,31 +36,71 @@ const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
 const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-/// Removes hop-by-hop fields, those named in `Connection`, and `X-Sluice-*`.
-fn strip_hop_by_hop(h: &mut HeaderMap, keep_te_trailers: bool) {
-    if let Some(conn) = h.get(header::CONNECTION) {
-        let named: Vec<HeaderName> = conn
-            .as_bytes()
-            .split(|&b| b == b',')
-            .filter_map(|t| {
-                let t = std::str::from_utf8(t).ok()?.trim();
-                HeaderName::from_bytes(t.as_bytes()).ok()
-            })
-            .collect();
-        for n in named {
+/// Removes hop-by-hop fields, those named in `Connection`, `X-Sluice-*`, and (for an
+/// untrusted client) the forwarding fields. One pass over the names finds what is
+/// present; only those are removed, so a clean head costs no hash lookup at all.
+fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool) {
+    const TE_BIT: u32 = 1 << 31;
+    let mut present: u32 = 0;
+    let mut sluice = false;
+    for k in h.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|n| n == k) {
+            present |= 1 << i;
+        } else if k == header::TE {
+            present |= TE_BIT;
+        } else if let Some(i) = FORWARDING
+            .iter()
+            .position(|n| n == k)
+            .filter(|_| drop_forwarding)
+        {
+            present |= 1 << (16 + i);
+        } else {
+            sluice |= is_sluice(k);
+        }
+    }
+    if present == 0 && !sluice {
+        return;
+    }
+    if present & 1 != 0 {
+        // Connection's own tokens name more fields to drop (`close`, `keep-alive` are
+        // options, and Keep-Alive is dropped anyway).
+        if let Some(conn) = h.remove(header::CONNECTION) {
+            for token in conn
+                .as_bytes()
+                .split(|&b| b == b',')
+                .map(<[u8]>::trim_ascii)
+            {
+                if token.is_empty()
+                    || token.eq_ignore_ascii_case(b"close")
+                    || token.eq_ignore_ascii_case(b"keep-alive")
+                {
+                    continue;
+                }
+                if let Ok(n) = HeaderName::from_bytes(token) {
+                    h.remove(n);
+                }
+            }
+        }
+    }
+    for (i, n) in HOP_BY_HOP.iter().enumerate().skip(1) {
+        if present & (1 << i) != 0 {
             h.remove(n);
         }
     }
-    for n in &HOP_BY_HOP {
-        h.remove(n);
+    for (i, n) in FORWARDING.iter().enumerate() {
+        if present & (1 << (16 + i)) != 0 {
+            h.remove(n);
+        }
     }
-    if let Some(te) = h.get(header::TE) {
-        let trailers = keep_te_trailers && te.as_bytes().eq_ignore_ascii_case(b"trailers");
+    if present & TE_BIT != 0 {
+        let trailers = keep_te_trailers
+            && h.get(header::TE)
+                .is_some_and(|te| te.as_bytes().eq_ignore_ascii_case(b"trailers"));
         if !trailers {
             h.remove(header::TE);
         }
     }
-    if h.keys().any(is_sluice) {
+    if sluice {
         let ours: Vec<HeaderName> = h.keys().filter(|k| is_sluice(k)).cloned().collect();
         for n in ours {
             h.remove(n);
@@ -73,28 +113,10 @@ fn is_sluice(k: &HeaderName) -> bool {
 }
 
 /// Everything but `Host` in upstream mode, which depends on the peer chosen.
-/// One pass over the names: does anything have to go? Most requests carry none of
-/// these, and then no removal (each a hash lookup) is attempted at all.
-fn needs_cleaning(h: &HeaderMap, trusted: bool) -> bool {
-    h.keys().any(|k| {
-        HOP_BY_HOP.contains(k)
-            || k == header::TE
-            || is_sluice(k)
-            || (!trusted && FORWARDING.contains(k))
-    })
-}
-
 /// `client_ip` is the client's address as a header value, rendered once per connection.
 pub fn request(h: &mut HeaderMap, client_ip: &HeaderValue, trusted: bool, cfg: &ProxyConfig) {
     let original_host = h.get(header::HOST).cloned();
-    if needs_cleaning(h, trusted) {
-        strip_hop_by_hop(h, true);
-        if !trusted {
-            for n in &FORWARDING {
-                h.remove(n);
-            }
-        }
-    }
+    scrub(h, true, !trusted);
     let ip = client_ip.as_bytes();
     let xff = match h.get_all(&XFF).iter().count() {
         0 => Ok(client_ip.clone()),
@@ -136,9 +158,7 @@ pub fn finish_request(h: &mut HeaderMap, cfg: &ProxyConfig, peer_host: Option<&H
 }
 
 pub fn response(h: &mut HeaderMap, cfg: &ProxyConfig) {
-    if needs_cleaning(h, true) {
-        strip_hop_by_hop(h, false);
-    }
+    scrub(h, false, false);
     apply(h, &cfg.header_down);
 }
 

@@ -22,6 +22,7 @@ pub use self::body::ResponseBody;
 use crate::body::{Body, BodyError};
 use crate::runtime::local_response;
 use crate::stats::{bump, COUNTERS};
+use crate::upstream::conn::SendError;
 use crate::upstream::dial::{self, DialError};
 use crate::upstream::{Pick, Pool, Tried};
 
@@ -117,21 +118,21 @@ pub async fn forward(
         headers::finish_request(r.headers_mut(), cfg, peer.host_header.as_ref());
 
         // An idle connection first; one that turns out closed before the request went
-        // out is replaced by a fresh one, which does not count as a retry.
-        let mut sender = peer.idle.checkout(cfg.keepalive.idle_timeout).await;
+        // out hands the request back, and it goes out on a fresh connection (not a retry).
+        let mut conn = peer.idle.checkout(cfg.keepalive.idle_timeout);
         let outcome = loop {
-            let mut s = match sender.take() {
-                Some(s) => s,
+            let fresh = conn.is_none();
+            let mut c = match conn.take() {
+                Some(c) => c,
                 None => match dial::connect(&peer.addr.target, cfg.connect_timeout).await {
-                    Ok(s) => {
+                    Ok(c) => {
                         peer.passive.record_success();
-                        s
+                        c
                     }
                     Err(e) => break Err((e, r)),
                 },
             };
-            let sent = tokio::time::timeout(cfg.timeout, s.try_send_request(r)).await;
-            match sent {
+            match tokio::time::timeout(cfg.timeout, c.send(r)).await {
                 Err(_) => {
                     bump(&COUNTERS.gateway_timeout);
                     tracing::info!(
@@ -142,31 +143,29 @@ pub async fn forward(
                     );
                     return local_response(StatusCode::GATEWAY_TIMEOUT, "Gateway timeout\n");
                 }
-                Ok(Ok(resp)) => {
-                    lease.sender = Some(s);
-                    break Ok(resp);
+                Ok(Ok(head)) => break Ok((c, head)),
+                Ok(Err(SendError::NotSent(back))) if !fresh => r = *back,
+                Ok(Err(SendError::NotSent(back))) => {
+                    let e = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+                    break Err((DialError::Connect(e), *back));
                 }
-                Ok(Err(mut e)) => match e.take_message() {
-                    Some(back) => {
-                        r = back;
-                        continue;
-                    }
-                    None => return sent_and_failed(pool, i, e.into_error()),
-                },
+                Ok(Err(e)) => return sent_and_failed(pool, i, e),
             }
         };
         match outcome {
-            Ok(resp) => {
-                let (mut parts, incoming) = resp.into_parts();
+            Ok((c, head)) => {
+                let mut parts = head.parts;
                 headers::response(&mut parts.headers, cfg);
-                return Response::from_parts(
-                    parts,
-                    Body::Proxied(ResponseBody::new(incoming, lease)),
-                );
+                let body = ResponseBody::new(c, head.decoder, head.reusable, lease);
+                return Response::from_parts(parts, Body::Proxied(body));
             }
             Err((DialError::Local(e), _)) => {
                 bump(&COUNTERS.out_of_ports);
-                tracing::warn!("sluice: {}: cannot dial {}: {e}; out of local capacity, backend state unchanged", pool.name, peer.addr.text);
+                tracing::warn!(
+                    "sluice: {}: cannot dial {}: {e}; out of local capacity, backend state unchanged",
+                    pool.name,
+                    peer.addr.text
+                );
                 let mut resp = local_response(StatusCode::SERVICE_UNAVAILABLE, NO_CAPACITY);
                 resp.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -191,39 +190,28 @@ pub async fn forward(
 }
 
 /// The request went out and then failed: never retried.
-fn sent_and_failed(pool: &Pool, peer: usize, e: hyper::Error) -> Response<Body> {
-    if let Some(body_err) = find_body_error(&e) {
-        return match body_err {
-            BodyError::TooLarge(_) => {
-                bump(&COUNTERS.body_too_large);
-                local_response(StatusCode::PAYLOAD_TOO_LARGE, "Request body too large\n")
-            }
-            other => {
-                tracing::debug!("sluice: {}: request body failed: {other}", pool.name);
-                local_response(
-                    StatusCode::BAD_REQUEST,
-                    "Bad request: broken request body\n",
-                )
-            }
-        };
-    }
-    pool.peer_failed(peer, &e);
-    bump(&COUNTERS.bad_gateway);
-    local_response(
-        StatusCode::BAD_GATEWAY,
-        "Bad gateway: the backend connection broke\n",
-    )
-}
-
-fn find_body_error(e: &hyper::Error) -> Option<&BodyError> {
-    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
-    while let Some(s) = src {
-        if let Some(b) = s.downcast_ref::<BodyError>() {
-            return Some(b);
+fn sent_and_failed(pool: &Pool, peer: usize, e: SendError) -> Response<Body> {
+    match e {
+        SendError::Body(BodyError::TooLarge(_)) => {
+            bump(&COUNTERS.body_too_large);
+            local_response(StatusCode::PAYLOAD_TOO_LARGE, "Request body too large\n")
         }
-        src = s.source();
+        SendError::Body(other) => {
+            tracing::debug!("sluice: {}: request body failed: {other}", pool.name);
+            local_response(
+                StatusCode::BAD_REQUEST,
+                "Bad request: broken request body\n",
+            )
+        }
+        e => {
+            pool.peer_failed(peer, &e);
+            bump(&COUNTERS.bad_gateway);
+            local_response(
+                StatusCode::BAD_GATEWAY,
+                "Bad gateway: the backend connection broke\n",
+            )
+        }
     }
-    None
 }
 
 /// 413 for a declared Content-Length over `max`, before anything is sent.

@@ -7,45 +7,38 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hyper::client::conn::http1::SendRequest;
-
-use crate::body::Body;
-
-pub type Sender = SendRequest<Body>;
+use super::conn::BackendConn;
 
 #[derive(Default)]
 pub struct Idle {
-    list: Mutex<Vec<(Sender, Instant)>>,
+    list: Mutex<Vec<(BackendConn, Instant)>>,
 }
 
 impl Idle {
     /// The most recently returned live connection, if one is fresh enough.
-    pub async fn checkout(&self, idle_timeout: Duration) -> Option<Sender> {
+    pub fn checkout(&self, idle_timeout: Duration) -> Option<BackendConn> {
         loop {
-            let mut sender = {
+            let mut conn = {
                 let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
-                let (sender, since) = list.pop()?;
+                let (conn, since) = list.pop()?;
                 if since.elapsed() >= idle_timeout {
                     // Everything below is older still.
                     list.clear();
                     return None;
                 }
-                sender
+                conn
             };
-            if sender.is_closed() {
-                continue;
-            }
-            // The connection may still be finishing its previous response.
-            if sender.ready().await.is_ok() {
-                return Some(sender);
+            if conn.is_reusable() {
+                return Some(conn);
             }
         }
     }
 
-    pub fn checkin(&self, sender: Sender, idle_max: usize) {
-        if sender.is_closed() || idle_max == 0 {
+    pub fn checkin(&self, mut sender: BackendConn, idle_max: usize) {
+        if idle_max == 0 {
             return;
         }
+        sender.shrink();
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         if list.len() < idle_max {
             list.push((sender, Instant::now()));

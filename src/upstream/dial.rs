@@ -1,14 +1,13 @@
-//! Opening backend connections: resolve the name (at every dial, never cached here),
-//! connect within `connect_timeout`, and handshake HTTP/1.1 over hyper's client.
+//! Opening backend connections: resolve the name (at every dial, never cached here)
+//! and connect within `connect_timeout`.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use tokio::net::{TcpStream, UnixStream};
 
-use super::connpool::Sender;
+use super::conn::{BackendConn, Io};
 use crate::config::Target;
 
 #[derive(Debug, thiserror::Error)]
@@ -22,8 +21,6 @@ pub enum DialError {
     /// Out of local ports or descriptors: not the backend's fault.
     #[error("local resources exhausted: {0}")]
     Local(io::Error),
-    #[error("HTTP handshake failed: {0}")]
-    Handshake(hyper::Error),
 }
 
 impl DialError {
@@ -38,14 +35,14 @@ impl DialError {
     }
 }
 
-pub async fn connect(target: &Target, connect_timeout: Duration) -> Result<Sender, DialError> {
+pub async fn connect(target: &Target, connect_timeout: Duration) -> Result<BackendConn, DialError> {
     match tokio::time::timeout(connect_timeout, connect_inner(target)).await {
         Ok(r) => r,
         Err(_) => Err(DialError::Timeout(connect_timeout)),
     }
 }
 
-async fn connect_inner(target: &Target) -> Result<Sender, DialError> {
+async fn connect_inner(target: &Target) -> Result<BackendConn, DialError> {
     match target {
         Target::Tcp { host, port } => {
             let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
@@ -60,7 +57,7 @@ async fn connect_inner(target: &Target) -> Result<Sender, DialError> {
                 match TcpStream::connect(addr).await {
                     Ok(s) => {
                         let _ = s.set_nodelay(true);
-                        return handshake(s).await;
+                        return Ok(BackendConn::new(Io::Tcp(s)));
                     }
                     Err(e) => last = DialError::from_io(e),
                 }
@@ -71,23 +68,7 @@ async fn connect_inner(target: &Target) -> Result<Sender, DialError> {
             let s = UnixStream::connect(path)
                 .await
                 .map_err(DialError::from_io)?;
-            handshake(s).await
+            Ok(BackendConn::new(Io::Unix(s)))
         }
     }
-}
-
-async fn handshake<T>(io: T) -> Result<Sender, DialError>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
-{
-    let (sender, conn) = hyper::client::conn::http1::Builder::new()
-        .handshake(TokioIo::new(io))
-        .await
-        .map_err(DialError::Handshake)?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!("sluice: backend connection ended: {e}");
-        }
-    });
-    Ok(sender)
 }

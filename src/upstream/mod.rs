@@ -3,6 +3,7 @@
 //! model, so a reload can carry them over by identity.
 
 pub mod balancer;
+pub mod conn;
 pub mod connpool;
 pub mod dial;
 pub mod passive;

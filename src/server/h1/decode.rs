@@ -23,6 +23,8 @@ pub enum Decoded {
 pub enum Decoder {
     Length(u64),
     Chunked(Chunk),
+    /// A response body delimited by the connection closing; `true` once it has.
+    UntilClose(bool),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -43,13 +45,48 @@ impl Decoder {
         Decoder::Chunked(Chunk::Size)
     }
 
+    pub fn until_close() -> Self {
+        Decoder::UntilClose(false)
+    }
+
     pub fn is_done(&self) -> bool {
-        matches!(self, Decoder::Length(0) | Decoder::Chunked(Chunk::Done))
+        matches!(
+            self,
+            Decoder::Length(0) | Decoder::Chunked(Chunk::Done) | Decoder::UntilClose(true)
+        )
+    }
+
+    /// Whether the end of the connection is the end of the body.
+    pub fn until_eof(&self) -> bool {
+        matches!(self, Decoder::UntilClose(_))
+    }
+
+    /// The connection closed: a close-delimited body is complete.
+    pub fn finish(&mut self) {
+        if let Decoder::UntilClose(done) = self {
+            *done = true;
+        }
+    }
+
+    /// Bytes still to come, when the framing says.
+    pub fn remaining(&self) -> Option<u64> {
+        match self {
+            Decoder::Length(n) => Some(*n),
+            Decoder::Chunked(Chunk::Done) | Decoder::UntilClose(true) => Some(0),
+            _ => None,
+        }
     }
 
     /// Takes the next piece of body out of `buf`.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, &'static str> {
         match self {
+            Decoder::UntilClose(true) => Ok(Decoded::Done),
+            Decoder::UntilClose(false) => {
+                if buf.is_empty() {
+                    return Ok(Decoded::NeedMore);
+                }
+                Ok(Decoded::Data(buf.split().freeze()))
+            }
             Decoder::Length(0) => Ok(Decoded::Done),
             Decoder::Length(rem) => {
                 if buf.is_empty() {

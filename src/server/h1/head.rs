@@ -6,6 +6,8 @@
 //! Content-Length values (400), and any transfer coding other than one final `chunked`
 //! (501). A head that fails here never reaches a route, let alone a backend.
 
+use std::mem::MaybeUninit;
+
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Uri, Version};
@@ -85,9 +87,10 @@ pub fn parse(head: Bytes) -> Result<Head, HeadError> {
         return Err(HeadError::TooLarge);
     }
     check_fields(&head)?;
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut slots);
-    match req.parse(&head) {
+    // Uninitialised slots: zero-filling 100 of them cost more than parsing a head.
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    match req.parse_with_uninit_headers(&head, &mut slots) {
         Ok(httparse::Status::Complete(_)) => {}
         Ok(httparse::Status::Partial) => return Err(HeadError::Bad("incomplete head")),
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
@@ -110,7 +113,8 @@ pub fn parse(head: Bytes) -> Result<Head, HeadError> {
         return Err(HeadError::Bad("invalid request target"));
     }
 
-    let mut headers = HeaderMap::with_capacity(req.headers.len());
+    // Room for the forwarding fields a proxy adds, so they do not regrow the map.
+    let mut headers = HeaderMap::with_capacity(req.headers.len() + 4);
     let mut content_length: Option<u64> = None;
     let mut te_seen = false;
     let mut codings: Vec<&[u8]> = Vec::new();
