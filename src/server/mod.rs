@@ -75,20 +75,30 @@ async fn connection(mut stream: TcpStream, client: SocketAddr, live: Arc<Live>, 
     let _conn = drain.connection();
     let accepted = Instant::now();
     let deadline = accepted + h1::HEAD_TIMEOUT;
-    // Allocate nothing until the client sends something.
-    match timeout_at(deadline, stream.readable()).await {
-        Ok(Ok(())) => {}
-        _ => return,
-    }
-    let mut buf = BytesMut::with_capacity(4096);
-    loop {
+    // Allocate nothing until the client really sent something: readiness alone
+    // (a fresh socket may report it without data) costs no buffer.
+    let mut buf = loop {
+        match timeout_at(deadline, stream.readable()).await {
+            Ok(Ok(())) => {}
+            _ => return,
+        }
+        let mut first = [0u8; 64];
+        match stream.try_read(&mut first) {
+            Ok(0) => return,
+            Ok(n) => {
+                let mut buf = BytesMut::with_capacity(4096);
+                buf.extend_from_slice(&first[..n]);
+                break buf;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => return,
+        }
+    };
+    // Enough to tell HTTP/2's preface from an HTTP/1 request line.
+    while buf.len() < h2::PREFACE.len() && h2::PREFACE.starts_with(&buf) {
         match timeout_at(deadline, stream.read_buf(&mut buf)).await {
             Ok(Ok(n)) if n > 0 => {}
             _ => return,
-        }
-        let n = buf.len().min(h2::PREFACE.len());
-        if buf[..n] != h2::PREFACE[..n] || buf.len() >= h2::PREFACE.len() {
-            break;
         }
     }
     let watch = drain.watch();

@@ -58,10 +58,9 @@ impl Conn {
     /// Serves requests on `stream` until the client leaves, a limit is hit or sluice
     /// shuts down. `buf` holds bytes already read (the protocol sniff).
     pub async fn serve(mut self, mut stream: TcpStream, mut buf: BytesMut, accepted: Instant) {
-        let mut wbuf: Vec<u8> = Vec::new();
         let mut deadline = accepted + HEAD_TIMEOUT;
         loop {
-            let head = match self.read_head(&mut stream, &mut buf, deadline).await {
+            let head = match Box::pin(self.read_head(&mut stream, &mut buf, deadline)).await {
                 Ok(Some(h)) => h,
                 Ok(None) => return,
                 Err(e) => {
@@ -92,20 +91,17 @@ impl Conn {
                     return;
                 }
             };
-            let keep = self.serve_one(&mut stream, &mut buf, &mut wbuf, head).await;
+            // Boxed: the per-request state is large, and an idle connection should not
+            // carry it (this is most of what a kept-alive connection costs).
+            let keep = Box::pin(self.serve_one(&mut stream, &mut buf, head)).await;
             if !keep || self.watch.is_draining() {
                 return;
             }
             if buf.is_empty() {
                 // Idle: hold no buffers while waiting for the next request.
                 buf = BytesMut::new();
-                if wbuf.capacity() > COALESCE * 2 {
-                    wbuf = Vec::new();
-                }
-                tokio::select! {
-                    r = stream.readable() => if r.is_err() { return },
-                    _ = tokio::time::sleep(IDLE_TIMEOUT) => return,
-                    _ = self.watch.draining() => return,
+                if !Box::pin(wait_for_next(&stream, &mut self.watch)).await {
+                    return;
                 }
             }
             deadline = Instant::now() + HEAD_TIMEOUT;
@@ -155,13 +151,7 @@ impl Conn {
     }
 
     /// One request and its response. Returns whether the connection may carry another.
-    async fn serve_one(
-        &mut self,
-        stream: &mut TcpStream,
-        buf: &mut BytesMut,
-        wbuf: &mut Vec<u8>,
-        head: Head,
-    ) -> bool {
+    async fn serve_one(&mut self, stream: &mut TcpStream, buf: &mut BytesMut, head: Head) -> bool {
         let Head {
             method,
             uri,
@@ -257,7 +247,9 @@ impl Conn {
             }
         }
         keep_alive &= !self.watch.is_draining();
-        wbuf.clear();
+        // Per request, so an idle connection holds no write buffer.
+        let mut wbuf = Vec::with_capacity(256);
+        let wbuf = &mut wbuf;
         encode::head(wbuf, status, &headers, version, keep_alive);
         // Whatever of the body is ready now leaves with the head, in one write: a small
         // response, proxied or local, costs a single syscall.
@@ -340,6 +332,17 @@ fn coalesce_ready(body: &mut Body, out: Out, wbuf: &mut Vec<u8>) -> Result<bool,
         wbuf.extend_from_slice(b"0\r\n\r\n");
     }
     Ok(true)
+}
+
+/// An idle keep-alive connection waits for its next request's first byte. `false`:
+/// close it (idle too long, or sluice is shutting down). Boxed by the caller so the
+/// connection's task is small between requests.
+async fn wait_for_next(stream: &TcpStream, watch: &mut Watch) -> bool {
+    tokio::select! {
+        r = stream.readable() => r.is_ok(),
+        _ = tokio::time::sleep(IDLE_TIMEOUT) => false,
+        _ = watch.draining() => false,
+    }
 }
 
 /// Waits for the first chunk-size line of a chunked body and checks it.
