@@ -75,23 +75,16 @@ async fn connection(mut stream: TcpStream, client: SocketAddr, live: Arc<Live>, 
     let _conn = drain.connection();
     let accepted = Instant::now();
     let deadline = accepted + h1::HEAD_TIMEOUT;
-    // Allocate nothing until the client really sent something: readiness alone
-    // (a fresh socket may report it without data) costs no buffer.
+    // Allocate nothing until the client really sent something.
     let mut buf = loop {
         match timeout_at(deadline, stream.readable()).await {
             Ok(Ok(())) => {}
             _ => return,
         }
-        let mut first = [0u8; 64];
-        match stream.try_read(&mut first) {
-            Ok(0) => return,
-            Ok(n) => {
-                let mut buf = BytesMut::with_capacity(4096);
-                buf.extend_from_slice(&first[..n]);
-                break buf;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(_) => return,
+        match first_bytes(&stream) {
+            Ok(Some(buf)) => break buf,
+            Ok(None) => continue,
+            Err(()) => return,
         }
     };
     // Enough to tell HTTP/2's preface from an HTTP/1 request line.
@@ -114,5 +107,22 @@ async fn connection(mut stream: TcpStream, client: SocketAddr, live: Arc<Live>, 
             watch,
         };
         conn.serve(stream, buf, accepted).await;
+    }
+}
+
+/// After readiness (which a socket may report without data): the first bytes in a
+/// fresh buffer, `Ok(None)` when nothing was there after all, `Err` when the peer
+/// closed. Reads into the stack first so a spurious wakeup allocates nothing.
+pub(crate) fn first_bytes(stream: &TcpStream) -> Result<Option<BytesMut>, ()> {
+    let mut first = [0u8; 64];
+    match stream.try_read(&mut first) {
+        Ok(0) => Err(()),
+        Ok(n) => {
+            let mut buf = BytesMut::with_capacity(4096);
+            buf.extend_from_slice(&first[..n]);
+            Ok(Some(buf))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+        Err(_) => Err(()),
     }
 }

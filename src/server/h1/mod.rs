@@ -99,9 +99,10 @@ impl Conn {
             }
             if buf.is_empty() {
                 // Idle: hold no buffers while waiting for the next request.
-                buf = BytesMut::new();
-                if !Box::pin(wait_for_next(&stream, &mut self.watch)).await {
-                    return;
+                drop(std::mem::take(&mut buf));
+                match Box::pin(wait_for_next(&stream, &mut self.watch)).await {
+                    Some(first) => buf = first,
+                    None => return,
                 }
             }
             deadline = Instant::now() + HEAD_TIMEOUT;
@@ -334,14 +335,25 @@ fn coalesce_ready(body: &mut Body, out: Out, wbuf: &mut Vec<u8>) -> Result<bool,
     Ok(true)
 }
 
-/// An idle keep-alive connection waits for its next request's first byte. `false`:
-/// close it (idle too long, or sluice is shutting down). Boxed by the caller so the
+/// An idle keep-alive connection waits for its next request's first bytes. `None`:
+/// close it (idle too long, the client left, or sluice is shutting down). Boxed by the caller so the
 /// connection's task is small between requests.
-async fn wait_for_next(stream: &TcpStream, watch: &mut Watch) -> bool {
-    tokio::select! {
-        r = stream.readable() => r.is_ok(),
-        _ = tokio::time::sleep(IDLE_TIMEOUT) => false,
-        _ = watch.draining() => false,
+async fn wait_for_next(stream: &TcpStream, watch: &mut Watch) -> Option<BytesMut> {
+    let idle = tokio::time::sleep(IDLE_TIMEOUT);
+    tokio::pin!(idle);
+    loop {
+        tokio::select! {
+            r = stream.readable() => {
+                r.ok()?;
+                match super::first_bytes(stream) {
+                    Ok(Some(buf)) => return Some(buf),
+                    Ok(None) => continue,
+                    Err(()) => return None,
+                }
+            }
+            _ = &mut idle => return None,
+            _ = watch.draining() => return None,
+        }
     }
 }
 
