@@ -222,22 +222,31 @@ fn serve_on(rt: tokio::runtime::Runtime, config: Config, banner: Option<&str>) -
         let live = Live::new(Generation::compile(&config));
         let drain = Drain::new();
         tracing::info!("sluice: loaded {}", config.summary());
+        let mut accepting = Vec::new();
         for l in listeners {
             let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
             tracing::info!("sluice: listening on http://{addr}");
             if let Some(b) = banner {
                 println!("{b}: listening on http://{addr}");
             }
-            tokio::spawn(server::accept_loop(l, live.clone(), drain.clone()));
+            accepting.push(tokio::spawn(server::accept_loop(
+                l,
+                live.clone(),
+                drain.clone(),
+            )));
         }
         wait_for_stop().await;
         let grace = config.global.grace;
+        // Stop accepting first: once the accept loops return, the listeners are closed.
+        drain.start();
+        for a in accepting {
+            let _ = a.await;
+        }
         tracing::info!(
-            "sluice: stopping: no new connections; {} requests in flight get up to {} to finish",
+            "sluice: stopping: listeners closed; {} requests in flight get up to {} to finish",
             drain.requests_in_flight(),
             format_duration(grace)
         );
-        drain.start();
         if tokio::time::timeout(grace, drain.closed()).await.is_err() {
             tracing::warn!(
                 "sluice: shutdown: cut {} requests still in flight after grace",

@@ -25,7 +25,7 @@ use tokio::net::{TcpStream, UnixStream};
 
 use crate::body::{Body, BodyError};
 use crate::server::h1::decode::{Decoded, Decoder};
-use crate::server::h1::encode::{chunk, chunk_into};
+use crate::server::h1::encode::{chunk, take_ready};
 
 /// The largest response head accepted from a backend.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
@@ -127,8 +127,8 @@ impl BackendConn {
         let chunked = encode_head(&mut self.wbuf, &parts, &body);
         let mut body_done = body.is_end_stream();
         if !body_done {
-            body_done =
-                coalesce_ready(&mut body, chunked, &mut self.wbuf).map_err(SendError::Body)?;
+            body_done = take_ready(&mut body, chunked, &mut self.wbuf, COALESCE)
+                .map_err(SendError::Body)?;
         }
         let mut written = 0;
         while written < self.wbuf.len() {
@@ -278,41 +278,6 @@ fn encode_head(out: &mut Vec<u8>, parts: &http::request::Parts, body: &Body) -> 
     };
     out.extend_from_slice(b"\r\n");
     chunked
-}
-
-/// Moves request body frames that are ready now into `out`; `Ok(true)` when the
-/// body ended (its terminator included).
-fn coalesce_ready(body: &mut Body, chunked: bool, out: &mut Vec<u8>) -> Result<bool, BodyError> {
-    let mut cx = Context::from_waker(Waker::noop());
-    while out.len() < COALESCE {
-        if body.is_end_stream() {
-            break;
-        }
-        match Pin::new(&mut *body).poll_frame(&mut cx) {
-            Poll::Pending => return Ok(false),
-            Poll::Ready(None) => break,
-            Poll::Ready(Some(Err(e))) => return Err(e),
-            Poll::Ready(Some(Ok(frame))) => {
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                if chunked {
-                    if !data.is_empty() {
-                        chunk_into(out, &data);
-                    }
-                } else {
-                    out.extend_from_slice(&data);
-                }
-            }
-        }
-    }
-    if out.len() >= COALESCE && !body.is_end_stream() {
-        return Ok(false);
-    }
-    if chunked {
-        out.extend_from_slice(b"0\r\n\r\n");
-    }
-    Ok(true)
 }
 
 /// Where a response head ends (one past its blank line), if it is complete.

@@ -2,6 +2,10 @@
 //! head and a small body leave in one write.
 
 use std::io::IoSlice;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use http_body::Body as _;
 
 use http::{HeaderMap, StatusCode, Version};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -53,6 +57,48 @@ pub async fn chunk<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> std::io::Re
         IoSlice::new(b"\r\n"),
     ];
     write_all_vectored(w, &mut slices).await
+}
+
+/// Moves body frames that are ready now (without waiting) into `out`, framed as
+/// chunks when `chunked`, until `out` holds `limit` bytes. `Ok(true)`: the body ended
+/// and its terminator is in `out`. Used on both sides, so a small message's head and
+/// body leave in one write.
+pub fn take_ready(
+    body: &mut crate::body::Body,
+    chunked: bool,
+    out: &mut Vec<u8>,
+    limit: usize,
+) -> Result<bool, crate::body::BodyError> {
+    let mut cx = Context::from_waker(Waker::noop());
+    while out.len() < limit {
+        if body.is_end_stream() {
+            break;
+        }
+        match Pin::new(&mut *body).poll_frame(&mut cx) {
+            Poll::Pending => return Ok(false),
+            Poll::Ready(None) => break,
+            Poll::Ready(Some(Err(e))) => return Err(e),
+            Poll::Ready(Some(Ok(frame))) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if chunked {
+                    if !data.is_empty() {
+                        chunk_into(out, &data);
+                    }
+                } else {
+                    out.extend_from_slice(&data);
+                }
+            }
+        }
+    }
+    if out.len() >= limit && !body.is_end_stream() {
+        return Ok(false);
+    }
+    if chunked {
+        out.extend_from_slice(b"0\r\n\r\n");
+    }
+    Ok(true)
 }
 
 /// Appends one chunk (size line, data, CRLF) to `out`.

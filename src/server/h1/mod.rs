@@ -12,9 +12,7 @@ pub mod decode;
 pub mod encode;
 pub mod head;
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -256,9 +254,9 @@ impl Conn {
         // response, proxied or local, costs a single syscall.
         let mut finished = out == Out::None;
         if !finished {
-            match coalesce_ready(&mut rbody, out, wbuf) {
+            match encode::take_ready(&mut rbody, out == Out::Chunked, wbuf, COALESCE) {
                 Ok(done) => finished = done,
-                Err(()) => return false,
+                Err(_) => return false,
             }
         }
         if wr.write_all(wbuf).await.is_err() {
@@ -297,42 +295,6 @@ impl Conn {
         // A request body the handler did not read to its end leaves the stream mid-request.
         keep_alive && out != Out::Close && pump.is_none()
     }
-}
-
-/// Moves body frames that are ready without waiting into `wbuf` (framed for `out`),
-/// up to [`COALESCE`] bytes. `Ok(true)`: the body ended (its terminator is in `wbuf`).
-fn coalesce_ready(body: &mut Body, out: Out, wbuf: &mut Vec<u8>) -> Result<bool, ()> {
-    let mut cx = Context::from_waker(Waker::noop());
-    while wbuf.len() < COALESCE {
-        if body.is_end_stream() {
-            break;
-        }
-        match Pin::new(&mut *body).poll_frame(&mut cx) {
-            Poll::Pending => return Ok(false),
-            Poll::Ready(None) => break,
-            Poll::Ready(Some(Err(_))) => return Err(()),
-            Poll::Ready(Some(Ok(frame))) => {
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                if out == Out::Chunked {
-                    if data.is_empty() {
-                        continue;
-                    }
-                    encode::chunk_into(wbuf, &data);
-                } else {
-                    wbuf.extend_from_slice(&data);
-                }
-            }
-        }
-    }
-    if wbuf.len() >= COALESCE && !body.is_end_stream() {
-        return Ok(false);
-    }
-    if out == Out::Chunked {
-        wbuf.extend_from_slice(b"0\r\n\r\n");
-    }
-    Ok(true)
 }
 
 /// An idle keep-alive connection waits for its next request's first bytes. `None`:
