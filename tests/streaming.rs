@@ -453,3 +453,57 @@ async fn an_early_413_reaches_a_client_still_uploading() {
     );
     let _ = writer.await;
 }
+
+#[tokio::test]
+async fn a_backend_answering_before_the_upload_ends_is_passed_on() {
+    // Reads only the head, answers 413 and closes: the upload is still coming.
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let (mut c, _) = l.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = c.read(&mut buf).await;
+                let _ = c
+                    .write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big\n")
+                    .await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            });
+        }
+    });
+    let s = Sluice::start(&format!("site * {{ proxy {addr} }}"));
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    let size = 4 << 20;
+    c.write_all(format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {size}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let (mut rd, mut wr) = c.into_split();
+    let writer = tokio::spawn(async move {
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..(size / chunk.len()) {
+            if wr.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut out = Vec::new();
+    let start = Instant::now();
+    tokio::time::timeout(WAIT, rd.read_to_end(&mut out))
+        .await
+        .expect("answered and closed")
+        .ok();
+    let r = parse_response(&out).expect("a response").0;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (413, "too big\n"),
+        "the backend's own early answer passes unchanged"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "no hang waiting for the rest of the upload: {:?}",
+        start.elapsed()
+    );
+    let _ = writer.await;
+    task.abort();
+}

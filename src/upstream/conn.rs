@@ -150,10 +150,18 @@ impl BackendConn {
             tokio::select! {
                 biased;
                 r = wait_readable(&mut rd) => {
-                    // The backend answers (or closes) before the upload ended.
                     r.map_err(SendError::Io)?;
-                    early = true;
-                    break;
+                    // Readiness is a hint: only bytes (or the close) mean the backend
+                    // answered before the upload ended.
+                    self.buf.reserve(READ_CHUNK);
+                    match rd.try_read_buf(&mut self.buf) {
+                        Ok(_) => {
+                            early = true;
+                            break;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        Err(e) => return Err(SendError::Io(e)),
+                    }
                 }
                 frame = body.frame() => match frame {
                     None => {
@@ -408,6 +416,15 @@ async fn wait_readable(rd: &mut IoRead<'_>) -> io::Result<()> {
         IoRead::Unix(r) => r.as_ref().poll_read_ready(cx),
     })
     .await
+}
+
+impl IoRead<'_> {
+    fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        match self {
+            IoRead::Tcp(r) => r.try_read_buf(buf),
+            IoRead::Unix(r) => r.try_read_buf(buf),
+        }
+    }
 }
 
 impl Io {
