@@ -207,21 +207,7 @@ async fn idle_connections_are_closed_by_sluice_after_idle_timeout() {
 #[tokio::test]
 async fn a_pooled_connection_the_backend_closed_is_replaced_by_a_fresh_one() {
     // Answers each connection once, with keep-alive, then closes it quietly.
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        loop {
-            let (mut c, _) = l.accept().await.unwrap();
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                let _ = c.read(&mut buf).await;
-                let _ = c
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                    .await;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            });
-        }
-    });
+    let (addr, task) = answer_once(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
     let s = Sluice::start(&format!("site * {{ proxy {addr} {{ retries 0 }} }}"));
     for i in 0..4 {
         let r = get(s.addr, "/").await;
@@ -457,21 +443,10 @@ async fn an_early_413_reaches_a_client_still_uploading() {
 #[tokio::test]
 async fn a_backend_answering_before_the_upload_ends_is_passed_on() {
     // Reads only the head, answers 413 and closes: the upload is still coming.
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        loop {
-            let (mut c, _) = l.accept().await.unwrap();
-            tokio::spawn(async move {
-                let mut buf = [0u8; 1024];
-                let _ = c.read(&mut buf).await;
-                let _ = c
-                    .write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big\n")
-                    .await;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            });
-        }
-    });
+    let (addr, task) = answer_once(
+        b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big\n",
+    )
+    .await;
     let s = Sluice::start(&format!("site * {{ proxy {addr} }}"));
     let mut c = TcpStream::connect(s.addr).await.unwrap();
     let size = 4 << 20;

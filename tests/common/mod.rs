@@ -484,3 +484,24 @@ impl http_body::Body for ChanBody {
             .map(|o| o.map(|b| Ok(http_body::Frame::data(b))))
     }
 }
+
+/// A raw backend that, on each connection, reads once, writes `reply` and closes the
+/// connection shortly after, whatever the request said (for misbehaving peers).
+pub async fn answer_once(reply: &'static [u8]) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut c, _)) = l.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = c.read(&mut buf).await;
+                let _ = c.write_all(reply).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            });
+        }
+    });
+    (addr, task)
+}
