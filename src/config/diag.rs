@@ -41,10 +41,6 @@ impl Sources {
         self.files.get(id).map(|f| &*f.1).unwrap_or("")
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.files.iter().map(|f| f.0.as_str())
-    }
-
     fn line(&self, span: Span) -> Option<&str> {
         self.text(span.file)
             .lines()

@@ -109,12 +109,16 @@ impl PathPattern {
     pub fn matches(&self, path: &str) -> bool {
         match self {
             PathPattern::Exact(p) => path == p,
-            PathPattern::Prefix(p) => {
-                path.starts_with(p.as_str())
-                    && (path.len() == p.len() || path.as_bytes()[p.len()] == b'/')
-            }
+            PathPattern::Prefix(p) => under_prefix(p, path),
         }
     }
+}
+
+/// Whether `path` is `prefix` or below it at a segment boundary (`/api` covers `/api`
+/// and `/api/x`, not `/apix`).
+pub fn under_prefix(prefix: &str, path: &str) -> bool {
+    path.starts_with(prefix)
+        && (path.len() == prefix.len() || path.as_bytes()[prefix.len()] == b'/')
 }
 
 #[derive(Debug, Clone)]

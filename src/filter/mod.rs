@@ -11,7 +11,7 @@ use http::{Request, Response, StatusCode, Uri};
 use http_body::Body as _;
 
 use crate::body::Body;
-use crate::config::{Filter, PathPattern};
+use crate::config::{under_prefix, Filter, PathPattern};
 use crate::proxy;
 use crate::route::template::{render, Values};
 use crate::route::{host_of, Handler};
@@ -117,7 +117,7 @@ pub async fn run(gen: &Generation, mut req: Request<Body>, client: &ClientAddr) 
 /// Removes `prefix` from the path at a segment boundary; an emptied path becomes `/`.
 fn strip(req: &mut Request<Body>, prefix: &str) {
     let path = req.uri().path();
-    if !PathPattern::Prefix(prefix.to_string()).matches(path) {
+    if !under_prefix(prefix, path) {
         return;
     }
     let rest = &path[prefix.len()..];

@@ -53,14 +53,6 @@ impl Live {
         })
     }
 
-    pub fn current(&self) -> Arc<Generation> {
-        self.current.load_full()
-    }
-
-    pub fn replace(&self, g: Generation) {
-        self.current.store(Arc::new(g));
-    }
-
     /// Serves one request on the current generation. Boxed so a connection's task
     /// stays small while it waits idle.
     pub fn handle(&self, req: Request<Body>, client: crate::server::ClientAddr) -> ResponseFuture {

@@ -10,6 +10,7 @@
 //! Never buffers a body; a connection is reused only after a response that ended
 //! cleanly and a request body that was sent whole.
 
+use std::future::Future as _;
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
@@ -242,8 +243,6 @@ impl BackendConn {
         }
     }
 }
-
-use std::future::Future as _;
 
 fn is_closed_error(e: &io::Error) -> bool {
     matches!(

@@ -56,12 +56,4 @@ impl Idle {
             list.drain(..expired);
         }
     }
-
-    pub fn len(&self) -> usize {
-        self.list.lock().map(|l| l.len()).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }

@@ -72,8 +72,9 @@ impl Pool {
         pool
     }
 
-    /// The next peer to try, never one in `tried`. `first` says whether this is the
-    /// request's first attempt (where `all_down fail` applies).
+    /// The next peer to try, never one in `tried`. When no peer is eligible at all,
+    /// `all_down` decides: `fail` refuses the request (if nothing was tried yet),
+    /// `try` picks among all untried peers anyway.
     pub fn pick(&self, tried: &Tried) -> Pick {
         let now = passive::now_ms();
         let n = self.peers.len();
@@ -81,12 +82,12 @@ impl Pool {
         if let Some(i) = self.balancer.pick(n, &eligible) {
             return Pick::Peer(i);
         }
-        let any_eligible = (0..n).any(|i| self.peers[i].passive.is_available(now));
-        if any_eligible || tried.count > 0 && self.cfg.all_down == AllDown::Fail {
-            // Every eligible peer was tried already.
+        if (0..n).any(|i| self.peers[i].passive.is_available(now)) {
+            // Eligible peers exist, and every one was tried already.
             return Pick::Exhausted;
         }
         match self.cfg.all_down {
+            AllDown::Fail if tried.count > 0 => Pick::Exhausted,
             AllDown::Fail => Pick::AllDown,
             // A health verdict can be wrong; a request never sent is certainly lost.
             AllDown::Try => match self.balancer.pick(n, &|i| !tried.has(i)) {

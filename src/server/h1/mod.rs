@@ -121,11 +121,8 @@ impl Conn {
                 return head::parse(bytes).map(Some);
             }
             if buf.capacity() - buf.len() < 1024 {
-                buf.reserve(
-                    READ_CHUNK
-                        .min(head::MAX_HEAD + 1 - buf.len().min(head::MAX_HEAD))
-                        .max(1024),
-                );
+                // `find_end` refuses a head past MAX_HEAD; no need to cap the read here.
+                buf.reserve(READ_CHUNK);
             }
             match timeout_at(deadline, stream.read_buf(buf)).await {
                 Ok(Ok(0)) | Ok(Err(_)) => return Ok(None),
