@@ -43,10 +43,9 @@ pub enum Body {
         /// Told on the first read, for `Expect: 100-continue`.
         want: Option<oneshot::Sender<()>>,
     },
-    /// A backend's response body with the resources it holds until it ends.
-    Proxied(crate::proxy::ResponseBody),
-    /// Any body with something to release when it is done or dropped.
-    Guarded(Box<Body>, crate::server::drain::RequestGuard),
+    /// Any other body: a backend's response with the resources it holds until it ends.
+    /// One allocation, which keeps this module free of what the bodies hold.
+    Boxed(Pin<Box<dyn http_body::Body<Data = Bytes, Error = BodyError> + Send>>),
     Limited(Box<Body>, LimitState),
 }
 
@@ -63,6 +62,12 @@ pub struct LimitState {
 }
 
 impl Body {
+    pub fn stream(
+        b: impl http_body::Body<Data = Bytes, Error = BodyError> + Send + 'static,
+    ) -> Body {
+        Body::Boxed(Box::pin(b))
+    }
+
     pub fn full(b: impl Into<Bytes>) -> Body {
         let b = b.into();
         if b.is_empty() {
@@ -98,8 +103,7 @@ impl http_body::Body for Body {
                 }
                 rx.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data)))
             }
-            Body::Proxied(b) => Pin::new(b).poll_frame(cx),
-            Body::Guarded(b, _) => Pin::new(&mut **b).poll_frame(cx),
+            Body::Boxed(b) => b.as_mut().poll_frame(cx),
             Body::Limited(b, st) => {
                 let r = Pin::new(&mut **b).poll_frame(cx);
                 if let Poll::Ready(Some(Ok(f))) = &r {
@@ -121,8 +125,8 @@ impl http_body::Body for Body {
             Body::Full(b) => b.is_none(),
             Body::Incoming(b) => b.is_end_stream(),
             Body::Channel { len, .. } => *len == Some(0),
-            Body::Proxied(b) => b.is_end_stream(),
-            Body::Guarded(b, _) | Body::Limited(b, _) => b.is_end_stream(),
+            Body::Boxed(b) => b.is_end_stream(),
+            Body::Limited(b, _) => b.is_end_stream(),
         }
     }
 
@@ -133,8 +137,8 @@ impl http_body::Body for Body {
             Body::Incoming(b) => b.size_hint(),
             Body::Channel { len: Some(n), .. } => SizeHint::with_exact(*n),
             Body::Channel { len: None, .. } => SizeHint::default(),
-            Body::Proxied(b) => b.size_hint(),
-            Body::Guarded(b, _) | Body::Limited(b, _) => b.size_hint(),
+            Body::Boxed(b) => b.size_hint(),
+            Body::Limited(b, _) => b.size_hint(),
         }
     }
 }

@@ -1,14 +1,12 @@
-//! The `sluice` command: run, check, demo, proxy, version.
+//! The `sluice` command: run, check, demo, proxy, version. The command line only: the
+//! server's life is `sluice::server::lifecycle`.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use sluice::config::{self, units::format_duration, Config};
-use sluice::runtime::{Generation, Live};
-use sluice::server::{self, drain::Drain};
+use sluice::config::{self, Config};
+use sluice::server::lifecycle;
 
 #[derive(Parser)]
 #[command(
@@ -66,17 +64,21 @@ fn main() -> ExitCode {
         }
         Command::Check { config, strict } => check(&config, strict),
         Command::Run { config } => {
-            init_logging();
+            if !init_logging() {
+                return ExitCode::from(1);
+            }
             match load(&config) {
-                Some(c) => serve(c, None),
+                Some(c) => lifecycle::serve(c, None),
                 None => ExitCode::from(1),
             }
         }
         Command::Proxy { from, to } => {
-            init_logging();
+            if !init_logging() {
+                return ExitCode::from(1);
+            }
             let text = format!("listen {from}\nsite * {{\n    proxy {}\n}}\n", to.join(" "));
             match config::load_text("sluice proxy", &text) {
-                Ok(l) => serve(l.config, None),
+                Ok(l) => lifecycle::serve(l.config, None),
                 Err(r) => {
                     eprintln!("{r}");
                     ExitCode::from(2)
@@ -84,28 +86,22 @@ fn main() -> ExitCode {
             }
         }
         Command::Demo { listen } => {
-            init_logging();
+            if !init_logging() {
+                return ExitCode::from(1);
+            }
             demo(&listen)
         }
     }
 }
 
-fn init_logging() {
-    let level = match std::env::var("SLUICE_LOG").as_deref() {
-        Ok("debug") => tracing::Level::DEBUG,
-        Ok("trace") => tracing::Level::TRACE,
-        Ok("warn") => tracing::Level::WARN,
-        Ok("error") => tracing::Level::ERROR,
-        _ => tracing::Level::INFO,
-    };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(level)
-        .without_time()
-        .with_target(false)
-        .with_level(false)
-        .with_ansi(false)
-        .init();
+fn init_logging() -> bool {
+    match sluice::admin::log::init() {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            false
+        }
+    }
 }
 
 /// Loads a config file for `run`, printing what went wrong if it cannot.
@@ -161,21 +157,8 @@ fn check(path: &str, strict: bool) -> ExitCode {
     }
 }
 
-fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
-    // One worker needs no work stealing: the current-thread scheduler does the same
-    // work with fewer atomics and no cross-thread wakeups.
-    let mut b = match workers {
-        Some(1) => tokio::runtime::Builder::new_current_thread(),
-        _ => tokio::runtime::Builder::new_multi_thread(),
-    };
-    if let Some(n) = workers.filter(|n| *n > 1) {
-        b.worker_threads(n);
-    }
-    b.enable_all().build()
-}
-
 fn demo(listen: &str) -> ExitCode {
-    let rt = match runtime(None) {
+    let rt = match lifecycle::runtime(None) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("sluice demo: cannot start the runtime: {e}");
@@ -191,86 +174,11 @@ fn demo(listen: &str) -> ExitCode {
     };
     let text = sluice::demo::config_text(listen, &backends);
     match config::load_text("sluice demo", &text) {
-        Ok(l) => serve_on(rt, l.config, Some("sluice demo")),
+        Ok(l) => lifecycle::serve_on(rt, l.config, Some("sluice demo")),
         Err(r) => {
             eprintln!("{r}");
             ExitCode::from(2)
         }
-    }
-}
-
-fn serve(config: Config, banner: Option<&str>) -> ExitCode {
-    match runtime(config.global.workers) {
-        Ok(rt) => serve_on(rt, config, banner),
-        Err(e) => {
-            eprintln!("sluice: cannot start the runtime: {e}");
-            ExitCode::from(1)
-        }
-    }
-}
-
-fn serve_on(rt: tokio::runtime::Runtime, config: Config, banner: Option<&str>) -> ExitCode {
-    let code = rt.block_on(async move {
-        let addrs: Vec<SocketAddr> = config.listeners.iter().map(|l| l.addr).collect();
-        let listeners = match server::bind(&addrs).await {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("sluice: {e}");
-                return ExitCode::from(1);
-            }
-        };
-        let live = Live::new(Generation::compile(&config));
-        let drain = Drain::new();
-        tracing::info!("sluice: loaded {}", config.summary());
-        let mut accepting = Vec::new();
-        for l in listeners {
-            let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
-            tracing::info!("sluice: listening on http://{addr}");
-            if let Some(b) = banner {
-                println!("{b}: listening on http://{addr}");
-            }
-            accepting.push(tokio::spawn(server::accept_loop(
-                l,
-                live.clone(),
-                drain.clone(),
-            )));
-        }
-        wait_for_stop().await;
-        let grace = config.global.grace;
-        // Stop accepting first: once the accept loops return, the listeners are closed.
-        drain.start();
-        for a in accepting {
-            let _ = a.await;
-        }
-        tracing::info!(
-            "sluice: stopping: listeners closed; {} requests in flight get up to {} to finish",
-            drain.requests_in_flight(),
-            format_duration(grace)
-        );
-        if tokio::time::timeout(grace, drain.closed()).await.is_err() {
-            tracing::warn!(
-                "sluice: shutdown: cut {} requests still in flight after grace",
-                drain.requests_in_flight()
-            );
-        }
-        ExitCode::SUCCESS
-    });
-    rt.shutdown_timeout(Duration::from_millis(100));
-    code
-}
-
-async fn wait_for_stop() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
     }
 }
 

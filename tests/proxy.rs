@@ -67,10 +67,15 @@ async fn an_unreachable_backend_is_retried_on_another_with_the_body_intact() {
         "a POST that never reached a backend is safe to send elsewhere"
     );
     let line = s.wait_log(&format!("{dead} failed ("));
+    let (time, rest) = line.split_once(' ').expect("a timestamp first");
+    assert!(
+        time.len() == 24 && time.ends_with('Z') && time.as_bytes()[10] == b'T',
+        "an RFC 3339 UTC timestamp with milliseconds: {line}"
+    );
     assert_eq!(
-        line,
-        format!("sluice: * : {dead} failed (Connection refused (os error 111)), out of rotation for 30s").replace("* :", "*:"),
-        "the log names the pool, the peer, the reason and what sluice did"
+        rest,
+        format!("WARN sluice: *: {dead} failed (Connection refused (os error 111)), out of rotation for 30s"),
+        "the level, then the pool, the peer, the reason and what sluice did"
     );
 }
 

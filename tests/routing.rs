@@ -22,7 +22,7 @@ site example.com {
         match query version 2
         respond "query v2"
     }
-    route /old/* { redirect 301 https://{host}/new{path}{query} }
+    route /old/* { redirect 301 "https://{host}/new{path}?{query}" }
     route /moved { redirect https://elsewhere.example{uri} }
     route /hdr {
         header_down X-Route yes
@@ -133,7 +133,7 @@ async fn redirects_and_responses_use_placeholders() {
     assert_eq!(
         r.header("location"),
         Some("https://example.com/new/old/a%20b?x=1"),
-        "{{path}} is as received, still encoded"
+        "{{path}} is as received, still encoded; {{query}} has no `?` of its own"
     );
     let r = get_host(s.addr, "example.com", "/moved?q=1").await;
     assert_eq!(r.status, 302, "redirect defaults to 302");

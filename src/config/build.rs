@@ -15,6 +15,7 @@ use ipnet::IpNet;
 
 use super::diag::{nearest, Diagnostic, Span};
 use super::model::*;
+use super::template::Placeholder;
 use super::parser::{Directive, Word};
 use super::units::{parse_duration, parse_size};
 
@@ -278,6 +279,8 @@ impl Builder {
         if listeners.is_empty() {
             listeners.push(Listen {
                 addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 8080)),
+                text: "127.0.0.1:8080".into(),
+                dual_stack: false,
                 span: Span::default(),
             });
         }
@@ -881,10 +884,11 @@ fn listen(d: &Directive) -> Res<Listen> {
         return Err(extra(t, "write: listen ADDR [tls]"));
     }
     let text = w.text.as_str();
+    let dual_stack = text.starts_with(':');
     let addr = if let Some(port) = text.strip_prefix(':') {
         port.parse::<u16>()
             .ok()
-            .map(|p| SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)))
+            .map(|p| SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, p)))
     } else if let Some(port) = text.strip_prefix("localhost:") {
         port.parse::<u16>()
             .ok()
@@ -894,6 +898,8 @@ fn listen(d: &Directive) -> Res<Listen> {
     };
     addr.map(|addr| Listen {
         addr,
+        text: text.to_string(),
+        dual_stack,
         span: d.span(),
     })
     .ok_or_else(|| {
@@ -1021,10 +1027,15 @@ fn header_op(d: &Directive, what: &str) -> Res<HeaderOp> {
         [n, v] => {
             let name = HeaderName::from_bytes(n.text.as_bytes())
                 .map_err(|_| expected(n, "a header name"))?;
-            let value = HeaderValue::from_str(&v.text).map_err(|_| {
-                Diagnostic::error(v.span, "this value cannot be sent in a header")
-                    .with_hint("header values are visible ASCII")
-            })?;
+            let t = template(v)?;
+            let value = if t.has_placeholders() {
+                HeaderTemplate::Render(t)
+            } else {
+                HeaderTemplate::Fixed(HeaderValue::from_str(&v.text).map_err(|_| {
+                    Diagnostic::error(v.span, "this value cannot be sent in a header")
+                        .with_hint("header values are visible ASCII")
+                })?)
+            };
             Ok(HeaderOp::Set(name, value))
         }
         [_, _, x, ..] => Err(extra(x, "quote a value that has spaces")),
@@ -1037,44 +1048,11 @@ fn header_op(d: &Directive, what: &str) -> Res<HeaderOp> {
 }
 
 fn template(w: &Word) -> Res<Template> {
-    let mut parts = Vec::new();
-    let mut text = String::new();
-    let mut rest = w.text.as_str();
-    while let Some(open) = rest.find('{') {
-        let Some(close) = rest[open..].find('}') else {
-            break;
-        };
-        let name = &rest[open + 1..open + close];
-        let part = match name {
-            "host" => TemplatePart::Host,
-            "path" => TemplatePart::Path,
-            "query" => TemplatePart::Query,
-            "uri" => TemplatePart::Uri,
-            _ => {
-                text.push_str(&rest[..open + close + 1]);
-                rest = &rest[open + close + 1..];
-                if name.chars().all(|c| c.is_ascii_lowercase()) && !name.is_empty() {
-                    return Err(Diagnostic::error(
-                        w.span,
-                        format!("unknown placeholder `{{{name}}}`"),
-                    )
-                    .with_hint("placeholders are {host}, {path}, {query} and {uri}"));
-                }
-                continue;
-            }
-        };
-        text.push_str(&rest[..open]);
-        if !text.is_empty() {
-            parts.push(TemplatePart::Text(std::mem::take(&mut text)));
-        }
-        parts.push(part);
-        rest = &rest[open + close + 1..];
-    }
-    text.push_str(rest);
-    if !text.is_empty() {
-        parts.push(TemplatePart::Text(text));
-    }
-    Ok(Template { parts })
+    Template::parse(&w.text).map_err(|e| {
+        let names: Vec<String> = Placeholder::ALL.iter().map(|(n, _)| format!("{{{n}}}")).collect();
+        Diagnostic::error(w.span, format!("unknown placeholder `{{{}}}`", e.0))
+            .with_hint(format!("placeholders are {}", names.join(", ")))
+    })
 }
 
 fn status_word(w: &Word) -> Option<u16> {

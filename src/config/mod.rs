@@ -7,6 +7,7 @@ pub mod diag;
 pub mod lexer;
 pub mod model;
 pub mod parser;
+pub mod template;
 pub mod units;
 
 pub use diag::{Diagnostic, Report, Severity, Sources};

@@ -10,6 +10,7 @@ use http::{HeaderName, HeaderValue, Method, StatusCode};
 use ipnet::IpNet;
 
 use super::diag::Span;
+pub use super::template::{HeaderOp, HeaderTemplate, Template};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -66,6 +67,11 @@ impl Default for Global {
 #[derive(Debug, Clone)]
 pub struct Listen {
     pub addr: SocketAddr,
+    /// As written, for messages.
+    pub text: String,
+    /// `:PORT`: every interface of both families on one socket (`[::]` with IPv6-only
+    /// off).
+    pub dual_stack: bool,
     pub span: Span,
 }
 
@@ -139,12 +145,6 @@ pub enum Filter {
 }
 
 #[derive(Debug, Clone)]
-pub enum HeaderOp {
-    Set(HeaderName, HeaderValue),
-    Remove(HeaderName),
-}
-
-#[derive(Debug, Clone)]
 pub enum Handler {
     Proxy(Box<ProxyConfig>),
     Respond {
@@ -155,21 +155,6 @@ pub enum Handler {
         status: StatusCode,
         target: Template,
     },
-}
-
-/// Text with `{host}`, `{path}`, `{query}`, `{uri}` placeholders, split at load.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Template {
-    pub parts: Vec<TemplatePart>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TemplatePart {
-    Text(String),
-    Host,
-    Path,
-    Query,
-    Uri,
 }
 
 #[derive(Debug, Clone)]
@@ -234,7 +219,7 @@ pub enum Target {
     Unix(PathBuf),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Policy {
     First,
     RoundRobin,

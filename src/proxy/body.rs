@@ -14,7 +14,7 @@ use http_body::{Frame, SizeHint};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::body::BodyError;
-use crate::server::h1::decode::Decoder;
+use crate::http1::decode::Decoder;
 use crate::upstream::conn::BackendConn;
 use crate::upstream::Pool;
 
@@ -27,14 +27,14 @@ pub struct Lease {
 
 impl Lease {
     pub fn new(pool: Arc<Pool>, peer: usize, permit: Option<OwnedSemaphorePermit>) -> Lease {
-        pool.peers[peer].in_flight.fetch_add(1, Ordering::Relaxed);
+        pool.peers()[peer].in_flight.fetch_add(1, Ordering::Relaxed);
         Lease { pool, peer, permit }
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.pool.peers[self.peer]
+        self.pool.peers()[self.peer]
             .in_flight
             .fetch_sub(1, Ordering::Relaxed);
     }
@@ -66,7 +66,7 @@ impl ResponseBody {
         if let Some(conn) = self.conn.take() {
             if self.reusable {
                 let pool = &self.lease.pool;
-                pool.peers[self.lease.peer]
+                pool.peers()[self.lease.peer]
                     .idle
                     .checkin(conn, pool.cfg.keepalive.idle_max);
             }

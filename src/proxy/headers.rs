@@ -8,7 +8,8 @@
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-use crate::config::{HeaderOp, HostMode, ProxyConfig};
+use crate::config::template::{apply_all, Values};
+use crate::config::{HostMode, ProxyConfig};
 
 static HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
@@ -113,8 +114,15 @@ fn is_sluice(k: &HeaderName) -> bool {
 }
 
 /// Everything but `Host` in upstream mode, which depends on the peer chosen.
-/// `client_ip` is the client's address as a header value, rendered once per connection.
-pub fn request(h: &mut HeaderMap, client_ip: &HeaderValue, trusted: bool, cfg: &ProxyConfig) {
+/// `client_ip` is the client's address as a header value, rendered once per connection;
+/// `scheme` is the connection's (`http` or `https`).
+pub fn request(
+    h: &mut HeaderMap,
+    client_ip: &HeaderValue,
+    scheme: &HeaderValue,
+    trusted: bool,
+    cfg: &ProxyConfig,
+) {
     let original_host = h.get(header::HOST).cloned();
     scrub(h, true, !trusted);
     let ip = client_ip.as_bytes();
@@ -137,7 +145,7 @@ pub fn request(h: &mut HeaderMap, client_ip: &HeaderValue, trusted: bool, cfg: &
         h.insert(XFF, v);
     }
     if !h.contains_key(&XFP) {
-        h.insert(XFP, HeaderValue::from_static("http"));
+        h.insert(XFP, scheme.clone());
     }
     if !h.contains_key(&XFH) {
         if let Some(host) = original_host {
@@ -150,29 +158,21 @@ pub fn request(h: &mut HeaderMap, client_ip: &HeaderValue, trusted: bool, cfg: &
 }
 
 /// `Host` for upstream mode, then the `header_up` lines (which may override it).
-pub fn finish_request(h: &mut HeaderMap, cfg: &ProxyConfig, peer_host: Option<&HeaderValue>) {
+pub fn finish_request(
+    h: &mut HeaderMap,
+    cfg: &ProxyConfig,
+    peer_host: Option<&HeaderValue>,
+    values: &Values<'_>,
+) {
     if let (HostMode::Upstream, Some(v)) = (&cfg.host, peer_host) {
         h.insert(header::HOST, v.clone());
     }
-    apply(h, &cfg.header_up);
+    apply_all(h, &cfg.header_up, values);
 }
 
-pub fn response(h: &mut HeaderMap, cfg: &ProxyConfig) {
+pub fn response(h: &mut HeaderMap, cfg: &ProxyConfig, values: &Values<'_>) {
     scrub(h, false, false);
-    apply(h, &cfg.header_down);
-}
-
-pub fn apply(h: &mut HeaderMap, ops: &[HeaderOp]) {
-    for op in ops {
-        match op {
-            HeaderOp::Set(n, v) => {
-                h.insert(n.clone(), v.clone());
-            }
-            HeaderOp::Remove(n) => {
-                h.remove(n);
-            }
-        }
-    }
+    apply_all(h, &cfg.header_down, values);
 }
 
 #[cfg(test)]
@@ -206,6 +206,7 @@ mod tests {
         request(
             &mut h,
             &HeaderValue::from_static("10.0.0.9"),
+            &HeaderValue::from_static("http"),
             false,
             &ProxyConfig::new(vec![]),
         );
@@ -231,6 +232,7 @@ mod tests {
         request(
             &mut h,
             &HeaderValue::from_static("10.0.0.9"),
+            &HeaderValue::from_static("http"),
             true,
             &ProxyConfig::new(vec![]),
         );

@@ -1,11 +1,15 @@
-//! The `proxy` handler: takes a pool slot, picks a peer, gets a connection (idle or
-//! fresh), sends the request and streams the answer back.
+//! The `proxy` handler, in named steps: take a pool slot ([`acquire_slot`]), then for
+//! each attempt pick a peer and get a connection, idle or fresh ([`attempt`]), send the
+//! request and read the response head ([`send`]), and hand the body back as a stream
+//! ([`stream`]).
 //!
 //! Rules that are the product (DESIGN.md §8.6–8.8): a request goes to another peer only
-//! when the first could not be reached, so its body is intact; once it reached a
-//! backend it is never sent again, and the backend's own answer (a 500, say) passes
-//! unchanged. Client faults (a broken body, `max_body`) and a slow backend (`timeout`)
-//! never count against a peer. Never buffers a body.
+//! when the first could not be reached, so its body is intact (body frames taken for a
+//! write that never went out are kept in the `Outgoing` and sent again); once it
+//! reached a backend it is never sent again, and the backend's own answer (a 500, say)
+//! passes unchanged. Client faults (a broken body, `max_body`) and a slow backend
+//! (`timeout`) never count against a peer. Never buffers a body. Knows no client socket:
+//! the client's address and scheme arrive as plain values.
 
 pub mod body;
 pub mod headers;
@@ -15,82 +19,41 @@ use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
-use http_body::Body as _;
+use tokio::sync::OwnedSemaphorePermit;
 
 use self::body::Lease;
 pub use self::body::ResponseBody;
 use crate::body::{Body, BodyError};
-use crate::runtime::local_response;
+use crate::config::template::Values;
+use crate::config::units::format_duration;
+use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
-use crate::upstream::conn::SendError;
+use crate::upstream::conn::{BackendConn, Outgoing, SendError};
 use crate::upstream::dial::{self, DialError};
 use crate::upstream::{Pick, Pool, Tried};
 
 const BUSY: &str = "Server busy, retry in a moment\n";
 const NO_CAPACITY: &str = "Edge out of connection capacity toward this site, retry in a moment\n";
+const UNREACHABLE: &str = "Bad gateway: no backend could be reached\n";
 
-/// The client-side facts the proxy needs.
+/// The client-side facts the proxy needs, as plain values.
 pub struct Client<'a> {
-    pub addr: &'a crate::server::ClientAddr,
+    /// The client's address as a header value (for `X-Forwarded-For`).
+    pub ip: &'a HeaderValue,
+    /// `http` or `https`, as a header value (for `X-Forwarded-Proto`).
+    pub scheme: &'a HeaderValue,
+    /// Its forwarding headers are believed (`trust`).
     pub trusted: bool,
+    /// Placeholder values for `header_up` / `header_down`.
+    pub values: Values<'a>,
 }
 
-pub async fn forward(
-    pool: &Arc<Pool>,
-    mut req: Request<Body>,
-    client: &Client<'_>,
-) -> Response<Body> {
-    let cfg = &pool.cfg;
-    if let Some(max) = cfg.max_body {
-        if let Some(resp) = check_declared_body(&req, max) {
-            return resp;
-        }
-        if !req.body().is_end_stream() {
-            req = req.map(|b| b.limited(max));
-        }
-    }
-    let permit = match &pool.limit {
-        None => None,
-        Some(sem) => {
-            let wait = cfg.limit.map(|l| l.wait).unwrap_or_default();
-            // A free slot is taken without arming a timer.
-            let permit = match sem.clone().try_acquire_owned() {
-                Ok(p) => Ok(p),
-                Err(_) => match tokio::time::timeout(wait, sem.clone().acquire_owned()).await {
-                    Ok(Ok(p)) => Ok(p),
-                    _ => Err(()),
-                },
-            };
-            match permit {
-                Ok(p) => Some(p),
-                Err(()) => {
-                    bump(&COUNTERS.limit_rejections);
-                    tracing::debug!(
-                        "sluice: {}: limit of {} in flight reached, refused a request",
-                        pool.name,
-                        sem.available_permits()
-                    );
-                    let mut r = local_response(StatusCode::SERVICE_UNAVAILABLE, BUSY);
-                    r.headers_mut()
-                        .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-                    return r;
-                }
-            }
-        }
+pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) -> Response<Body> {
+    let permit = match acquire_slot(pool).await {
+        Ok(p) => p,
+        Err(refusal) => return refusal,
     };
-
-    let (mut parts, body) = req.into_parts();
-    headers::request(
-        &mut parts.headers,
-        &client.addr.ip_value,
-        client.trusted,
-        cfg,
-    );
-    parts.version = Version::HTTP_11;
-    if let Some(pq) = parts.uri.path_and_query() {
-        parts.uri = Uri::from(pq.clone());
-    }
-    let mut req = Some(Request::from_parts(parts, body));
+    let mut out = Outgoing::new(prepare(pool, req, client));
     let mut permit = permit;
     let mut tried = Tried::default();
     loop {
@@ -101,103 +64,183 @@ pub async fn forward(
             }
             Pick::Exhausted => {
                 bump(&COUNTERS.bad_gateway);
-                return local_response(
-                    StatusCode::BAD_GATEWAY,
-                    "Bad gateway: no backend could be reached\n",
-                );
+                return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
             }
         };
         if tried.count > 0 {
             bump(&COUNTERS.retries);
         }
         tried.add(i);
-        let peer = &pool.peers[i];
-        peer.selections.fetch_add(1, Ordering::Relaxed);
-        let mut lease = Lease::new(pool.clone(), i, permit.take());
-        let mut r = req.take().expect("the request is kept until it is sent");
-        headers::finish_request(r.headers_mut(), cfg, peer.host_header.as_ref());
-
-        // An idle connection first; one that turns out closed before the request went
-        // out hands the request back, and it goes out on a fresh connection (not a retry).
-        let mut conn = peer.idle.checkout(cfg.keepalive.idle_timeout);
-        let outcome = loop {
-            let fresh = conn.is_none();
-            let mut c = match conn.take() {
-                Some(c) => c,
-                None => match dial::connect(&peer.addr.target, cfg.connect_timeout).await {
-                    Ok(c) => {
-                        peer.passive.record_success();
-                        c
-                    }
-                    Err(e) => break Err((e, r)),
-                },
-            };
-            match tokio::time::timeout(cfg.timeout, c.send(r)).await {
-                Err(_) => {
-                    bump(&COUNTERS.gateway_timeout);
-                    tracing::info!(
-                        "sluice: {}: {} sent no response head within {}",
-                        pool.name,
-                        peer.addr.text,
-                        crate::config::units::format_duration(cfg.timeout)
-                    );
-                    return local_response(StatusCode::GATEWAY_TIMEOUT, "Gateway timeout\n");
-                }
-                Ok(Ok(head)) => break Ok((c, head)),
-                Ok(Err(SendError::NotSent(back))) if !fresh => r = *back,
-                Ok(Err(SendError::NotSent(back))) => {
-                    let e = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-                    break Err((DialError::Connect(e), *back));
-                }
-                Ok(Err(e)) => return sent_and_failed(pool, i, e),
-            }
-        };
-        match outcome {
-            Ok((c, head)) => {
-                let mut parts = head.parts;
-                headers::response(&mut parts.headers, cfg);
-                let body = ResponseBody::new(c, head.decoder, head.reusable, lease);
-                return Response::from_parts(parts, Body::Proxied(body));
-            }
-            Err((DialError::Local(e), _)) => {
-                bump(&COUNTERS.out_of_ports);
-                tracing::warn!(
-                    "sluice: {}: cannot dial {}: {e}; out of local capacity, backend state unchanged",
-                    pool.name,
-                    peer.addr.text
-                );
-                let mut resp = local_response(StatusCode::SERVICE_UNAVAILABLE, NO_CAPACITY);
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                return resp;
-            }
-            Err((e, back)) => {
+        let lease = Lease::new(pool.clone(), i, permit.take());
+        match attempt(pool, i, &mut out, client).await {
+            Attempt::Answered(conn, head) => return stream(pool, conn, head, lease, client),
+            Attempt::Refused(resp) => return resp,
+            Attempt::Unreachable(e) => {
                 pool.peer_failed(i, &e);
+                let mut lease = lease;
                 permit = lease.permit.take();
-                drop(lease);
-                if tried.count > cfg.retries as usize {
+                if tried.count > pool.cfg.retries as usize {
                     bump(&COUNTERS.bad_gateway);
-                    return local_response(
-                        StatusCode::BAD_GATEWAY,
-                        "Bad gateway: no backend could be reached\n",
-                    );
+                    return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
                 }
                 // Not reached: the body is intact, so even a POST may go elsewhere.
-                req = Some(back);
             }
         }
     }
 }
 
+/// Step 1: a slot under the pool's `limit`, waiting up to its WAIT. `Err`: the 503.
+async fn acquire_slot(pool: &Pool) -> Result<Option<OwnedSemaphorePermit>, Response<Body>> {
+    let Some(sem) = &pool.limit else {
+        return Ok(None);
+    };
+    // A free slot is taken without arming a timer.
+    if let Ok(p) = sem.clone().try_acquire_owned() {
+        return Ok(Some(p));
+    }
+    let wait = pool.cfg.limit.map(|l| l.wait).unwrap_or_default();
+    if let Ok(Ok(p)) = tokio::time::timeout(wait, sem.clone().acquire_owned()).await {
+        return Ok(Some(p));
+    }
+    bump(&COUNTERS.limit_rejections);
+    tracing::debug!(
+        "sluice: {}: limit of {} in flight reached, refused a request",
+        pool.name(),
+        pool.cfg.limit.map_or(0, |l| l.max)
+    );
+    let mut r = local_response(StatusCode::SERVICE_UNAVAILABLE, BUSY);
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+    Err(r)
+}
+
+/// The request as every backend of the pool receives it (§8.9), but for what depends
+/// on the peer (`host upstream`, `header_up`).
+fn prepare(pool: &Pool, req: Request<Body>, client: &Client<'_>) -> Request<Body> {
+    let (mut parts, body) = req.into_parts();
+    headers::request(
+        &mut parts.headers,
+        client.ip,
+        client.scheme,
+        client.trusted,
+        &pool.cfg,
+    );
+    parts.version = Version::HTTP_11;
+    if let Some(pq) = parts.uri.path_and_query() {
+        parts.uri = Uri::from(pq.clone());
+    }
+    Request::from_parts(parts, body)
+}
+
+enum Attempt {
+    /// The backend answered: its connection and response head.
+    Answered(BackendConn, crate::http1::head::ResponseHead),
+    /// The peer could not be reached; the request was not sent and may go elsewhere.
+    Unreachable(DialError),
+    /// The attempt ended with an answer of sluice's own (504, 502, 413, 503 …).
+    Refused(Response<Body>),
+}
+
+/// Step 2: one peer. An idle connection first; one that turns out closed before the
+/// request went out hands the request back, and it goes out on a fresh connection
+/// (not a retry).
+async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>) -> Attempt {
+    let cfg = &pool.cfg;
+    let peer = &pool.peers()[i];
+    peer.selections.fetch_add(1, Ordering::Relaxed);
+    headers::finish_request(
+        &mut out.parts.headers,
+        cfg,
+        peer.host_header.as_ref(),
+        &client.values,
+    );
+    let mut conn = peer.idle.checkout(cfg.keepalive.idle_timeout);
+    loop {
+        let fresh = conn.is_none();
+        let mut c = match conn.take() {
+            Some(c) => c,
+            None => match dial::connect(&peer.addr.target, cfg.connect_timeout).await {
+                Ok(c) => {
+                    peer.passive.record_success();
+                    c
+                }
+                Err(DialError::Local(e)) => return Attempt::Refused(out_of_capacity(pool, i, e)),
+                Err(e) => return Attempt::Unreachable(e),
+            },
+        };
+        match send(pool, i, &mut c, out).await {
+            Ok(head) => return Attempt::Answered(c, head),
+            Err(SendError::NotSent) if !fresh => continue,
+            Err(SendError::NotSent) => {
+                let e = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+                return Attempt::Unreachable(DialError::Connect(e));
+            }
+            Err(e) => return Attempt::Refused(sent_and_failed(pool, i, e)),
+        }
+    }
+}
+
+/// Step 3: the request out and the response head in, under `timeout` (504 past it,
+/// which is not the peer's failure).
+async fn send(
+    pool: &Pool,
+    i: usize,
+    c: &mut BackendConn,
+    out: &mut Outgoing,
+) -> Result<crate::http1::head::ResponseHead, SendError> {
+    match tokio::time::timeout(pool.cfg.timeout, c.send(out)).await {
+        Ok(r) => r,
+        Err(_) => {
+            bump(&COUNTERS.gateway_timeout);
+            tracing::info!(
+                "sluice: {}: {} sent no response head within {}",
+                pool.name(),
+                pool.peers()[i].addr.text,
+                format_duration(pool.cfg.timeout)
+            );
+            Err(SendError::TimedOut)
+        }
+    }
+}
+
+/// Step 4: the response, its body read from the backend as the client takes it.
+fn stream(
+    pool: &Pool,
+    conn: BackendConn,
+    head: crate::http1::head::ResponseHead,
+    lease: Lease,
+    client: &Client<'_>,
+) -> Response<Body> {
+    let mut parts = head.parts;
+    headers::response(&mut parts.headers, &pool.cfg, &client.values);
+    let body = ResponseBody::new(conn, head.decoder, head.reusable, lease);
+    Response::from_parts(parts, Body::stream(body))
+}
+
+/// 503 for local exhaustion (ports, descriptors): not the backend's fault.
+fn out_of_capacity(pool: &Pool, i: usize, e: std::io::Error) -> Response<Body> {
+    bump(&COUNTERS.out_of_ports);
+    tracing::warn!(
+        "sluice: {}: cannot dial {}: {e}; out of local capacity, backend state unchanged",
+        pool.name(),
+        pool.peers()[i].addr.text
+    );
+    let mut resp = local_response(StatusCode::SERVICE_UNAVAILABLE, NO_CAPACITY);
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
 /// The request went out and then failed: never retried.
 fn sent_and_failed(pool: &Pool, peer: usize, e: SendError) -> Response<Body> {
     match e {
+        SendError::TimedOut => local_response(StatusCode::GATEWAY_TIMEOUT, "Gateway timeout\n"),
         SendError::Body(BodyError::TooLarge(_)) => {
             bump(&COUNTERS.body_too_large);
             local_response(StatusCode::PAYLOAD_TOO_LARGE, "Request body too large\n")
         }
         SendError::Body(other) => {
-            tracing::debug!("sluice: {}: request body failed: {other}", pool.name);
+            tracing::debug!("sluice: {}: request body failed: {other}", pool.name());
             local_response(
                 StatusCode::BAD_REQUEST,
                 "Bad request: broken request body\n",
@@ -212,24 +255,4 @@ fn sent_and_failed(pool: &Pool, peer: usize, e: SendError) -> Response<Body> {
             )
         }
     }
-}
-
-/// 413 for a declared Content-Length over `max`, before anything is sent.
-pub fn check_declared_body(req: &Request<Body>, max: u64) -> Option<Response<Body>> {
-    let declared = req.body().size_hint().exact().or_else(|| {
-        req.headers()
-            .get(header::CONTENT_LENGTH)?
-            .to_str()
-            .ok()?
-            .parse()
-            .ok()
-    });
-    if declared.is_some_and(|n| n > max) {
-        bump(&COUNTERS.body_too_large);
-        return Some(local_response(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "Request body too large\n",
-        ));
-    }
-    None
 }

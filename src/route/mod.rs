@@ -1,19 +1,20 @@
-//! Site and route matching, compiled once per load.
+//! Site and route tables, and finding the site and route for a request on its
+//! normalised host and path (`path`).
 //!
-//! Sites: exact host (a hash lookup), then the longest `*.suffix`, then `*`; compared
-//! case-insensitively without port. Routes within a site are sorted at load: exact
-//! paths first, then prefixes longest first, ties in file order; the first whose
-//! pattern and matchers all pass wins.
+//! Sites: exact host (a hash lookup), then the longest `*.suffix`, then `*`. Routes
+//! within a site are sorted when the table is built: exact paths first, then prefixes
+//! longest first, ties in file order; the first whose pattern and matchers all pass
+//! wins. The tables hold compiled filters and handlers; `runtime` builds them.
 
-pub mod template;
+pub mod path;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use http::{Request, StatusCode};
+use http::{HeaderMap, HeaderName, Method, StatusCode};
 
-use crate::body::Body;
-use crate::config::{self, Filter, HostPattern, Matcher, PathPattern, Template};
+use crate::config::{PathPattern, Template};
+use crate::filter::Filter;
 use crate::upstream::Pool;
 
 pub struct Sites {
@@ -33,97 +34,71 @@ pub struct Route {
     pub name: String,
     pub pattern: PathPattern,
     pub matchers: Vec<Matcher>,
-    pub filters: Vec<Filter>,
+    /// In written order; the proxy's own `max_body` comes last.
+    pub filters: Vec<Box<dyn Filter>>,
     pub handler: Handler,
-    /// A filter or the handler renders placeholders from the request as received.
+    /// Some filter or the handler renders placeholders from the request as received.
     pub uses_placeholders: bool,
+}
+
+pub enum Matcher {
+    Method(Vec<Method>),
+    /// Value `*` matches any value of a present header.
+    Header(HeaderName, String),
+    /// Value `*` matches any value of a present parameter.
+    Query(String, String),
 }
 
 pub enum Handler {
     Proxy(Arc<Pool>),
-    Respond {
-        status: StatusCode,
-        body: Template,
-    },
-    Redirect {
-        status: StatusCode,
-        target: Template,
-    },
+    Respond { status: StatusCode, body: Template },
+    Redirect { status: StatusCode, target: Template },
     /// A route with filters but no handler answers 404.
     None,
 }
 
+/// What a route's matchers look at.
+pub struct Probe<'a> {
+    pub path: &'a str,
+    pub method: &'a Method,
+    pub headers: &'a HeaderMap,
+    pub query: Option<&'a str>,
+}
+
 impl Sites {
-    /// Compiles the sites; creates a pool for every `proxy` line.
-    pub fn compile(sites: &[config::Site]) -> Sites {
-        let mut exact = HashMap::new();
-        let mut suffixes = Vec::new();
-        let mut any = None;
-        let mut list = Vec::with_capacity(sites.len());
-        for (idx, s) in sites.iter().enumerate() {
-            for h in &s.hosts {
-                match h {
-                    HostPattern::Exact(name) => {
-                        exact.insert(name.clone(), idx);
-                    }
-                    HostPattern::Suffix(sfx) => suffixes.push((sfx.clone(), idx)),
-                    HostPattern::Any => any = Some(idx),
-                }
-            }
-            let mut routes: Vec<Route> = s
-                .routes
-                .iter()
-                .map(|r| Route {
-                    name: r.name.clone(),
-                    pattern: r.pattern.clone(),
-                    matchers: r.matchers.clone(),
-                    filters: r.filters.clone(),
-                    uses_placeholders: r
-                        .filters
-                        .iter()
-                        .any(|f| matches!(f, Filter::Rewrite { .. }))
-                        || matches!(
-                            &r.handler,
-                            Some(
-                                config::Handler::Respond { .. } | config::Handler::Redirect { .. }
-                            )
-                        ),
-                    handler: match &r.handler {
-                        Some(config::Handler::Proxy(p)) => {
-                            Handler::Proxy(Pool::new(r.name.clone(), (**p).clone()))
-                        }
-                        Some(config::Handler::Respond { status, body }) => Handler::Respond {
-                            status: *status,
-                            body: body.clone(),
-                        },
-                        Some(config::Handler::Redirect { status, target }) => Handler::Redirect {
-                            status: *status,
-                            target: target.clone(),
-                        },
-                        None => Handler::None,
-                    },
-                })
-                .collect();
-            // Stable: ties keep file order.
-            routes.sort_by_key(|r| match &r.pattern {
-                PathPattern::Exact(_) => (0, 0),
-                PathPattern::Prefix(p) => (1, usize::MAX - p.len()),
-            });
-            list.push(Site {
-                name: s.name.clone(),
-                routes,
-            });
-        }
-        suffixes.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
+    pub fn new() -> Sites {
         Sites {
-            exact,
-            suffixes,
-            any,
-            list,
+            exact: HashMap::new(),
+            suffixes: Vec::new(),
+            any: None,
+            list: Vec::new(),
         }
     }
 
-    /// The site for a Host (port and case already removed by [`host_of`]).
+    /// Adds a site answering for `hosts` (lower-case; `*.suffix` as `.suffix`).
+    pub fn add(&mut self, hosts: &[crate::config::HostPattern], mut site: Site) {
+        use crate::config::HostPattern;
+        let idx = self.list.len();
+        for h in hosts {
+            match h {
+                HostPattern::Exact(name) => {
+                    self.exact.insert(name.clone(), idx);
+                }
+                HostPattern::Suffix(sfx) => self.suffixes.push((sfx.clone(), idx)),
+                HostPattern::Any => self.any = Some(idx),
+            }
+        }
+        // Stable: ties keep file order.
+        site.routes.sort_by_key(|r| match &r.pattern {
+            PathPattern::Exact(_) => (0, 0),
+            PathPattern::Prefix(p) => (1, usize::MAX - p.len()),
+        });
+        self.suffixes
+            .sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
+        self.list.push(site);
+    }
+
+    /// The site for a normalised host ([`path::normalize_host`]).
     pub fn find(&self, host: &str) -> Option<&Site> {
         if let Some(&i) = self.exact.get(host) {
             return Some(&self.list[i]);
@@ -135,84 +110,48 @@ impl Sites {
             .or_else(|| self.any.map(|i| &self.list[i]))
     }
 
+    pub fn routes(&self) -> impl Iterator<Item = &Route> {
+        self.list.iter().flat_map(|s| s.routes.iter())
+    }
+
     pub fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
-        self.list
-            .iter()
-            .flat_map(|s| s.routes.iter())
-            .filter_map(|r| match &r.handler {
-                Handler::Proxy(p) => Some(p),
-                _ => None,
-            })
+        self.routes().filter_map(|r| match &r.handler {
+            Handler::Proxy(p) => Some(p),
+            _ => None,
+        })
+    }
+}
+
+impl Default for Sites {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
 impl Site {
-    pub fn find(&self, req: &Request<Body>) -> Option<&Route> {
-        let path = req.uri().path();
+    /// The first route whose pattern (on the normalised path) and matchers pass.
+    pub fn find(&self, probe: &Probe<'_>) -> Option<&Route> {
         self.routes
             .iter()
-            .find(|r| r.pattern.matches(path) && r.matchers.iter().all(|m| matcher_passes(m, req)))
+            .find(|r| r.pattern.matches(probe.path) && r.matchers.iter().all(|m| m.passes(probe)))
     }
 }
 
-fn matcher_passes(m: &Matcher, req: &Request<Body>) -> bool {
-    match m {
-        Matcher::Method(ms) => ms.contains(req.method()),
-        Matcher::Header(name, want) => req
-            .headers()
-            .get_all(name)
-            .iter()
-            .any(|v| want == "*" || v.as_bytes() == want.as_bytes()),
-        Matcher::Query(name, want) => req.uri().query().is_some_and(|q| {
-            q.split('&').any(|pair| {
-                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-                k == name && (want == "*" || v == want)
-            })
-        }),
-    }
-}
-
-/// The request's host, lower-cased, without port: from the URI (HTTP/2, absolute
-/// form) or the Host field. Borrows unless the host has upper-case letters.
-pub fn host_of(req: &Request<Body>) -> std::borrow::Cow<'_, str> {
-    let raw = req
-        .uri()
-        .authority()
-        .map(|a| a.as_str())
-        .or_else(|| {
-            req.headers()
-                .get(http::header::HOST)
-                .and_then(|v| v.to_str().ok())
-        })
-        .unwrap_or("");
-    let host = strip_port(raw);
-    if host.bytes().any(|b| b.is_ascii_uppercase()) {
-        std::borrow::Cow::Owned(host.to_ascii_lowercase())
-    } else {
-        std::borrow::Cow::Borrowed(host)
-    }
-}
-
-fn strip_port(h: &str) -> &str {
-    // Drop userinfo, if an absolute-form URI carried any.
-    let h = h.rsplit_once('@').map_or(h, |(_, rest)| rest);
-    if let Some(rest) = h.strip_prefix('[') {
-        return rest.split_once(']').map_or(rest, |(ip, _)| ip);
-    }
-    match h.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => h,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ports_and_brackets() {
-        assert_eq!(strip_port("example.com:8080"), "example.com");
-        assert_eq!(strip_port("[::1]:8080"), "::1");
-        assert_eq!(strip_port("example.com"), "example.com");
+impl Matcher {
+    fn passes(&self, p: &Probe<'_>) -> bool {
+        match self {
+            Matcher::Method(ms) => ms.contains(p.method),
+            Matcher::Header(name, want) => p
+                .headers
+                .get_all(name)
+                .iter()
+                .any(|v| want == "*" || v.as_bytes() == want.as_bytes()),
+            Matcher::Query(name, want) => p.query.is_some_and(|q| {
+                q.split('&').any(|pair| {
+                    let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                    k == name && (want == "*" || v == want)
+                })
+            }),
+        }
     }
 }

@@ -1,21 +1,19 @@
 //! The live generation: the compiled config every request reads, swapped atomically.
 //!
 //! A request loads the current generation once (an `Arc` clone, no lock) and keeps it
-//! to the end, so a swap never changes the rules under a request in flight.
+//! to the end, so a swap never changes the rules under a request in flight. This module
+//! is data: it never calls the pipeline and knows no listener.
 
-use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::Pin;
+pub mod compile;
+
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use http::header::{self, HeaderValue};
-use http::{Request, Response, StatusCode};
 use ipnet::IpNet;
 
-use crate::body::Body;
-use crate::config::Config;
 use crate::route::Sites;
+use crate::upstream::Pool;
 
 pub struct Generation {
     pub sites: Sites,
@@ -23,28 +21,22 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Compiles a loaded config. Must run inside the tokio runtime (pools start tasks).
-    pub fn compile(config: &Config) -> Generation {
-        Generation {
-            sites: Sites::compile(&config.sites),
-            trust: config.global.trust.clone(),
-        }
-    }
-
-    pub fn is_trusted(&self, client: SocketAddr) -> bool {
+    pub fn is_trusted(&self, client: IpAddr) -> bool {
         if self.trust.is_empty() {
             return false;
         }
-        let ip = client.ip().to_canonical();
+        let ip = client.to_canonical();
         self.trust.iter().any(|n| n.contains(&ip))
+    }
+
+    pub fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
+        self.sites.pools()
     }
 }
 
 pub struct Live {
     current: ArcSwap<Generation>,
 }
-
-pub type ResponseFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
 impl Live {
     pub fn new(g: Generation) -> Arc<Live> {
@@ -53,21 +45,21 @@ impl Live {
         })
     }
 
-    /// Serves one request on the current generation. Boxed so a connection's task
-    /// stays small while it waits idle.
-    pub fn handle(&self, req: Request<Body>, client: crate::server::ClientAddr) -> ResponseFuture {
-        let gen = self.current.load_full();
-        Box::pin(async move { crate::filter::run(&gen, req, &client).await })
+    /// The generation a new request runs on.
+    pub fn load(&self) -> Arc<Generation> {
+        self.current.load_full()
     }
-}
 
-/// A short plain-text answer sluice makes itself.
-pub fn local_response(status: StatusCode, body: &'static str) -> Response<Body> {
-    let mut r = Response::new(Body::full(body));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r
+    /// Makes `next` the live generation. Pools of the old one that `next` did not carry
+    /// over are retired now: their background tasks stop and their idle connections
+    /// close, while requests still running on the old generation finish on it.
+    pub fn swap(&self, next: Generation) {
+        let old = self.current.swap(Arc::new(next));
+        let now = self.current.load();
+        for pool in old.pools() {
+            if !now.pools().any(|p| Arc::ptr_eq(&p.state, &pool.state)) {
+                pool.state.retire();
+            }
+        }
+    }
 }

@@ -1,5 +1,6 @@
-//! HTTP/2 with prior knowledge (h2c) on a plain listener, served by hyper's h2 server.
-//! The bytes read while sniffing the protocol are replayed in front of the socket.
+//! HTTP/2 with prior knowledge (h2c) on a plain listener, served by hyper's h2 server
+//! over any [`Transport`]. The bytes read while sniffing the protocol are replayed in
+//! front of the stream.
 
 use std::convert::Infallible;
 use std::io;
@@ -8,45 +9,58 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
+use http::header::{self, HeaderValue};
 use http::{Request, StatusCode};
+use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 
-use super::drain::{Drain, Watch};
-use super::h1::head::{MAX_HEAD, MAX_HEADERS};
-use crate::body::Body;
-use crate::runtime::{local_response, Live};
+use super::drain::{Drain, RequestGuard, Watch};
+use super::transport::Transport;
+use crate::body::{Body, BodyError};
+use crate::http1::{MAX_HEAD, MAX_HEADERS};
+use crate::pipeline::{self, ClientInfo};
+use crate::reply::local_response;
+use crate::runtime::Live;
 use crate::stats::{bump, COUNTERS};
 
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-pub async fn serve(
-    stream: TcpStream,
+pub async fn serve<S: Transport>(
+    stream: S,
     pre: Bytes,
-    client: super::ClientAddr,
+    client: ClientInfo,
     live: Arc<Live>,
     drain: Drain,
     mut watch: Watch,
 ) {
     let io = TokioIo::new(Rewind { pre, inner: stream });
     let addr = client.addr;
-    let svc = service_fn(move |req: Request<Incoming>| {
+    let svc = service_fn(move |mut req: Request<Incoming>| {
         let live = live.clone();
         let client = client.clone();
         let guard = drain.request();
         async move {
             if req.headers().len() > MAX_HEADERS {
                 bump(&COUNTERS.head_too_large);
-                return Ok::<_, Infallible>(local_response(
+                let resp = local_response(
                     StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                     "Request header fields too large\n",
-                ));
+                );
+                return Ok::<_, Infallible>(resp.map(|b| Guarded { body: b, _guard: guard }));
             }
-            let resp = live.handle(req.map(Body::Incoming), client).await;
-            Ok(resp.map(|b| Body::Guarded(Box::new(b), guard)))
+            // `:authority` is the host, for routing and the backend alike.
+            if let Some(v) = req
+                .uri()
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+            {
+                req.headers_mut().insert(header::HOST, v);
+            }
+            let resp = pipeline::handle(&live, req.map(Body::Incoming), client).await;
+            Ok(resp.map(|b| Guarded { body: b, _guard: guard }))
         }
     });
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
@@ -68,13 +82,39 @@ pub async fn serve(
     }
 }
 
-/// A socket with some already-read bytes put back in front.
-struct Rewind {
-    pre: Bytes,
-    inner: TcpStream,
+/// A response body that keeps its request counted (for the drain) until it is done.
+struct Guarded {
+    body: Body,
+    _guard: RequestGuard,
 }
 
-impl AsyncRead for Rewind {
+impl http_body::Body for Guarded {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A stream with some already-read bytes put back in front.
+struct Rewind<S> {
+    pre: Bytes,
+    inner: S,
+}
+
+impl<S: Transport> AsyncRead for Rewind<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -90,7 +130,7 @@ impl AsyncRead for Rewind {
     }
 }
 
-impl AsyncWrite for Rewind {
+impl<S: Transport> AsyncWrite for Rewind<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

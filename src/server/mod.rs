@@ -1,5 +1,6 @@
 //! Listeners: bind, accept, tell HTTP/1.1 from HTTP/2 prior knowledge, and hand each
-//! connection to its codec. Owns graceful shutdown (`drain`).
+//! connection to its loop over the transport seam (`transport`). Owns graceful
+//! shutdown (`drain`) and the process's life (`lifecycle`).
 //!
 //! Never blocks the runtime; an accept error (out of descriptors) is logged and
 //! retried after a pause rather than spinning.
@@ -7,48 +8,52 @@
 pub mod drain;
 pub mod h1;
 pub mod h2;
+pub mod lifecycle;
+pub mod transport;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::time::{timeout_at, Instant};
 
 use self::drain::Drain;
+use self::transport::{wait_first_bytes, Transport};
+use crate::config::Listen;
+use crate::pipeline::{ClientInfo, Scheme};
 use crate::runtime::Live;
 
-/// The client end of a connection, with its address rendered once for the headers
-/// that carry it (`X-Forwarded-For`), not once per request.
-#[derive(Clone)]
-pub struct ClientAddr {
-    pub addr: SocketAddr,
-    pub ip_value: http::HeaderValue,
-}
-
-impl ClientAddr {
-    pub fn new(addr: SocketAddr) -> ClientAddr {
-        let ip = addr.ip().to_canonical().to_string();
-        ClientAddr {
-            addr,
-            ip_value: http::HeaderValue::from_str(&ip)
-                .expect("an IP address is a valid header value"),
-        }
-    }
-}
-
 /// Binds every listener, or fails naming the address that could not be bound.
-pub async fn bind(addrs: &[SocketAddr]) -> anyhow::Result<Vec<TcpListener>> {
-    let mut out = Vec::with_capacity(addrs.len());
-    for addr in addrs {
-        let l = TcpListener::bind(addr)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-        out.push(l);
+pub fn bind(listens: &[Listen]) -> anyhow::Result<Vec<TcpListener>> {
+    listens
+        .iter()
+        .map(|l| bind_one(l).map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", l.text)))
+        .collect()
+}
+
+fn bind_one(l: &Listen) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let open = |addr: SocketAddr| -> std::io::Result<TcpListener> {
+        let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        if addr.is_ipv6() {
+            // `listen :PORT` takes both families on one socket.
+            s.set_only_v6(!l.dual_stack)?;
+        }
+        s.set_reuse_address(true)?;
+        s.set_nonblocking(true)?;
+        s.bind(&addr.into())?;
+        s.listen(1024)?;
+        TcpListener::from_std(s.into())
+    };
+    match open(l.addr) {
+        // A host without IPv6: `:PORT` still serves IPv4.
+        Err(e) if l.dual_stack && e.raw_os_error() == Some(97) => {
+            open(SocketAddr::from(([0, 0, 0, 0], l.addr.port())))
+        }
+        r => r,
     }
-    Ok(out)
 }
 
 /// Accepts on `listener` until shutdown starts.
@@ -67,35 +72,40 @@ pub async fn accept_loop(listener: TcpListener, live: Arc<Live>, drain: Drain) {
             _ = watch.draining() => return,
         };
         let _ = stream.set_nodelay(true);
+        let client = ClientInfo::new(client, Scheme::Http);
         tokio::spawn(connection(stream, client, live.clone(), drain.clone()));
     }
 }
 
-async fn connection(mut stream: TcpStream, client: SocketAddr, live: Arc<Live>, drain: Drain) {
+/// One client connection: waits for its first bytes (no buffer until then), sniffs
+/// the protocol, and runs the h1 or h2 loop. Shutdown closes it at once while it has
+/// not sent a whole head.
+async fn connection<S: Transport>(mut stream: S, client: ClientInfo, live: Arc<Live>, drain: Drain) {
     let _conn = drain.connection();
+    let mut watch = drain.watch();
     let accepted = Instant::now();
     let deadline = accepted + h1::HEAD_TIMEOUT;
-    // Allocate nothing until the client really sent something.
-    let mut buf = loop {
-        match timeout_at(deadline, stream.readable()).await {
-            Ok(Ok(())) => {}
-            _ => return,
+    let sniffed = async {
+        let mut buf = timeout_at(deadline, wait_first_bytes(&stream))
+            .await
+            .ok()?
+            .ok()?;
+        // Enough to tell HTTP/2's preface from an HTTP/1 request line.
+        while buf.len() < h2::PREFACE.len() && h2::PREFACE.starts_with(&buf) {
+            match timeout_at(deadline, stream.read_buf(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return None,
+            }
         }
-        match first_bytes(&stream) {
-            Ok(Some(buf)) => break buf,
-            Ok(None) => continue,
-            Err(()) => return,
-        }
+        Some(buf)
     };
-    // Enough to tell HTTP/2's preface from an HTTP/1 request line.
-    while buf.len() < h2::PREFACE.len() && h2::PREFACE.starts_with(&buf) {
-        match timeout_at(deadline, stream.read_buf(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => {}
-            _ => return,
-        }
-    }
-    let watch = drain.watch();
-    let client = ClientAddr::new(client);
+    let buf = tokio::select! {
+        b = sniffed => match b {
+            Some(b) => b,
+            None => return,
+        },
+        _ = watch.draining() => return,
+    };
     if buf.starts_with(h2::PREFACE) {
         // Boxed: an HTTP/1 connection's task should not be as large as an h2 one's.
         Box::pin(h2::serve(stream, buf.freeze(), client, live, drain, watch)).await;
@@ -107,22 +117,5 @@ async fn connection(mut stream: TcpStream, client: SocketAddr, live: Arc<Live>, 
             watch,
         };
         conn.serve(stream, buf, accepted).await;
-    }
-}
-
-/// After readiness (which a socket may report without data): the first bytes in a
-/// fresh buffer, `Ok(None)` when nothing was there after all, `Err` when the peer
-/// closed. Reads into the stack first so a spurious wakeup allocates nothing.
-pub(crate) fn first_bytes(stream: &TcpStream) -> Result<Option<BytesMut>, ()> {
-    let mut first = [0u8; 64];
-    match stream.try_read(&mut first) {
-        Ok(0) => Err(()),
-        Ok(n) => {
-            let mut buf = BytesMut::with_capacity(4096);
-            buf.extend_from_slice(&first[..n]);
-            Ok(Some(buf))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-        Err(_) => Err(()),
     }
 }

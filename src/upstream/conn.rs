@@ -5,36 +5,31 @@
 //! per request — about a third of sluice's user-space instructions per proxied request
 //! (measured with callgrind, docs/performance.md). Here the request's task writes the
 //! head, streams the body, reads the response head and then, through
-//! `proxy::ResponseBody`, the body, on the pooled socket itself.
+//! `proxy::ResponseBody`, the body, on the pooled socket itself. The bytes are the
+//! `http1` codec's, client role.
 //!
 //! Never buffers a body; a connection is reused only after a response that ended
 //! cleanly and a request body that was sent whole.
 
 use std::future::Future as _;
 use std::io;
-use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, StatusCode, Version};
+use http::header;
+use http::{Method, Request};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::body::{Body, BodyError};
-use crate::server::h1::decode::{Decoded, Decoder};
-use crate::server::h1::encode::{chunk, take_ready};
-
-/// The largest response head accepted from a backend.
-const MAX_RESPONSE_HEAD: usize = 64 * 1024;
-/// Most header fields accepted in a backend's response head.
-const MAX_RESPONSE_HEADERS: usize = 128;
-const READ_CHUNK: usize = 16 * 1024;
-/// Request bodies this small leave with the head in one write.
-const COALESCE: usize = 16 * 1024;
+use crate::http1::decode::{Decoded, Decoder};
+use crate::http1::encode::{self, chunk, chunk_into, take_ready, BodyOut};
+use crate::http1::head::{parse_response, ResponseHead};
+use crate::http1::scan::ResponseScan;
+use crate::http1::{COALESCE, MAX_RESPONSE_HEAD, READ_CHUNK};
 
 pub enum Io {
     Tcp(TcpStream),
@@ -48,13 +43,49 @@ pub struct BackendConn {
     wbuf: Vec<u8>,
 }
 
+/// A request on its way to a backend: its head, how its body is framed (decided once,
+/// before any of it is read), the body still to come, and the body frames already
+/// taken for a write that has not been known to go out, so that a connection found
+/// closed before the request left can hand it back whole.
+pub struct Outgoing {
+    pub parts: http::request::Parts,
+    pub body: Body,
+    framing: BodyOut,
+    /// Data frames taken from `body` for a write that has not gone out yet.
+    resend: Vec<Bytes>,
+    /// `body` ended while its frames were taken.
+    body_ended: bool,
+}
+
+impl Outgoing {
+    pub fn new(req: Request<Body>) -> Outgoing {
+        let (parts, body) = req.into_parts();
+        let framing = if body.is_end_stream() {
+            BodyOut::Empty
+        } else if parts.headers.contains_key(header::CONTENT_LENGTH) {
+            BodyOut::Declared
+        } else if let Some(n) = body.size_hint().exact() {
+            BodyOut::Length(n)
+        } else {
+            BodyOut::Chunked
+        };
+        Outgoing {
+            parts,
+            body,
+            framing,
+            resend: Vec::new(),
+            body_ended: false,
+        }
+    }
+}
+
 /// Why sending a request or reading its answer failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
     /// Not one byte of the request went out (a pooled connection the backend had
-    /// closed): the request is handed back to go out on a fresh connection.
+    /// closed): the `Outgoing` still holds all of it, to go out on a fresh connection.
     #[error("connection closed before the request went out")]
-    NotSent(Box<Request<Body>>),
+    NotSent,
     /// The client's body failed: its fault, not the backend's.
     #[error("{0}")]
     Body(BodyError),
@@ -66,14 +97,9 @@ pub enum SendError {
     /// The backend's response head breaks HTTP.
     #[error("invalid response: {0}")]
     Invalid(&'static str),
-}
-
-/// A response head and how its body is framed on this connection.
-pub struct Head {
-    pub parts: http::response::Parts,
-    pub decoder: Decoder,
-    /// The connection may carry another request once this body ends.
-    pub reusable: bool,
+    /// No response head within the pool's `timeout` (not the peer's failure).
+    #[error("no response head in time")]
+    TimedOut,
 }
 
 impl BackendConn {
@@ -120,16 +146,34 @@ impl BackendConn {
         }
     }
 
-    /// Sends `req` and reads the response head. The request body streams while the
-    /// head is awaited, so a backend may answer before the upload ends.
-    pub async fn send(&mut self, req: Request<Body>) -> Result<Head, SendError> {
-        let is_head = req.method() == Method::HEAD;
-        let (parts, mut body) = req.into_parts();
-        let chunked = encode_head(&mut self.wbuf, &parts, &body);
-        let mut body_done = body.is_end_stream();
-        if !body_done {
-            body_done = take_ready(&mut body, chunked, &mut self.wbuf, COALESCE)
-                .map_err(SendError::Body)?;
+    /// Sends the request and reads the response head. The request body streams while
+    /// the head is awaited, so a backend may answer before the upload ends.
+    pub async fn send(&mut self, out: &mut Outgoing) -> Result<ResponseHead, SendError> {
+        let is_head = out.parts.method == Method::HEAD;
+        let chunked = encode::request_head(&mut self.wbuf, &out.parts, out.framing);
+        // Frames an earlier attempt took go first, then whatever else is ready.
+        for data in &out.resend {
+            if chunked {
+                chunk_into(&mut self.wbuf, data);
+            } else {
+                self.wbuf.extend_from_slice(data);
+            }
+        }
+        if out.body_ended {
+            if chunked {
+                self.wbuf.extend_from_slice(b"0\r\n\r\n");
+            }
+        } else if out.framing != BodyOut::Empty {
+            out.body_ended = take_ready(
+                &mut out.body,
+                chunked,
+                &mut self.wbuf,
+                COALESCE,
+                Some(&mut out.resend),
+            )
+            .map_err(SendError::Body)?;
+        } else {
+            out.body_ended = true;
         }
         let mut written = 0;
         while written < self.wbuf.len() {
@@ -137,15 +181,14 @@ impl BackendConn {
                 Ok(0) => return Err(SendError::Io(io::ErrorKind::WriteZero.into())),
                 Ok(n) => written += n,
                 // Nothing of the request was taken: it may go out on another connection.
-                Err(e) if written == 0 && is_closed_error(&e) => {
-                    return Err(SendError::NotSent(Box::new(Request::from_parts(
-                        parts, body,
-                    ))))
-                }
+                Err(e) if written == 0 && is_closed_error(&e) => return Err(SendError::NotSent),
                 Err(e) => return Err(SendError::Io(e)),
             }
         }
+        // Gone out: from here on the request is never sent again.
+        out.resend.clear();
         let mut early = false;
+        let mut body_done = out.body_ended;
         while !body_done {
             let (mut rd, mut wr) = self.io.split();
             tokio::select! {
@@ -164,7 +207,7 @@ impl BackendConn {
                         Err(e) => return Err(SendError::Io(e)),
                     }
                 }
-                frame = body.frame() => match frame {
+                frame = out.body.frame() => match frame {
                     None => {
                         if chunked {
                             wr.write_all(b"0\r\n\r\n").await.map_err(SendError::Io)?;
@@ -190,10 +233,19 @@ impl BackendConn {
         Ok(head)
     }
 
-    async fn read_head(&mut self, is_head: bool) -> Result<Head, SendError> {
+    async fn read_head(&mut self, is_head: bool) -> Result<ResponseHead, SendError> {
+        let mut scan = ResponseScan::default();
         loop {
-            if let Some(head) = parse_head(&mut self.buf, is_head)? {
-                return Ok(head);
+            if let Some(len) = scan.find_end(&self.buf) {
+                match parse_response(&mut self.buf, len, is_head) {
+                    Ok(Some(head)) => return Ok(head),
+                    // An interim answer, taken off: the next head starts afresh.
+                    Ok(None) => {
+                        scan = ResponseScan::default();
+                        continue;
+                    }
+                    Err(e) => return Err(SendError::Invalid(e.0)),
+                }
             }
             // Nothing more can be a head once this much arrived without its end.
             if self.buf.len() > MAX_RESPONSE_HEAD {
@@ -252,160 +304,6 @@ fn is_closed_error(e: &io::Error) -> bool {
             | io::ErrorKind::ConnectionAborted
             | io::ErrorKind::NotConnected
     )
-}
-
-/// Writes the request head into `out`; returns whether the body goes chunked.
-fn encode_head(out: &mut Vec<u8>, parts: &http::request::Parts, body: &Body) -> bool {
-    out.clear();
-    out.extend_from_slice(parts.method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(
-        parts
-            .uri
-            .path_and_query()
-            .map_or("/", |pq| pq.as_str())
-            .as_bytes(),
-    );
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    let has_length = parts.headers.contains_key(header::CONTENT_LENGTH);
-    for (name, value) in &parts.headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    let chunked = if body.is_end_stream() || has_length {
-        false
-    } else if let Some(n) = body.size_hint().exact() {
-        out.extend_from_slice(format!("content-length: {n}\r\n").as_bytes());
-        false
-    } else {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-        true
-    };
-    out.extend_from_slice(b"\r\n");
-    chunked
-}
-
-/// Where a response head ends (one past its blank line), if it is complete.
-/// Backends get some leniency: a bare LF ends lines too.
-fn head_end(buf: &[u8]) -> Option<usize> {
-    let mut from = 0;
-    while let Some(off) = buf[from..].iter().position(|&b| b == b'\n') {
-        let lf = from + off;
-        match buf.get(lf + 1..lf + 3) {
-            Some([b'\r', b'\n']) => return Some(lf + 3),
-            Some([b'\n', _]) => return Some(lf + 2),
-            None if buf.get(lf + 1) == Some(&b'\n') => return Some(lf + 2),
-            _ => {}
-        }
-        from = lf + 1;
-    }
-    None
-}
-
-/// Parses a response head at the front of `buf` (1xx interim answers are skipped).
-fn parse_head(buf: &mut BytesMut, is_head: bool) -> Result<Option<Head>, SendError> {
-    loop {
-        let Some(len) = head_end(buf) else {
-            return Ok(None);
-        };
-        let head = buf.split_to(len).freeze();
-        let mut slots =
-            [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
-        let mut resp = httparse::Response::new(&mut []);
-        match httparse::ParserConfig::default()
-            .parse_response_with_uninit_headers(&mut resp, &head, &mut slots)
-        {
-            Ok(httparse::Status::Complete(_)) => {}
-            Ok(httparse::Status::Partial) => {
-                return Err(SendError::Invalid("malformed response head"))
-            }
-            Err(httparse::Error::TooManyHeaders) => {
-                return Err(SendError::Invalid("too many header fields"))
-            }
-            Err(_) => return Err(SendError::Invalid("malformed response head")),
-        }
-        let code = resp.code.unwrap_or(0);
-        let status =
-            StatusCode::from_u16(code).map_err(|_| SendError::Invalid("invalid status code"))?;
-        if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
-            continue;
-        }
-        let version = if resp.version == Some(1) {
-            Version::HTTP_11
-        } else {
-            Version::HTTP_10
-        };
-        let mut headers = HeaderMap::with_capacity(resp.headers.len() + 2);
-        let mut length: Option<u64> = None;
-        let mut chunked = false;
-        let mut te = false;
-        let mut close = version == Version::HTTP_10;
-        let mut keep_alive = false;
-        for h in resp.headers.iter() {
-            let name = HeaderName::from_bytes(h.name.as_bytes())
-                .map_err(|_| SendError::Invalid("invalid header name"))?;
-            if name == header::CONTENT_LENGTH {
-                let n = std::str::from_utf8(h.value)
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok())
-                    .ok_or(SendError::Invalid("invalid Content-Length"))?;
-                if length.is_some_and(|l| l != n) {
-                    return Err(SendError::Invalid("differing Content-Length values"));
-                }
-                length = Some(n);
-            } else if name == header::TRANSFER_ENCODING {
-                te = true;
-                chunked = h
-                    .value
-                    .split(|&b| b == b',')
-                    .next_back()
-                    .is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-            } else if name == header::CONNECTION {
-                for t in h.value.split(|&b| b == b',') {
-                    close |= t.trim_ascii().eq_ignore_ascii_case(b"close");
-                    keep_alive |= t.trim_ascii().eq_ignore_ascii_case(b"keep-alive");
-                }
-            }
-            let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
-                .map_err(|_| SendError::Invalid("invalid header value"))?;
-            headers.append(name, value);
-        }
-        if version == Version::HTTP_10 && keep_alive {
-            close = false;
-        }
-        let no_body = is_head
-            || status == StatusCode::NO_CONTENT
-            || status == StatusCode::NOT_MODIFIED
-            || status.is_informational();
-        let (decoder, delimited) = if no_body {
-            (Decoder::length(0), true)
-        } else if te {
-            if chunked {
-                (Decoder::chunked(), true)
-            } else {
-                (Decoder::until_close(), false)
-            }
-        } else if let Some(n) = length {
-            (Decoder::length(n), true)
-        } else {
-            (Decoder::until_close(), false)
-        };
-        let mut builder = http::Response::builder().status(status).version(version);
-        if let Some(h) = builder.headers_mut() {
-            *h = headers;
-        }
-        let (parts, ()) = builder
-            .body(())
-            .map_err(|_| SendError::Invalid("invalid response"))?
-            .into_parts();
-        return Ok(Some(Head {
-            parts,
-            decoder,
-            reusable: delimited && !close,
-        }));
-    }
 }
 
 /// Resolves when the read side has something (data or EOF), without reading it.
@@ -506,5 +404,88 @@ impl AsyncRead for Io {
             Io::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Io::Unix(s) => Pin::new(s).poll_read(cx, buf),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc;
+
+    /// A body fed in `pieces`, with `Content-Length` when `declared`.
+    fn request(pieces: &[&'static str], declared: bool) -> Outgoing {
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        let (tx, rx) = mpsc::channel(pieces.len());
+        for p in pieces {
+            tx.try_send(Ok(Bytes::from_static(p.as_bytes()))).unwrap();
+        }
+        let mut req = Request::new(Body::Channel {
+            rx,
+            len: declared.then_some(total as u64),
+            want: None,
+        });
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = "/upload".parse().unwrap();
+        if declared {
+            req.headers_mut()
+                .insert(header::CONTENT_LENGTH, total.into());
+        }
+        Outgoing::new(req)
+    }
+
+    /// Reads one request off `peer` (until `end` is seen), answers 200, returns it.
+    async fn serve_one(mut peer: UnixStream, done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !done(&got) {
+            let n = peer.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the request ended early: {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        peer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        got
+    }
+
+    /// The first connection was closed by its peer before anything was written: the
+    /// request must go out whole on the next one, body frames taken for the first
+    /// write included.
+    async fn resent_whole(declared: bool) -> String {
+        let mut out = request(&["hello ", "wide ", "world"], declared);
+        let (closed, gone) = UnixStream::pair().unwrap();
+        drop(gone);
+        let mut stale = BackendConn::new(Io::Unix(closed));
+        let r = stale.send(&mut out).await;
+        assert!(matches!(r, Err(SendError::NotSent)), "a closed socket sends nothing");
+
+        let (fresh, peer) = UnixStream::pair().unwrap();
+        let reader = tokio::spawn(serve_one(peer, move |got: &[u8]| {
+            let s = String::from_utf8_lossy(got);
+            if declared {
+                s.ends_with("world")
+            } else {
+                s.ends_with("0\r\n\r\n")
+            }
+        }));
+        let mut conn = BackendConn::new(Io::Unix(fresh));
+        let head = conn.send(&mut out).await.expect("the resend succeeds");
+        assert_eq!(head.parts.status, 200);
+        String::from_utf8(reader.await.unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_stale_connection_hands_back_every_body_byte() {
+        let chunked = resent_whole(false).await;
+        assert!(
+            chunked.ends_with("\r\n\r\n6\r\nhello \r\n5\r\nwide \r\n5\r\nworld\r\n0\r\n\r\n"),
+            "chunked body resent whole: {chunked:?}"
+        );
+        let sized = resent_whole(true).await;
+        assert!(sized.contains("content-length: 16\r\n"), "{sized:?}");
+        assert!(
+            sized.ends_with("\r\n\r\nhello wide world"),
+            "sized body resent whole: {sized:?}"
+        );
     }
 }

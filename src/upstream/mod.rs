@@ -1,6 +1,14 @@
 //! Peers and pools: the runtime state behind each `proxy` line. Health (passive now),
 //! counters, idle connections and the in-flight limit live here, never in the config
-//! model, so a reload can carry them over by identity.
+//! model.
+//!
+//! A pool has three parts. Its identity ([`PoolId`]: name, addresses, policy — weights
+//! and TLS identity join it when they exist) decides whether two generations' pools are
+//! the same pool. Its carried state ([`PoolState`]: the peers' health, counters and
+//! idle connections) is shared by every generation whose pool has that identity, so a
+//! reload keeps it. Its settings (timeouts, limits, headers, retries) belong to one
+//! generation. Background tasks of a pool's state stop when `runtime` retires it, the
+//! moment the live generation no longer has it — not when the last request ends.
 
 pub mod balancer;
 pub mod conn;
@@ -8,16 +16,15 @@ pub mod connpool;
 pub mod dial;
 pub mod passive;
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
-
-use self::balancer::Balancer;
 use http::HeaderValue;
+use tokio::sync::{Notify, Semaphore};
 
-use crate::config::{AllDown, BackendAddr, ProxyConfig, Target};
+use self::balancer::{Balancer, Candidates};
+use crate::config::{AllDown, BackendAddr, Policy, ProxyConfig, Target};
 
 pub struct Peer {
     pub ordinal: usize,
@@ -31,45 +38,137 @@ pub struct Peer {
     pub failures: AtomicU64,
 }
 
-/// One `proxy` line: its peers, policy, limit and options.
-pub struct Pool {
+impl Peer {
+    pub fn new(ordinal: usize, addr: BackendAddr) -> Peer {
+        Peer {
+            ordinal,
+            host_header: host_header(&addr.target),
+            addr,
+            idle: Default::default(),
+            passive: Default::default(),
+            in_flight: AtomicU32::new(0),
+            selections: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the peer may take requests now: the one rule every policy asks.
+    pub fn is_eligible(&self, now: u64) -> bool {
+        self.passive.is_available(now)
+    }
+}
+
+/// What makes two generations' pools the same pool.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PoolId {
     /// `SITE ROUTE`, or `SITE` for a site block's own proxy.
     pub name: String,
+    /// The addresses as written, in order.
+    pub addresses: Vec<String>,
+    pub policy: Policy,
+}
+
+impl PoolId {
+    pub fn new(name: String, cfg: &ProxyConfig) -> PoolId {
+        PoolId {
+            name,
+            addresses: cfg.backends.iter().map(|b| b.text.clone()).collect(),
+            policy: cfg.lb,
+        }
+    }
+}
+
+/// A pool's state, carried across generations by identity.
+pub struct PoolState {
     pub peers: Vec<Peer>,
+    /// The idle timeout the newest generation asked for (the reaper reads it).
+    idle_timeout_ms: AtomicU64,
+    retired: AtomicBool,
+    /// Wakes the state's tasks when it is retired; theirs to hold without holding it.
+    retire: Arc<Notify>,
+}
+
+impl PoolState {
+    /// Fresh state for `id`; starts the idle-connection reaper. Must run inside the
+    /// tokio runtime.
+    pub fn new(id: &PoolId, cfg: &ProxyConfig) -> Arc<PoolState> {
+        let state = Arc::new(PoolState {
+            peers: cfg
+                .backends
+                .iter()
+                .enumerate()
+                .map(|(i, a)| Peer::new(i, a.clone()))
+                .collect(),
+            idle_timeout_ms: AtomicU64::new(0),
+            retired: AtomicBool::new(false),
+            retire: Arc::new(Notify::new()),
+        });
+        debug_assert_eq!(state.peers.len(), id.addresses.len());
+        state.set_idle_timeout(cfg.keepalive.idle_timeout);
+        tokio::spawn(reap(Arc::downgrade(&state), state.retire.clone()));
+        state
+    }
+
+    fn set_idle_timeout(&self, d: Duration) {
+        self.idle_timeout_ms
+            .store(d.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// The live generation dropped this pool: its background tasks stop now, and its
+    /// idle connections close.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+        self.retire.notify_waiters();
+        for p in &self.peers {
+            p.idle.reap(Duration::ZERO);
+        }
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
+    }
+}
+
+/// One `proxy` line in one generation: identity, carried state, and this generation's
+/// settings.
+pub struct Pool {
+    pub id: PoolId,
+    pub state: Arc<PoolState>,
     pub balancer: Box<dyn Balancer>,
     pub limit: Option<Arc<Semaphore>>,
     pub cfg: ProxyConfig,
 }
 
 impl Pool {
-    /// Builds the pool and starts its idle-connection reaper (which ends with the pool).
-    pub fn new(name: String, cfg: ProxyConfig) -> Arc<Pool> {
-        let peers = cfg
-            .backends
-            .iter()
-            .enumerate()
-            .map(|(ordinal, addr)| Peer {
-                ordinal,
-                addr: addr.clone(),
-                host_header: host_header(&addr.target),
-                idle: Default::default(),
-                passive: Default::default(),
-                in_flight: AtomicU32::new(0),
-                selections: AtomicU64::new(0),
-                failures: AtomicU64::new(0),
-            })
-            .collect();
-        let pool = Arc::new(Pool {
-            name,
-            peers,
+    /// Builds this generation's pool, carrying `carried` state when the previous
+    /// generation had a pool of the same identity.
+    pub fn build(id: PoolId, cfg: ProxyConfig, carried: Option<Arc<PoolState>>) -> Arc<Pool> {
+        let state = match carried {
+            Some(s) => {
+                s.set_idle_timeout(cfg.keepalive.idle_timeout);
+                s
+            }
+            None => PoolState::new(&id, &cfg),
+        };
+        Arc::new(Pool {
             balancer: balancer::for_policy(cfg.lb),
             limit: cfg.limit.map(|l| Arc::new(Semaphore::new(l.max as usize))),
+            id,
+            state,
             cfg,
-        });
-        let weak = Arc::downgrade(&pool);
-        let every = (pool.cfg.keepalive.idle_timeout / 2).max(Duration::from_millis(100));
-        tokio::spawn(reap(weak, every));
-        pool
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.id.name
+    }
+
+    pub fn peers(&self) -> &[Peer] {
+        &self.state.peers
     }
 
     /// The next peer to try, never one in `tried`. When no peer is eligible at all,
@@ -77,12 +176,12 @@ impl Pool {
     /// `try` picks among all untried peers anyway.
     pub fn pick(&self, tried: &Tried) -> Pick {
         let now = passive::now_ms();
-        let n = self.peers.len();
-        let eligible = |i: usize| !tried.has(i) && self.peers[i].passive.is_available(now);
-        if let Some(i) = self.balancer.pick(n, &eligible) {
+        let peers = self.peers();
+        let c = Candidates::new(peers, tried, now);
+        if let Some(i) = self.balancer.pick(&c) {
             return Pick::Peer(i);
         }
-        if (0..n).any(|i| self.peers[i].passive.is_available(now)) {
+        if peers.iter().any(|p| p.is_eligible(now)) {
             // Eligible peers exist, and every one was tried already.
             return Pick::Exhausted;
         }
@@ -90,7 +189,7 @@ impl Pool {
             AllDown::Fail if tried.count > 0 => Pick::Exhausted,
             AllDown::Fail => Pick::AllDown,
             // A health verdict can be wrong; a request never sent is certainly lost.
-            AllDown::Try => match self.balancer.pick(n, &|i| !tried.has(i)) {
+            AllDown::Try => match self.balancer.pick(&c.ignoring_health()) {
                 Some(i) => Pick::Peer(i),
                 None => Pick::Exhausted,
             },
@@ -99,7 +198,7 @@ impl Pool {
 
     /// Records a failure that is the peer's fault; logs when it leaves rotation.
     pub fn peer_failed(&self, i: usize, reason: &dyn std::fmt::Display) {
-        let peer = &self.peers[i];
+        let peer = &self.peers()[i];
         peer.failures.fetch_add(1, Ordering::Relaxed);
         if peer
             .passive
@@ -107,14 +206,14 @@ impl Pool {
         {
             tracing::warn!(
                 "sluice: {}: {} failed ({reason}), out of rotation for {}",
-                self.name,
+                self.name(),
                 peer.addr.text,
                 crate::config::units::format_duration(self.cfg.fail_duration)
             );
         } else {
             tracing::info!(
                 "sluice: {}: {} failed ({reason})",
-                self.name,
+                self.name(),
                 peer.addr.text
             );
         }
@@ -152,14 +251,26 @@ impl Tried {
     }
 }
 
-async fn reap(pool: Weak<Pool>, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// Closes idle connections past their timeout, until the state is retired or dropped.
+async fn reap(state: Weak<PoolState>, retire: Arc<Notify>) {
     loop {
-        tick.tick().await;
-        let Some(pool) = pool.upgrade() else { return };
-        for p in &pool.peers {
-            p.idle.reap(pool.cfg.keepalive.idle_timeout);
+        let retired = retire.notified();
+        tokio::pin!(retired);
+        retired.as_mut().enable();
+        let every = {
+            let Some(s) = state.upgrade() else { return };
+            if s.is_retired() {
+                return;
+            }
+            let timeout = s.idle_timeout();
+            for p in &s.peers {
+                p.idle.reap(timeout);
+            }
+            (timeout / 2).max(Duration::from_millis(100))
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = retired => return,
         }
     }
 }

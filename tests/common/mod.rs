@@ -97,7 +97,7 @@ impl Sluice {
         let sink = logs.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(a) = line.strip_prefix("sluice: listening on http://") {
+                if let Some((_, a)) = line.split_once("sluice: listening on http://") {
                     let _ = tx.send(a.parse::<SocketAddr>().unwrap());
                 }
                 sink.lock().unwrap().push(line);

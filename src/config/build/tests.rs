@@ -192,7 +192,10 @@ fn templates_and_patterns() {
         panic!()
     };
     assert_eq!(status.as_u16(), 301);
-    assert_eq!(target.parts[1], TemplatePart::Host);
+    assert_eq!(
+        target.parts[1],
+        crate::config::template::TemplatePart::Value(crate::config::template::Placeholder::Host)
+    );
     let (_, _, m, _) = err("site a { redirect https://{hots}/ }");
     assert!(m.contains("unknown placeholder"), "{m}");
     let (_, _, m, _) = err("site a { route /a*b { respond 1 } }");

@@ -1,5 +1,5 @@
-//! Response heads and chunked framing, written into a reusable buffer so a response
-//! head and a small body leave in one write.
+//! Writing heads (responses to clients, requests to backends) and chunked framing into
+//! a reusable buffer, so a head and a small body leave in one write.
 
 use std::io::IoSlice;
 use std::pin::Pin;
@@ -8,11 +8,13 @@ use std::task::{Context, Poll, Waker};
 use http_body::Body as _;
 
 use http::{HeaderMap, StatusCode, Version};
+
+use crate::body::{Body, BodyError};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-/// How a response body is delimited on the wire.
+/// How an outgoing response body is delimited on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub enum Delimit {
     /// No body may follow (HEAD, 1xx, 204, 304).
     None,
     Length,
@@ -33,18 +35,76 @@ pub fn head(
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
     out.extend_from_slice(b"\r\n");
-    for (name, value) in headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+    fields(out, headers);
     if !keep_alive {
         out.extend_from_slice(b"connection: close\r\n");
     } else if version == Version::HTTP_10 {
         out.extend_from_slice(b"connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// The header fields, one `name: value` line each.
+fn fields(out: &mut Vec<u8>, headers: &HeaderMap) {
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// How a request body going to a backend is framed: decided once, before any of the
+/// body is read, so a request sent again is framed the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyOut {
+    /// No body.
+    Empty,
+    /// The request carries its own Content-Length field.
+    Declared,
+    /// A known length, written as Content-Length.
+    Length(u64),
+    Chunked,
+}
+
+/// Writes a request head for a backend into `out` (cleared first); returns whether the
+/// body goes chunked. The target is the origin form: path and query.
+pub fn request_head(out: &mut Vec<u8>, parts: &http::request::Parts, body: BodyOut) -> bool {
+    out.clear();
+    out.extend_from_slice(parts.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(
+        parts
+            .uri
+            .path_and_query()
+            .map_or("/", |pq| pq.as_str())
+            .as_bytes(),
+    );
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    fields(out, &parts.headers);
+    match body {
+        BodyOut::Empty | BodyOut::Declared => {}
+        BodyOut::Length(n) => {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(itoa_u64(&mut [0u8; 20], n));
+            out.extend_from_slice(b"\r\n");
+        }
+        BodyOut::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.extend_from_slice(b"\r\n");
+    body == BodyOut::Chunked
+}
+
+fn itoa_u64(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
 }
 
 /// Writes one chunk (size line, data, CRLF) with a single vectored write when it can.
@@ -62,13 +122,16 @@ pub async fn chunk<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> std::io::Re
 /// Moves body frames that are ready now (without waiting) into `out`, framed as
 /// chunks when `chunked`, until `out` holds `limit` bytes. `Ok(true)`: the body ended
 /// and its terminator is in `out`. Used on both sides, so a small message's head and
-/// body leave in one write.
+/// body leave in one write. `taken`, when given, keeps each data frame moved (a
+/// reference, not a copy), so the body can go out again if the write fails with
+/// nothing written.
 pub fn take_ready(
-    body: &mut crate::body::Body,
+    body: &mut Body,
     chunked: bool,
     out: &mut Vec<u8>,
     limit: usize,
-) -> Result<bool, crate::body::BodyError> {
+    mut taken: Option<&mut Vec<bytes::Bytes>>,
+) -> Result<bool, BodyError> {
     let mut cx = Context::from_waker(Waker::noop());
     while out.len() < limit {
         if body.is_end_stream() {
@@ -82,6 +145,9 @@ pub fn take_ready(
                 let Ok(data) = frame.into_data() else {
                     continue;
                 };
+                if let Some(t) = taken.as_deref_mut() {
+                    t.push(data.clone());
+                }
                 if chunked {
                     if !data.is_empty() {
                         chunk_into(out, &data);
@@ -159,6 +225,9 @@ pub fn simple(status: StatusCode, body: &str, extra: &[(&str, &str)], close: boo
         )
         .as_bytes(),
     );
+    out.extend_from_slice(b"date: ");
+    out.extend_from_slice(crate::reply::date().as_bytes());
+    out.extend_from_slice(b"\r\n");
     for (k, v) in extra {
         out.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
     }

@@ -1,5 +1,6 @@
-//! sluice's own HTTP/1.1 server codec: one task per connection that reads heads,
-//! dispatches requests, pumps request bodies and writes responses.
+//! The HTTP/1.1 connection loop, server role of the `http1` codec: one task per
+//! connection that reads heads, dispatches requests, pumps request bodies and writes
+//! responses, over any [`Transport`].
 //!
 //! Why our own and not hyper's server: the framing rules of DESIGN.md §14 (bare LF,
 //! obs-fold, 501 for unknown codings) must be enforced on raw bytes, and an idle
@@ -8,29 +9,28 @@
 //! request. Never buffers a body: request bodies go to the handler a chunk at a time
 //! through a one-slot channel, responses are written frame by frame.
 
-pub mod decode;
-pub mod encode;
-pub mod head;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{Method, Request, StatusCode, Version};
+use http::header::{CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::ReadHalf;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, timeout_at, Instant};
 
-use self::decode::{Decoded, Decoder};
-use self::encode::Framing as Out;
-use self::head::{Framing, Head, HeadError};
 use super::drain::{Drain, Watch};
+use super::transport::Transport;
 use crate::body::{Body, BodyError};
+use crate::http1::decode::{self, Decoded, Decoder};
+use crate::http1::encode::{self, Delimit};
+use crate::http1::head::{parse_request, Framing, HeadError, RequestHead};
+use crate::http1::scan::RequestScan;
+use crate::http1::{COALESCE, MAX_HEAD, READ_CHUNK};
+use crate::pipeline::{self, ClientInfo};
+use crate::reply::date;
 use crate::runtime::Live;
 use crate::stats::{bump, COUNTERS};
 
@@ -41,12 +41,9 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A request body that stalls this long between reads fails.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
-const READ_CHUNK: usize = 16 * 1024;
-/// Bodies this small are written with the head in one write.
-const COALESCE: usize = 16 * 1024;
 
 pub struct Conn {
-    pub client: super::ClientAddr,
+    pub client: ClientInfo,
     pub live: Arc<Live>,
     pub drain: Drain,
     pub watch: Watch,
@@ -55,39 +52,13 @@ pub struct Conn {
 impl Conn {
     /// Serves requests on `stream` until the client leaves, a limit is hit or sluice
     /// shuts down. `buf` holds bytes already read (the protocol sniff).
-    pub async fn serve(mut self, mut stream: TcpStream, mut buf: BytesMut, accepted: Instant) {
+    pub async fn serve<S: Transport>(mut self, mut stream: S, mut buf: BytesMut, accepted: Instant) {
         let mut deadline = accepted + HEAD_TIMEOUT;
         loop {
             let head = match Box::pin(self.read_head(&mut stream, &mut buf, deadline)).await {
                 Ok(Some(h)) => h,
                 Ok(None) => return,
-                Err(e) => {
-                    let (status, body, counter) = match e {
-                        HeadError::Bad(why) => {
-                            tracing::debug!(client = %self.client.addr, "sluice: bad request head: {why}");
-                            (
-                                StatusCode::BAD_REQUEST,
-                                format!("Bad request: {why}\n"),
-                                &COUNTERS.bad_request,
-                            )
-                        }
-                        HeadError::TooLarge => (
-                            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                            "Request header fields too large\n".to_string(),
-                            &COUNTERS.head_too_large,
-                        ),
-                        HeadError::Coding => (
-                            StatusCode::NOT_IMPLEMENTED,
-                            "Transfer coding not implemented\n".to_string(),
-                            &COUNTERS.unsupported_coding,
-                        ),
-                    };
-                    bump(counter);
-                    let _ = stream
-                        .write_all(&encode::simple(status, &body, &[], true))
-                        .await;
-                    return;
-                }
+                Err(e) => return self.refuse_head(&mut stream, e).await,
             };
             // Boxed: the per-request state is large, and an idle connection should not
             // carry it (this is most of what a kept-alive connection costs).
@@ -107,24 +78,30 @@ impl Conn {
         }
     }
 
-    /// Reads until a whole head is in `buf`. `Ok(None)`: close silently (the client left,
-    /// or the deadline passed before any byte came).
-    async fn read_head(
-        &self,
-        stream: &mut TcpStream,
+    /// Reads until a whole head is in `buf`, scanning each byte once. `Ok(None)`: close
+    /// silently (the client left, the deadline passed before any byte came, or sluice
+    /// is shutting down: a head not yet whole is not waited for).
+    async fn read_head<S: Transport>(
+        &mut self,
+        stream: &mut S,
         buf: &mut BytesMut,
         deadline: Instant,
-    ) -> Result<Option<Head>, HeadError> {
+    ) -> Result<Option<RequestHead>, HeadError> {
+        let mut scan = RequestScan::default();
         loop {
-            if let Some(end) = head::find_end(buf)? {
+            if let Some(end) = scan.find_end(buf)? {
                 let bytes: Bytes = buf.split_to(end).freeze();
-                return head::parse(bytes).map(Some);
+                return parse_request(bytes).map(Some);
             }
             if buf.capacity() - buf.len() < 1024 {
-                // `find_end` refuses a head past MAX_HEAD; no need to cap the read here.
+                // The scanner refuses a head past MAX_HEAD; no need to cap the read here.
                 buf.reserve(READ_CHUNK);
             }
-            match timeout_at(deadline, stream.read_buf(buf)).await {
+            let read = tokio::select! {
+                r = timeout_at(deadline, stream.read_buf(buf)) => r,
+                _ = self.watch.draining() => return Ok(None),
+            };
+            match read {
                 Ok(Ok(0)) | Ok(Err(_)) => return Ok(None),
                 Ok(Ok(_)) => {}
                 Err(_) => {
@@ -132,33 +109,60 @@ impl Conn {
                         return Ok(None);
                     }
                     bump(&COUNTERS.head_timeout);
-                    let _ = stream
-                        .write_all(&encode::simple(
-                            StatusCode::REQUEST_TIMEOUT,
-                            "Request timeout\n",
-                            &[],
-                            true,
-                        ))
-                        .await;
+                    let msg = encode::simple(StatusCode::REQUEST_TIMEOUT, "Request timeout\n", &[], true);
+                    let _ = stream.write_all(&msg).await;
                     return Ok(None);
                 }
             }
         }
     }
 
+    /// Answers a head that was refused (400, 431, 501) and closes.
+    async fn refuse_head<S: Transport>(&self, stream: &mut S, e: HeadError) {
+        let (status, body, counter) = match e {
+            HeadError::Bad(why) => {
+                tracing::debug!(client = %self.client.addr, "sluice: bad request head: {why}");
+                (
+                    StatusCode::BAD_REQUEST,
+                    format!("Bad request: {why}\n"),
+                    &COUNTERS.bad_request,
+                )
+            }
+            HeadError::TooLarge => (
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "Request header fields too large\n".to_string(),
+                &COUNTERS.head_too_large,
+            ),
+            HeadError::Coding => (
+                StatusCode::NOT_IMPLEMENTED,
+                "Transfer coding not implemented\n".to_string(),
+                &COUNTERS.unsupported_coding,
+            ),
+        };
+        bump(counter);
+        let _ = stream
+            .write_all(&encode::simple(status, &body, &[], true))
+            .await;
+    }
+
     /// One request and its response. Returns whether the connection may carry another.
-    async fn serve_one(&mut self, stream: &mut TcpStream, buf: &mut BytesMut, head: Head) -> bool {
-        let Head {
+    async fn serve_one<S: Transport>(
+        &mut self,
+        stream: &mut S,
+        buf: &mut BytesMut,
+        head: RequestHead,
+    ) -> bool {
+        let RequestHead {
             method,
             uri,
             version,
             headers,
             framing,
-            mut keep_alive,
+            keep_alive,
             expect_continue,
         } = head;
         let is_head = method == Method::HEAD;
-        let (mut want, mut pump, body) = match framing {
+        let (want, pump, body) = match framing {
             Framing::None => (None, None, Body::Empty),
             Framing::Length(n) => Pump::channel(Decoder::length(n), Some(n), expect_continue),
             Framing::Chunked => {
@@ -169,14 +173,8 @@ impl Conn {
                         if let Some(why) = e {
                             bump(&COUNTERS.bad_request);
                             let msg = format!("Bad request: {why}\n");
-                            let _ = stream
-                                .write_all(&encode::simple(
-                                    StatusCode::BAD_REQUEST,
-                                    &msg,
-                                    &[],
-                                    true,
-                                ))
-                                .await;
+                            let out = encode::simple(StatusCode::BAD_REQUEST, &msg, &[], true);
+                            let _ = stream.write_all(&out).await;
                         }
                         return false;
                     }
@@ -190,81 +188,137 @@ impl Conn {
         *req.version_mut() = version;
         *req.headers_mut() = headers;
         let _guard = self.drain.request();
-        let mut fut = self.live.handle(req, self.client.clone());
-        let (mut rd, mut wr) = stream.split();
+        let mut ex = Exchange {
+            pump,
+            keep_alive,
+            version,
+            is_head,
+        };
+        let Some(resp) = ex.dispatch(stream, buf, want, req, &self.live, &self.client).await else {
+            return false;
+        };
+        ex.keep_alive &= !self.watch.is_draining();
+        ex.respond(stream, buf, resp).await
+    }
+}
 
-        // Until the response head: pump the body, answer Expect, notice a client leaving.
-        let resp = loop {
+/// One request's exchange on the connection, once its head is parsed.
+struct Exchange {
+    /// The request body still being read, if any.
+    pump: Option<Pump>,
+    keep_alive: bool,
+    version: Version,
+    is_head: bool,
+}
+
+impl Exchange {
+    /// Runs the pipeline while pumping the request body, answering `Expect`, and
+    /// noticing a client that leaves. `None`: the client left; close.
+    async fn dispatch<S: Transport>(
+        &mut self,
+        stream: &mut S,
+        buf: &mut BytesMut,
+        mut want: Option<oneshot::Receiver<()>>,
+        req: Request<Body>,
+        live: &Live,
+        client: &ClientInfo,
+    ) -> Option<Response<Body>> {
+        let mut fut = pipeline::handle(live, req, client.clone());
+        let (mut rd, mut wr) = stream.split();
+        loop {
             tokio::select! {
                 biased;
-                resp = &mut fut => break resp,
+                resp = &mut fut => return Some(resp),
                 r = async { want.as_mut().expect("guarded by the precondition").await }, if want.is_some() => {
                     want = None;
                     if r.is_ok() && wr.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
-                        return false;
+                        return None;
                     }
                 }
-                r = read_side(&mut pump, &mut rd, buf, true) => {
+                r = read_side(&mut self.pump, &mut rd, buf, true) => {
                     if r == Side::ClientClosed {
-                        return false;
+                        return None;
                     }
                 }
             }
-        };
-        drop(fut);
+        }
+    }
 
-        let (parts, mut rbody) = resp.into_parts();
-        let mut headers = parts.headers;
-        let status = parts.status;
-        let out = if is_head
+    /// How the response body is delimited, with the fields that say so.
+    fn delimit(&mut self, status: StatusCode, headers: &mut HeaderMap, body: &Body) -> Delimit {
+        let out = if self.is_head
             || status.is_informational()
             || status == StatusCode::NO_CONTENT
             || status == StatusCode::NOT_MODIFIED
         {
-            if !is_head {
+            if !self.is_head {
                 headers.remove(CONTENT_LENGTH);
             }
-            Out::None
+            Delimit::None
         } else if headers.contains_key(CONTENT_LENGTH) {
-            Out::Length
-        } else if let Some(n) = rbody.size_hint().exact() {
+            Delimit::Length
+        } else if let Some(n) = body.size_hint().exact() {
             headers.insert(CONTENT_LENGTH, n.into());
-            Out::Length
-        } else if version == Version::HTTP_11 {
+            Delimit::Length
+        } else if self.version == Version::HTTP_11 {
             headers.insert(TRANSFER_ENCODING, http::HeaderValue::from_static("chunked"));
-            Out::Chunked
+            Delimit::Chunked
         } else {
-            keep_alive = false;
-            Out::Close
+            self.keep_alive = false;
+            Delimit::Close
         };
-        if is_head && !headers.contains_key(CONTENT_LENGTH) {
-            if let Some(n) = rbody.size_hint().exact() {
+        if self.is_head && !headers.contains_key(CONTENT_LENGTH) {
+            if let Some(n) = body.size_hint().exact() {
                 headers.insert(CONTENT_LENGTH, n.into());
             }
         }
-        keep_alive &= !self.watch.is_draining();
+        out
+    }
+
+    /// Writes the response head (with whatever body is ready, in one write), then the
+    /// body as it comes, still pumping the request body if it has not ended. Returns
+    /// whether the connection may carry another request.
+    async fn respond<S: Transport>(
+        &mut self,
+        stream: &mut S,
+        buf: &mut BytesMut,
+        resp: Response<Body>,
+    ) -> bool {
+        let (parts, mut rbody) = resp.into_parts();
+        let mut headers = parts.headers;
+        let status = parts.status;
+        let out = self.delimit(status, &mut headers, &rbody);
+        if !headers.contains_key(DATE) {
+            headers.insert(DATE, date());
+        }
+        if self.pump.as_ref().is_some_and(|p| p.tx.is_closed()) {
+            // Answered before the request body arrived, and nothing will read the rest
+            // of it: the connection closes after this response, and says so.
+            self.keep_alive = false;
+        }
         // Per request, so an idle connection holds no write buffer.
         let mut wbuf = Vec::with_capacity(256);
-        let wbuf = &mut wbuf;
-        encode::head(wbuf, status, &headers, version, keep_alive);
+        encode::head(&mut wbuf, status, &headers, self.version, self.keep_alive);
         // Whatever of the body is ready now leaves with the head, in one write: a small
         // response, proxied or local, costs a single syscall.
-        let mut finished = out == Out::None;
+        let mut finished = out == Delimit::None;
         if !finished {
-            match encode::take_ready(&mut rbody, out == Out::Chunked, wbuf, COALESCE) {
+            match encode::take_ready(&mut rbody, out == Delimit::Chunked, &mut wbuf, COALESCE, None) {
                 Ok(done) => finished = done,
                 Err(_) => return false,
             }
         }
-        if wr.write_all(wbuf).await.is_err() {
+        let (mut rd, mut wr) = stream.split();
+        if wr.write_all(&wbuf).await.is_err() {
             return false;
         }
+        drop(wbuf);
         while !finished {
             tokio::select! {
                 biased;
                 frame = rbody.frame() => match frame {
                     None => {
-                        if out == Out::Chunked && wr.write_all(b"0\r\n\r\n").await.is_err() {
+                        if out == Delimit::Chunked && wr.write_all(b"0\r\n\r\n").await.is_err() {
                             return false;
                         }
                         finished = true;
@@ -275,7 +329,7 @@ impl Conn {
                             continue;
                         }
                         let w = match out {
-                            Out::Chunked => encode::chunk(&mut wr, &data).await,
+                            Delimit::Chunked => encode::chunk(&mut wr, &data).await,
                             _ => wr.write_all(&data).await,
                         };
                         if w.is_err() {
@@ -285,41 +339,30 @@ impl Conn {
                     // The body broke off: close so the client sees the truncation.
                     Some(Err(_)) => return false,
                 },
-                _ = read_side(&mut pump, &mut rd, buf, false), if pump.is_some() => {}
+                _ = read_side(&mut self.pump, &mut rd, buf, false), if self.pump.is_some() => {}
             }
         }
         drop(rbody);
         // A request body the handler did not read to its end leaves the stream mid-request.
-        keep_alive && out != Out::Close && pump.is_none()
+        self.keep_alive && out != Delimit::Close && self.pump.is_none()
     }
 }
 
 /// An idle keep-alive connection waits for its next request's first bytes. `None`:
-/// close it (idle too long, the client left, or sluice is shutting down). Boxed by the caller so the
-/// connection's task is small between requests.
-async fn wait_for_next(stream: &TcpStream, watch: &mut Watch) -> Option<BytesMut> {
-    let idle = tokio::time::sleep(IDLE_TIMEOUT);
-    tokio::pin!(idle);
-    loop {
-        tokio::select! {
-            r = stream.readable() => {
-                r.ok()?;
-                match super::first_bytes(stream) {
-                    Ok(Some(buf)) => return Some(buf),
-                    Ok(None) => continue,
-                    Err(()) => return None,
-                }
-            }
-            _ = &mut idle => return None,
-            _ = watch.draining() => return None,
-        }
+/// close it (idle too long, the client left, or sluice is shutting down). Boxed by the
+/// caller so the connection's task is small between requests.
+async fn wait_for_next<S: Transport>(stream: &S, watch: &mut Watch) -> Option<BytesMut> {
+    tokio::select! {
+        r = super::transport::wait_first_bytes(stream) => r.ok(),
+        _ = tokio::time::sleep(IDLE_TIMEOUT) => None,
+        _ = watch.draining() => None,
     }
 }
 
 /// Waits for the first chunk-size line of a chunked body and checks it.
 /// `Err(Some(why))`: malformed; `Err(None)`: the client left or stalled.
-async fn first_chunk_line(
-    stream: &mut TcpStream,
+async fn first_chunk_line<S: AsyncRead + Unpin>(
+    stream: &mut S,
     buf: &mut BytesMut,
 ) -> Result<(), Option<&'static str>> {
     loop {
@@ -381,14 +424,14 @@ enum Side {
 
 /// The read half's work while a request is in flight: pump its body if one is still
 /// coming, else (when `watch_eof`) notice the client closing.
-async fn read_side(
+async fn read_side<R: AsyncRead + Unpin>(
     pump: &mut Option<Pump>,
-    rd: &mut ReadHalf<'_>,
+    rd: &mut R,
     buf: &mut BytesMut,
     watch_eof: bool,
 ) -> Side {
     let Some(p) = pump else {
-        if !watch_eof || buf.len() >= head::MAX_HEAD {
+        if !watch_eof || buf.len() >= MAX_HEAD {
             return std::future::pending().await;
         }
         buf.reserve(1024);
@@ -441,3 +484,4 @@ async fn read_side(
         }
     }
 }
+

@@ -1,5 +1,6 @@
-//! Request body framing: Content-Length and chunked, decoded from the connection's
-//! read buffer without copying (data chunks are split off the buffer as `Bytes`).
+//! Body framing, both roles: Content-Length, chunked and (responses) close-delimited,
+//! decoded from the connection's read buffer without copying (data chunks are split
+//! off the buffer as `Bytes`).
 //!
 //! Strict by design: a chunk size that is not 1–16 hex digits, a size line with
 //! anything but an extension after it, a bare LF, or data not followed by CRLF is an
@@ -32,7 +33,9 @@ pub enum Chunk {
     Size,
     Data(u64),
     DataEnd,
-    Trailers(usize),
+    /// Trailer lines: bytes of complete lines taken so far, and how much of the current
+    /// (incomplete) line was already looked at, so a trickled trailer is scanned once.
+    Trailers { seen: usize, scanned: usize },
     Done,
 }
 
@@ -102,7 +105,10 @@ impl Decoder {
                         None => return Ok(Decoded::NeedMore),
                         Some((len, 0)) => {
                             buf.advance(len);
-                            *state = Chunk::Trailers(0);
+                            *state = Chunk::Trailers {
+                                seen: 0,
+                                scanned: 0,
+                            };
                         }
                         Some((len, size)) => {
                             buf.advance(len);
@@ -134,11 +140,19 @@ impl Decoder {
                         buf.advance(2);
                         *state = Chunk::Size;
                     }
-                    Chunk::Trailers(seen) => {
-                        let Some(lf) = buf.iter().position(|&b| b == b'\n') else {
+                    Chunk::Trailers { seen, scanned } => {
+                        let Some(lf) = buf[scanned..]
+                            .iter()
+                            .position(|&b| b == b'\n')
+                            .map(|off| scanned + off)
+                        else {
                             if seen + buf.len() > MAX_TRAILERS {
                                 return Err("trailers too large");
                             }
+                            *state = Chunk::Trailers {
+                                seen,
+                                scanned: buf.len(),
+                            };
                             return Ok(Decoded::NeedMore);
                         };
                         if lf == 0 || buf[lf - 1] != b'\r' {
@@ -152,7 +166,10 @@ impl Decoder {
                             if seen + lf + 1 > MAX_TRAILERS {
                                 return Err("trailers too large");
                             }
-                            *state = Chunk::Trailers(seen + lf + 1);
+                            *state = Chunk::Trailers {
+                                seen: seen + lf + 1,
+                                scanned: 0,
+                            };
                         }
                     }
                     Chunk::Done => return Ok(Decoded::Done),

@@ -1,22 +1,25 @@
-//! Request heads: found, parsed and checked so that no request can be smuggled.
+//! Heads, both roles: parsed and checked so that no message can be smuggled.
 //!
-//! httparse does the tokenising; the rules it leaves open are enforced here, on the raw
-//! bytes, before anything is dispatched: bare LF line endings, obs-fold, white space in
-//! or before a field name's colon, both Content-Length and Transfer-Encoding, differing
-//! Content-Length values (400), and any transfer coding other than one final `chunked`
-//! (501). A head that fails here never reaches a route, let alone a backend.
+//! httparse does the tokenising; the rules it leaves open are enforced here. Requests
+//! from clients, on the raw bytes before anything is dispatched: bare LF line endings
+//! (refused by the scanner), obs-fold, white space in or before a field name's colon,
+//! both Content-Length and Transfer-Encoding, differing Content-Length values (400), and
+//! any transfer coding other than one final `chunked` (501). A request head that fails
+//! here never reaches a route, let alone a backend. Responses from backends: the same
+//! strict Content-Length parser (a bad or differing value is an invalid response), and a
+//! Content-Length beside Transfer-Encoding is dropped and the connection not reused
+//! (RFC 9112 §6.3), so a client never sees a length that disagrees with the body.
 
 use std::mem::MaybeUninit;
 
-use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue};
-use http::{HeaderMap, Method, Uri, Version};
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderName, HeaderValue};
+use http::{HeaderMap, Method, StatusCode, Uri, Version};
 
-/// The largest request head accepted: more is 431.
-pub const MAX_HEAD: usize = 64 * 1024;
-/// The most header fields accepted, Host included: more is 431.
-pub const MAX_HEADERS: usize = 100;
+use super::decode::Decoder;
+use super::{MAX_HEAD, MAX_HEADERS, MAX_RESPONSE_HEADERS};
 
+/// How a request body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
     None,
@@ -25,7 +28,7 @@ pub enum Framing {
 }
 
 #[derive(Debug)]
-pub struct Head {
+pub struct RequestHead {
     pub method: Method,
     pub uri: Uri,
     pub version: Version,
@@ -46,43 +49,13 @@ pub enum HeadError {
     Coding,
 }
 
-/// Where the head ends (one past its blank line), if it is complete; checks line endings
-/// on the way so a bare LF is refused even before the head is complete.
-pub fn find_end(buf: &[u8]) -> Result<Option<usize>, HeadError> {
-    let mut i = 0;
-    // Empty lines before a request line are tolerated (RFC 9112 §2.2).
-    while buf.len() >= i + 2 && &buf[i..i + 2] == b"\r\n" {
-        i += 2;
-    }
-    let start = i;
-    let mut line_start = i;
-    while let Some(off) = memchr_lf(&buf[i..]) {
-        let lf = i + off;
-        if lf == 0 || buf[lf - 1] != b'\r' {
-            return Err(HeadError::Bad("bare LF line ending"));
-        }
-        if lf - 1 == line_start && line_start > start {
-            return Ok(Some(lf + 1));
-        }
-        line_start = lf + 1;
-        i = lf + 1;
-    }
-    if buf.len() > MAX_HEAD {
-        return Err(HeadError::TooLarge);
-    }
-    Ok(None)
-}
-
-fn memchr_lf(b: &[u8]) -> Option<usize> {
-    b.iter().position(|&c| c == b'\n')
-}
-
 fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-/// Parses a complete head (as returned by [`find_end`], leading empty lines included).
-pub fn parse(head: Bytes) -> Result<Head, HeadError> {
+/// Parses a complete request head (as found by [`super::scan::RequestScan`], leading
+/// empty lines included).
+pub fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
     if head.len() > MAX_HEAD {
         return Err(HeadError::TooLarge);
     }
@@ -128,13 +101,7 @@ pub fn parse(head: Bytes) -> Result<Head, HeadError> {
         let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
             .map_err(|_| HeadError::Bad("invalid header value"))?;
         if name == http::header::CONTENT_LENGTH {
-            for part in h.value.split(|&b| b == b',') {
-                let n = parse_length(trim(part)).ok_or(HeadError::Bad("invalid Content-Length"))?;
-                if content_length.is_some_and(|prev| prev != n) {
-                    return Err(HeadError::Bad("differing Content-Length values"));
-                }
-                content_length = Some(n);
-            }
+            content_length = Some(length_field(h.value, content_length).map_err(HeadError::Bad)?);
         } else if name == http::header::TRANSFER_ENCODING {
             te_seen = true;
             if h.value.iter().any(|&b| b.is_ascii_control() && b != b'\t') {
@@ -182,11 +149,21 @@ pub fn parse(head: Bytes) -> Result<Head, HeadError> {
             Some(n) => Framing::Length(n),
         }
     };
+    if let Some(authority) = uri.authority() {
+        // Absolute form: the target's authority is the host, for routing and for the
+        // backend alike (RFC 9112 §3.2.2), so the two can never disagree.
+        if authority.as_str().contains('@') {
+            return Err(HeadError::Bad("user information in the request target"));
+        }
+        let v = HeaderValue::from_str(authority.as_str())
+            .map_err(|_| HeadError::Bad("invalid request target"))?;
+        headers.insert(header::HOST, v);
+    }
     let keep_alive = match version {
         Version::HTTP_11 => !conn_close,
         _ => conn_keep_alive && !conn_close,
     };
-    Ok(Head {
+    Ok(RequestHead {
         method,
         uri,
         version,
@@ -245,14 +222,181 @@ fn parse_length(b: &[u8]) -> Option<u64> {
     std::str::from_utf8(b).ok()?.parse().ok()
 }
 
+/// A Content-Length field value: digits only, a list of equal values allowed
+/// (`5, 5`), anything else (`+5`, `5, 6`) refused. `prev` is the value of an earlier
+/// field, which must agree too.
+fn length_field(value: &[u8], prev: Option<u64>) -> Result<u64, &'static str> {
+    let mut n = prev;
+    for part in value.split(|&b| b == b',') {
+        let v = parse_length(trim(part)).ok_or("invalid Content-Length")?;
+        if n.is_some_and(|prev| prev != v) {
+            return Err("differing Content-Length values");
+        }
+        n = Some(v);
+    }
+    n.ok_or("invalid Content-Length")
+}
+
+/// A backend's response head and how its body is framed on the connection.
+pub struct ResponseHead {
+    pub parts: http::response::Parts,
+    pub decoder: Decoder,
+    /// The connection may carry another request once this body ends.
+    pub reusable: bool,
+}
+
+/// Why a backend's response head was refused (the client gets a 502).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidResponse(pub &'static str);
+
+/// Parses the complete response head of `len` bytes at the front of `buf`, taking it
+/// off. `Ok(None)`: it was an interim (1xx) answer, skipped; look for the next head.
+pub fn parse_response(
+    buf: &mut BytesMut,
+    len: usize,
+    is_head: bool,
+) -> Result<Option<ResponseHead>, InvalidResponse> {
+    let bad = InvalidResponse;
+    let head = buf.split_to(len).freeze();
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
+    let mut resp = httparse::Response::new(&mut []);
+    match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut resp,
+        &head,
+        &mut slots,
+    ) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(bad("malformed response head")),
+        Err(httparse::Error::TooManyHeaders) => return Err(bad("too many header fields")),
+        Err(_) => return Err(bad("malformed response head")),
+    }
+    let status = StatusCode::from_u16(resp.code.unwrap_or(0))
+        .map_err(|_| bad("invalid status code"))?;
+    if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+        return Ok(None);
+    }
+    let version = if resp.version == Some(1) {
+        Version::HTTP_11
+    } else {
+        Version::HTTP_10
+    };
+    let mut headers = HeaderMap::with_capacity(resp.headers.len() + 2);
+    let mut length: Option<u64> = None;
+    let mut chunked = false;
+    let mut te = false;
+    let mut close = version == Version::HTTP_10;
+    let mut keep_alive = false;
+    for h in resp.headers.iter() {
+        let name =
+            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| bad("invalid header name"))?;
+        if name == header::CONTENT_LENGTH {
+            length = Some(length_field(h.value, length).map_err(bad)?);
+        } else if name == header::TRANSFER_ENCODING {
+            te = true;
+            chunked = h
+                .value
+                .split(|&b| b == b',')
+                .next_back()
+                .is_some_and(|c| trim(c).eq_ignore_ascii_case(b"chunked"));
+        } else if name == header::CONNECTION {
+            for t in h.value.split(|&b| b == b',').map(trim) {
+                close |= t.eq_ignore_ascii_case(b"close");
+                keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+        let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
+            .map_err(|_| bad("invalid header value"))?;
+        headers.append(name, value);
+    }
+    if version == Version::HTTP_10 && keep_alive {
+        close = false;
+    }
+    if te && length.is_some() {
+        // Transfer-Encoding wins and the length is a lie or a smuggling attempt: it must
+        // not reach the client, and this connection's framing is not to be trusted again.
+        headers.remove(header::CONTENT_LENGTH);
+        close = true;
+    }
+    let no_body = is_head
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+        || status.is_informational();
+    let (decoder, delimited) = if no_body {
+        (Decoder::length(0), true)
+    } else if te {
+        if chunked {
+            (Decoder::chunked(), true)
+        } else {
+            (Decoder::until_close(), false)
+        }
+    } else if let Some(n) = length {
+        (Decoder::length(n), true)
+    } else {
+        (Decoder::until_close(), false)
+    };
+    let mut builder = http::Response::builder().status(status).version(version);
+    if let Some(h) = builder.headers_mut() {
+        *h = headers;
+    }
+    let (parts, ()) = builder
+        .body(())
+        .map_err(|_| bad("invalid response"))?
+        .into_parts();
+    Ok(Some(ResponseHead {
+        parts,
+        decoder,
+        reusable: delimited && !close,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn head(s: &str) -> Result<Head, HeadError> {
+    fn head(s: &str) -> Result<RequestHead, HeadError> {
         let b = Bytes::from(s.to_string());
-        let end = find_end(&b)?.expect("complete head");
-        parse(b.slice(..end))
+        let end = super::super::scan::RequestScan::default()
+            .find_end(&b)?
+            .expect("complete head");
+        parse_request(b.slice(..end))
+    }
+
+    fn response(s: &str) -> Result<ResponseHead, InvalidResponse> {
+        let mut b = BytesMut::from(s);
+        let len = super::super::scan::ResponseScan::default()
+            .find_end(&b)
+            .expect("complete head");
+        Ok(parse_response(&mut b, len, false)?.expect("a final response"))
+    }
+
+    #[test]
+    fn absolute_form_replaces_host() {
+        let h = head("GET http://a.test/x HTTP/1.1\r\nHost: b.test\r\n\r\n").unwrap();
+        assert_eq!(h.headers["host"], "a.test", "the target's authority wins");
+        assert_eq!(h.headers.get_all("host").iter().count(), 1);
+        assert!(head("GET http://u@a.test/x HTTP/1.1\r\nHost: a.test\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn response_lengths_are_strict() {
+        let r = response("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n").unwrap();
+        assert!(r.reusable);
+        assert_eq!(r.decoder.remaining(), Some(5));
+        for bad in ["+5", "5, 6", "-1", "5 5", ""] {
+            let s = format!("HTTP/1.1 200 OK\r\nContent-Length: {bad}\r\n\r\n");
+            assert!(response(&s).is_err(), "Content-Length {bad:?} must be refused");
+        }
+        let r = response(
+            "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n",
+        )
+        .unwrap();
+        assert!(
+            !r.parts.headers.contains_key("content-length"),
+            "a length beside Transfer-Encoding is dropped"
+        );
+        assert!(!r.reusable, "and the connection is not reused");
+        assert_eq!(r.decoder.remaining(), None, "the body is read as chunked");
     }
 
     #[test]
@@ -329,7 +473,12 @@ mod tests {
             "101 fields is over the limit"
         );
         let big = "a".repeat(MAX_HEAD + 1);
-        assert_eq!(find_end(big.as_bytes()).unwrap_err(), HeadError::TooLarge);
+        assert_eq!(
+            super::super::scan::RequestScan::default()
+                .find_end(big.as_bytes())
+                .unwrap_err(),
+            HeadError::TooLarge
+        );
     }
 
     #[test]

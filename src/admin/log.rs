@@ -1,0 +1,147 @@
+//! Log lines on stderr: `2026-12-01T09:30:00.123Z WARN sluice: …` — an RFC 3339 UTC
+//! timestamp, the level, the message.
+//!
+//! `SLUICE_LOG` sets the level (`error`, `warn`, `info` — the default —, `debug`,
+//! `trace`), optionally followed by `TARGET=LEVEL` pairs (`info,h2=debug`). An unknown
+//! value is a start-up error, not a silent default. The protocol libraries (`h2`,
+//! `hyper`) are held to `error` unless named: a peer must not be able to write log
+//! lines at will (an unsolicited h2 PING ACK makes `h2` log one at INFO).
+
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tracing::level_filters::LevelFilter;
+use tracing::{Event, Subscriber};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// Targets whose lines a client could cause; held to ERROR unless `SLUICE_LOG` names them.
+const QUIET: [&str; 2] = ["h2", "hyper"];
+
+/// The filter `SLUICE_LOG` asks for (`None`: unset).
+pub fn parse_spec(spec: Option<&str>) -> Result<Targets, String> {
+    let mut targets = Targets::new().with_default(LevelFilter::INFO);
+    for t in QUIET {
+        targets = targets.with_target(t, LevelFilter::ERROR);
+    }
+    let Some(spec) = spec else {
+        return Ok(targets);
+    };
+    for (i, part) in spec.split(',').map(str::trim).enumerate() {
+        match part.split_once('=') {
+            None if i == 0 => targets = targets.with_default(level(part)?),
+            Some((target, lvl)) if !target.is_empty() => {
+                targets = targets.with_target(target, level(lvl)?)
+            }
+            _ => {
+                return Err(format!(
+                    "`{part}`: write a level first, then TARGET=LEVEL pairs, like info,h2=debug"
+                ))
+            }
+        }
+    }
+    Ok(targets)
+}
+
+fn level(s: &str) -> Result<LevelFilter, String> {
+    match s {
+        "off" => Ok(LevelFilter::OFF),
+        "error" => Ok(LevelFilter::ERROR),
+        "warn" => Ok(LevelFilter::WARN),
+        "info" => Ok(LevelFilter::INFO),
+        "debug" => Ok(LevelFilter::DEBUG),
+        "trace" => Ok(LevelFilter::TRACE),
+        _ => Err(format!(
+            "unknown level `{s}` (levels: off, error, warn, info, debug, trace)"
+        )),
+    }
+}
+
+/// Installs the stderr logger as `SLUICE_LOG` asks; `Err` names what is wrong with it.
+pub fn init() -> Result<(), String> {
+    let spec = std::env::var("SLUICE_LOG").ok();
+    let targets = parse_spec(spec.as_deref()).map_err(|e| format!("SLUICE_LOG: {e}"))?;
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .event_format(Line);
+    tracing_subscriber::registry()
+        .with(fmt)
+        .with(targets)
+        .try_init()
+        .map_err(|e| e.to_string())
+}
+
+/// `TIME LEVEL message`.
+struct Line;
+
+impl<S, N> FormatEvent<S, N> for Line
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        write!(w, "{} {} ", rfc3339(SystemTime::now()), event.metadata().level())?;
+        ctx.field_format().format_fields(w.by_ref(), event)?;
+        writeln!(w)
+    }
+}
+
+/// `2026-12-01T09:30:00.123Z`: UTC, milliseconds.
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn timestamps() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_796_117_400_123);
+        assert_eq!(rfc3339(t), "2026-12-01T09:30:00.123Z");
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn specs() {
+        assert!(parse_spec(None).is_ok());
+        assert!(parse_spec(Some("debug")).is_ok());
+        assert!(parse_spec(Some("info,h2=trace")).is_ok());
+        assert!(parse_spec(Some("verbose")).is_err());
+        assert!(parse_spec(Some("h2=debug")).is_ok(), "pairs alone keep the default level");
+        assert!(parse_spec(Some("info,=debug")).is_err());
+        assert!(parse_spec(Some("info,h2=loud")).is_err());
+    }
+}

@@ -1,0 +1,89 @@
+//! `rewrite FROM TO`: on the normalised path. `rewrite /old /new` replaces a matching
+//! path; `rewrite /old/* /new/*` replaces the prefix and keeps the rest. The target may
+//! hold placeholders (of the request as received). A target with `?` replaces the
+//! query; one without keeps the request's.
+
+use http::{Request, Response};
+
+use super::{Cx, Filter};
+use crate::body::Body;
+use crate::config::{PathPattern, Template};
+
+pub struct Rewrite {
+    pub from: PathPattern,
+    pub to: Template,
+}
+
+impl Rewrite {
+    /// The new path (and query, when the target names one) for `path`, if it matches.
+    fn target(&self, path: &str, cx: &Cx<'_>) -> Option<String> {
+        if !self.from.matches(path) {
+            return None;
+        }
+        let rendered = self.to.render(&cx.vars.values());
+        let mut target = match (&self.from, rendered.strip_suffix("/*")) {
+            (PathPattern::Prefix(p), Some(new_prefix)) => {
+                format!("{new_prefix}{}", &path[p.len()..])
+            }
+            _ => rendered,
+        };
+        if target.is_empty() {
+            target.push('/');
+        }
+        Some(target)
+    }
+}
+
+impl Filter for Rewrite {
+    fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Option<Response<Body>> {
+        let target = self.target(cx.path(req), cx)?;
+        match target.split_once('?') {
+            Some((path, query)) => {
+                let pq = format!("{}?{query}", req.uri().path());
+                set_query(req, &pq);
+                cx.set_path(path.to_string());
+            }
+            None => cx.set_path(target),
+        }
+        None
+    }
+
+    fn uses_placeholders(&self) -> bool {
+        self.to.has_placeholders()
+    }
+}
+
+/// Keeps the target's path, replaces its query (the path is replaced at the handler).
+fn set_query(req: &mut Request<Body>, path_and_query: &str) {
+    let Ok(pq) = http::uri::PathAndQuery::try_from(path_and_query) else {
+        return;
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(pq);
+    if let Ok(u) = http::Uri::from_parts(parts) {
+        *req.uri_mut() = u;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::Vars;
+
+    #[test]
+    fn rewrites() {
+        let vars = Vars::default();
+        let cx = Cx::new(None, &vars);
+        let r = Rewrite {
+            from: PathPattern::Prefix("/old".into()),
+            to: Template::text("/new/*"),
+        };
+        assert_eq!(r.target("/old/a/b", &cx).as_deref(), Some("/new/a/b"));
+        assert_eq!(r.target("/older", &cx), None);
+        let r = Rewrite {
+            from: PathPattern::Exact("/old".into()),
+            to: Template::text("/new?y=2"),
+        };
+        assert_eq!(r.target("/old", &cx).as_deref(), Some("/new?y=2"));
+    }
+}

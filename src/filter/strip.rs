@@ -1,0 +1,26 @@
+//! `strip PREFIX`: removes a leading path prefix at a segment boundary, on the
+//! normalised path; an emptied path becomes `/`. The result has no dot segments, so
+//! `strip /api` can never send `/../etc`.
+
+use http::{Request, Response};
+
+use super::{Cx, Filter};
+use crate::body::Body;
+use crate::config::under_prefix;
+
+pub struct Strip {
+    pub prefix: String,
+}
+
+impl Filter for Strip {
+    fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Option<Response<Body>> {
+        let path = cx.path(req);
+        if under_prefix(&self.prefix, path) {
+            let rest = &path[self.prefix.len()..];
+            let new = if rest.is_empty() { "/" } else { rest };
+            let new = new.to_string();
+            cx.set_path(new);
+        }
+        None
+    }
+}

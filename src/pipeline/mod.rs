@@ -1,0 +1,229 @@
+//! One request's journey: find the site and route on the normalised host and path,
+//! run the route's filters' request phase in written order, call the handler, then run
+//! the response phase in reverse order for exactly the filters that ran (an early
+//! answer included).
+//!
+//! Each request runs on the generation it started with. Knows no socket: the client's
+//! address and scheme arrive as plain values ([`ClientInfo`]).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+
+use http::header::{self, HeaderValue};
+use http::uri::PathAndQuery;
+use http::{Request, Response, StatusCode, Uri};
+
+use crate::body::Body;
+use crate::filter::{Cx, Vars};
+use crate::proxy;
+use crate::reply::{date, local_response};
+use crate::route::path::{normalize, normalize_host};
+use crate::route::{Handler, Probe, Route};
+use crate::runtime::{Generation, Live};
+use crate::stats::{bump, COUNTERS};
+
+/// What the connection tells the pipeline about its client, rendered once per
+/// connection.
+#[derive(Clone)]
+pub struct ClientInfo {
+    pub addr: SocketAddr,
+    /// The address as a header value, for `X-Forwarded-For`.
+    pub ip_value: HeaderValue,
+    pub scheme: Scheme,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+
+    fn header_value(self) -> HeaderValue {
+        HeaderValue::from_static(self.as_str())
+    }
+}
+
+impl ClientInfo {
+    pub fn new(addr: SocketAddr, scheme: Scheme) -> ClientInfo {
+        let ip = addr.ip().to_canonical().to_string();
+        ClientInfo {
+            addr,
+            ip_value: HeaderValue::from_str(&ip).expect("an IP address is a valid header value"),
+            scheme,
+        }
+    }
+}
+
+pub type ResponseFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+
+/// Serves one request on the current generation. Boxed so a connection's task stays
+/// small while it waits idle.
+pub fn handle(live: &Live, req: Request<Body>, client: ClientInfo) -> ResponseFuture {
+    let gen = live.load();
+    Box::pin(async move { run(&gen, req, &client).await })
+}
+
+async fn run(gen: &Generation, mut req: Request<Body>, client: &ClientInfo) -> Response<Body> {
+    let (route, normalized) = match find_route(gen, &req) {
+        Ok(found) => found,
+        Err(refusal) => return refusal,
+    };
+    let vars = if route.uses_placeholders {
+        vars(&req, client)
+    } else {
+        Vars::default()
+    };
+    let mut cx = Cx::new(normalized, &vars);
+
+    let mut ran = 0;
+    let mut early = None;
+    for f in &route.filters {
+        ran += 1;
+        if let Some(resp) = f.on_request(&mut req, &mut cx) {
+            early = Some(resp);
+            break;
+        }
+    }
+    let mut resp = match early {
+        Some(r) => r,
+        None => {
+            if let Some(path) = cx.changed_path() {
+                set_path(&mut req, path);
+            }
+            call_handler(gen, route, req, client, &cx).await
+        }
+    };
+    for f in route.filters[..ran].iter().rev() {
+        f.on_response(&mut resp, &cx);
+    }
+    resp
+}
+
+/// The route for the request's normalised host and path, and the normalised path when
+/// it differs from the target's. `Err`: sluice's own answer (400, 421, 404).
+fn find_route<'g>(
+    gen: &'g Generation,
+    req: &Request<Body>,
+) -> Result<(&'g Route, Option<String>), Response<Body>> {
+    let raw_host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let Some(site) = gen.sites.find(&normalize_host(raw_host)) else {
+        bump(&COUNTERS.unknown_site);
+        return Err(local_response(
+            StatusCode::MISDIRECTED_REQUEST,
+            "unknown site\n",
+        ));
+    };
+    let path = match normalize(req.uri().path()) {
+        Ok(p) => p,
+        Err(why) => {
+            bump(&COUNTERS.bad_request);
+            tracing::debug!("sluice: refused path {:?}: {why}", req.uri().path());
+            return Err(local_response(StatusCode::BAD_REQUEST, "Bad request: invalid path\n"));
+        }
+    };
+    let probe = Probe {
+        path: &path,
+        method: req.method(),
+        headers: req.headers(),
+        query: req.uri().query(),
+    };
+    let Some(route) = site.find(&probe) else {
+        bump(&COUNTERS.no_route);
+        return Err(local_response(StatusCode::NOT_FOUND, "Not found\n"));
+    };
+    let normalized = match path {
+        std::borrow::Cow::Owned(p) => Some(p),
+        std::borrow::Cow::Borrowed(_) => None,
+    };
+    Ok((route, normalized))
+}
+
+fn vars(req: &Request<Body>, client: &ClientInfo) -> Vars {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    Vars {
+        host: normalize_host(host).into_owned(),
+        uri: req.uri().clone(),
+        method: req.method().clone(),
+        client_ip: client.ip_value.to_str().unwrap_or("").to_string(),
+        scheme: client.scheme.as_str(),
+    }
+}
+
+async fn call_handler(
+    gen: &Generation,
+    route: &Route,
+    req: Request<Body>,
+    client: &ClientInfo,
+    cx: &Cx<'_>,
+) -> Response<Body> {
+    let values = cx.vars.values();
+    match &route.handler {
+        Handler::Proxy(pool) => {
+            let scheme = client.scheme.header_value();
+            let c = proxy::Client {
+                ip: &client.ip_value,
+                scheme: &scheme,
+                trusted: gen.is_trusted(client.addr.ip()),
+                values,
+            };
+            proxy::forward(pool, req, &c).await
+        }
+        Handler::Respond { status, body } => {
+            let mut r = Response::new(Body::full(body.render(&values)));
+            *r.status_mut() = *status;
+            if !body.parts.is_empty() {
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+            }
+            r.headers_mut().insert(header::DATE, date());
+            r
+        }
+        Handler::Redirect { status, target } => {
+            let mut r = Response::new(Body::Empty);
+            *r.status_mut() = *status;
+            if let Ok(v) = HeaderValue::from_str(&target.render(&values)) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            r.headers_mut().insert(header::DATE, date());
+            r
+        }
+        Handler::None => {
+            bump(&COUNTERS.no_route);
+            local_response(StatusCode::NOT_FOUND, "Not found\n")
+        }
+    }
+}
+
+/// The target becomes the path a filter set (normalised, so already encoded) and the
+/// query as received.
+fn set_path(req: &mut Request<Body>, path: &str) {
+    let pq = match req.uri().query() {
+        Some(q) => PathAndQuery::try_from(format!("{path}?{q}")),
+        None => PathAndQuery::try_from(path),
+    };
+    let Ok(pq) = pq else { return };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(pq);
+    if let Ok(u) = Uri::from_parts(parts) {
+        *req.uri_mut() = u;
+    }
+}

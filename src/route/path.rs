@@ -1,0 +1,224 @@
+//! The normalised path and host that routes, matchers and filters decide on (DESIGN.md
+//! §14 "Paths and hosts"), so that no spelling of a path can route a request past a
+//! rule: `/public/../admin/x`, `/./admin/x`, `//admin/x` and `/%61dmin/x` are all
+//! `/admin/x`.
+//!
+//! Percent-encoded unreserved characters are decoded, the hex digits of the other
+//! escapes upper-cased, `.` and `..` segments resolved (RFC 3986 §5.2.4) and runs of
+//! `/` merged. `%2F` and `%5C` stay encoded and are never separators. A `..` above the
+//! root, a NUL or a control character, or a broken escape is refused. A path that is
+//! already normal (nearly every path) is borrowed, not copied.
+
+use std::borrow::Cow;
+
+/// Why a path was refused (the client gets 400).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("the path climbs above the root")]
+    AboveRoot,
+    #[error("a NUL or control character in the path")]
+    Control,
+    #[error("a malformed percent-escape in the path")]
+    BadEscape,
+    #[error("the path does not start with /")]
+    NotAbsolute,
+}
+
+/// The normalised form of an origin-form path (no query).
+pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
+    let b = path.as_bytes();
+    if b.first() != Some(&b'/') {
+        // `*` (OPTIONS) and the like route as themselves.
+        return if path == "*" {
+            Ok(Cow::Borrowed(path))
+        } else {
+            Err(PathError::NotAbsolute)
+        };
+    }
+    if is_normal(b)? {
+        return Ok(Cow::Borrowed(path));
+    }
+    let decoded = decode_unreserved(b)?;
+    Ok(Cow::Owned(remove_dots(&decoded)?))
+}
+
+/// One pass: whether `b` is already normal; refuses control characters on the way.
+fn is_normal(b: &[u8]) -> Result<bool, PathError> {
+    let mut normal = true;
+    for (i, &c) in b.iter().enumerate() {
+        match c {
+            0..=0x1f | 0x7f => return Err(PathError::Control),
+            b'%' => normal = false,
+            b'/' => {
+                // `//`, `/./`, `/../`, or a trailing `/.` or `/..`.
+                let next = b.get(i + 1).copied();
+                let seg_dots = b[i + 1..].iter().take_while(|&&c| c == b'.').count();
+                let after = b.get(i + 1 + seg_dots).copied();
+                if next == Some(b'/')
+                    || ((seg_dots == 1 || seg_dots == 2) && matches!(after, None | Some(b'/')))
+                {
+                    normal = false;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(normal)
+}
+
+fn is_unreserved(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~')
+}
+
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Decodes escapes of unreserved characters, upper-cases the hex of the others.
+fn decode_unreserved(b: &[u8]) -> Result<String, PathError> {
+    let mut out = String::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c != b'%' {
+            // Only ASCII reaches here from a parsed request target; keep any other byte
+            // as its own escape so the result stays ASCII.
+            if c.is_ascii() {
+                out.push(c as char);
+            } else {
+                out.push_str(&format!("%{c:02X}"));
+            }
+            i += 1;
+            continue;
+        }
+        let (Some(hi), Some(lo)) = (
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) else {
+            return Err(PathError::BadEscape);
+        };
+        let v = hi << 4 | lo;
+        if v == 0 || v < 0x20 || v == 0x7f {
+            return Err(PathError::Control);
+        }
+        if is_unreserved(v) {
+            out.push(v as char);
+        } else {
+            out.push('%');
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(hi)]));
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(lo)]));
+        }
+        i += 3;
+    }
+    Ok(out)
+}
+
+/// Resolves `.` and `..` segments and merges runs of `/`; keeps a trailing slash.
+fn remove_dots(path: &str) -> Result<String, PathError> {
+    let mut segs: Vec<&str> = Vec::new();
+    let mut trailing = false;
+    for seg in path.split('/').skip(1) {
+        trailing = false;
+        match seg {
+            "" => trailing = true,
+            "." => trailing = true,
+            ".." => {
+                if segs.pop().is_none() {
+                    return Err(PathError::AboveRoot);
+                }
+                trailing = true;
+            }
+            s => segs.push(s),
+        }
+    }
+    let mut out = String::with_capacity(path.len());
+    for s in &segs {
+        out.push('/');
+        out.push_str(s);
+    }
+    if trailing || segs.is_empty() {
+        out.push('/');
+    }
+    Ok(out)
+}
+
+/// The host routes are chosen by: lower-cased, without port, without one trailing dot
+/// (`App.Test.:80` is `app.test`). Borrows unless it must change the text.
+pub fn normalize_host(raw: &str) -> Cow<'_, str> {
+    let host = strip_port(raw);
+    let host = host.strip_suffix('.').unwrap_or(host);
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
+    }
+}
+
+fn strip_port(h: &str) -> &str {
+    if let Some(rest) = h.strip_prefix('[') {
+        return rest.split_once(']').map_or(rest, |(ip, _)| ip);
+    }
+    match h.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => h,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(p: &str) -> Result<String, PathError> {
+        normalize(p).map(Cow::into_owned)
+    }
+
+    #[test]
+    fn spellings_of_one_path_are_one_path() {
+        for p in [
+            "/admin/x",
+            "/public/../admin/x",
+            "/./admin/x",
+            "//admin/x",
+            "/%61dmin/x",
+            "/%61%64%6D%69%6E/x",
+            "/admin/./x",
+            "/admin//x",
+            "/a/b/../../admin/x",
+            "/admin/y/%2E%2E/x",
+        ] {
+            assert_eq!(n(p).as_deref(), Ok("/admin/x"), "{p}");
+        }
+    }
+
+    #[test]
+    fn what_stays_and_what_is_refused() {
+        assert!(matches!(normalize("/a/b?"), Ok(Cow::Borrowed(_))));
+        assert_eq!(n("/a%2fb").as_deref(), Ok("/a%2Fb"), "an encoded slash stays");
+        assert_eq!(n("/a%5Cb").as_deref(), Ok("/a%5Cb"));
+        assert_eq!(n("/a/b/").as_deref(), Ok("/a/b/"), "a trailing slash stays");
+        assert_eq!(n("/a/.").as_deref(), Ok("/a/"));
+        assert_eq!(n("/a/..").as_deref(), Ok("/"));
+        assert_eq!(n("/").as_deref(), Ok("/"));
+        assert_eq!(n("/..."), Ok("/...".into()), "three dots are a name");
+        assert_eq!(n("/.."), Err(PathError::AboveRoot));
+        assert_eq!(n("/a/../../etc"), Err(PathError::AboveRoot));
+        assert_eq!(n("/%2e%2e/etc"), Err(PathError::AboveRoot));
+        assert_eq!(n("/a%00b"), Err(PathError::Control));
+        assert_eq!(n("/a%0ab"), Err(PathError::Control));
+        assert_eq!(n("/a%zz"), Err(PathError::BadEscape));
+        assert_eq!(n("/a%4"), Err(PathError::BadEscape));
+    }
+
+    #[test]
+    fn hosts() {
+        assert_eq!(normalize_host("App.Test.:80"), "app.test");
+        assert_eq!(normalize_host("app.test."), "app.test");
+        assert_eq!(normalize_host("[::1]:8080"), "::1");
+        assert!(matches!(normalize_host("a.test:1"), Cow::Borrowed("a.test")));
+    }
+}

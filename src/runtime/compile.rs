@@ -1,0 +1,151 @@
+//! From the validated config model to a generation: site and route tables with their
+//! compiled matchers, filters and handlers, and a pool for every `proxy` line — given
+//! the previous generation, whose pools of unchanged identity hand over their state.
+//! Must run inside the tokio runtime (new pools start their reaper).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::Generation;
+use crate::config::{self, Config};
+use crate::filter::header_down::HeaderDown;
+use crate::filter::max_body::MaxBody;
+use crate::filter::rewrite::Rewrite;
+use crate::filter::strip::Strip;
+use crate::filter::Filter;
+use crate::route::{Handler, Matcher, Route, Site, Sites};
+use crate::upstream::{Pool, PoolId, PoolState};
+
+impl Generation {
+    /// Compiles `config`; pools whose identity `previous` also has keep its state.
+    pub fn compile(config: &Config, previous: Option<&Generation>) -> Generation {
+        let carried: HashMap<&PoolId, &Arc<PoolState>> = previous
+            .into_iter()
+            .flat_map(|g| g.pools())
+            .map(|p| (&p.id, &p.state))
+            .collect();
+        let mut sites = Sites::new();
+        for s in &config.sites {
+            let routes = s.routes.iter().map(|r| route(r, &carried)).collect();
+            sites.add(
+                &s.hosts,
+                Site {
+                    name: s.name.clone(),
+                    routes,
+                },
+            );
+        }
+        Generation {
+            sites,
+            trust: config.global.trust.clone(),
+        }
+    }
+}
+
+fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>) -> Route {
+    let mut filters: Vec<Box<dyn Filter>> = r.filters.iter().map(filter).collect();
+    let handler = match &r.handler {
+        Some(config::Handler::Proxy(p)) => {
+            // The proxy's own `max_body` runs as the route's last filter: one place.
+            if let Some(max) = p.max_body {
+                filters.push(Box::new(MaxBody { max }));
+            }
+            let id = PoolId::new(r.name.clone(), p);
+            let state = carried.get(&id).map(|s| Arc::clone(s));
+            Handler::Proxy(Pool::build(id, (**p).clone(), state))
+        }
+        Some(config::Handler::Respond { status, body }) => Handler::Respond {
+            status: *status,
+            body: body.clone(),
+        },
+        Some(config::Handler::Redirect { status, target }) => Handler::Redirect {
+            status: *status,
+            target: target.clone(),
+        },
+        None => Handler::None,
+    };
+    let uses_placeholders = filters.iter().any(|f| f.uses_placeholders())
+        || match &handler {
+            Handler::Respond { body: t, .. } | Handler::Redirect { target: t, .. } => {
+                t.has_placeholders()
+            }
+            Handler::Proxy(p) => p
+                .cfg
+                .header_up
+                .iter()
+                .chain(&p.cfg.header_down)
+                .any(|op| op.has_placeholders()),
+            Handler::None => false,
+        };
+    Route {
+        name: r.name.clone(),
+        pattern: r.pattern.clone(),
+        matchers: r.matchers.iter().map(matcher).collect(),
+        filters,
+        handler,
+        uses_placeholders,
+    }
+}
+
+fn filter(f: &config::Filter) -> Box<dyn Filter> {
+    match f {
+        config::Filter::Strip(prefix) => Box::new(Strip {
+            prefix: prefix.clone(),
+        }),
+        config::Filter::Rewrite { from, to } => Box::new(Rewrite {
+            from: from.clone(),
+            to: to.clone(),
+        }),
+        config::Filter::HeaderDown(op) => Box::new(HeaderDown { op: op.clone() }),
+        config::Filter::MaxBody(max) => Box::new(MaxBody { max: *max }),
+    }
+}
+
+fn matcher(m: &config::Matcher) -> Matcher {
+    match m {
+        config::Matcher::Method(ms) => Matcher::Method(ms.clone()),
+        config::Matcher::Header(n, v) => Matcher::Header(n.clone(), v.clone()),
+        config::Matcher::Query(n, v) => Matcher::Query(n.clone(), v.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gen(text: &str, previous: Option<&Generation>) -> Generation {
+        let c = config::load_text("t.conf", text).unwrap().config;
+        Generation::compile(&c, previous)
+    }
+
+    #[tokio::test]
+    async fn pools_are_carried_by_identity() {
+        let a = gen(
+            "site a { route /x/* { proxy 127.0.0.1:1 } proxy 127.0.0.1:2 }",
+            None,
+        );
+        let b = gen(
+            "site a { route /x/* { proxy 127.0.0.1:1 { timeout 5s } } proxy 127.0.0.1:3 }",
+            Some(&a),
+        );
+        let state = |g: &Generation, name: &str| {
+            g.pools()
+                .find(|p| p.name() == name)
+                .map(|p| p.state.clone())
+                .unwrap()
+        };
+        assert!(
+            Arc::ptr_eq(&state(&a, "a /x/*"), &state(&b, "a /x/*")),
+            "same identity, new settings: state carried"
+        );
+        assert!(
+            !Arc::ptr_eq(&state(&a, "a"), &state(&b, "a")),
+            "other addresses: a fresh pool"
+        );
+        let live = super::super::Live::new(a);
+        let old_site_pool = state(&live.load(), "a");
+        live.swap(b);
+        assert!(old_site_pool.is_retired(), "the dropped pool is retired at the swap");
+        assert!(!state(&live.load(), "a /x/*").is_retired());
+    }
+}

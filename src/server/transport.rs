@@ -1,0 +1,95 @@
+//! The transport seam: what the connection loops need of a client stream, so the h1
+//! and h2 loops run over any of them (TCP and Unix today, TLS next).
+//!
+//! Beyond reading and writing, a loop needs to read and write at once within one task
+//! (a borrowed split), and to wait for a connection's first bytes without holding a
+//! buffer (readiness, then a non-blocking read into the stack). A stream that cannot
+//! peek cheaply (TLS) can implement the wait with a plain read.
+
+use std::io;
+use std::task::{Context, Poll};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpStream, UnixStream};
+
+pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    type Read<'a>: AsyncRead + Unpin + Send
+    where
+        Self: 'a;
+    type Write<'a>: AsyncWrite + Unpin + Send
+    where
+        Self: 'a;
+
+    /// Both halves, borrowed, for reading and writing within one task.
+    fn split(&mut self) -> (Self::Read<'_>, Self::Write<'_>);
+
+    /// Ready when the stream may have bytes (a hint: confirm with [`Self::try_first_bytes`]).
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+
+    /// After readiness: the first bytes in a fresh buffer, `Ok(None)` when nothing was
+    /// there after all, `Err` when the peer closed.
+    fn try_first_bytes(&self) -> Result<Option<BytesMut>, ()>;
+}
+
+/// Reads into the stack first so a spurious wakeup allocates nothing.
+fn first_bytes(r: io::Result<usize>, first: &[u8]) -> Result<Option<BytesMut>, ()> {
+    match r {
+        Ok(0) => Err(()),
+        Ok(n) => {
+            let mut buf = BytesMut::with_capacity(4096);
+            buf.extend_from_slice(&first[..n]);
+            Ok(Some(buf))
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(_) => Err(()),
+    }
+}
+
+impl Transport for TcpStream {
+    type Read<'a> = tokio::net::tcp::ReadHalf<'a>;
+    type Write<'a> = tokio::net::tcp::WriteHalf<'a>;
+
+    fn split(&mut self) -> (Self::Read<'_>, Self::Write<'_>) {
+        TcpStream::split(self)
+    }
+
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_read_ready(cx)
+    }
+
+    fn try_first_bytes(&self) -> Result<Option<BytesMut>, ()> {
+        let mut first = [0u8; 64];
+        first_bytes(self.try_read(&mut first), &first)
+    }
+}
+
+impl Transport for UnixStream {
+    type Read<'a> = tokio::net::unix::ReadHalf<'a>;
+    type Write<'a> = tokio::net::unix::WriteHalf<'a>;
+
+    fn split(&mut self) -> (Self::Read<'_>, Self::Write<'_>) {
+        UnixStream::split(self)
+    }
+
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_read_ready(cx)
+    }
+
+    fn try_first_bytes(&self) -> Result<Option<BytesMut>, ()> {
+        let mut first = [0u8; 64];
+        first_bytes(self.try_read(&mut first), &first)
+    }
+}
+
+/// Waits for the stream's first bytes (see [`Transport::try_first_bytes`]).
+pub async fn wait_first_bytes<S: Transport>(stream: &S) -> Result<BytesMut, ()> {
+    loop {
+        std::future::poll_fn(|cx| stream.poll_readable(cx))
+            .await
+            .map_err(|_| ())?;
+        if let Some(buf) = stream.try_first_bytes()? {
+            return Ok(buf);
+        }
+    }
+}
