@@ -90,7 +90,12 @@ where
         mut w: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        write!(w, "{} {} ", rfc3339(SystemTime::now()), event.metadata().level())?;
+        write!(
+            w,
+            "{} {} ",
+            rfc3339(SystemTime::now()),
+            event.metadata().level()
+        )?;
         ctx.field_format().format_fields(w.by_ref(), event)?;
         writeln!(w)
     }
@@ -140,7 +145,10 @@ mod tests {
         assert!(parse_spec(Some("debug")).is_ok());
         assert!(parse_spec(Some("info,h2=trace")).is_ok());
         assert!(parse_spec(Some("verbose")).is_err());
-        assert!(parse_spec(Some("h2=debug")).is_ok(), "pairs alone keep the default level");
+        assert!(
+            parse_spec(Some("h2=debug")).is_ok(),
+            "pairs alone keep the default level"
+        );
         assert!(parse_spec(Some("info,=debug")).is_err());
         assert!(parse_spec(Some("info,h2=loud")).is_err());
     }

@@ -1,8 +1,9 @@
 //! Turns config text into words, with positions.
 //!
 //! A word is a run of characters up to white space, `;` or a line end, or a `"…"`
-//! string (escapes `\"`, `\\`, `\n`). `{` and `}` are block delimiters only when they
-//! stand alone as a word, so `{$PORT}` and `{host}` stay inside their words. `#` at the
+//! string (escapes `\"`, `\\`, `\n`). `{` and `}` are block delimiters when they stand
+//! alone or are glued to the edge of a word (`route /a {respond "x"}`), while a
+//! `{…}` group inside a word stays in it, so `{$PORT}` and `{host}` are not blocks. `#` at the
 //! start of a word comments out the rest of the line. `{$NAME}` / `{$NAME:default}` are
 //! replaced from the environment here, so every later stage sees final text.
 
@@ -111,22 +112,53 @@ pub fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<Token>, D
                 }
                 (chars[start..i].iter().collect::<String>(), false)
             };
-            let kind = match (quoted, raw.as_str()) {
-                (false, "{") => TokenKind::Open,
-                (false, "}") => TokenKind::Close,
-                _ => TokenKind::Word,
-            };
-            let text = if kind == TokenKind::Word {
-                expand_env(&raw, span_at(start), quoted, env)?
+            // Braces glued to a word (`{respond`, `/a{`, `x}`) open or close blocks, as
+            // nginx users write them; a `{…}` group inside a word stays (placeholders).
+            let (opens, core, closes) = if quoted {
+                (0, raw.as_str(), 0)
             } else {
-                raw
+                glued_braces(&raw)
             };
-            out.push(Token {
-                kind,
-                text,
-                quoted,
-                span: span_at(start),
-            });
+            for k in 0..opens {
+                out.push(Token {
+                    kind: TokenKind::Open,
+                    text: "{".into(),
+                    quoted: false,
+                    span: span_at(start + k),
+                });
+            }
+            let core_start = start + opens;
+            if quoted || !core.is_empty() {
+                let kind = match (quoted, core) {
+                    (false, "{") => TokenKind::Open,
+                    (false, "}") => TokenKind::Close,
+                    _ => TokenKind::Word,
+                };
+                let text = if kind == TokenKind::Word {
+                    expand_env(core, span_at(core_start), quoted, env)?
+                } else {
+                    core.to_string()
+                };
+                out.push(Token {
+                    kind,
+                    text,
+                    quoted,
+                    span: span_at(core_start),
+                });
+            }
+            let close_at = core_start + core.chars().count();
+            for (k, brace) in raw[raw.len() - closes..].chars().enumerate() {
+                out.push(Token {
+                    kind: if brace == '{' {
+                        TokenKind::Open
+                    } else {
+                        TokenKind::Close
+                    },
+                    text: brace.to_string(),
+                    quoted: false,
+                    span: span_at(close_at + k),
+                });
+            }
         }
         out.push(Token {
             kind: TokenKind::End,
@@ -136,6 +168,38 @@ pub fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<Token>, D
         });
     }
     Ok(out)
+}
+
+/// Splits the braces glued to an unquoted word off it: leading `{`s with no `}` after
+/// them in the word, and trailing `}`s that close nothing in the word (or one trailing
+/// `{`). Returns (leading opens, the word, number of trailing brace characters).
+fn glued_braces(raw: &str) -> (usize, &str, usize) {
+    if raw == "{" || raw == "}" {
+        return (0, raw, 0);
+    }
+    let mut word = raw;
+    let mut opens = 0;
+    while word.len() > 1 && word.starts_with('{') && !word[1..].contains('}') {
+        word = &word[1..];
+        opens += 1;
+    }
+    if word == "{" {
+        return (opens + 1, "", 0);
+    }
+    let mut closes = 0;
+    if word.len() > 1 && word.ends_with('{') {
+        word = &word[..word.len() - 1];
+        closes = 1;
+    } else {
+        while !word.is_empty()
+            && word.ends_with('}')
+            && word.matches('}').count() > word.matches('{').count()
+        {
+            word = &word[..word.len() - 1];
+            closes += 1;
+        }
+    }
+    (opens, word, closes)
 }
 
 /// Replaces `{$NAME}` and `{$NAME:default}` in a word.
@@ -232,6 +296,24 @@ mod tests {
                 "⏎"
             ]
         );
+    }
+
+    #[test]
+    fn braces_glued_to_words() {
+        assert_eq!(
+            words("route /a {respond \"x\"}\n"),
+            ["route", "/a", "{", "respond", "x", "}", "⏎"]
+        );
+        assert_eq!(
+            words("route /a{ respond {host}}\n"),
+            ["route", "/a", "{", "respond", "{host}", "}", "⏎"]
+        );
+        assert_eq!(
+            words("a {b}\n"),
+            ["a", "{b}", "⏎"],
+            "a placeholder stays a word"
+        );
+        assert_eq!(words("x {{y\n"), ["x", "{", "{", "y", "⏎"]);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod model;
 pub mod parser;
 pub mod template;
 pub mod units;
+pub mod validate;
 
 pub use diag::{Diagnostic, Report, Severity, Sources};
 pub use model::*;
@@ -49,7 +50,7 @@ fn load_with(
             })
         }
     };
-    match build::build(&tree) {
+    match build::build(&tree, &sources) {
         Ok((config, warnings)) => Ok(Loaded {
             config,
             warnings: Report {

@@ -185,7 +185,8 @@ mod tests {
 
     #[test]
     fn placeholders_render_from_values() {
-        let t = Template::parse("https://{host}{path}?{query} {client_ip} {method} {scheme} {x").unwrap();
+        let t = Template::parse("https://{host}{path}?{query} {client_ip} {method} {scheme} {x")
+            .unwrap();
         let v = Values {
             host: "a.test",
             path: "/p",

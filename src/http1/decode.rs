@@ -35,7 +35,10 @@ pub enum Chunk {
     DataEnd,
     /// Trailer lines: bytes of complete lines taken so far, and how much of the current
     /// (incomplete) line was already looked at, so a trickled trailer is scanned once.
-    Trailers { seen: usize, scanned: usize },
+    Trailers {
+        seen: usize,
+        scanned: usize,
+    },
     Done,
 }
 

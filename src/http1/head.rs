@@ -261,18 +261,16 @@ pub fn parse_response(
     let head = buf.split_to(len).freeze();
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
     let mut resp = httparse::Response::new(&mut []);
-    match httparse::ParserConfig::default().parse_response_with_uninit_headers(
-        &mut resp,
-        &head,
-        &mut slots,
-    ) {
+    match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, &head, &mut slots)
+    {
         Ok(httparse::Status::Complete(_)) => {}
         Ok(httparse::Status::Partial) => return Err(bad("malformed response head")),
         Err(httparse::Error::TooManyHeaders) => return Err(bad("too many header fields")),
         Err(_) => return Err(bad("malformed response head")),
     }
-    let status = StatusCode::from_u16(resp.code.unwrap_or(0))
-        .map_err(|_| bad("invalid status code"))?;
+    let status =
+        StatusCode::from_u16(resp.code.unwrap_or(0)).map_err(|_| bad("invalid status code"))?;
     if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
         return Ok(None);
     }
@@ -385,7 +383,10 @@ mod tests {
         assert_eq!(r.decoder.remaining(), Some(5));
         for bad in ["+5", "5, 6", "-1", "5 5", ""] {
             let s = format!("HTTP/1.1 200 OK\r\nContent-Length: {bad}\r\n\r\n");
-            assert!(response(&s).is_err(), "Content-Length {bad:?} must be refused");
+            assert!(
+                response(&s).is_err(),
+                "Content-Length {bad:?} must be refused"
+            );
         }
         let r = response(
             "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n",

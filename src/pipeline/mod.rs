@@ -131,7 +131,10 @@ fn find_route<'g>(
         Err(why) => {
             bump(&COUNTERS.bad_request);
             tracing::debug!("sluice: refused path {:?}: {why}", req.uri().path());
-            return Err(local_response(StatusCode::BAD_REQUEST, "Bad request: invalid path\n"));
+            return Err(local_response(
+                StatusCode::BAD_REQUEST,
+                "Bad request: invalid path\n",
+            ));
         }
     };
     let probe = Probe {

@@ -51,8 +51,14 @@ pub enum Matcher {
 
 pub enum Handler {
     Proxy(Arc<Pool>),
-    Respond { status: StatusCode, body: Template },
-    Redirect { status: StatusCode, target: Template },
+    Respond {
+        status: StatusCode,
+        body: Template,
+    },
+    Redirect {
+        status: StatusCode,
+        target: Template,
+    },
     /// A route with filters but no handler answers 404.
     None,
 }

@@ -198,7 +198,11 @@ mod tests {
     #[test]
     fn what_stays_and_what_is_refused() {
         assert!(matches!(normalize("/a/b?"), Ok(Cow::Borrowed(_))));
-        assert_eq!(n("/a%2fb").as_deref(), Ok("/a%2Fb"), "an encoded slash stays");
+        assert_eq!(
+            n("/a%2fb").as_deref(),
+            Ok("/a%2Fb"),
+            "an encoded slash stays"
+        );
         assert_eq!(n("/a%5Cb").as_deref(), Ok("/a%5Cb"));
         assert_eq!(n("/a/b/").as_deref(), Ok("/a/b/"), "a trailing slash stays");
         assert_eq!(n("/a/.").as_deref(), Ok("/a/"));
@@ -219,6 +223,9 @@ mod tests {
         assert_eq!(normalize_host("App.Test.:80"), "app.test");
         assert_eq!(normalize_host("app.test."), "app.test");
         assert_eq!(normalize_host("[::1]:8080"), "::1");
-        assert!(matches!(normalize_host("a.test:1"), Cow::Borrowed("a.test")));
+        assert!(matches!(
+            normalize_host("a.test:1"),
+            Cow::Borrowed("a.test")
+        ));
     }
 }

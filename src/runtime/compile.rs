@@ -145,7 +145,10 @@ mod tests {
         let live = super::super::Live::new(a);
         let old_site_pool = state(&live.load(), "a");
         live.swap(b);
-        assert!(old_site_pool.is_retired(), "the dropped pool is retired at the swap");
+        assert!(
+            old_site_pool.is_retired(),
+            "the dropped pool is retired at the swap"
+        );
         assert!(!state(&live.load(), "a /x/*").is_retired());
     }
 }

@@ -52,7 +52,12 @@ pub struct Conn {
 impl Conn {
     /// Serves requests on `stream` until the client leaves, a limit is hit or sluice
     /// shuts down. `buf` holds bytes already read (the protocol sniff).
-    pub async fn serve<S: Transport>(mut self, mut stream: S, mut buf: BytesMut, accepted: Instant) {
+    pub async fn serve<S: Transport>(
+        mut self,
+        mut stream: S,
+        mut buf: BytesMut,
+        accepted: Instant,
+    ) {
         let mut deadline = accepted + HEAD_TIMEOUT;
         loop {
             let head = match Box::pin(self.read_head(&mut stream, &mut buf, deadline)).await {
@@ -109,7 +114,8 @@ impl Conn {
                         return Ok(None);
                     }
                     bump(&COUNTERS.head_timeout);
-                    let msg = encode::simple(StatusCode::REQUEST_TIMEOUT, "Request timeout\n", &[], true);
+                    let msg =
+                        encode::simple(StatusCode::REQUEST_TIMEOUT, "Request timeout\n", &[], true);
                     let _ = stream.write_all(&msg).await;
                     return Ok(None);
                 }
@@ -194,7 +200,10 @@ impl Conn {
             version,
             is_head,
         };
-        let Some(resp) = ex.dispatch(stream, buf, want, req, &self.live, &self.client).await else {
+        let Some(resp) = ex
+            .dispatch(stream, buf, want, req, &self.live, &self.client)
+            .await
+        else {
             return false;
         };
         ex.keep_alive &= !self.watch.is_draining();
@@ -303,7 +312,13 @@ impl Exchange {
         // response, proxied or local, costs a single syscall.
         let mut finished = out == Delimit::None;
         if !finished {
-            match encode::take_ready(&mut rbody, out == Delimit::Chunked, &mut wbuf, COALESCE, None) {
+            match encode::take_ready(
+                &mut rbody,
+                out == Delimit::Chunked,
+                &mut wbuf,
+                COALESCE,
+                None,
+            ) {
                 Ok(done) => finished = done,
                 Err(_) => return false,
             }
@@ -484,4 +499,3 @@ async fn read_side<R: AsyncRead + Unpin>(
         }
     }
 }
-

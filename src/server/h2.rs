@@ -49,7 +49,10 @@ pub async fn serve<S: Transport>(
                     StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                     "Request header fields too large\n",
                 );
-                return Ok::<_, Infallible>(resp.map(|b| Guarded { body: b, _guard: guard }));
+                return Ok::<_, Infallible>(resp.map(|b| Guarded {
+                    body: b,
+                    _guard: guard,
+                }));
             }
             // `:authority` is the host, for routing and the backend alike.
             if let Some(v) = req
@@ -60,7 +63,10 @@ pub async fn serve<S: Transport>(
                 req.headers_mut().insert(header::HOST, v);
             }
             let resp = pipeline::handle(&live, req.map(Body::Incoming), client).await;
-            Ok(resp.map(|b| Guarded { body: b, _guard: guard }))
+            Ok(resp.map(|b| Guarded {
+                body: b,
+                _guard: guard,
+            }))
         }
     });
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());

@@ -80,7 +80,12 @@ pub async fn accept_loop(listener: TcpListener, live: Arc<Live>, drain: Drain) {
 /// One client connection: waits for its first bytes (no buffer until then), sniffs
 /// the protocol, and runs the h1 or h2 loop. Shutdown closes it at once while it has
 /// not sent a whole head.
-async fn connection<S: Transport>(mut stream: S, client: ClientInfo, live: Arc<Live>, drain: Drain) {
+async fn connection<S: Transport>(
+    mut stream: S,
+    client: ClientInfo,
+    live: Arc<Live>,
+    drain: Drain,
+) {
     let _conn = drain.connection();
     let mut watch = drain.watch();
     let accepted = Instant::now();

@@ -439,7 +439,11 @@ mod tests {
         let mut buf = [0u8; 4096];
         while !done(&got) {
             let n = peer.read(&mut buf).await.unwrap();
-            assert!(n > 0, "the request ended early: {:?}", String::from_utf8_lossy(&got));
+            assert!(
+                n > 0,
+                "the request ended early: {:?}",
+                String::from_utf8_lossy(&got)
+            );
             got.extend_from_slice(&buf[..n]);
         }
         peer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
@@ -457,7 +461,10 @@ mod tests {
         drop(gone);
         let mut stale = BackendConn::new(Io::Unix(closed));
         let r = stale.send(&mut out).await;
-        assert!(matches!(r, Err(SendError::NotSent)), "a closed socket sends nothing");
+        assert!(
+            matches!(r, Err(SendError::NotSent)),
+            "a closed socket sends nothing"
+        );
 
         let (fresh, peer) = UnixStream::pair().unwrap();
         let reader = tokio::spawn(serve_one(peer, move |got: &[u8]| {

@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use super::*;
 use crate::config::{load_text, Report};
 

@@ -1,0 +1,313 @@
+//! From syntax tree to typed model: every directive checked for its place, its
+//! arguments and its values, and the whole checked for combinations that cannot work.
+//!
+//! Never half-applies: any error makes the whole load fail. Directives that DESIGN.md
+//! names but whose runtime is not built yet are refused as "not supported yet", never
+//! ignored. Warnings are collected beside errors; `--strict` makes them fatal.
+
+mod args;
+mod proxy;
+mod route;
+mod values;
+mod vocab;
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use self::args::*;
+use self::values::*;
+use self::vocab::{Place, ALL_PLACES};
+use super::diag::{nearest, Diagnostic, Sources, Span};
+use super::model::*;
+use super::parser::Directive;
+
+type Res<T> = Result<T, Diagnostic>;
+
+/// Builds the model, returning it with its warnings, or every error found.
+pub fn build(
+    tree: &[Directive],
+    sources: &Sources,
+) -> Result<(Config, Vec<Diagnostic>), Vec<Diagnostic>> {
+    let mut b = Builder {
+        sources: sources.clone(),
+        ..Builder::default()
+    };
+    let config = b.top(tree);
+    if b.errors.is_empty() {
+        let (errors, warnings) = super::validate::check(&config, b.listeners_declared);
+        b.errors.extend(errors);
+        b.warnings.extend(warnings);
+    }
+    if b.errors.is_empty() {
+        Ok((config, b.warnings))
+    } else {
+        b.errors.extend(b.warnings);
+        Err(b.errors)
+    }
+}
+
+#[derive(Default)]
+struct Builder {
+    errors: Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
+    /// The files read, so relative paths resolve from the folder of the file that
+    /// names them.
+    sources: Sources,
+    listeners_declared: bool,
+}
+
+impl Builder {
+    /// The folder of the file `span` is in: what its relative paths are relative to.
+    fn dir_of(&self, span: Span) -> PathBuf {
+        std::path::Path::new(self.sources.name(span.file))
+            .parent()
+            .map(|p| p.to_path_buf())
+            .unwrap_or_default()
+    }
+
+    fn push(&mut self, r: Res<()>) {
+        if let Err(e) = r {
+            self.errors.push(e);
+        }
+    }
+
+    /// Checks that `d` belongs in `place`; pushes an error and returns false if not.
+    fn known_here(&mut self, d: &Directive, place: Place) -> bool {
+        let name = d.name.text.as_str();
+        if place.known().contains(&name) {
+            if let Some(hint) = vocab::not_yet(place, name) {
+                self.errors.push(unsupported(d).with_hint(hint));
+                return false;
+            }
+            return true;
+        }
+        let elsewhere = ALL_PLACES
+            .iter()
+            .find(|p| p.known().contains(&name))
+            .map(|p| p.label());
+        let err = match elsewhere {
+            Some(other) => Diagnostic::error(
+                d.span(),
+                format!("`{name}` does not belong in {}", place.label()),
+            )
+            .with_hint(format!("`{name}` goes in {other}")),
+            None => {
+                let e = Diagnostic::error(d.span(), format!("unknown directive `{name}`"));
+                match nearest(name, place.known().iter().copied()) {
+                    Some(s) => e.with_hint(format!("did you mean `{s}`?")),
+                    None => e.with_hint(format!(
+                        "{} takes: {}",
+                        place.label(),
+                        place.known().join(", ")
+                    )),
+                }
+            }
+        };
+        self.errors.push(err);
+        false
+    }
+
+    fn top(&mut self, tree: &[Directive]) -> Config {
+        let mut global = Global::default();
+        let mut listeners: Vec<Listen> = Vec::new();
+        let mut sites: Vec<Site> = Vec::new();
+        let mut global_seen: Option<Span> = None;
+        let mut hosts_seen: HashMap<HostPattern, Span> = HashMap::new();
+        for d in tree {
+            if !self.known_here(d, Place::Top) {
+                continue;
+            }
+            match d.name.text.as_str() {
+                "global" => {
+                    if let Some(first) = global_seen {
+                        self.errors.push(twice(d, first));
+                        continue;
+                    }
+                    global_seen = Some(d.span());
+                    let r = no_args(d).and_then(|_| block(d, "global {"));
+                    match r {
+                        Ok(items) => self.global(items, &mut global),
+                        Err(e) => self.errors.push(e),
+                    }
+                }
+                "listen" => match listen(d) {
+                    Ok(l) => {
+                        if let Some(prev) = listeners.iter().find(|p| p.addr == l.addr) {
+                            self.errors.push(
+                                Diagnostic::error(
+                                    d.args[0].span,
+                                    format!("`{}` is already a listener", l.addr),
+                                )
+                                .with_hint(format!(
+                                    "it was first declared on line {}",
+                                    prev.span.line
+                                )),
+                            );
+                        } else {
+                            listeners.push(l);
+                        }
+                    }
+                    Err(e) => self.errors.push(e),
+                },
+                "site" => {
+                    if let Some(site) = self.site(d, &mut hosts_seen) {
+                        sites.push(site);
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.listeners_declared = !listeners.is_empty();
+        if listeners.is_empty() {
+            listeners.push(Listen {
+                addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 8080)),
+                text: "127.0.0.1:8080".into(),
+                dual_stack: false,
+                span: Span::default(),
+            });
+        }
+        Config {
+            global,
+            listeners,
+            sites,
+        }
+    }
+
+    fn global(&mut self, items: &[Directive], g: &mut Global) {
+        let mut seen = Seen::default();
+        for d in items {
+            if !self.known_here(d, Place::Global) || !self.once(&mut seen, d) {
+                continue;
+            }
+            let r = match d.name.text.as_str() {
+                "workers" => one_arg(d, "workers N").and_then(|w| {
+                    let n = int_in(w, 1, 1024)?;
+                    g.workers = Some(n as usize);
+                    Ok(())
+                }),
+                "grace" => one_arg(d, "grace 10s").and_then(|w| {
+                    g.grace = duration(w)?;
+                    Ok(())
+                }),
+                "trust" => {
+                    if d.args.is_empty() {
+                        Err(missing(d, "trust CIDR...", "trust 10.0.0.0/8 192.168.1.5"))
+                    } else {
+                        d.args.iter().try_for_each(|w| {
+                            let net = cidr(w)?;
+                            if net.prefix_len() == 0 {
+                                self.warnings.push(
+                                    Diagnostic::warning(w.span, format!("`trust {}` believes forwarding headers from every client", w.text))
+                                        .with_hint("name only your own proxies' addresses"),
+                                );
+                            }
+                            g.trust.push(net);
+                            Ok(())
+                        })
+                    }
+                }
+                "admin" => match d.args.as_slice() {
+                    [w] if w.text == "off" => Ok(()),
+                    _ => Err(unsupported(d).with_hint(
+                        "the admin API is not built yet; write `admin off` or remove the line",
+                    )),
+                },
+                _ => Err(unsupported(d)),
+            };
+            self.push(r);
+        }
+    }
+
+    fn site(&mut self, d: &Directive, hosts_seen: &mut HashMap<HostPattern, Span>) -> Option<Site> {
+        if d.args.is_empty() {
+            self.errors.push(missing(
+                d,
+                "site HOST... {",
+                "site example.com www.example.com {",
+            ));
+            return None;
+        }
+        let items = match block(d, "site example.com {") {
+            Ok(b) => b,
+            Err(e) => {
+                self.errors.push(e);
+                return None;
+            }
+        };
+        let mut hosts = Vec::new();
+        for w in &d.args {
+            match host_pattern(w) {
+                Ok(h) => {
+                    if let Some(prev) = hosts_seen.get(&h) {
+                        self.errors.push(
+                            Diagnostic::error(
+                                w.span,
+                                format!("host `{}` already names another site", w.text),
+                            )
+                            .with_hint(format!("the other site is on line {}", prev.line)),
+                        );
+                    } else {
+                        hosts_seen.insert(h.clone(), w.span);
+                        hosts.push(h);
+                    }
+                }
+                Err(e) => self.errors.push(e),
+            }
+        }
+        let name = d.args[0].text.to_ascii_lowercase();
+        let mut routes = Vec::new();
+        let mut own: Vec<&Directive> = Vec::new();
+        for item in items {
+            if !self.known_here(item, Place::Site) {
+                continue;
+            }
+            match item.name.text.as_str() {
+                "route" => {
+                    if let Some(r) = self.route(item, &name) {
+                        routes.push(r);
+                    }
+                }
+                _ => own.push(item),
+            }
+        }
+        if !own.is_empty() {
+            let owned: Vec<Directive> = own.into_iter().cloned().collect();
+            let span = owned[0].span();
+            if let Some(r) = self.route_body(
+                &owned,
+                name.clone(),
+                PathPattern::Prefix(String::new()),
+                span,
+            ) {
+                routes.push(r);
+            }
+        }
+        Some(Site {
+            name,
+            hosts,
+            routes,
+        })
+    }
+
+    fn once(&mut self, seen: &mut Seen, d: &Directive) -> bool {
+        // Directives that stack rather than replace.
+        const REPEATABLE: &[&str] = &["header_up", "header_down", "trust", "env", "match"];
+        let name = d.name.text.as_str();
+        if REPEATABLE.contains(&name) {
+            return true;
+        }
+        if let Some(first) = seen.0.get(name) {
+            self.errors.push(twice(d, *first));
+            return false;
+        }
+        seen.0.insert(name.to_string(), d.span());
+        true
+    }
+}
+
+#[derive(Default)]
+struct Seen(HashMap<String, Span>);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,205 @@
+//! A route's (or a site block's own) matchers, filters and its one handler.
+
+use http::StatusCode;
+
+use super::args::*;
+use super::values::*;
+use super::vocab::Place;
+use super::{Builder, Res};
+use crate::config::diag::{Diagnostic, Span};
+use crate::config::model::*;
+use crate::config::parser::Directive;
+
+impl Builder {
+    pub(super) fn route(&mut self, d: &Directive, site: &str) -> Option<Route> {
+        let [pattern] = d.args.as_slice() else {
+            self.errors.push(if d.args.is_empty() {
+                missing(d, "route PATTERN {", "route /api/* {")
+            } else {
+                Diagnostic::error(d.args[1].span, "`route` takes one path pattern")
+                    .with_hint("add matchers inside the block: match method GET")
+            });
+            return None;
+        };
+        let items = match block(d, "route /api/* {") {
+            Ok(b) => b,
+            Err(e) => {
+                self.errors.push(e);
+                return None;
+            }
+        };
+        let pat = match path_pattern(pattern) {
+            Ok(p) => p,
+            Err(e) => {
+                self.errors.push(e);
+                return None;
+            }
+        };
+        let name = format!("{site} {}", pattern.text);
+        let items: Vec<Directive> = items
+            .iter()
+            .filter(|i| self.known_here(i, Place::Route))
+            .cloned()
+            .collect();
+        self.route_body(&items, name, pat, d.span())
+    }
+
+    /// Matchers, filters (in order) and the one handler of a route or a site block.
+    pub(super) fn route_body(
+        &mut self,
+        items: &[Directive],
+        name: String,
+        pattern: PathPattern,
+        span: Span,
+    ) -> Option<Route> {
+        let mut matchers = Vec::new();
+        let mut filters = Vec::new();
+        let mut handler: Option<(Handler, Span)> = None;
+        let mut failed = false;
+        for d in items {
+            if let Some(w) = d
+                .args
+                .iter()
+                .find(|w| !w.quoted && matches!(w.text.as_str(), "when" | "unless" | "failure"))
+            {
+                self.errors.push(
+                    Diagnostic::error(
+                        w.span,
+                        format!("filter conditions (`{}`) are not supported yet", w.text),
+                    )
+                    .with_hint(
+                        "this build runs every filter unconditionally; remove the condition",
+                    ),
+                );
+                failed = true;
+                continue;
+            }
+            let r: Res<()> = match d.name.text.as_str() {
+                "match" => matcher(d).map(|m| matchers.push(m)),
+                "strip" => one_arg(d, "strip /prefix").and_then(|w| {
+                    if !w.text.starts_with('/') || w.text.len() < 2 {
+                        return Err(Diagnostic::error(
+                            w.span,
+                            format!("`{}` is not a path prefix", w.text),
+                        )
+                        .with_hint("write a prefix starting with /, like strip /api"));
+                    }
+                    filters.push(Filter::Strip(w.text.trim_end_matches('/').to_string()));
+                    Ok(())
+                }),
+                "rewrite" => two_args(d, "rewrite FROM TO").and_then(|(from, to)| {
+                    let from_pat = path_pattern(from)?;
+                    let to_t = template(to)?;
+                    if !to.text.starts_with('/') {
+                        return Err(Diagnostic::error(to.span, "a rewrite target is a path")
+                            .with_hint("write a path starting with /, like rewrite /old /new"));
+                    }
+                    filters.push(Filter::Rewrite {
+                        from: from_pat,
+                        to: to_t,
+                    });
+                    Ok(())
+                }),
+                "header_down" => {
+                    header_op(d, "header_down").map(|op| filters.push(Filter::HeaderDown(op)))
+                }
+                "max_body" => one_arg(d, "max_body SIZE").and_then(|w| {
+                    filters.push(Filter::MaxBody(size(w)?));
+                    Ok(())
+                }),
+                "compress" => compress(d),
+                "respond" | "redirect" | "proxy" => {
+                    let h = match d.name.text.as_str() {
+                        "respond" => respond(d),
+                        "redirect" => redirect(d),
+                        _ => self.proxy(d),
+                    };
+                    match h {
+                        Ok(h) => {
+                            if let Some((_, first)) = &handler {
+                                Err(Diagnostic::error(d.span(), "a route has exactly one handler")
+                                    .with_hint(format!("the handler on line {} already answers this route; put the other in its own route", first.line)))
+                            } else {
+                                handler = Some((h, d.span()));
+                                Ok(())
+                            }
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                _ => Err(unsupported(d)),
+            };
+            if let Err(e) = r {
+                self.errors.push(e);
+                failed = true;
+            }
+        }
+        if failed {
+            return None;
+        }
+        Some(Route {
+            name,
+            pattern,
+            matchers,
+            filters,
+            handler: handler.map(|h| h.0),
+            span,
+        })
+    }
+}
+
+pub(super) fn compress(d: &Directive) -> Res<()> {
+    let w = one_arg(d, "compress on|off")?;
+    match w.text.as_str() {
+        // Nothing is compressed yet, so `off` states what already happens.
+        "off" => Ok(()),
+        "on" => Err(
+            Diagnostic::error(w.span, "compression is not supported yet")
+                .with_hint("write `compress off`, or remove the line"),
+        ),
+        _ => Err(expected(w, "`on` or `off`")),
+    }
+}
+
+pub(super) fn respond(d: &Directive) -> Res<Handler> {
+    no_block(d)?;
+    let (status, body) = match d.args.as_slice() {
+        [] => (StatusCode::OK, None),
+        [a] => match status_word(a) {
+            Some(_) => (status(a, 100..=599)?, None),
+            None => (StatusCode::OK, Some(a)),
+        },
+        [a, b] => (status(a, 100..=599)?, Some(b)),
+        [_, _, x, ..] => {
+            return Err(extra(
+                x,
+                "quote a body that has spaces: respond 200 \"hello there\"",
+            ))
+        }
+    };
+    let body = match body {
+        Some(w) => template(w)?,
+        None => Template { parts: Vec::new() },
+    };
+    Ok(Handler::Respond { status, body })
+}
+
+pub(super) fn redirect(d: &Directive) -> Res<Handler> {
+    no_block(d)?;
+    let (status, target) = match d.args.as_slice() {
+        [t] => (StatusCode::FOUND, t),
+        [c, t] => (status(c, 300..=308)?, t),
+        [] => {
+            return Err(missing(
+                d,
+                "redirect [CODE] TARGET",
+                "redirect 301 https://{host}{uri}",
+            ))
+        }
+        [_, _, x, ..] => return Err(extra(x, "write: redirect [CODE] TARGET")),
+    };
+    Ok(Handler::Redirect {
+        status,
+        target: template(target)?,
+    })
+}

@@ -1,0 +1,341 @@
+//! Value parsers: numbers, sizes, durations, addresses, patterns, templates and
+//! status codes, each refused at the value's own column with a hint.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, Method, StatusCode};
+use ipnet::IpNet;
+
+use super::args::*;
+use super::Res;
+use crate::config::diag::Diagnostic;
+use crate::config::model::*;
+use crate::config::parser::{Directive, Word};
+use crate::config::template::Placeholder;
+use crate::config::units::{parse_duration, parse_size};
+
+pub(super) fn int_in(w: &Word, min: u64, max: u64) -> Res<u64> {
+    match w.text.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        Ok(_) => Err(
+            Diagnostic::error(w.span, format!("{} is out of range", w.text))
+                .with_hint(format!("use a whole number from {min} to {max}")),
+        ),
+        Err(_) => Err(expected(w, &format!("a whole number from {min} to {max}"))),
+    }
+}
+
+pub(super) fn duration(w: &Word) -> Res<Duration> {
+    parse_duration(&w.text).map_err(|e| {
+        let d = Diagnostic::error(w.span, e.message);
+        match e.hint {
+            Some(h) => d.with_hint(h),
+            None => d,
+        }
+    })
+}
+
+pub(super) fn positive(w: &Word) -> Res<Duration> {
+    let d = duration(w)?;
+    if d.is_zero() {
+        return Err(Diagnostic::error(
+            w.span,
+            "this duration must be more than 0s",
+        ));
+    }
+    Ok(d)
+}
+
+pub(super) fn size(w: &Word) -> Res<u64> {
+    parse_size(&w.text).map_err(|e| {
+        let d = Diagnostic::error(w.span, e.message);
+        match e.hint {
+            Some(h) => d.with_hint(h),
+            None => d,
+        }
+    })
+}
+
+pub(super) fn cidr(w: &Word) -> Res<IpNet> {
+    if let Ok(n) = w.text.parse::<IpNet>() {
+        return Ok(n.trunc());
+    }
+    if let Ok(ip) = w.text.parse::<IpAddr>() {
+        return Ok(IpNet::from(ip));
+    }
+    Err(expected(
+        w,
+        "an address or CIDR like 10.0.0.0/8 or 2001:db8::/32",
+    ))
+}
+
+pub(super) fn listen(d: &Directive) -> Res<Listen> {
+    let w = first_arg(d, "listen ADDR")?;
+    if let Some(t) = d.args.get(1) {
+        if t.text == "tls" {
+            return Err(
+                Diagnostic::error(t.span, "TLS listeners are not supported yet")
+                    .with_hint("serve plain HTTP here and terminate TLS in front for now"),
+            );
+        }
+        return Err(extra(t, "write: listen ADDR [tls]"));
+    }
+    let text = w.text.as_str();
+    let dual_stack = text.starts_with(':');
+    let addr = if let Some(port) = text.strip_prefix(':') {
+        port.parse::<u16>()
+            .ok()
+            .map(|p| SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, p)))
+    } else if let Some(port) = text.strip_prefix("localhost:") {
+        port.parse::<u16>()
+            .ok()
+            .map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p)))
+    } else {
+        text.parse::<SocketAddr>().ok()
+    };
+    addr.map(|addr| Listen {
+        addr,
+        text: text.to_string(),
+        dual_stack,
+        span: d.span(),
+    })
+    .ok_or_else(|| {
+        expected(w, "an address with a port")
+            .with_hint("write 127.0.0.1:8080, [::1]:8080 or :8080 (all interfaces)")
+    })
+}
+
+pub(super) fn host_pattern(w: &Word) -> Res<HostPattern> {
+    let h = w.text.to_ascii_lowercase();
+    if h == "*" {
+        return Ok(HostPattern::Any);
+    }
+    let (wild, name) = match h.strip_prefix("*.") {
+        Some(rest) => (true, rest),
+        None => (false, h.as_str()),
+    };
+    if name.contains(':') && !name.starts_with('[') {
+        return Err(
+            Diagnostic::error(w.span, format!("site host `{}` has a port", w.text))
+                .with_hint("hosts are matched without their port; write the name alone"),
+        );
+    }
+    let ok = !name.is_empty()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+    if !ok && name.parse::<IpAddr>().is_err() && !name.starts_with('[') {
+        return Err(expected(w, "a host name, *.suffix or *")
+            .with_hint("for example: site example.com *.example.com {"));
+    }
+    Ok(if wild {
+        HostPattern::Suffix(format!(".{name}"))
+    } else {
+        HostPattern::Exact(
+            name.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+        )
+    })
+}
+
+pub(super) fn path_pattern(w: &Word) -> Res<PathPattern> {
+    let t = w.text.as_str();
+    if !t.starts_with('/') {
+        return Err(expected(w, "a path starting with /").with_hint("write /exact or /prefix/*"));
+    }
+    if let Some(prefix) = t.strip_suffix("/*") {
+        if !prefix.contains('*') {
+            return Ok(PathPattern::Prefix(prefix.to_string()));
+        }
+    } else if !t.contains('*') {
+        return Ok(PathPattern::Exact(t.to_string()));
+    }
+    Err(Diagnostic::error(
+        w.span,
+        format!("`{t}` has a `*` that is not a trailing `/*`"),
+    )
+    .with_hint("patterns are /exact or /prefix/*"))
+}
+
+pub(super) fn matcher(d: &Directive) -> Res<Matcher> {
+    let kind = first_arg(d, "match method|header|query ...")?;
+    let rest = &d.args[1..];
+    match kind.text.as_str() {
+        "method" => {
+            if rest.is_empty() {
+                return Err(missing(
+                    d,
+                    "match method METHOD...",
+                    "match method GET HEAD",
+                ));
+            }
+            rest.iter()
+                .map(|w| {
+                    if !w.text.bytes().all(|b| b.is_ascii_uppercase()) {
+                        return Err(expected(w, "an upper-case method like GET"));
+                    }
+                    Method::from_bytes(w.text.as_bytes()).map_err(|_| expected(w, "a method"))
+                })
+                .collect::<Res<Vec<_>>>()
+                .map(Matcher::Method)
+        }
+        "header" => match rest {
+            [n, v] => Ok(Matcher::Header(
+                HeaderName::from_bytes(n.text.as_bytes())
+                    .map_err(|_| expected(n, "a header name"))?,
+                v.text.clone(),
+            )),
+            [_, _, x, ..] => Err(extra(
+                x,
+                "write: match header NAME VALUE (quote a value with spaces)",
+            )),
+            _ => Err(missing(
+                d,
+                "match header NAME VALUE",
+                "match header X-Canary 1",
+            )),
+        },
+        "query" => match rest {
+            [n, v] => Ok(Matcher::Query(n.text.clone(), v.text.clone())),
+            [_, _, x, ..] => Err(extra(x, "write: match query NAME VALUE")),
+            _ => Err(missing(
+                d,
+                "match query NAME VALUE",
+                "match query version 2",
+            )),
+        },
+        _ => Err(expected(kind, "`method`, `header` or `query`")),
+    }
+}
+
+pub(super) fn header_op(d: &Directive, what: &str) -> Res<HeaderOp> {
+    no_block(d)?;
+    match d.args.as_slice() {
+        [n] if n.text.starts_with('-') => {
+            let name = &n.text[1..];
+            HeaderName::from_bytes(name.as_bytes())
+                .map(HeaderOp::Remove)
+                .map_err(|_| expected(n, "a header name after `-`"))
+        }
+        [n, v] => {
+            let name = HeaderName::from_bytes(n.text.as_bytes())
+                .map_err(|_| expected(n, "a header name"))?;
+            let t = template(v)?;
+            let value = if t.has_placeholders() {
+                HeaderTemplate::Render(t)
+            } else {
+                HeaderTemplate::Fixed(HeaderValue::from_str(&v.text).map_err(|_| {
+                    Diagnostic::error(v.span, "this value cannot be sent in a header")
+                        .with_hint("header values are visible ASCII")
+                })?)
+            };
+            Ok(HeaderOp::Set(name, value))
+        }
+        [_, _, x, ..] => Err(extra(x, "quote a value that has spaces")),
+        _ => Err(missing(
+            d,
+            &format!("{what} NAME VALUE | -NAME"),
+            &format!("{what} X-Served-By edge"),
+        )),
+    }
+}
+
+pub(super) fn template(w: &Word) -> Res<Template> {
+    Template::parse(&w.text).map_err(|e| {
+        let names: Vec<String> = Placeholder::ALL
+            .iter()
+            .map(|(n, _)| format!("{{{n}}}"))
+            .collect();
+        Diagnostic::error(w.span, format!("unknown placeholder `{{{}}}`", e.0))
+            .with_hint(format!("placeholders are {}", names.join(", ")))
+    })
+}
+
+pub(super) fn status_word(w: &Word) -> Option<u16> {
+    (w.text.len() == 3 && !w.quoted)
+        .then(|| w.text.parse::<u16>().ok())
+        .flatten()
+}
+
+pub(super) fn status(w: &Word, range: std::ops::RangeInclusive<u16>) -> Res<StatusCode> {
+    let n = status_word(w)
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| {
+            expected(
+                w,
+                &format!("a status code from {} to {}", range.start(), range.end()),
+            )
+        })?;
+    StatusCode::from_u16(n).map_err(|_| expected(w, "a status code"))
+}
+
+/// A backend address; a relative `unix:` path is resolved from `base`, the folder of
+/// the file that names it.
+pub(super) fn backend_addr(w: &Word, base: &Path) -> Res<BackendAddr> {
+    let text = w.text.as_str();
+    let bad = |msg: &str| Diagnostic::error(w.span, format!("`{text}`: {msg}"));
+    if let Some(path) = text.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err(
+                bad("a unix address needs a socket path").with_hint("write unix:/run/app.sock")
+            );
+        }
+        return Ok(BackendAddr {
+            text: text.to_string(),
+            target: Target::Unix(base.join(PathBuf::from(path))),
+        });
+    }
+    let rest = if let Some(r) = text.strip_prefix("http://") {
+        r
+    } else if text.starts_with("https://") || text.starts_with("h2c://") {
+        return Err(bad("this backend scheme is not supported yet").with_hint(
+            "this build speaks plain HTTP/1.1 to backends: use host:port or http://host:port",
+        ));
+    } else if let Some((scheme, _)) = text.split_once("://") {
+        return Err(bad(&format!("unknown scheme `{scheme}`"))
+            .with_hint("use host:port, http://, or unix:/path"));
+    } else {
+        text
+    };
+    if rest.contains(['/', '?', '#']) {
+        return Err(bad("a backend address has no path or query")
+            .with_hint("rewrite the path with `rewrite` or `strip` instead"));
+    }
+    if rest.contains('@') {
+        return Err(bad("a backend address has no credentials")
+            .with_hint("set an Authorization header with header_up instead"));
+    }
+    let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+        let (ip, port) = v6
+            .split_once("]:")
+            .ok_or_else(|| bad("expected [v6]:port"))?;
+        ip.parse::<std::net::Ipv6Addr>()
+            .map_err(|_| bad("not an IPv6 address"))?;
+        (ip.to_string(), port)
+    } else {
+        rest.rsplit_once(':')
+            .map(|(h, p)| (h.to_string(), p))
+            .ok_or_else(|| {
+                bad("a backend address needs a port")
+                    .with_hint(format!("write {rest}:80 or the port your app listens on"))
+            })?
+    };
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| bad("the port is not a number from 1 to 65535"))?;
+    if host.is_empty() {
+        return Err(bad("the address has no host"));
+    }
+    Ok(BackendAddr {
+        text: text.to_string(),
+        target: Target::Tcp { host, port },
+    })
+}

@@ -1,0 +1,268 @@
+//! The vocabulary: which directives each place in the file knows. A directive's place
+//! is data here, so "does not belong in X, goes in Y" and "did you mean" come from one
+//! table.
+
+/// Where a directive may stand, and which directives each place knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Place {
+    Top,
+    Global,
+    Site,
+    Route,
+    Proxy,
+    FastCgi,
+    Files,
+    Tcp,
+    Safety,
+    Failover,
+    Health,
+    Outlier,
+}
+
+impl Place {
+    pub(super) fn known(self) -> &'static [&'static str] {
+        match self {
+            Place::Top => &["global", "listen", "site", "tcp", "import"],
+            Place::Global => &[
+                "admin",
+                "workers",
+                "trust",
+                "max_tunnels",
+                "tunnel_drain",
+                "grace",
+                "access_log",
+                "tracing",
+                "probe_concurrency",
+                "safety",
+            ],
+            Place::Site => SITE,
+            Place::Route => &SITE[2..],
+            Place::Proxy => &[
+                "lb",
+                "weights",
+                "backup",
+                "failover",
+                "health",
+                "fail_duration",
+                "breaker",
+                "all_down",
+                "host",
+                "header_up",
+                "header_down",
+                "timeout",
+                "connect_timeout",
+                "limit",
+                "max_body",
+                "retries",
+                "retry_on",
+                "retry_buffer",
+                "retry_budget",
+                "slow_start",
+                "outlier",
+                "safety",
+                "keepalive",
+                "tls_verify",
+                "tls_server_name",
+                "tls_ca",
+                "compress",
+                "origin_headers",
+            ],
+            Place::FastCgi => &[
+                "root",
+                "suffix",
+                "index",
+                "fallback",
+                "max_conns",
+                "connect_timeout",
+                "keepalive_timeout",
+                "env",
+            ],
+            Place::Files => &["index", "browse"],
+            Place::Tcp => &["proxy"],
+            Place::Safety => &["default", "allow_private", "block"],
+            Place::Failover => &[
+                "failure_threshold",
+                "recovery_threshold",
+                "hold_down",
+                "failback_delay",
+            ],
+            Place::Health => &[
+                "method", "interval", "timeout", "rise", "fall", "expect", "host", "initial",
+            ],
+            Place::Outlier => &["consecutive_5xx", "ejection", "max_ejected"],
+        }
+    }
+
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Place::Top => "the top level",
+            Place::Global => "a `global` block",
+            Place::Site => "a `site` block",
+            Place::Route => "a `route` block",
+            Place::Proxy => "a `proxy` block",
+            Place::FastCgi => "a `fastcgi` block",
+            Place::Files => "a `files` block",
+            Place::Tcp => "a `tcp` block",
+            Place::Safety => "a `safety` block",
+            Place::Failover => "a `failover` block",
+            Place::Health => "a `health` block",
+            Place::Outlier => "an `outlier` block",
+        }
+    }
+}
+
+/// A site block takes everything a route does, plus `tls` and `route`.
+pub(super) const SITE: &[&str] = &[
+    "tls",
+    "route",
+    "match",
+    "proxy",
+    "fastcgi",
+    "files",
+    "redirect",
+    "respond",
+    "strip",
+    "rewrite",
+    "header_down",
+    "request_id",
+    "rate_limit",
+    "allow",
+    "deny",
+    "basic_auth",
+    "compress",
+    "max_body",
+    "cors",
+];
+
+pub(super) const ALL_PLACES: [Place; 12] = [
+    Place::Top,
+    Place::Global,
+    Place::Site,
+    Place::Route,
+    Place::Proxy,
+    Place::FastCgi,
+    Place::Files,
+    Place::Tcp,
+    Place::Safety,
+    Place::Failover,
+    Place::Health,
+    Place::Outlier,
+];
+
+/// Directives sluice knows but cannot run yet, with what to do meanwhile: refused at
+/// load ("not supported yet"), never ignored. A directive leaves this list when its
+/// runtime lands.
+pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
+    (
+        Place::Top,
+        "tcp",
+        "L4 listeners come with WebSocket support; remove the block for now",
+    ),
+    (
+        Place::Site,
+        "tls",
+        "TLS is not built yet; terminate TLS in front of sluice for now",
+    ),
+    (Place::Site, "fastcgi", "FastCGI is not built yet"),
+    (Place::Site, "files", "static files are not built yet"),
+    (Place::Site, "request_id", "the filter is not built yet"),
+    (Place::Site, "rate_limit", "the filter is not built yet"),
+    (
+        Place::Site,
+        "allow",
+        "the filter is not built yet; use a `respond 403` route for now",
+    ),
+    (
+        Place::Site,
+        "deny",
+        "the filter is not built yet; use a `respond 403` route for now",
+    ),
+    (Place::Site, "basic_auth", "the filter is not built yet"),
+    (Place::Site, "cors", "the filter is not built yet"),
+    (Place::Global, "max_tunnels", "tunnels are not built yet"),
+    (Place::Global, "tunnel_drain", "tunnels are not built yet"),
+    (
+        Place::Global,
+        "access_log",
+        "the access log is not built yet",
+    ),
+    (
+        Place::Global,
+        "tracing",
+        "trace propagation is not built yet",
+    ),
+    (
+        Place::Global,
+        "probe_concurrency",
+        "active health checks are not built yet",
+    ),
+    (
+        Place::Global,
+        "safety",
+        "destination safety is not built yet",
+    ),
+    (
+        Place::Proxy,
+        "weights",
+        "weighted policies are not built yet",
+    ),
+    (Place::Proxy, "backup", "failover is not built yet"),
+    (Place::Proxy, "failover", "failover is not built yet"),
+    (
+        Place::Proxy,
+        "health",
+        "active health checks are not built yet; passive health is always on",
+    ),
+    (
+        Place::Proxy,
+        "retry_on",
+        "retries of sent requests are not built yet",
+    ),
+    (
+        Place::Proxy,
+        "retry_buffer",
+        "retries of sent requests are not built yet",
+    ),
+    (
+        Place::Proxy,
+        "retry_budget",
+        "retries of sent requests are not built yet",
+    ),
+    (Place::Proxy, "slow_start", "slow start is not built yet"),
+    (Place::Proxy, "outlier", "outlier ejection is not built yet"),
+    (
+        Place::Proxy,
+        "safety",
+        "destination safety is not built yet",
+    ),
+    (
+        Place::Proxy,
+        "tls_verify",
+        "https:// backends are not built yet",
+    ),
+    (
+        Place::Proxy,
+        "tls_server_name",
+        "https:// backends are not built yet",
+    ),
+    (
+        Place::Proxy,
+        "tls_ca",
+        "https:// backends are not built yet",
+    ),
+    (Place::Proxy, "origin_headers", "failover is not built yet"),
+];
+
+/// What to do instead, when `name` in `place` is known but not built yet. A route
+/// takes what a site block does.
+pub(super) fn not_yet(place: Place, name: &str) -> Option<&'static str> {
+    let place = if place == Place::Route {
+        Place::Site
+    } else {
+        place
+    };
+    NOT_YET
+        .iter()
+        .find(|(p, n, _)| *p == place && *n == name)
+        .map(|(_, _, hint)| *hint)
+}

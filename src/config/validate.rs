@@ -1,0 +1,60 @@
+//! Whole-config checks: what no single directive shows. Errors (nothing to serve) and
+//! the warnings of DESIGN.md §14 that need the whole model: a route that can never
+//! match, a route with filters but no handler. (`limit off` and `trust 0.0.0.0/0` are
+//! warned about where they are read.)
+
+use super::diag::{Diagnostic, Span};
+use super::model::*;
+
+/// Errors and warnings about `config` as a whole. `listeners_declared`: whether the
+/// file had a `listen` line (sluice adds a default one when not).
+pub fn check(config: &Config, listeners_declared: bool) -> (Vec<Diagnostic>, Vec<Diagnostic>) {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    if config.sites.is_empty() && !listeners_declared {
+        errors.push(
+            Diagnostic::error(
+                Span {
+                    file: 0,
+                    line: 1,
+                    col: 1,
+                },
+                "nothing to serve: no `site` and no `listen`",
+            )
+            .with_hint("add a site, e.g. site * { proxy 127.0.0.1:3000 }"),
+        );
+    }
+    for site in &config.sites {
+        shadowed(&site.routes, &mut warnings);
+        for r in &site.routes {
+            if r.handler.is_none() && !r.filters.is_empty() {
+                warnings.push(
+                    Diagnostic::warning(
+                        r.span,
+                        format!("route `{}` has filters but no handler", r.name),
+                    )
+                    .with_hint("it can only answer 404; add proxy, respond or redirect"),
+                );
+            }
+        }
+    }
+    (errors, warnings)
+}
+
+/// A route after one with the same pattern and no matchers can never match.
+fn shadowed(routes: &[Route], warnings: &mut Vec<Diagnostic>) {
+    for (i, r) in routes.iter().enumerate() {
+        if let Some(earlier) = routes[..i]
+            .iter()
+            .find(|e| e.pattern == r.pattern && e.matchers.is_empty())
+        {
+            warnings.push(
+                Diagnostic::warning(r.span, format!("route `{}` can never match", r.name))
+                    .with_hint(format!(
+                    "the route on line {} has the same pattern and no matchers, and comes first",
+                    earlier.span.line
+                )),
+            );
+        }
+    }
+}

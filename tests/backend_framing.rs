@@ -1,0 +1,213 @@
+//! What sluice trusts of a backend's framing, and what it re-sends: a response with
+//! both Content-Length and Transfer-Encoding is read by the latter and its length never
+//! reaches the client; a malformed length is a 502; and a request whose pooled
+//! connection the backend had closed goes out again with every body byte.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// FNV-1a: enough to tell that every byte arrived in order.
+fn fnv(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf29ce484222325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// A backend written by hand: it reads each request whole (Content-Length or chunked)
+/// and answers `reply(body)`; with `close_after`, it closes the connection after each
+/// answer without saying so.
+struct RawBackend {
+    addr: SocketAddr,
+    connections: Arc<AtomicUsize>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl RawBackend {
+    async fn start(reply: fn(&[u8]) -> Vec<u8>, close_after: bool) -> RawBackend {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let count = connections.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut c, _)) = l.accept().await else {
+                    continue;
+                };
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    while let Some(body) = read_request(&mut c, &mut buf).await {
+                        if c.write_all(&reply(&body)).await.is_err() || close_after {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        RawBackend {
+            addr,
+            connections,
+            _task: task,
+        }
+    }
+}
+
+/// Reads one request off `c` (bytes of the next stay in `buf`); returns its body.
+async fn read_request(c: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+    let mut tmp = [0u8; 65536];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = c.read(&mut tmp).await.ok().filter(|n| *n > 0)?;
+        buf.extend_from_slice(&tmp[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    buf.drain(..head_end);
+    let field = |name: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_string))
+    };
+    let mut body = Vec::new();
+    if let Some(n) = field("content-length") {
+        let n: usize = n.trim().parse().ok()?;
+        while buf.len() < n {
+            let k = c.read(&mut tmp).await.ok().filter(|k| *k > 0)?;
+            buf.extend_from_slice(&tmp[..k]);
+        }
+        body.extend(buf.drain(..n));
+    } else if field("transfer-encoding").is_some() {
+        loop {
+            let line_end = loop {
+                if let Some(i) = buf.windows(2).position(|w| w == b"\r\n") {
+                    break i;
+                }
+                let k = c.read(&mut tmp).await.ok().filter(|k| *k > 0)?;
+                buf.extend_from_slice(&tmp[..k]);
+            };
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&buf[..line_end]).ok()?, 16).ok()?;
+            buf.drain(..line_end + 2);
+            while buf.len() < size + 2 {
+                let k = c.read(&mut tmp).await.ok().filter(|k| *k > 0)?;
+                buf.extend_from_slice(&tmp[..k]);
+            }
+            if size == 0 {
+                buf.drain(..2);
+                break;
+            }
+            body.extend(buf.drain(..size));
+            buf.drain(..2);
+        }
+    }
+    Some(body)
+}
+
+fn hash_reply(body: &[u8]) -> Vec<u8> {
+    let text = format!("{} {:x}", body.len(), fnv(body));
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
+        text.len()
+    )
+    .into_bytes()
+}
+
+#[tokio::test]
+async fn a_post_over_a_pooled_connection_the_backend_closed_arrives_whole() {
+    let b = RawBackend::start(hash_reply, true).await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let want = format!("{} {:x}", body.len(), fnv(&body));
+    for (i, chunked) in [false, true, false, true].into_iter().enumerate() {
+        let headers: &[(&str, &str)] = if chunked {
+            &[("Transfer-Encoding", "chunked")]
+        } else {
+            &[]
+        };
+        let sent = if chunked {
+            let mut c = Vec::new();
+            for piece in body.chunks(40_000) {
+                c.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                c.extend_from_slice(piece);
+                c.extend_from_slice(b"\r\n");
+            }
+            c.extend_from_slice(b"0\r\n\r\n");
+            c
+        } else {
+            body.clone()
+        };
+        let r = request(s.addr, "POST", "/", headers, &sent).await;
+        assert_eq!(
+            (r.status, r.text()),
+            (200, want.clone()),
+            "request {i} (chunked: {chunked}): the backend saw every byte"
+        );
+    }
+    assert_eq!(
+        b.connections.load(Ordering::SeqCst),
+        4,
+        "each went out on a fresh connection"
+    );
+}
+
+#[tokio::test]
+async fn content_length_beside_transfer_encoding_never_reaches_the_client() {
+    fn both(_: &[u8]) -> Vec<u8> {
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n".to_vec()
+    }
+    let b = RawBackend::start(both, false).await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    let mut seen = Vec::new();
+    for i in 0..2 {
+        c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let r = loop {
+            let mut tmp = [0u8; 4096];
+            let n = tokio::time::timeout(WAIT, c.read(&mut tmp))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "sluice closed the client connection");
+            seen.extend_from_slice(&tmp[..n]);
+            if let Some((r, used)) = parse_response(&seen) {
+                seen.drain(..used);
+                break r;
+            }
+        };
+        assert_eq!((r.status, r.text().as_str()), (200, "hello"), "request {i}");
+        assert_ne!(
+            r.header("content-length"),
+            Some("100"),
+            "the backend's length is dropped"
+        );
+    }
+    assert_eq!(
+        b.connections.load(Ordering::SeqCst),
+        2,
+        "a backend connection whose framing lied is not reused"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_backend_length_is_a_502() {
+    fn plus(_: &[u8]) -> Vec<u8> {
+        b"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello".to_vec()
+    }
+    fn two(_: &[u8]) -> Vec<u8> {
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\nhello!".to_vec()
+    }
+    for reply in [plus as fn(&[u8]) -> Vec<u8>, two] {
+        let b = RawBackend::start(reply, false).await;
+        let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+        assert_eq!(get(s.addr, "/").await.status, 502);
+    }
+}
