@@ -221,3 +221,46 @@ fn every_example_checks_clean() {
     }
     assert!(n > 0, "at least one example config");
 }
+
+#[test]
+fn foundation_ii_config_rules() {
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    header_up X-Real-IP {remote}\n  }\n}\n",
+        3,
+        25,
+        "unknown placeholder `{remote}`",
+    );
+    assert_error_at("# nothing here\n", 1, 1, "nothing to serve");
+    assert_error_at("global { grace 5s }\n", 1, 1, "nothing to serve");
+    let (out, _) = check("listen 127.0.0.1:8080\n");
+    assert_eq!(out.code, 0, "a listener alone serves (421 to all): {}", out.stderr);
+
+    let text = "site a {\n  route /x {\n    header_down X-A 1\n  }\n  respond ok\n}\n";
+    let (out, path) = check(text);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(&format!("{path}:2:3: warning: route `a /x` has filters but no handler")),
+        "{}",
+        out.stderr
+    );
+    let out = sluice(&["check", "-c", &path, "--strict"]);
+    assert_eq!(out.code, 1, "an error under --strict");
+
+    let (out, _) = check("site a {\n  route /a {respond \"x\"}\n}\n");
+    assert_eq!(out.code, 0, "braces glued to words parse: {}", out.stderr);
+}
+
+#[test]
+fn an_unknown_sluice_log_fails_at_start() {
+    let dir = TempDir::new();
+    let path = dir.write("sluice.conf", "listen 127.0.0.1:0\nsite * { respond ok }\n");
+    let o = Command::new(bin())
+        .args(["run", "-c", path.to_str().unwrap()])
+        .env("SLUICE_LOG", "loud")
+        .output()
+        .expect("sluice runs");
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("SLUICE_LOG") && err.contains("loud"), "{err}");
+}

@@ -267,3 +267,57 @@ async fn h2c_clients_reach_http1_backends() {
         "h2 streams share a pooled h1 connection"
     );
 }
+
+#[tokio::test]
+async fn placeholders_render_in_header_up_and_header_down() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /p/* {{
+                header_down X-Asked \"{{method}} {{path}}?{{query}}\"
+                proxy {a} {{
+                    header_up X-Real-IP {{client_ip}}
+                    header_up X-Seen \"{{scheme}}://{{host}}{{uri}}\"
+                    header_down X-Served-For {{client_ip}}
+                }}
+            }}
+        }}",
+        a = b.addr
+    ));
+    let r = request(s.addr, "GET", "/p/a%20b?x=1", &[("Host", "App.Test:81")], b"").await;
+    let (_, h) = seen(&r);
+    assert_eq!(h["x-real-ip"], "127.0.0.1", "{{client_ip}} renders, not the literal text");
+    assert_eq!(h["x-seen"], "http://app.test/p/a%20b?x=1");
+    assert_eq!(r.header("x-served-for"), Some("127.0.0.1"));
+    assert_eq!(r.header("x-asked"), Some("GET /p/a%20b?x=1"));
+}
+
+#[tokio::test]
+async fn a_relative_unix_path_is_relative_to_the_config_file() {
+    let dir = TempDir::new();
+    let ul = tokio::net::UnixListener::bind(dir.0.join("app.sock")).unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = ul.accept().await {
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|_req: Request<Incoming>| async move {
+                    Ok::<_, std::convert::Infallible>(Response::new(full("over the socket")))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    let conf = dir.write(
+        "sluice.conf",
+        "listen 127.0.0.1:0\nsite * { proxy unix:app.sock }\n",
+    );
+    let conf = conf.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &conf], dir);
+    assert_eq!(
+        get(s.addr, "/").await.text(),
+        "over the socket",
+        "unix:app.sock is found beside the config, not in the working directory"
+    );
+    task.abort();
+}

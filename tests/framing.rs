@@ -334,3 +334,29 @@ async fn an_idle_keep_alive_connection_closes_after_60s() {
         "closed too early: {took:?}"
     );
 }
+
+#[tokio::test]
+async fn a_peer_cannot_write_log_lines_at_will() {
+    let s = Sluice::start("site * { respond ok }");
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS, empty
+    for i in 0..10_000u64 {
+        // PING with the ACK flag, which nobody asked for.
+        out.extend_from_slice(&[0, 0, 8, 6, 1, 0, 0, 0, 0]);
+        out.extend_from_slice(&i.to_be_bytes());
+    }
+    c.write_all(&out).await.unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        let mut buf = [0u8; 4096];
+        while c.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = s.logs.lock().unwrap().len();
+    assert!(
+        lines < 20,
+        "10,000 unsolicited PING ACKs made {lines} log lines:\n{}",
+        s.logs()
+    );
+}

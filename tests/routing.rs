@@ -201,3 +201,49 @@ async fn head_requests_get_no_body() {
     );
     assert!(text.ends_with("\r\n\r\n"), "but sends no body: {text:?}");
 }
+
+#[tokio::test]
+async fn braces_glued_to_words_parse_as_nginx_users_write_them() {
+    let s = Sluice::start("site * {\n    route /a {respond \"glued\"}\n    route /b{ respond 201 }\n}");
+    assert_eq!(get(s.addr, "/a").await.text(), "glued");
+    assert_eq!(get(s.addr, "/b").await.status, 201);
+}
+
+#[tokio::test]
+async fn local_responses_carry_a_date() {
+    let s = Sluice::start(
+        "site a.test {
+            route /r { redirect /elsewhere }
+            respond \"hello\"
+        }",
+    );
+    for (host, path, status) in [
+        ("a.test", "/", 200),
+        ("a.test", "/r", 302),
+        ("b.test", "/", 421),
+    ] {
+        let r = get_host(s.addr, host, path).await;
+        assert_eq!(r.status, status);
+        let date = r.header("date").unwrap_or_else(|| panic!("{host}{path}: no Date"));
+        assert!(date.ends_with(" GMT") && date.len() == 29, "an HTTP date: {date}");
+    }
+    let out = raw(s.addr, b"GET / HTTP/1.1\r\nHost: a\r\nX A: 1\r\n\r\n").await;
+    let (r, _) = parse_response(&out).expect("a response");
+    assert_eq!(r.status, 400);
+    assert!(r.header("date").is_some(), "refusals of the codec carry Date too");
+}
+
+#[tokio::test]
+async fn listen_on_a_bare_port_takes_both_families() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipped: this machine has no IPv6 loopback");
+        return;
+    }
+    let s = Sluice::start("listen :0\nsite * { respond \"both\" }");
+    assert!(s.addr.ip().is_unspecified(), "bound to every interface: {}", s.addr);
+    let port = s.addr.port();
+    for ip in ["127.0.0.1", "::1"] {
+        let addr = std::net::SocketAddr::new(ip.parse().unwrap(), port);
+        assert_eq!(get(addr, "/").await.text(), "both", "reached over {ip}");
+    }
+}

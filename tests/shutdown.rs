@@ -77,3 +77,48 @@ async fn requests_still_open_after_grace_are_cut_and_counted() {
     );
     s.wait_log("sluice: shutdown: cut 1 requests still in flight after grace");
 }
+
+#[tokio::test]
+async fn silent_and_half_sent_connections_do_not_hold_up_shutdown() {
+    use tokio::io::AsyncWriteExt;
+    let mut s = Sluice::start("global { grace 30s }\nsite * { respond ok }");
+    let silent = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut mid_head = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    mid_head
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nX-Half: ")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let start = Instant::now();
+    s.signal("TERM");
+    assert_eq!(s.wait_exit(WAIT), Some(0));
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "a connection with no whole head closes when the drain starts: {:?}",
+        start.elapsed()
+    );
+    drop((silent, mid_head));
+}
+
+#[tokio::test]
+async fn a_second_signal_during_the_drain_exits_at_once() {
+    let b = slow_backend(Duration::from_secs(30)).await;
+    let mut s = Sluice::start(&format!(
+        "global {{ grace 30s }}\nsite * {{ proxy {} }}",
+        b.addr
+    ));
+    let addr = s.addr;
+    let _slow = tokio::spawn(async move { raw(addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.signal("INT");
+    s.wait_log("sluice: stopping");
+    let start = Instant::now();
+    s.signal("INT");
+    assert_eq!(s.wait_exit(WAIT), Some(0));
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "Ctrl-C twice does not wait out grace: {:?}",
+        start.elapsed()
+    );
+    s.wait_log("sluice: shutdown: cut 1 requests still in flight on a second signal");
+}

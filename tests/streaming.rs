@@ -482,3 +482,24 @@ async fn a_backend_answering_before_the_upload_ends_is_passed_on() {
     let _ = writer.await;
     task.abort();
 }
+
+#[tokio::test]
+async fn an_answer_before_the_body_arrived_says_the_connection_closes() {
+    let s = Sluice::start("site * { respond ok }");
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\nonly a little")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(WAIT, c.read_to_end(&mut out))
+        .await
+        .expect("answered and closed")
+        .ok();
+    let (r, _) = parse_response(&out).expect("a response");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("connection"),
+        Some("close"),
+        "sluice closes after answering an unread body, and says so"
+    );
+}
