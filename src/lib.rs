@@ -10,16 +10,16 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
-pub mod body;
+pub(crate) mod body;
 pub mod config;
 pub mod demo;
-pub mod filter;
-pub mod http1;
-pub mod pipeline;
-pub mod proxy;
-pub mod reply;
-pub mod route;
-pub mod runtime;
+pub(crate) mod filter;
+pub(crate) mod http1;
+pub(crate) mod pipeline;
+pub(crate) mod proxy;
+pub(crate) mod reply;
+pub(crate) mod route;
+pub(crate) mod runtime;
 pub mod server;
-pub mod stats;
-pub mod upstream;
+pub(crate) mod stats;
+pub(crate) mod upstream;

@@ -27,7 +27,7 @@ pub fn local_response(status: StatusCode, body: &'static str) -> Response<Body> 
 pub fn date() -> HeaderValue {
     thread_local! {
         static CACHED: RefCell<(u64, HeaderValue)> =
-            RefCell::new((0, HeaderValue::from_static("")));
+            const { RefCell::new((0, HeaderValue::from_static(""))) };
     }
     let now = SystemTime::now();
     let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());

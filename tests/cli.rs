@@ -233,14 +233,19 @@ fn foundation_ii_config_rules() {
     assert_error_at("# nothing here\n", 1, 1, "nothing to serve");
     assert_error_at("global { grace 5s }\n", 1, 1, "nothing to serve");
     let (out, _) = check("listen 127.0.0.1:8080\n");
-    assert_eq!(out.code, 0, "a listener alone serves (421 to all): {}", out.stderr);
+    assert_eq!(
+        out.code, 0,
+        "a listener alone serves (421 to all): {}",
+        out.stderr
+    );
 
     let text = "site a {\n  route /x {\n    header_down X-A 1\n  }\n  respond ok\n}\n";
     let (out, path) = check(text);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
-        out.stderr
-            .contains(&format!("{path}:2:3: warning: route `a /x` has filters but no handler")),
+        out.stderr.contains(&format!(
+            "{path}:2:3: warning: route `a /x` has filters but no handler"
+        )),
         "{}",
         out.stderr
     );

@@ -284,9 +284,19 @@ async fn placeholders_render_in_header_up_and_header_down() {
         }}",
         a = b.addr
     ));
-    let r = request(s.addr, "GET", "/p/a%20b?x=1", &[("Host", "App.Test:81")], b"").await;
+    let r = request(
+        s.addr,
+        "GET",
+        "/p/a%20b?x=1",
+        &[("Host", "App.Test:81")],
+        b"",
+    )
+    .await;
     let (_, h) = seen(&r);
-    assert_eq!(h["x-real-ip"], "127.0.0.1", "{{client_ip}} renders, not the literal text");
+    assert_eq!(
+        h["x-real-ip"], "127.0.0.1",
+        "{{client_ip}} renders, not the literal text"
+    );
     assert_eq!(h["x-seen"], "http://app.test/p/a%20b?x=1");
     assert_eq!(r.header("x-served-for"), Some("127.0.0.1"));
     assert_eq!(r.header("x-asked"), Some("GET /p/a%20b?x=1"));

@@ -204,7 +204,8 @@ async fn head_requests_get_no_body() {
 
 #[tokio::test]
 async fn braces_glued_to_words_parse_as_nginx_users_write_them() {
-    let s = Sluice::start("site * {\n    route /a {respond \"glued\"}\n    route /b{ respond 201 }\n}");
+    let s =
+        Sluice::start("site * {\n    route /a {respond \"glued\"}\n    route /b{ respond 201 }\n}");
     assert_eq!(get(s.addr, "/a").await.text(), "glued");
     assert_eq!(get(s.addr, "/b").await.status, 201);
 }
@@ -224,13 +225,21 @@ async fn local_responses_carry_a_date() {
     ] {
         let r = get_host(s.addr, host, path).await;
         assert_eq!(r.status, status);
-        let date = r.header("date").unwrap_or_else(|| panic!("{host}{path}: no Date"));
-        assert!(date.ends_with(" GMT") && date.len() == 29, "an HTTP date: {date}");
+        let date = r
+            .header("date")
+            .unwrap_or_else(|| panic!("{host}{path}: no Date"));
+        assert!(
+            date.ends_with(" GMT") && date.len() == 29,
+            "an HTTP date: {date}"
+        );
     }
     let out = raw(s.addr, b"GET / HTTP/1.1\r\nHost: a\r\nX A: 1\r\n\r\n").await;
     let (r, _) = parse_response(&out).expect("a response");
     assert_eq!(r.status, 400);
-    assert!(r.header("date").is_some(), "refusals of the codec carry Date too");
+    assert!(
+        r.header("date").is_some(),
+        "refusals of the codec carry Date too"
+    );
 }
 
 #[tokio::test]
@@ -240,7 +249,11 @@ async fn listen_on_a_bare_port_takes_both_families() {
         return;
     }
     let s = Sluice::start("listen :0\nsite * { respond \"both\" }");
-    assert!(s.addr.ip().is_unspecified(), "bound to every interface: {}", s.addr);
+    assert!(
+        s.addr.ip().is_unspecified(),
+        "bound to every interface: {}",
+        s.addr
+    );
     let port = s.addr.port();
     for ip in ["127.0.0.1", "::1"] {
         let addr = std::net::SocketAddr::new(ip.parse().unwrap(), port);

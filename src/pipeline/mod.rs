@@ -75,7 +75,7 @@ pub fn handle(live: &Live, req: Request<Body>, client: ClientInfo) -> ResponseFu
 async fn run(gen: &Generation, mut req: Request<Body>, client: &ClientInfo) -> Response<Body> {
     let (route, normalized) = match find_route(gen, &req) {
         Ok(found) => found,
-        Err(refusal) => return refusal,
+        Err((status, body)) => return local_response(status, body),
     };
     let vars = if route.uses_placeholders {
         vars(&req, client)
@@ -109,11 +109,12 @@ async fn run(gen: &Generation, mut req: Request<Body>, client: &ClientInfo) -> R
 }
 
 /// The route for the request's normalised host and path, and the normalised path when
-/// it differs from the target's. `Err`: sluice's own answer (400, 421, 404).
+/// it differs from the target's. `Err`: the status and body of sluice's own answer
+/// (400, 421, 404).
 fn find_route<'g>(
     gen: &'g Generation,
     req: &Request<Body>,
-) -> Result<(&'g Route, Option<String>), Response<Body>> {
+) -> Result<(&'g Route, Option<String>), (StatusCode, &'static str)> {
     let raw_host = req
         .headers()
         .get(header::HOST)
@@ -121,20 +122,14 @@ fn find_route<'g>(
         .unwrap_or("");
     let Some(site) = gen.sites.find(&normalize_host(raw_host)) else {
         bump(&COUNTERS.unknown_site);
-        return Err(local_response(
-            StatusCode::MISDIRECTED_REQUEST,
-            "unknown site\n",
-        ));
+        return Err((StatusCode::MISDIRECTED_REQUEST, "unknown site\n"));
     };
     let path = match normalize(req.uri().path()) {
         Ok(p) => p,
         Err(why) => {
             bump(&COUNTERS.bad_request);
             tracing::debug!("sluice: refused path {:?}: {why}", req.uri().path());
-            return Err(local_response(
-                StatusCode::BAD_REQUEST,
-                "Bad request: invalid path\n",
-            ));
+            return Err((StatusCode::BAD_REQUEST, "Bad request: invalid path\n"));
         }
     };
     let probe = Probe {
@@ -145,7 +140,7 @@ fn find_route<'g>(
     };
     let Some(route) = site.find(&probe) else {
         bump(&COUNTERS.no_route);
-        return Err(local_response(StatusCode::NOT_FOUND, "Not found\n"));
+        return Err((StatusCode::NOT_FOUND, "Not found\n"));
     };
     let normalized = match path {
         std::borrow::Cow::Owned(p) => Some(p),

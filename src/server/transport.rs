@@ -29,20 +29,24 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
 
     /// After readiness: the first bytes in a fresh buffer, `Ok(None)` when nothing was
     /// there after all, `Err` when the peer closed.
-    fn try_first_bytes(&self) -> Result<Option<BytesMut>, ()>;
+    fn try_first_bytes(&self) -> Result<Option<BytesMut>, Closed>;
 }
 
+/// The peer closed the stream (or it failed) before sending a byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed;
+
 /// Reads into the stack first so a spurious wakeup allocates nothing.
-fn first_bytes(r: io::Result<usize>, first: &[u8]) -> Result<Option<BytesMut>, ()> {
+fn first_bytes(r: io::Result<usize>, first: &[u8]) -> Result<Option<BytesMut>, Closed> {
     match r {
-        Ok(0) => Err(()),
+        Ok(0) => Err(Closed),
         Ok(n) => {
             let mut buf = BytesMut::with_capacity(4096);
             buf.extend_from_slice(&first[..n]);
             Ok(Some(buf))
         }
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-        Err(_) => Err(()),
+        Err(_) => Err(Closed),
     }
 }
 
@@ -58,7 +62,7 @@ impl Transport for TcpStream {
         self.poll_read_ready(cx)
     }
 
-    fn try_first_bytes(&self) -> Result<Option<BytesMut>, ()> {
+    fn try_first_bytes(&self) -> Result<Option<BytesMut>, Closed> {
         let mut first = [0u8; 64];
         first_bytes(self.try_read(&mut first), &first)
     }
@@ -76,18 +80,18 @@ impl Transport for UnixStream {
         self.poll_read_ready(cx)
     }
 
-    fn try_first_bytes(&self) -> Result<Option<BytesMut>, ()> {
+    fn try_first_bytes(&self) -> Result<Option<BytesMut>, Closed> {
         let mut first = [0u8; 64];
         first_bytes(self.try_read(&mut first), &first)
     }
 }
 
 /// Waits for the stream's first bytes (see [`Transport::try_first_bytes`]).
-pub async fn wait_first_bytes<S: Transport>(stream: &S) -> Result<BytesMut, ()> {
+pub async fn wait_first_bytes<S: Transport>(stream: &S) -> Result<BytesMut, Closed> {
     loop {
         std::future::poll_fn(|cx| stream.poll_readable(cx))
             .await
-            .map_err(|_| ())?;
+            .map_err(|_| Closed)?;
         if let Some(buf) = stream.try_first_bytes()? {
             return Ok(buf);
         }
