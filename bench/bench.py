@@ -24,6 +24,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLUICE = os.path.join(ROOT, "target", "release", "sluice")
+# Another sluice binary (an earlier commit's) measured in the same rounds, interleaved,
+# as "sluice-base": the fair before/after on a noisy machine.
+SLUICE_BASE = os.environ.get("SLUICE_BASE", "")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 DURATION = int(os.environ.get("DURATION", "4"))
 IDLE_CONNS = int(os.environ.get("IDLE_CONNS", "1000"))
@@ -226,12 +229,12 @@ backend b
     return p, [p.pid], port, h2port
 
 
-def sluice_proxy(backend, workers=1, cpu=0):
+def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE):
     port = free_port()
     conf = os.path.join(WORK, "sluice.conf")
     with open(conf, "w") as f:
         f.write(f"global {{ workers {workers} }}\nlisten 127.0.0.1:{port}\nsite * {{ proxy 127.0.0.1:{backend} }}\n")
-    cmd = [SLUICE, "run", "-c", conf]
+    cmd = [binary, "run", "-c", conf]
     if cpu is None:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         PROCS.append(p)
@@ -322,6 +325,8 @@ def main():
         "haproxy": lambda: haproxy_proxy(backend),
         "sluice": lambda: sluice_proxy(backend),
     }
+    if SLUICE_BASE:
+        proxies["sluice-base"] = lambda: sluice_proxy(backend, binary=SLUICE_BASE)
     if ONLY:
         proxies = {k: v for k, v in proxies.items() if k in ONLY}
     tests = [t for t in list(TESTS) + ["idle"] if not TESTS_ONLY or t in TESTS_ONLY]
@@ -415,6 +420,9 @@ def report(results, proxies, tests, scaling, took):
                     parts.append(f"÷{other} {med([r[key] for r in s]) / med([r[key] for r in o]):.2f}")
             if test != "idle" and results.get((test, "nginx")):
                 parts.append(f"p99÷nginx {med([r['p99'] for r in s]) / med([r['p99'] for r in results[(test, 'nginx')]]):.2f}")
+            base = results.get((test, "sluice-base"))
+            if base and med([r[key] for r in base]) > 0:
+                parts.append(f"÷base {med([r[key] for r in s]) / med([r[key] for r in base]):.2f}")
             lines.append(f"{test:16} {'cpu' if test != 'idle' else 'mem'}: " + "  ".join(parts))
         lines.append("")
     if scaling:

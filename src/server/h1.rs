@@ -63,7 +63,9 @@ impl Conn {
             let head = match Box::pin(self.read_head(&mut stream, &mut buf, deadline)).await {
                 Ok(Some(h)) => h,
                 Ok(None) => return,
-                Err(e) => return self.refuse_head(&mut stream, e).await,
+                // Boxed like the rest: every await here is a pointer, so the idle
+                // connection's task stays small.
+                Err(e) => return Box::pin(self.refuse_head(&mut stream, e)).await,
             };
             // Boxed: the per-request state is large, and an idle connection should not
             // carry it (this is most of what a kept-alive connection costs).
