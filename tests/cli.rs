@@ -269,3 +269,35 @@ fn an_unknown_sluice_log_fails_at_start() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("SLUICE_LOG") && err.contains("loud"), "{err}");
 }
+
+#[test]
+fn weights_are_checked() {
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 127.0.0.1:2 {\n    lb weighted_round_robin\n    weights 1 2 3\n  }\n}\n",
+        4,
+        5,
+        "3 weights for 2 addresses",
+    );
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    weights 0\n  }\n}\n",
+        3,
+        13,
+        "out of range",
+    );
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    lb hash cookies sid\n  }\n}\n",
+        3,
+        13,
+        "expected client_ip",
+    );
+    let text = "site a {\n  proxy 127.0.0.1:1 127.0.0.1:2 {\n    weights 1 2\n  }\n}\n";
+    let (out, path) = check(text);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "{path}:3:5: warning: `weights` has no effect under `lb round_robin`"
+        )),
+        "{}",
+        out.stderr
+    );
+}

@@ -161,6 +161,8 @@ pub enum Handler {
 pub struct ProxyConfig {
     pub backends: Vec<BackendAddr>,
     pub lb: Policy,
+    /// One per backend, 1..1000; empty means 1 each.
+    pub weights: Vec<u32>,
     pub fail_duration: Duration,
     pub breaker: u32,
     pub all_down: AllDown,
@@ -180,6 +182,7 @@ impl ProxyConfig {
         ProxyConfig {
             backends,
             lb: Policy::RoundRobin,
+            weights: Vec::new(),
             fail_duration: Duration::from_secs(30),
             breaker: 1,
             all_down: AllDown::Try,
@@ -219,18 +222,43 @@ pub enum Target {
     Unix(PathBuf),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Policy {
     First,
     RoundRobin,
+    WeightedRoundRobin,
+    LeastConn,
+    WeightedLeastConn,
+    P2c,
+    Hash(HashKey),
+}
+
+/// What `lb hash` hashes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HashKey {
+    ClientIp,
+    Header(HeaderName),
+    Cookie(String),
+    /// Path and query as received.
+    Uri,
 }
 
 impl Policy {
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             Policy::First => "first",
             Policy::RoundRobin => "round_robin",
+            Policy::WeightedRoundRobin => "weighted_round_robin",
+            Policy::LeastConn => "least_conn",
+            Policy::WeightedLeastConn => "weighted_least_conn",
+            Policy::P2c => "p2c",
+            Policy::Hash(_) => "hash",
         }
+    }
+
+    /// Whether the policy reads `weights`.
+    pub fn is_weighted(&self) -> bool {
+        matches!(self, Policy::WeightedRoundRobin | Policy::WeightedLeastConn)
     }
 }
 

@@ -26,8 +26,10 @@ pub use self::body::ResponseBody;
 use crate::body::{Body, BodyError};
 use crate::config::template::Values;
 use crate::config::units::format_duration;
+use crate::config::{HashKey, Policy};
 use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
+use crate::upstream::balancer::hash_bytes;
 use crate::upstream::conn::{BackendConn, Outgoing, SendError};
 use crate::upstream::dial::{self, DialError};
 use crate::upstream::{Pick, Pool, Tried};
@@ -53,11 +55,12 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
         Ok(p) => p,
         Err(refusal) => return refusal,
     };
+    let key = hash_key(&pool.cfg.lb, &req, client);
     let mut out = Outgoing::new(prepare(pool, req, client));
     let mut permit = permit;
     let mut tried = Tried::default();
     loop {
-        let i = match pool.pick(&tried) {
+        let i = match pool.pick(&tried, key) {
             Pick::Peer(i) => i,
             Pick::AllDown => {
                 return local_response(StatusCode::SERVICE_UNAVAILABLE, "No backend available\n");
@@ -112,6 +115,33 @@ async fn acquire_slot(pool: &Pool) -> Result<Option<OwnedSemaphorePermit>, Respo
     r.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
     Err(r)
+}
+
+/// The key `lb hash` places the request by, if the policy is `hash` and the request
+/// has one (no header or cookie: `None`, spread round robin).
+fn hash_key(policy: &Policy, req: &Request<Body>, client: &Client<'_>) -> Option<u64> {
+    let Policy::Hash(key) = policy else {
+        return None;
+    };
+    let bytes: &[u8] = match key {
+        HashKey::ClientIp => client.ip.as_bytes(),
+        HashKey::Uri => req.uri().path_and_query()?.as_str().as_bytes(),
+        HashKey::Header(name) => req.headers().get(name)?.as_bytes(),
+        HashKey::Cookie(name) => cookie(req.headers(), name)?,
+    };
+    Some(hash_bytes(bytes))
+}
+
+/// The value of cookie `name` in the request's `Cookie` fields.
+fn cookie<'r>(h: &'r http::HeaderMap, name: &str) -> Option<&'r [u8]> {
+    h.get_all(header::COOKIE)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b';'))
+        .find_map(|pair| {
+            let pair = pair.trim_ascii();
+            let (k, v) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
+            (k == name.as_bytes()).then_some(&v[1..])
+        })
 }
 
 /// The request as every backend of the pool receives it (§8.9), but for what depends

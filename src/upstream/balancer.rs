@@ -6,7 +6,9 @@
 //! weighted, least-connections, two-choices, hash and slow-start policies need. No
 //! allocation per request and no lock; a policy's own state is atomics.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use super::{Peer, Tried};
 use crate::config::Policy;
@@ -61,9 +63,9 @@ impl<'a> Candidates<'a> {
         self.peers[i].in_flight.load(Ordering::Relaxed)
     }
 
-    /// Peer `i`'s effective weight (1 until weights and slow start exist).
-    pub fn weight(&self, _i: usize) -> u32 {
-        1
+    /// Peer `i`'s effective weight.
+    pub fn weight(&self, i: usize) -> u32 {
+        self.peers[i].weight
     }
 
     /// The request's hash key, for policies that ask for one.
@@ -85,10 +87,18 @@ pub trait Balancer: Send + Sync {
     fn pick(&self, c: &Candidates<'_>) -> Option<usize>;
 }
 
-pub fn for_policy(p: Policy) -> Box<dyn Balancer> {
-    match p {
+/// The balancer for `policy` over `addresses` (as written: the hash ring is built from
+/// them, so a peer keeps its keys across reloads).
+pub fn for_policy(policy: &Policy, addresses: &[String]) -> Box<dyn Balancer> {
+    let n = addresses.len();
+    match policy {
         Policy::First => Box::new(First),
         Policy::RoundRobin => Box::new(RoundRobin::default()),
+        Policy::WeightedRoundRobin => Box::new(SmoothWeighted::new(n)),
+        Policy::LeastConn => Box::new(LeastConn::new(n, false)),
+        Policy::WeightedLeastConn => Box::new(LeastConn::new(n, true)),
+        Policy::P2c => Box::new(P2c),
+        Policy::Hash(_) => Box::new(Ring::new(addresses)),
     }
 }
 
@@ -119,14 +129,195 @@ impl Balancer for RoundRobin {
     }
 }
 
+/// Smooth weighted round robin (nginx's): each pick adds every candidate's weight to
+/// its running score, takes the highest, and takes the total off the winner, so
+/// weights 5 1 1 give a a b a c a a — no bursts. The scores are the pool's, behind a
+/// lock held for one pass over the peers (never across an await).
+pub struct SmoothWeighted {
+    current: Mutex<Vec<i64>>,
+}
+
+impl SmoothWeighted {
+    pub fn new(n: usize) -> SmoothWeighted {
+        SmoothWeighted {
+            current: Mutex::new(vec![0; n]),
+        }
+    }
+
+    /// Picks among the candidates for which `among(i)` also holds.
+    fn pick_among(&self, c: &Candidates<'_>, among: impl Fn(usize) -> bool) -> Option<usize> {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let mut total = 0i64;
+        let mut best: Option<usize> = None;
+        for i in (0..c.len()).filter(|&i| c.is_candidate(i) && among(i)) {
+            let w = i64::from(c.weight(i));
+            current[i] += w;
+            total += w;
+            if best.is_none_or(|b| current[i] > current[b]) {
+                best = Some(i);
+            }
+        }
+        let b = best?;
+        current[b] -= total;
+        Some(b)
+    }
+}
+
+impl Balancer for SmoothWeighted {
+    fn pick(&self, c: &Candidates<'_>) -> Option<usize> {
+        self.pick_among(c, |_| true)
+    }
+}
+
+/// Fewest requests in flight (divided by weight when weighted); ties broken by smooth
+/// weighted round robin among the tied, so equal loads still rotate.
+pub struct LeastConn {
+    ties: SmoothWeighted,
+    weighted: bool,
+}
+
+impl LeastConn {
+    pub fn new(n: usize, weighted: bool) -> LeastConn {
+        LeastConn {
+            ties: SmoothWeighted::new(n),
+            weighted,
+        }
+    }
+}
+
+impl Balancer for LeastConn {
+    fn pick(&self, c: &Candidates<'_>) -> Option<usize> {
+        let w = |i: usize| {
+            if self.weighted {
+                u64::from(c.weight(i))
+            } else {
+                1
+            }
+        };
+        // a/wa < b/wb  ⇔  a·wb < b·wa
+        let lighter =
+            |a: usize, b: usize| u64::from(c.load(a)) * w(b) < u64::from(c.load(b)) * w(a);
+        let mut best: Option<usize> = None;
+        for i in (0..c.len()).filter(|&i| c.is_candidate(i)) {
+            if best.is_none_or(|b| lighter(i, b)) {
+                best = Some(i);
+            }
+        }
+        let b = best?;
+        self.ties
+            .pick_among(c, |i| !lighter(b, i) && !lighter(i, b))
+    }
+}
+
+/// Power of two choices: two distinct random candidates, the one with fewer requests
+/// in flight wins.
+pub struct P2c;
+
+impl Balancer for P2c {
+    fn pick(&self, c: &Candidates<'_>) -> Option<usize> {
+        let count = (0..c.len()).filter(|&i| c.is_candidate(i)).count();
+        let nth = |k: usize| (0..c.len()).filter(|&i| c.is_candidate(i)).nth(k);
+        match count {
+            0 => None,
+            1 => nth(0),
+            _ => {
+                let r = random();
+                let x = (r % count as u64) as usize;
+                let mut y = ((r >> 32) % (count as u64 - 1)) as usize;
+                if y >= x {
+                    y += 1;
+                }
+                let (a, b) = (nth(x)?, nth(y)?);
+                Some(if c.load(b) < c.load(a) { b } else { a })
+            }
+        }
+    }
+}
+
+/// Consistent hashing: each peer owns `VNODES` points on a ring, placed by hashing its
+/// address as written; a key goes to the first candidate at or after its own point.
+/// Removing one of N peers moves only the keys it owned (about 1/N); adding it back
+/// returns them. A request without a key is spread round robin.
+pub struct Ring {
+    points: Vec<(u64, usize)>,
+    fallback: RoundRobin,
+}
+
+/// Virtual nodes per peer.
+const VNODES: usize = 160;
+
+impl Ring {
+    pub fn new(addresses: &[String]) -> Ring {
+        let mut points: Vec<(u64, usize)> = addresses
+            .iter()
+            .enumerate()
+            .flat_map(|(i, a)| {
+                (0..VNODES).map(move |v| (hash_bytes(format!("{a}#{v}").as_bytes()), i))
+            })
+            .collect();
+        points.sort_unstable();
+        Ring {
+            points,
+            fallback: RoundRobin::default(),
+        }
+    }
+}
+
+impl Balancer for Ring {
+    fn pick(&self, c: &Candidates<'_>) -> Option<usize> {
+        let Some(key) = c.key() else {
+            return self.fallback.pick(c);
+        };
+        let start = self.points.partition_point(|(p, _)| *p < key);
+        (0..self.points.len())
+            .map(|k| self.points[(start + k) % self.points.len()].1)
+            .find(|&i| c.is_candidate(i))
+    }
+}
+
+/// A 64-bit hash with good dispersion for keys and ring points (FNV-1a, then the
+/// splitmix64 finaliser). Stable across runs and builds, unlike `std`'s.
+pub fn hash_bytes(b: &[u8]) -> u64 {
+    let mut h = b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3)
+    });
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// A cheap per-thread random number (xorshift64*), for `p2c`.
+fn random() -> u64 {
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(
+            std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), 0u64) | 1,
+        );
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        s.set(x);
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::{BackendAddr, Target};
 
     fn peers(n: usize) -> Vec<Peer> {
-        (0..n)
-            .map(|i| {
+        weighted(&vec![1; n])
+    }
+
+    fn weighted(w: &[u32]) -> Vec<Peer> {
+        w.iter()
+            .enumerate()
+            .map(|(i, &w)| {
                 Peer::new(
                     i,
                     BackendAddr {
@@ -136,9 +327,104 @@ mod tests {
                             port: 1000 + i as u16,
                         },
                     },
+                    w,
                 )
             })
             .collect()
+    }
+
+    fn seq(b: &dyn Balancer, ps: &[Peer], n: usize) -> String {
+        let none = Tried::default();
+        let c = Candidates::new(ps, &none, 1);
+        (0..n)
+            .map(|_| char::from(b'a' + b.pick(&c).unwrap() as u8))
+            .collect()
+    }
+
+    #[test]
+    fn smooth_weighted_round_robin_has_no_bursts() {
+        let ps = weighted(&[5, 1, 1]);
+        let b = SmoothWeighted::new(3);
+        assert_eq!(seq(&b, &ps, 14), "aabacaaaabacaa");
+        let ps = weighted(&[1, 1, 1]);
+        assert_eq!(seq(&SmoothWeighted::new(3), &ps, 6), "abcabc");
+    }
+
+    #[test]
+    fn least_conn_prefers_the_least_loaded_and_rotates_ties() {
+        let ps = peers(3);
+        ps[0].in_flight.store(2, Ordering::Relaxed);
+        let b = LeastConn::new(3, false);
+        assert_eq!(
+            seq(&b, &ps, 4),
+            "bcbc",
+            "a is busier; b and c tie and rotate"
+        );
+        ps[1].in_flight.store(1, Ordering::Relaxed);
+        assert_eq!(seq(&b, &ps, 2), "cc");
+        // Weighted: 4 in flight on a weight-4 peer is as light as 1 on weight 1.
+        let ps = weighted(&[4, 1]);
+        ps[0].in_flight.store(3, Ordering::Relaxed);
+        ps[1].in_flight.store(1, Ordering::Relaxed);
+        assert_eq!(seq(&LeastConn::new(2, true), &ps, 1), "a", "3/4 < 1/1");
+        assert_eq!(
+            seq(&LeastConn::new(2, false), &ps, 1),
+            "b",
+            "unweighted: 1 < 3"
+        );
+    }
+
+    #[test]
+    fn p2c_takes_two_distinct_and_the_lighter() {
+        let ps = peers(2);
+        ps[0].in_flight.store(5, Ordering::Relaxed);
+        // With two candidates both are always drawn: the lighter always wins.
+        assert!(seq(&P2c, &ps, 50).chars().all(|c| c == 'b'));
+        let ps = peers(4);
+        ps[3].in_flight.store(100, Ordering::Relaxed);
+        let s = seq(&P2c, &ps, 2000);
+        assert!(
+            !s.contains('d'),
+            "the busiest of four loses every draw it is in"
+        );
+        for c in ['a', 'b', 'c'] {
+            let n = s.matches(c).count();
+            assert!((500..840).contains(&n), "{c}: {n} of 2000");
+        }
+    }
+
+    #[test]
+    fn hashing_is_consistent() {
+        let addrs: Vec<String> = (0..5).map(|i| format!("10.0.0.{i}:80")).collect();
+        let ring = Ring::new(&addrs);
+        let ps = peers(5);
+        let none = Tried::default();
+        let place = |gone: Option<usize>, key: u64| {
+            let mut t = Tried::default();
+            if let Some(g) = gone {
+                t.add(g);
+            }
+            ring.pick(&Candidates::new(&ps, &t, 1).with_key(Some(key)))
+                .unwrap()
+        };
+        let keys: Vec<u64> = (0..10_000u32)
+            .map(|k| hash_bytes(&k.to_le_bytes()))
+            .collect();
+        let before: Vec<usize> = keys.iter().map(|&k| place(None, k)).collect();
+        let after: Vec<usize> = keys.iter().map(|&k| place(Some(2), k)).collect();
+        let moved = before.iter().zip(&after).filter(|(a, b)| a != b).count();
+        let owned = before.iter().filter(|&&p| p == 2).count();
+        assert_eq!(moved, owned, "only the removed peer's keys move");
+        assert!(
+            (1_200..2_800).contains(&owned),
+            "about 1/5 of keys: {owned}"
+        );
+        for p in 0..5 {
+            let n = before.iter().filter(|&&x| x == p).count();
+            assert!((1_200..2_800).contains(&n), "peer {p} owns {n} of 10,000");
+        }
+        let c = Candidates::new(&ps, &none, 1);
+        assert!(ring.pick(&c).is_some(), "no key: round robin");
     }
 
     #[test]

@@ -29,6 +29,8 @@ use crate::config::{AllDown, BackendAddr, Policy, ProxyConfig, Target};
 pub struct Peer {
     pub ordinal: usize,
     pub addr: BackendAddr,
+    /// The configured weight (1 when none is).
+    pub weight: u32,
     /// `Host` for `host upstream`: the address as written, `localhost` for a socket.
     pub host_header: Option<HeaderValue>,
     pub idle: connpool::Idle,
@@ -39,9 +41,10 @@ pub struct Peer {
 }
 
 impl Peer {
-    pub fn new(ordinal: usize, addr: BackendAddr) -> Peer {
+    pub fn new(ordinal: usize, addr: BackendAddr, weight: u32) -> Peer {
         Peer {
             ordinal,
+            weight,
             host_header: host_header(&addr.target),
             addr,
             idle: Default::default(),
@@ -65,6 +68,7 @@ pub struct PoolId {
     pub name: String,
     /// The addresses as written, in order.
     pub addresses: Vec<String>,
+    pub weights: Vec<u32>,
     pub policy: Policy,
 }
 
@@ -73,7 +77,8 @@ impl PoolId {
         PoolId {
             name,
             addresses: cfg.backends.iter().map(|b| b.text.clone()).collect(),
-            policy: cfg.lb,
+            weights: cfg.weights.clone(),
+            policy: cfg.lb.clone(),
         }
     }
 }
@@ -97,7 +102,7 @@ impl PoolState {
                 .backends
                 .iter()
                 .enumerate()
-                .map(|(i, a)| Peer::new(i, a.clone()))
+                .map(|(i, a)| Peer::new(i, a.clone(), cfg.weights.get(i).copied().unwrap_or(1)))
                 .collect(),
             idle_timeout_ms: AtomicU64::new(0),
             retired: AtomicBool::new(false),
@@ -155,7 +160,7 @@ impl Pool {
             None => PoolState::new(&id, &cfg),
         };
         Arc::new(Pool {
-            balancer: balancer::for_policy(cfg.lb),
+            balancer: balancer::for_policy(&cfg.lb, &id.addresses),
             limit: cfg.limit.map(|l| Arc::new(Semaphore::new(l.max as usize))),
             id,
             state,
@@ -174,10 +179,10 @@ impl Pool {
     /// The next peer to try, never one in `tried`. When no peer is eligible at all,
     /// `all_down` decides: `fail` refuses the request (if nothing was tried yet),
     /// `try` picks among all untried peers anyway.
-    pub fn pick(&self, tried: &Tried) -> Pick {
+    pub fn pick(&self, tried: &Tried, key: Option<u64>) -> Pick {
         let now = passive::now_ms();
         let peers = self.peers();
-        let c = Candidates::new(peers, tried, now);
+        let c = Candidates::new(peers, tried, now).with_key(key);
         if let Some(i) = self.balancer.pick(&c) {
             return Pick::Peer(i);
         }

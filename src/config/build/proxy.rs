@@ -30,12 +30,38 @@ impl Builder {
             .collect::<Res<Vec<_>>>()?;
         let mut p = ProxyConfig::new(backends);
         let mut seen = Seen::default();
+        let mut weights_at = None;
         for item in d.block.as_deref().unwrap_or(&[]) {
             if !self.known_here(item, Place::Proxy) || !self.once(&mut seen, item) {
                 continue;
             }
+            if item.name.text == "weights" {
+                weights_at = Some(item);
+            }
             let r = self.proxy_option(item, &mut p);
             self.push(r);
+        }
+        if let Some(w) = weights_at.filter(|_| !p.weights.is_empty()) {
+            if p.weights.len() != p.backends.len() {
+                return Err(Diagnostic::error(
+                    w.span(),
+                    format!(
+                        "{} weights for {} addresses",
+                        p.weights.len(),
+                        p.backends.len()
+                    ),
+                )
+                .with_hint("give one weight per address, in the same order"));
+            }
+            if !p.lb.is_weighted() {
+                self.warnings.push(
+                    Diagnostic::warning(
+                        w.span(),
+                        format!("`weights` has no effect under `lb {}`", p.lb.name()),
+                    )
+                    .with_hint("use lb weighted_round_robin or weighted_least_conn"),
+                );
+            }
         }
         Ok(Handler::Proxy(Box::new(p)))
     }
@@ -43,41 +69,19 @@ impl Builder {
     pub(super) fn proxy_option(&mut self, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
         match d.name.text.as_str() {
             "lb" => {
-                let w = first_arg(d, "lb POLICY")?;
-                p.lb = match w.text.as_str() {
-                    "first" => Policy::First,
-                    "round_robin" => Policy::RoundRobin,
-                    "weighted_round_robin"
-                    | "least_conn"
-                    | "weighted_least_conn"
-                    | "p2c"
-                    | "hash" => {
-                        return Err(Diagnostic::error(
-                            w.span,
-                            format!("policy `{}` is not supported yet", w.text),
-                        )
-                        .with_hint("this build balances with `first` or `round_robin`"))
-                    }
-                    other => {
-                        let known = [
-                            "first",
-                            "round_robin",
-                            "weighted_round_robin",
-                            "least_conn",
-                            "weighted_least_conn",
-                            "p2c",
-                            "hash",
-                        ];
-                        let e = Diagnostic::error(w.span, format!("unknown policy `{other}`"));
-                        return Err(match nearest(other, known) {
-                            Some(s) => e.with_hint(format!("did you mean `{s}`?")),
-                            None => e.with_hint(format!("policies: {}", known.join(", "))),
-                        });
-                    }
-                };
-                if d.args.len() > 1 {
-                    return Err(extra(&d.args[1], "lb takes one policy"));
+                p.lb = policy(d)?;
+                Ok(())
+            }
+            "weights" => {
+                if d.args.is_empty() {
+                    return Err(missing(d, "weights W...", "weights 5 1 1"));
                 }
+                no_block(d)?;
+                p.weights = d
+                    .args
+                    .iter()
+                    .map(|w| int_in(w, 1, 1000).map(|n| n as u32))
+                    .collect::<Res<Vec<_>>>()?;
                 Ok(())
             }
             "fail_duration" => {
@@ -169,4 +173,68 @@ impl Builder {
             _ => Err(unsupported(d)),
         }
     }
+}
+
+/// `lb POLICY`, with `hash`'s key.
+fn policy(d: &Directive) -> Res<Policy> {
+    let w = first_arg(d, "lb POLICY")?;
+    let rest = &d.args[1..];
+    let simple = match w.text.as_str() {
+        "first" => Some(Policy::First),
+        "round_robin" => Some(Policy::RoundRobin),
+        "weighted_round_robin" => Some(Policy::WeightedRoundRobin),
+        "least_conn" => Some(Policy::LeastConn),
+        "weighted_least_conn" => Some(Policy::WeightedLeastConn),
+        "p2c" => Some(Policy::P2c),
+        "hash" => None,
+        other => {
+            let known = [
+                "first",
+                "round_robin",
+                "weighted_round_robin",
+                "least_conn",
+                "weighted_least_conn",
+                "p2c",
+                "hash",
+            ];
+            let e = Diagnostic::error(w.span, format!("unknown policy `{other}`"));
+            return Err(match nearest(other, known) {
+                Some(s) => e.with_hint(format!("did you mean `{s}`?")),
+                None => e.with_hint(format!("policies: {}", known.join(", "))),
+            });
+        }
+    };
+    if let Some(p) = simple {
+        if let Some(x) = rest.first() {
+            return Err(extra(x, "lb takes one policy"));
+        }
+        return Ok(p);
+    }
+    const USAGE: &str = "lb hash client_ip | header NAME | cookie NAME | uri";
+    let Some(k) = rest.first() else {
+        return Err(missing(d, USAGE, "lb hash client_ip"));
+    };
+    let (key, used) = match k.text.as_str() {
+        "client_ip" => (HashKey::ClientIp, 1),
+        "uri" => (HashKey::Uri, 1),
+        "header" | "cookie" => {
+            let Some(n) = rest.get(1) else {
+                return Err(missing(d, USAGE, &format!("lb hash {} NAME", k.text)));
+            };
+            let key = if k.text == "header" {
+                HashKey::Header(
+                    http::HeaderName::from_bytes(n.text.as_bytes())
+                        .map_err(|_| expected(n, "a header name"))?,
+                )
+            } else {
+                HashKey::Cookie(n.text.clone())
+            };
+            (key, 2)
+        }
+        _ => return Err(expected(k, "client_ip, header NAME, cookie NAME or uri")),
+    };
+    if let Some(x) = rest.get(used) {
+        return Err(extra(x, USAGE));
+    }
+    Ok(Policy::Hash(key))
 }

@@ -201,11 +201,6 @@ pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
         "safety",
         "destination safety is not built yet",
     ),
-    (
-        Place::Proxy,
-        "weights",
-        "weighted policies are not built yet",
-    ),
     (Place::Proxy, "backup", "failover is not built yet"),
     (Place::Proxy, "failover", "failover is not built yet"),
     (
