@@ -114,7 +114,7 @@ fn check_names_line_and_column_for_each_kind_of_mistake() {
         "exactly one handler",
     );
     assert_error_at(
-        "site a {\n  proxy 127.0.0.1:1 { health /healthz }\n}\n",
+        "site a {\n  proxy 127.0.0.1:1 { slow_start 30s }\n}\n",
         2,
         23,
         "not supported yet",
@@ -300,4 +300,40 @@ fn weights_are_checked() {
         "{}",
         out.stderr
     );
+}
+
+#[test]
+fn health_values_are_checked_at_their_column() {
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    health /h { interval 500ms }\n  }\n}\n",
+        3,
+        26,
+        "interval is out of range",
+    );
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    health /h { interval 5s; timeout 10s }\n  }\n}\n",
+        3,
+        38,
+        "longer than its interval",
+    );
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    health /h { rise 0 }\n  }\n}\n",
+        3,
+        22,
+        "out of range",
+    );
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    health /h { expect 2xy }\n  }\n}\n",
+        3,
+        24,
+        "expected a status code",
+    );
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    health connect { expect 200 }\n  }\n}\n",
+        3,
+        22,
+        "is for HTTP probes",
+    );
+    let (out, _) = check("global { probe_concurrency 4 }\nsite a {\n  proxy 127.0.0.1:1 {\n    health /h { method HEAD; expect 200..399; host h.internal; initial unhealthy }\n  }\n}\n");
+    assert_eq!(out.code, 0, "{}", out.stderr);
 }

@@ -52,6 +52,8 @@ pub struct Global {
     pub trust: Vec<IpNet>,
     /// How long in-flight requests may finish after SIGTERM/SIGINT.
     pub grace: Duration,
+    /// Health probes running at once, process-wide.
+    pub probe_concurrency: usize,
 }
 
 impl Default for Global {
@@ -60,6 +62,7 @@ impl Default for Global {
             workers: None,
             trust: Vec::new(),
             grace: Duration::from_secs(10),
+            probe_concurrency: 16,
         }
     }
 }
@@ -163,6 +166,8 @@ pub struct ProxyConfig {
     pub lb: Policy,
     /// One per backend, 1..1000; empty means 1 each.
     pub weights: Vec<u32>,
+    /// Active health checks.
+    pub health: Option<Health>,
     pub fail_duration: Duration,
     pub breaker: u32,
     pub all_down: AllDown,
@@ -183,6 +188,7 @@ impl ProxyConfig {
             backends,
             lb: Policy::RoundRobin,
             weights: Vec::new(),
+            health: None,
             fail_duration: Duration::from_secs(30),
             breaker: 1,
             all_down: AllDown::Try,
@@ -285,4 +291,47 @@ pub struct Limit {
 pub struct Keepalive {
     pub idle_max: usize,
     pub idle_timeout: Duration,
+}
+
+/// `health PATH { … }` or `health connect { … }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    pub probe: Probe,
+    /// 1s..1h.
+    pub interval: Duration,
+    /// More than 0, at most `interval`.
+    pub timeout: Duration,
+    /// Consecutive passes that make an unhealthy peer healthy, 1..100.
+    pub rise: u32,
+    /// Consecutive failures that make a healthy peer unhealthy, 1..100.
+    pub fall: u32,
+    /// The state before the first probe.
+    pub initial_healthy: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// A request for `path`; passes when the status is within `expect` (inclusive).
+    Http {
+        path: String,
+        head: bool,
+        expect: (u16, u16),
+        /// `Host`; `None`: the backend's own address.
+        host: Option<HeaderValue>,
+    },
+    /// A TCP (or Unix) connect.
+    Connect,
+}
+
+impl Health {
+    pub fn new(probe: Probe) -> Health {
+        Health {
+            probe,
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(2),
+            rise: 2,
+            fall: 3,
+            initial_healthy: true,
+        }
+    }
 }

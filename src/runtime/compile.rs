@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use tokio::sync::Semaphore;
+
 use super::Generation;
 use crate::config::{self, Config};
 use crate::filter::header_down::HeaderDown;
@@ -24,9 +26,18 @@ impl Generation {
             .flat_map(|g| g.pools())
             .map(|p| (&p.id, &p.state))
             .collect();
+        // One process-wide cap on probes at once, carried from generation to generation.
+        let probe_slots = previous.map_or_else(
+            || Arc::new(Semaphore::new(config.global.probe_concurrency)),
+            |g| g.probe_slots.clone(),
+        );
         let mut sites = Sites::new();
         for s in &config.sites {
-            let routes = s.routes.iter().map(|r| route(r, &carried)).collect();
+            let routes = s
+                .routes
+                .iter()
+                .map(|r| route(r, &carried, &probe_slots))
+                .collect();
             sites.add(
                 &s.hosts,
                 Site {
@@ -38,11 +49,16 @@ impl Generation {
         Generation {
             sites,
             trust: config.global.trust.clone(),
+            probe_slots,
         }
     }
 }
 
-fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>) -> Route {
+fn route(
+    r: &config::Route,
+    carried: &HashMap<&PoolId, &Arc<PoolState>>,
+    probe_slots: &Arc<Semaphore>,
+) -> Route {
     let mut filters: Vec<Box<dyn Filter>> = r.filters.iter().map(filter).collect();
     let handler = match &r.handler {
         Some(config::Handler::Proxy(p)) => {
@@ -52,7 +68,7 @@ fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>) -> Rout
             }
             let id = PoolId::new(r.name.clone(), p);
             let state = carried.get(&id).map(|s| Arc::clone(s));
-            Handler::Proxy(Pool::build(id, (**p).clone(), state))
+            Handler::Proxy(Pool::build(id, (**p).clone(), state, probe_slots))
         }
         Some(config::Handler::Respond { status, body }) => Handler::Respond {
             status: *status,

@@ -18,6 +18,8 @@ use crate::upstream::Pool;
 pub struct Generation {
     pub sites: Sites,
     pub trust: Vec<IpNet>,
+    /// The process-wide cap on health probes at once.
+    pub probe_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Generation {

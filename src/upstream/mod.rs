@@ -14,17 +14,19 @@ pub mod balancer;
 pub mod conn;
 pub mod connpool;
 pub mod dial;
+pub mod health;
 pub mod passive;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
 use http::HeaderValue;
 use tokio::sync::{Notify, Semaphore};
 
 use self::balancer::{Balancer, Candidates};
-use crate::config::{AllDown, BackendAddr, Policy, ProxyConfig, Target};
+use crate::config::{AllDown, BackendAddr, Health, Policy, ProxyConfig, Target};
 
 pub struct Peer {
     pub ordinal: usize,
@@ -35,6 +37,8 @@ pub struct Peer {
     pub host_header: Option<HeaderValue>,
     pub idle: connpool::Idle,
     pub passive: passive::Breaker,
+    /// Active health; healthy when the pool has no `health`.
+    pub active: health::Verdict,
     pub in_flight: AtomicU32,
     pub selections: AtomicU64,
     pub failures: AtomicU64,
@@ -49,6 +53,7 @@ impl Peer {
             addr,
             idle: Default::default(),
             passive: Default::default(),
+            active: Default::default(),
             in_flight: AtomicU32::new(0),
             selections: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -57,7 +62,7 @@ impl Peer {
 
     /// Whether the peer may take requests now: the one rule every policy asks.
     pub fn is_eligible(&self, now: u64) -> bool {
-        self.passive.is_available(now)
+        self.passive.is_available(now) && self.active.is_healthy()
     }
 }
 
@@ -91,12 +96,16 @@ pub struct PoolState {
     retired: AtomicBool,
     /// Wakes the state's tasks when it is retired; theirs to hold without holding it.
     retire: Arc<Notify>,
+    /// The newest generation's `health`, read by the probe task at each tick.
+    health: ArcSwapOption<Health>,
+    /// The probe task runs.
+    probing: AtomicBool,
 }
 
 impl PoolState {
-    /// Fresh state for `id`; starts the idle-connection reaper. Must run inside the
-    /// tokio runtime.
-    pub fn new(id: &PoolId, cfg: &ProxyConfig) -> Arc<PoolState> {
+    /// Fresh state for `id`; starts the idle-connection reaper (and the probe task when
+    /// `cfg` has `health`). Must run inside the tokio runtime.
+    pub fn new(id: &PoolId, cfg: &ProxyConfig, probe_slots: &Arc<Semaphore>) -> Arc<PoolState> {
         let state = Arc::new(PoolState {
             peers: cfg
                 .backends
@@ -107,11 +116,32 @@ impl PoolState {
             idle_timeout_ms: AtomicU64::new(0),
             retired: AtomicBool::new(false),
             retire: Arc::new(Notify::new()),
+            health: ArcSwapOption::empty(),
+            probing: AtomicBool::new(false),
         });
         debug_assert_eq!(state.peers.len(), id.addresses.len());
+        if let Some(h) = &cfg.health {
+            for p in &state.peers {
+                p.active.set_initial(h.initial_healthy);
+            }
+        }
         state.set_idle_timeout(cfg.keepalive.idle_timeout);
         tokio::spawn(reap(Arc::downgrade(&state), state.retire.clone()));
+        state.set_health(id, cfg, probe_slots);
         state
+    }
+
+    /// Takes this generation's `health`; starts probing if it was not already.
+    fn set_health(self: &Arc<Self>, id: &PoolId, cfg: &ProxyConfig, slots: &Arc<Semaphore>) {
+        self.health.store(cfg.health.clone().map(Arc::new));
+        if cfg.health.is_some() && !self.probing.swap(true, Ordering::Relaxed) {
+            tokio::spawn(health::run(
+                Arc::downgrade(self),
+                self.retire.clone(),
+                slots.clone(),
+                id.name.clone(),
+            ));
+        }
     }
 
     fn set_idle_timeout(&self, d: Duration) {
@@ -151,13 +181,19 @@ pub struct Pool {
 impl Pool {
     /// Builds this generation's pool, carrying `carried` state when the previous
     /// generation had a pool of the same identity.
-    pub fn build(id: PoolId, cfg: ProxyConfig, carried: Option<Arc<PoolState>>) -> Arc<Pool> {
+    pub fn build(
+        id: PoolId,
+        cfg: ProxyConfig,
+        carried: Option<Arc<PoolState>>,
+        probe_slots: &Arc<Semaphore>,
+    ) -> Arc<Pool> {
         let state = match carried {
             Some(s) => {
                 s.set_idle_timeout(cfg.keepalive.idle_timeout);
+                s.set_health(&id, &cfg, probe_slots);
                 s
             }
-            None => PoolState::new(&id, &cfg),
+            None => PoolState::new(&id, &cfg, probe_slots),
         };
         Arc::new(Pool {
             balancer: balancer::for_policy(&cfg.lb, &id.addresses),

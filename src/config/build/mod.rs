@@ -190,6 +190,10 @@ impl Builder {
                     g.grace = duration(w)?;
                     Ok(())
                 }),
+                "probe_concurrency" => one_arg(d, "probe_concurrency N").and_then(|w| {
+                    g.probe_concurrency = int_in(w, 1, 10_000)? as usize;
+                    Ok(())
+                }),
                 "trust" => {
                     if d.args.is_empty() {
                         Err(missing(d, "trust CIDR...", "trust 10.0.0.0/8 192.168.1.5"))

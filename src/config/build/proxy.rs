@@ -11,7 +11,7 @@ use super::vocab::Place;
 use super::{Builder, Res, Seen};
 use crate::config::diag::{nearest, Diagnostic};
 use crate::config::model::*;
-use crate::config::parser::Directive;
+use crate::config::parser::{Directive, Word};
 
 impl Builder {
     pub(super) fn proxy(&mut self, d: &Directive) -> Res<Handler> {
@@ -170,9 +170,163 @@ impl Builder {
                 Ok(())
             }
             "compress" => compress(d),
+            "health" => {
+                p.health = Some(self.health(d)?);
+                Ok(())
+            }
             _ => Err(unsupported(d)),
         }
     }
+}
+
+impl Builder {
+    /// `health PATH { … }` or `health connect [{ … }]`.
+    fn health(&mut self, d: &Directive) -> Res<Health> {
+        const USAGE: &str = "health PATH { … } | health connect";
+        let w = match d.args.as_slice() {
+            [w] => w,
+            [] => return Err(missing(d, USAGE, "health /healthz")),
+            [_, x, ..] => return Err(extra(x, USAGE)),
+        };
+        let probe = if w.text == "connect" {
+            Probe::Connect
+        } else if w.text.starts_with('/') {
+            if w.text.contains(['#', ' ']) {
+                return Err(expected(w, "a path (and query) to request"));
+            }
+            Probe::Http {
+                path: w.text.clone(),
+                head: false,
+                expect: (200, 299),
+                host: None,
+            }
+        } else {
+            return Err(expected(w, "a path starting with / or `connect`"));
+        };
+        let mut h = Health::new(probe);
+        let mut seen = Seen::default();
+        let mut timeout_at = None;
+        for item in d.block.as_deref().unwrap_or(&[]) {
+            if !self.known_here(item, Place::Health) || !self.once(&mut seen, item) {
+                continue;
+            }
+            let r = health_option(item, &mut h);
+            if item.name.text == "timeout" {
+                timeout_at = item.args.first().map(|w| w.span);
+            }
+            self.push(r);
+        }
+        if h.timeout > h.interval {
+            return Err(Diagnostic::error(
+                timeout_at.unwrap_or(d.span()),
+                "a probe's timeout is longer than its interval",
+            )
+            .with_hint("make timeout at most the interval (default 2s for 5s)"));
+        }
+        Ok(h)
+    }
+}
+
+fn health_option(d: &Directive, h: &mut Health) -> Res<()> {
+    let http_only = |h: &mut Health| -> Res<()> {
+        match h.probe {
+            Probe::Http { .. } => Ok(()),
+            Probe::Connect => Err(Diagnostic::error(
+                d.span(),
+                format!("`{}` is for HTTP probes", d.name.text),
+            )
+            .with_hint("`health connect` only opens a connection; remove this line")),
+        }
+    };
+    match d.name.text.as_str() {
+        "interval" => {
+            let w = one_arg(d, "interval 5s")?;
+            let v = duration(w)?;
+            if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&v) {
+                return Err(
+                    Diagnostic::error(w.span, "interval is out of range").with_hint("use 1s to 1h")
+                );
+            }
+            h.interval = v;
+        }
+        "timeout" => h.timeout = positive(one_arg(d, "timeout 2s")?)?,
+        "rise" => h.rise = int_in(one_arg(d, "rise 2")?, 1, 100)? as u32,
+        "fall" => h.fall = int_in(one_arg(d, "fall 3")?, 1, 100)? as u32,
+        "initial" => {
+            let w = one_arg(d, "initial healthy|unhealthy")?;
+            h.initial_healthy = match w.text.as_str() {
+                "healthy" => true,
+                "unhealthy" => false,
+                _ => return Err(expected(w, "`healthy` or `unhealthy`")),
+            };
+        }
+        "method" => {
+            http_only(h)?;
+            let w = one_arg(d, "method GET|HEAD")?;
+            let head = match w.text.as_str() {
+                "GET" => false,
+                "HEAD" => true,
+                _ => return Err(expected(w, "`GET` or `HEAD`")),
+            };
+            if let Probe::Http { head: m, .. } = &mut h.probe {
+                *m = head;
+            }
+        }
+        "expect" => {
+            http_only(h)?;
+            let w = one_arg(d, "expect 2xx | 200 | 200..399")?;
+            let range = expect_range(w)?;
+            if let Probe::Http { expect, .. } = &mut h.probe {
+                *expect = range;
+            }
+        }
+        "host" => {
+            http_only(h)?;
+            let w = one_arg(d, "host NAME")?;
+            let v = HeaderValue::from_str(&w.text).map_err(|_| expected(w, "a host name"))?;
+            if let Probe::Http { host, .. } = &mut h.probe {
+                *host = Some(v);
+            }
+        }
+        _ => return Err(unsupported(d)),
+    }
+    Ok(())
+}
+
+/// `expect`: a code (`200`), a class (`2xx`) or a range (`200..399`), within 100..599.
+fn expect_range(w: &Word) -> Res<(u16, u16)> {
+    let bad = || {
+        expected(
+            w,
+            "a status code (200), a class (2xx) or a range (200..399)",
+        )
+    };
+    let code = |s: &str| -> Res<u16> {
+        s.parse::<u16>()
+            .ok()
+            .filter(|c| (100..=599).contains(c) && s.len() == 3)
+            .ok_or_else(bad)
+    };
+    let t = w.text.as_str();
+    if let Some((a, b)) = t.split_once("..") {
+        let (a, b) = (code(a)?, code(b)?);
+        if a > b {
+            return Err(Diagnostic::error(w.span, "the range is backwards")
+                .with_hint(format!("write {b}..{a}")));
+        }
+        return Ok((a, b));
+    }
+    if let Some(class) = t.strip_suffix("xx") {
+        return match class {
+            "1" | "2" | "3" | "4" | "5" => {
+                let c: u16 = class.parse().map_err(|_| bad())?;
+                Ok((c * 100, c * 100 + 99))
+            }
+            _ => Err(bad()),
+        };
+    }
+    let c = code(t)?;
+    Ok((c, c))
 }
 
 /// `lb POLICY`, with `hash`'s key.

@@ -136,7 +136,10 @@ fn addresses_are_checked() {
 #[test]
 fn unbuilt_directives_are_refused_not_ignored() {
     for (text, what) in [
-        ("site a { proxy 127.0.0.1:1 { health /h } }", "health"),
+        (
+            "site a { proxy 127.0.0.1:1 { outlier { ejection 5s } } }",
+            "outlier",
+        ),
         ("site a { fastcgi 127.0.0.1:9000 }", "fastcgi"),
         ("site a { files /srv }", "files"),
         ("site a { rate_limit 10 }", "rate_limit"),

@@ -193,21 +193,11 @@ pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
     ),
     (
         Place::Global,
-        "probe_concurrency",
-        "active health checks are not built yet",
-    ),
-    (
-        Place::Global,
         "safety",
         "destination safety is not built yet",
     ),
     (Place::Proxy, "backup", "failover is not built yet"),
     (Place::Proxy, "failover", "failover is not built yet"),
-    (
-        Place::Proxy,
-        "health",
-        "active health checks are not built yet; passive health is always on",
-    ),
     (
         Place::Proxy,
         "retry_on",

@@ -1,0 +1,244 @@
+//! Active health (DESIGN.md §8.4): each peer of a pool with `health` is probed every
+//! `interval` from the moment the pool exists — an HTTP request (`GET`/`HEAD` of the
+//! path, `User-Agent: sluice-health-check`, no cookies, auth or body, no redirect
+//! followed, the response body never read) or a bare connect. `rise` consecutive passes
+//! make an unhealthy peer healthy, `fall` consecutive failures a healthy one unhealthy.
+//!
+//! Probes use their own connections, never the request pool nor its `limit`; at most
+//! `probe_concurrency` run at once across the process (a semaphore the generations
+//! share); a tick still running when the next is due is skipped. The probe task stops
+//! the moment its pool state is retired, and aborts the probes it has under way, so no
+//! probe reaches a backend after its pool left the live generation.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use http::header::{self, HeaderValue};
+use http::{Method, Request};
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinSet;
+
+use super::conn::Outgoing;
+use super::{dial, passive, Peer, PoolState};
+use crate::body::Body;
+use crate::config::{Health, Probe};
+
+/// One peer's active health: the verdict and the streak that leads to the next one.
+#[derive(Debug)]
+pub struct Verdict {
+    healthy: AtomicBool,
+    /// Consecutive probes disagreeing with the verdict.
+    streak: AtomicU32,
+    pub probes_passed: AtomicU64,
+    pub probes_failed: AtomicU64,
+    pub transitions: AtomicU64,
+    /// When the last probe ended (`passive::now_ms`), 0 for never; and whether it passed.
+    pub last_probe_ms: AtomicU64,
+    pub last_passed: AtomicBool,
+}
+
+impl Default for Verdict {
+    fn default() -> Self {
+        Verdict {
+            healthy: AtomicBool::new(true),
+            streak: AtomicU32::new(0),
+            probes_passed: AtomicU64::new(0),
+            probes_failed: AtomicU64::new(0),
+            transitions: AtomicU64::new(0),
+            last_probe_ms: AtomicU64::new(0),
+            last_passed: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A change of verdict a probe caused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    BecameHealthy,
+    BecameUnhealthy,
+}
+
+impl Verdict {
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    pub fn set_initial(&self, healthy: bool) {
+        self.healthy.store(healthy, Ordering::Relaxed);
+    }
+
+    /// Counts one probe's result; returns the transition it completes, if any. Only the
+    /// probe task writes, so plain loads and stores suffice.
+    pub fn record(&self, passed: bool, rise: u32, fall: u32) -> Option<Transition> {
+        let counter = if passed {
+            &self.probes_passed
+        } else {
+            &self.probes_failed
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.last_probe_ms
+            .store(passive::now_ms(), Ordering::Relaxed);
+        self.last_passed.store(passed, Ordering::Relaxed);
+        let healthy = self.is_healthy();
+        if passed == healthy {
+            self.streak.store(0, Ordering::Relaxed);
+            return None;
+        }
+        let streak = self.streak.load(Ordering::Relaxed) + 1;
+        let needed = if healthy { fall } else { rise };
+        if streak < needed {
+            self.streak.store(streak, Ordering::Relaxed);
+            return None;
+        }
+        self.streak.store(0, Ordering::Relaxed);
+        self.healthy.store(passed, Ordering::Relaxed);
+        self.transitions.fetch_add(1, Ordering::Relaxed);
+        Some(if passed {
+            Transition::BecameHealthy
+        } else {
+            Transition::BecameUnhealthy
+        })
+    }
+}
+
+/// Probes the state's peers until it is retired or dropped.
+pub async fn run(state: Weak<PoolState>, retire: Arc<Notify>, slots: Arc<Semaphore>, name: String) {
+    let mut next = tokio::time::Instant::now();
+    loop {
+        let retired = retire.notified();
+        tokio::pin!(retired);
+        retired.as_mut().enable();
+        let (health, count) = {
+            let Some(s) = state.upgrade() else { return };
+            if s.is_retired() {
+                return;
+            }
+            let Some(h) = s.health.load_full() else {
+                return;
+            };
+            (h, s.peers.len())
+        };
+        let mut probes = JoinSet::new();
+        for i in 0..count {
+            let (state, slots, health) = (state.clone(), slots.clone(), health.clone());
+            probes.spawn(async move {
+                let _slot = slots.acquire_owned().await.ok()?;
+                let s = state.upgrade()?;
+                let result = probe(&s.peers[i], &health).await;
+                Some((i, result))
+            });
+        }
+        loop {
+            tokio::select! {
+                r = probes.join_next() => match r {
+                    None => break,
+                    Some(Ok(Some((i, result)))) => {
+                        let Some(s) = state.upgrade() else { return };
+                        report(&name, &s.peers[i], &health, result);
+                    }
+                    Some(_) => {}
+                },
+                // Dropping the set aborts the probes under way.
+                _ = &mut retired => return,
+            }
+        }
+        // The next tick; ticks missed while this one ran are skipped.
+        let now = tokio::time::Instant::now();
+        next += health.interval;
+        while next <= now {
+            next += health.interval;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            _ = retired => return,
+        }
+    }
+}
+
+fn report(pool: &str, peer: &Peer, h: &Health, result: Result<(), String>) {
+    if let Err(why) = &result {
+        tracing::debug!(
+            "sluice: {pool}: health probe of {} failed: {why}",
+            peer.addr.text
+        );
+    }
+    match peer.active.record(result.is_ok(), h.rise, h.fall) {
+        Some(Transition::BecameUnhealthy) => {
+            tracing::warn!("sluice: {pool}: {} failed its health check", peer.addr.text)
+        }
+        Some(Transition::BecameHealthy) => tracing::info!(
+            "sluice: {pool}: {} passes its health check again",
+            peer.addr.text
+        ),
+        None => {}
+    }
+}
+
+/// One probe of `peer`, within the probe's timeout. `Err`: why it failed.
+async fn probe(peer: &Peer, h: &Health) -> Result<(), String> {
+    match tokio::time::timeout(h.timeout, probe_inner(peer, h)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {:?}", h.timeout)),
+    }
+}
+
+async fn probe_inner(peer: &Peer, h: &Health) -> Result<(), String> {
+    // The connect timeout is the probe's own: `timeout` bounds the whole probe.
+    let mut conn = dial::connect(&peer.addr.target, h.timeout + Duration::from_secs(1))
+        .await
+        .map_err(|e| e.to_string())?;
+    let Probe::Http {
+        path,
+        head,
+        expect,
+        host,
+    } = &h.probe
+    else {
+        return Ok(());
+    };
+    let mut req = Request::new(Body::Empty);
+    *req.method_mut() = if *head { Method::HEAD } else { Method::GET };
+    *req.uri_mut() = path.parse().map_err(|_| format!("bad probe path {path}"))?;
+    let host = host
+        .clone()
+        .or_else(|| peer.host_header.clone())
+        .unwrap_or(HeaderValue::from_static("localhost"));
+    let headers = req.headers_mut();
+    headers.insert(header::HOST, host);
+    headers.insert(
+        header::USER_AGENT,
+        HeaderValue::from_static("sluice-health-check"),
+    );
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    let mut out = Outgoing::new(req);
+    // Only the head is read; the connection is dropped with whatever body follows.
+    let resp = conn.send(&mut out).await.map_err(|e| e.to_string())?;
+    let code = resp.parts.status.as_u16();
+    if (expect.0..=expect.1).contains(&code) {
+        Ok(())
+    } else {
+        Err(format!("status {code}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rise_and_fall_count_probe_by_probe() {
+        let v = Verdict::default();
+        assert_eq!(v.record(false, 2, 3), None);
+        assert_eq!(v.record(false, 2, 3), None);
+        assert_eq!(v.record(true, 2, 3), None, "a pass breaks the streak");
+        assert_eq!(v.record(false, 2, 3), None);
+        assert_eq!(v.record(false, 2, 3), None);
+        assert_eq!(v.record(false, 2, 3), Some(Transition::BecameUnhealthy));
+        assert!(!v.is_healthy());
+        assert_eq!(v.record(true, 2, 3), None);
+        assert_eq!(v.record(true, 2, 3), Some(Transition::BecameHealthy));
+        assert_eq!(v.transitions.load(Ordering::Relaxed), 2);
+        assert_eq!(v.probes_failed.load(Ordering::Relaxed), 5);
+    }
+}
