@@ -168,6 +168,11 @@ pub struct ProxyConfig {
     pub weights: Vec<u32>,
     /// Active health checks.
     pub health: Option<Health>,
+    /// What a request that reached a backend is retried on (idempotent ones only).
+    pub retry_on: RetryOn,
+    /// The most request body kept for a retry.
+    pub retry_buffer: u64,
+    pub retry_budget: RetryBudget,
     pub fail_duration: Duration,
     pub breaker: u32,
     pub all_down: AllDown,
@@ -189,6 +194,12 @@ impl ProxyConfig {
             lb: Policy::RoundRobin,
             weights: Vec::new(),
             health: None,
+            retry_on: RetryOn::default(),
+            retry_buffer: 64 * 1024,
+            retry_budget: RetryBudget {
+                percent: 20,
+                min_per_s: 3,
+            },
             fail_duration: Duration::from_secs(30),
             breaker: 1,
             all_down: AllDown::Try,
@@ -334,4 +345,40 @@ impl Health {
             initial_healthy: true,
         }
     }
+}
+
+/// `retry_on reset|timeout|502|503|504...`: empty by default (a request that reached a
+/// backend is never sent again unless the operator opts in).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetryOn {
+    /// Closed or reset after the request went out, before any response byte.
+    pub reset: bool,
+    /// No response head within `timeout`.
+    pub timeout: bool,
+    pub s502: bool,
+    pub s503: bool,
+    pub s504: bool,
+}
+
+impl RetryOn {
+    pub fn any(&self) -> bool {
+        self.reset || self.timeout || self.s502 || self.s503 || self.s504
+    }
+
+    pub fn status(&self, code: u16) -> bool {
+        match code {
+            502 => self.s502,
+            503 => self.s503,
+            504 => self.s504,
+            _ => false,
+        }
+    }
+}
+
+/// `retry_budget PERCENT [MIN_PER_S]`: retries of every kind in a pool stay under
+/// PERCENT of its requests over the last 10 s, with MIN_PER_S always allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryBudget {
+    pub percent: u32,
+    pub min_per_s: u32,
 }

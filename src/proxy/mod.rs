@@ -55,12 +55,19 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
         Ok(p) => p,
         Err(refusal) => return refusal,
     };
-    let key = hash_key(&pool.cfg.lb, &req, client);
+    let cfg = &pool.cfg;
+    let key = hash_key(&cfg.lb, &req, client);
+    let replayable = cfg.retry_on.any() && is_idempotent(&req);
     let mut out = Outgoing::new(prepare(pool, req, client));
+    if replayable {
+        out.keep_for_replay(cfg.retry_buffer);
+    }
+    pool.state.budget.record_request();
     let mut permit = permit;
     let mut tried = Tried::default();
+    let mut next = None;
     loop {
-        let i = match pool.pick(&tried, key) {
+        let i = match next.take().map_or_else(|| pool.pick(&tried, key), Pick::Peer) {
             Pick::Peer(i) => i,
             Pick::AllDown => {
                 return local_response(StatusCode::SERVICE_UNAVAILABLE, "No backend available\n");
@@ -70,26 +77,110 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
                 return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
             }
         };
-        if tried.count > 0 {
-            bump(&COUNTERS.retries);
-        }
         tried.add(i);
-        let lease = Lease::new(pool.clone(), i, permit.take());
-        match attempt(pool, i, &mut out, client).await {
-            Attempt::Answered(conn, head) => return stream(pool, conn, head, lease, client),
+        let mut lease = Lease::new(pool.clone(), i, permit.take());
+        let why = match attempt(pool, i, &mut out, client).await {
+            Attempt::Answered(conn, head) => {
+                let code = head.parts.status.as_u16();
+                if cfg.retry_on.status(code) {
+                    if let Some(j) = retry_to(pool, &tried, key, &mut out, Retry::Status) {
+                        // The answer is dropped unread: its connection closes with it.
+                        tracing::debug!(
+                            "sluice: {}: {} answered {code}; retrying on another backend",
+                            pool.name(),
+                            pool.peers()[i].addr.text
+                        );
+                        permit = lease.permit.take();
+                        next = Some(j);
+                        continue;
+                    }
+                }
+                return stream(pool, conn, head, lease, client);
+            }
             Attempt::Refused(resp) => return resp,
             Attempt::Unreachable(e) => {
                 pool.peer_failed(i, &e);
-                let mut lease = lease;
-                permit = lease.permit.take();
-                if tried.count > pool.cfg.retries as usize {
-                    bump(&COUNTERS.bad_gateway);
-                    return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
-                }
                 // Not reached: the body is intact, so even a POST may go elsewhere.
+                Retry::Unreachable
             }
+            Attempt::Failed(e) => {
+                let why = match &e {
+                    SendError::TimedOut if cfg.retry_on.timeout => Retry::Timeout,
+                    SendError::Io(_) | SendError::ClosedEarly if cfg.retry_on.reset => Retry::Reset,
+                    _ => return sent_and_failed(pool, i, e),
+                };
+                if why == Retry::Reset {
+                    pool.peer_failed(i, &e);
+                }
+                let Some(j) = retry_to(pool, &tried, key, &mut out, why) else {
+                    return sent_and_failed(pool, i, e);
+                };
+                next = Some(j);
+                permit = lease.permit.take();
+                continue;
+            }
+        };
+        permit = lease.permit.take();
+        drop(lease);
+        if tried.count > cfg.retries as usize || !take_retry(pool, why) {
+            bump(&COUNTERS.bad_gateway);
+            return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
         }
     }
+}
+
+/// Why a request goes to another backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// Not reached: always allowed (within `retries` and the budget).
+    Unreachable = 0,
+    Reset = 1,
+    Timeout = 2,
+    Status = 3,
+}
+
+/// Takes a retry from the pool's budget and counts it.
+fn take_retry(pool: &Pool, why: Retry) -> bool {
+    if !pool.state.budget.try_retry(pool.cfg.retry_budget) {
+        tracing::debug!("sluice: {}: retry budget exhausted, not retrying", pool.name());
+        return false;
+    }
+    bump(&COUNTERS.retries);
+    pool.state.retries[why as usize].fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+/// For a request that reached a backend: the peer to send it to again, if `retries`,
+/// the replay buffer, another untried peer and the budget all allow it (in that order,
+/// so the budget is spent only on a retry that happens).
+fn retry_to(
+    pool: &Pool,
+    tried: &Tried,
+    key: Option<u64>,
+    out: &mut Outgoing,
+    why: Retry,
+) -> Option<usize> {
+    if tried.count > pool.cfg.retries as usize {
+        return None;
+    }
+    let Pick::Peer(j) = pool.pick(tried, key) else {
+        return None;
+    };
+    if !out.can_rewind() || !take_retry(pool, why) {
+        return None;
+    }
+    out.rewind();
+    Some(j)
+}
+
+/// Methods that may be sent twice (RFC 9110 §9.2.2), or a request that says so with
+/// `Idempotency-Key`.
+fn is_idempotent(req: &Request<Body>) -> bool {
+    use http::Method;
+    matches!(
+        *req.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    ) || req.headers().contains_key("idempotency-key")
 }
 
 /// Step 1: a slot under the pool's `limit`, waiting up to its WAIT. `Err`: the 503.
@@ -167,7 +258,9 @@ enum Attempt {
     Answered(BackendConn, crate::http1::head::ResponseHead),
     /// The peer could not be reached; the request was not sent and may go elsewhere.
     Unreachable(DialError),
-    /// The attempt ended with an answer of sluice's own (504, 502, 413, 503 …).
+    /// The request went out (some of it, at least) and then failed.
+    Failed(SendError),
+    /// The attempt ended with an answer of sluice's own (503 out of capacity).
     Refused(Response<Body>),
 }
 
@@ -205,7 +298,7 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
                 let e = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
                 return Attempt::Unreachable(DialError::Connect(e));
             }
-            Err(e) => return Attempt::Refused(sent_and_failed(pool, i, e)),
+            Err(e) => return Attempt::Failed(e),
         }
     }
 }

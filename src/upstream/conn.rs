@@ -55,6 +55,32 @@ pub struct Outgoing {
     resend: Vec<Bytes>,
     /// `body` ended while its frames were taken.
     body_ended: bool,
+    /// The replay buffer, for a request that may be retried after it was sent.
+    kept: Option<Kept>,
+}
+
+/// Every body frame sent so far, up to a cap: past it, the request can no longer be
+/// sent again and the frames are let go.
+struct Kept {
+    frames: Vec<Bytes>,
+    bytes: u64,
+    limit: u64,
+    overflowed: bool,
+}
+
+impl Kept {
+    fn push(&mut self, data: Bytes) {
+        if self.overflowed {
+            return;
+        }
+        self.bytes += data.len() as u64;
+        if self.bytes > self.limit {
+            self.overflowed = true;
+            self.frames = Vec::new();
+        } else {
+            self.frames.push(data);
+        }
+    }
 }
 
 impl Outgoing {
@@ -75,6 +101,42 @@ impl Outgoing {
             framing,
             resend: Vec::new(),
             body_ended: false,
+            kept: None,
+        }
+    }
+
+    /// Keeps the body as it is sent, up to `limit` bytes, so the request can go out
+    /// again after it reached a backend (`retry_on`).
+    pub fn keep_for_replay(&mut self, limit: u64) {
+        self.kept = Some(Kept {
+            frames: Vec::new(),
+            bytes: 0,
+            limit,
+            overflowed: false,
+        });
+    }
+
+    /// Whether [`Self::rewind`] would succeed.
+    pub fn can_rewind(&self) -> bool {
+        self.kept.as_ref().is_some_and(|k| !k.overflowed)
+    }
+
+    /// Makes the request ready to go out again from its start. `false`: it cannot (not
+    /// kept, or its body outgrew the replay buffer).
+    pub fn rewind(&mut self) -> bool {
+        match &mut self.kept {
+            Some(k) if !k.overflowed => {
+                self.resend = std::mem::take(&mut k.frames);
+                k.bytes = 0;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn sent(&mut self, data: &Bytes) {
+        if let Some(k) = &mut self.kept {
+            k.push(data.clone());
         }
     }
 }
@@ -185,8 +247,10 @@ impl BackendConn {
                 Err(e) => return Err(SendError::Io(e)),
             }
         }
-        // Gone out: from here on the request is never sent again.
-        out.resend.clear();
+        // Gone out: from here on the request is sent again only from the replay buffer.
+        for data in std::mem::take(&mut out.resend) {
+            out.sent(&data);
+        }
         let mut early = false;
         let mut body_done = out.body_ended;
         while !body_done {
@@ -213,6 +277,7 @@ impl BackendConn {
                             wr.write_all(b"0\r\n\r\n").await.map_err(SendError::Io)?;
                         }
                         body_done = true;
+                        out.body_ended = true;
                     }
                     Some(Err(e)) => return Err(SendError::Body(e)),
                     Some(Ok(frame)) => {
@@ -220,6 +285,7 @@ impl BackendConn {
                         if data.is_empty() {
                             continue;
                         }
+                        out.sent(&data);
                         let w = if chunked { chunk(&mut wr, &data).await } else { wr.write_all(&data).await };
                         w.map_err(SendError::Io)?;
                     }

@@ -11,6 +11,7 @@
 //! moment the live generation no longer has it — not when the last request ends.
 
 pub mod balancer;
+pub mod budget;
 pub mod conn;
 pub mod connpool;
 pub mod dial;
@@ -100,6 +101,10 @@ pub struct PoolState {
     health: ArcSwapOption<Health>,
     /// The probe task runs.
     probing: AtomicBool,
+    /// Retries of every kind against `retry_budget`.
+    pub budget: budget::Budget,
+    /// Retries by reason: [unreachable, reset, timeout, status].
+    pub retries: [AtomicU64; 4],
 }
 
 impl PoolState {
@@ -118,6 +123,8 @@ impl PoolState {
             retire: Arc::new(Notify::new()),
             health: ArcSwapOption::empty(),
             probing: AtomicBool::new(false),
+            budget: Default::default(),
+            retries: Default::default(),
         });
         debug_assert_eq!(state.peers.len(), id.addresses.len());
         if let Some(h) = &cfg.health {

@@ -31,15 +31,24 @@ impl Builder {
         let mut p = ProxyConfig::new(backends);
         let mut seen = Seen::default();
         let mut weights_at = None;
+        let mut retry_on_at = None;
         for item in d.block.as_deref().unwrap_or(&[]) {
             if !self.known_here(item, Place::Proxy) || !self.once(&mut seen, item) {
                 continue;
             }
-            if item.name.text == "weights" {
-                weights_at = Some(item);
+            match item.name.text.as_str() {
+                "weights" => weights_at = Some(item),
+                "retry_on" => retry_on_at = Some(item),
+                _ => {}
             }
             let r = self.proxy_option(item, &mut p);
             self.push(r);
+        }
+        if let Some(r) = retry_on_at.filter(|_| p.retries == 0) {
+            self.warnings.push(
+                Diagnostic::warning(r.span(), "`retry_on` with `retries 0` never retries")
+                    .with_hint("allow a retry with retries 1 or 2, or remove retry_on"),
+            );
         }
         if let Some(w) = weights_at.filter(|_| !p.weights.is_empty()) {
             if p.weights.len() != p.backends.len() {
@@ -172,6 +181,51 @@ impl Builder {
             "compress" => compress(d),
             "health" => {
                 p.health = Some(self.health(d)?);
+                Ok(())
+            }
+            "retry_on" => {
+                if d.args.is_empty() {
+                    return Err(missing(d, "retry_on reset|timeout|502|503|504...", "retry_on reset 503"));
+                }
+                no_block(d)?;
+                for w in &d.args {
+                    let r = &mut p.retry_on;
+                    match w.text.as_str() {
+                        "reset" => r.reset = true,
+                        "timeout" => r.timeout = true,
+                        "502" => r.s502 = true,
+                        "503" => r.s503 = true,
+                        "504" => r.s504 = true,
+                        _ => return Err(expected(w, "reset, timeout, 502, 503 or 504")),
+                    }
+                }
+                Ok(())
+            }
+            "retry_buffer" => {
+                p.retry_buffer = size(one_arg(d, "retry_buffer SIZE")?)?;
+                Ok(())
+            }
+            "retry_budget" => {
+                no_block(d)?;
+                let (pct, min) = match d.args.as_slice() {
+                    [p] => (p, None),
+                    [p, m] => (p, Some(m)),
+                    [] => return Err(missing(d, "retry_budget PERCENT [MIN_PER_S]", "retry_budget 20% 3")),
+                    [_, _, x, ..] => return Err(extra(x, "retry_budget takes PERCENT and an optional MIN_PER_S")),
+                };
+                let Some(number) = pct.text.strip_suffix('%') else {
+                    return Err(expected(pct, "a percentage like 20%"));
+                };
+                let percent = number
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| *n <= 100)
+                    .ok_or_else(|| expected(pct, "a percentage from 0% to 100%"))?;
+                let min_per_s = match min {
+                    Some(m) => int_in(m, 0, 10_000)? as u32,
+                    None => 3,
+                };
+                p.retry_budget = RetryBudget { percent, min_per_s };
                 Ok(())
             }
             _ => Err(unsupported(d)),
