@@ -337,3 +337,27 @@ fn health_values_are_checked_at_their_column() {
     let (out, _) = check("global { probe_concurrency 4 }\nsite a {\n  proxy 127.0.0.1:1 {\n    health /h { method HEAD; expect 200..399; host h.internal; initial unhealthy }\n  }\n}\n");
     assert_eq!(out.code, 0, "{}", out.stderr);
 }
+
+#[test]
+fn framing_fields_and_abnormal_patterns_are_refused() {
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    header_up -Content-Length\n  }\n}\n",
+        3,
+        15,
+        "cannot change `content-length`",
+    );
+    assert_error_at(
+        "site a {\n  route /a//b/* { respond 1 }\n}\n",
+        2,
+        9,
+        "not in normal form",
+    );
+    assert_error_at(
+        "site a {\n  route /%61dmin { respond 1 }\n}\n",
+        2,
+        9,
+        "not in normal form",
+    );
+    assert_error_at("site a {\n  strip /api/../x\n  respond 1\n}\n", 2, 9, "not in normal form");
+    assert_error_at("listen {$SLUICE_TEST_SURELY_UNSET\n", 1, 8, "");
+}

@@ -142,3 +142,32 @@ async fn an_absolute_form_target_names_the_host_for_routing_and_backend() {
         "the Host field was replaced: {text}"
     );
 }
+
+#[tokio::test]
+async fn ambiguous_and_non_ascii_spellings() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /caf%C3%A9/* {{ respond 403 \"forbidden\" }}
+            route /go/* {{
+                rewrite /go/* \"/{{query}}/*\"
+                proxy {a}
+            }}
+            proxy {a}
+        }}",
+        a = b.addr
+    ));
+    let r = raw_get(&s, "/admin//../secret", "a.test").await;
+    assert_eq!(r.status, 400, "backends disagree on `..` after an empty segment");
+    for target in ["/caf%c3%a9/x", "/caf%C3%A9/./x", "//caf%C3%A9/x"] {
+        assert_eq!(raw_get(&s, target, "a.test").await.status, 403, "{target}");
+    }
+    let r = raw_get(&s, "/go/x?..", "a.test").await;
+    assert_eq!(r.status, 400, "a rewrite that climbs above the root is refused");
+    let r = raw_get(&s, "/go/x?a/./b", "a.test").await;
+    assert!(
+        r.text().starts_with("GET /a/b/x?a/./b\n"),
+        "what a rewrite made is normalised before it is sent: {}",
+        r.text()
+    );
+}

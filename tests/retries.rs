@@ -44,11 +44,29 @@ async fn a_get_is_retried_on_a_503_and_a_post_never_is() {
     let (bad, good) = (failing().await, echo().await);
     let s = Sluice::start(&pool(&bad, &good, "retry_on 503"));
     let r = get(s.addr, "/").await;
-    assert_eq!((r.status, r.text().as_str()), (200, "GET "), "the GET went on to the next backend");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "GET "),
+        "the GET went on to the next backend"
+    );
     let r = request(s.addr, "POST", "/", &[], b"pay once").await;
-    assert_eq!(r.status, 503, "a POST without Idempotency-Key is never replayed");
-    assert_eq!(good.requests.load(Ordering::SeqCst), 1, "only the GET reached the second backend");
-    let r = request(s.addr, "POST", "/", &[("Idempotency-Key", "k1")], b"pay once").await;
+    assert_eq!(
+        r.status, 503,
+        "a POST without Idempotency-Key is never replayed"
+    );
+    assert_eq!(
+        good.requests.load(Ordering::SeqCst),
+        1,
+        "only the GET reached the second backend"
+    );
+    let r = request(
+        s.addr,
+        "POST",
+        "/",
+        &[("Idempotency-Key", "k1")],
+        b"pay once",
+    )
+    .await;
     assert_eq!(
         (r.status, r.text().as_str()),
         (200, "POST pay once"),
@@ -71,7 +89,10 @@ async fn a_body_over_the_replay_buffer_is_not_retried() {
     let s = Sluice::start(&pool(&bad, &good, "retry_on 503\n retry_buffer 1K"));
     let body = vec![b'x'; 100 * 1024];
     let r = request(s.addr, "PUT", "/", &[], &body).await;
-    assert_eq!(r.status, 503, "100 KiB did not fit a 1 KiB buffer: the first answer stands");
+    assert_eq!(
+        r.status, 503,
+        "100 KiB did not fit a 1 KiB buffer: the first answer stands"
+    );
     let r = request(s.addr, "PUT", "/", &[], b"small").await;
     assert_eq!((r.status, r.text().as_str()), (200, "PUT small"));
 }
@@ -95,10 +116,22 @@ async fn reset_and_timeout_are_retried_when_asked() {
         slow = slow.addr
     ));
     let r = get(s.addr, "/reset").await;
-    assert_eq!((r.status, r.text().as_str()), (200, "GET "), "closed before any answer: retried");
-    assert_eq!(get(s.addr, "/plain").await.status, 502, "not asked: never sent twice");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "GET "),
+        "closed before any answer: retried"
+    );
+    assert_eq!(
+        get(s.addr, "/plain").await.status,
+        502,
+        "not asked: never sent twice"
+    );
     let r = get(s.addr, "/timeout").await;
-    assert_eq!((r.status, r.text().as_str()), (200, "GET "), "no head in time: retried");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "GET "),
+        "no head in time: retried"
+    );
 }
 
 #[tokio::test]

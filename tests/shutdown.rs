@@ -122,3 +122,23 @@ async fn a_second_signal_during_the_drain_exits_at_once() {
     );
     s.wait_log("sluice: shutdown: cut 1 requests still in flight on a second signal");
 }
+
+#[tokio::test]
+async fn a_chunked_request_without_its_first_chunk_does_not_hold_up_shutdown() {
+    use tokio::io::AsyncWriteExt;
+    let mut s = Sluice::start("global { grace 30s }\nsite * { respond ok }");
+    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let start = Instant::now();
+    s.signal("TERM");
+    assert_eq!(s.wait_exit(WAIT), Some(0));
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "a request not yet dispatched does not wait out grace: {:?}",
+        start.elapsed()
+    );
+    drop(c);
+}

@@ -179,7 +179,12 @@ fn glued_braces(raw: &str) -> (usize, &str, usize) {
     }
     let mut word = raw;
     let mut opens = 0;
-    while word.len() > 1 && word.starts_with('{') && !word[1..].contains('}') {
+    // `{$NAME` stays whole, so an unclosed environment reference is reported as one.
+    while word.len() > 1
+        && word.starts_with('{')
+        && !word[1..].contains('}')
+        && !word[1..].starts_with('$')
+    {
         word = &word[1..];
         opens += 1;
     }

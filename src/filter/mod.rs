@@ -44,6 +44,8 @@ pub struct Cx<'a> {
     path: Option<String>,
     /// A filter changed the path: the backend gets `path` instead of the target.
     changed: bool,
+    /// Changed since the pipeline last normalised it.
+    dirty: bool,
     pub vars: &'a Vars,
 }
 
@@ -53,6 +55,7 @@ impl<'a> Cx<'a> {
         Cx {
             path: normalized,
             changed: false,
+            dirty: false,
             vars,
         }
     }
@@ -62,10 +65,25 @@ impl<'a> Cx<'a> {
         self.path.as_deref().unwrap_or_else(|| req.uri().path())
     }
 
-    /// Sets the normalised path the backend will receive.
+    /// Sets the path the backend will receive; the pipeline normalises it before the
+    /// next filter looks.
     pub fn set_path(&mut self, path: String) {
         self.path = Some(path);
         self.changed = true;
+        self.dirty = true;
+    }
+
+    /// The path a filter set since the last call, to be normalised.
+    pub fn take_dirty(&mut self) -> Option<&str> {
+        if !std::mem::take(&mut self.dirty) {
+            return None;
+        }
+        self.path.as_deref()
+    }
+
+    /// Replaces the path with its normalised form.
+    pub fn normalized(&mut self, path: String) {
+        self.path = Some(path);
     }
 
     /// The path a filter set, if any changed it.

@@ -145,6 +145,10 @@ pub fn take_ready(
                 let Ok(data) = frame.into_data() else {
                     continue;
                 };
+                // An empty frame carries nothing, and chunked it would read as the end.
+                if data.is_empty() {
+                    continue;
+                }
                 if let Some(t) = taken.as_deref_mut() {
                     t.push(data.clone());
                 }

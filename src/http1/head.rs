@@ -281,6 +281,7 @@ pub fn parse_response(
     };
     let mut headers = HeaderMap::with_capacity(resp.headers.len() + 2);
     let mut length: Option<u64> = None;
+    let mut length_as_sent: Option<HeaderValue> = None;
     let mut chunked = false;
     let mut te = false;
     let mut close = version == Version::HTTP_10;
@@ -289,7 +290,17 @@ pub fn parse_response(
         let name =
             HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| bad("invalid header name"))?;
         if name == header::CONTENT_LENGTH {
+            // Set once below, as a single value, however the backend spelled it; a
+            // plain single field is passed on as it came, without a copy.
+            length_as_sent = match length {
+                None if !h.value.contains(&b',') => Some(
+                    HeaderValue::from_maybe_shared(head.slice_ref(h.value))
+                        .map_err(|_| bad("invalid Content-Length"))?,
+                ),
+                _ => None,
+            };
             length = Some(length_field(h.value, length).map_err(bad)?);
+            continue;
         } else if name == header::TRANSFER_ENCODING {
             te = true;
             chunked = h
@@ -310,11 +321,15 @@ pub fn parse_response(
     if version == Version::HTTP_10 && keep_alive {
         close = false;
     }
-    if te && length.is_some() {
+    match length {
         // Transfer-Encoding wins and the length is a lie or a smuggling attempt: it must
         // not reach the client, and this connection's framing is not to be trusted again.
-        headers.remove(header::CONTENT_LENGTH);
-        close = true;
+        Some(_) if te => close = true,
+        Some(n) => {
+            let v = length_as_sent.unwrap_or_else(|| HeaderValue::from(n));
+            headers.insert(header::CONTENT_LENGTH, v);
+        }
+        None => {}
     }
     let no_body = is_head
         || status == StatusCode::NO_CONTENT
@@ -378,8 +393,18 @@ mod tests {
 
     #[test]
     fn response_lengths_are_strict() {
-        let r = response("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n").unwrap();
+        let r = response("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\nContent-Length: 5\r\n\r\n")
+            .unwrap();
         assert!(r.reusable);
+        assert_eq!(
+            r.parts
+                .headers
+                .get_all("content-length")
+                .iter()
+                .collect::<Vec<_>>(),
+            ["5"],
+            "one value on"
+        );
         assert_eq!(r.decoder.remaining(), Some(5));
         for bad in ["+5", "5, 6", "-1", "5 5", ""] {
             let s = format!("HTTP/1.1 200 OK\r\nContent-Length: {bad}\r\n\r\n");

@@ -92,6 +92,26 @@ async fn run(gen: &Generation, mut req: Request<Body>, client: &ClientInfo) -> R
             early = Some(resp);
             break;
         }
+        // A path a filter produced (`rewrite` with placeholders, say) is decided on,
+        // and sent, only in its normal form.
+        if let Some(path) = cx.take_dirty() {
+            match normalize(path) {
+                Ok(std::borrow::Cow::Borrowed(_)) => {}
+                Ok(std::borrow::Cow::Owned(p)) => cx.normalized(p),
+                Err(why) => {
+                    bump(&COUNTERS.bad_request);
+                    tracing::debug!(
+                        "sluice: {}: a filter made an invalid path: {why}",
+                        route.name
+                    );
+                    early = Some(local_response(
+                        StatusCode::BAD_REQUEST,
+                        "Bad request: invalid path\n",
+                    ));
+                    break;
+                }
+            }
+        }
     }
     let mut resp = match early {
         Some(r) => r,

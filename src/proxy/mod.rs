@@ -67,7 +67,10 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
     let mut tried = Tried::default();
     let mut next = None;
     loop {
-        let i = match next.take().map_or_else(|| pool.pick(&tried, key), Pick::Peer) {
+        let i = match next
+            .take()
+            .map_or_else(|| pool.pick(&tried, key), Pick::Peer)
+        {
             Pick::Peer(i) => i,
             Pick::AllDown => {
                 return local_response(StatusCode::SERVICE_UNAVAILABLE, "No backend available\n");
@@ -142,7 +145,10 @@ enum Retry {
 /// Takes a retry from the pool's budget and counts it.
 fn take_retry(pool: &Pool, why: Retry) -> bool {
     if !pool.state.budget.try_retry(pool.cfg.retry_budget) {
-        tracing::debug!("sluice: {}: retry budget exhausted, not retrying", pool.name());
+        tracing::debug!(
+            "sluice: {}: retry budget exhausted, not retrying",
+            pool.name()
+        );
         return false;
     }
     bump(&COUNTERS.retries);

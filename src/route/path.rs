@@ -22,6 +22,10 @@ pub enum PathError {
     BadEscape,
     #[error("the path does not start with /")]
     NotAbsolute,
+    /// `..` after an empty segment (`/a//../x`): backends disagree on whether it
+    /// removes `a` or the empty segment, so no rule can be sure what they will see.
+    #[error("a `..` segment after an empty segment")]
+    Ambiguous,
 }
 
 /// The normalised form of an origin-form path (no query).
@@ -48,7 +52,8 @@ fn is_normal(b: &[u8]) -> Result<bool, PathError> {
     for (i, &c) in b.iter().enumerate() {
         match c {
             0..=0x1f | 0x7f => return Err(PathError::Control),
-            b'%' => normal = false,
+            // Escaped, so one spelling routes however the client wrote it.
+            b'%' | 0x80..=0xff => normal = false,
             b'/' => {
                 // `//`, `/./`, `/../`, or a trailing `/.` or `/..`.
                 let next = b.get(i + 1).copied();
@@ -122,12 +127,16 @@ fn decode_unreserved(b: &[u8]) -> Result<String, PathError> {
 fn remove_dots(path: &str) -> Result<String, PathError> {
     let mut segs: Vec<&str> = Vec::new();
     let mut trailing = false;
+    let mut after_empty = false;
     for seg in path.split('/').skip(1) {
         trailing = false;
         match seg {
             "" => trailing = true,
             "." => trailing = true,
             ".." => {
+                if after_empty {
+                    return Err(PathError::Ambiguous);
+                }
                 if segs.pop().is_none() {
                     return Err(PathError::AboveRoot);
                 }
@@ -135,6 +144,8 @@ fn remove_dots(path: &str) -> Result<String, PathError> {
             }
             s => segs.push(s),
         }
+        // `.` is removed in place, so what it follows is what the next segment follows.
+        after_empty = seg.is_empty() || (seg == "." && after_empty);
     }
     let mut out = String::with_capacity(path.len());
     for s in &segs {
@@ -216,6 +227,23 @@ mod tests {
         assert_eq!(n("/a%0ab"), Err(PathError::Control));
         assert_eq!(n("/a%zz"), Err(PathError::BadEscape));
         assert_eq!(n("/a%4"), Err(PathError::BadEscape));
+        assert_eq!(
+            n("/admin//../x"),
+            Err(PathError::Ambiguous),
+            "RFC 3986 says /admin/x, slash merging /x"
+        );
+        assert_eq!(n("/a/.//x").as_deref(), Ok("/a/x"));
+        assert_eq!(n("/a//./../x"), Err(PathError::Ambiguous));
+        assert_eq!(
+            n("/caf\u{e9}/x").as_deref(),
+            Ok("/caf%C3%A9/x"),
+            "raw UTF-8 is escaped"
+        );
+        assert_eq!(
+            n("/caf%c3%a9/x").as_deref(),
+            Ok("/caf%C3%A9/x"),
+            "one spelling either way"
+        );
     }
 
     #[test]

@@ -177,7 +177,7 @@ impl Conn {
                 // Without Expect the first chunk-size line is normally here already:
                 // check it before anything is dispatched, so a bad one never reaches a backend.
                 if !expect_continue {
-                    if let Err(e) = first_chunk_line(stream, buf).await {
+                    if let Err(e) = first_chunk_line(stream, buf, &mut self.watch).await {
                         if let Some(why) = e {
                             bump(&COUNTERS.bad_request);
                             let msg = format!("Bad request: {why}\n");
@@ -377,10 +377,12 @@ async fn wait_for_next<S: Transport>(stream: &S, watch: &mut Watch) -> Option<By
 }
 
 /// Waits for the first chunk-size line of a chunked body and checks it.
-/// `Err(Some(why))`: malformed; `Err(None)`: the client left or stalled.
+/// `Err(Some(why))`: malformed; `Err(None)`: the client left or stalled, or sluice is
+/// shutting down (the request was not dispatched: nothing to finish).
 async fn first_chunk_line<S: AsyncRead + Unpin>(
     stream: &mut S,
     buf: &mut BytesMut,
+    watch: &mut Watch,
 ) -> Result<(), Option<&'static str>> {
     loop {
         match decode::size_line(buf) {
@@ -389,7 +391,11 @@ async fn first_chunk_line<S: AsyncRead + Unpin>(
             Ok(None) => {}
         }
         buf.reserve(READ_CHUNK);
-        match timeout(BODY_READ_TIMEOUT, stream.read_buf(buf)).await {
+        let read = tokio::select! {
+            r = timeout(BODY_READ_TIMEOUT, stream.read_buf(buf)) => r,
+            _ = watch.draining() => return Err(None),
+        };
+        match read {
             Ok(Ok(n)) if n > 0 => {}
             _ => return Err(None),
         }

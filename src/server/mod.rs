@@ -73,7 +73,15 @@ pub async fn accept_loop(listener: TcpListener, live: Arc<Live>, drain: Drain) {
         };
         let _ = stream.set_nodelay(true);
         let client = ClientInfo::new(client, Scheme::Http);
-        tokio::spawn(connection(stream, client, live.clone(), drain.clone()));
+        // Counted before the task runs, so a drain starting now waits for it.
+        let counted = drain.connection();
+        tokio::spawn(connection(
+            stream,
+            client,
+            live.clone(),
+            drain.clone(),
+            counted,
+        ));
     }
 }
 
@@ -85,8 +93,8 @@ async fn connection<S: Transport>(
     client: ClientInfo,
     live: Arc<Live>,
     drain: Drain,
+    _counted: drain::ConnectionGuard,
 ) {
-    let _conn = drain.connection();
     let mut watch = drain.watch();
     let accepted = Instant::now();
     let deadline = accepted + h1::HEAD_TIMEOUT;

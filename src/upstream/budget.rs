@@ -30,8 +30,7 @@ impl Budget {
         let b = &self.buckets[(second % WINDOW_S) as usize];
         let seen = b.second.load(Ordering::Relaxed);
         if seen != second
-            && b
-                .second
+            && b.second
                 .compare_exchange(seen, second, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
@@ -59,8 +58,8 @@ impl Budget {
                 retries += u64::from(bucket.retries.load(Ordering::Relaxed));
             }
         }
-        let allowed = (requests * u64::from(b.percent) / 100)
-            .max(u64::from(b.min_per_s) * WINDOW_S);
+        let allowed =
+            (requests * u64::from(b.percent) / 100).max(u64::from(b.min_per_s) * WINDOW_S);
         if retries >= allowed {
             return false;
         }

@@ -70,7 +70,7 @@ struct Kept {
 
 impl Kept {
     fn push(&mut self, data: Bytes) {
-        if self.overflowed {
+        if self.overflowed || data.is_empty() {
             return;
         }
         self.bytes += data.len() as u64;
@@ -214,7 +214,7 @@ impl BackendConn {
         let is_head = out.parts.method == Method::HEAD;
         let chunked = encode::request_head(&mut self.wbuf, &out.parts, out.framing);
         // Frames an earlier attempt took go first, then whatever else is ready.
-        for data in &out.resend {
+        for data in out.resend.iter().filter(|d| !d.is_empty()) {
             if chunked {
                 chunk_into(&mut self.wbuf, data);
             } else {
@@ -545,6 +545,26 @@ mod tests {
         let head = conn.send(&mut out).await.expect("the resend succeeds");
         assert_eq!(head.parts.status, 200);
         String::from_utf8(reader.await.unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_empty_frame_never_ends_a_chunked_body_early() {
+        let mut out = request(&["abc", "", "rest"], false);
+        let (closed, gone) = UnixStream::pair().unwrap();
+        drop(gone);
+        let r = BackendConn::new(Io::Unix(closed)).send(&mut out).await;
+        assert!(matches!(r, Err(SendError::NotSent)));
+        let (fresh, peer) = UnixStream::pair().unwrap();
+        let reader = tokio::spawn(serve_one(peer, |got: &[u8]| got.ends_with(b"0\r\n\r\n")));
+        BackendConn::new(Io::Unix(fresh))
+            .send(&mut out)
+            .await
+            .unwrap();
+        let got = String::from_utf8(reader.await.unwrap()).unwrap();
+        assert!(
+            got.ends_with("\r\n\r\n3\r\nabc\r\n4\r\nrest\r\n0\r\n\r\n"),
+            "one terminator, at the end: {got:?}"
+        );
     }
 
     #[tokio::test]

@@ -122,7 +122,31 @@ impl Builder {
                 Ok(())
             }
             "header_up" => {
-                p.header_up.push(header_op(d, "header_up")?);
+                let op = header_op(d, "header_up")?;
+                let name = match &op {
+                    HeaderOp::Set(n, _) | HeaderOp::Remove(n) => n,
+                };
+                // sluice frames the request and owns the connection: these fields are
+                // its own (a removed Content-Length would turn the body into a request).
+                const FRAMING: [&str; 8] = [
+                    "content-length",
+                    "transfer-encoding",
+                    "connection",
+                    "keep-alive",
+                    "proxy-connection",
+                    "te",
+                    "trailer",
+                    "upgrade",
+                ];
+                if FRAMING.contains(&name.as_str()) {
+                    let w = &d.args[0];
+                    return Err(Diagnostic::error(
+                        w.span,
+                        format!("`header_up` cannot change `{name}`"),
+                    )
+                    .with_hint("sluice sets the framing and connection fields itself"));
+                }
+                p.header_up.push(op);
                 Ok(())
             }
             "header_down" => {
@@ -185,7 +209,11 @@ impl Builder {
             }
             "retry_on" => {
                 if d.args.is_empty() {
-                    return Err(missing(d, "retry_on reset|timeout|502|503|504...", "retry_on reset 503"));
+                    return Err(missing(
+                        d,
+                        "retry_on reset|timeout|502|503|504...",
+                        "retry_on reset 503",
+                    ));
                 }
                 no_block(d)?;
                 for w in &d.args {
@@ -210,8 +238,19 @@ impl Builder {
                 let (pct, min) = match d.args.as_slice() {
                     [p] => (p, None),
                     [p, m] => (p, Some(m)),
-                    [] => return Err(missing(d, "retry_budget PERCENT [MIN_PER_S]", "retry_budget 20% 3")),
-                    [_, _, x, ..] => return Err(extra(x, "retry_budget takes PERCENT and an optional MIN_PER_S")),
+                    [] => {
+                        return Err(missing(
+                            d,
+                            "retry_budget PERCENT [MIN_PER_S]",
+                            "retry_budget 20% 3",
+                        ))
+                    }
+                    [_, _, x, ..] => {
+                        return Err(extra(
+                            x,
+                            "retry_budget takes PERCENT and an optional MIN_PER_S",
+                        ))
+                    }
                 };
                 let Some(number) = pct.text.strip_suffix('%') else {
                     return Err(expected(pct, "a percentage like 20%"));

@@ -84,7 +84,9 @@ impl Builder {
                         )
                         .with_hint("write a prefix starting with /, like strip /api"));
                     }
-                    filters.push(Filter::Strip(w.text.trim_end_matches('/').to_string()));
+                    let prefix = w.text.trim_end_matches('/');
+                    normal_form(w, prefix)?;
+                    filters.push(Filter::Strip(prefix.to_string()));
                     Ok(())
                 }),
                 "rewrite" => two_args(d, "rewrite FROM TO").and_then(|(from, to)| {

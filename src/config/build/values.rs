@@ -151,9 +151,11 @@ pub(super) fn path_pattern(w: &Word) -> Res<PathPattern> {
     }
     if let Some(prefix) = t.strip_suffix("/*") {
         if !prefix.contains('*') {
+            normal_form(w, prefix)?;
             return Ok(PathPattern::Prefix(prefix.to_string()));
         }
     } else if !t.contains('*') {
+        normal_form(w, t)?;
         return Ok(PathPattern::Exact(t.to_string()));
     }
     Err(Diagnostic::error(
@@ -161,6 +163,53 @@ pub(super) fn path_pattern(w: &Word) -> Res<PathPattern> {
         format!("`{t}` has a `*` that is not a trailing `/*`"),
     )
     .with_hint("patterns are /exact or /prefix/*"))
+}
+
+/// A path in a pattern or prefix must be in the normal form requests are decided in
+/// (route/path.rs): no `//`, `.` or `..` segments, no escape of an unreserved
+/// character, escapes in upper case, nothing outside the URL path alphabet. Otherwise
+/// the route could never match.
+pub(super) fn normal_form(w: &Word, path: &str) -> Res<()> {
+    let refuse = |why: &str| {
+        Err(Diagnostic::error(w.span, format!("`{path}` is not in normal form: {why}"))
+            .with_hint("routes decide on the normalised path; write it the way it normalises, e.g. /caf%C3%A9/a for /café/./a"))
+    };
+    let b = path.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'%' {
+            let hex = |x: Option<&u8>| {
+                x.filter(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c))
+                    .copied()
+            };
+            let (Some(hi), Some(lo)) = (hex(b.get(i + 1)), hex(b.get(i + 2))) else {
+                return refuse("an escape is not two upper-case hex digits");
+            };
+            let v =
+                u8::from_str_radix(std::str::from_utf8(&[hi, lo]).unwrap_or("00"), 16).unwrap_or(0);
+            if v.is_ascii_alphanumeric() || b"-._~".contains(&v) {
+                return refuse("it escapes a character that needs no escape");
+            }
+            i += 3;
+            continue;
+        }
+        if !(c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&c)) {
+            return refuse("escape characters outside the URL path alphabet");
+        }
+        i += 1;
+    }
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let last = segments.len().saturating_sub(1);
+    for (k, seg) in segments.iter().enumerate() {
+        if *seg == "." || *seg == ".." {
+            return refuse("a `.` or `..` segment");
+        }
+        if seg.is_empty() && k != last {
+            return refuse("an empty segment (`//`)");
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn matcher(d: &Directive) -> Res<Matcher> {
