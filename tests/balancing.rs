@@ -189,3 +189,100 @@ async fn hashing_keeps_keys_and_moves_only_a_removed_peers() {
         "d owned about a quarter: {owned_by_d}"
     );
 }
+
+/// Waits (bounded) for a log line without blocking the runtime the backends run on.
+async fn logged(s: &Sluice, needle: &str) {
+    let end = std::time::Instant::now() + WAIT;
+    while !s.logs().contains(needle) {
+        assert!(
+            std::time::Instant::now() < end,
+            "no log line with {needle:?}:\n{}",
+            s.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn status_backend(code: u16) -> Backend {
+    Backend::start(move |_req: Request<Incoming>| async move {
+        let mut r = Response::new(full(if code < 500 { "ok" } else { "err" }));
+        *r.status_mut() = hyper::StatusCode::from_u16(code).unwrap();
+        r
+    })
+    .await
+}
+
+#[tokio::test]
+async fn outliers_are_ejected_within_the_cap() {
+    let (bad, good) = (status_backend(500).await, status_backend(200).await);
+    let s = Sluice::start(&pool(
+        &[&bad, &good],
+        "outlier { consecutive_5xx 3; ejection 2s; max_ejected 50% }",
+    ));
+    let mut errors = 0;
+    for _ in 0..20 {
+        if get(s.addr, "/").await.status == 500 {
+            errors += 1;
+        }
+    }
+    assert_eq!(errors, 3, "three 5xx in a row, then the peer is out");
+    assert_eq!(bad.requests.load(std::sync::atomic::Ordering::SeqCst), 3);
+    s.wait_log(&format!(
+        "{} ejected for 2s after 3 5xx answers in a row",
+        bad.addr
+    ));
+
+    // Three failing peers, at most half ejected: one.
+    let all: Vec<Backend> = vec![
+        status_backend(502).await,
+        status_backend(502).await,
+        status_backend(502).await,
+    ];
+    let s = Sluice::start(&pool(
+        &all.iter().collect::<Vec<_>>(),
+        "outlier { consecutive_5xx 1; ejection 10s; max_ejected 50% }",
+    ));
+    for _ in 0..12 {
+        get(s.addr, "/").await;
+    }
+    s.wait_count("5xx answers in a row", 1);
+}
+
+#[tokio::test]
+async fn slow_start_ramps_a_recovered_peer() {
+    let healthy = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let h = healthy.clone();
+    let a = Backend::start(move |req: Request<Incoming>| {
+        let h = h.clone();
+        async move {
+            let mut r = Response::new(full("a"));
+            if req.uri().path() == "/h" && !h.load(std::sync::atomic::Ordering::SeqCst) {
+                *r.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+            }
+            r
+        }
+    })
+    .await;
+    let b = Backend::text("b").await;
+    let s = Sluice::start(&pool(
+        &[&a, &b],
+        "slow_start 8s\nhealth /h { interval 1s; timeout 500ms; rise 1; fall 1 }",
+    ));
+    healthy.store(false, std::sync::atomic::Ordering::SeqCst);
+    logged(&s, "failed its health check").await;
+    healthy.store(true, std::sync::atomic::Ordering::SeqCst);
+    logged(&s, "passes its health check again").await;
+    let early = sequence(&s, 40, &[]).await;
+    let share = early.matches('a').count();
+    assert!(
+        share <= 8,
+        "just back, a gets a small share of 40: {share} ({early})"
+    );
+    tokio::time::sleep(Duration::from_millis(8200)).await;
+    let later = sequence(&s, 40, &[]).await;
+    assert_eq!(
+        later.matches('a').count(),
+        20,
+        "ramp done: an even split ({later})"
+    );
+}

@@ -358,6 +358,11 @@ fn framing_fields_and_abnormal_patterns_are_refused() {
         9,
         "not in normal form",
     );
-    assert_error_at("site a {\n  strip /api/../x\n  respond 1\n}\n", 2, 9, "not in normal form");
+    assert_error_at(
+        "site a {\n  strip /api/../x\n  respond 1\n}\n",
+        2,
+        9,
+        "not in normal form",
+    );
     assert_error_at("listen {$SLUICE_TEST_SURELY_UNSET\n", 1, 8, "");
 }

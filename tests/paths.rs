@@ -158,12 +158,18 @@ async fn ambiguous_and_non_ascii_spellings() {
         a = b.addr
     ));
     let r = raw_get(&s, "/admin//../secret", "a.test").await;
-    assert_eq!(r.status, 400, "backends disagree on `..` after an empty segment");
+    assert_eq!(
+        r.status, 400,
+        "backends disagree on `..` after an empty segment"
+    );
     for target in ["/caf%c3%a9/x", "/caf%C3%A9/./x", "//caf%C3%A9/x"] {
         assert_eq!(raw_get(&s, target, "a.test").await.status, 403, "{target}");
     }
     let r = raw_get(&s, "/go/x?..", "a.test").await;
-    assert_eq!(r.status, 400, "a rewrite that climbs above the root is refused");
+    assert_eq!(
+        r.status, 400,
+        "a rewrite that climbs above the root is refused"
+    );
     let r = raw_get(&s, "/go/x?a/./b", "a.test").await;
     assert!(
         r.text().starts_with("GET /a/b/x?a/./b\n"),

@@ -173,6 +173,9 @@ pub struct ProxyConfig {
     /// The most request body kept for a retry.
     pub retry_buffer: u64,
     pub retry_budget: RetryBudget,
+    /// A returning peer's effective weight ramps from 10 % to 100 % over this.
+    pub slow_start: Option<Duration>,
+    pub outlier: Option<Outlier>,
     pub fail_duration: Duration,
     pub breaker: u32,
     pub all_down: AllDown,
@@ -200,6 +203,8 @@ impl ProxyConfig {
                 percent: 20,
                 min_per_s: 3,
             },
+            slow_start: None,
+            outlier: None,
             fail_duration: Duration::from_secs(30),
             breaker: 1,
             all_down: AllDown::Try,
@@ -381,4 +386,25 @@ impl RetryOn {
 pub struct RetryBudget {
     pub percent: u32,
     pub min_per_s: u32,
+}
+
+/// `outlier { consecutive_5xx N; ejection D; max_ejected PERCENT }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outlier {
+    /// 5xx answers in a row that eject a peer, 1..1000.
+    pub consecutive_5xx: u32,
+    /// The first ejection's length; each further one doubles it, up to 10×.
+    pub ejection: Duration,
+    /// The most of the pool ejected at once, in percent (at least one peer).
+    pub max_ejected: u32,
+}
+
+impl Default for Outlier {
+    fn default() -> Self {
+        Outlier {
+            consecutive_5xx: 5,
+            ejection: Duration::from_secs(30),
+            max_ejected: 10,
+        }
+    }
 }

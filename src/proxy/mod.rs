@@ -85,6 +85,7 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
         let why = match attempt(pool, i, &mut out, client).await {
             Attempt::Answered(conn, head) => {
                 let code = head.parts.status.as_u16();
+                pool.record_answer(i, code);
                 if cfg.retry_on.status(code) {
                     if let Some(j) = retry_to(pool, &tried, key, &mut out, Retry::Status) {
                         // The answer is dropped unread: its connection closes with it.

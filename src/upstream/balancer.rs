@@ -21,6 +21,8 @@ pub struct Candidates<'a> {
     /// `all_down try`: every untried peer is a candidate, eligible or not.
     ignore_health: bool,
     key: Option<u64>,
+    /// `slow_start` in milliseconds; 0 when off.
+    slow_start_ms: u64,
 }
 
 impl<'a> Candidates<'a> {
@@ -31,6 +33,14 @@ impl<'a> Candidates<'a> {
             now,
             ignore_health: false,
             key: None,
+            slow_start_ms: 0,
+        }
+    }
+
+    pub fn with_slow_start(self, d: Option<std::time::Duration>) -> Candidates<'a> {
+        Candidates {
+            slow_start_ms: d.map_or(0, |d| d.as_millis() as u64),
+            ..self
         }
     }
 
@@ -63,9 +73,20 @@ impl<'a> Candidates<'a> {
         self.peers[i].in_flight.load(Ordering::Relaxed)
     }
 
-    /// Peer `i`'s effective weight.
+    /// Peer `i`'s effective weight, in hundredths: its weight, ramped from 10 % to
+    /// 100 % over `slow_start` after it came (back) into rotation.
     pub fn weight(&self, i: usize) -> u32 {
-        self.peers[i].weight
+        self.peers[i].weight * self.ramp(i)
+    }
+
+    /// How far peer `i` is through its slow start, in percent (100 when off).
+    pub fn ramp(&self, i: usize) -> u32 {
+        let returned = self.peers[i].returned_ms.load(Ordering::Relaxed);
+        if self.slow_start_ms == 0 || returned == 0 {
+            return 100;
+        }
+        let since = self.now.saturating_sub(returned);
+        (since * 100 / self.slow_start_ms).clamp(10, 100) as u32
     }
 
     /// The request's hash key, for policies that ask for one.
@@ -89,12 +110,15 @@ pub trait Balancer: Send + Sync {
 
 /// The balancer for `policy` over `addresses` (as written: the hash ring is built from
 /// them, so a peer keeps its keys across reloads).
-pub fn for_policy(policy: &Policy, addresses: &[String]) -> Box<dyn Balancer> {
+/// With `slow_start`, round robin turns into smooth weighted round robin over the
+/// ramping weights (with equal weights the two are the same rotation).
+pub fn for_policy(policy: &Policy, addresses: &[String], slow_start: bool) -> Box<dyn Balancer> {
     let n = addresses.len();
     match policy {
         Policy::First => Box::new(First),
+        Policy::RoundRobin if slow_start => Box::new(SmoothWeighted::new(n, false)),
         Policy::RoundRobin => Box::new(RoundRobin::default()),
-        Policy::WeightedRoundRobin => Box::new(SmoothWeighted::new(n)),
+        Policy::WeightedRoundRobin => Box::new(SmoothWeighted::new(n, true)),
         Policy::LeastConn => Box::new(LeastConn::new(n, false)),
         Policy::WeightedLeastConn => Box::new(LeastConn::new(n, true)),
         Policy::P2c => Box::new(P2c),
@@ -135,12 +159,15 @@ impl Balancer for RoundRobin {
 /// lock held for one pass over the peers (never across an await).
 pub struct SmoothWeighted {
     current: Mutex<Vec<i64>>,
+    /// Configured weights count (else every peer weighs the same, but for slow start).
+    weighted: bool,
 }
 
 impl SmoothWeighted {
-    pub fn new(n: usize) -> SmoothWeighted {
+    pub fn new(n: usize, weighted: bool) -> SmoothWeighted {
         SmoothWeighted {
             current: Mutex::new(vec![0; n]),
+            weighted,
         }
     }
 
@@ -150,7 +177,11 @@ impl SmoothWeighted {
         let mut total = 0i64;
         let mut best: Option<usize> = None;
         for i in (0..c.len()).filter(|&i| c.is_candidate(i) && among(i)) {
-            let w = i64::from(c.weight(i));
+            let w = i64::from(if self.weighted {
+                c.weight(i)
+            } else {
+                c.ramp(i)
+            });
             current[i] += w;
             total += w;
             if best.is_none_or(|b| current[i] > current[b]) {
@@ -179,7 +210,7 @@ pub struct LeastConn {
 impl LeastConn {
     pub fn new(n: usize, weighted: bool) -> LeastConn {
         LeastConn {
-            ties: SmoothWeighted::new(n),
+            ties: SmoothWeighted::new(n, weighted),
             weighted,
         }
     }
@@ -188,11 +219,11 @@ impl LeastConn {
 impl Balancer for LeastConn {
     fn pick(&self, c: &Candidates<'_>) -> Option<usize> {
         let w = |i: usize| {
-            if self.weighted {
-                u64::from(c.weight(i))
+            u64::from(if self.weighted {
+                c.weight(i)
             } else {
-                1
-            }
+                c.ramp(i)
+            })
         };
         // a/wa < b/wb  ⇔  a·wb < b·wa
         let lighter =
@@ -344,10 +375,35 @@ mod tests {
     #[test]
     fn smooth_weighted_round_robin_has_no_bursts() {
         let ps = weighted(&[5, 1, 1]);
-        let b = SmoothWeighted::new(3);
+        let b = SmoothWeighted::new(3, true);
         assert_eq!(seq(&b, &ps, 14), "aabacaaaabacaa");
         let ps = weighted(&[1, 1, 1]);
-        assert_eq!(seq(&SmoothWeighted::new(3), &ps, 6), "abcabc");
+        assert_eq!(seq(&SmoothWeighted::new(3, true), &ps, 6), "abcabc");
+    }
+
+    #[test]
+    fn slow_start_ramps_a_returning_peer_from_a_tenth() {
+        let ps = peers(2);
+        let now = 100_000;
+        ps[1].returns_at(now);
+        let none = Tried::default();
+        let b = SmoothWeighted::new(2, false);
+        let ramp = Some(std::time::Duration::from_secs(10));
+        let share = |at: u64| {
+            let c = Candidates::new(&ps, &none, at).with_slow_start(ramp);
+            (0..1100).filter(|_| b.pick(&c) == Some(1)).count()
+        };
+        assert_eq!(
+            share(now),
+            100,
+            "10 % of a's weight right after it returned"
+        );
+        assert_eq!(
+            share(now + 5_000),
+            367,
+            "half way: half the weight, a third of the picks"
+        );
+        assert_eq!(share(now + 10_000), 550, "done: an even split");
     }
 
     #[test]

@@ -167,10 +167,13 @@ fn report(pool: &str, peer: &Peer, h: &Health, result: Result<(), String>) {
         Some(Transition::BecameUnhealthy) => {
             tracing::warn!("sluice: {pool}: {} failed its health check", peer.addr.text)
         }
-        Some(Transition::BecameHealthy) => tracing::info!(
-            "sluice: {pool}: {} passes its health check again",
-            peer.addr.text
-        ),
+        Some(Transition::BecameHealthy) => {
+            peer.returns_at(passive::now_ms());
+            tracing::info!(
+                "sluice: {pool}: {} passes its health check again",
+                peer.addr.text
+            )
+        }
         None => {}
     }
 }

@@ -16,6 +16,7 @@ pub mod conn;
 pub mod connpool;
 pub mod dial;
 pub mod health;
+pub mod outlier;
 pub mod passive;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -40,6 +41,10 @@ pub struct Peer {
     pub passive: passive::Breaker,
     /// Active health; healthy when the pool has no `health`.
     pub active: health::Verdict,
+    /// Outlier ejection: 5xx answers in a row, and the ejection they led to.
+    pub outlier: outlier::Ejection,
+    /// When the peer last came (back) into rotation, for `slow_start`.
+    pub returned_ms: AtomicU64,
     pub in_flight: AtomicU32,
     pub selections: AtomicU64,
     pub failures: AtomicU64,
@@ -55,6 +60,9 @@ impl Peer {
             idle: Default::default(),
             passive: Default::default(),
             active: Default::default(),
+            outlier: Default::default(),
+            // 0: in rotation from the start, at full weight.
+            returned_ms: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
             selections: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -63,7 +71,12 @@ impl Peer {
 
     /// Whether the peer may take requests now: the one rule every policy asks.
     pub fn is_eligible(&self, now: u64) -> bool {
-        self.passive.is_available(now) && self.active.is_healthy()
+        self.passive.is_available(now) && self.active.is_healthy() && !self.outlier.is_ejected(now)
+    }
+
+    /// The peer comes back into rotation at `at` (`now_ms`): slow start counts from then.
+    pub fn returns_at(&self, at: u64) {
+        self.returned_ms.store(at, Ordering::Relaxed);
     }
 }
 
@@ -203,7 +216,7 @@ impl Pool {
             None => PoolState::new(&id, &cfg, probe_slots),
         };
         Arc::new(Pool {
-            balancer: balancer::for_policy(&cfg.lb, &id.addresses),
+            balancer: balancer::for_policy(&cfg.lb, &id.addresses, cfg.slow_start.is_some()),
             limit: cfg.limit.map(|l| Arc::new(Semaphore::new(l.max as usize))),
             id,
             state,
@@ -225,7 +238,9 @@ impl Pool {
     pub fn pick(&self, tried: &Tried, key: Option<u64>) -> Pick {
         let now = passive::now_ms();
         let peers = self.peers();
-        let c = Candidates::new(peers, tried, now).with_key(key);
+        let c = Candidates::new(peers, tried, now)
+            .with_key(key)
+            .with_slow_start(self.cfg.slow_start);
         if let Some(i) = self.balancer.pick(&c) {
             return Pick::Peer(i);
         }
@@ -252,6 +267,7 @@ impl Pool {
             .passive
             .record_failure(self.cfg.breaker, self.cfg.fail_duration)
         {
+            peer.returns_at(peer.passive.out_until());
             tracing::warn!(
                 "sluice: {}: {} failed ({reason}), out of rotation for {}",
                 self.name(),
@@ -263,6 +279,31 @@ impl Pool {
                 "sluice: {}: {} failed ({reason})",
                 self.name(),
                 peer.addr.text
+            );
+        }
+    }
+}
+
+impl Pool {
+    /// Counts a backend's answer for outlier ejection (when configured).
+    pub fn record_answer(&self, i: usize, status: u16) {
+        let Some(o) = &self.cfg.outlier else { return };
+        let peers = self.peers();
+        let now = passive::now_ms();
+        if let Some(until) = peers[i].outlier.record(
+            status,
+            o,
+            now,
+            || peers.iter().filter(|p| p.outlier.is_ejected(now)).count(),
+            peers.len(),
+        ) {
+            peers[i].returns_at(until);
+            tracing::warn!(
+                "sluice: {}: {} ejected for {} after {} 5xx answers in a row",
+                self.name(),
+                peers[i].addr.text,
+                crate::config::units::format_duration(Duration::from_millis(until - now)),
+                o.consecutive_5xx
             );
         }
     }

@@ -29,6 +29,11 @@ impl Breaker {
         }
     }
 
+    /// When the peer is back in rotation (`now_ms`), if it is out now.
+    pub fn out_until(&self) -> u64 {
+        self.out_until.load(Ordering::Relaxed)
+    }
+
     /// Counts a failure; returns true when this one takes the peer out of rotation.
     pub fn record_failure(&self, breaker: u32, fail_duration: Duration) -> bool {
         if fail_duration.is_zero() {

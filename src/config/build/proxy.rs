@@ -229,6 +229,24 @@ impl Builder {
                 }
                 Ok(())
             }
+            "slow_start" => {
+                p.slow_start = Some(positive(one_arg(d, "slow_start 30s")?)?);
+                Ok(())
+            }
+            "outlier" => {
+                no_args(d)?;
+                let mut o = Outlier::default();
+                let mut seen = Seen::default();
+                for item in d.block.as_deref().unwrap_or(&[]) {
+                    if !self.known_here(item, Place::Outlier) || !self.once(&mut seen, item) {
+                        continue;
+                    }
+                    let r = outlier_option(item, &mut o);
+                    self.push(r);
+                }
+                p.outlier = Some(o);
+                Ok(())
+            }
             "retry_buffer" => {
                 p.retry_buffer = size(one_arg(d, "retry_buffer SIZE")?)?;
                 Ok(())
@@ -380,6 +398,26 @@ fn health_option(d: &Directive, h: &mut Health) -> Res<()> {
             if let Probe::Http { host, .. } = &mut h.probe {
                 *host = Some(v);
             }
+        }
+        _ => return Err(unsupported(d)),
+    }
+    Ok(())
+}
+
+fn outlier_option(d: &Directive, o: &mut Outlier) -> Res<()> {
+    match d.name.text.as_str() {
+        "consecutive_5xx" => {
+            o.consecutive_5xx = int_in(one_arg(d, "consecutive_5xx 5")?, 1, 1000)? as u32
+        }
+        "ejection" => o.ejection = positive(one_arg(d, "ejection 30s")?)?,
+        "max_ejected" => {
+            let w = one_arg(d, "max_ejected 10%")?;
+            o.max_ejected = w
+                .text
+                .strip_suffix('%')
+                .and_then(|n| n.parse::<u32>().ok())
+                .filter(|n| *n <= 100)
+                .ok_or_else(|| expected(w, "a percentage from 0% to 100%"))?;
         }
         _ => return Err(unsupported(d)),
     }

@@ -198,8 +198,6 @@ pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
     ),
     (Place::Proxy, "backup", "failover is not built yet"),
     (Place::Proxy, "failover", "failover is not built yet"),
-    (Place::Proxy, "slow_start", "slow start is not built yet"),
-    (Place::Proxy, "outlier", "outlier ejection is not built yet"),
     (
         Place::Proxy,
         "safety",
