@@ -114,7 +114,7 @@ fn check_names_line_and_column_for_each_kind_of_mistake() {
         "exactly one handler",
     );
     assert_error_at(
-        "site a {\n  proxy 127.0.0.1:1 { slow_start 30s }\n}\n",
+        "site a {\n  proxy 127.0.0.1:1 { tls_ca ca.pem }\n}\n",
         2,
         23,
         "not supported yet",
@@ -365,4 +365,26 @@ fn framing_fields_and_abnormal_patterns_are_refused() {
         "not in normal form",
     );
     assert_error_at("listen {$SLUICE_TEST_SURELY_UNSET\n", 1, 8, "");
+}
+
+#[test]
+fn failover_is_checked() {
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    failover { hold_down 1s }\n    backup 127.0.0.1:2\n  }\n}\n",
+        3,
+        26,
+        "out of range",
+    );
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    failover { failure_threshold 3 }\n  }\n}\n",
+        3,
+        5,
+        "without `backup`",
+    );
+    assert_error_at(
+        "site a {\n  proxy 127.0.0.1:1 {\n    backup 127.0.0.1:2\n    origin_headers maybe\n  }\n}\n",
+        4,
+        20,
+        "expected `on` or `off`",
+    );
 }

@@ -176,6 +176,11 @@ pub struct ProxyConfig {
     /// A returning peer's effective weight ramps from 10 % to 100 % over this.
     pub slow_start: Option<Duration>,
     pub outlier: Option<Outlier>,
+    /// Used only while failover says so.
+    pub backups: Vec<BackendAddr>,
+    pub failover: Failover,
+    /// `X-Sluice-Origin` and `X-Sluice-Origin-Transition` on responses.
+    pub origin_headers: bool,
     pub fail_duration: Duration,
     pub breaker: u32,
     pub all_down: AllDown,
@@ -205,6 +210,9 @@ impl ProxyConfig {
             },
             slow_start: None,
             outlier: None,
+            backups: Vec::new(),
+            failover: Failover::default(),
+            origin_headers: false,
             fail_duration: Duration::from_secs(30),
             breaker: 1,
             all_down: AllDown::Try,
@@ -405,6 +413,30 @@ impl Default for Outlier {
             consecutive_5xx: 5,
             ejection: Duration::from_secs(30),
             max_ejected: 10,
+        }
+    }
+}
+
+/// `failover { failure_threshold N; recovery_threshold N; hold_down D; failback_delay D }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failover {
+    /// Consecutive failure evidence that switches to backup, 1..20.
+    pub failure_threshold: u32,
+    /// Consecutive primary successes that switch back, 1..20.
+    pub recovery_threshold: u32,
+    /// 5s..1h.
+    pub hold_down: Duration,
+    /// 5s..24h; backup stays at least max(hold_down, failback_delay).
+    pub failback_delay: Duration,
+}
+
+impl Default for Failover {
+    fn default() -> Self {
+        Failover {
+            failure_threshold: 3,
+            recovery_threshold: 2,
+            hold_down: Duration::from_secs(30),
+            failback_delay: Duration::from_secs(30),
         }
     }
 }

@@ -32,7 +32,7 @@ use crate::stats::{bump, COUNTERS};
 use crate::upstream::balancer::hash_bytes;
 use crate::upstream::conn::{BackendConn, Outgoing, SendError};
 use crate::upstream::dial::{self, DialError};
-use crate::upstream::{Pick, Pool, Tried};
+use crate::upstream::{Note, Pick, Pool, Tried};
 
 const BUSY: &str = "Server busy, retry in a moment\n";
 const NO_CAPACITY: &str = "Edge out of connection capacity toward this site, retry in a moment\n";
@@ -65,11 +65,12 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
     pool.state.budget.record_request();
     let mut permit = permit;
     let mut tried = Tried::default();
+    let mut note = Note::default();
     let mut next = None;
     loop {
         let i = match next
             .take()
-            .map_or_else(|| pool.pick(&tried, key), Pick::Peer)
+            .map_or_else(|| pool.pick(&tried, key, &mut note), Pick::Peer)
         {
             Pick::Peer(i) => i,
             Pick::AllDown => {
@@ -86,8 +87,10 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
             Attempt::Answered(conn, head) => {
                 let code = head.parts.status.as_u16();
                 pool.record_answer(i, code);
+                pool.failover_result(i, code < 500, &mut note);
                 if cfg.retry_on.status(code) {
-                    if let Some(j) = retry_to(pool, &tried, key, &mut out, Retry::Status) {
+                    if let Some(j) = retry_to(pool, &tried, key, &mut out, Retry::Status, &mut note)
+                    {
                         // The answer is dropped unread: its connection closes with it.
                         tracing::debug!(
                             "sluice: {}: {} answered {code}; retrying on another backend",
@@ -99,15 +102,23 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
                         continue;
                     }
                 }
-                return stream(pool, conn, head, lease, client);
+                return stream(pool, conn, head, lease, client, &note);
             }
             Attempt::Refused(resp) => return resp,
             Attempt::Unreachable(e) => {
                 pool.peer_failed(i, &e);
+                pool.failover_result(i, false, &mut note);
                 // Not reached: the body is intact, so even a POST may go elsewhere.
                 Retry::Unreachable
             }
             Attempt::Failed(e) => {
+                if matches!(
+                    e,
+                    SendError::TimedOut | SendError::Io(_) | SendError::ClosedEarly
+                ) {
+                    // A timeout or a broken connection is failover evidence, retried or not.
+                    pool.failover_result(i, false, &mut note);
+                }
                 let why = match &e {
                     SendError::TimedOut if cfg.retry_on.timeout => Retry::Timeout,
                     SendError::Io(_) | SendError::ClosedEarly if cfg.retry_on.reset => Retry::Reset,
@@ -116,7 +127,7 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
                 if why == Retry::Reset {
                     pool.peer_failed(i, &e);
                 }
-                let Some(j) = retry_to(pool, &tried, key, &mut out, why) else {
+                let Some(j) = retry_to(pool, &tried, key, &mut out, why, &mut note) else {
                     return sent_and_failed(pool, i, e);
                 };
                 next = Some(j);
@@ -166,11 +177,12 @@ fn retry_to(
     key: Option<u64>,
     out: &mut Outgoing,
     why: Retry,
+    note: &mut Note,
 ) -> Option<usize> {
     if tried.count > pool.cfg.retries as usize {
         return None;
     }
-    let Pick::Peer(j) = pool.pick(tried, key) else {
+    let Pick::Peer(j) = pool.pick(tried, key, note) else {
         return None;
     };
     if !out.can_rewind() || !take_retry(pool, why) {
@@ -340,9 +352,28 @@ fn stream(
     head: crate::http1::head::ResponseHead,
     lease: Lease,
     client: &Client<'_>,
+    note: &Note,
 ) -> Response<Body> {
     let mut parts = head.parts;
     headers::response(&mut parts.headers, &pool.cfg, &client.values);
+    if pool.cfg.origin_headers {
+        let role = if pool.peers()[lease.peer].backup {
+            "backup"
+        } else {
+            "primary"
+        };
+        let transition = note
+            .transition
+            .or_else(|| pool.state.failover.take_pending())
+            .map_or("none", |t| t.as_str());
+        parts
+            .headers
+            .insert("x-sluice-origin", HeaderValue::from_static(role));
+        parts.headers.insert(
+            "x-sluice-origin-transition",
+            HeaderValue::from_static(transition),
+        );
+    }
     let body = ResponseBody::new(conn, head.decoder, head.reusable, lease);
     Response::from_parts(parts, Body::stream(body))
 }

@@ -23,6 +23,8 @@ pub struct Candidates<'a> {
     key: Option<u64>,
     /// `slow_start` in milliseconds; 0 when off.
     slow_start_ms: u64,
+    /// Failover: only backups (`Some(true)`) or only primaries (`Some(false)`).
+    role: Option<bool>,
 }
 
 impl<'a> Candidates<'a> {
@@ -34,7 +36,18 @@ impl<'a> Candidates<'a> {
             ignore_health: false,
             key: None,
             slow_start_ms: 0,
+            role: None,
         }
+    }
+
+    /// Only the backups (`Some(true)`) or only the primaries (`Some(false)`).
+    pub fn in_role(self, role: Option<bool>) -> Candidates<'a> {
+        Candidates { role, ..self }
+    }
+
+    /// Whether peer `i` belongs to the role these candidates are drawn from.
+    pub fn in_role_at(&self, i: usize) -> bool {
+        self.role.is_none_or(|b| self.peers[i].backup == b)
     }
 
     pub fn with_slow_start(self, d: Option<std::time::Duration>) -> Candidates<'a> {
@@ -65,7 +78,9 @@ impl<'a> Candidates<'a> {
     }
 
     pub fn is_candidate(&self, i: usize) -> bool {
-        !self.tried.has(i) && (self.ignore_health || self.peers[i].is_eligible(self.now))
+        !self.tried.has(i)
+            && self.in_role_at(i)
+            && (self.ignore_health || self.peers[i].is_eligible(self.now))
     }
 
     /// Requests in flight on peer `i`.

@@ -135,7 +135,9 @@ pub async fn run(state: Weak<PoolState>, retire: Arc<Notify>, slots: Arc<Semapho
                     None => break,
                     Some(Ok(Some((i, result)))) => {
                         let Some(s) = state.upgrade() else { return };
+                        let passed = result.is_ok();
                         report(&name, &s.peers[i], &health, result);
+                        s.probe_for_failover(&name, i, passed);
                     }
                     Some(_) => {}
                 },

@@ -15,6 +15,7 @@ pub mod budget;
 pub mod conn;
 pub mod connpool;
 pub mod dial;
+pub mod failover;
 pub mod health;
 pub mod outlier;
 pub mod passive;
@@ -28,13 +29,16 @@ use http::HeaderValue;
 use tokio::sync::{Notify, Semaphore};
 
 use self::balancer::{Balancer, Candidates};
-use crate::config::{AllDown, BackendAddr, Health, Policy, ProxyConfig, Target};
+use self::failover::Transition;
+use crate::config::{AllDown, BackendAddr, Failover, Health, Policy, ProxyConfig, Target};
 
 pub struct Peer {
     pub ordinal: usize,
     pub addr: BackendAddr,
     /// The configured weight (1 when none is).
     pub weight: u32,
+    /// A `backup` address: used only while failover says so.
+    pub backup: bool,
     /// `Host` for `host upstream`: the address as written, `localhost` for a socket.
     pub host_header: Option<HeaderValue>,
     pub idle: connpool::Idle,
@@ -55,6 +59,7 @@ impl Peer {
         Peer {
             ordinal,
             weight,
+            backup: false,
             host_header: host_header(&addr.target),
             addr,
             idle: Default::default(),
@@ -87,6 +92,7 @@ pub struct PoolId {
     pub name: String,
     /// The addresses as written, in order.
     pub addresses: Vec<String>,
+    pub backups: Vec<String>,
     pub weights: Vec<u32>,
     pub policy: Policy,
 }
@@ -96,6 +102,7 @@ impl PoolId {
         PoolId {
             name,
             addresses: cfg.backends.iter().map(|b| b.text.clone()).collect(),
+            backups: cfg.backups.iter().map(|b| b.text.clone()).collect(),
             weights: cfg.weights.clone(),
             policy: cfg.lb.clone(),
         }
@@ -116,6 +123,11 @@ pub struct PoolState {
     probing: AtomicBool,
     /// Retries of every kind against `retry_budget`.
     pub budget: budget::Budget,
+    /// The failover role and its evidence.
+    pub failover: failover::State,
+    /// The newest generation's `failover` settings, when the pool has backups (probes
+    /// read them).
+    failover_cfg: ArcSwapOption<Failover>,
     /// Retries by reason: [unreachable, reset, timeout, status].
     pub retries: [AtomicU64; 4],
 }
@@ -130,6 +142,10 @@ impl PoolState {
                 .iter()
                 .enumerate()
                 .map(|(i, a)| Peer::new(i, a.clone(), cfg.weights.get(i).copied().unwrap_or(1)))
+                .chain(cfg.backups.iter().enumerate().map(|(k, a)| Peer {
+                    backup: true,
+                    ..Peer::new(cfg.backends.len() + k, a.clone(), 1)
+                }))
                 .collect(),
             idle_timeout_ms: AtomicU64::new(0),
             retired: AtomicBool::new(false),
@@ -138,8 +154,10 @@ impl PoolState {
             probing: AtomicBool::new(false),
             budget: Default::default(),
             retries: Default::default(),
+            failover: Default::default(),
+            failover_cfg: ArcSwapOption::empty(),
         });
-        debug_assert_eq!(state.peers.len(), id.addresses.len());
+        debug_assert_eq!(state.peers.len(), id.addresses.len() + id.backups.len());
         if let Some(h) = &cfg.health {
             for p in &state.peers {
                 p.active.set_initial(h.initial_healthy);
@@ -154,6 +172,8 @@ impl PoolState {
     /// Takes this generation's `health`; starts probing if it was not already.
     fn set_health(self: &Arc<Self>, id: &PoolId, cfg: &ProxyConfig, slots: &Arc<Semaphore>) {
         self.health.store(cfg.health.clone().map(Arc::new));
+        self.failover_cfg
+            .store((!cfg.backups.is_empty()).then(|| Arc::new(cfg.failover)));
         if cfg.health.is_some() && !self.probing.swap(true, Ordering::Relaxed) {
             tokio::spawn(health::run(
                 Arc::downgrade(self),
@@ -185,6 +205,19 @@ impl PoolState {
 
     pub fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Relaxed)
+    }
+
+    /// A primary's probe result, for failover recovery; logs the switch it makes.
+    pub fn probe_for_failover(&self, pool: &str, i: usize, passed: bool) {
+        let Some(f) = self.failover_cfg.load_full() else {
+            return;
+        };
+        if self.peers[i].backup {
+            return;
+        }
+        if let Some(t) = self.failover.probe_result(passed, &f, passive::now_ms()) {
+            log_switch(pool, t, "its primaries pass their health checks");
+        }
     }
 }
 
@@ -235,16 +268,26 @@ impl Pool {
     /// The next peer to try, never one in `tried`. When no peer is eligible at all,
     /// `all_down` decides: `fail` refuses the request (if nothing was tried yet),
     /// `try` picks among all untried peers anyway.
-    pub fn pick(&self, tried: &Tried, key: Option<u64>) -> Pick {
+    pub fn pick(&self, tried: &Tried, key: Option<u64>, note: &mut Note) -> Pick {
         let now = passive::now_ms();
         let peers = self.peers();
-        let c = Candidates::new(peers, tried, now)
+        let mut c = Candidates::new(peers, tried, now)
             .with_key(key)
             .with_slow_start(self.cfg.slow_start);
+        if !self.cfg.backups.is_empty() {
+            c = c.in_role(Some(self.role_for(now, note)));
+            if note.trial {
+                // A trial that finds no primary to try goes to the backups.
+                if let Some(i) = self.balancer.pick(&c.in_role(Some(false))) {
+                    return Pick::Peer(i);
+                }
+                note.trial = false;
+            }
+        }
         if let Some(i) = self.balancer.pick(&c) {
             return Pick::Peer(i);
         }
-        if peers.iter().any(|p| p.is_eligible(now)) {
+        if (0..peers.len()).any(|i| c.in_role_at(i) && peers[i].is_eligible(now)) {
             // Eligible peers exist, and every one was tried already.
             return Pick::Exhausted;
         }
@@ -285,6 +328,70 @@ impl Pool {
 }
 
 impl Pool {
+    /// The role requests go to now (true: backup), switching first when every peer of
+    /// the current role is ineligible and one of the other is not; notes a trial.
+    fn role_for(&self, now: u64, note: &mut Note) -> bool {
+        let st = &self.state.failover;
+        let peers = self.peers();
+        let eligible = |backup: bool| {
+            peers
+                .iter()
+                .any(|p| p.backup == backup && p.is_eligible(now))
+        };
+        let switched = if st.on_backup() {
+            (!eligible(true) && eligible(false))
+                .then(|| st.backups_down(now))
+                .flatten()
+        } else {
+            (!eligible(false) && eligible(true))
+                .then(|| st.primaries_down(now))
+                .flatten()
+        };
+        if let Some(t) = switched {
+            log_switch(self.name(), t, "no peer of the other role is eligible");
+            note.transition = Some(t);
+        }
+        let backup = st.on_backup();
+        // Only a request's first attempt may be a trial; a trial that could not
+        // connect is retried on the backups.
+        note.trial = backup
+            && note.attempts == 0
+            && st.is_trial(&self.cfg.failover, now, self.cfg.health.is_some());
+        note.attempts += 1;
+        backup
+    }
+
+    /// Counts an attempt's outcome as failover evidence (a pool with backups only).
+    pub fn failover_result(&self, i: usize, ok: bool, note: &mut Note) {
+        if self.cfg.backups.is_empty() {
+            return;
+        }
+        let (st, f, now) = (&self.state.failover, &self.cfg.failover, passive::now_ms());
+        let peers = self.peers();
+        let t = if peers[i].backup {
+            let primary_eligible = peers.iter().any(|p| !p.backup && p.is_eligible(now));
+            st.backup_result(ok, f, now, primary_eligible)
+        } else {
+            st.primary_result(ok, f, now)
+        };
+        if let Some(t) = t {
+            let why = match t {
+                Transition::PrimaryFailureThreshold => {
+                    format!("{} failures of its primaries in a row", f.failure_threshold)
+                }
+                Transition::BackupFailure => {
+                    format!("{} failures of its backups in a row", f.failure_threshold)
+                }
+                Transition::PrimaryRecoveryThreshold => format!(
+                    "{} successes of its primaries in a row",
+                    f.recovery_threshold
+                ),
+            };
+            log_switch(self.name(), t, &why);
+            note.transition = Some(t);
+        }
+    }
+
     /// Counts a backend's answer for outlier ejection (when configured).
     pub fn record_answer(&self, i: usize, status: u16) {
         let Some(o) = &self.cfg.outlier else { return };
@@ -307,6 +414,20 @@ impl Pool {
             );
         }
     }
+}
+
+/// What failover decided for one request: whether it is a trial of the primaries, and
+/// the switch its outcome caused (named on its response).
+#[derive(Debug, Default)]
+pub struct Note {
+    pub trial: bool,
+    pub transition: Option<Transition>,
+    attempts: u32,
+}
+
+fn log_switch(pool: &str, t: Transition, why: &str) {
+    let to = if t.to_backup() { "backup" } else { "primary" };
+    tracing::warn!("sluice: {pool}: switched to {to} ({}: {why})", t.as_str());
 }
 
 pub enum Pick {

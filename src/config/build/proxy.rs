@@ -32,6 +32,7 @@ impl Builder {
         let mut seen = Seen::default();
         let mut weights_at = None;
         let mut retry_on_at = None;
+        let mut failover_at = None;
         for item in d.block.as_deref().unwrap_or(&[]) {
             if !self.known_here(item, Place::Proxy) || !self.once(&mut seen, item) {
                 continue;
@@ -39,10 +40,18 @@ impl Builder {
             match item.name.text.as_str() {
                 "weights" => weights_at = Some(item),
                 "retry_on" => retry_on_at = Some(item),
+                "failover" => failover_at = Some(item),
                 _ => {}
             }
             let r = self.proxy_option(item, &mut p);
             self.push(r);
+        }
+        if let Some(f) = failover_at.filter(|_| p.backups.is_empty()) {
+            return Err(Diagnostic::error(
+                f.span(),
+                "`failover` without `backup` has nothing to fail over to",
+            )
+            .with_hint("add backup ADDR... to this proxy"));
         }
         if let Some(r) = retry_on_at.filter(|_| p.retries == 0) {
             self.warnings.push(
@@ -229,6 +238,40 @@ impl Builder {
                 }
                 Ok(())
             }
+            "backup" => {
+                if d.args.is_empty() {
+                    return Err(missing(d, "backup ADDR...", "backup 10.0.1.5:80"));
+                }
+                no_block(d)?;
+                let base = self.dir_of(d.span());
+                p.backups = d
+                    .args
+                    .iter()
+                    .map(|w| backend_addr(w, &base))
+                    .collect::<Res<Vec<_>>>()?;
+                Ok(())
+            }
+            "failover" => {
+                no_args(d)?;
+                let mut seen = Seen::default();
+                for item in d.block.as_deref().unwrap_or(&[]) {
+                    if !self.known_here(item, Place::Failover) || !self.once(&mut seen, item) {
+                        continue;
+                    }
+                    let r = failover_option(item, &mut p.failover);
+                    self.push(r);
+                }
+                Ok(())
+            }
+            "origin_headers" => {
+                let w = one_arg(d, "origin_headers on|off")?;
+                p.origin_headers = match w.text.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(expected(w, "`on` or `off`")),
+                };
+                Ok(())
+            }
             "slow_start" => {
                 p.slow_start = Some(positive(one_arg(d, "slow_start 30s")?)?);
                 Ok(())
@@ -398,6 +441,33 @@ fn health_option(d: &Directive, h: &mut Health) -> Res<()> {
             if let Probe::Http { host, .. } = &mut h.probe {
                 *host = Some(v);
             }
+        }
+        _ => return Err(unsupported(d)),
+    }
+    Ok(())
+}
+
+fn failover_option(d: &Directive, f: &mut Failover) -> Res<()> {
+    let within = |w: &Word, min: u64, max: u64, range: &str| -> Res<Duration> {
+        let v = duration(w)?;
+        if !(Duration::from_secs(min)..=Duration::from_secs(max)).contains(&v) {
+            return Err(
+                Diagnostic::error(w.span, format!("`{}` is out of range", w.text))
+                    .with_hint(format!("use {range}")),
+            );
+        }
+        Ok(v)
+    };
+    match d.name.text.as_str() {
+        "failure_threshold" => {
+            f.failure_threshold = int_in(one_arg(d, "failure_threshold 3")?, 1, 20)? as u32
+        }
+        "recovery_threshold" => {
+            f.recovery_threshold = int_in(one_arg(d, "recovery_threshold 2")?, 1, 20)? as u32
+        }
+        "hold_down" => f.hold_down = within(one_arg(d, "hold_down 30s")?, 5, 3600, "5s to 1h")?,
+        "failback_delay" => {
+            f.failback_delay = within(one_arg(d, "failback_delay 30s")?, 5, 86_400, "5s to 24h")?
         }
         _ => return Err(unsupported(d)),
     }

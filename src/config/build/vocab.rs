@@ -196,8 +196,6 @@ pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
         "safety",
         "destination safety is not built yet",
     ),
-    (Place::Proxy, "backup", "failover is not built yet"),
-    (Place::Proxy, "failover", "failover is not built yet"),
     (
         Place::Proxy,
         "safety",
@@ -218,7 +216,6 @@ pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
         "tls_ca",
         "https:// backends are not built yet",
     ),
-    (Place::Proxy, "origin_headers", "failover is not built yet"),
 ];
 
 /// What to do instead, when `name` in `place` is known but not built yet. A route

@@ -1,0 +1,211 @@
+//! Active-passive failover over real sockets (DESIGN.md §8.5, §14): a full cycle
+//! primary → backup → primary with both origin headers, a failed trial restarting the
+//! hold, the backup failing back early, and an unreachable primary switching at once.
+
+mod common;
+
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+
+async fn switchable(name: &'static str) -> (Backend, Arc<AtomicU16>) {
+    let status = Arc::new(AtomicU16::new(200));
+    let st = status.clone();
+    let b = Backend::start(move |_req: Request<Incoming>| {
+        let st = st.clone();
+        async move {
+            let mut r = Response::new(full(name));
+            *r.status_mut() = StatusCode::from_u16(st.load(Ordering::SeqCst)).unwrap();
+            r
+        }
+    })
+    .await;
+    (b, status)
+}
+
+/// (status, body, X-Sluice-Origin, X-Sluice-Origin-Transition)
+async fn hit(s: &Sluice) -> (u16, String, String, String) {
+    let r = get(s.addr, "/").await;
+    let h = |k: &str| r.header(k).unwrap_or("-").to_string();
+    (
+        r.status,
+        r.text(),
+        h("x-sluice-origin"),
+        h("x-sluice-origin-transition"),
+    )
+}
+
+fn t(status: u16, body: &str, origin: &str, transition: &str) -> (u16, String, String, String) {
+    (status, body.into(), origin.into(), transition.into())
+}
+
+const POLICY: &str =
+    "failover { failure_threshold 2; recovery_threshold 2; hold_down 5s; failback_delay 5s }
+        origin_headers on";
+
+#[tokio::test]
+async fn a_full_cycle_with_a_failed_trial() {
+    let (p, p_status) = switchable("primary").await;
+    let (b, _) = switchable("backup").await;
+    let s = Sluice::start(&format!(
+        "site * {{ proxy {} {{ backup {}\n {POLICY} }} }}",
+        p.addr, b.addr
+    ));
+    assert_eq!(hit(&s).await, t(200, "primary", "primary", "none"));
+    p_status.store(500, Ordering::SeqCst);
+    assert_eq!(
+        hit(&s).await,
+        t(500, "primary", "primary", "none"),
+        "one failure of two"
+    );
+    assert_eq!(
+        hit(&s).await,
+        t(500, "primary", "primary", "primary_failure_threshold"),
+        "the response whose outcome caused the switch names it"
+    );
+    s.wait_log(
+        "switched to backup (primary_failure_threshold: 2 failures of its primaries in a row)",
+    );
+    let switched = Instant::now();
+    for _ in 0..12 {
+        assert_eq!(
+            hit(&s).await,
+            t(200, "backup", "backup", "none"),
+            "held on backup"
+        );
+    }
+    tokio::time::sleep(
+        Duration::from_secs(5).saturating_sub(switched.elapsed()) + Duration::from_millis(100),
+    )
+    .await;
+    // The hold is over: every 10th request is a trial of the primary, which fails.
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        seen.push(hit(&s).await);
+    }
+    assert_eq!(
+        seen[9],
+        t(500, "primary", "primary", "none"),
+        "the 10th is a trial: {seen:?}"
+    );
+    assert!(seen[..9].iter().all(|r| r.2 == "backup"));
+    let restarted = Instant::now();
+    p_status.store(200, Ordering::SeqCst);
+    for _ in 0..20 {
+        assert_eq!(
+            hit(&s).await.2,
+            "backup",
+            "a failed trial restarted the hold: no trials"
+        );
+    }
+    tokio::time::sleep(
+        Duration::from_secs(5).saturating_sub(restarted.elapsed()) + Duration::from_millis(100),
+    )
+    .await;
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        seen.push(hit(&s).await);
+    }
+    assert_eq!(
+        seen[9],
+        t(200, "primary", "primary", "none"),
+        "one good trial of two"
+    );
+    assert_eq!(
+        seen[19],
+        t(200, "primary", "primary", "primary_recovery_threshold"),
+        "the second good trial switches back: {seen:?}"
+    );
+    assert_eq!(hit(&s).await, t(200, "primary", "primary", "none"));
+    s.wait_log(
+        "switched to primary (primary_recovery_threshold: 2 successes of its primaries in a row)",
+    );
+}
+
+#[tokio::test]
+async fn a_failing_backup_returns_the_role_early() {
+    let (p, p_status) = switchable("primary").await;
+    let (b, b_status) = switchable("backup").await;
+    let s = Sluice::start(&format!(
+        "site * {{ proxy {} {{ backup {}\n {POLICY} }} }}",
+        p.addr, b.addr
+    ));
+    p_status.store(503, Ordering::SeqCst);
+    hit(&s).await;
+    assert_eq!(hit(&s).await.3, "primary_failure_threshold");
+    b_status.store(502, Ordering::SeqCst);
+    assert_eq!(hit(&s).await, t(502, "backup", "backup", "none"));
+    assert_eq!(
+        hit(&s).await,
+        t(502, "backup", "backup", "backup_failure"),
+        "the backup failed twice while the primary is eligible"
+    );
+    assert_eq!(hit(&s).await.2, "primary");
+}
+
+#[tokio::test]
+async fn an_unreachable_primary_switches_at_once() {
+    let dead = dead_addr().await;
+    let (b, _) = switchable("backup").await;
+    let s = Sluice::start(&format!(
+        "site * {{ proxy {dead} {{ backup {}\n {POLICY} }} }}",
+        b.addr
+    ));
+    assert_eq!(
+        hit(&s).await,
+        t(200, "backup", "backup", "primary_failure_threshold"),
+        "the primary out of rotation: the backup serves this very request"
+    );
+    assert_eq!(hit(&s).await, t(200, "backup", "backup", "none"));
+}
+
+#[tokio::test]
+async fn with_health_checks_probes_decide_recovery() {
+    let (p, p_status) = switchable("primary").await;
+    let (b, _) = switchable("backup").await;
+    let s = Sluice::start(&format!(
+        "site * {{ proxy {} {{
+            backup {}
+            {POLICY}
+            health / {{ interval 1s; timeout 500ms; rise 1; fall 1 }}
+        }} }}",
+        p.addr, b.addr
+    ));
+    p_status.store(500, Ordering::SeqCst);
+    let end = Instant::now() + WAIT;
+    while !s
+        .logs()
+        .contains(&format!("{} failed its health check", p.addr))
+    {
+        assert!(Instant::now() < end, "the probe never failed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        hit(&s).await,
+        t(200, "backup", "backup", "primary_failure_threshold"),
+        "no eligible primary: switched at once"
+    );
+    p_status.store(200, Ordering::SeqCst);
+    // No trials with probes: requests stay on the backup until the probes say so.
+    let end = Instant::now() + Duration::from_secs(15);
+    let mut seen = Vec::new();
+    loop {
+        let r = hit(&s).await;
+        if r.2 == "primary" {
+            assert_eq!(
+                r.3, "primary_recovery_threshold",
+                "the response after a switch made by probes names it"
+            );
+            break;
+        }
+        assert!(Instant::now() < end, "never switched back: {seen:?}");
+        seen.push(r);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(seen.iter().all(|r| r.2 == "backup" && r.3 == "none"));
+    assert_eq!(hit(&s).await, t(200, "primary", "primary", "none"));
+}
