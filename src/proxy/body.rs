@@ -16,7 +16,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::body::BodyError;
 use crate::http1::decode::Decoder;
 use crate::upstream::conn::BackendConn;
-use crate::upstream::Pool;
+use crate::upstream::{FailureKind, Pool};
 
 /// What one request holds on its pool until its response has been passed on.
 pub struct Lease {
@@ -103,9 +103,11 @@ impl http_body::Body for ResponseBody {
             Poll::Ready(Some(Err(e))) => {
                 this.conn = None;
                 let lease = &this.lease;
-                lease
-                    .pool
-                    .peer_failed(lease.peer, &format_args!("response body broke off: {e}"));
+                lease.pool.peer_failed(
+                    lease.peer,
+                    FailureKind::Broken,
+                    &format_args!("response body broke off: {e}"),
+                );
                 Poll::Ready(Some(Err(BodyError::Backend(e))))
             }
         }

@@ -32,7 +32,7 @@ use crate::stats::{bump, COUNTERS};
 use crate::upstream::balancer::hash_bytes;
 use crate::upstream::conn::{BackendConn, Outgoing, SendError};
 use crate::upstream::dial::{self, DialError};
-use crate::upstream::{Note, Pick, Pool, Tried};
+use crate::upstream::{FailureKind, Note, Pick, Pool, Tried};
 
 const BUSY: &str = "Server busy, retry in a moment\n";
 const NO_CAPACITY: &str = "Edge out of connection capacity toward this site, retry in a moment\n";
@@ -106,7 +106,11 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
             }
             Attempt::Refused(resp) => return resp,
             Attempt::Unreachable(e) => {
-                pool.peer_failed(i, &e);
+                let kind = match e {
+                    DialError::Resolve(_) => FailureKind::Dns,
+                    _ => FailureKind::Connect,
+                };
+                pool.peer_failed(i, kind, &e);
                 pool.failover_result(i, false, &mut note);
                 // Not reached: the body is intact, so even a POST may go elsewhere.
                 Retry::Unreachable
@@ -125,10 +129,10 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
                     _ => return sent_and_failed(pool, i, e),
                 };
                 if why == Retry::Reset {
-                    pool.peer_failed(i, &e);
+                    pool.peer_failed(i, FailureKind::Broken, &e);
                 }
                 let Some(j) = retry_to(pool, &tried, key, &mut out, why, &mut note) else {
-                    return sent_and_failed(pool, i, e);
+                    return sent_and_failed_counted(pool, i, e, why == Retry::Reset);
                 };
                 next = Some(j);
                 permit = lease.permit.take();
@@ -394,6 +398,16 @@ fn out_of_capacity(pool: &Pool, i: usize, e: std::io::Error) -> Response<Body> {
 
 /// The request went out and then failed: never retried.
 fn sent_and_failed(pool: &Pool, peer: usize, e: SendError) -> Response<Body> {
+    sent_and_failed_counted(pool, peer, e, false)
+}
+
+/// As [`sent_and_failed`]; `counted`: the peer's failure was recorded already.
+fn sent_and_failed_counted(
+    pool: &Pool,
+    peer: usize,
+    e: SendError,
+    counted: bool,
+) -> Response<Body> {
     match e {
         SendError::TimedOut => local_response(StatusCode::GATEWAY_TIMEOUT, "Gateway timeout\n"),
         SendError::Body(BodyError::TooLarge(_)) => {
@@ -408,7 +422,13 @@ fn sent_and_failed(pool: &Pool, peer: usize, e: SendError) -> Response<Body> {
             )
         }
         e => {
-            pool.peer_failed(peer, &e);
+            let kind = match e {
+                SendError::Invalid(_) => FailureKind::Invalid,
+                _ => FailureKind::Broken,
+            };
+            if !counted {
+                pool.peer_failed(peer, kind, &e);
+            }
             bump(&COUNTERS.bad_gateway);
             local_response(
                 StatusCode::BAD_GATEWAY,

@@ -52,6 +52,34 @@ pub struct Peer {
     pub in_flight: AtomicU32,
     pub selections: AtomicU64,
     pub failures: AtomicU64,
+    /// Failures by [`FailureKind`].
+    pub failures_by_kind: [AtomicU64; FailureKind::COUNT],
+}
+
+/// What kind of failure counted against a peer (the `kind` label of its metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The name did not resolve.
+    Dns = 0,
+    /// The connection was refused or timed out.
+    Connect = 1,
+    /// The connection broke with a request (or its response) on it.
+    Broken = 2,
+    /// The response broke HTTP.
+    Invalid = 3,
+}
+
+impl FailureKind {
+    pub const COUNT: usize = 4;
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Dns => "dns",
+            FailureKind::Connect => "connect",
+            FailureKind::Broken => "broken",
+            FailureKind::Invalid => "invalid",
+        }
+    }
 }
 
 impl Peer {
@@ -71,6 +99,7 @@ impl Peer {
             in_flight: AtomicU32::new(0),
             selections: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            failures_by_kind: Default::default(),
         }
     }
 
@@ -303,9 +332,10 @@ impl Pool {
     }
 
     /// Records a failure that is the peer's fault; logs when it leaves rotation.
-    pub fn peer_failed(&self, i: usize, reason: &dyn std::fmt::Display) {
+    pub fn peer_failed(&self, i: usize, kind: FailureKind, reason: &dyn std::fmt::Display) {
         let peer = &self.peers()[i];
         peer.failures.fetch_add(1, Ordering::Relaxed);
+        peer.failures_by_kind[kind as usize].fetch_add(1, Ordering::Relaxed);
         if peer
             .passive
             .record_failure(self.cfg.breaker, self.cfg.fail_duration)
