@@ -253,6 +253,7 @@ impl BackendConn {
         }
         let mut early = false;
         let mut body_done = out.body_ended;
+        let mut write_failed = None;
         while !body_done {
             let (mut rd, mut wr) = self.io.split();
             tokio::select! {
@@ -274,7 +275,10 @@ impl BackendConn {
                 frame = out.body.frame() => match frame {
                     None => {
                         if chunked {
-                            wr.write_all(b"0\r\n\r\n").await.map_err(SendError::Io)?;
+                            if let Err(e) = wr.write_all(b"0\r\n\r\n").await {
+                                write_failed = Some(e);
+                                break;
+                            }
                         }
                         body_done = true;
                         out.body_ended = true;
@@ -287,16 +291,52 @@ impl BackendConn {
                         }
                         out.sent(&data);
                         let w = if chunked { chunk(&mut wr, &data).await } else { wr.write_all(&data).await };
-                        w.map_err(SendError::Io)?;
+                        if let Err(e) = w {
+                            write_failed = Some(e);
+                            break;
+                        }
                     }
                 }
             }
+        }
+        if let Some(e) = write_failed {
+            // The backend may have answered, and closed, before the upload ended: its
+            // answer is what the client gets, not a 502.
+            return match self.answer_already_here(is_head) {
+                Some(mut head) => {
+                    head.reusable = false;
+                    Ok(head)
+                }
+                None => Err(SendError::Io(e)),
+            };
         }
         let mut head = self.read_head(is_head).await?;
         if early {
             head.reusable = false;
         }
         Ok(head)
+    }
+
+    /// A response head that arrived already, read without waiting.
+    fn answer_already_here(&mut self, is_head: bool) -> Option<ResponseHead> {
+        loop {
+            self.buf.reserve(READ_CHUNK);
+            let r = match &self.io {
+                Io::Tcp(s) => s.try_read_buf(&mut self.buf),
+                Io::Unix(s) => s.try_read_buf(&mut self.buf),
+            };
+            if !matches!(r, Ok(n) if n > 0) || self.buf.len() > MAX_RESPONSE_HEAD {
+                break;
+            }
+        }
+        let mut scan = ResponseScan::default();
+        loop {
+            let len = scan.find_end(&self.buf)?;
+            match parse_response(&mut self.buf, len, is_head).ok()? {
+                Some(head) => return Some(head),
+                None => scan = ResponseScan::default(),
+            }
+        }
     }
 
     async fn read_head(&mut self, is_head: bool) -> Result<ResponseHead, SendError> {
