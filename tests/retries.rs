@@ -92,7 +92,8 @@ async fn a_body_over_the_replay_buffer_is_not_retried() {
     let body = vec![b'x'; 100 * 1024];
     let r = request(s.addr, "PUT", "/", &[], &body).await;
     assert_eq!(
-        r.status, 503,
+        r.status,
+        503,
         "100 KiB did not fit a 1 KiB buffer: the first answer stands: {}\n{}",
         r.text(),
         s.logs()

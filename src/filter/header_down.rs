@@ -13,7 +13,7 @@ pub struct HeaderDown {
 
 impl Filter for HeaderDown {
     fn on_response(&self, resp: &mut Response<Body>, cx: &Cx<'_>) {
-        self.op.apply(resp.headers_mut(), &cx.vars.values());
+        self.op.apply(resp.headers_mut(), &cx.values());
     }
 
     fn uses_placeholders(&self) -> bool {

@@ -46,18 +46,25 @@ pub struct Cx<'a> {
     changed: bool,
     /// Changed since the pipeline last normalised it.
     dirty: bool,
-    pub vars: &'a Vars,
+    /// Kept only for routes that render placeholders.
+    vars: Option<&'a Vars>,
 }
 
 impl<'a> Cx<'a> {
     /// `normalized`: the normalised path when it differs from the target's.
-    pub fn new(normalized: Option<String>, vars: &'a Vars) -> Cx<'a> {
+    pub fn new(normalized: Option<String>, vars: Option<&'a Vars>) -> Cx<'a> {
         Cx {
             path: normalized,
             changed: false,
             dirty: false,
             vars,
         }
+    }
+
+    /// Placeholder values of the request as received (empty for a route that renders
+    /// none).
+    pub fn values(&self) -> Values<'_> {
+        self.vars.map(Vars::values).unwrap_or_default()
     }
 
     /// The normalised path (as a filter left it).

@@ -20,7 +20,7 @@ impl Rewrite {
         if !self.from.matches(path) {
             return None;
         }
-        let rendered = self.to.render(&cx.vars.values());
+        let rendered = self.to.render(&cx.values());
         let mut target = match (&self.from, rendered.strip_suffix("/*")) {
             (PathPattern::Prefix(p), Some(new_prefix)) => {
                 format!("{new_prefix}{}", &path[p.len()..])
@@ -73,7 +73,7 @@ mod tests {
     #[test]
     fn rewrites() {
         let vars = Vars::default();
-        let cx = Cx::new(None, &vars);
+        let cx = Cx::new(None, Some(&vars));
         let r = Rewrite {
             from: PathPattern::Prefix("/old".into()),
             to: Template::text("/new/*"),

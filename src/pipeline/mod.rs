@@ -77,12 +77,8 @@ async fn run(gen: &Generation, mut req: Request<Body>, client: &ClientInfo) -> R
         Ok(found) => found,
         Err((status, body)) => return local_response(status, body),
     };
-    let vars = if route.uses_placeholders {
-        vars(&req, client)
-    } else {
-        Vars::default()
-    };
-    let mut cx = Cx::new(normalized, &vars);
+    let vars = route.uses_placeholders.then(|| vars(&req, client));
+    let mut cx = Cx::new(normalized, vars.as_ref());
 
     let mut ran = 0;
     let mut early = None;
@@ -191,7 +187,7 @@ async fn call_handler(
     client: &ClientInfo,
     cx: &Cx<'_>,
 ) -> Response<Body> {
-    let values = cx.vars.values();
+    let values = cx.values();
     match &route.handler {
         Handler::Proxy(pool) => {
             let scheme = client.scheme.header_value();

@@ -62,7 +62,6 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
     if replayable {
         out.keep_for_replay(cfg.retry_buffer);
     }
-    pool.state.budget.record_request();
     let mut permit = permit;
     let mut tried = Tried::default();
     let mut note = Note::default();

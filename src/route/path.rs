@@ -161,22 +161,42 @@ fn remove_dots(path: &str) -> Result<String, PathError> {
 /// The host routes are chosen by: lower-cased, without port, without one trailing dot
 /// (`App.Test.:80` is `app.test`). Borrows unless it must change the text.
 pub fn normalize_host(raw: &str) -> Cow<'_, str> {
-    let host = strip_port(raw);
-    let host = host.strip_suffix('.').unwrap_or(host);
-    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+    // One pass: where a port would start, and whether anything is upper case.
+    let b = raw.as_bytes();
+    let mut end = b.len();
+    let mut upper = false;
+    if b.first() == Some(&b'[') {
+        let close = raw.find(']').unwrap_or(b.len());
+        return lower(&raw[1..close]);
+    }
+    for (i, &c) in b.iter().enumerate().rev() {
+        if c == b':' {
+            end = i;
+            break;
+        }
+        if !c.is_ascii_digit() {
+            break;
+        }
+    }
+    let mut host = &raw[..end];
+    if let Some(h) = host.strip_suffix('.') {
+        host = h;
+    }
+    for &c in host.as_bytes() {
+        upper |= c.is_ascii_uppercase();
+    }
+    if upper {
         Cow::Owned(host.to_ascii_lowercase())
     } else {
         Cow::Borrowed(host)
     }
 }
 
-fn strip_port(h: &str) -> &str {
-    if let Some(rest) = h.strip_prefix('[') {
-        return rest.split_once(']').map_or(rest, |(ip, _)| ip);
-    }
-    match h.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => h,
+fn lower(h: &str) -> Cow<'_, str> {
+    if h.bytes().any(|c| c.is_ascii_uppercase()) {
+        Cow::Owned(h.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(h)
     }
 }
 

@@ -36,6 +36,11 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Closed;
 
+/// How much the first read after an idle wait takes, into the stack: enough for a
+/// typical request head whole, so the head is parsed without a second read (one
+/// syscall a request) and a spurious wakeup allocates nothing.
+const FIRST_READ: usize = 2048;
+
 /// Reads into the stack first so a spurious wakeup allocates nothing.
 fn first_bytes(r: io::Result<usize>, first: &[u8]) -> Result<Option<BytesMut>, Closed> {
     match r {
@@ -63,7 +68,7 @@ impl Transport for TcpStream {
     }
 
     fn try_first_bytes(&self) -> Result<Option<BytesMut>, Closed> {
-        let mut first = [0u8; 64];
+        let mut first = [0u8; FIRST_READ];
         first_bytes(self.try_read(&mut first), &first)
     }
 }
@@ -81,7 +86,7 @@ impl Transport for UnixStream {
     }
 
     fn try_first_bytes(&self) -> Result<Option<BytesMut>, Closed> {
-        let mut first = [0u8; 64];
+        let mut first = [0u8; FIRST_READ];
         first_bytes(self.try_read(&mut first), &first)
     }
 }

@@ -40,9 +40,9 @@ impl Budget {
         b
     }
 
-    /// Counts a request (its first attempt).
-    pub fn record_request(&self) {
-        self.bucket(now_ms() / 1000)
+    /// Counts a request (its first attempt) at `now` (`now_ms`).
+    pub fn record_request(&self, now: u64) {
+        self.bucket(now / 1000)
             .requests
             .fetch_add(1, Ordering::Relaxed);
     }
@@ -80,7 +80,7 @@ mod tests {
             min_per_s: 0,
         };
         for _ in 0..100 {
-            b.record_request();
+            b.record_request(now_ms());
         }
         let granted = (0..100).filter(|_| b.try_retry(budget)).count();
         assert_eq!(granted, 20, "20% of 100 requests");

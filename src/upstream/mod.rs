@@ -299,6 +299,10 @@ impl Pool {
     /// `try` picks among all untried peers anyway.
     pub fn pick(&self, tried: &Tried, key: Option<u64>, note: &mut Note) -> Pick {
         let now = passive::now_ms();
+        if tried.count == 0 {
+            // A request's first pick: it counts toward the retry budget's share.
+            self.state.budget.record_request(now);
+        }
         let peers = self.peers();
         let mut c = Candidates::new(peers, tried, now)
             .with_key(key)
