@@ -88,6 +88,13 @@ async fn silent_and_half_sent_connections_do_not_hold_up_shutdown() {
         .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nX-Half: ")
         .await
         .unwrap();
+    // A whole head, but its chunked body has not sent its first size line yet: not
+    // dispatched, so nothing to finish either.
+    let mut no_chunk = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    no_chunk
+        .write_all(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let start = Instant::now();
     s.signal("TERM");
@@ -97,7 +104,7 @@ async fn silent_and_half_sent_connections_do_not_hold_up_shutdown() {
         "a connection with no whole head closes when the drain starts: {:?}",
         start.elapsed()
     );
-    drop((silent, mid_head));
+    drop((silent, mid_head, no_chunk));
 }
 
 #[tokio::test]
@@ -121,24 +128,4 @@ async fn a_second_signal_during_the_drain_exits_at_once() {
         start.elapsed()
     );
     s.wait_log("sluice: shutdown: cut 1 requests still in flight on a second signal");
-}
-
-#[tokio::test]
-async fn a_chunked_request_without_its_first_chunk_does_not_hold_up_shutdown() {
-    use tokio::io::AsyncWriteExt;
-    let mut s = Sluice::start("global { grace 30s }\nsite * { respond ok }");
-    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
-    c.write_all(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let start = Instant::now();
-    s.signal("TERM");
-    assert_eq!(s.wait_exit(WAIT), Some(0));
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "a request not yet dispatched does not wait out grace: {:?}",
-        start.elapsed()
-    );
-    drop(c);
 }

@@ -95,6 +95,15 @@ pub struct ConnectionGuard {
     inner: Arc<Inner>,
 }
 
+impl ConnectionGuard {
+    /// The drain this connection is counted in.
+    pub fn drain(&self) -> Drain {
+        Drain {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         if self.inner.connections.fetch_sub(1, Ordering::AcqRel) == 1 {

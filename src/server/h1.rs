@@ -507,3 +507,18 @@ async fn read_side<R: AsyncRead + Unpin>(
         }
     }
 }
+
+#[cfg(test)]
+mod size_probe {
+    #[tokio::test]
+    async fn print_sizes() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let s = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        let d = super::Drain::new();
+        let mut w = d.watch();
+        let f = super::wait_for_next(&s, &mut w);
+        eprintln!("SIZE wait_for_next: {}", std::mem::size_of_val(&f));
+    }
+}
