@@ -68,7 +68,13 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
             match load(&config) {
-                Some(c) => lifecycle::serve(c, None),
+                Some(c) => lifecycle::serve(
+                    c,
+                    lifecycle::Source {
+                        file: Some(config),
+                        banner: None,
+                    },
+                ),
                 None => ExitCode::from(1),
             }
         }
@@ -78,7 +84,7 @@ fn main() -> ExitCode {
             }
             let text = format!("listen {from}\nsite * {{\n    proxy {}\n}}\n", to.join(" "));
             match config::load_text("sluice proxy", &text) {
-                Ok(l) => lifecycle::serve(l.config, None),
+                Ok(l) => lifecycle::serve(l.config, lifecycle::Source::default()),
                 Err(r) => {
                     eprintln!("{r}");
                     ExitCode::from(2)
@@ -174,7 +180,14 @@ fn demo(listen: &str) -> ExitCode {
     };
     let text = sluice::demo::config_text(listen, &backends);
     match config::load_text("sluice demo", &text) {
-        Ok(l) => lifecycle::serve_on(rt, l.config, Some("sluice demo")),
+        Ok(l) => lifecycle::serve_on(
+            rt,
+            l.config,
+            lifecycle::Source {
+                file: None,
+                banner: Some("sluice demo".into()),
+            },
+        ),
         Err(r) => {
             eprintln!("{r}");
             ExitCode::from(2)

@@ -56,8 +56,15 @@ fn bind_one(l: &Listen) -> std::io::Result<TcpListener> {
     }
 }
 
-/// Accepts on `listener` until shutdown starts.
-pub async fn accept_loop(listener: TcpListener, live: Arc<Live>, drain: Drain) {
+/// Accepts on `listener` until shutdown starts or `close` is notified (a reload
+/// removed it); then the listener is dropped, which closes it. Connections already
+/// accepted are not touched.
+pub async fn accept_loop(
+    listener: TcpListener,
+    live: Arc<Live>,
+    drain: Drain,
+    close: Arc<tokio::sync::Notify>,
+) {
     let mut watch = drain.watch();
     loop {
         let (stream, client) = tokio::select! {
@@ -70,6 +77,7 @@ pub async fn accept_loop(listener: TcpListener, live: Arc<Live>, drain: Drain) {
                 }
             },
             _ = watch.draining() => return,
+            _ = close.notified() => return,
         };
         let _ = stream.set_nodelay(true);
         let client = ClientInfo::new(client, Scheme::Http);

@@ -1,0 +1,201 @@
+//! Reload (SIGHUP): all or nothing, never cutting a connection, requests in flight
+//! finishing on their generation, listeners added and removed, pools carried by
+//! identity and removed pools' probes stopped. Over real sockets, with the real binary.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+
+/// A running sluice on a config file the test rewrites.
+struct Reloadable {
+    s: Sluice,
+    path: std::path::PathBuf,
+}
+
+impl Reloadable {
+    fn start(text: &str) -> Reloadable {
+        let dir = TempDir::new();
+        let path = dir.write("sluice.conf", &format!("listen 127.0.0.1:0\n{text}"));
+        let p = path.to_str().unwrap().to_string();
+        let s = Sluice::spawn(&["run", "-c", &p], dir);
+        Reloadable { s, path }
+    }
+
+    /// Rewrites the file (keeping the first listener) and sends SIGHUP; waits for the
+    /// `n`th line with `needle`.
+    fn reload(&self, text: &str, needle: &str, n: usize) {
+        std::fs::write(&self.path, format!("listen 127.0.0.1:0\n{text}")).unwrap();
+        self.s.signal("HUP");
+        self.s.wait_count(needle, n);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_swaps_the_config_and_a_broken_one_changes_nothing() {
+    let r = Reloadable::start("site * { respond \"one\" }");
+    assert_eq!(get(r.s.addr, "/").await.text(), "one");
+    r.reload("site * { respond \"two\" }", "reloaded: revision 2", 1);
+    assert_eq!(get(r.s.addr, "/").await.text(), "two");
+    r.reload(
+        "site * {\n  respond \"three\"\n  tiemout 5s\n}",
+        "reload rejected, still serving revision 2",
+        1,
+    );
+    let logs = r.s.logs();
+    assert!(
+        logs.contains("sluice.conf:4:3: unknown directive `tiemout`"),
+        "the error names file, line and column: {logs}"
+    );
+    assert_eq!(
+        get(r.s.addr, "/").await.text(),
+        "two",
+        "nothing half-applied"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_reloads_under_load_lose_nothing() {
+    let r = Reloadable::start("site * { respond \"a\" }");
+    let addr = r.s.addr;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let (done, ok, failed) = (done.clone(), ok.clone(), failed.clone());
+        clients.push(tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                let got = tokio::time::timeout(WAIT, async {
+                    let mut c = tokio::net::TcpStream::connect(addr).await.ok()?;
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                        .await
+                        .ok()?;
+                    let mut out = Vec::new();
+                    c.read_to_end(&mut out).await.ok()?;
+                    parse_response(&out).map(|(r, _)| r.status)
+                })
+                .await;
+                match got {
+                    Ok(Some(200)) => ok.fetch_add(1, Ordering::SeqCst),
+                    _ => failed.fetch_add(1, Ordering::SeqCst),
+                };
+            }
+        }));
+    }
+    for i in 0..20 {
+        let body = if i % 2 == 0 { "b" } else { "a" };
+        r.reload(
+            &format!("site * {{ respond \"{body}\" }}"),
+            "reloaded: revision",
+            i + 1,
+        );
+    }
+    done.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.await.unwrap();
+    }
+    assert_eq!(
+        failed.load(Ordering::SeqCst),
+        0,
+        "no failed or refused request"
+    );
+    assert!(ok.load(Ordering::SeqCst) > 100, "requests ran all along");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_in_flight_finishes_on_its_generation() {
+    let slow = Backend::start(|_req: Request<Incoming>| async move {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        Response::new(full("slow and old"))
+    })
+    .await;
+    let r = Reloadable::start(&format!("site * {{ proxy {} }}", slow.addr));
+    let addr = r.s.addr;
+    let pending = tokio::spawn(async move { get(addr, "/").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    r.reload("site * { respond \"new\" }", "reloaded: revision 2", 1);
+    assert_eq!(get(r.s.addr, "/").await.text(), "new");
+    let old = pending.await.unwrap();
+    assert_eq!(
+        (old.status, old.text().as_str()),
+        (200, "slow and old"),
+        "the pool left the config, the request on it finished"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_are_added_and_removed() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let extra = free.local_addr().unwrap();
+    drop(free);
+    let r = Reloadable::start("site * { respond \"hi\" }");
+    r.reload(
+        &format!("listen {extra}\nsite * {{ respond \"hi\" }}"),
+        "reloaded: revision 2",
+        1,
+    );
+    assert_eq!(
+        get(extra, "/").await.text(),
+        "hi",
+        "the added listener serves"
+    );
+    assert_eq!(get(r.s.addr, "/").await.text(), "hi", "the kept one too");
+    r.reload("site * { respond \"hi\" }", "reloaded: revision 3", 1);
+    assert!(
+        tokio::net::TcpStream::connect(extra).await.is_err(),
+        "the removed listener is closed"
+    );
+    assert_eq!(get(r.s.addr, "/").await.text(), "hi");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pools_carry_their_state_and_removed_pools_stop_probing() {
+    let dead = dead_addr().await;
+    let live = Backend::text("live").await;
+    let probes = Arc::new(AtomicUsize::new(0));
+    let p = probes.clone();
+    let probed = Backend::start(move |_req: Request<Incoming>| {
+        p.fetch_add(1, Ordering::SeqCst);
+        async { Response::new(full("probed")) }
+    })
+    .await;
+    let config = |timeout: &str, with_probed: bool| {
+        let probed_route = if with_probed {
+            format!(
+                "route /p {{ proxy {} {{ health /h {{ interval 1s; timeout 500ms }} }} }}",
+                probed.addr
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "site * {{
+                {probed_route}
+                proxy {dead} {} {{ lb first; timeout {timeout} }}
+            }}",
+            live.addr
+        )
+    };
+    let r = Reloadable::start(&config("30s", true));
+    assert_eq!(get(r.s.addr, "/").await.text(), "live");
+    r.s.wait_count(&format!("{dead} failed ("), 1);
+    // Same identity, new settings: the dead peer stays out of rotation.
+    r.reload(&config("10s", false), "reloaded: revision 2", 1);
+    assert_eq!(get(r.s.addr, "/").await.text(), "live");
+    r.s.wait_count(&format!("{dead} failed ("), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = probes.load(Ordering::SeqCst);
+    assert!(after >= 1, "the pool was probed while it existed");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        probes.load(Ordering::SeqCst),
+        after,
+        "no probe reaches a backend whose pool the reload removed"
+    );
+}
