@@ -52,9 +52,10 @@ async fn spawn_backend(name: &'static str) -> std::io::Result<SocketAddr> {
 }
 
 /// The embedded demo config.
-pub fn config_text(listen: &str, backends: &[SocketAddr; 2]) -> String {
+pub fn config_text(listen: &str, admin: &str, backends: &[SocketAddr; 2]) -> String {
     format!(
         "# sluice demo: two built-in backends behind one round-robin pool\n\
+         global {{ admin {admin} }}\n\
          listen {listen}\n\
          site * {{\n    \
              proxy {} {} {{\n        \

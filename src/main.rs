@@ -36,11 +36,20 @@ enum Command {
         #[arg(long)]
         strict: bool,
     },
-    /// Run the embedded demo: two built-in backends behind one pool.
+    /// Run the embedded demo: two built-in backends behind one pool, dashboard on.
     Demo {
         /// Where the demo listens.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
+        /// Where the admin API and dashboard listen.
+        #[arg(long, default_value = "127.0.0.1:2019")]
+        admin: String,
+    },
+    /// Ask a running sluice to reload its config file (POST /reload on its admin API).
+    Reload {
+        /// The admin API's address.
+        #[arg(long, default_value = "127.0.0.1:2019")]
+        admin: String,
     },
     /// A one-line reverse proxy with no config file.
     Proxy {
@@ -68,10 +77,11 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
             match load(&config) {
-                Some(c) => lifecycle::serve(
+                Some((c, text)) => lifecycle::serve(
                     c,
                     lifecycle::Source {
                         file: Some(config),
+                        text,
                         banner: None,
                     },
                 ),
@@ -82,21 +92,31 @@ fn main() -> ExitCode {
             if !init_logging() {
                 return ExitCode::from(1);
             }
-            let text = format!("listen {from}\nsite * {{\n    proxy {}\n}}\n", to.join(" "));
+            let text = format!(
+                "global {{ admin off }}\nlisten {from}\nsite * {{\n    proxy {}\n}}\n",
+                to.join(" ")
+            );
             match config::load_text("sluice proxy", &text) {
-                Ok(l) => lifecycle::serve(l.config, lifecycle::Source::default()),
+                Ok(l) => lifecycle::serve(
+                    l.config,
+                    lifecycle::Source {
+                        text: text.as_str().into(),
+                        ..Default::default()
+                    },
+                ),
                 Err(r) => {
                     eprintln!("{r}");
                     ExitCode::from(2)
                 }
             }
         }
-        Command::Demo { listen } => {
+        Command::Demo { listen, admin } => {
             if !init_logging() {
                 return ExitCode::from(1);
             }
-            demo(&listen)
+            demo(&listen, &admin)
         }
+        Command::Reload { admin } => reload(&admin),
     }
 }
 
@@ -110,8 +130,9 @@ fn init_logging() -> bool {
     }
 }
 
-/// Loads a config file for `run`, printing what went wrong if it cannot.
-fn load(path: &str) -> Option<Config> {
+/// Loads a config file for `run`, printing what went wrong if it cannot; returns it
+/// with the file's text (revision 1's).
+fn load(path: &str) -> Option<(Config, std::sync::Arc<str>)> {
     if !Path::new(path).is_file() {
         eprintln!("sluice: cannot read config file {path}: no such file");
         return None;
@@ -121,7 +142,8 @@ fn load(path: &str) -> Option<Config> {
             for w in l.warnings.warnings() {
                 eprintln!("{}", w.render(&l.warnings.sources));
             }
-            Some(l.config)
+            let text = std::sync::Arc::from(l.warnings.sources.text(0));
+            Some((l.config, text))
         }
         Err(r) => {
             eprintln!("{r}");
@@ -163,7 +185,50 @@ fn check(path: &str, strict: bool) -> ExitCode {
     }
 }
 
-fn demo(listen: &str) -> ExitCode {
+/// `sluice reload`: POST /reload to the admin API; prints the new revision or the
+/// errors; exit 1 when the config is rejected or sluice cannot be reached.
+fn reload(admin: &str) -> ExitCode {
+    use std::io::{Read, Write};
+    let addr = if admin.starts_with(':') {
+        format!("127.0.0.1{admin}")
+    } else {
+        admin.to_string()
+    };
+    let mut stream = match std::net::TcpStream::connect(&addr) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sluice reload: cannot reach the admin API at {addr}: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(60)));
+    let req = format!(
+        "POST /reload HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    let mut out = Vec::new();
+    if let Err(e) = stream
+        .write_all(req.as_bytes())
+        .and_then(|()| stream.read_to_end(&mut out))
+    {
+        eprintln!("sluice reload: {addr}: {e}");
+        return ExitCode::from(1);
+    }
+    let text = String::from_utf8_lossy(&out);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let ok = head.starts_with("HTTP/1.1 200");
+    let value: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    if ok {
+        println!("sluice reload: revision {}", value["revision"]);
+        ExitCode::SUCCESS
+    } else {
+        let error = value["error"].as_str().unwrap_or(body);
+        eprintln!("{}", error.trim_end());
+        eprintln!("sluice reload: rejected; the running config keeps serving");
+        ExitCode::from(1)
+    }
+}
+
+fn demo(listen: &str, admin: &str) -> ExitCode {
     let rt = match lifecycle::runtime(None) {
         Ok(rt) => rt,
         Err(e) => {
@@ -178,13 +243,14 @@ fn demo(listen: &str) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let text = sluice::demo::config_text(listen, &backends);
+    let text = sluice::demo::config_text(listen, admin, &backends);
     match config::load_text("sluice demo", &text) {
         Ok(l) => lifecycle::serve_on(
             rt,
             l.config,
             lifecycle::Source {
                 file: None,
+                text: text.as_str().into(),
                 banner: Some("sluice demo".into()),
             },
         ),

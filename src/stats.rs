@@ -49,3 +49,41 @@ pub static COUNTERS: Counters = Counters {
 pub fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
+
+/// Responses by status code (100..=599), sluice's own and proxied alike.
+pub static STATUS: [AtomicU64; 600] = [const { AtomicU64::new(0) }; 600];
+
+/// Counts a response with `status`.
+pub fn count_status(status: u16) {
+    if let Some(c) = STATUS.get(usize::from(status)) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Upper bounds of the upstream latency histogram, in seconds.
+pub const LATENCY_BOUNDS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A latency histogram of atomics (Prometheus buckets are cumulative when printed).
+#[derive(Default)]
+pub struct Histogram {
+    /// Observations per bucket, the last one for "over every bound".
+    pub buckets: [AtomicU64; 12],
+    pub sum_us: AtomicU64,
+    pub count: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: std::time::Duration) {
+        let secs = d.as_secs_f64();
+        let i = LATENCY_BOUNDS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(LATENCY_BOUNDS.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+}

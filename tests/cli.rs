@@ -388,3 +388,21 @@ fn failover_is_checked() {
         "expected `on` or `off`",
     );
 }
+
+#[test]
+fn the_admin_api_never_shares_a_site_listener() {
+    assert_error_at(
+        "global { admin 127.0.0.1:9901 }\nlisten 127.0.0.1:9901\nsite * { respond ok }\n",
+        2,
+        1,
+        "is the admin API's address",
+    );
+    assert_error_at(
+        "global { admin nowhere }\nsite * { respond ok }\n",
+        1,
+        16,
+        "expected an address",
+    );
+    let (out, _) = check("global { admin off }\nlisten 127.0.0.1:2019\nsite * { respond ok }\n");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}

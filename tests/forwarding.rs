@@ -320,7 +320,7 @@ async fn a_relative_unix_path_is_relative_to_the_config_file() {
     });
     let conf = dir.write(
         "sluice.conf",
-        "listen 127.0.0.1:0\nsite * { proxy unix:app.sock }\n",
+        "global { admin off }\nlisten 127.0.0.1:0\nsite * { proxy unix:app.sock }\n",
     );
     let conf = conf.to_str().unwrap().to_string();
     let s = Sluice::spawn(&["run", "-c", &conf], dir);

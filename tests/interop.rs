@@ -45,7 +45,10 @@ fn curl_through_the_demo_pool_alternates_backends() {
     if program("curl").is_none() {
         return;
     }
-    let s = Sluice::spawn(&["demo", "--listen", "127.0.0.1:0"], TempDir::new());
+    let s = Sluice::spawn(
+        &["demo", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
+        TempDir::new(),
+    );
     let mut backends = Vec::new();
     for _ in 0..4 {
         let (code, body) = curl(&[&s.url("/hello")]);

@@ -21,7 +21,10 @@ struct Reloadable {
 impl Reloadable {
     fn start(text: &str) -> Reloadable {
         let dir = TempDir::new();
-        let path = dir.write("sluice.conf", &format!("listen 127.0.0.1:0\n{text}"));
+        let path = dir.write(
+            "sluice.conf",
+            &without_admin(&format!("listen 127.0.0.1:0\n{text}")),
+        );
         let p = path.to_str().unwrap().to_string();
         let s = Sluice::spawn(&["run", "-c", &p], dir);
         Reloadable { s, path }
@@ -30,7 +33,11 @@ impl Reloadable {
     /// Rewrites the file (keeping the first listener) and sends SIGHUP; waits for the
     /// `n`th line with `needle`.
     fn reload(&self, text: &str, needle: &str, n: usize) {
-        std::fs::write(&self.path, format!("listen 127.0.0.1:0\n{text}")).unwrap();
+        std::fs::write(
+            &self.path,
+            without_admin(&format!("listen 127.0.0.1:0\n{text}")),
+        )
+        .unwrap();
         self.s.signal("HUP");
         self.s.wait_count(needle, n);
     }
@@ -49,7 +56,7 @@ async fn a_reload_swaps_the_config_and_a_broken_one_changes_nothing() {
     );
     let logs = r.s.logs();
     assert!(
-        logs.contains("sluice.conf:4:3: unknown directive `tiemout`"),
+        logs.contains("sluice.conf:5:3: unknown directive `tiemout`"),
         "the error names file, line and column: {logs}"
     );
     assert_eq!(

@@ -1,4 +1,168 @@
-//! What sluice shows an operator. Today: its log lines (`log`). The admin API, metrics,
-//! dashboard and access log join here.
+//! What sluice shows an operator: the admin API on its own listener (never a site
+//! listener; `admin ADDR`, default 127.0.0.1:2019, `admin off`), with `GET /status`,
+//! `GET /metrics`, `POST /reload`, `GET /revisions`, `POST /rollback/N` and the
+//! dashboard at `GET /`; and the log lines (`log`).
+//!
+//! The API reads the live generation and the revisions; reloads and rollbacks are
+//! commands to the server's lifecycle, which alone changes what runs, so a reload by
+//! API, signal or rollback follows one path. Nothing here is on the request path.
 
 pub mod log;
+pub mod metrics;
+pub mod revisions;
+pub mod status;
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+
+use self::revisions::Revisions;
+use crate::runtime::Live;
+
+const DASHBOARD: &str = include_str!("dashboard.html");
+
+/// Why a reload or rollback was refused.
+#[derive(Debug)]
+pub enum Refused {
+    /// The config did not load: the rendered errors (`FILE:LINE:COL: …`).
+    Invalid(String),
+    /// No such revision is kept.
+    NoRevision(u64),
+}
+
+/// What the API asks of the lifecycle; the answer is the new revision.
+pub enum Command {
+    Reload(oneshot::Sender<Result<u64, Refused>>),
+    Rollback(u64, oneshot::Sender<Result<u64, Refused>>),
+}
+
+/// What the API handlers share.
+#[derive(Clone)]
+pub struct Api {
+    pub live: Arc<Live>,
+    pub revisions: Arc<Mutex<Revisions>>,
+    pub commands: mpsc::Sender<Command>,
+}
+
+/// Serves the admin API on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, api: Api) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            continue;
+        };
+        let api = api.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let api = api.clone();
+                async move { Ok::<_, Infallible>(route(&api, req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    match (req.method(), path) {
+        (&Method::GET, "/") => reply(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD.into()),
+        (&Method::GET, "/status") => {
+            let (revision, listeners) = {
+                let r = api.revisions.lock().unwrap_or_else(|e| e.into_inner());
+                (r.current(), r.listeners.clone())
+            };
+            let body = status::status(&api.live.load(), revision, &listeners);
+            json_reply(StatusCode::OK, &body)
+        }
+        (&Method::GET, "/metrics") => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics::render(&api.live.load()),
+        ),
+        (&Method::GET, "/revisions") => {
+            let r = api.revisions.lock().unwrap_or_else(|e| e.into_inner());
+            let list: Vec<_> = r
+                .iter()
+                .map(|rev| {
+                    json!({
+                        "revision": rev.number,
+                        "loaded_at": log::rfc3339(rev.loaded_at),
+                        "origin": rev.origin.as_str(),
+                    })
+                })
+                .collect();
+            json_reply(
+                StatusCode::OK,
+                &json!({"current": r.current(), "revisions": list}),
+            )
+        }
+        (&Method::POST, "/reload") => command(api, Command::Reload).await,
+        (&Method::POST, p) if p.starts_with("/rollback/") => {
+            match p["/rollback/".len()..].parse::<u64>() {
+                Ok(n) => command(api, |tx| Command::Rollback(n, tx)).await,
+                Err(_) => json_reply(StatusCode::NOT_FOUND, &json!({"error": "no such revision"})),
+            }
+        }
+        (_, "/" | "/status" | "/metrics" | "/revisions" | "/reload") => json_reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &json!({"error": "method not allowed"}),
+        ),
+        _ => json_reply(StatusCode::NOT_FOUND, &json!({"error": "not found"})),
+    }
+}
+
+async fn command(
+    api: &Api,
+    make: impl FnOnce(oneshot::Sender<Result<u64, Refused>>) -> Command,
+) -> Response<Full<Bytes>> {
+    let (tx, rx) = oneshot::channel();
+    if api.commands.send(make(tx)).await.is_err() {
+        return json_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"error": "sluice is shutting down"}),
+        );
+    }
+    match rx.await {
+        Ok(Ok(revision)) => json_reply(StatusCode::OK, &json!({"revision": revision})),
+        Ok(Err(Refused::Invalid(error))) => {
+            json_reply(StatusCode::UNPROCESSABLE_ENTITY, &json!({"error": error}))
+        }
+        Ok(Err(Refused::NoRevision(n))) => json_reply(
+            StatusCode::NOT_FOUND,
+            &json!({"error": format!("revision {n} is not kept")}),
+        ),
+        Err(_) => json_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"error": "sluice is shutting down"}),
+        ),
+    }
+}
+
+fn json_reply(status: StatusCode, v: &serde_json::Value) -> Response<Full<Bytes>> {
+    reply(status, "application/json", format!("{v}\n"))
+}
+
+fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
+    r
+}

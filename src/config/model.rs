@@ -54,6 +54,8 @@ pub struct Global {
     pub grace: Duration,
     /// Health probes running at once, process-wide.
     pub probe_concurrency: usize,
+    /// The admin API's address; `None` with `admin off`.
+    pub admin: Option<SocketAddr>,
 }
 
 impl Default for Global {
@@ -63,6 +65,7 @@ impl Default for Global {
             trust: Vec::new(),
             grace: Duration::from_secs(10),
             probe_concurrency: 16,
+            admin: Some(SocketAddr::from(([127, 0, 0, 1], 2019))),
         }
     }
 }

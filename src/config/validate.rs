@@ -24,6 +24,18 @@ pub fn check(config: &Config, listeners_declared: bool) -> (Vec<Diagnostic>, Vec
             .with_hint("add a site, e.g. site * { proxy 127.0.0.1:3000 }"),
         );
     }
+    if let Some(admin) = config.global.admin {
+        for l in config
+            .listeners
+            .iter()
+            .filter(|l| l.addr == admin && admin.port() != 0)
+        {
+            errors.push(
+                Diagnostic::error(l.span, format!("`{}` is the admin API's address", l.text))
+                    .with_hint("the admin API never shares a site listener: move one (global { admin 127.0.0.1:2019 }) or write admin off"),
+            );
+        }
+    }
     for site in &config.sites {
         shadowed(&site.routes, &mut warnings);
         for r in &site.routes {

@@ -333,8 +333,14 @@ async fn send(
     c: &mut BackendConn,
     out: &mut Outgoing,
 ) -> Result<crate::http1::head::ResponseHead, SendError> {
+    let started = std::time::Instant::now();
     match tokio::time::timeout(pool.cfg.timeout, c.send(out)).await {
-        Ok(r) => r,
+        Ok(r) => {
+            if r.is_ok() {
+                pool.state.upstream_seconds.observe(started.elapsed());
+            }
+            r
+        }
         Err(_) => {
             bump(&COUNTERS.gateway_timeout);
             tracing::info!(

@@ -32,7 +32,7 @@ use crate::http1::{COALESCE, MAX_HEAD, READ_CHUNK};
 use crate::pipeline::{self, ClientInfo};
 use crate::reply::date;
 use crate::runtime::Live;
-use crate::stats::{bump, COUNTERS};
+use crate::stats::{bump, count_status, COUNTERS};
 
 /// A new connection's first head, and any later head once its first byte arrived,
 /// must be complete within this.
@@ -116,6 +116,7 @@ impl Conn {
                         return Ok(None);
                     }
                     bump(&COUNTERS.head_timeout);
+                    count_status(408);
                     let msg =
                         encode::simple(StatusCode::REQUEST_TIMEOUT, "Request timeout\n", &[], true);
                     let _ = stream.write_all(&msg).await;
@@ -148,6 +149,7 @@ impl Conn {
             ),
         };
         bump(counter);
+        count_status(status.as_u16());
         let _ = stream
             .write_all(&encode::simple(status, &body, &[], true))
             .await;
@@ -180,6 +182,7 @@ impl Conn {
                     if let Err(e) = first_chunk_line(stream, buf, &mut self.watch).await {
                         if let Some(why) = e {
                             bump(&COUNTERS.bad_request);
+                            count_status(400);
                             let msg = format!("Bad request: {why}\n");
                             let out = encode::simple(StatusCode::BAD_REQUEST, &msg, &[], true);
                             let _ = stream.write_all(&out).await;
@@ -298,6 +301,7 @@ impl Exchange {
         let (parts, mut rbody) = resp.into_parts();
         let mut headers = parts.headers;
         let status = parts.status;
+        count_status(status.as_u16());
         let out = self.delimit(status, &mut headers, &rbody);
         if !headers.contains_key(DATE) {
             headers.insert(DATE, date());

@@ -45,6 +45,7 @@ pub async fn serve<S: Transport>(
         async move {
             if req.headers().len() > MAX_HEADERS {
                 bump(&COUNTERS.head_too_large);
+                crate::stats::count_status(431);
                 let resp = local_response(
                     StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                     "Request header fields too large\n",
@@ -63,6 +64,7 @@ pub async fn serve<S: Transport>(
                 req.headers_mut().insert(header::HOST, v);
             }
             let resp = pipeline::handle(&live, req.map(Body::Incoming), client).await;
+            crate::stats::count_status(resp.status().as_u16());
             Ok(resp.map(|b| Guarded {
                 body: b,
                 _guard: guard,

@@ -12,14 +12,15 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
 use super::drain::Drain;
+use crate::admin::{self, revisions::Origin, revisions::Revisions, Command, Refused};
 use crate::config::units::format_duration;
 use crate::config::{self, Config, Listen};
 use crate::runtime::{Generation, Live};
@@ -38,10 +39,12 @@ pub fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtim
     b.enable_all().build()
 }
 
-/// Where the running config came from: the file a reload re-reads, if any.
+/// Where the running config came from: the file a reload re-reads, if any, and the
+/// text it was loaded from (revision 1's).
 #[derive(Debug, Clone, Default)]
 pub struct Source {
     pub file: Option<String>,
+    pub text: Arc<str>,
     /// Printed on stdout with each listening address (the demo's banner).
     pub banner: Option<String>,
 }
@@ -67,19 +70,65 @@ pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> 
                 return ExitCode::from(1);
             }
         };
+        let live = Live::new(Generation::compile(&config, None));
+        let revisions = Arc::new(Mutex::new(Revisions::default()));
+        revisions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(Origin::Start, source.text.clone());
+        let (commands_tx, mut commands) = mpsc::channel(8);
+        let admin_addr = match config.global.admin {
+            None => None,
+            Some(addr) => match TcpListener::bind(addr).await {
+                Ok(l) => {
+                    let local = l.local_addr().ok();
+                    tracing::info!(
+                        "sluice: admin API on http://{}",
+                        local.map(|a| a.to_string()).unwrap_or_default()
+                    );
+                    let api = admin::Api {
+                        live: live.clone(),
+                        revisions: revisions.clone(),
+                        commands: commands_tx,
+                    };
+                    tokio::spawn(admin::serve(l, api));
+                    local
+                }
+                Err(e) => {
+                    eprintln!("sluice: cannot listen on {addr} for the admin API: {e}; write `admin off` in `global` to run without it");
+                    return ExitCode::from(1);
+                }
+            },
+        };
         let mut server = Server {
-            live: Live::new(Generation::compile(&config, None)),
+            live,
             drain: Drain::new(),
             listeners: HashMap::new(),
-            revision: 1,
+            revisions,
             grace: config.global.grace,
             source,
+            admin_addr,
         };
         tracing::info!("sluice: loaded revision 1: {}", config.summary());
         server.start(bound);
         let mut signals = Signals::new();
-        while signals.next().await == Signal::Reload {
-            server.reload();
+        loop {
+            tokio::select! {
+                s = signals.next() => match s {
+                    Signal::Reload => {
+                        let _ = server.reload();
+                    }
+                    Signal::Stop => break,
+                },
+                Some(c) = commands.recv() => match c {
+                    Command::Reload(reply) => {
+                        let _ = reply.send(server.reload());
+                    }
+                    Command::Rollback(n, reply) => {
+                        let _ = reply.send(server.rollback(n));
+                    }
+                },
+            }
         }
         server.stop(&mut signals).await;
         ExitCode::SUCCESS
@@ -98,15 +147,18 @@ fn key(l: &Listen) -> ListenKey {
 struct Accepting {
     close: Arc<Notify>,
     task: JoinHandle<()>,
+    /// The address as bound, as the admin API lists it.
+    local: String,
 }
 
 struct Server {
     live: Arc<Live>,
     drain: Drain,
     listeners: HashMap<ListenKey, Accepting>,
-    revision: u64,
+    revisions: Arc<Mutex<Revisions>>,
     grace: Duration,
     source: Source,
+    admin_addr: Option<SocketAddr>,
 }
 
 /// Binds the listeners of `wanted` that are not running already; all or none.
@@ -129,8 +181,16 @@ impl Server {
             let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
             tracing::info!("sluice: listening on http://{addr}");
             if let Some(b) = &self.source.banner {
-                println!("{b}: listening on http://{addr}");
+                match self.admin_addr {
+                    Some(a) => println!("{b}: listening on http://{addr} (dashboard http://{a}/)"),
+                    None => println!("{b}: listening on http://{addr}"),
+                }
             }
+            self.revisions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .listeners
+                .push(addr.clone());
             let close = Arc::new(Notify::new());
             let task = tokio::spawn(super::accept_loop(
                 l,
@@ -138,56 +198,128 @@ impl Server {
                 self.drain.clone(),
                 close.clone(),
             ));
-            self.listeners.insert(k, Accepting { close, task });
+            self.listeners.insert(
+                k,
+                Accepting {
+                    close,
+                    task,
+                    local: addr,
+                },
+            );
         }
     }
 
     /// Re-reads the config file and, if it loads, makes it the live generation.
-    fn reload(&mut self) {
+    fn reload(&mut self) -> Result<u64, Refused> {
         let Some(file) = self.source.file.clone() else {
             tracing::warn!("sluice: reload: started without a config file, nothing to re-read");
-            return;
+            return Err(Refused::Invalid(
+                "sluice was started without a config file: nothing to re-read".into(),
+            ));
         };
-        let keep = self.revision;
-        let loaded = match config::load_file(&file) {
+        let loaded = config::load_file(&file);
+        self.apply(loaded, Origin::Reload)
+    }
+
+    /// Loads revision `n`'s text again as a new revision.
+    fn rollback(&mut self, n: u64) -> Result<u64, Refused> {
+        let text = {
+            let r = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
+            r.get(n).map(|rev| rev.text.clone())
+        };
+        let Some(text) = text else {
+            return Err(Refused::NoRevision(n));
+        };
+        // Imports resolve from the config file's folder, as they did.
+        let name = self
+            .source
+            .file
+            .clone()
+            .unwrap_or_else(|| format!("revision {n}"));
+        let loaded = config::load_text(&name, &text);
+        self.apply(loaded, Origin::Rollback)
+    }
+
+    /// Makes a loaded config the live generation, all or nothing.
+    fn apply(
+        &mut self,
+        loaded: Result<config::Loaded, config::Report>,
+        origin: Origin,
+    ) -> Result<u64, Refused> {
+        let keep = self.current();
+        let loaded = match loaded {
             Ok(l) => l,
             Err(report) => {
                 tracing::error!(
-                    "sluice: reload rejected, still serving revision {keep}:\n{report}"
+                    "sluice: {} rejected, still serving revision {keep}:\n{report}",
+                    origin.as_str()
                 );
-                return;
+                return Err(Refused::Invalid(report.to_string()));
             }
         };
         for w in loaded.warnings.warnings() {
             tracing::warn!("{}", w.render(&loaded.warnings.sources));
         }
+        let text: Arc<str> = Arc::from(loaded.warnings.sources.text(0));
         let config = loaded.config;
+        if config.global.admin != self.admin_addr
+            && config.global.admin.is_some()
+            && self.admin_addr.is_some()
+        {
+            tracing::warn!("sluice: a new `admin` address takes effect at the next start");
+        }
         let bound = match bind_new(&config.listeners, &self.listeners) {
             Ok(b) => b,
             Err(e) => {
-                tracing::error!("sluice: reload rejected, still serving revision {keep}: {e}");
-                return;
+                tracing::error!(
+                    "sluice: {} rejected, still serving revision {keep}: {e}",
+                    origin.as_str()
+                );
+                return Err(Refused::Invalid(e.to_string()));
             }
         };
         let next = Generation::compile(&config, Some(&self.live.load()));
         self.live.swap(next);
         let wanted: Vec<ListenKey> = config.listeners.iter().map(key).collect();
+        let mut closed = Vec::new();
         self.listeners.retain(|k, a| {
             let kept = wanted.contains(k);
             if !kept {
-                tracing::info!("sluice: reload: no longer listening on {}", k.0);
+                tracing::info!(
+                    "sluice: {}: no longer listening on {}",
+                    origin.as_str(),
+                    k.0
+                );
                 a.close.notify_one();
+                closed.push(a.local.clone());
             }
             kept
         });
+        self.revisions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .listeners
+            .retain(|l| !closed.contains(l));
         self.start(bound);
         self.grace = config.global.grace;
-        self.revision += 1;
-        tracing::info!(
-            "sluice: reloaded: revision {}: {}",
-            self.revision,
-            config.summary()
-        );
+        let revision = self
+            .revisions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(origin, text);
+        let verb = match origin {
+            Origin::Rollback => "rolled back",
+            _ => "reloaded",
+        };
+        tracing::info!("sluice: {verb}: revision {revision}: {}", config.summary());
+        Ok(revision)
+    }
+
+    fn current(&self) -> u64 {
+        self.revisions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .current()
     }
 
     /// Closes the listeners, then waits up to `grace` (or a second signal) for the

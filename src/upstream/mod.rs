@@ -159,6 +159,8 @@ pub struct PoolState {
     failover_cfg: ArcSwapOption<Failover>,
     /// Retries by reason: [unreachable, reset, timeout, status].
     pub retries: [AtomicU64; 4],
+    /// Time from the request going out to the response head.
+    pub upstream_seconds: crate::stats::Histogram,
 }
 
 impl PoolState {
@@ -185,6 +187,7 @@ impl PoolState {
             retries: Default::default(),
             failover: Default::default(),
             failover_cfg: ArcSwapOption::empty(),
+            upstream_seconds: Default::default(),
         });
         debug_assert_eq!(state.peers.len(), id.addresses.len() + id.backups.len());
         if let Some(h) = &cfg.health {

@@ -6,10 +6,20 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+static EPOCH: OnceLock<(Instant, std::time::SystemTime)> = OnceLock::new();
+
+fn epoch() -> &'static (Instant, std::time::SystemTime) {
+    EPOCH.get_or_init(|| (Instant::now(), std::time::SystemTime::now()))
+}
+
 /// Milliseconds since the process started: a clock that fits in an atomic.
 pub fn now_ms() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+    epoch().0.elapsed().as_millis() as u64 + 1
+}
+
+/// The wall-clock time of a [`now_ms`] reading, for an operator to read.
+pub fn wall_clock(ms: u64) -> std::time::SystemTime {
+    epoch().1 + Duration::from_millis(ms.saturating_sub(1))
 }
 
 #[derive(Default)]

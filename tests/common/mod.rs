@@ -58,6 +58,18 @@ impl Drop for TempDir {
     }
 }
 
+/// Tests run many instances at once: unless a config names its own `admin`, turn
+/// the admin API (default 127.0.0.1:2019) off.
+pub fn without_admin(text: &str) -> String {
+    if text.contains("admin ") {
+        text.to_string()
+    } else if text.contains("global {") {
+        text.replacen("global {", "global {\n    admin off\n", 1)
+    } else {
+        format!("global {{ admin off }}\n{text}")
+    }
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_sluice")
 }
@@ -80,8 +92,15 @@ impl Sluice {
         } else {
             format!("listen 127.0.0.1:0\n{text}")
         };
+        let text = without_admin(&text);
         let path = dir.write("sluice.conf", &text);
         Self::spawn(&["run", "-c", path.to_str().unwrap()], dir)
+    }
+
+    /// The admin API's address, once sluice logged it.
+    pub fn admin(&self) -> SocketAddr {
+        let line = self.wait_log("admin API on http://");
+        line.rsplit_once("http://").unwrap().1.parse().unwrap()
     }
 
     pub fn spawn(args: &[&str], dir: TempDir) -> Sluice {

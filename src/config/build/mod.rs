@@ -211,12 +211,14 @@ impl Builder {
                         })
                     }
                 }
-                "admin" => match d.args.as_slice() {
-                    [w] if w.text == "off" => Ok(()),
-                    _ => Err(unsupported(d).with_hint(
-                        "the admin API is not built yet; write `admin off` or remove the line",
-                    )),
-                },
+                "admin" => one_arg(d, "admin ADDR | off").and_then(|w| {
+                    g.admin = if w.text == "off" {
+                        None
+                    } else {
+                        Some(listen_addr(w)?.0)
+                    };
+                    Ok(())
+                }),
                 _ => Err(unsupported(d)),
             };
             self.push(r);

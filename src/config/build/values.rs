@@ -82,6 +82,18 @@ pub(super) fn listen(d: &Directive) -> Res<Listen> {
         }
         return Err(extra(t, "write: listen ADDR [tls]"));
     }
+    let (addr, dual_stack) = listen_addr(w)?;
+    Ok(Listen {
+        addr,
+        text: w.text.clone(),
+        dual_stack,
+        span: d.span(),
+    })
+}
+
+/// An address to listen on: `127.0.0.1:8080`, `[::1]:8080`, `localhost:8080`, or `:8080`
+/// (every interface of both families: the second value is true).
+pub(super) fn listen_addr(w: &Word) -> Res<(SocketAddr, bool)> {
     let text = w.text.as_str();
     let dual_stack = text.starts_with(':');
     let addr = if let Some(port) = text.strip_prefix(':') {
@@ -95,13 +107,7 @@ pub(super) fn listen(d: &Directive) -> Res<Listen> {
     } else {
         text.parse::<SocketAddr>().ok()
     };
-    addr.map(|addr| Listen {
-        addr,
-        text: text.to_string(),
-        dual_stack,
-        span: d.span(),
-    })
-    .ok_or_else(|| {
+    addr.map(|a| (a, dual_stack)).ok_or_else(|| {
         expected(w, "an address with a port")
             .with_hint("write 127.0.0.1:8080, [::1]:8080 or :8080 (all interfaces)")
     })

@@ -1,0 +1,91 @@
+//! Revisions: every good load is numbered (the first is 1) and kept in memory with its
+//! source text, the last 20 of them, so an operator can see what ran when and roll
+//! back to it. A rejected load makes none.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// How many revisions are kept.
+pub const KEEP: usize = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Start,
+    Reload,
+    Rollback,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Start => "start",
+            Origin::Reload => "reload",
+            Origin::Rollback => "rollback",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Revision {
+    pub number: u64,
+    pub loaded_at: SystemTime,
+    pub origin: Origin,
+    /// The main file's text (imports are read again from disk on a rollback).
+    pub text: Arc<str>,
+}
+
+/// The revisions kept, and what the admin API shows besides.
+#[derive(Debug, Default)]
+pub struct Revisions {
+    list: VecDeque<Revision>,
+    /// The addresses sluice listens on now, as bound.
+    pub listeners: Vec<String>,
+}
+
+impl Revisions {
+    /// Records a good load; returns its number.
+    pub fn record(&mut self, origin: Origin, text: Arc<str>) -> u64 {
+        let number = self.current() + 1;
+        if self.list.len() == KEEP {
+            self.list.pop_front();
+        }
+        self.list.push_back(Revision {
+            number,
+            loaded_at: SystemTime::now(),
+            origin,
+            text,
+        });
+        number
+    }
+
+    /// The revision serving now (0 before the first load).
+    pub fn current(&self) -> u64 {
+        self.list.back().map_or(0, |r| r.number)
+    }
+
+    pub fn get(&self, number: u64) -> Option<&Revision> {
+        self.list.iter().find(|r| r.number == number)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Revision> {
+        self.list.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_last_twenty() {
+        let mut r = Revisions::default();
+        for _ in 0..25 {
+            r.record(Origin::Reload, Arc::from("x"));
+        }
+        assert_eq!(r.current(), 25);
+        assert!(r.get(5).is_none());
+        assert!(r.get(6).is_some());
+        assert_eq!(r.iter().count(), KEEP);
+    }
+}

@@ -1,0 +1,80 @@
+//! `GET /status`: the running state as JSON, in the shape DESIGN.md §14 fixes:
+//! revision, listeners, sites, and every pool with its peers' state and counters.
+//! Addresses are shown as configured; nothing secret is in the model to show.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::{json, Value};
+
+use super::log::rfc3339;
+use crate::runtime::Generation;
+use crate::upstream::{passive, Peer, Pool};
+
+pub fn status(gen: &Generation, revision: u64, listeners: &[String]) -> Value {
+    let sites: Vec<&str> = gen.sites.list.iter().map(|s| s.name.as_str()).collect();
+    let pools: Vec<Value> = gen.pools().map(|p| pool(p)).collect();
+    json!({
+        "revision": revision,
+        "listeners": listeners,
+        "sites": sites,
+        "pools": pools,
+        "tunnels_open": 0,
+    })
+}
+
+fn pool(p: &Pool) -> Value {
+    let role = if p.state.failover.on_backup() {
+        "backup"
+    } else {
+        "primary"
+    };
+    let now = passive::now_ms();
+    let peers: Vec<Value> = p.peers().iter().map(|peer| self::peer(peer, now)).collect();
+    json!({
+        "name": p.name(),
+        "policy": p.cfg.lb.name(),
+        "role": role,
+        "peers": peers,
+    })
+}
+
+/// The one word for a peer's state: a failing health check first, then an
+/// ejection, then passive health.
+pub fn state(peer: &Peer, now: u64) -> &'static str {
+    if !peer.active.is_healthy() {
+        "unhealthy"
+    } else if peer.outlier.is_ejected(now) {
+        "ejected"
+    } else if !peer.passive.is_available(now) {
+        "out"
+    } else {
+        "healthy"
+    }
+}
+
+fn peer(peer: &Peer, now: u64) -> Value {
+    let probed = peer.active.last_probe_ms.load(Ordering::Relaxed);
+    let last_probe = if probed == 0 {
+        Value::Null
+    } else {
+        let result = if peer.active.last_passed.load(Ordering::Relaxed) {
+            "pass"
+        } else {
+            "fail"
+        };
+        json!({"result": result, "at": rfc3339(passive::wall_clock(probed))})
+    };
+    let mut v = json!({
+        "ordinal": peer.ordinal,
+        "address": peer.addr.text,
+        "state": state(peer, now),
+        "in_flight": peer.in_flight.load(Ordering::Relaxed),
+        "selections": peer.selections.load(Ordering::Relaxed),
+        "failures": peer.failures.load(Ordering::Relaxed),
+        "last_probe": last_probe,
+    });
+    if peer.backup {
+        v["backup"] = Value::Bool(true);
+    }
+    v
+}

@@ -1,0 +1,213 @@
+//! The admin API over real sockets: `/status` in the shape DESIGN.md §14 fixes,
+//! `/metrics` present and moving, `POST /reload` and `sluice reload`, revisions and
+//! rollback, the dashboard page; never on a site listener, never showing a secret.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+async fn admin_get(admin: SocketAddr, path: &str) -> Resp {
+    request(admin, "GET", path, &[], b"").await
+}
+
+async fn admin_post(admin: SocketAddr, path: &str) -> Resp {
+    request(admin, "POST", path, &[("Content-Length", "0")], b"").await
+}
+
+fn json(r: &Resp) -> Value {
+    serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", r.text()))
+}
+
+fn config(live: SocketAddr, dead: SocketAddr, body: &str) -> String {
+    format!(
+        "global {{ admin 127.0.0.1:0 }}
+listen 127.0.0.1:0
+site app.test {{
+    route /x/* {{
+        proxy {live} {{ header_up Authorization \"Bearer s3cr3t\" }}
+    }}
+    proxy {dead} {live} {{ lb first }}
+}}
+site * {{ respond \"{body}\" }}
+"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_metrics_and_the_dashboard() {
+    let live = Backend::text("live").await;
+    let dead = dead_addr().await;
+    let dir = TempDir::new();
+    let path = dir.write("sluice.conf", &config(live.addr, dead, "one"));
+    let p = path.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let admin = s.admin();
+    assert_ne!(admin, s.addr, "the admin API has its own listener");
+    for _ in 0..3 {
+        assert_eq!(get_host(s.addr, "app.test", "/").await.text(), "live");
+        assert_eq!(get_host(s.addr, "app.test", "/x/1").await.text(), "live");
+    }
+
+    let st = json(&admin_get(admin, "/status").await);
+    assert_eq!(st["revision"], 1);
+    assert_eq!(st["listeners"][0], s.addr.to_string());
+    assert_eq!(st["sites"], serde_json::json!(["app.test", "*"]));
+    assert_eq!(st["tunnels_open"], 0);
+    let pools = st["pools"].as_array().unwrap();
+    let names: Vec<&str> = pools.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["app.test /x/*", "app.test"]);
+    let site_pool = &pools[1];
+    assert_eq!(site_pool["policy"], "first");
+    assert_eq!(site_pool["role"], "primary");
+    let down = &site_pool["peers"][0];
+    assert_eq!(down["ordinal"], 0);
+    assert_eq!(down["address"], dead.to_string());
+    assert_eq!(
+        down["state"], "out",
+        "the dead peer is out of rotation: {st}"
+    );
+    assert_eq!(down["failures"], 1);
+    assert_eq!(down["last_probe"], Value::Null);
+    let up = &site_pool["peers"][1];
+    assert_eq!(
+        (up["state"].as_str(), up["selections"].as_u64()),
+        (Some("healthy"), Some(3))
+    );
+    assert_eq!(up["in_flight"], 0);
+
+    let m = admin_get(admin, "/metrics").await.text();
+    for name in [
+        "sluice_requests_total{status=\"200\"} 6",
+        "sluice_peer_healthy{pool=\"app.test\",peer=\"",
+        "sluice_peer_probes_total{",
+        "sluice_peer_health_transitions_total{",
+        "sluice_peer_in_flight{",
+        "sluice_peer_selections_total{pool=\"app.test /x/*\"",
+        "sluice_peer_failures_total{pool=\"app.test\",peer=\"",
+        "kind=\"connect\"} 1",
+        "sluice_failover_total{pool=\"app.test\"} 0",
+        "sluice_upstream_seconds_bucket{pool=\"app.test\",le=\"+Inf\"} 3",
+        "sluice_upstream_seconds_count{pool=\"app.test /x/*\"} 3",
+        "sluice_tunnels_open 0",
+        "sluice_out_of_ports_total 0",
+        "sluice_limit_rejections_total 0",
+        "sluice_retries_total{pool=\"app.test\",reason=\"unreachable\"} 1",
+        "process_resident_memory_bytes ",
+    ] {
+        assert!(m.contains(name), "metrics lack {name:?}:\n{m}");
+    }
+
+    let page = admin_get(admin, "/").await;
+    assert!(page
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/html"));
+    assert!(
+        page.text().contains("fetch('/status')"),
+        "the dashboard reads /status live"
+    );
+
+    let on_site = get_host(s.addr, "other.test", "/status").await;
+    assert_eq!(
+        on_site.text(),
+        "one",
+        "the admin API is never on a site listener"
+    );
+    for out in [
+        st.to_string(),
+        m,
+        admin_get(admin, "/revisions").await.text(),
+    ] {
+        assert!(
+            !out.contains("s3cr3t"),
+            "a secret from the config leaked: {out}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_revisions_and_rollback() {
+    let live = Backend::text("live").await;
+    let dead = dead_addr().await;
+    let dir = TempDir::new();
+    let path = dir.write("sluice.conf", &config(live.addr, dead, "one"));
+    let p = path.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let admin = s.admin();
+
+    std::fs::write(&path, config(live.addr, dead, "two")).unwrap();
+    let r = admin_post(admin, "/reload").await;
+    assert_eq!((r.status, json(&r)["revision"].as_u64()), (200, Some(2)));
+    assert_eq!(get(s.addr, "/").await.text(), "two");
+
+    std::fs::write(
+        &path,
+        config(live.addr, dead, "three").replace("lb first", "lb fastest"),
+    )
+    .unwrap();
+    let r = admin_post(admin, "/reload").await;
+    assert_eq!(r.status, 422);
+    let error = json(&r)["error"].as_str().unwrap().to_string();
+    assert!(
+        error.contains("sluice.conf:7:") && error.contains("unknown policy `fastest`"),
+        "the error names file, line and column: {error}"
+    );
+    assert_eq!(get(s.addr, "/").await.text(), "two", "nothing changed");
+
+    let out = Command::new(bin())
+        .args(["reload", "--admin", &admin.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "sluice reload exits 1 on a rejected config"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy"));
+
+    std::fs::write(&path, config(live.addr, dead, "four")).unwrap();
+    let out = Command::new(bin())
+        .args(["reload", "--admin", &admin.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "sluice reload: revision 3"
+    );
+    assert_eq!(get(s.addr, "/").await.text(), "four");
+
+    let r = admin_post(admin, "/rollback/1").await;
+    assert_eq!((r.status, json(&r)["revision"].as_u64()), (200, Some(4)));
+    assert_eq!(
+        get(s.addr, "/").await.text(),
+        "one",
+        "revision 1's text, as a new revision"
+    );
+    assert_eq!(admin_post(admin, "/rollback/99").await.status, 404);
+
+    let revs = json(&admin_get(admin, "/revisions").await);
+    assert_eq!(revs["current"], 4);
+    let origins: Vec<&str> = revs["revisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["origin"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        origins,
+        ["start", "reload", "reload", "rollback"],
+        "rejected loads make none"
+    );
+    let at = revs["revisions"][0]["loaded_at"].as_str().unwrap();
+    assert!(at.len() == 24 && at.ends_with('Z'), "RFC 3339: {at}");
+}
