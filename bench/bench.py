@@ -233,7 +233,7 @@ def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE):
     port = free_port()
     conf = os.path.join(WORK, "sluice.conf")
     with open(conf, "w") as f:
-        f.write(f"global {{ workers {workers} }}\nlisten 127.0.0.1:{port}\nsite * {{ proxy 127.0.0.1:{backend} }}\n")
+        f.write(f"global {{ workers {workers}; admin off }}\nlisten 127.0.0.1:{port}\nsite * {{ proxy 127.0.0.1:{backend} }}\n")
     cmd = [binary, "run", "-c", conf]
     if cpu is None:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -41,7 +41,7 @@ nginx -c "$work/nginx.conf" -p "$work"
 run() {
     local n=$1 port
     port=$(free_port)
-    printf 'global { workers 1 }\nlisten 127.0.0.1:%s\nsite * { proxy 127.0.0.1:%s }\n' "$port" "$bport" >"$work/sluice.conf"
+    printf 'global { workers 1; admin off }\nlisten 127.0.0.1:%s\nsite * { proxy 127.0.0.1:%s }\n' "$port" "$bport" >"$work/sluice.conf"
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.$n" "$bin" run -c "$work/sluice.conf" 2>"$work/valgrind.$n" &
     local pid=$!
     for _ in $(seq 100); do

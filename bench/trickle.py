@@ -64,7 +64,7 @@ def main():
         s.close()
         conf = os.path.join(d, "sluice.conf")
         with open(conf, "w") as f:
-            f.write(f"global {{ workers 1 }}\nlisten 127.0.0.1:{port}\nsite * {{ respond ok }}\n")
+            f.write(f"global {{ workers 1; admin off }}\nlisten 127.0.0.1:{port}\nsite * {{ respond ok }}\n")
         p = subprocess.Popen([BIN, "run", "-c", conf], stderr=subprocess.DEVNULL)
         try:
             time.sleep(0.5)
