@@ -207,6 +207,17 @@ pub fn render(gen: &Generation) -> String {
         head(o, name, "counter", help);
         let _ = writeln!(o, "{name} {}", get(c));
     }
+    head(
+        o,
+        "sluice_access_log_dropped_total",
+        "counter",
+        "access log lines dropped because the writer fell behind",
+    );
+    let _ = writeln!(
+        o,
+        "sluice_access_log_dropped_total {}",
+        get(&super::access::DROPPED)
+    );
     process(o);
     out
 }

@@ -7,6 +7,7 @@
 //! commands to the server's lifecycle, which alone changes what runs, so a reload by
 //! API, signal or rollback follows one path. Nothing here is on the request path.
 
+pub mod access;
 pub mod log;
 pub mod metrics;
 pub mod revisions;

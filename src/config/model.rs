@@ -56,6 +56,22 @@ pub struct Global {
     pub probe_concurrency: usize,
     /// The admin API's address; `None` with `admin off`.
     pub admin: Option<SocketAddr>,
+    /// `access_log`; `None` when off (the default).
+    pub access_log: Option<AccessLogConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessLogConfig {
+    pub target: LogTarget,
+    /// One JSON object a line (default), or a combined-log-like text line.
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    Stdout,
+    Stderr,
+    File(PathBuf),
 }
 
 impl Default for Global {
@@ -66,6 +82,7 @@ impl Default for Global {
             grace: Duration::from_secs(10),
             probe_concurrency: 16,
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 2019))),
+            access_log: None,
         }
     }
 }

@@ -124,13 +124,14 @@ pub async fn chunk<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> std::io::Re
 /// and its terminator is in `out`. Used on both sides, so a small message's head and
 /// body leave in one write. `taken`, when given, keeps each data frame moved (a
 /// reference, not a copy), so the body can go out again if the write fails with
-/// nothing written.
+/// nothing written. `counted` grows by the body bytes moved.
 pub fn take_ready(
     body: &mut Body,
     chunked: bool,
     out: &mut Vec<u8>,
     limit: usize,
     mut taken: Option<&mut Vec<bytes::Bytes>>,
+    counted: &mut u64,
 ) -> Result<bool, BodyError> {
     let mut cx = Context::from_waker(Waker::noop());
     while out.len() < limit {
@@ -149,6 +150,7 @@ pub fn take_ready(
                 if data.is_empty() {
                     continue;
                 }
+                *counted += data.len() as u64;
                 if let Some(t) = taken.as_deref_mut() {
                     t.push(data.clone());
                 }

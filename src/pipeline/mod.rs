@@ -67,12 +67,18 @@ pub type ResponseFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
 /// Serves one request on the current generation. Boxed so a connection's task stays
 /// small while it waits idle.
-pub fn handle(live: &Live, req: Request<Body>, client: ClientInfo) -> ResponseFuture {
+/// `record`: note in the response which pool and peer served it (the access log).
+pub fn handle(live: &Live, req: Request<Body>, client: ClientInfo, record: bool) -> ResponseFuture {
     let gen = live.load();
-    Box::pin(async move { run(&gen, req, &client).await })
+    Box::pin(async move { run(&gen, req, &client, record).await })
 }
 
-async fn run(gen: &Generation, mut req: Request<Body>, client: &ClientInfo) -> Response<Body> {
+async fn run(
+    gen: &Generation,
+    mut req: Request<Body>,
+    client: &ClientInfo,
+    record: bool,
+) -> Response<Body> {
     let (route, normalized) = match find_route(gen, &req) {
         Ok(found) => found,
         Err((status, body)) => return local_response(status, body),
@@ -115,7 +121,7 @@ async fn run(gen: &Generation, mut req: Request<Body>, client: &ClientInfo) -> R
             if let Some(path) = cx.changed_path() {
                 set_path(&mut req, path);
             }
-            call_handler(gen, route, req, client, &cx).await
+            call_handler(gen, route, req, client, &cx, record).await
         }
     };
     for f in route.filters[..ran].iter().rev() {
@@ -186,6 +192,7 @@ async fn call_handler(
     req: Request<Body>,
     client: &ClientInfo,
     cx: &Cx<'_>,
+    record: bool,
 ) -> Response<Body> {
     let values = cx.values();
     match &route.handler {
@@ -196,6 +203,7 @@ async fn call_handler(
                 scheme: &scheme,
                 trusted: gen.is_trusted(client.addr.ip()),
                 values,
+                record,
             };
             proxy::forward(pool, req, &c).await
         }

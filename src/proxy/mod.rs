@@ -38,6 +38,25 @@ const BUSY: &str = "Server busy, retry in a moment\n";
 const NO_CAPACITY: &str = "Edge out of connection capacity toward this site, retry in a moment\n";
 const UNREACHABLE: &str = "Bad gateway: no backend could be reached\n";
 
+/// Which pool and peer served a response, and after how many attempts: put in the
+/// response's extensions for the access log (only when it is on).
+#[derive(Clone)]
+pub struct Served {
+    pub pool: Arc<Pool>,
+    pub peer: usize,
+    pub attempts: u32,
+}
+
+impl Served {
+    pub fn pool_name(&self) -> &str {
+        self.pool.name()
+    }
+
+    pub fn peer_address(&self) -> &str {
+        &self.pool.peers()[self.peer].addr.text
+    }
+}
+
 /// The client-side facts the proxy needs, as plain values.
 pub struct Client<'a> {
     /// The client's address as a header value (for `X-Forwarded-For`).
@@ -48,6 +67,8 @@ pub struct Client<'a> {
     pub trusted: bool,
     /// Placeholder values for `header_up` / `header_down`.
     pub values: Values<'a>,
+    /// Note which pool and peer served the response ([`Served`]), for the access log.
+    pub record: bool,
 }
 
 pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) -> Response<Body> {
@@ -101,7 +122,16 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
                         continue;
                     }
                 }
-                return stream(pool, conn, head, lease, client, &note);
+                let attempts = tried.count as u32;
+                let mut resp = stream(pool, conn, head, lease, client, &note);
+                if client.record {
+                    resp.extensions_mut().insert(Served {
+                        pool: pool.clone(),
+                        peer: i,
+                        attempts,
+                    });
+                }
+                return resp;
             }
             Attempt::Refused(resp) => return resp,
             Attempt::Unreachable(e) => {

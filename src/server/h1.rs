@@ -23,6 +23,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 
 use super::drain::{Drain, Watch};
 use super::transport::Transport;
+use crate::admin::access::{AccessLog, Entry};
 use crate::body::{Body, BodyError};
 use crate::http1::decode::{self, Decoded, Decoder};
 use crate::http1::encode::{self, Delimit};
@@ -47,6 +48,7 @@ pub struct Conn {
     pub live: Arc<Live>,
     pub drain: Drain,
     pub watch: Watch,
+    pub access: Access,
 }
 
 impl Conn {
@@ -193,6 +195,14 @@ impl Conn {
                 Pump::channel(Decoder::chunked(), None, expect_continue)
             }
         };
+        let log = self.access.load_full().map(|log| Logged {
+            log,
+            start: Instant::now(),
+            time: std::time::SystemTime::now(),
+            method: method.clone(),
+            uri: uri.clone(),
+            host: headers.get(http::header::HOST).cloned(),
+        });
         let mut req = Request::new(body);
         *req.method_mut() = method;
         *req.uri_mut() = uri;
@@ -204,6 +214,10 @@ impl Conn {
             keep_alive,
             version,
             is_head,
+            record: log.is_some(),
+            status: 0,
+            bytes: 0,
+            served: None,
         };
         let Some(resp) = ex
             .dispatch(stream, buf, want, req, &self.live, &self.client)
@@ -212,7 +226,11 @@ impl Conn {
             return false;
         };
         ex.keep_alive &= !self.watch.is_draining();
-        ex.respond(stream, buf, resp).await
+        let keep = ex.respond(stream, buf, resp).await;
+        if let Some(l) = log {
+            l.record(&self.client, &ex);
+        }
+        keep
     }
 }
 
@@ -223,6 +241,49 @@ struct Exchange {
     keep_alive: bool,
     version: Version,
     is_head: bool,
+    /// The access log is on: what it needs is kept.
+    record: bool,
+    /// The response's status and body bytes written, and who served it.
+    status: u16,
+    bytes: u64,
+    served: Option<crate::proxy::Served>,
+}
+
+/// The access log as the connections see it; a reload may swap it.
+pub type Access = Arc<arc_swap::ArcSwapOption<AccessLog>>;
+
+/// What the access log needs of a request, taken before it is dispatched.
+struct Logged {
+    log: Arc<AccessLog>,
+    start: Instant,
+    time: std::time::SystemTime,
+    method: Method,
+    uri: http::Uri,
+    host: Option<http::HeaderValue>,
+}
+
+impl Logged {
+    fn record(&self, client: &ClientInfo, ex: &Exchange) {
+        let host = self
+            .host
+            .as_ref()
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let path = self.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        self.log.record(&Entry {
+            time: self.time,
+            client: client.ip_value.to_str().unwrap_or(""),
+            host,
+            method: self.method.as_str(),
+            path,
+            status: ex.status,
+            bytes: ex.bytes,
+            duration_ms: self.start.elapsed().as_millis() as u64,
+            pool: ex.served.as_ref().map(|s| s.pool_name()),
+            peer: ex.served.as_ref().map(|s| s.peer_address()),
+            attempts: ex.served.as_ref().map_or(0, |s| s.attempts),
+        });
+    }
 }
 
 impl Exchange {
@@ -237,7 +298,7 @@ impl Exchange {
         live: &Live,
         client: &ClientInfo,
     ) -> Option<Response<Body>> {
-        let mut fut = pipeline::handle(live, req, client.clone());
+        let mut fut = pipeline::handle(live, req, client.clone(), self.record);
         let (mut rd, mut wr) = stream.split();
         loop {
             tokio::select! {
@@ -298,7 +359,11 @@ impl Exchange {
         buf: &mut BytesMut,
         resp: Response<Body>,
     ) -> bool {
-        let (parts, mut rbody) = resp.into_parts();
+        let (mut parts, mut rbody) = resp.into_parts();
+        if self.record {
+            self.served = parts.extensions.remove::<crate::proxy::Served>();
+            self.status = parts.status.as_u16();
+        }
         let mut headers = parts.headers;
         let status = parts.status;
         count_status(status.as_u16());
@@ -324,6 +389,7 @@ impl Exchange {
                 &mut wbuf,
                 COALESCE,
                 None,
+                &mut self.bytes,
             ) {
                 Ok(done) => finished = done,
                 Err(_) => return false,
@@ -349,6 +415,7 @@ impl Exchange {
                         if data.is_empty() {
                             continue;
                         }
+                        self.bytes += data.len() as u64;
                         let w = match out {
                             Delimit::Chunked => encode::chunk(&mut wr, &data).await,
                             _ => wr.write_all(&data).await,

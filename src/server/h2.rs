@@ -35,6 +35,7 @@ pub async fn serve<S: Transport>(
     live: Arc<Live>,
     drain: Drain,
     mut watch: Watch,
+    access: super::h1::Access,
 ) {
     let io = TokioIo::new(Rewind { pre, inner: stream });
     let addr = client.addr;
@@ -42,6 +43,7 @@ pub async fn serve<S: Transport>(
         let live = live.clone();
         let client = client.clone();
         let guard = drain.request();
+        let log = access.load_full();
         async move {
             if req.headers().len() > MAX_HEADERS {
                 bump(&COUNTERS.head_too_large);
@@ -53,6 +55,7 @@ pub async fn serve<S: Transport>(
                 return Ok::<_, Infallible>(resp.map(|b| Guarded {
                     body: b,
                     _guard: guard,
+                    log: None,
                 }));
             }
             // `:authority` is the host, for routing and the backend alike.
@@ -63,11 +66,30 @@ pub async fn serve<S: Transport>(
             {
                 req.headers_mut().insert(header::HOST, v);
             }
-            let resp = pipeline::handle(&live, req.map(Body::Incoming), client).await;
+            let logged = log.map(|log| H2Logged {
+                log,
+                start: std::time::Instant::now(),
+                time: std::time::SystemTime::now(),
+                client: client.ip_value.clone(),
+                method: req.method().clone(),
+                uri: req.uri().clone(),
+                host: req.headers().get(header::HOST).cloned(),
+                status: 0,
+                bytes: 0,
+                served: None,
+            });
+            let record = logged.is_some();
+            let mut resp = pipeline::handle(&live, req.map(Body::Incoming), client, record).await;
             crate::stats::count_status(resp.status().as_u16());
+            let logged = logged.map(|mut l| {
+                l.status = resp.status().as_u16();
+                l.served = resp.extensions_mut().remove::<crate::proxy::Served>();
+                Box::new(l)
+            });
             Ok(resp.map(|b| Guarded {
                 body: b,
                 _guard: guard,
+                log: logged,
             }))
         }
     });
@@ -90,10 +112,49 @@ pub async fn serve<S: Transport>(
     }
 }
 
-/// A response body that keeps its request counted (for the drain) until it is done.
+/// A response body that keeps its request counted (for the drain) until it is done,
+/// and writes its access log line when it is.
 struct Guarded {
     body: Body,
     _guard: RequestGuard,
+    log: Option<Box<H2Logged>>,
+}
+
+/// What the access log needs of an h2 request, and the response's progress.
+struct H2Logged {
+    log: Arc<crate::admin::access::AccessLog>,
+    start: std::time::Instant,
+    time: std::time::SystemTime,
+    client: HeaderValue,
+    method: http::Method,
+    uri: http::Uri,
+    host: Option<HeaderValue>,
+    status: u16,
+    bytes: u64,
+    served: Option<crate::proxy::Served>,
+}
+
+impl Drop for H2Logged {
+    fn drop(&mut self) {
+        let host = self
+            .host
+            .as_ref()
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        self.log.record(&crate::admin::access::Entry {
+            time: self.time,
+            client: self.client.to_str().unwrap_or(""),
+            host,
+            method: self.method.as_str(),
+            path: self.uri.path_and_query().map_or("/", |pq| pq.as_str()),
+            status: self.status,
+            bytes: self.bytes,
+            duration_ms: self.start.elapsed().as_millis() as u64,
+            pool: self.served.as_ref().map(|s| s.pool_name()),
+            peer: self.served.as_ref().map(|s| s.peer_address()),
+            attempts: self.served.as_ref().map_or(0, |s| s.attempts),
+        });
+    }
 }
 
 impl http_body::Body for Guarded {
@@ -104,7 +165,12 @@ impl http_body::Body for Guarded {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let this = &mut *self;
+        let r = Pin::new(&mut this.body).poll_frame(cx);
+        if let (Some(l), Poll::Ready(Some(Ok(f)))) = (this.log.as_mut(), &r) {
+            l.bytes += f.data_ref().map_or(0, |d| d.len() as u64);
+        }
+        r
     }
 
     fn is_end_stream(&self) -> bool {

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
 use super::drain::Drain;
+use crate::admin::access::AccessLog;
 use crate::admin::{self, revisions::Origin, revisions::Revisions, Command, Refused};
 use crate::config::units::format_duration;
 use crate::config::{self, Config, Listen};
@@ -100,7 +101,18 @@ pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> 
                 }
             },
         };
+        let access: super::h1::Access = Arc::new(arc_swap::ArcSwapOption::empty());
+        if let Some(c) = &config.global.access_log {
+            match AccessLog::start(c.clone()) {
+                Ok(log) => access.store(Some(log)),
+                Err(e) => {
+                    eprintln!("sluice: cannot open the access log: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
         let mut server = Server {
+            access,
             live,
             drain: Drain::new(),
             listeners: HashMap::new(),
@@ -119,6 +131,11 @@ pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> 
                         let _ = server.reload();
                     }
                     Signal::Stop => break,
+                    Signal::Reopen => {
+                        if let Some(log) = server.access.load_full() {
+                            log.reopen();
+                        }
+                    }
                 },
                 Some(c) = commands.recv() => match c {
                     Command::Reload(reply) => {
@@ -152,6 +169,8 @@ struct Accepting {
 }
 
 struct Server {
+    /// The access log the connections write to; a reload may replace it.
+    access: super::h1::Access,
     live: Arc<Live>,
     drain: Drain,
     listeners: HashMap<ListenKey, Accepting>,
@@ -197,6 +216,7 @@ impl Server {
                 self.live.clone(),
                 self.drain.clone(),
                 close.clone(),
+                self.access.clone(),
             ));
             self.listeners.insert(
                 k,
@@ -278,6 +298,25 @@ impl Server {
                 return Err(Refused::Invalid(e.to_string()));
             }
         };
+        let current = self.access.load_full();
+        if current.as_ref().map(|l| &l.config) != config.global.access_log.as_ref() {
+            match config
+                .global
+                .access_log
+                .clone()
+                .map(AccessLog::start)
+                .transpose()
+            {
+                Ok(log) => self.access.store(log),
+                Err(e) => {
+                    tracing::error!(
+                        "sluice: {} rejected, still serving revision {keep}: cannot open the access log: {e}",
+                        origin.as_str()
+                    );
+                    return Err(Refused::Invalid(format!("cannot open the access log: {e}")));
+                }
+            }
+        }
         let next = Generation::compile(&config, Some(&self.live.load()));
         self.live.swap(next);
         let wanted: Vec<ListenKey> = config.listeners.iter().map(key).collect();
@@ -346,7 +385,7 @@ impl Server {
                 s = signals.next() => match s {
                     Signal::Stop => break "on a second signal",
                     // A reload asked for during the drain is moot.
-                    Signal::Reload => continue,
+                    Signal::Reload | Signal::Reopen => continue,
                 },
             }
         };
@@ -363,11 +402,13 @@ enum Signal {
     Stop,
     /// SIGHUP.
     Reload,
+    /// SIGUSR1: reopen the access log file.
+    Reopen,
 }
 
 /// SIGTERM, SIGINT (Ctrl-C) and SIGHUP.
 struct Signals {
-    unix: Option<[tokio::signal::unix::Signal; 3]>,
+    unix: Option<[tokio::signal::unix::Signal; 4]>,
 }
 
 impl Signals {
@@ -377,8 +418,9 @@ impl Signals {
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
             signal(SignalKind::hangup()),
+            signal(SignalKind::user_defined1()),
         ) {
-            (Ok(t), Ok(i), Ok(h)) => Some([t, i, h]),
+            (Ok(t), Ok(i), Ok(h), Ok(u)) => Some([t, i, h, u]),
             _ => None,
         };
         Signals { unix }
@@ -386,11 +428,12 @@ impl Signals {
 
     async fn next(&mut self) -> Signal {
         match &mut self.unix {
-            Some([term, int, hup]) => {
+            Some([term, int, hup, usr1]) => {
                 tokio::select! {
                     _ = term.recv() => Signal::Stop,
                     _ = int.recv() => Signal::Stop,
                     _ = hup.recv() => Signal::Reload,
+                    _ = usr1.recv() => Signal::Reopen,
                 }
             }
             None => {

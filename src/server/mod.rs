@@ -64,6 +64,7 @@ pub async fn accept_loop(
     live: Arc<Live>,
     drain: Drain,
     close: Arc<tokio::sync::Notify>,
+    access: h1::Access,
 ) {
     let mut watch = drain.watch();
     loop {
@@ -83,7 +84,13 @@ pub async fn accept_loop(
         let client = ClientInfo::new(client, Scheme::Http);
         // Counted before the task runs, so a drain starting now waits for it.
         let counted = drain.connection();
-        tokio::spawn(connection(stream, client, live.clone(), counted));
+        tokio::spawn(connection(
+            stream,
+            client,
+            live.clone(),
+            counted,
+            access.clone(),
+        ));
     }
 }
 
@@ -95,6 +102,7 @@ async fn connection<S: Transport>(
     client: ClientInfo,
     live: Arc<Live>,
     counted: drain::ConnectionGuard,
+    access: h1::Access,
 ) {
     // The guard is the drain's handle too: one field less in every connection's task.
     let drain = counted.drain();
@@ -124,13 +132,23 @@ async fn connection<S: Transport>(
     };
     if buf.starts_with(h2::PREFACE) {
         // Boxed: an HTTP/1 connection's task should not be as large as an h2 one's.
-        Box::pin(h2::serve(stream, buf.freeze(), client, live, drain, watch)).await;
+        Box::pin(h2::serve(
+            stream,
+            buf.freeze(),
+            client,
+            live,
+            drain,
+            watch,
+            access,
+        ))
+        .await;
     } else {
         let conn = h1::Conn {
             client,
             live,
             drain,
             watch,
+            access,
         };
         conn.serve(stream, buf, accepted).await;
     }

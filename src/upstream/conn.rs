@@ -232,6 +232,7 @@ impl BackendConn {
                 &mut self.wbuf,
                 COALESCE,
                 Some(&mut out.resend),
+                &mut 0,
             )
             .map_err(SendError::Body)?;
         } else {

@@ -211,6 +211,33 @@ impl Builder {
                         })
                     }
                 }
+                "access_log" => {
+                    const USAGE: &str = "access_log stdout|stderr|off|FILE [json|text]";
+                    let base = self.dir_of(d.span());
+                    no_block(d).and_then(|()| match d.args.as_slice() {
+                        [] => Err(missing(d, USAGE, "access_log stdout")),
+                        [t, rest @ ..] => {
+                            let json = match rest {
+                                [] => true,
+                                [f] if f.text == "json" => true,
+                                [f] if f.text == "text" => false,
+                                [f] => return Err(expected(f, "`json` or `text`")),
+                                [_, x, ..] => return Err(extra(x, USAGE)),
+                            };
+                            let target = match t.text.as_str() {
+                                "off" => {
+                                    g.access_log = None;
+                                    return Ok(());
+                                }
+                                "stdout" => LogTarget::Stdout,
+                                "stderr" => LogTarget::Stderr,
+                                file => LogTarget::File(base.join(file)),
+                            };
+                            g.access_log = Some(AccessLogConfig { target, json });
+                            Ok(())
+                        }
+                    })
+                }
                 "admin" => one_arg(d, "admin ADDR | off").and_then(|w| {
                     g.admin = if w.text == "off" {
                         None

@@ -1,0 +1,140 @@
+//! The access log over real sockets: one JSON object (or text line) a response with
+//! the fields of DESIGN.md §14, written to a file that SIGUSR1 reopens after rotation.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+fn lines(path: &std::path::Path, n: usize) -> Vec<String> {
+    let end = Instant::now() + WAIT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let v: Vec<String> = text.lines().map(str::to_string).collect();
+        if v.len() >= n || Instant::now() > end {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_lines_with_every_field_and_reopen_on_sigusr1() {
+    let b = Backend::text("hello").await;
+    let dir = TempDir::new();
+    let log = dir.0.join("access.log");
+    let path = dir.write(
+        "sluice.conf",
+        &format!(
+            "global {{ admin off; access_log access.log json }}
+listen 127.0.0.1:0
+site app.test {{
+    route /local {{ respond 201 \"made here\" }}
+    proxy {}
+}}
+",
+            b.addr
+        ),
+    );
+    let p = path.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    assert_eq!(get_host(s.addr, "app.test", "/x?y=1").await.text(), "hello");
+    assert_eq!(get_host(s.addr, "app.test", "/local").await.status, 201);
+    let got = lines(&log, 2);
+    assert_eq!(got.len(), 2, "one line a response: {got:?}");
+    let proxied: Value = serde_json::from_str(&got[0]).unwrap();
+    assert_eq!(proxied["client"], "127.0.0.1");
+    assert_eq!(proxied["host"], "app.test");
+    assert_eq!(proxied["method"], "GET");
+    assert_eq!(proxied["path"], "/x?y=1");
+    assert_eq!(proxied["status"], 200);
+    assert_eq!(proxied["bytes"], 5);
+    assert!(proxied["duration_ms"].is_u64());
+    assert_eq!(proxied["pool"], "app.test");
+    assert_eq!(proxied["peer"], b.addr.to_string());
+    assert_eq!(proxied["attempts"], 1);
+    let t = proxied["time"].as_str().unwrap();
+    assert!(t.len() == 24 && t.ends_with('Z'), "RFC 3339: {t}");
+    let local: Value = serde_json::from_str(&got[1]).unwrap();
+    assert_eq!(
+        (local["status"].as_u64(), local["bytes"].as_u64()),
+        (Some(201), Some(9))
+    );
+    assert_eq!(local["pool"], Value::Null, "no pool served it");
+
+    // Rotation: move the file away, SIGUSR1, and the next line starts a new file.
+    let rotated = log.with_extension("log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    s.signal("USR1");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    get_host(s.addr, "app.test", "/local").await;
+    assert_eq!(lines(&log, 1).len(), 1, "a new file after SIGUSR1");
+    assert_eq!(
+        lines(&rotated, 2).len(),
+        2,
+        "the rotated file keeps its lines"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_lines() {
+    let dir = TempDir::new();
+    let log = dir.0.join("access.txt");
+    let path = dir.write(
+        "sluice.conf",
+        "global { admin off; access_log access.txt text }\nlisten 127.0.0.1:0\nsite * { respond \"ok\" }\n",
+    );
+    let p = path.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    get_host(s.addr, "a.test", "/p?q").await;
+    let got = lines(&log, 1);
+    let line = got.first().expect("a line");
+    assert!(
+        line.starts_with("127.0.0.1 - - [")
+            && line.contains("] \"GET /p?q HTTP/1.1\" 200 2 \"a.test\" - - 0 "),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_requests_are_logged_too() {
+    let b = Backend::text("over h2").await;
+    let dir = TempDir::new();
+    let log = dir.0.join("access.log");
+    let path = dir.write(
+        "sluice.conf",
+        &format!(
+            "global {{ admin off; access_log access.log }}\nlisten 127.0.0.1:0\nsite app.example {{ proxy {} }}\n",
+            b.addr
+        ),
+    );
+    let p = path.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let stream = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::builder()
+        .uri("http://app.example/two")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    use http_body_util::BodyExt;
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"over h2");
+    let got = lines(&log, 1);
+    let v: Value = serde_json::from_str(got.first().expect("a line")).unwrap();
+    assert_eq!(v["path"], "/two");
+    assert_eq!(v["host"], "app.example");
+    assert_eq!(
+        (v["status"].as_u64(), v["bytes"].as_u64()),
+        (Some(200), Some(7))
+    );
+    assert_eq!(v["pool"], "app.example");
+}
