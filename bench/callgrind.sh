@@ -4,6 +4,7 @@
 # `h2load --h1 -c 16` through sluice to an nginx backend) and their difference divided
 # by N2 - N1, so start-up and shutdown cancel out. Repeatable to a few instructions.
 #   bench/callgrind.sh [path/to/sluice]     (default: target/release/sluice, built here)
+#   SLUICE_GLOBAL="access_log /tmp/a.log" bench/callgrind.sh   (extra global options)
 # Needs valgrind, nginx and h2load (nghttp2-client); installs them on Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,7 @@ nginx -c "$work/nginx.conf" -p "$work"
 run() {
     local n=$1 port
     port=$(free_port)
-    printf 'global { workers 1; admin off }\nlisten 127.0.0.1:%s\nsite * { proxy 127.0.0.1:%s }\n' "$port" "$bport" >"$work/sluice.conf"
+    printf 'global { workers 1; admin off; %s }\nlisten 127.0.0.1:%s\nsite * { proxy 127.0.0.1:%s }\n' "${SLUICE_GLOBAL:-}" "$port" "$bport" >"$work/sluice.conf"
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.$n" "$bin" run -c "$work/sluice.conf" 2>"$work/valgrind.$n" &
     local pid=$!
     for _ in $(seq 100); do

@@ -2,22 +2,32 @@
 //! `method`, `path`, `status`, `bytes`, `duration_ms`, `pool`, `peer`, `attempts`) or
 //! a combined-log-like text line — to stdout, stderr or a file.
 //!
-//! Never blocks the request path: a line goes into a bounded channel to a writer task;
-//! when the channel is full the line is counted as dropped, never waited for. The
-//! writer flushes whenever it has caught up. SIGUSR1 reopens the file (log rotation).
+//! Never blocks the request path: a line goes into a bounded channel to a writer
+//! thread; when the channel is full the line is counted as dropped, never waited for.
+//! The writer flushes whenever it has caught up. SIGUSR1 reopens the file (log
+//! rotation) before the next line. Lines are formatted by hand (no JSON tree per line).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::{mpsc, Notify};
+use std::sync::mpsc;
 
 use super::log::rfc3339;
 use crate::config::{AccessLogConfig, LogTarget};
 
 /// Lines waiting for the writer, at most.
 const QUEUE: usize = 8192;
+/// How long the writer sleeps when it has caught up: the most a line waits.
+const LAG: std::time::Duration = std::time::Duration::from_millis(10);
+
+#[derive(Default)]
+struct Flags {
+    /// SIGUSR1: reopen the file before the next line.
+    reopen: AtomicBool,
+    /// Shutting down: write what is queued and stop.
+    closing: AtomicBool,
+}
 
 /// Lines dropped because the writer fell behind, since start.
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
@@ -40,15 +50,17 @@ pub struct Entry<'a> {
 
 pub struct AccessLog {
     pub config: AccessLogConfig,
-    tx: mpsc::Sender<String>,
-    reopen: Arc<Notify>,
+    tx: mpsc::SyncSender<String>,
+    flags: Arc<Flags>,
+    writer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl AccessLog {
     /// Starts the writer task. Must run inside the tokio runtime.
     pub fn start(config: AccessLogConfig) -> std::io::Result<Arc<AccessLog>> {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        let reopen = Arc::new(Notify::new());
+        // A preallocated ring: sending allocates nothing and wakes no one.
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        let flags = Arc::new(Flags::default());
         if let LogTarget::File(path) = &config.target {
             // Fail at load, not at the first line, when the file cannot be opened.
             std::fs::OpenOptions::new()
@@ -56,8 +68,16 @@ impl AccessLog {
                 .append(true)
                 .open(path)?;
         }
-        tokio::spawn(write(config.target.clone(), rx, reopen.clone()));
-        Ok(Arc::new(AccessLog { config, tx, reopen }))
+        let (target, f) = (config.target.clone(), flags.clone());
+        let writer = std::thread::Builder::new()
+            .name("sluice-access-log".into())
+            .spawn(move || write(target, rx, f))?;
+        Ok(Arc::new(AccessLog {
+            config,
+            tx,
+            flags,
+            writer: std::sync::Mutex::new(Some(writer)),
+        }))
     }
 
     /// Queues a line; drops it (counted) if the writer is behind.
@@ -68,29 +88,54 @@ impl AccessLog {
         }
     }
 
-    /// Reopens the file (after rotation); nothing for stdout and stderr.
+    /// Reopens the file (after rotation) before the next line; nothing for stdout and
+    /// stderr.
     pub fn reopen(&self) {
-        self.reopen.notify_one();
+        self.flags.reopen.store(true, Ordering::Relaxed);
+    }
+
+    /// Writes what is queued and stops the writer (at shutdown), waiting for it.
+    pub fn close(&self) {
+        self.flags.closing.store(true, Ordering::Relaxed);
+        let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = writer {
+            let _ = w.join();
+        }
     }
 }
 
 fn json(e: &Entry<'_>) -> String {
-    let mut line = serde_json::json!({
-        "time": rfc3339(e.time),
-        "client": e.client,
-        "host": e.host,
-        "method": e.method,
-        "path": e.path,
-        "status": e.status,
-        "bytes": e.bytes,
-        "duration_ms": e.duration_ms,
-        "pool": e.pool,
-        "peer": e.peer,
-        "attempts": e.attempts,
-    })
-    .to_string();
-    line.push('\n');
-    line
+    let mut s = String::with_capacity(192 + e.path.len());
+    s.push_str("{\"time\":\"");
+    timestamp(&mut s, e.time);
+    s.push_str("\",\"client\":");
+    string(&mut s, e.client);
+    s.push_str(",\"host\":");
+    string(&mut s, e.host);
+    s.push_str(",\"method\":");
+    string(&mut s, e.method);
+    s.push_str(",\"path\":");
+    string(&mut s, e.path);
+    s.push_str(",\"status\":");
+    number(&mut s, u64::from(e.status));
+    s.push_str(",\"bytes\":");
+    number(&mut s, e.bytes);
+    s.push_str(",\"duration_ms\":");
+    number(&mut s, e.duration_ms);
+    s.push_str(",\"pool\":");
+    match e.pool {
+        Some(p) => string(&mut s, p),
+        None => s.push_str("null"),
+    }
+    s.push_str(",\"peer\":");
+    match e.peer {
+        Some(p) => string(&mut s, p),
+        None => s.push_str("null"),
+    }
+    s.push_str(",\"attempts\":");
+    number(&mut s, u64::from(e.attempts));
+    s.push_str("}\n");
+    s
 }
 
 fn text(e: &Entry<'_>) -> String {
@@ -114,15 +159,77 @@ fn text(e: &Entry<'_>) -> String {
     )
 }
 
-async fn open(target: &LogTarget) -> Box<dyn AsyncWrite + Send + Unpin> {
+/// `e.time` in RFC 3339 with milliseconds; the date and time of day are formatted
+/// once a second per thread.
+fn timestamp(out: &mut String, t: SystemTime) {
+    use std::cell::RefCell;
+    thread_local! {
+        static CACHE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+    }
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.0 != d.as_secs() {
+            let full = rfc3339(t);
+            *c = (d.as_secs(), full[..19].to_string());
+        }
+        out.push_str(&c.1);
+    });
+    let ms = d.subsec_millis();
+    out.push('.');
+    for digit in [ms / 100, ms / 10 % 10, ms % 10] {
+        out.push(char::from(b'0' + digit as u8));
+    }
+    out.push('Z');
+}
+
+/// A JSON string: quotes, backslashes and control characters escaped (whole runs of
+/// plain characters copied at once).
+fn string(out: &mut String, v: &str) {
+    out.push('"');
+    let mut plain = 0;
+    for (i, b) in v.bytes().enumerate() {
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&v[plain..i]);
+        if escape.is_empty() {
+            let _ = std::fmt::Write::write_fmt(out, format_args!("\\u{b:04x}"));
+        } else {
+            out.push_str(escape);
+        }
+        plain = i + 1;
+    }
+    out.push_str(&v[plain..]);
+    out.push('"');
+}
+
+/// A decimal number, without the formatting machinery.
+fn number(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&digits[i..]).unwrap_or("0"));
+}
+
+fn open(target: &LogTarget) -> Box<dyn std::io::Write + Send> {
     match target {
-        LogTarget::Stdout => Box::new(tokio::io::stdout()),
-        LogTarget::Stderr => Box::new(tokio::io::stderr()),
-        LogTarget::File(path) => match tokio::fs::OpenOptions::new()
+        LogTarget::Stdout => Box::new(std::io::stdout()),
+        LogTarget::Stderr => Box::new(std::io::stderr()),
+        LogTarget::File(path) => match std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
-            .await
         {
             Ok(f) => Box::new(f),
             Err(e) => {
@@ -130,30 +237,78 @@ async fn open(target: &LogTarget) -> Box<dyn AsyncWrite + Send + Unpin> {
                     "sluice: access log: cannot open {}: {e}; lines go to stderr",
                     path.display()
                 );
-                Box::new(tokio::io::stderr())
+                Box::new(std::io::stderr())
             }
         },
     }
 }
 
-async fn write(target: LogTarget, mut rx: mpsc::Receiver<String>, reopen: Arc<Notify>) {
-    let mut out = BufWriter::new(open(&target).await);
+/// The writer: its own thread with plain blocking I/O, so a slow disk never stalls a
+/// runtime worker. It drains what is queued, writes it through a 64 KiB buffer,
+/// flushes, and sleeps a few milliseconds: a request never wakes it (a wakeup a line
+/// cost more than the line), and a line reaches the file within [`LAG`].
+fn write(target: LogTarget, rx: mpsc::Receiver<String>, flags: Arc<Flags>) {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, open(&target));
     loop {
-        tokio::select! {
-            line = rx.recv() => {
-                let Some(line) = line else { break };
-                if out.write_all(line.as_bytes()).await.is_err() {
-                    DROPPED.fetch_add(1, Ordering::Relaxed);
-                }
-                if rx.is_empty() {
-                    let _ = out.flush().await;
-                }
-            }
-            _ = reopen.notified() => {
-                let _ = out.flush().await;
-                out = BufWriter::new(open(&target).await);
-            }
+        if flags.reopen.swap(false, Ordering::Relaxed) {
+            let _ = out.flush();
+            out = std::io::BufWriter::with_capacity(64 * 1024, open(&target));
         }
+        let mut wrote = false;
+        let closed = loop {
+            match rx.try_recv() {
+                Ok(line) => {
+                    wrote = true;
+                    if out.write_all(line.as_bytes()).is_err() {
+                        DROPPED.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(mpsc::TryRecvError::Empty) => break false,
+                Err(mpsc::TryRecvError::Disconnected) => break true,
+            }
+        };
+        if wrote {
+            let _ = out.flush();
+        }
+        if closed || flags.closing.load(Ordering::Relaxed) {
+            let _ = out.flush();
+            return;
+        }
+        std::thread::sleep(LAG);
     }
-    let _ = out.flush().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_lines_escape_what_a_client_sent() {
+        let e = Entry {
+            time: SystemTime::UNIX_EPOCH,
+            client: "10.0.0.1",
+            host: "a\"b\\c",
+            method: "GET",
+            path: "/x\ny\u{1}",
+            status: 200,
+            bytes: 5,
+            duration_ms: 3,
+            pool: Some("a /x/*"),
+            peer: None,
+            attempts: 1,
+        };
+        let line = json(&e);
+        assert!(line.ends_with("}\n"));
+        let v: serde_json::Value = serde_json::from_str(&line).expect("valid JSON");
+        assert_eq!(v["host"], "a\"b\\c");
+        assert_eq!(v["path"], "/x\ny\u{1}");
+        assert_eq!(v["time"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(v["pool"], "a /x/*");
+        assert_eq!(v["peer"], serde_json::Value::Null);
+        assert_eq!(
+            (v["status"].as_u64(), v["bytes"].as_u64()),
+            (Some(200), Some(5))
+        );
+    }
 }

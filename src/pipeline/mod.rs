@@ -63,21 +63,27 @@ impl ClientInfo {
     }
 }
 
-pub type ResponseFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+/// The response, and (when asked for) which pool and peer served it.
+pub type ResponseFuture =
+    Pin<Box<dyn Future<Output = (Response<Body>, Option<proxy::Served>)> + Send>>;
 
 /// Serves one request on the current generation. Boxed so a connection's task stays
 /// small while it waits idle.
 /// `record`: note in the response which pool and peer served it (the access log).
 pub fn handle(live: &Live, req: Request<Body>, client: ClientInfo, record: bool) -> ResponseFuture {
     let gen = live.load();
-    Box::pin(async move { run(&gen, req, &client, record).await })
+    Box::pin(async move {
+        let served = std::sync::OnceLock::new();
+        let resp = run(&gen, req, &client, record.then_some(&served)).await;
+        (resp, served.into_inner())
+    })
 }
 
 async fn run(
     gen: &Generation,
     mut req: Request<Body>,
     client: &ClientInfo,
-    record: bool,
+    served: Option<&std::sync::OnceLock<proxy::Served>>,
 ) -> Response<Body> {
     let (route, normalized) = match find_route(gen, &req) {
         Ok(found) => found,
@@ -121,7 +127,7 @@ async fn run(
             if let Some(path) = cx.changed_path() {
                 set_path(&mut req, path);
             }
-            call_handler(gen, route, req, client, &cx, record).await
+            call_handler(gen, route, req, client, &cx, served).await
         }
     };
     for f in route.filters[..ran].iter().rev() {
@@ -192,7 +198,7 @@ async fn call_handler(
     req: Request<Body>,
     client: &ClientInfo,
     cx: &Cx<'_>,
-    record: bool,
+    served: Option<&std::sync::OnceLock<proxy::Served>>,
 ) -> Response<Body> {
     let values = cx.values();
     match &route.handler {
@@ -203,7 +209,7 @@ async fn call_handler(
                 scheme: &scheme,
                 trusted: gen.is_trusted(client.addr.ip()),
                 values,
-                record,
+                served,
             };
             proxy::forward(pool, req, &c).await
         }

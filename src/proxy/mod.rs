@@ -38,8 +38,8 @@ const BUSY: &str = "Server busy, retry in a moment\n";
 const NO_CAPACITY: &str = "Edge out of connection capacity toward this site, retry in a moment\n";
 const UNREACHABLE: &str = "Bad gateway: no backend could be reached\n";
 
-/// Which pool and peer served a response, and after how many attempts: put in the
-/// response's extensions for the access log (only when it is on).
+/// Which pool and peer served a response, and after how many attempts: noted for the
+/// access log (only when it is on).
 #[derive(Clone)]
 pub struct Served {
     pub pool: Arc<Pool>,
@@ -67,8 +67,8 @@ pub struct Client<'a> {
     pub trusted: bool,
     /// Placeholder values for `header_up` / `header_down`.
     pub values: Values<'a>,
-    /// Note which pool and peer served the response ([`Served`]), for the access log.
-    pub record: bool,
+    /// Where to note which pool and peer served the response, for the access log.
+    pub served: Option<&'a std::sync::OnceLock<Served>>,
 }
 
 pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) -> Response<Body> {
@@ -123,15 +123,14 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
                     }
                 }
                 let attempts = tried.count as u32;
-                let mut resp = stream(pool, conn, head, lease, client, &note);
-                if client.record {
-                    resp.extensions_mut().insert(Served {
+                if let Some(cell) = client.served {
+                    let _ = cell.set(Served {
                         pool: pool.clone(),
                         peer: i,
                         attempts,
                     });
                 }
-                return resp;
+                return stream(pool, conn, head, lease, client, &note);
             }
             Attempt::Refused(resp) => return resp,
             Attempt::Unreachable(e) => {

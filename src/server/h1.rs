@@ -197,7 +197,6 @@ impl Conn {
         };
         let log = self.access.load_full().map(|log| Logged {
             log,
-            start: Instant::now(),
             time: std::time::SystemTime::now(),
             method: method.clone(),
             uri: uri.clone(),
@@ -255,7 +254,7 @@ pub type Access = Arc<arc_swap::ArcSwapOption<AccessLog>>;
 /// What the access log needs of a request, taken before it is dispatched.
 struct Logged {
     log: Arc<AccessLog>,
-    start: Instant,
+    /// When the head was read: the line's time, and the start of its duration.
     time: std::time::SystemTime,
     method: Method,
     uri: http::Uri,
@@ -278,7 +277,7 @@ impl Logged {
             path,
             status: ex.status,
             bytes: ex.bytes,
-            duration_ms: self.start.elapsed().as_millis() as u64,
+            duration_ms: self.time.elapsed().map_or(0, |d| d.as_millis() as u64),
             pool: ex.served.as_ref().map(|s| s.pool_name()),
             peer: ex.served.as_ref().map(|s| s.peer_address()),
             attempts: ex.served.as_ref().map_or(0, |s| s.attempts),
@@ -303,7 +302,11 @@ impl Exchange {
         loop {
             tokio::select! {
                 biased;
-                resp = &mut fut => return Some(resp),
+                r = &mut fut => {
+                    let (resp, served) = r;
+                    self.served = served;
+                    return Some(resp);
+                }
                 r = async { want.as_mut().expect("guarded by the precondition").await }, if want.is_some() => {
                     want = None;
                     if r.is_ok() && wr.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
@@ -359,9 +362,8 @@ impl Exchange {
         buf: &mut BytesMut,
         resp: Response<Body>,
     ) -> bool {
-        let (mut parts, mut rbody) = resp.into_parts();
+        let (parts, mut rbody) = resp.into_parts();
         if self.record {
-            self.served = parts.extensions.remove::<crate::proxy::Served>();
             self.status = parts.status.as_u16();
         }
         let mut headers = parts.headers;

@@ -68,7 +68,6 @@ pub async fn serve<S: Transport>(
             }
             let logged = log.map(|log| H2Logged {
                 log,
-                start: std::time::Instant::now(),
                 time: std::time::SystemTime::now(),
                 client: client.ip_value.clone(),
                 method: req.method().clone(),
@@ -79,11 +78,12 @@ pub async fn serve<S: Transport>(
                 served: None,
             });
             let record = logged.is_some();
-            let mut resp = pipeline::handle(&live, req.map(Body::Incoming), client, record).await;
+            let (resp, served) =
+                pipeline::handle(&live, req.map(Body::Incoming), client, record).await;
             crate::stats::count_status(resp.status().as_u16());
             let logged = logged.map(|mut l| {
                 l.status = resp.status().as_u16();
-                l.served = resp.extensions_mut().remove::<crate::proxy::Served>();
+                l.served = served;
                 Box::new(l)
             });
             Ok(resp.map(|b| Guarded {
@@ -123,7 +123,6 @@ struct Guarded {
 /// What the access log needs of an h2 request, and the response's progress.
 struct H2Logged {
     log: Arc<crate::admin::access::AccessLog>,
-    start: std::time::Instant,
     time: std::time::SystemTime,
     client: HeaderValue,
     method: http::Method,
@@ -149,7 +148,7 @@ impl Drop for H2Logged {
             path: self.uri.path_and_query().map_or("/", |pq| pq.as_str()),
             status: self.status,
             bytes: self.bytes,
-            duration_ms: self.start.elapsed().as_millis() as u64,
+            duration_ms: self.time.elapsed().map_or(0, |d| d.as_millis() as u64),
             pool: self.served.as_ref().map(|s| s.pool_name()),
             peer: self.served.as_ref().map(|s| s.peer_address()),
             attempts: self.served.as_ref().map_or(0, |s| s.attempts),

@@ -147,7 +147,12 @@ pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> 
                 },
             }
         }
+        let access = server.access.clone();
         server.stop(&mut signals).await;
+        if let Some(log) = access.swap(None) {
+            // Every line of the requests that finished reaches the file.
+            log.close();
+        }
         ExitCode::SUCCESS
     });
     rt.shutdown_timeout(Duration::from_millis(100));
