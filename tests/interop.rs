@@ -1,5 +1,5 @@
 //! Interop with real programs: curl as the client (HTTP/1.1 and h2c), nginx as a
-//! backend, h2load for concurrent h2c streams. Each test skips with a printed reason
+//! backend, h2load for concurrent h2c streams, headless Chromium for the dashboard. Each test skips with a printed reason
 //! when its program is missing, and fails instead under `SLUICE_INTEROP=require` (CI).
 
 mod common;
@@ -177,4 +177,62 @@ fn h2load_runs_concurrent_h2c_streams() {
         "every stream succeeded:\n{text}"
     );
     assert!(text.contains("status codes: 2000 2xx"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_renders_in_a_real_browser() {
+    let Some(chromium) = program("chromium") else {
+        return;
+    };
+    let live = Backend::text("up").await;
+    let dead = dead_addr().await;
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0 }}
+         site shop.test {{
+             route /api/* {{ proxy {live} }}
+             proxy {dead} {live} {{ lb first }}
+         }}",
+        live = live.addr
+    ));
+    let admin = s.admin();
+    // The first peer of the site's pool is down: one request takes it out of rotation.
+    assert_eq!(get_host(s.addr, "shop.test", "/").await.text(), "up");
+    let dir = TempDir::new();
+    let shot = dir.0.join("dashboard.png");
+    let url = format!("http://{admin}/");
+    let run = |extra: &[&str]| {
+        let out = Command::new(&chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--window-size=1000,700",
+                "--virtual-time-budget=3000",
+                &format!("--user-data-dir={}", dir.0.join("profile").display()),
+            ])
+            .args(extra)
+            .arg(&url)
+            .output()
+            .expect("chromium runs");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    // The DOM after the page's script fetched /status (the runtime's other worker
+    // keeps sluice's backends answering while this one waits for the browser).
+    let dom = run(&["--dump-dom"]);
+    run(&[&format!("--screenshot={}", shot.display())]);
+    let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 1000, "a screenshot was taken ({size} bytes)");
+    assert!(
+        dom.contains("shop.test /api/*"),
+        "the page names the route's pool:\n{dom}"
+    );
+    assert!(
+        dom.contains("<h2>shop.test <span"),
+        "and the site's pool:\n{dom}"
+    );
+    assert!(
+        dom.contains(&format!("<td>{dead}</td><td class=\"out\">out</td>")),
+        "the down peer shows as down:\n{dom}"
+    );
+    assert!(dom.contains("revision 1"), "{dom}");
 }
