@@ -58,6 +58,8 @@ pub struct Global {
     pub admin: Option<SocketAddr>,
     /// `access_log`; `None` when off (the default).
     pub access_log: Option<AccessLogConfig>,
+    /// `tracing on`: W3C `traceparent` to backends.
+    pub tracing: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +85,7 @@ impl Default for Global {
             probe_concurrency: 16,
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 2019))),
             access_log: None,
+            tracing: false,
         }
     }
 }

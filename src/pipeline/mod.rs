@@ -210,6 +210,7 @@ async fn call_handler(
                 trusted: gen.is_trusted(client.addr.ip()),
                 values,
                 served,
+                tracing: gen.tracing,
             };
             proxy::forward(pool, req, &c).await
         }

@@ -13,6 +13,7 @@
 
 pub mod body;
 pub mod headers;
+pub mod trace;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -69,6 +70,8 @@ pub struct Client<'a> {
     pub values: Values<'a>,
     /// Where to note which pool and peer served the response, for the access log.
     pub served: Option<&'a std::sync::OnceLock<Served>>,
+    /// `tracing on`: send a `traceparent`.
+    pub tracing: bool,
 }
 
 pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) -> Response<Body> {
@@ -297,6 +300,9 @@ fn prepare(pool: &Pool, req: Request<Body>, client: &Client<'_>) -> Request<Body
         client.trusted,
         &pool.cfg,
     );
+    if client.tracing {
+        trace::propagate(&mut parts.headers);
+    }
     parts.version = Version::HTTP_11;
     if let Some(pq) = parts.uri.path_and_query() {
         parts.uri = Uri::from(pq.clone());

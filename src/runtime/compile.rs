@@ -49,6 +49,7 @@ impl Generation {
         Generation {
             sites,
             trust: config.global.trust.clone(),
+            tracing: config.global.tracing,
             probe_slots,
         }
     }

@@ -18,6 +18,8 @@ use crate::upstream::Pool;
 pub struct Generation {
     pub sites: Sites,
     pub trust: Vec<IpNet>,
+    /// `tracing on`: backends get a `traceparent`.
+    pub tracing: bool,
     /// The process-wide cap on health probes at once.
     pub probe_slots: Arc<tokio::sync::Semaphore>,
 }

@@ -334,8 +334,8 @@ pub fn hash_bytes(b: &[u8]) -> u64 {
     h ^ (h >> 31)
 }
 
-/// A cheap per-thread random number (xorshift64*), for `p2c`.
-fn random() -> u64 {
+/// A cheap per-thread random number (xorshift64*), for `p2c` and trace ids.
+pub fn random() -> u64 {
     thread_local! {
         static STATE: Cell<u64> = Cell::new(
             std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), 0u64) | 1,

@@ -238,6 +238,14 @@ impl Builder {
                         }
                     })
                 }
+                "tracing" => one_arg(d, "tracing on|off").and_then(|w| {
+                    g.tracing = match w.text.as_str() {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(expected(w, "`on` or `off`")),
+                    };
+                    Ok(())
+                }),
                 "admin" => one_arg(d, "admin ADDR | off").and_then(|w| {
                     g.admin = if w.text == "off" {
                         None

@@ -144,7 +144,7 @@ fn unbuilt_directives_are_refused_not_ignored() {
         ("site a { files /srv }", "files"),
         ("site a { rate_limit 10 }", "rate_limit"),
         ("tcp 127.0.0.1:1 { proxy 127.0.0.1:2 }", "tcp"),
-        ("global { tracing on }", "tracing"),
+        ("global { safety { default strict } }", "safety"),
     ] {
         let (_, _, m, _) = err(text);
         assert!(

@@ -183,11 +183,6 @@ pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
     (Place::Global, "tunnel_drain", "tunnels are not built yet"),
     (
         Place::Global,
-        "tracing",
-        "trace propagation is not built yet",
-    ),
-    (
-        Place::Global,
         "safety",
         "destination safety is not built yet",
     ),
