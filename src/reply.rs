@@ -12,6 +12,9 @@ use crate::body::Body;
 
 /// A short plain-text answer with `Date`.
 pub fn local_response(status: StatusCode, body: &'static str) -> Response<Body> {
+    if status.as_u16() >= 400 {
+        tracing::debug!("sluice: answered {} {}", status.as_u16(), body.trim_end());
+    }
     let mut r = Response::new(Body::full(body));
     *r.status_mut() = status;
     let h = r.headers_mut();

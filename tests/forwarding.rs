@@ -335,16 +335,33 @@ async fn a_relative_unix_path_is_relative_to_the_config_file() {
 #[tokio::test]
 async fn tracing_on_sends_a_traceparent_continuing_a_valid_one() {
     let b = Backend::echo_head().await;
-    let s = Sluice::start(&format!("global {{ tracing on }}\nsite * {{ proxy {} }}", b.addr));
+    let s = Sluice::start(&format!(
+        "global {{ tracing on }}\nsite * {{ proxy {} }}",
+        b.addr
+    ));
     let (_, h) = seen(&get(s.addr, "/").await);
     let started = &h["traceparent"];
     assert_eq!(started.len(), 55, "a new trace: {started}");
-    assert!(started.starts_with("00-") && started.ends_with("-01"), "{started}");
+    assert!(
+        started.starts_with("00-") && started.ends_with("-01"),
+        "{started}"
+    );
     let incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
     let r = request(s.addr, "GET", "/", &[("traceparent", incoming)], b"").await;
     let continued = &seen(&r).1["traceparent"];
-    assert!(continued.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"), "{continued}");
-    assert!(continued.ends_with("-00") && !continued.contains("00f067aa0ba902b7"), "{continued}");
+    assert!(
+        continued.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+        "{continued}"
+    );
+    assert!(
+        continued.ends_with("-00") && !continued.contains("00f067aa0ba902b7"),
+        "{continued}"
+    );
     let plain = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
-    assert!(!seen(&get(plain.addr, "/").await).1.contains_key("traceparent"), "off by default");
+    assert!(
+        !seen(&get(plain.addr, "/").await)
+            .1
+            .contains_key("traceparent"),
+        "off by default"
+    );
 }

@@ -206,3 +206,40 @@ async fn pools_carry_their_state_and_removed_pools_stop_probing() {
         "no probe reaches a backend whose pool the reload removed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_generations_are_freed() {
+    // A large config: each generation holds thousands of routes and pools.
+    let big = |tag: &str| {
+        let mut t = String::new();
+        for i in 0..400 {
+            t.push_str(&format!("site s{i}.test {{\n"));
+            for j in 0..10 {
+                t.push_str(&format!(
+                    "  route /r{j}/* {{ header_down X-Tag {tag}{i}{j}\n proxy 127.0.0.1:{} }}\n",
+                    1000 + j
+                ));
+            }
+            t.push_str("}\n");
+        }
+        t.push_str("site * { respond \"ok\" }\n");
+        t
+    };
+    let r = Reloadable::start(&big("a"));
+    r.reload(&big("b"), "reloaded: revision 2", 1);
+    // One generation of this config is ~20 MiB: a leak of even one would show.
+    let (after_one, _) = rss_kib(r.s.pid());
+    for i in 3..=22 {
+        r.reload(
+            &big(if i % 2 == 0 { "a" } else { "b" }),
+            &format!("revision {i}:"),
+            1,
+        );
+    }
+    assert_eq!(get(r.s.addr, "/").await.text(), "ok");
+    let (after_twenty, _) = rss_kib(r.s.pid());
+    assert!(
+        after_twenty < after_one + 8 * 1024,
+        "twenty more generations kept no memory: {after_one} KiB after one reload, {after_twenty} KiB after twenty-one"
+    );
+}
