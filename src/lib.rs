@@ -22,4 +22,5 @@ pub(crate) mod route;
 pub(crate) mod runtime;
 pub mod server;
 pub(crate) mod stats;
+pub(crate) mod tunnel;
 pub(crate) mod upstream;

@@ -191,7 +191,7 @@ pub fn render(gen: &Generation) -> String {
         "gauge",
         "open upgraded connections",
     );
-    let _ = writeln!(o, "sluice_tunnels_open 0");
+    let _ = writeln!(o, "sluice_tunnels_open {}", get(&crate::tunnel::OPEN));
     for (name, c, help) in [
         (
             "sluice_out_of_ports_total",

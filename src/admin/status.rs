@@ -18,7 +18,7 @@ pub fn status(gen: &Generation, revision: u64, listeners: &[String]) -> Value {
         "listeners": listeners,
         "sites": sites,
         "pools": pools,
-        "tunnels_open": 0,
+        "tunnels_open": crate::tunnel::OPEN.load(Ordering::Relaxed),
     })
 }
 

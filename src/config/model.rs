@@ -60,6 +60,10 @@ pub struct Global {
     pub access_log: Option<AccessLogConfig>,
     /// `tracing on`: W3C `traceparent` to backends.
     pub tracing: bool,
+    /// The most upgraded connections (WebSockets) open at once.
+    pub max_tunnels: u64,
+    /// How long a tunnel of a pool a reload removed may stay open.
+    pub tunnel_drain: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +90,8 @@ impl Default for Global {
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 2019))),
             access_log: None,
             tracing: false,
+            max_tunnels: 16_384,
+            tunnel_drain: Duration::from_secs(3600),
         }
     }
 }

@@ -63,27 +63,53 @@ impl ClientInfo {
     }
 }
 
-/// The response, and (when asked for) which pool and peer served it.
-pub type ResponseFuture =
-    Pin<Box<dyn Future<Output = (Response<Body>, Option<proxy::Served>)> + Send>>;
+/// What a request's journey ends with: the response, which pool and peer served it
+/// (when asked for), and an upgraded connection to join with the client's (a 101).
+pub struct Answer {
+    pub resp: Response<Body>,
+    pub served: Option<proxy::Served>,
+    pub tunnel: Option<crate::tunnel::Tunnel>,
+}
+
+pub type ResponseFuture = Pin<Box<dyn Future<Output = Answer> + Send>>;
+
+/// What the connection can do with a request besides answer it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Offer {
+    /// Note which pool and peer served the response (the access log is on).
+    pub record: bool,
+    /// The connection can be handed over to an upgraded protocol (HTTP/1.1).
+    pub upgrade: bool,
+}
 
 /// Serves one request on the current generation. Boxed so a connection's task stays
 /// small while it waits idle.
-/// `record`: note in the response which pool and peer served it (the access log).
-pub fn handle(live: &Live, req: Request<Body>, client: ClientInfo, record: bool) -> ResponseFuture {
+pub fn handle(live: &Live, req: Request<Body>, client: ClientInfo, offer: Offer) -> ResponseFuture {
     let gen = live.load();
     Box::pin(async move {
-        let served = std::sync::OnceLock::new();
-        let resp = run(&gen, req, &client, record.then_some(&served)).await;
-        (resp, served.into_inner())
+        let slots = Slots::default();
+        let resp = run(&gen, req, &client, &slots, offer).await;
+        Answer {
+            resp,
+            served: slots.served.into_inner(),
+            tunnel: slots.tunnel.into_inner(),
+        }
     })
+}
+
+/// Where the handler leaves what the connection needs besides the response.
+#[derive(Default)]
+struct Slots {
+    served: std::sync::OnceLock<proxy::Served>,
+    tunnel: std::sync::OnceLock<crate::tunnel::Tunnel>,
 }
 
 async fn run(
     gen: &Generation,
     mut req: Request<Body>,
     client: &ClientInfo,
-    served: Option<&std::sync::OnceLock<proxy::Served>>,
+    slots: &Slots,
+    offer: Offer,
 ) -> Response<Body> {
     let (route, normalized) = match find_route(gen, &req) {
         Ok(found) => found,
@@ -127,7 +153,7 @@ async fn run(
             if let Some(path) = cx.changed_path() {
                 set_path(&mut req, path);
             }
-            call_handler(gen, route, req, client, &cx, served).await
+            call_handler(gen, route, req, client, &cx, slots, offer).await
         }
     };
     for f in route.filters[..ran].iter().rev() {
@@ -198,7 +224,8 @@ async fn call_handler(
     req: Request<Body>,
     client: &ClientInfo,
     cx: &Cx<'_>,
-    served: Option<&std::sync::OnceLock<proxy::Served>>,
+    slots: &Slots,
+    offer: Offer,
 ) -> Response<Body> {
     let values = cx.values();
     match &route.handler {
@@ -209,8 +236,11 @@ async fn call_handler(
                 scheme: &scheme,
                 trusted: gen.is_trusted(client.addr.ip()),
                 values,
-                served,
+                served: offer.record.then_some(&slots.served),
                 tracing: gen.tracing,
+                tunnel: offer.upgrade.then_some(&slots.tunnel),
+                max_tunnels: gen.max_tunnels,
+                tunnel_drain: gen.tunnel_drain,
             };
             proxy::forward(pool, req, &c).await
         }

@@ -5,40 +5,15 @@
 //! (dropped early) closes its connection.
 
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
-use tokio::sync::OwnedSemaphorePermit;
 
 use crate::body::BodyError;
 use crate::http1::decode::Decoder;
 use crate::upstream::conn::BackendConn;
-use crate::upstream::{FailureKind, Pool};
-
-/// What one request holds on its pool until its response has been passed on.
-pub struct Lease {
-    pub pool: Arc<Pool>,
-    pub peer: usize,
-    pub permit: Option<OwnedSemaphorePermit>,
-}
-
-impl Lease {
-    pub fn new(pool: Arc<Pool>, peer: usize, permit: Option<OwnedSemaphorePermit>) -> Lease {
-        pool.peers()[peer].in_flight.fetch_add(1, Ordering::Relaxed);
-        Lease { pool, peer, permit }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.pool.peers()[self.peer]
-            .in_flight
-            .fetch_sub(1, Ordering::Relaxed);
-    }
-}
+use crate::upstream::{FailureKind, Lease};
 
 pub struct ResponseBody {
     conn: Option<BackendConn>,

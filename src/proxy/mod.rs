@@ -22,7 +22,6 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use tokio::sync::OwnedSemaphorePermit;
 
-use self::body::Lease;
 pub use self::body::ResponseBody;
 use crate::body::{Body, BodyError};
 use crate::config::template::Values;
@@ -30,10 +29,11 @@ use crate::config::units::format_duration;
 use crate::config::{HashKey, Policy};
 use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
+use crate::tunnel::{Opened, Tunnel};
 use crate::upstream::balancer::hash_bytes;
 use crate::upstream::conn::{BackendConn, Outgoing, SendError};
 use crate::upstream::dial::{self, DialError};
-use crate::upstream::{FailureKind, Note, Pick, Pool, Tried};
+use crate::upstream::{FailureKind, Lease, Note, Pick, Pool, Tried};
 
 const BUSY: &str = "Server busy, retry in a moment\n";
 const NO_CAPACITY: &str = "Edge out of connection capacity toward this site, retry in a moment\n";
@@ -72,9 +72,17 @@ pub struct Client<'a> {
     pub served: Option<&'a std::sync::OnceLock<Served>>,
     /// `tracing on`: send a `traceparent`.
     pub tracing: bool,
+    /// Where an upgraded connection goes, when the client's protocol can hand its
+    /// connection over (HTTP/1.1); `None`: upgrades are not offered to backends.
+    pub tunnel: Option<&'a std::sync::OnceLock<Tunnel>>,
+    pub max_tunnels: u64,
+    pub tunnel_drain: std::time::Duration,
 }
 
 pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) -> Response<Body> {
+    if let (Some(slot), Some(protocol)) = (client.tunnel, upgrade_protocol(&req)) {
+        return upgrade(pool, req, client, slot, protocol).await;
+    }
     let permit = match acquire_slot(pool).await {
         Ok(p) => p,
         Err(refusal) => return refusal,
@@ -235,6 +243,104 @@ fn is_idempotent(req: &Request<Body>) -> bool {
         *req.method(),
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
     ) || req.headers().contains_key("idempotency-key")
+}
+
+/// The protocol an HTTP/1.1 request asks to switch to (`Upgrade`, with `upgrade` among
+/// its `Connection` tokens).
+fn upgrade_protocol(req: &Request<Body>) -> Option<HeaderValue> {
+    let asks = req
+        .headers()
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
+    if !asks {
+        return None;
+    }
+    req.headers().get(header::UPGRADE).cloned()
+}
+
+/// An upgrade (WebSocket) handshake: a fresh connection to one peer (never pooled,
+/// never retried), no `limit` slot, a place under `max_tunnels`; a `101` answer leaves
+/// the connection in `slot` for the server to join with the client's.
+async fn upgrade(
+    pool: &Arc<Pool>,
+    req: Request<Body>,
+    client: &Client<'_>,
+    slot: &std::sync::OnceLock<Tunnel>,
+    protocol: HeaderValue,
+) -> Response<Body> {
+    let cfg = &pool.cfg;
+    let Some(opened) = Opened::try_open(client.max_tunnels) else {
+        bump(&COUNTERS.limit_rejections);
+        tracing::warn!(
+            "sluice: {}: max_tunnels ({}) open, refused an upgrade",
+            pool.name(),
+            client.max_tunnels
+        );
+        return local_response(StatusCode::SERVICE_UNAVAILABLE, BUSY);
+    };
+    let key = hash_key(&cfg.lb, &req, client);
+    let mut req = prepare(pool, req, client);
+    req.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    req.headers_mut().insert(header::UPGRADE, protocol);
+    let mut out = Outgoing::new(req);
+    let mut note = Note::default();
+    let i = match pool.pick(&Tried::default(), key, &mut note) {
+        Pick::Peer(i) => i,
+        Pick::AllDown => {
+            return local_response(StatusCode::SERVICE_UNAVAILABLE, "No backend available\n")
+        }
+        Pick::Exhausted => {
+            bump(&COUNTERS.bad_gateway);
+            return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
+        }
+    };
+    let peer = &pool.peers()[i];
+    peer.selections.fetch_add(1, Ordering::Relaxed);
+    let lease = Lease::new(pool.clone(), i, None);
+    headers::finish_request(
+        &mut out.parts.headers,
+        cfg,
+        peer.host_header.as_ref(),
+        &client.values,
+    );
+    let mut conn = match dial::connect(&peer.addr.target, cfg.connect_timeout).await {
+        Ok(c) => c,
+        Err(DialError::Local(e)) => return out_of_capacity(pool, i, e),
+        Err(e) => {
+            pool.peer_failed(i, FailureKind::Connect, &e);
+            bump(&COUNTERS.bad_gateway);
+            return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
+        }
+    };
+    peer.passive.record_success();
+    let head = match send(pool, i, &mut conn, &mut out).await {
+        Ok(h) => h,
+        Err(e) => return sent_and_failed(pool, i, e),
+    };
+    if head.parts.status != StatusCode::SWITCHING_PROTOCOLS {
+        // Any other answer passes through as a response.
+        return stream(pool, conn, head, lease, client, &note);
+    }
+    let mut parts = head.parts;
+    let switched_to = parts.headers.get(header::UPGRADE).cloned();
+    headers::response(&mut parts.headers, cfg, &client.values);
+    parts
+        .headers
+        .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    if let Some(p) = switched_to {
+        parts.headers.insert(header::UPGRADE, p);
+    }
+    conn.keepalive();
+    let _ = slot.set(Tunnel {
+        conn,
+        lease,
+        opened,
+        drain: client.tunnel_drain,
+    });
+    Response::from_parts(parts, Body::Empty)
 }
 
 /// Step 1: a slot under the pool's `limit`, waiting up to its WAIT. `Err`: the 503.

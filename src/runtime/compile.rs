@@ -50,6 +50,8 @@ impl Generation {
             sites,
             trust: config.global.trust.clone(),
             tracing: config.global.tracing,
+            max_tunnels: config.global.max_tunnels,
+            tunnel_drain: config.global.tunnel_drain,
             probe_slots,
         }
     }

@@ -20,6 +20,8 @@ pub struct Generation {
     pub trust: Vec<IpNet>,
     /// `tracing on`: backends get a `traceparent`.
     pub tracing: bool,
+    pub max_tunnels: u64,
+    pub tunnel_drain: std::time::Duration,
     /// The process-wide cap on health probes at once.
     pub probe_slots: Arc<tokio::sync::Semaphore>,
 }

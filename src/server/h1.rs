@@ -217,6 +217,7 @@ impl Conn {
             status: 0,
             bytes: 0,
             served: None,
+            tunnel: None,
         };
         let Some(resp) = ex
             .dispatch(stream, buf, want, req, &self.live, &self.client)
@@ -225,6 +226,19 @@ impl Conn {
             return false;
         };
         ex.keep_alive &= !self.watch.is_draining();
+        if let Some(tunnel) = ex.tunnel.take() {
+            // 101: the head goes out, then the connection belongs to the tunnel; a
+            // reload or a drain never cuts it (it ends when either side closes).
+            let (parts, _) = resp.into_parts();
+            ex.switch(stream, parts.status, parts.headers).await;
+            if let Some(l) = &log {
+                ex.status = 101;
+                l.record(&self.client, &ex);
+            }
+            let early = buf.split().freeze();
+            tunnel.join(stream, early).await;
+            return false;
+        }
         let keep = ex.respond(stream, buf, resp).await;
         if let Some(l) = log {
             l.record(&self.client, &ex);
@@ -246,6 +260,8 @@ struct Exchange {
     status: u16,
     bytes: u64,
     served: Option<crate::proxy::Served>,
+    /// A backend connection that switched protocols, to join with this one.
+    tunnel: Option<crate::tunnel::Tunnel>,
 }
 
 /// The access log as the connections see it; a reload may swap it.
@@ -297,15 +313,19 @@ impl Exchange {
         live: &Live,
         client: &ClientInfo,
     ) -> Option<Response<Body>> {
-        let mut fut = pipeline::handle(live, req, client.clone(), self.record);
+        let offer = pipeline::Offer {
+            record: self.record,
+            upgrade: true,
+        };
+        let mut fut = pipeline::handle(live, req, client.clone(), offer);
         let (mut rd, mut wr) = stream.split();
         loop {
             tokio::select! {
                 biased;
-                r = &mut fut => {
-                    let (resp, served) = r;
-                    self.served = served;
-                    return Some(resp);
+                answer = &mut fut => {
+                    self.served = answer.served;
+                    self.tunnel = answer.tunnel;
+                    return Some(answer.resp);
                 }
                 r = async { want.as_mut().expect("guarded by the precondition").await }, if want.is_some() => {
                     want = None;
@@ -320,6 +340,23 @@ impl Exchange {
                 }
             }
         }
+    }
+
+    /// Writes a `101 Switching Protocols` head as it is, with `Date`.
+    async fn switch<S: Transport>(
+        &mut self,
+        stream: &mut S,
+        status: StatusCode,
+        mut headers: HeaderMap,
+    ) {
+        count_status(status.as_u16());
+        if !headers.contains_key(DATE) {
+            headers.insert(DATE, date());
+        }
+        let mut wbuf = Vec::with_capacity(256);
+        // keep_alive: no `Connection: close` beside the `Connection: upgrade` it has.
+        encode::head(&mut wbuf, status, &headers, Version::HTTP_11, true);
+        let _ = stream.write_all(&wbuf).await;
     }
 
     /// How the response body is delimited, with the fields that say so.

@@ -78,8 +78,12 @@ pub async fn serve<S: Transport>(
                 served: None,
             });
             let record = logged.is_some();
-            let (resp, served) =
-                pipeline::handle(&live, req.map(Body::Incoming), client, record).await;
+            let offer = pipeline::Offer {
+                record,
+                upgrade: false,
+            };
+            let pipeline::Answer { resp, served, .. } =
+                pipeline::handle(&live, req.map(Body::Incoming), client, offer).await;
             crate::stats::count_status(resp.status().as_u16());
             let logged = logged.map(|mut l| {
                 l.status = resp.status().as_u16();

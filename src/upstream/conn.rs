@@ -198,6 +198,22 @@ impl BackendConn {
         }
     }
 
+    /// The stream and the bytes already read past the last response head (the start
+    /// of an upgraded protocol).
+    pub fn into_parts(self) -> (Io, BytesMut) {
+        (self.io, self.buf)
+    }
+
+    /// Turns on TCP keepalive, for a connection that will idle as a tunnel.
+    pub fn keepalive(&self) {
+        if let Io::Tcp(s) = &self.io {
+            let ka = socket2::TcpKeepalive::new()
+                .with_time(std::time::Duration::from_secs(60))
+                .with_interval(std::time::Duration::from_secs(10));
+            let _ = socket2::SockRef::from(s).set_tcp_keepalive(&ka);
+        }
+    }
+
     /// Gives back buffer memory while the connection sits idle.
     pub fn shrink(&mut self) {
         if self.buf.is_empty() {

@@ -239,6 +239,19 @@ impl PoolState {
         self.retired.load(Ordering::Relaxed)
     }
 
+    /// Resolves once the state is retired.
+    pub async fn retired(&self) {
+        loop {
+            let notified = self.retire.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_retired() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// A primary's probe result, for failover recovery; logs the switch it makes.
     pub fn probe_for_failover(&self, pool: &str, i: usize, passed: bool) {
         let Some(f) = self.failover_cfg.load_full() else {
@@ -450,6 +463,32 @@ impl Pool {
                 o.consecutive_5xx
             );
         }
+    }
+}
+
+/// What one request holds on its pool until its response has been passed on.
+pub struct Lease {
+    pub pool: Arc<Pool>,
+    pub peer: usize,
+    pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Lease {
+    pub fn new(
+        pool: Arc<Pool>,
+        peer: usize,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Lease {
+        pool.peers()[peer].in_flight.fetch_add(1, Ordering::Relaxed);
+        Lease { pool, peer, permit }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.pool.peers()[self.peer]
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 

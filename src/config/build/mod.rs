@@ -238,6 +238,14 @@ impl Builder {
                         }
                     })
                 }
+                "max_tunnels" => one_arg(d, "max_tunnels N").and_then(|w| {
+                    g.max_tunnels = int_in(w, 1, 10_000_000)?;
+                    Ok(())
+                }),
+                "tunnel_drain" => one_arg(d, "tunnel_drain 1h").and_then(|w| {
+                    g.tunnel_drain = duration(w)?;
+                    Ok(())
+                }),
                 "tracing" => one_arg(d, "tracing on|off").and_then(|w| {
                     g.tracing = match w.text.as_str() {
                         "on" => true,

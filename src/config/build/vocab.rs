@@ -179,8 +179,6 @@ pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
     ),
     (Place::Site, "basic_auth", "the filter is not built yet"),
     (Place::Site, "cors", "the filter is not built yet"),
-    (Place::Global, "max_tunnels", "tunnels are not built yet"),
-    (Place::Global, "tunnel_drain", "tunnels are not built yet"),
     (
         Place::Global,
         "safety",

@@ -1,0 +1,236 @@
+//! Upgraded connections (WebSockets) over real sockets: a 101 joins client and backend
+//! both ways with half-close honoured, any other answer passes through, a dead backend
+//! is a 502, `max_tunnels` refuses with 503, a tunnel takes no `limit` slot, survives a
+//! reload that keeps its pool and closes `tunnel_drain` after one that removes it.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A backend that answers an upgrade with 101 (or `refuse` with 426), then echoes in
+/// upper case until the client's half-close, says "bye" and closes.
+async fn upgrading(refuse: bool) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut c, _)) = l.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if c.read(&mut b).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(b[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                if refuse
+                    || !head.contains("upgrade: websocket")
+                    || !head.contains("connection: upgrade")
+                {
+                    let _ = c
+                        .write_all(
+                            b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 4\r\n\r\nnope",
+                        )
+                        .await;
+                    return;
+                }
+                let _ = c
+                    .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nhi ")
+                    .await;
+                let mut buf = [0u8; 4096];
+                loop {
+                    match c.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            let up = buf[..n].to_ascii_uppercase();
+                            if c.write_all(&up).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+                let _ = c.write_all(b" bye").await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// Sends an upgrade request (with `early` bytes right behind it); returns the stream
+/// and what came back up to the end of the response head.
+async fn open(addr: SocketAddr, early: &[u8]) -> (TcpStream, String) {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let mut req =
+        b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+            .to_vec();
+    req.extend_from_slice(early);
+    c.write_all(&req).await.unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(WAIT, c.read(&mut b))
+            .await
+            .unwrap()
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        head.push(b[0]);
+    }
+    (c, String::from_utf8_lossy(&head).to_string())
+}
+
+async fn read_until(c: &mut TcpStream, want: &str) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&got).contains(want) {
+        let n = tokio::time::timeout(WAIT, c.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_101_joins_both_ways_with_half_close() {
+    let (b, _t) = upgrading(false).await;
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0 }}\nsite * {{ proxy {b} }}"
+    ));
+    let (mut c, head) = open(s.addr, b"early ").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("upgrade: websocket"),
+        "{head}"
+    );
+    assert!(
+        head.to_ascii_lowercase().contains("connection: upgrade"),
+        "{head}"
+    );
+    assert_eq!(
+        read_until(&mut c, "EARLY ").await,
+        "hi EARLY ",
+        "bytes sent behind the head reach the backend"
+    );
+    let status: serde_json::Value =
+        serde_json::from_slice(&get(s.admin(), "/status").await.body).unwrap();
+    assert_eq!(status["tunnels_open"], 1);
+    c.write_all(b"through the tunnel").await.unwrap();
+    assert_eq!(read_until(&mut c, "TUNNEL").await, "THROUGH THE TUNNEL");
+    c.shutdown().await.unwrap();
+    let rest = read_until(&mut c, "bye").await;
+    assert_eq!(
+        rest, " bye",
+        "after the client's half-close the backend still talks"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_and_limits() {
+    let (refusing, _t1) = upgrading(true).await;
+    let (ok, _t2) = upgrading(false).await;
+    let dead = dead_addr().await;
+    let plain = Backend::text("plain").await;
+    let s = Sluice::start(&format!(
+        "global {{ max_tunnels 1 }}
+         site * {{
+             route /refuse {{ proxy {refusing} }}
+             route /dead {{ proxy {dead} }}
+             route /plain {{ proxy {} {{ limit 1 100ms }} }}
+             proxy {ok} {{ limit 1 100ms }}
+         }}",
+        plain.addr
+    ));
+    let r = request(
+        s.addr,
+        "GET",
+        "/refuse",
+        &[("Connection", "Upgrade"), ("Upgrade", "websocket")],
+        b"",
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (426, "nope"),
+        "a non-101 answer passes through"
+    );
+    let r = request(
+        s.addr,
+        "GET",
+        "/dead",
+        &[("Connection", "Upgrade"), ("Upgrade", "websocket")],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 502, "a dead backend is a 502");
+    let (_first, head) = open(s.addr, b"").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let r = request(
+        s.addr,
+        "GET",
+        "/",
+        &[("Connection", "Upgrade"), ("Upgrade", "websocket")],
+        b"",
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, "Server busy, retry in a moment\n"),
+        "max_tunnels 1 reached"
+    );
+    assert_eq!(
+        get(s.addr, "/plain").await.text(),
+        "plain",
+        "an open tunnel takes no limit slot"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloads_keep_tunnels_and_drain_removed_ones() {
+    let (b, _t) = upgrading(false).await;
+    let dir = TempDir::new();
+    let text = |pool: &str| {
+        without_admin(&format!(
+            "global {{ tunnel_drain 1s }}\nlisten 127.0.0.1:0\nsite * {{ {pool} }}\n"
+        ))
+    };
+    let path = dir.write("sluice.conf", &text(&format!("proxy {b}")));
+    let p = path.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let (mut c, head) = open(s.addr, b"").await;
+    assert!(head.starts_with("HTTP/1.1 101"));
+    assert_eq!(read_until(&mut c, "hi ").await, "hi ");
+    // Same pool, another setting: the tunnel lives on.
+    std::fs::write(&path, text(&format!("proxy {b} {{ timeout 9s }}"))).unwrap();
+    s.signal("HUP");
+    s.wait_log("reloaded: revision 2");
+    c.write_all(b"still here").await.unwrap();
+    assert_eq!(read_until(&mut c, "HERE").await, "STILL HERE");
+    // The pool goes: the tunnel closes after tunnel_drain.
+    std::fs::write(&path, text("respond \"gone\"")).unwrap();
+    s.signal("HUP");
+    s.wait_log("reloaded: revision 3");
+    c.write_all(b"x").await.unwrap();
+    assert_eq!(read_until(&mut c, "X").await, "X", "not cut at the reload");
+    let mut buf = [0u8; 16];
+    let closed = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "closed after tunnel_drain: {closed:?}"
+    );
+    s.wait_log("whose pool a reload removed, after tunnel_drain");
+}
