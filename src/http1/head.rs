@@ -36,6 +36,9 @@ pub struct RequestHead {
     pub framing: Framing,
     pub keep_alive: bool,
     pub expect_continue: bool,
+    /// `Upgrade` with `upgrade` among the `Connection` tokens: the client asks to
+    /// switch protocols.
+    pub upgrade: bool,
 }
 
 /// Why a head was refused, and so which status it gets.
@@ -94,6 +97,8 @@ pub fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
     let mut hosts = 0;
     let mut conn_close = false;
     let mut conn_keep_alive = false;
+    let mut conn_upgrade = false;
+    let mut upgrade_field = false;
     let mut expect_continue = false;
     for h in req.headers.iter() {
         let name = HeaderName::from_bytes(h.name.as_bytes())
@@ -119,7 +124,10 @@ pub fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
             for token in h.value.split(|&b| b == b',').map(trim) {
                 conn_close |= token.eq_ignore_ascii_case(b"close");
                 conn_keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                conn_upgrade |= token.eq_ignore_ascii_case(b"upgrade");
             }
+        } else if name == http::header::UPGRADE {
+            upgrade_field = true;
         } else if name == http::header::EXPECT {
             expect_continue = trim(h.value).eq_ignore_ascii_case(b"100-continue");
         }
@@ -171,6 +179,7 @@ pub fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
         framing,
         keep_alive,
         expect_continue: expect_continue && version == Version::HTTP_11,
+        upgrade: conn_upgrade && upgrade_field && version == Version::HTTP_11,
     })
 }
 

@@ -68,7 +68,7 @@ impl ClientInfo {
 pub struct Answer {
     pub resp: Response<Body>,
     pub served: Option<proxy::Served>,
-    pub tunnel: Option<crate::tunnel::Tunnel>,
+    pub tunnel: Option<Box<crate::tunnel::Tunnel>>,
 }
 
 pub type ResponseFuture = Pin<Box<dyn Future<Output = Answer> + Send>>;
@@ -101,7 +101,7 @@ pub fn handle(live: &Live, req: Request<Body>, client: ClientInfo, offer: Offer)
 #[derive(Default)]
 struct Slots {
     served: std::sync::OnceLock<proxy::Served>,
-    tunnel: std::sync::OnceLock<crate::tunnel::Tunnel>,
+    tunnel: std::sync::OnceLock<Box<crate::tunnel::Tunnel>>,
 }
 
 async fn run(

@@ -74,7 +74,7 @@ pub struct Client<'a> {
     pub tracing: bool,
     /// Where an upgraded connection goes, when the client's protocol can hand its
     /// connection over (HTTP/1.1); `None`: upgrades are not offered to backends.
-    pub tunnel: Option<&'a std::sync::OnceLock<Tunnel>>,
+    pub tunnel: Option<&'a std::sync::OnceLock<Box<Tunnel>>>,
     pub max_tunnels: u64,
     pub tunnel_drain: std::time::Duration,
 }
@@ -267,7 +267,7 @@ async fn upgrade(
     pool: &Arc<Pool>,
     req: Request<Body>,
     client: &Client<'_>,
-    slot: &std::sync::OnceLock<Tunnel>,
+    slot: &std::sync::OnceLock<Box<Tunnel>>,
     protocol: HeaderValue,
 ) -> Response<Body> {
     let cfg = &pool.cfg;
@@ -334,12 +334,12 @@ async fn upgrade(
         parts.headers.insert(header::UPGRADE, p);
     }
     conn.keepalive();
-    let _ = slot.set(Tunnel {
+    let _ = slot.set(Box::new(Tunnel {
         conn,
         lease,
         opened,
         drain: client.tunnel_drain,
-    });
+    }));
     Response::from_parts(parts, Body::Empty)
 }
 

@@ -172,6 +172,7 @@ impl Conn {
             framing,
             keep_alive,
             expect_continue,
+            upgrade,
         } = head;
         let is_head = method == Method::HEAD;
         let (want, pump, body) = match framing {
@@ -214,6 +215,7 @@ impl Conn {
             version,
             is_head,
             record: log.is_some(),
+            upgrade,
             status: 0,
             bytes: 0,
             served: None,
@@ -256,12 +258,14 @@ struct Exchange {
     is_head: bool,
     /// The access log is on: what it needs is kept.
     record: bool,
+    /// The client asked to switch protocols.
+    upgrade: bool,
     /// The response's status and body bytes written, and who served it.
     status: u16,
     bytes: u64,
     served: Option<crate::proxy::Served>,
     /// A backend connection that switched protocols, to join with this one.
-    tunnel: Option<crate::tunnel::Tunnel>,
+    tunnel: Option<Box<crate::tunnel::Tunnel>>,
 }
 
 /// The access log as the connections see it; a reload may swap it.
@@ -315,7 +319,7 @@ impl Exchange {
     ) -> Option<Response<Body>> {
         let offer = pipeline::Offer {
             record: self.record,
-            upgrade: true,
+            upgrade: self.upgrade,
         };
         let mut fut = pipeline::handle(live, req, client.clone(), offer);
         let (mut rd, mut wr) = stream.split();
