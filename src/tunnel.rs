@@ -89,3 +89,107 @@ impl Tunnel {
         drop(opened);
     }
 }
+
+/// An L4 connection (`tcp` listener): the backend connection opens as soon as the
+/// client is accepted (protocols where the server speaks first work), a peer that
+/// cannot be reached is marked and the next one tried, and bytes are relayed both ways
+/// until both directions end or nothing moved for `idle`.
+pub async fn relay_l4(
+    mut client: tokio::net::TcpStream,
+    pool: std::sync::Arc<crate::upstream::Pool>,
+    idle: Duration,
+    drain: Duration,
+) {
+    use crate::upstream::dial::{self, DialError};
+    use crate::upstream::{FailureKind, Note, Pick, Tried};
+    let mut tried = Tried::default();
+    let mut note = Note::default();
+    let (conn, lease) = loop {
+        let i = match pool.pick(&tried, None, &mut note) {
+            Pick::Peer(i) => i,
+            Pick::AllDown | Pick::Exhausted => {
+                tracing::info!(
+                    "sluice: {}: no backend could be reached; closed the client's connection",
+                    pool.name()
+                );
+                return;
+            }
+        };
+        tried.add(i);
+        let peer = &pool.peers()[i];
+        peer.selections.fetch_add(1, Ordering::Relaxed);
+        let lease = Lease::new(pool.clone(), i, None);
+        match dial::connect(&peer.addr.target, pool.cfg.connect_timeout).await {
+            Ok(c) => {
+                peer.passive.record_success();
+                break (c, lease);
+            }
+            Err(DialError::Local(e)) => {
+                tracing::warn!(
+                    "sluice: {}: cannot dial {}: {e}; out of local capacity",
+                    pool.name(),
+                    peer.addr.text
+                );
+                return;
+            }
+            Err(e) => pool.peer_failed(i, FailureKind::Connect, &e),
+        }
+    };
+    conn.keepalive();
+    let (backend, _) = conn.into_parts();
+    let retired = lease.pool.state.retired();
+    tokio::select! {
+        _ = relay_idle(&mut client, backend, idle) => {}
+        _ = async {
+            retired.await;
+            tokio::time::sleep(drain).await;
+        } => {}
+    }
+    drop(lease);
+}
+
+/// Both directions, each ending on its own (a half-close is passed on), until both
+/// ended or no byte moved either way for `idle`.
+async fn relay_idle(
+    client: &mut tokio::net::TcpStream,
+    backend: crate::upstream::conn::Io,
+    idle: Duration,
+) {
+    let last = AtomicU64::new(crate::upstream::passive::now_ms());
+    let (mut cr, mut cw) = client.split();
+    let (mut br, mut bw) = tokio::io::split(backend);
+    let both = async { tokio::join!(pump(&mut cr, &mut bw, &last), pump(&mut br, &mut cw, &last)) };
+    let watchdog = async {
+        loop {
+            let since = crate::upstream::passive::now_ms() - last.load(Ordering::Relaxed);
+            let left = (idle.as_millis() as u64).saturating_sub(since);
+            if left == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(left)).await;
+        }
+    };
+    tokio::select! {
+        _ = both => {}
+        _ = watchdog => {}
+    }
+}
+
+/// One direction: copies until EOF, noting each move in `last`, then passes the
+/// half-close on.
+async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(r: &mut R, w: &mut W, last: &AtomicU64) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                last.store(crate::upstream::passive::now_ms(), Ordering::Relaxed);
+                if w.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = w.shutdown().await;
+}

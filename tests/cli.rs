@@ -406,3 +406,22 @@ fn the_admin_api_never_shares_a_site_listener() {
     let (out, _) = check("global { admin off }\nlisten 127.0.0.1:2019\nsite * { respond ok }\n");
     assert_eq!(out.code, 0, "{}", out.stderr);
 }
+
+#[test]
+fn tcp_blocks_take_only_l4_options() {
+    assert_error_at(
+        "tcp :5432 {\n  proxy 127.0.0.1:5432 {\n    header_up X-A 1\n  }\n}\n",
+        3,
+        5,
+        "is for HTTP",
+    );
+    assert_error_at("tcp :5432 {\n  respond ok\n}\n", 2, 3, "does not belong");
+    assert_error_at(
+        "tcp :5432 {\n  proxy 127.0.0.1:5432 { health /h }\n}\n",
+        2,
+        3,
+        "health connect",
+    );
+    let (out, _) = check("tcp :5432 {\n  proxy 127.0.0.1:5432 127.0.0.1:5433 { lb least_conn; idle_timeout 10m; health connect }\n}\n");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}

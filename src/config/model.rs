@@ -17,6 +17,18 @@ pub struct Config {
     pub global: Global,
     pub listeners: Vec<Listen>,
     pub sites: Vec<Site>,
+    /// L4 listeners: bytes relayed to a pool.
+    pub tcp: Vec<TcpProxy>,
+}
+
+/// `tcp ADDR { proxy ADDR... { … } }`.
+#[derive(Debug, Clone)]
+pub struct TcpProxy {
+    pub listen: Listen,
+    /// The pool; only its L4-meaningful options are set.
+    pub proxy: ProxyConfig,
+    /// A connection with no byte either way for this long closes.
+    pub idle_timeout: Duration,
 }
 
 impl Config {
@@ -36,10 +48,10 @@ impl Config {
         let plural = |n: usize, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
         format!(
             "{}, {}, {}, {}",
-            plural(self.listeners.len(), "listener"),
+            plural(self.listeners.len() + self.tcp.len(), "listener"),
             plural(self.sites.len(), "site"),
             plural(self.routes().count(), "route"),
-            plural(self.pools().count(), "pool"),
+            plural(self.pools().count() + self.tcp.len(), "pool"),
         )
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use super::Generation;
+use super::{Generation, TcpRoute};
 use crate::config::{self, Config};
 use crate::filter::header_down::HeaderDown;
 use crate::filter::max_body::MaxBody;
@@ -46,8 +46,22 @@ impl Generation {
                 },
             );
         }
+        let tcp = config
+            .tcp
+            .iter()
+            .map(|t| {
+                let id = PoolId::new(format!("tcp {}", t.listen.text), &t.proxy);
+                let state = carried.get(&id).map(|s| Arc::clone(s));
+                TcpRoute {
+                    addr: t.listen.addr,
+                    pool: Pool::build(id, t.proxy.clone(), state, &probe_slots),
+                    idle_timeout: t.idle_timeout,
+                }
+            })
+            .collect();
         Generation {
             sites,
+            tcp,
             trust: config.global.trust.clone(),
             tracing: config.global.tracing,
             max_tunnels: config.global.max_tunnels,

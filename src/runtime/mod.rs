@@ -15,8 +15,16 @@ use ipnet::IpNet;
 use crate::route::Sites;
 use crate::upstream::Pool;
 
+/// An L4 listener's pool in one generation, found by the listener's address.
+pub struct TcpRoute {
+    pub addr: std::net::SocketAddr,
+    pub pool: Arc<Pool>,
+    pub idle_timeout: std::time::Duration,
+}
+
 pub struct Generation {
     pub sites: Sites,
+    pub tcp: Vec<TcpRoute>,
     pub trust: Vec<IpNet>,
     /// `tracing on`: backends get a `traceparent`.
     pub tracing: bool,
@@ -36,7 +44,12 @@ impl Generation {
     }
 
     pub fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
-        self.sites.pools()
+        self.sites.pools().chain(self.tcp.iter().map(|t| &t.pool))
+    }
+
+    /// The L4 route for a `tcp` listener's configured address.
+    pub fn tcp_route(&self, addr: std::net::SocketAddr) -> Option<&TcpRoute> {
+        self.tcp.iter().find(|t| t.addr == addr)
     }
 }
 

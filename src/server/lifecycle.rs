@@ -64,7 +64,7 @@ pub fn serve(config: Config, source: Source) -> ExitCode {
 /// [`serve`] on a runtime the caller built (and may have started tasks on).
 pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> ExitCode {
     let code = rt.block_on(async move {
-        let bound = match bind_new(&config.listeners, &HashMap::new()) {
+        let bound = match bind_new(&wanted(&config), &HashMap::new()) {
             Ok(b) => b,
             Err(e) => {
                 eprintln!("sluice: {e}");
@@ -159,11 +159,22 @@ pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> 
     code
 }
 
-/// A listener is the same listener across reloads when its address and family mode are.
-type ListenKey = (SocketAddr, bool);
+/// A listener is the same listener across reloads when its address, family mode and
+/// kind (HTTP, or an L4 relay) are.
+type ListenKey = (SocketAddr, bool, bool);
 
-fn key(l: &Listen) -> ListenKey {
-    (l.addr, l.dual_stack)
+fn key(l: &Listen, tcp: bool) -> ListenKey {
+    (l.addr, l.dual_stack, tcp)
+}
+
+/// Every listener a config asks for, with whether it is an L4 (`tcp`) one.
+fn wanted(config: &Config) -> Vec<(Listen, bool)> {
+    config
+        .listeners
+        .iter()
+        .map(|l| (l.clone(), false))
+        .chain(config.tcp.iter().map(|t| (t.listen.clone(), true)))
+        .collect()
 }
 
 struct Accepting {
@@ -187,22 +198,45 @@ struct Server {
 
 /// Binds the listeners of `wanted` that are not running already; all or none.
 fn bind_new(
-    wanted: &[Listen],
+    wanted: &[(Listen, bool)],
     running: &HashMap<ListenKey, Accepting>,
 ) -> anyhow::Result<Vec<(ListenKey, TcpListener)>> {
-    let fresh: Vec<Listen> = wanted
+    let fresh: Vec<&(Listen, bool)> = wanted
         .iter()
-        .filter(|l| !running.contains_key(&key(l)))
-        .cloned()
+        .filter(|(l, tcp)| !running.contains_key(&key(l, *tcp)))
         .collect();
-    let bound = super::bind(&fresh)?;
-    Ok(fresh.iter().map(key).zip(bound).collect())
+    let listens: Vec<Listen> = fresh.iter().map(|(l, _)| l.clone()).collect();
+    let bound = super::bind(&listens)?;
+    Ok(fresh
+        .iter()
+        .map(|(l, tcp)| key(l, *tcp))
+        .zip(bound)
+        .collect())
 }
 
 impl Server {
     fn start(&mut self, bound: Vec<(ListenKey, TcpListener)>) {
         for (k, l) in bound {
             let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            let close = Arc::new(Notify::new());
+            if k.2 {
+                tracing::info!("sluice: relaying tcp on {addr}");
+                let task = tokio::spawn(super::tcp_accept_loop(
+                    l,
+                    self.live.clone(),
+                    self.drain.clone(),
+                    close.clone(),
+                    k.0,
+                ));
+                let local = format!("tcp {addr}");
+                self.revisions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .listeners
+                    .push(local.clone());
+                self.listeners.insert(k, Accepting { close, task, local });
+                continue;
+            }
             tracing::info!("sluice: listening on http://{addr}");
             if let Some(b) = &self.source.banner {
                 match self.admin_addr {
@@ -215,7 +249,6 @@ impl Server {
                 .unwrap_or_else(|e| e.into_inner())
                 .listeners
                 .push(addr.clone());
-            let close = Arc::new(Notify::new());
             let task = tokio::spawn(super::accept_loop(
                 l,
                 self.live.clone(),
@@ -293,7 +326,7 @@ impl Server {
         {
             tracing::warn!("sluice: a new `admin` address takes effect at the next start");
         }
-        let bound = match bind_new(&config.listeners, &self.listeners) {
+        let bound = match bind_new(&wanted(&config), &self.listeners) {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!(
@@ -324,7 +357,7 @@ impl Server {
         }
         let next = Generation::compile(&config, Some(&self.live.load()));
         self.live.swap(next);
-        let wanted: Vec<ListenKey> = config.listeners.iter().map(key).collect();
+        let wanted: Vec<ListenKey> = wanted(&config).iter().map(|(l, t)| key(l, *t)).collect();
         let mut closed = Vec::new();
         self.listeners.retain(|k, a| {
             let kept = wanted.contains(k);

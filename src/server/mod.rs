@@ -94,6 +94,44 @@ pub async fn accept_loop(
     }
 }
 
+/// Accepts on an L4 (`tcp`) listener until shutdown or `close`: each connection is
+/// relayed to the pool the current generation has for this listener's address.
+pub async fn tcp_accept_loop(
+    listener: TcpListener,
+    live: Arc<Live>,
+    drain: Drain,
+    close: Arc<tokio::sync::Notify>,
+    addr: SocketAddr,
+) {
+    let mut watch = drain.watch();
+    loop {
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!("sluice: accept failed on tcp {addr}: {e}; pausing 100ms");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = watch.draining() => return,
+            _ = close.notified() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let gen = live.load();
+        let Some(route) = gen.tcp_route(addr) else {
+            continue;
+        };
+        let (pool, idle, drain_after) = (route.pool.clone(), route.idle_timeout, gen.tunnel_drain);
+        let counted = drain.connection();
+        let in_flight = drain.request();
+        tokio::spawn(async move {
+            crate::tunnel::relay_l4(stream, pool, idle, drain_after).await;
+            drop((in_flight, counted));
+        });
+    }
+}
+
 /// One client connection: waits for its first bytes (no buffer until then), sniffs
 /// the protocol, and runs the h1 or h2 loop. Shutdown closes it at once while it has
 /// not sent a whole head.

@@ -112,6 +112,7 @@ impl Builder {
         let mut global = Global::default();
         let mut listeners: Vec<Listen> = Vec::new();
         let mut sites: Vec<Site> = Vec::new();
+        let mut tcp: Vec<TcpProxy> = Vec::new();
         let mut global_seen: Option<Span> = None;
         let mut hosts_seen: HashMap<HostPattern, Span> = HashMap::new();
         for d in tree {
@@ -155,11 +156,30 @@ impl Builder {
                         sites.push(site);
                     }
                 }
+                "tcp" => {
+                    if let Some(t) = self.tcp(d) {
+                        let taken = listeners
+                            .iter()
+                            .map(|l| (l.addr, l.span))
+                            .chain(tcp.iter().map(|t| (t.listen.addr, t.listen.span)))
+                            .find(|(a, _)| *a == t.listen.addr && a.port() != 0);
+                        match taken {
+                            Some((_, at)) => self.errors.push(
+                                Diagnostic::error(
+                                    d.args[0].span,
+                                    format!("`{}` is already a listener", t.listen.text),
+                                )
+                                .with_hint(format!("it was first declared on line {}", at.line)),
+                            ),
+                            None => tcp.push(t),
+                        }
+                    }
+                }
                 _ => {}
             }
         }
-        self.listeners_declared = !listeners.is_empty();
-        if listeners.is_empty() {
+        self.listeners_declared = !listeners.is_empty() || !tcp.is_empty();
+        if listeners.is_empty() && tcp.is_empty() {
             listeners.push(Listen {
                 addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 8080)),
                 text: "127.0.0.1:8080".into(),
@@ -171,6 +191,7 @@ impl Builder {
             global,
             listeners,
             sites,
+            tcp,
         }
     }
 

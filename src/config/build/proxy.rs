@@ -530,6 +530,124 @@ fn expect_range(w: &Word) -> Res<(u16, u16)> {
     Ok((c, c))
 }
 
+/// Options a `proxy` in a `tcp` block takes: those that mean something for a byte relay.
+const L4_OPTIONS: &[&str] = &[
+    "lb",
+    "weights",
+    "health",
+    "fail_duration",
+    "breaker",
+    "all_down",
+    "connect_timeout",
+    "idle_timeout",
+    "retries",
+];
+
+impl Builder {
+    /// `tcp ADDR { proxy ADDR... [{ … }] }`.
+    pub(super) fn tcp(&mut self, d: &Directive) -> Option<TcpProxy> {
+        let r = (|| {
+            let w = d
+                .args
+                .first()
+                .ok_or_else(|| missing(d, "tcp ADDR {", "tcp :5432 {"))?;
+            if let Some(x) = d.args.get(1) {
+                return Err(extra(x, "write: tcp ADDR { proxy ADDR... }"));
+            }
+            let (addr, dual_stack) = listen_addr(w)?;
+            let items = block(d, "tcp :5432 {")?;
+            Ok((
+                Listen {
+                    addr,
+                    text: w.text.clone(),
+                    dual_stack,
+                    span: d.span(),
+                },
+                items,
+            ))
+        })();
+        let (listen, items) = match r {
+            Ok(x) => x,
+            Err(e) => {
+                self.errors.push(e);
+                return None;
+            }
+        };
+        let mut found = None;
+        for item in items {
+            if !self.known_here(item, Place::Tcp) {
+                continue;
+            }
+            if found.is_some() {
+                self.errors.push(
+                    Diagnostic::error(item.span(), "a `tcp` block has one `proxy`")
+                        .with_hint("list every backend on the one proxy line"),
+                );
+                continue;
+            }
+            found = Some(item);
+        }
+        let Some(p) = found else {
+            self.errors.push(
+                Diagnostic::error(d.span(), "a `tcp` block needs a `proxy`")
+                    .with_hint("for example: tcp :5432 { proxy 10.0.0.5:5432 }"),
+            );
+            return None;
+        };
+        let mut idle_timeout = Duration::from_secs(3600);
+        let mut options = Vec::new();
+        for item in p.block.as_deref().unwrap_or(&[]) {
+            let name = item.name.text.as_str();
+            if name == "idle_timeout" {
+                match one_arg(item, "idle_timeout 1h").and_then(positive) {
+                    Ok(t) => idle_timeout = t,
+                    Err(e) => self.errors.push(e),
+                }
+            } else if L4_OPTIONS.contains(&name) {
+                options.push(item.clone());
+            } else if Place::Proxy.known().contains(&name) {
+                self.errors.push(
+                    Diagnostic::error(
+                        item.span(),
+                        format!("`{name}` is for HTTP; a `tcp` proxy relays bytes"),
+                    )
+                    .with_hint(format!("a tcp proxy takes: {}", L4_OPTIONS.join(", "))),
+                );
+            } else {
+                options.push(item.clone());
+            }
+        }
+        let mut stripped = p.clone();
+        stripped.block = Some(options);
+        let proxy = match self.proxy(&stripped) {
+            Ok(Handler::Proxy(p)) => *p,
+            Ok(_) => return None,
+            Err(e) => {
+                self.errors.push(e);
+                return None;
+            }
+        };
+        if let Some(Health {
+            probe: Probe::Http { .. },
+            ..
+        }) = &proxy.health
+        {
+            self.errors.push(
+                Diagnostic::error(
+                    p.span(),
+                    "a `tcp` proxy checks health with `health connect`",
+                )
+                .with_hint("an HTTP probe means nothing to a byte relay"),
+            );
+        }
+        Some(TcpProxy {
+            listen,
+            proxy,
+            idle_timeout,
+        })
+    }
+}
+
 /// `lb POLICY`, with `hash`'s key.
 fn policy(d: &Directive) -> Res<Policy> {
     let w = first_arg(d, "lb POLICY")?;

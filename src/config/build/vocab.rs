@@ -154,11 +154,6 @@ pub(super) const ALL_PLACES: [Place; 12] = [
 /// runtime lands.
 pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
     (
-        Place::Top,
-        "tcp",
-        "L4 listeners come with WebSocket support; remove the block for now",
-    ),
-    (
         Place::Site,
         "tls",
         "TLS is not built yet; terminate TLS in front of sluice for now",

@@ -1,0 +1,96 @@
+//! L4 `tcp` listeners over real sockets: bytes relayed both ways with half-close, a
+//! server that speaks first, a dead peer skipped for the next, and the idle timeout.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A TCP backend: greets with `hello`, then echoes until EOF, then says `bye`.
+async fn echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut c, _)) = l.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let _ = c.write_all(b"hello ").await;
+                let mut buf = [0u8; 4096];
+                loop {
+                    match c.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if c.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+                let _ = c.write_all(b" bye").await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+fn tcp_addr(s: &Sluice) -> SocketAddr {
+    let line = s.wait_log("relaying tcp on ");
+    line.rsplit_once(' ').unwrap().1.parse().unwrap()
+}
+
+async fn read_all(c: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(WAIT, c.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_flow_both_ways_and_the_server_may_speak_first() {
+    let (b, _t) = echo().await;
+    let dead = dead_addr().await;
+    let s = Sluice::start(&format!(
+        "tcp 127.0.0.1:0 {{ proxy {dead} {b} {{ lb first; connect_timeout 1s }} }}\nsite * {{ respond ok }}"
+    ));
+    let addr = tcp_addr(&s);
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let mut greet = [0u8; 6];
+    tokio::time::timeout(WAIT, c.read_exact(&mut greet))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        &greet, b"hello ",
+        "the backend spoke first, before the client sent anything"
+    );
+    c.write_all(b"ping").await.unwrap();
+    c.shutdown().await.unwrap();
+    assert_eq!(
+        read_all(&mut c).await,
+        "ping bye",
+        "echo, then the half-close passed on"
+    );
+    s.wait_log(&format!("{dead} failed ("));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_relay_closes() {
+    let (b, _t) = echo().await;
+    let s = Sluice::start(&format!(
+        "tcp 127.0.0.1:0 {{ proxy {b} {{ idle_timeout 300ms }} }}\nsite * {{ respond ok }}"
+    ));
+    let mut c = TcpStream::connect(tcp_addr(&s)).await.unwrap();
+    let start = Instant::now();
+    let got = read_all(&mut c).await;
+    assert_eq!(got, "hello ", "only the greeting, then nothing");
+    assert!(
+        start.elapsed() >= Duration::from_millis(250) && start.elapsed() < Duration::from_secs(3),
+        "closed after idle_timeout: {:?}",
+        start.elapsed()
+    );
+}
