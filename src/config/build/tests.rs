@@ -143,7 +143,7 @@ fn unbuilt_directives_are_refused_not_ignored() {
         ("site a { fastcgi 127.0.0.1:9000 }", "fastcgi"),
         ("site a { files /srv }", "files"),
         ("site a { rate_limit 10 }", "rate_limit"),
-        ("tcp 127.0.0.1:1 { proxy 127.0.0.1:2 }", "tcp"),
+        ("site a { cors { origins * } }", "cors"),
         ("global { safety { default strict } }", "safety"),
     ] {
         let (_, _, m, _) = err(text);
