@@ -183,9 +183,14 @@ pub enum Matcher {
 #[derive(Debug, Clone)]
 pub enum Filter {
     Strip(String),
-    Rewrite { from: PathPattern, to: Template },
+    Rewrite {
+        from: PathPattern,
+        to: Template,
+    },
     HeaderDown(HeaderOp),
     MaxBody(u64),
+    /// `compress on|off` on a route: overrides the proxy's own setting.
+    Compress(bool),
 }
 
 #[derive(Debug, Clone)]
@@ -222,6 +227,8 @@ pub struct ProxyConfig {
     pub failover: Failover,
     /// `X-Sluice-Origin` and `X-Sluice-Origin-Transition` on responses.
     pub origin_headers: bool,
+    /// Compress responses the client accepts compressed (default on).
+    pub compress: bool,
     pub fail_duration: Duration,
     pub breaker: u32,
     pub all_down: AllDown,
@@ -254,6 +261,7 @@ impl ProxyConfig {
             backups: Vec::new(),
             failover: Failover::default(),
             origin_headers: false,
+            compress: true,
             fail_duration: Duration::from_secs(30),
             breaker: 1,
             all_down: AllDown::Try,

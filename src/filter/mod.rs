@@ -6,6 +6,7 @@
 //! the normalised path, never on the raw one. A filter never buffers a body; one that
 //! limits it wraps it.
 
+pub mod compress;
 pub mod header_down;
 pub mod max_body;
 pub mod rewrite;

@@ -118,6 +118,11 @@ async fn run(
     let vars = route.uses_placeholders.then(|| vars(&req, client));
     let mut cx = Cx::new(normalized, vars.as_ref());
 
+    // What compression needs of the request, before the handler takes it.
+    let accept = route
+        .compress
+        .then(|| req.headers().get(header::ACCEPT_ENCODING).cloned());
+    let is_head = req.method() == http::Method::HEAD;
     let mut ran = 0;
     let mut early = None;
     for f in &route.filters {
@@ -159,7 +164,10 @@ async fn run(
     for f in route.filters[..ran].iter().rev() {
         f.on_response(&mut resp, &cx);
     }
-    resp
+    match accept {
+        Some(accept) => crate::filter::compress::apply(resp, accept.as_ref(), is_head),
+        None => resp,
+    }
 }
 
 /// The route for the request's normalised host and path, and the normalised path when

@@ -39,6 +39,8 @@ pub struct Route {
     pub handler: Handler,
     /// Some filter or the handler renders placeholders from the request as received.
     pub uses_placeholders: bool,
+    /// Compress responses the client accepts compressed.
+    pub compress: bool,
 }
 
 pub enum Matcher {

@@ -76,7 +76,26 @@ fn route(
     carried: &HashMap<&PoolId, &Arc<PoolState>>,
     probe_slots: &Arc<Semaphore>,
 ) -> Route {
-    let mut filters: Vec<Box<dyn Filter>> = r.filters.iter().map(filter).collect();
+    let mut filters: Vec<Box<dyn Filter>> = r
+        .filters
+        .iter()
+        .filter(|f| !matches!(f, config::Filter::Compress(_)))
+        .map(filter)
+        .collect();
+    // A route's own `compress` wins; else its proxy's; else on.
+    let compress = r
+        .filters
+        .iter()
+        .rev()
+        .find_map(|f| match f {
+            config::Filter::Compress(on) => Some(*on),
+            _ => None,
+        })
+        .or(match &r.handler {
+            Some(config::Handler::Proxy(p)) => Some(p.compress),
+            _ => None,
+        })
+        .unwrap_or(true);
     let handler = match &r.handler {
         Some(config::Handler::Proxy(p)) => {
             // The proxy's own `max_body` runs as the route's last filter: one place.
@@ -117,6 +136,7 @@ fn route(
         filters,
         handler,
         uses_placeholders,
+        compress,
     }
 }
 
@@ -131,8 +151,15 @@ fn filter(f: &config::Filter) -> Box<dyn Filter> {
         }),
         config::Filter::HeaderDown(op) => Box::new(HeaderDown { op: op.clone() }),
         config::Filter::MaxBody(max) => Box::new(MaxBody { max: *max }),
+        // Not a filter of its own: decides the route's `compress` (see `route`).
+        config::Filter::Compress(_) => Box::new(Noop),
     }
 }
+
+/// A filter with nothing to do at request time.
+struct Noop;
+
+impl Filter for Noop {}
 
 fn matcher(m: &config::Matcher) -> Matcher {
     match m {

@@ -211,7 +211,10 @@ impl Builder {
                 };
                 Ok(())
             }
-            "compress" => compress(d),
+            "compress" => {
+                p.compress = compress(d)?;
+                Ok(())
+            }
             "health" => {
                 p.health = Some(self.health(d)?);
                 Ok(())

@@ -109,7 +109,7 @@ impl Builder {
                     filters.push(Filter::MaxBody(size(w)?));
                     Ok(())
                 }),
-                "compress" => compress(d),
+                "compress" => compress(d).map(|on| filters.push(Filter::Compress(on))),
                 "respond" | "redirect" | "proxy" => {
                     let h = match d.name.text.as_str() {
                         "respond" => respond(d),
@@ -150,15 +150,11 @@ impl Builder {
     }
 }
 
-pub(super) fn compress(d: &Directive) -> Res<()> {
+pub(super) fn compress(d: &Directive) -> Res<bool> {
     let w = one_arg(d, "compress on|off")?;
     match w.text.as_str() {
-        // Nothing is compressed yet, so `off` states what already happens.
-        "off" => Ok(()),
-        "on" => Err(
-            Diagnostic::error(w.span, "compression is not supported yet")
-                .with_hint("write `compress off`, or remove the line"),
-        ),
+        "on" => Ok(true),
+        "off" => Ok(false),
         _ => Err(expected(w, "`on` or `off`")),
     }
 }

@@ -1,0 +1,315 @@
+//! `compress on|off` (default on): responses compressed with zstd, br or gzip as the
+//! client's `Accept-Encoding` prefers (q-values; zstd > br > gzip on ties; `q=0`
+//! excludes), streamed: each piece the backend sends is compressed and flushed at
+//! once, so server-sent events and long polls stay live when compressed.
+//!
+//! Skipped for `HEAD`, 1xx/204/206/304, a response with `Content-Encoding` already,
+//! `Cache-Control: no-transform`, a declared length under 1024 bytes, and types other
+//! than `text/*` or containing `javascript`, `json`, `xml` or `svg`. A compressed
+//! response loses `Content-Length` and `Accept-Ranges`, and a strong `ETag` becomes
+//! weak. A compressible type gets `Vary: Accept-Encoding` whether or not this response
+//! was compressed.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use async_compression::tokio::write::{BrotliEncoder, GzipEncoder, ZstdEncoder};
+use async_compression::Level;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Response, StatusCode};
+use http_body::{Body as _, Frame, SizeHint};
+use tokio::io::AsyncWrite;
+
+use crate::body::{Body, BodyError};
+
+/// Responses declared smaller than this are sent as they are.
+const MIN_LENGTH: u64 = 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coding {
+    Zstd,
+    Br,
+    Gzip,
+}
+
+impl Coding {
+    fn token(self) -> &'static str {
+        match self {
+            Coding::Zstd => "zstd",
+            Coding::Br => "br",
+            Coding::Gzip => "gzip",
+        }
+    }
+}
+
+/// The coding to use for `accept` (an `Accept-Encoding` value), if any.
+pub fn negotiate(accept: &[u8]) -> Option<Coding> {
+    let mut best: Option<(u32, Coding)> = None;
+    let mut star: Option<u32> = None;
+    let mut named = [None::<u32>; 3];
+    for item in accept.split(|&b| b == b',') {
+        let mut parts = item.split(|&b| b == b';');
+        let name = parts.next().unwrap_or(b"").trim_ascii();
+        let mut q = 1000;
+        for p in parts {
+            let p = p.trim_ascii();
+            if let Some(v) = p.strip_prefix(b"q=").or_else(|| p.strip_prefix(b"Q=")) {
+                q = qvalue(v).unwrap_or(0);
+            }
+        }
+        let slot = match name.to_ascii_lowercase().as_slice() {
+            b"zstd" => 0,
+            b"br" => 1,
+            b"gzip" | b"x-gzip" => 2,
+            b"*" => {
+                star = Some(q);
+                continue;
+            }
+            _ => continue,
+        };
+        named[slot] = Some(q);
+    }
+    for (slot, coding) in [(0, Coding::Zstd), (1, Coding::Br), (2, Coding::Gzip)] {
+        let q = named[slot].or(star).unwrap_or(0);
+        if q > 0 && best.is_none_or(|(bq, _)| q > bq) {
+            best = Some((q, coding));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// A q-value in thousandths (`0.5` → 500).
+fn qvalue(v: &[u8]) -> Option<u32> {
+    let s = std::str::from_utf8(v).ok()?;
+    let f: f32 = s.parse().ok()?;
+    (0.0..=1.0)
+        .contains(&f)
+        .then(|| (f * 1000.0).round() as u32)
+}
+
+fn compressible(h: &HeaderMap) -> bool {
+    let Some(t) = h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let t = t.to_ascii_lowercase();
+    t.starts_with("text/")
+        || ["javascript", "json", "xml", "svg"]
+            .iter()
+            .any(|k| t.contains(k))
+}
+
+/// Applies compression to a response as the request (`accept`, `is_head`) allows.
+pub fn apply(resp: Response<Body>, accept: Option<&HeaderValue>, is_head: bool) -> Response<Body> {
+    let (mut parts, body) = resp.into_parts();
+    if !compressible(&parts.headers) {
+        return Response::from_parts(parts, body);
+    }
+    vary(&mut parts.headers);
+    let status = parts.status;
+    let h = &parts.headers;
+    let skip = is_head
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::PARTIAL_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+        || h.contains_key(header::CONTENT_ENCODING)
+        || h.get_all(header::CACHE_CONTROL).iter().any(|v| {
+            v.as_bytes()
+                .to_ascii_lowercase()
+                .windows(12)
+                .any(|w| w == b"no-transform")
+        })
+        || declared_length(h, &body).is_some_and(|n| n < MIN_LENGTH);
+    let coding = match (skip, accept.and_then(|a| negotiate(a.as_bytes()))) {
+        (false, Some(c)) => c,
+        _ => return Response::from_parts(parts, body),
+    };
+    let h = &mut parts.headers;
+    h.remove(header::CONTENT_LENGTH);
+    h.remove(header::ACCEPT_RANGES);
+    if let Some(etag) = h.get(header::ETAG) {
+        if !etag.as_bytes().starts_with(b"W/") {
+            let mut weak = b"W/".to_vec();
+            weak.extend_from_slice(etag.as_bytes());
+            if let Ok(v) = HeaderValue::from_bytes(&weak) {
+                h.insert(header::ETAG, v);
+            }
+        }
+    }
+    h.insert(
+        header::CONTENT_ENCODING,
+        HeaderValue::from_static(coding.token()),
+    );
+    Response::from_parts(parts, Body::stream(Compressed::new(body, coding)))
+}
+
+fn declared_length(h: &HeaderMap, body: &Body) -> Option<u64> {
+    h.get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .or_else(|| body.size_hint().exact())
+}
+
+fn vary(h: &mut HeaderMap) {
+    let present = h.get_all(header::VARY).iter().any(|v| {
+        v.as_bytes().split(|&b| b == b',').any(|t| {
+            t.trim_ascii().eq_ignore_ascii_case(b"accept-encoding") || t.trim_ascii() == b"*"
+        })
+    });
+    if !present {
+        h.append(header::VARY, HeaderValue::from_static("accept-encoding"));
+    }
+}
+
+enum Encoder {
+    Zstd(ZstdEncoder<Vec<u8>>),
+    /// Boxed: brotli's state is kilobytes, the others' a few hundred bytes.
+    Br(Box<BrotliEncoder<Vec<u8>>>),
+    Gzip(GzipEncoder<Vec<u8>>),
+}
+
+impl Encoder {
+    fn writer(&mut self) -> Pin<&mut (dyn AsyncWrite + Send + Unpin)> {
+        match self {
+            Encoder::Zstd(e) => Pin::new(e as &mut (dyn AsyncWrite + Send + Unpin)),
+            Encoder::Br(e) => Pin::new(&mut **e as &mut (dyn AsyncWrite + Send + Unpin)),
+            Encoder::Gzip(e) => Pin::new(e as &mut (dyn AsyncWrite + Send + Unpin)),
+        }
+    }
+
+    fn output(&mut self) -> &mut Vec<u8> {
+        match self {
+            Encoder::Zstd(e) => e.get_mut(),
+            Encoder::Br(e) => e.get_mut(),
+            Encoder::Gzip(e) => e.get_mut(),
+        }
+    }
+}
+
+/// A body compressed as it streams: each piece is compressed and flushed at once.
+struct Compressed {
+    inner: Body,
+    enc: Encoder,
+    done: bool,
+}
+
+impl Compressed {
+    fn new(inner: Body, coding: Coding) -> Compressed {
+        let enc = match coding {
+            Coding::Zstd => Encoder::Zstd(ZstdEncoder::with_quality(Vec::new(), Level::Precise(3))),
+            Coding::Br => Encoder::Br(Box::new(BrotliEncoder::with_quality(
+                Vec::new(),
+                Level::Precise(4),
+            ))),
+            Coding::Gzip => Encoder::Gzip(GzipEncoder::with_quality(Vec::new(), Level::Precise(5))),
+        };
+        Compressed {
+            inner,
+            enc,
+            done: false,
+        }
+    }
+
+    /// Feeds `data` and flushes; the sink is a `Vec`, which never waits.
+    fn feed(&mut self, cx: &mut Context<'_>, mut data: &[u8]) -> Result<Bytes, BodyError> {
+        while !data.is_empty() {
+            match self.enc.writer().poll_write(cx, data) {
+                Poll::Ready(Ok(n)) => data = &data[n..],
+                Poll::Ready(Err(e)) => return Err(BodyError::Backend(e)),
+                Poll::Pending => return Err(BodyError::Malformed("compressor stalled")),
+            }
+        }
+        match self.enc.writer().poll_flush(cx) {
+            Poll::Ready(Ok(())) => Ok(Bytes::from(std::mem::take(self.enc.output()))),
+            Poll::Ready(Err(e)) => Err(BodyError::Backend(e)),
+            Poll::Pending => Err(BodyError::Malformed("compressor stalled")),
+        }
+    }
+
+    fn finish(&mut self, cx: &mut Context<'_>) -> Result<Bytes, BodyError> {
+        match self.enc.writer().poll_shutdown(cx) {
+            Poll::Ready(Ok(())) => Ok(Bytes::from(std::mem::take(self.enc.output()))),
+            Poll::Ready(Err(e)) => Err(BodyError::Backend(e)),
+            Poll::Pending => Err(BodyError::Malformed("compressor stalled")),
+        }
+    }
+}
+
+impl http_body::Body for Compressed {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Ok(frame))) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    if data.is_empty() {
+                        continue;
+                    }
+                    match this.feed(cx, &data) {
+                        Ok(out) if out.is_empty() => continue,
+                        Ok(out) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                    }
+                }
+                Poll::Ready(None) => {
+                    this.done = true;
+                    return match this.finish(cx) {
+                        Ok(out) if out.is_empty() => Poll::Ready(None),
+                        Ok(out) => Poll::Ready(Some(Ok(Frame::data(out)))),
+                        Err(e) => Poll::Ready(Some(Err(e))),
+                    };
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation() {
+        assert_eq!(negotiate(b"gzip, deflate, br, zstd"), Some(Coding::Zstd));
+        assert_eq!(
+            negotiate(b"gzip, br"),
+            Some(Coding::Br),
+            "br before gzip on a tie"
+        );
+        assert_eq!(
+            negotiate(b"gzip;q=1, br;q=0.5"),
+            Some(Coding::Gzip),
+            "q decides"
+        );
+        assert_eq!(
+            negotiate(b"zstd;q=0, gzip"),
+            Some(Coding::Gzip),
+            "q=0 excludes"
+        );
+        assert_eq!(negotiate(b"identity"), None);
+        assert_eq!(negotiate(b"*"), Some(Coding::Zstd));
+        assert_eq!(negotiate(b"*;q=0.2, br;q=0"), Some(Coding::Zstd));
+        assert_eq!(negotiate(b""), None);
+    }
+}
