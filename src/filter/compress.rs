@@ -89,25 +89,36 @@ fn qvalue(v: &[u8]) -> Option<u32> {
 }
 
 fn compressible(h: &HeaderMap) -> bool {
-    let Some(t) = h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+    let Some(t) = h.get(header::CONTENT_TYPE) else {
         return false;
     };
-    let t = t.to_ascii_lowercase();
-    t.starts_with("text/")
-        || ["javascript", "json", "xml", "svg"]
-            .iter()
-            .any(|k| t.contains(k))
+    let t = t.as_bytes();
+    let has = |needle: &[u8]| {
+        t.windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+    };
+    t.len() >= 5 && t[..5].eq_ignore_ascii_case(b"text/")
+        || has(b"javascript")
+        || has(b"json")
+        || has(b"xml")
+        || has(b"svg")
 }
 
 /// Applies compression to a response as the request (`accept`, `is_head`) allows.
-pub fn apply(resp: Response<Body>, accept: Option<&HeaderValue>, is_head: bool) -> Response<Body> {
-    let (mut parts, body) = resp.into_parts();
-    if !compressible(&parts.headers) {
-        return Response::from_parts(parts, body);
+pub fn apply(
+    mut resp: Response<Body>,
+    accept: Option<&HeaderValue>,
+    is_head: bool,
+) -> Response<Body> {
+    if !compressible(resp.headers()) {
+        return resp;
     }
-    vary(&mut parts.headers);
-    let status = parts.status;
-    let h = &parts.headers;
+    vary(resp.headers_mut());
+    let Some(coding) = accept.and_then(|a| negotiate(a.as_bytes())) else {
+        return resp;
+    };
+    let status = resp.status();
+    let h = resp.headers();
     let skip = is_head
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -116,15 +127,14 @@ pub fn apply(resp: Response<Body>, accept: Option<&HeaderValue>, is_head: bool) 
         || h.contains_key(header::CONTENT_ENCODING)
         || h.get_all(header::CACHE_CONTROL).iter().any(|v| {
             v.as_bytes()
-                .to_ascii_lowercase()
                 .windows(12)
-                .any(|w| w == b"no-transform")
+                .any(|w| w.eq_ignore_ascii_case(b"no-transform"))
         })
-        || declared_length(h, &body).is_some_and(|n| n < MIN_LENGTH);
-    let coding = match (skip, accept.and_then(|a| negotiate(a.as_bytes()))) {
-        (false, Some(c)) => c,
-        _ => return Response::from_parts(parts, body),
-    };
+        || declared_length(h, resp.body()).is_some_and(|n| n < MIN_LENGTH);
+    if skip {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
     let h = &mut parts.headers;
     h.remove(header::CONTENT_LENGTH);
     h.remove(header::ACCEPT_RANGES);
@@ -151,13 +161,22 @@ fn declared_length(h: &HeaderMap, body: &Body) -> Option<u64> {
 }
 
 fn vary(h: &mut HeaderMap) {
-    let present = h.get_all(header::VARY).iter().any(|v| {
-        v.as_bytes().split(|&b| b == b',').any(|t| {
-            t.trim_ascii().eq_ignore_ascii_case(b"accept-encoding") || t.trim_ascii() == b"*"
-        })
-    });
-    if !present {
-        h.append(header::VARY, HeaderValue::from_static("accept-encoding"));
+    const ACCEPT_ENCODING: HeaderValue = HeaderValue::from_static("accept-encoding");
+    match h.entry(header::VARY) {
+        header::Entry::Vacant(e) => {
+            e.insert(ACCEPT_ENCODING);
+        }
+        header::Entry::Occupied(mut e) => {
+            let present = e.iter().any(|v| {
+                v.as_bytes().split(|&b| b == b',').any(|t| {
+                    let t = t.trim_ascii();
+                    t.eq_ignore_ascii_case(b"accept-encoding") || t == b"*"
+                })
+            });
+            if !present {
+                e.append(ACCEPT_ENCODING);
+            }
+        }
     }
 }
 
