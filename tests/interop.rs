@@ -236,3 +236,60 @@ async fn the_dashboard_renders_in_a_real_browser() {
     );
     assert!(dom.contains("revision 1"), "{dom}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_decompresses_what_sluice_compressed() {
+    if program("curl").is_none() {
+        return;
+    }
+    let text: String = (0..2000).map(|i| format!("line {i}\n")).collect();
+    let t = text.clone();
+    let b = Backend::start(move |_req: hyper::Request<hyper::body::Incoming>| {
+        let t = t.clone();
+        async move {
+            let mut r = hyper::Response::new(full(t));
+            r.headers_mut()
+                .insert("content-type", "text/plain".parse().unwrap());
+            r
+        }
+    })
+    .await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let url = s.url("/big");
+    for (flags, coding) in [
+        (vec!["--compressed"], None),
+        (
+            vec!["--compressed", "-H", "Accept-Encoding: gzip"],
+            Some("gzip"),
+        ),
+    ] {
+        let url = url.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            let mut args = vec!["-sS", "--max-time", "10", "-D", "-"];
+            args.extend(flags.iter().copied());
+            args.push(&url);
+            Command::new("curl")
+                .args(&args)
+                .output()
+                .expect("curl runs")
+        })
+        .await
+        .unwrap();
+        let all = String::from_utf8_lossy(&out.stdout).to_string();
+        let (head, body) = all.split_once("\r\n\r\n").expect("a head");
+        let head = head.to_ascii_lowercase();
+        let used = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-encoding: "))
+            .unwrap_or("none")
+            .to_string();
+        assert!(
+            ["zstd", "br", "gzip"].contains(&used.as_str()),
+            "compressed: {head}"
+        );
+        if let Some(c) = coding {
+            assert_eq!(used, c, "{head}");
+        }
+        assert_eq!(body, text, "curl decoded {used} back to the original");
+    }
+}
