@@ -48,6 +48,58 @@ pub struct Entry<'a> {
     pub attempts: u32,
 }
 
+/// A request the access log will record once its response is done: what it needs of
+/// the request, taken before the request is dispatched.
+pub struct Pending {
+    log: Arc<AccessLog>,
+    /// When the head was read: the line's time, and the start of its duration.
+    time: SystemTime,
+    method: http::Method,
+    uri: http::Uri,
+    host: Option<http::HeaderValue>,
+}
+
+/// Who served a response, for its line: pool, peer and attempts.
+pub type Upstream<'a> = (&'a str, &'a str, u32);
+
+impl Pending {
+    pub fn new(
+        log: Arc<AccessLog>,
+        method: &http::Method,
+        uri: &http::Uri,
+        host: Option<&http::HeaderValue>,
+    ) -> Pending {
+        Pending {
+            log,
+            time: SystemTime::now(),
+            method: method.clone(),
+            uri: uri.clone(),
+            host: host.cloned(),
+        }
+    }
+
+    /// Writes the line.
+    pub fn finish(&self, client: &str, status: u16, bytes: u64, upstream: Option<Upstream<'_>>) {
+        self.log.record(&Entry {
+            time: self.time,
+            client,
+            host: self
+                .host
+                .as_ref()
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or(""),
+            method: self.method.as_str(),
+            path: self.uri.path_and_query().map_or("/", |pq| pq.as_str()),
+            status,
+            bytes,
+            duration_ms: self.time.elapsed().map_or(0, |d| d.as_millis() as u64),
+            pool: upstream.map(|u| u.0),
+            peer: upstream.map(|u| u.1),
+            attempts: upstream.map_or(0, |u| u.2),
+        });
+    }
+}
+
 pub struct AccessLog {
     pub config: AccessLogConfig,
     tx: mpsc::SyncSender<String>,

@@ -56,6 +56,11 @@ impl Served {
     pub fn peer_address(&self) -> &str {
         &self.pool.peers()[self.peer].addr.text
     }
+
+    /// Pool, peer and attempts, as the access log takes them.
+    pub fn as_upstream(&self) -> (&str, &str, u32) {
+        (self.pool_name(), self.peer_address(), self.attempts)
+    }
 }
 
 /// The client-side facts the proxy needs, as plain values.

@@ -23,7 +23,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 
 use super::drain::{Drain, Watch};
 use super::transport::Transport;
-use crate::admin::access::{AccessLog, Entry};
+use crate::admin::access::{AccessLog, Pending};
 use crate::body::{Body, BodyError};
 use crate::http1::decode::{self, Decoded, Decoder};
 use crate::http1::encode::{self, Delimit};
@@ -196,13 +196,10 @@ impl Conn {
                 Pump::channel(Decoder::chunked(), None, expect_continue)
             }
         };
-        let log = self.access.load_full().map(|log| Logged {
-            log,
-            time: std::time::SystemTime::now(),
-            method: method.clone(),
-            uri: uri.clone(),
-            host: headers.get(http::header::HOST).cloned(),
-        });
+        let log = self
+            .access
+            .load_full()
+            .map(|log| Pending::new(log, &method, &uri, headers.get(http::header::HOST)));
         let mut req = Request::new(body);
         *req.method_mut() = method;
         *req.uri_mut() = uri;
@@ -235,7 +232,7 @@ impl Conn {
             ex.switch(stream, parts.status, parts.headers).await;
             if let Some(l) = &log {
                 ex.status = 101;
-                l.record(&self.client, &ex);
+                ex.log(l, &self.client);
             }
             let early = buf.split().freeze();
             tunnel.join(stream, early).await;
@@ -243,7 +240,7 @@ impl Conn {
         }
         let keep = ex.respond(stream, buf, resp).await;
         if let Some(l) = log {
-            l.record(&self.client, &ex);
+            ex.log(&l, &self.client);
         }
         keep
     }
@@ -271,41 +268,17 @@ struct Exchange {
 /// The access log as the connections see it; a reload may swap it.
 pub type Access = Arc<arc_swap::ArcSwapOption<AccessLog>>;
 
-/// What the access log needs of a request, taken before it is dispatched.
-struct Logged {
-    log: Arc<AccessLog>,
-    /// When the head was read: the line's time, and the start of its duration.
-    time: std::time::SystemTime,
-    method: Method,
-    uri: http::Uri,
-    host: Option<http::HeaderValue>,
-}
-
-impl Logged {
-    fn record(&self, client: &ClientInfo, ex: &Exchange) {
-        let host = self
-            .host
-            .as_ref()
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("");
-        let path = self.uri.path_and_query().map_or("/", |pq| pq.as_str());
-        self.log.record(&Entry {
-            time: self.time,
-            client: client.ip_value.to_str().unwrap_or(""),
-            host,
-            method: self.method.as_str(),
-            path,
-            status: ex.status,
-            bytes: ex.bytes,
-            duration_ms: self.time.elapsed().map_or(0, |d| d.as_millis() as u64),
-            pool: ex.served.as_ref().map(|s| s.pool_name()),
-            peer: ex.served.as_ref().map(|s| s.peer_address()),
-            attempts: ex.served.as_ref().map_or(0, |s| s.attempts),
-        });
-    }
-}
-
 impl Exchange {
+    fn log(&self, l: &Pending, client: &ClientInfo) {
+        let upstream = self.served.as_ref().map(|s| s.as_upstream());
+        l.finish(
+            client.ip_value.to_str().unwrap_or(""),
+            self.status,
+            self.bytes,
+            upstream,
+        );
+    }
+
     /// Runs the pipeline while pumping the request body, answering `Expect`, and
     /// noticing a client that leaves. `None`: the client left; close.
     async fn dispatch<S: Transport>(

@@ -67,12 +67,13 @@ pub async fn serve<S: Transport>(
                 req.headers_mut().insert(header::HOST, v);
             }
             let logged = log.map(|log| H2Logged {
-                log,
-                time: std::time::SystemTime::now(),
+                pending: crate::admin::access::Pending::new(
+                    log,
+                    req.method(),
+                    req.uri(),
+                    req.headers().get(header::HOST),
+                ),
                 client: client.ip_value.clone(),
-                method: req.method().clone(),
-                uri: req.uri().clone(),
-                host: req.headers().get(header::HOST).cloned(),
                 status: 0,
                 bytes: 0,
                 served: None,
@@ -124,14 +125,10 @@ struct Guarded {
     log: Option<Box<H2Logged>>,
 }
 
-/// What the access log needs of an h2 request, and the response's progress.
+/// An h2 request's access log line, written when its response body is done.
 struct H2Logged {
-    log: Arc<crate::admin::access::AccessLog>,
-    time: std::time::SystemTime,
+    pending: crate::admin::access::Pending,
     client: HeaderValue,
-    method: http::Method,
-    uri: http::Uri,
-    host: Option<HeaderValue>,
     status: u16,
     bytes: u64,
     served: Option<crate::proxy::Served>,
@@ -139,24 +136,13 @@ struct H2Logged {
 
 impl Drop for H2Logged {
     fn drop(&mut self) {
-        let host = self
-            .host
-            .as_ref()
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("");
-        self.log.record(&crate::admin::access::Entry {
-            time: self.time,
-            client: self.client.to_str().unwrap_or(""),
-            host,
-            method: self.method.as_str(),
-            path: self.uri.path_and_query().map_or("/", |pq| pq.as_str()),
-            status: self.status,
-            bytes: self.bytes,
-            duration_ms: self.time.elapsed().map_or(0, |d| d.as_millis() as u64),
-            pool: self.served.as_ref().map(|s| s.pool_name()),
-            peer: self.served.as_ref().map(|s| s.peer_address()),
-            attempts: self.served.as_ref().map_or(0, |s| s.attempts),
-        });
+        let upstream = self.served.as_ref().map(|s| s.as_upstream());
+        self.pending.finish(
+            self.client.to_str().unwrap_or(""),
+            self.status,
+            self.bytes,
+            upstream,
+        );
     }
 }
 
