@@ -503,3 +503,39 @@ async fn an_answer_before_the_body_arrived_says_the_connection_closes() {
         "sluice closes after answering an unread body, and says so"
     );
 }
+
+#[tokio::test]
+async fn a_client_still_uploading_sees_a_lingering_close() {
+    let s = Sluice::start("site * { max_body 1K\n respond ok }");
+    let c = TcpStream::connect(s.addr).await.unwrap();
+    let (mut rd, mut wr) = c.into_split();
+    wr.write_all(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 16777216\r\n\r\n")
+        .await
+        .unwrap();
+    wr.write_all(&vec![b'x'; 64 * 1024]).await.unwrap();
+    let mut head = vec![0u8; 512];
+    let n = tokio::time::timeout(WAIT, rd.read(&mut head))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 413"),
+        "{:?}",
+        String::from_utf8_lossy(&head[..n])
+    );
+    // The answer came; the upload goes on for a while and sluice reads it away instead
+    // of resetting the connection under the client.
+    for i in 0..32 {
+        let w = tokio::time::timeout(WAIT, wr.write_all(&vec![b'y'; 64 * 1024])).await;
+        assert!(
+            matches!(w, Ok(Ok(()))),
+            "write {i} after the 413 failed: the connection was reset, not closed lingering"
+        );
+    }
+    wr.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    let r = tokio::time::timeout(WAIT, rd.read_to_end(&mut rest))
+        .await
+        .unwrap();
+    assert!(r.is_ok(), "a clean close, not a reset: {r:?}");
+}

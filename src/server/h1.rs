@@ -242,7 +242,31 @@ impl Conn {
         if let Some(l) = log {
             ex.log(&l, &self.client);
         }
+        if !keep && ex.pump.is_some() {
+            linger(stream).await;
+        }
         keep
+    }
+}
+
+/// A lingering close, after answering a client that is still sending a body nobody
+/// will read: the write side is shut (the client sees the answer end) and what the
+/// client still sends is read and dropped for a while, so the connection does not
+/// close with unread data — which would reset it and could destroy the answer before
+/// the client read it.
+async fn linger<S: Transport>(stream: &mut S) {
+    /// The most time a lingering close takes, and the longest pause it waits out.
+    const LINGER: Duration = Duration::from_secs(5);
+    const LINGER_PAUSE: Duration = Duration::from_secs(2);
+    let _ = stream.shutdown().await;
+    let end = Instant::now() + LINGER;
+    let mut sink = [0u8; 4096];
+    loop {
+        let pause = (Instant::now() + LINGER_PAUSE).min(end);
+        match timeout_at(pause, stream.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return,
+        }
     }
 }
 
