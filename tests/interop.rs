@@ -293,3 +293,66 @@ async fn curl_decompresses_what_sluice_compressed() {
         assert_eq!(body, text, "curl decoded {used} back to the original");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_websockets_client_through_sluice() {
+    // Debian's python3-websockets is for the system interpreter.
+    let python = "/usr/bin/python3";
+    let ok = Command::new(python)
+        .args(["-c", "import websockets"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        if require_interop() {
+            panic!("python3-websockets is required (SLUICE_INTEROP=require) but not installed");
+        }
+        eprintln!("skipping: python3-websockets is not installed");
+        return;
+    }
+    // A WebSocket echo backend.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let b = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        use futures_util::{SinkExt, StreamExt};
+        while let Ok((c, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(c).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    if (m.is_text() || m.is_binary()) && ws.send(m).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let s = Sluice::start(&format!("site * {{ proxy {b} }}"));
+    let script = r#"
+import asyncio, sys, websockets
+async def main(url):
+    async with websockets.connect(url) as ws:
+        await ws.send("hello from python")
+        print(await ws.recv())
+        await ws.send(bytes(range(256)) * 4096)
+        data = await ws.recv()
+        print(len(data), data == bytes(range(256)) * 4096)
+asyncio.run(main(sys.argv[1]))
+"#;
+    let url = format!("ws://{}/py", s.addr);
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .args(["-c", script, &url])
+            .output()
+            .expect("python runs")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout, "hello from python\n1048576 True\n");
+}

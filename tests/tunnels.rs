@@ -234,3 +234,79 @@ async fn reloads_keep_tunnels_and_drain_removed_ones() {
     );
     s.wait_log("whose pool a reload removed, after tunnel_drain");
 }
+
+/// A WebSocket echo server (tokio-tungstenite): echoes text and binary messages.
+async fn ws_echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    use futures_util::{SinkExt, StreamExt};
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((c, _)) = l.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(c).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    if m.is_text() || m.is_binary() {
+                        if ws.send(m).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                // The close reply was queued when the client's close arrived; `next`
+                // returning `None` means it went out and the handshake is done.
+            });
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_messages_through_sluice() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    use tokio_tungstenite::tungstenite::Message;
+    let (b, _t) = ws_echo().await;
+    let s = Sluice::start(&format!("site * {{ proxy {b} }}"));
+    let (mut ws, resp) = tokio_tungstenite::connect_async(format!("ws://{}/chat", s.addr))
+        .await
+        .expect("the handshake goes through sluice");
+    assert_eq!(resp.status(), 101);
+    ws.send(Message::text("hello")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hello"));
+    let big: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+    ws.send(Message::binary(big.clone())).await.unwrap();
+    assert_eq!(
+        ws.next().await.unwrap().unwrap(),
+        Message::binary(big),
+        "a 1 MiB message"
+    );
+    // A fragmented text message: two frames, reassembled by the echo server.
+    let first = Frame::message(&b"frag"[..], OpCode::Data(Data::Text), false);
+    let last = Frame::message(&b"mented"[..], OpCode::Data(Data::Continue), true);
+    ws.send(Message::Frame(first)).await.unwrap();
+    ws.send(Message::Frame(last)).await.unwrap();
+    assert_eq!(
+        ws.next().await.unwrap().unwrap(),
+        Message::text("fragmented")
+    );
+    ws.send(Message::Ping(b"are you there".to_vec().into()))
+        .await
+        .unwrap();
+    let pong = ws.next().await.unwrap().unwrap();
+    assert_eq!(
+        pong,
+        Message::Pong(b"are you there".to_vec().into()),
+        "ping answered with pong"
+    );
+    ws.close(None).await.unwrap();
+    let end = ws.next().await;
+    assert!(
+        matches!(end, Some(Ok(Message::Close(_))) | None),
+        "the close handshake completes: {end:?}"
+    );
+}
