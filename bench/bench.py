@@ -152,6 +152,15 @@ def start_backend():
     port = free_port()
     with open(os.path.join(WORK, "big.bin"), "wb") as f:
         f.write(b"x" * 65536)
+    # 64 KiB of text that compresses like a web page does (not like a run of one byte).
+    words = [b"proxy", b"backend", b"request", b"response", b"header", b"stream", b"pool", b"route", b"sluice", b"latency"]
+    text = bytearray()
+    i = 0
+    while len(text) < 65536:
+        text += b"<li class=\"item-%d\">%s %s %d</li>\n" % (i % 97, words[i % 10], words[(i * 7) % 10], i)
+        i += 1
+    with open(os.path.join(WORK, "text.txt"), "wb") as f:
+        f.write(bytes(text[:65536]))
     conf = os.path.join(WORK, "backend.conf")
     with open(conf, "w") as f:
         f.write(f"""
@@ -167,6 +176,7 @@ http {{
     listen 127.0.0.1:{port} backlog=4096;
     location = /small {{ default_type text/plain; return 200 "hello world!\\n"; }}
     location = /big {{ default_type application/octet-stream; alias {WORK}/big.bin; }}
+    location = /text {{ default_type text/plain; alias {WORK}/text.txt; }}
   }}
 }}
 """)
@@ -191,6 +201,7 @@ http {{
   access_log off; keepalive_requests 1000000; keepalive_timeout 300s;
   client_body_temp_path {WORK}/{name}_body; proxy_temp_path {WORK}/{name}_proxy; fastcgi_temp_path {WORK}/{name}_fcgi;
   uwsgi_temp_path {WORK}/{name}_uwsgi; scgi_temp_path {WORK}/{name}_scgi;
+  gzip on; gzip_comp_level 5; gzip_types text/plain; gzip_proxied any; gzip_vary on;
   upstream b {{ server 127.0.0.1:{backend}; keepalive 128; keepalive_requests 1000000; }}
   server {{ listen 127.0.0.1:{port} backlog=4096; {loc} }}
   server {{ listen 127.0.0.1:{h2port} http2 backlog=4096; {loc} }}
@@ -216,6 +227,8 @@ defaults
     timeout server 300s
     timeout http-keep-alive 300s
     http-reuse always
+    compression algo gzip
+    compression type text/plain
 frontend f1
     bind 127.0.0.1:{port}
     default_backend b
@@ -305,6 +318,9 @@ def idle_probe(port, pids):
 TESTS = {
     "keepalive-13B": lambda port, h2: wrk(port, "/small", 64),
     "keepalive-64KiB": lambda port, h2: wrk(port, "/big", 64),
+    # 64 KiB of text compressed on the way (gzip: level 5 for nginx and sluice; HAProxy's
+    # default maximum level is 1).
+    "gzip-64KiB": lambda port, h2: wrk(port, "/text", 64, ["-H", "Accept-Encoding: gzip"]),
     "new-connection": lambda port, h2: wrk(port, "/small", 64, ["-H", "Connection: close"]),
     "h2c-front": lambda port, h2: h2load(h2),
 }

@@ -25,6 +25,8 @@ use crate::body::{Body, BodyError};
 
 /// Responses declared smaller than this are sent as they are.
 const MIN_LENGTH: u64 = 1024;
+/// Compressed output is sent at least this often, however fast the backend sends.
+const FLUSH_EVERY: usize = 16 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Coding {
@@ -209,6 +211,8 @@ impl Encoder {
 struct Compressed {
     inner: Body,
     enc: Encoder,
+    /// Something was fed since the last flush.
+    fed: bool,
     done: bool,
 }
 
@@ -225,12 +229,13 @@ impl Compressed {
         Compressed {
             inner,
             enc,
+            fed: false,
             done: false,
         }
     }
 
-    /// Feeds `data` and flushes; the sink is a `Vec`, which never waits.
-    fn feed(&mut self, cx: &mut Context<'_>, mut data: &[u8]) -> Result<Bytes, BodyError> {
+    /// Feeds `data`; the sink is a `Vec`, which never waits.
+    fn feed(&mut self, cx: &mut Context<'_>, mut data: &[u8]) -> Result<(), BodyError> {
         while !data.is_empty() {
             match self.enc.writer().poll_write(cx, data) {
                 Poll::Ready(Ok(n)) => data = &data[n..],
@@ -238,6 +243,11 @@ impl Compressed {
                 Poll::Pending => return Err(BodyError::Malformed("compressor stalled")),
             }
         }
+        Ok(())
+    }
+
+    /// Flushes what was fed so far and takes the compressed bytes.
+    fn flush(&mut self, cx: &mut Context<'_>) -> Result<Bytes, BodyError> {
         match self.enc.writer().poll_flush(cx) {
             Poll::Ready(Ok(())) => Ok(Bytes::from(std::mem::take(self.enc.output()))),
             Poll::Ready(Err(e)) => Err(BodyError::Backend(e)),
@@ -258,6 +268,8 @@ impl http_body::Body for Compressed {
     type Data = Bytes;
     type Error = BodyError;
 
+    /// Compresses what the backend has ready; flushes when it pauses (so a stream of
+    /// events stays live), when 16 KiB of compressed output has gathered, and at the end.
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -268,7 +280,18 @@ impl http_body::Body for Compressed {
                 return Poll::Ready(None);
             }
             match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    if !this.fed {
+                        return Poll::Pending;
+                    }
+                    // The backend paused: what was fed goes out now.
+                    this.fed = false;
+                    return match this.flush(cx) {
+                        Ok(out) if out.is_empty() => Poll::Pending,
+                        Ok(out) => Poll::Ready(Some(Ok(Frame::data(out)))),
+                        Err(e) => Poll::Ready(Some(Err(e))),
+                    };
+                }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(Some(Ok(frame))) => {
                     let Ok(data) = frame.into_data() else {
@@ -277,10 +300,16 @@ impl http_body::Body for Compressed {
                     if data.is_empty() {
                         continue;
                     }
-                    match this.feed(cx, &data) {
-                        Ok(out) if out.is_empty() => continue,
-                        Ok(out) => return Poll::Ready(Some(Ok(Frame::data(out)))),
-                        Err(e) => return Poll::Ready(Some(Err(e))),
+                    if let Err(e) = this.feed(cx, &data) {
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    this.fed = true;
+                    if this.enc.output().len() >= FLUSH_EVERY {
+                        this.fed = false;
+                        return match this.flush(cx) {
+                            Ok(out) => Poll::Ready(Some(Ok(Frame::data(out)))),
+                            Err(e) => Poll::Ready(Some(Err(e))),
+                        };
                     }
                 }
                 Poll::Ready(None) => {
