@@ -308,3 +308,75 @@ async fn websocket_messages_through_sluice() {
         "the close handshake completes: {end:?}"
     );
 }
+
+/// Sends an extended CONNECT for `websocket` over a new h2c connection to sluice.
+async fn h2_websocket_connect(addr: SocketAddr) -> http::Response<hyper::body::Incoming> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    // The client may send an extended CONNECT only once the server's SETTINGS said so.
+    for _ in 0..100 {
+        let mut req = http::Request::builder()
+            .method(http::Method::CONNECT)
+            .uri("http://ws.example/chat")
+            .header("sec-websocket-version", "13")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        req.extensions_mut()
+            .insert(hyper::ext::Protocol::from_static("websocket"));
+        if let Ok(r) = send.send_request(req).await {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("sluice never enabled extended CONNECT in its SETTINGS");
+}
+
+/// RFC 8441: a WebSocket over an h2 stream (extended CONNECT) reaches an HTTP/1.1
+/// WebSocket backend as an upgrade; messages go both ways over the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_over_h2_extended_connect() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    use tokio_tungstenite::tungstenite::Message;
+    let (b, _t) = ws_echo().await;
+    let s = Sluice::start(&format!("site * {{ proxy {b} }}"));
+    let mut resp = h2_websocket_connect(s.addr).await;
+    assert_eq!(resp.status(), 200, "the backend's 101 becomes a 200");
+    assert!(resp.headers().get("sec-websocket-accept").is_none());
+    let stream = tokio::time::timeout(Duration::from_secs(5), hyper::upgrade::on(&mut resp))
+        .await
+        .unwrap()
+        .expect("the stream is handed over");
+    let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+        hyper_util::rt::TokioIo::new(stream),
+        Role::Client,
+        None,
+    )
+    .await;
+    for text in ["hello over h2", "and again"] {
+        ws.send(Message::text(text)).await.unwrap();
+        let echo = tokio::time::timeout(Duration::from_secs(5), ws.next()).await;
+        assert_eq!(echo.unwrap().unwrap().unwrap(), Message::text(text));
+    }
+    let big: Vec<u8> = (0..256 << 10).map(|i| (i % 249) as u8).collect();
+    ws.send(Message::binary(big.clone())).await.unwrap();
+    let echo = tokio::time::timeout(Duration::from_secs(5), ws.next()).await;
+    assert_eq!(echo.unwrap().unwrap().unwrap(), Message::binary(big));
+    ws.close(None).await.unwrap();
+}
+
+/// A backend that answers the handshake with a plain 200 did not open a WebSocket:
+/// the h2 client gets a 502, not a 2xx that would mean "open".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_websocket_to_a_backend_that_does_not_switch_is_a_502() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let resp = h2_websocket_connect(s.addr).await;
+    assert_eq!(resp.status(), 502);
+}

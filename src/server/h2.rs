@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use http::header::{self, HeaderValue};
-use http::{Request, StatusCode};
+use http::{Method, Request, StatusCode};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -44,6 +44,7 @@ pub async fn serve<S: Transport>(
         let client = client.clone();
         let guard = drain.request();
         let log = access.load_full();
+        let client_addr = client.addr;
         async move {
             if req.headers().len() > MAX_HEADERS {
                 bump(&COUNTERS.head_too_large);
@@ -79,12 +80,49 @@ pub async fn serve<S: Transport>(
                 served: None,
             });
             let record = logged.is_some();
+            // A WebSocket over an h2 stream (RFC 8441) reaches the backend as an
+            // HTTP/1.1 upgrade; the stream becomes the tunnel's client side.
+            let websocket = extended_connect(&mut req);
             let offer = pipeline::Offer {
                 record,
-                upgrade: false,
+                upgrade: websocket.is_some(),
             };
-            let pipeline::Answer { resp, served, .. } =
-                pipeline::handle(&live, req.map(Body::Incoming), client, offer).await;
+            let pipeline::Answer {
+                mut resp,
+                served,
+                tunnel,
+            } = pipeline::handle(&live, req.map(Body::Incoming), client, offer).await;
+            match (websocket, tunnel) {
+                (Some(on_upgrade), Some(tunnel)) => {
+                    accepted(&mut resp);
+                    tokio::spawn(async move {
+                        match on_upgrade.await {
+                            Ok(stream) => {
+                                tunnel.join(&mut TokioIo::new(stream), Bytes::new()).await
+                            }
+                            Err(e) => tracing::debug!(
+                                client = %client_addr,
+                                "sluice: h2 WebSocket stream ended before its tunnel opened: {e}"
+                            ),
+                        }
+                    });
+                }
+                // A 2xx to an extended CONNECT means "open": one from a backend that
+                // did not switch protocols must not reach the client as such.
+                (Some(_), None) if resp.status().is_success() => {
+                    tracing::warn!(
+                        client = %client_addr,
+                        status = resp.status().as_u16(),
+                        "sluice: the backend answered a WebSocket handshake without switching protocols; sent 502"
+                    );
+                    bump(&COUNTERS.bad_gateway);
+                    resp = local_response(
+                        StatusCode::BAD_GATEWAY,
+                        "The backend did not accept the WebSocket\n",
+                    );
+                }
+                _ => {}
+            }
             crate::stats::count_status(resp.status().as_u16());
             let logged = logged.map(|mut l| {
                 l.status = resp.status().as_u16();
@@ -101,7 +139,8 @@ pub async fn serve<S: Transport>(
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
-        .max_header_list_size(MAX_HEAD as u32);
+        .max_header_list_size(MAX_HEAD as u32)
+        .enable_connect_protocol();
     let conn = builder.serve_connection(io, svc);
     tokio::pin!(conn);
     tokio::select! {
@@ -115,6 +154,67 @@ pub async fn serve<S: Transport>(
             let _ = conn.await;
         }
     }
+}
+
+/// An extended CONNECT for `websocket` (RFC 8441) becomes the HTTP/1.1 handshake a
+/// backend expects: `GET` with `Upgrade: websocket` and a fresh `Sec-WebSocket-Key`
+/// (h2 has no key; the backend's accept value is checked by nobody and dropped).
+/// Returns the stream's upgrade, which resolves once the `200` is sent.
+fn extended_connect(req: &mut Request<Incoming>) -> Option<hyper::upgrade::OnUpgrade> {
+    if req.method() != Method::CONNECT {
+        return None;
+    }
+    let protocol = req.extensions().get::<hyper::ext::Protocol>()?;
+    if !protocol.as_str().eq_ignore_ascii_case("websocket") {
+        return None;
+    }
+    let on_upgrade = hyper::upgrade::on(&mut *req);
+    *req.method_mut() = Method::GET;
+    let h = req.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::SEC_WEBSOCKET_KEY, websocket_key());
+    h.entry(header::SEC_WEBSOCKET_VERSION)
+        .or_insert(HeaderValue::from_static("13"));
+    Some(on_upgrade)
+}
+
+/// The backend's `101` as the h2 client's `200`: the negotiated subprotocol and
+/// extensions stay; the connection-level fields h2 forbids go.
+fn accepted(resp: &mut http::Response<Body>) {
+    *resp.status_mut() = StatusCode::OK;
+    let h = resp.headers_mut();
+    h.remove(header::CONNECTION);
+    h.remove(header::UPGRADE);
+    h.remove(header::SEC_WEBSOCKET_ACCEPT);
+}
+
+/// Sixteen unpredictable bytes in base64, as RFC 6455 asks of a client's key: two
+/// 64-bit hashes under std's randomly keyed SipHash, of a counter.
+fn websocket_key() -> HeaderValue {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let state = std::hash::RandomState::new();
+    let mut raw = [0u8; 16];
+    for (i, half) in raw.chunks_mut(8).enumerate() {
+        let mut h = state.build_hasher();
+        h.write_u64(N.fetch_add(1, Ordering::Relaxed));
+        h.write_usize(i);
+        half.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = [b'='; 24];
+    for (chunk, o) in raw.chunks(3).zip(out.chunks_mut(4)) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (j, &b)| n | (b as u32) << (16 - 8 * j));
+        for (k, c) in o.iter_mut().enumerate().take(chunk.len() + 1) {
+            *c = B64[(n >> (18 - 6 * k)) as usize & 63];
+        }
+    }
+    HeaderValue::from_bytes(&out).expect("base64 is a valid header value")
 }
 
 /// A response body that keeps its request counted (for the drain) until it is done,
@@ -220,5 +320,22 @@ impl<S: Transport> AsyncWrite for Rewind<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::websocket_key;
+
+    #[test]
+    fn websocket_keys_are_sixteen_bytes_in_base64_and_differ() {
+        let a = websocket_key();
+        let b = websocket_key();
+        assert_eq!(a.len(), 24);
+        assert!(a.as_bytes().ends_with(b"=="), "{a:?}");
+        assert!(a.as_bytes()[..22]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/'));
+        assert_ne!(a, b);
     }
 }
