@@ -11,6 +11,7 @@ Every process started here is killed by PID on exit, Ctrl-C included.
 """
 
 import atexit
+import json
 import os
 import re
 import resource
@@ -48,6 +49,10 @@ def which(name):
 
 
 NGINX, HAPROXY, WRK, H2LOAD = which("nginx"), which("haproxy"), which("wrk"), which("h2load")
+# The system Python, where Debian's python3-websockets lives (bench/run.sh installs it).
+PYTHON = "/usr/bin/python3"
+WSECHO = os.path.join(ROOT, "bench", "wsecho.py")
+WS_BACKEND = 0
 
 
 def kill_group(p, sig):
@@ -184,6 +189,12 @@ http {{
     return p, port
 
 
+def start_ws_backend():
+    """The WebSocket echo backend (python3-websockets) on the load side's CPU."""
+    port = free_port()
+    return start([PYTHON, WSECHO, "server", str(port)], 1, [port]), port
+
+
 # --- the proxies --------------------------------------------------------------------
 
 def nginx_proxy(backend, buffers16k):
@@ -191,6 +202,7 @@ def nginx_proxy(backend, buffers16k):
     name = "nginx16k" if buffers16k else "nginx"
     extra = "proxy_buffer_size 16k; proxy_buffers 8 16k; proxy_busy_buffers_size 32k;" if buffers16k else ""
     loc = f"location / {{ proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection \"\"; {extra} }}"
+    loc += f" location /ws {{ proxy_pass http://127.0.0.1:{WS_BACKEND}; proxy_http_version 1.1; proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection upgrade; proxy_read_timeout 300s; }}"
     conf = os.path.join(WORK, f"{name}.conf")
     with open(conf, "w") as f:
         f.write(f"""
@@ -231,12 +243,16 @@ defaults
     compression type text/plain
 frontend f1
     bind 127.0.0.1:{port}
+    use_backend w if {{ path_beg /ws }}
     default_backend b
 frontend f2
     bind 127.0.0.1:{h2port} proto h2
     default_backend b
 backend b
     server s1 127.0.0.1:{backend}
+backend w
+    timeout tunnel 300s
+    server w1 127.0.0.1:{WS_BACKEND}
 """)
     p = start([HAPROXY, "-f", conf, "-db"], 0, [port, h2port])
     return p, [p.pid], port, h2port
@@ -246,7 +262,7 @@ def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE):
     port = free_port()
     conf = os.path.join(WORK, "sluice.conf")
     with open(conf, "w") as f:
-        f.write(f"global {{ workers {workers}; admin off }}\nlisten 127.0.0.1:{port}\nsite * {{ proxy 127.0.0.1:{backend} }}\n")
+        f.write(f"global {{ workers {workers}; admin off }}\nlisten 127.0.0.1:{port}\nsite * {{ route /ws {{ proxy 127.0.0.1:{WS_BACKEND} }} proxy 127.0.0.1:{backend} }}\n")
     cmd = [binary, "run", "-c", conf]
     if cpu is None:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -291,6 +307,15 @@ def h2load(port, duration=DURATION):
     return {"requests": int(m.group(1)), "rps": float(rps.group(1)), "p50": to_us(lat.group(5), lat.group(6)), "p99": to_us(lat.group(3), lat.group(4))}
 
 
+def ws_echo(port, duration=DURATION):
+    cmd = ["taskset", "-c", "1", PYTHON, WSECHO, "client", f"ws://127.0.0.1:{port}/ws", "32", str(duration), "1024"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30)
+    try:
+        return json.loads(out.stdout)
+    except ValueError:
+        sys.exit(f"bench: the WebSocket client failed:\n{out.stdout}{out.stderr}")
+
+
 def idle_probe(port, pids):
     """RSS growth per idle keep-alive client connection, after one request each.
     Requests go one at a time, so the proxy needs one backend connection, not 1000:
@@ -322,6 +347,9 @@ TESTS = {
     # default maximum level is 1).
     "gzip-64KiB": lambda port, h2: wrk(port, "/text", 64, ["-H", "Accept-Encoding: gzip"]),
     "new-connection": lambda port, h2: wrk(port, "/small", 64, ["-H", "Connection: close"]),
+    # WebSocket echo: 32 sockets, 1 KiB binary messages, one in flight per socket; a
+    # "request" is a message echoed (the client and echo server are Python, on CPU 1).
+    "ws-echo-1KiB": lambda port, h2: ws_echo(port),
     "h2c-front": lambda port, h2: h2load(h2),
 }
 
@@ -332,6 +360,8 @@ def main():
     if hard < IDLE_CONNS + 200:
         sys.exit(f"bench: the descriptor limit {hard} is too low for {IDLE_CONNS} idle connections")
     backend_proc, backend = start_backend()
+    global WS_BACKEND
+    _, WS_BACKEND = start_ws_backend()
     time.sleep(0.2)
     backend_pids = [backend_proc.pid] + children(backend_proc.pid)
     proxies = {
@@ -351,7 +381,7 @@ def main():
     for rnd in range(ROUNDS):
         for test in tests:
             for name, make in proxies.items():
-                if test == "h2c-front" and name == "direct":
+                if test in ("h2c-front", "ws-echo-1KiB") and name == "direct":
                     continue
                 proc, pids, port, h2port = make()
                 try:

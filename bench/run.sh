@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # sluice vs nginx vs HAProxy on this machine, side by side. One command:
 #   bench/run.sh            (ROUNDS=3 DURATION=4 by default; both may be set)
-# Installs what it needs on Debian (nginx, haproxy, wrk, nghttp2-client), builds sluice
+# Installs what it needs on Debian (nginx, haproxy, wrk, nghttp2-client,
+# python3-websockets), builds sluice
 # in release mode, then runs bench/bench.py, which starts every process itself on
 # loopback, pins them, and kills them all (by PID) on exit or Ctrl-C.
 set -euo pipefail
@@ -11,6 +12,7 @@ missing=()
 for tool in nginx:nginx haproxy:haproxy wrk:wrk h2load:nghttp2-client taskset:util-linux python3:python3; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${tool%%:*}" ] || missing+=("${tool#*:}")
 done
+/usr/bin/python3 -c 'import websockets' 2>/dev/null || missing+=(python3-websockets)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "bench: installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
