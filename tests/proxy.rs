@@ -325,3 +325,81 @@ async fn ipv6_literal_backends() {
     let s = Sluice::start(&pool(&[format!("[::1]:{}", b.addr.port())], ""));
     assert_eq!(get(s.addr, "/").await.text(), "v6");
 }
+
+/// Reads one response off `c` (bounded by `limit`); `None`: nothing complete in time.
+async fn read_one(c: &mut tokio::net::TcpStream, limit: Duration) -> Option<Resp> {
+    let mut buf = Vec::new();
+    tokio::time::timeout(limit, async {
+        loop {
+            if let Some((r, _)) = parse_response(&buf) {
+                return Some(r);
+            }
+            let mut chunk = [0u8; 4096];
+            match c.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Out of local descriptors when dialing (EMFILE): a 503 with `Retry-After: 1`, logged
+/// as sluice's own shortage, and the backend is not marked failed — the next request,
+/// once descriptors are free, reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_descriptors_when_dialing_is_a_503_and_not_the_backends_fault() {
+    use tokio::io::AsyncWriteExt;
+    // A backend that closes after each answer, so every request dials anew.
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let b = l.local_addr().unwrap();
+    let _backend = tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = c.read(&mut buf).await;
+                let _ = c
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    let s = Sluice::start_with_nofile(&format!("site * {{ proxy {b} }}"), 48);
+    let req = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    // Idle keep-alive clients use up descriptors until a dial finds none left. A client
+    // sluice cannot accept (no descriptor for it) gets one when an idle one leaves.
+    let mut held = Vec::new();
+    let mut refused = None;
+    for _ in 0..200 {
+        let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        c.write_all(req).await.unwrap();
+        let mut r = read_one(&mut c, Duration::from_millis(700)).await;
+        if r.is_none() {
+            held.remove(0);
+            r = read_one(&mut c, Duration::from_secs(5)).await;
+        }
+        let r = r.expect("an answer once a descriptor is free");
+        match r.status {
+            200 => held.push(c),
+            503 => {
+                refused = Some(r);
+                break;
+            }
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    let r = refused.expect("a dial ran out of descriptors within 200 clients");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    s.wait_log("out of local capacity, backend state unchanged");
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        get(s.addr, "/").await.status,
+        200,
+        "the backend was not marked failed"
+    );
+}

@@ -104,8 +104,24 @@ impl Sluice {
     }
 
     pub fn spawn(args: &[&str], dir: TempDir) -> Sluice {
-        let mut child = Command::new(bin())
-            .args(args)
+        let mut cmd = Command::new(bin());
+        cmd.args(args);
+        Self::spawn_cmd(cmd, dir)
+    }
+
+    /// As [`Sluice::start`], with the process's descriptor limit (`ulimit -n`) at `nofile`.
+    pub fn start_with_nofile(config: &str, nofile: u32) -> Sluice {
+        let dir = TempDir::new();
+        let text = without_admin(&format!("listen 127.0.0.1:0\n{config}"));
+        let path = dir.write("sluice.conf", &text);
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &format!("ulimit -n {nofile} && exec \"$0\" \"$@\"")])
+            .args([bin(), "run", "-c", path.to_str().unwrap()]);
+        Self::spawn_cmd(cmd, dir)
+    }
+
+    fn spawn_cmd(mut cmd: Command, dir: TempDir) -> Sluice {
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
