@@ -105,6 +105,22 @@ async fn read_until(c: &mut TcpStream, want: &str) -> String {
     String::from_utf8_lossy(&got).to_string()
 }
 
+/// Whether an IPv4 TCP socket matching `which(local, remote)` has its keepalive timer
+/// running (`/proc/net/tcp`, timer kind 2), so a tunnel with a vanished peer ends.
+fn keepalive_armed(which: impl Fn(SocketAddr, SocketAddr) -> bool) -> bool {
+    fn addr(field: &str) -> SocketAddr {
+        let (ip, port) = field.split_once(':').unwrap();
+        let ip = u32::from_str_radix(ip, 16).unwrap().to_le_bytes();
+        let port = u16::from_str_radix(port, 16).unwrap();
+        SocketAddr::from((ip, port))
+    }
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table.lines().skip(1).any(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        which(addr(f[1]), addr(f[2])) && f[5].starts_with("02:")
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_101_joins_both_ways_with_half_close() {
     let (b, _t) = upgrading(false).await;
@@ -129,6 +145,14 @@ async fn a_101_joins_both_ways_with_half_close() {
     let status: serde_json::Value =
         serde_json::from_slice(&get(s.admin(), "/status").await.body).unwrap();
     assert_eq!(status["tunnels_open"], 1);
+    assert!(
+        keepalive_armed(|local, remote| local == s.addr && remote == c.local_addr().unwrap()),
+        "TCP keepalive on the client's side of the tunnel"
+    );
+    assert!(
+        keepalive_armed(|_, remote| remote == b),
+        "TCP keepalive on the backend's side of the tunnel"
+    );
     c.write_all(b"through the tunnel").await.unwrap();
     assert_eq!(read_until(&mut c, "TUNNEL").await, "THROUGH THE TUNNEL");
     c.shutdown().await.unwrap();

@@ -235,6 +235,7 @@ impl Conn {
                 ex.log(l, &self.client);
             }
             let early = buf.split().freeze();
+            stream.keepalive();
             tunnel.join(stream, early).await;
             return false;
         }

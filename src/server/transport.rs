@@ -30,6 +30,10 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// After readiness: the first bytes in a fresh buffer, `Ok(None)` when nothing was
     /// there after all, `Err` when the peer closed.
     fn try_first_bytes(&self) -> Result<Option<BytesMut>, Closed>;
+
+    /// Turns on TCP keepalive where the stream has it, for a connection that becomes a
+    /// tunnel (which has no idle timeout of its own).
+    fn keepalive(&self) {}
 }
 
 /// The peer closed the stream (or it failed) before sending a byte.
@@ -65,6 +69,10 @@ impl Transport for TcpStream {
 
     fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.poll_read_ready(cx)
+    }
+
+    fn keepalive(&self) {
+        crate::upstream::conn::tcp_keepalive(self);
     }
 
     fn try_first_bytes(&self) -> Result<Option<BytesMut>, Closed> {

@@ -207,10 +207,7 @@ impl BackendConn {
     /// Turns on TCP keepalive, for a connection that will idle as a tunnel.
     pub fn keepalive(&self) {
         if let Io::Tcp(s) = &self.io {
-            let ka = socket2::TcpKeepalive::new()
-                .with_time(std::time::Duration::from_secs(60))
-                .with_interval(std::time::Duration::from_secs(10));
-            let _ = socket2::SockRef::from(s).set_tcp_keepalive(&ka);
+            tcp_keepalive(s);
         }
     }
 
@@ -528,6 +525,15 @@ impl AsyncRead for Io {
             Io::Unix(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
+}
+
+/// TCP keepalive for a socket that may idle for long as a tunnel's end: the first probe
+/// after 60 s of silence, then every 10 s, so a peer that vanished is noticed.
+pub fn tcp_keepalive(s: &tokio::net::TcpStream) {
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(std::time::Duration::from_secs(60))
+        .with_interval(std::time::Duration::from_secs(10));
+    let _ = socket2::SockRef::from(s).set_tcp_keepalive(&ka);
 }
 
 #[cfg(test)]
