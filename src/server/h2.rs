@@ -5,8 +5,10 @@
 use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
 use http::header::{self, HeaderValue};
@@ -39,10 +41,13 @@ pub async fn serve<S: Transport>(
 ) {
     let io = TokioIo::new(Rewind { pre, inner: stream });
     let addr = client.addr;
+    let activity = Arc::new(Activity::new());
+    let streams = activity.clone();
     let svc = service_fn(move |mut req: Request<Incoming>| {
         let live = live.clone();
         let client = client.clone();
         let guard = drain.request();
+        let stream = streams.open();
         let log = access.load_full();
         let client_addr = client.addr;
         async move {
@@ -56,6 +61,7 @@ pub async fn serve<S: Transport>(
                 return Ok::<_, Infallible>(resp.map(|b| Guarded {
                     body: b,
                     _guard: guard,
+                    _stream: stream,
                     log: None,
                 }));
             }
@@ -95,7 +101,10 @@ pub async fn serve<S: Transport>(
             match (websocket, tunnel) {
                 (Some(on_upgrade), Some(tunnel)) => {
                     accepted(&mut resp);
+                    // The tunnel keeps the connection busy for as long as it is open.
+                    let busy = stream.clone_open();
                     tokio::spawn(async move {
+                        let _busy = busy;
                         match on_upgrade.await {
                             Ok(stream) => {
                                 tunnel.join(&mut TokioIo::new(stream), Bytes::new()).await
@@ -132,6 +141,7 @@ pub async fn serve<S: Transport>(
             Ok(resp.map(|b| Guarded {
                 body: b,
                 _guard: guard,
+                _stream: stream,
                 log: logged,
             }))
         }
@@ -148,11 +158,74 @@ pub async fn serve<S: Transport>(
             if let Err(e) = r {
                 tracing::debug!(client = %addr, "sluice: h2 connection ended: {e}");
             }
+            return;
         }
-        _ = watch.draining() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
+        _ = watch.draining() => {}
+        _ = activity.idle(super::h1::IDLE_TIMEOUT) => {
+            tracing::debug!(client = %addr, "sluice: h2 connection idle for {:?}, closing", super::h1::IDLE_TIMEOUT);
         }
+    }
+    // GOAWAY: streams already open finish, no new ones start.
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
+}
+
+/// What an h2 connection is doing, for its idle timeout: streams open (a tunnel counts
+/// as one) and when the last one ended. Touched twice a stream, never on a timer.
+struct Activity {
+    open: AtomicUsize,
+    started: Instant,
+    /// Milliseconds from `started` to the last stream's end (or the connection's start).
+    last_end: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            open: AtomicUsize::new(0),
+            started: Instant::now(),
+            last_end: AtomicU64::new(0),
+        }
+    }
+
+    fn open(self: &Arc<Self>) -> StreamOpen {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        StreamOpen(self.clone())
+    }
+
+    /// Resolves once no stream has been open for `limit`.
+    async fn idle(&self, limit: Duration) {
+        loop {
+            let since = Duration::from_millis(self.last_end.load(Ordering::Relaxed));
+            tokio::time::sleep_until((self.started + since + limit).into()).await;
+            let still = self.last_end.load(Ordering::Relaxed) == since.as_millis() as u64;
+            if still && self.open.load(Ordering::Relaxed) == 0 {
+                return;
+            }
+            if still {
+                // Busy the whole time: look again a full period from now.
+                self.last_end
+                    .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// One open stream of an h2 connection; its end is stamped when dropped.
+struct StreamOpen(Arc<Activity>);
+
+impl StreamOpen {
+    fn clone_open(&self) -> StreamOpen {
+        self.0.open()
+    }
+}
+
+impl Drop for StreamOpen {
+    fn drop(&mut self) {
+        let a = &self.0;
+        a.last_end
+            .store(a.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        a.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -222,6 +295,7 @@ fn websocket_key() -> HeaderValue {
 struct Guarded {
     body: Body,
     _guard: RequestGuard,
+    _stream: StreamOpen,
     log: Option<Box<H2Logged>>,
 }
 

@@ -1,0 +1,123 @@
+//! Idle client connections close after 60 s (DESIGN §5): an HTTP/1.1 keep-alive
+//! connection silently, an h2 connection with a GOAWAY once no stream has been open for
+//! that long — but never while a stream is still streaming. The test takes about 70 s
+//! (its cases run side by side); the timeout is the product's, not a test knob.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const IDLE: Duration = Duration::from_secs(60);
+
+fn assert_closed_on_time(took: Duration, what: &str) {
+    assert!(
+        took >= IDLE - Duration::from_secs(2) && took < IDLE + Duration::from_secs(15),
+        "{what} closed after {took:?}, not after about {IDLE:?}"
+    );
+}
+
+/// The three cases run side by side in one test: the test harness runs as many tests at
+/// once as there are CPUs, and each case waits out the product's 60 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_timeouts() {
+    tokio::join!(
+        an_idle_keep_alive_connection_closes_after_60s(),
+        an_idle_h2_connection_closes_after_60s(),
+        an_h2_connection_with_a_stream_still_streaming_is_not_idle(),
+    );
+}
+
+async fn an_idle_keep_alive_connection_closes_after_60s() {
+    let b = Backend::text("ok").await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = c.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let idle_from = Instant::now();
+    let n = tokio::time::timeout(IDLE + Duration::from_secs(20), c.read(&mut buf))
+        .await
+        .expect("the idle connection is closed")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "closed silently");
+    assert_closed_on_time(idle_from.elapsed(), "an idle h1 connection");
+}
+
+async fn h2_client(
+    addr: std::net::SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    (
+        send,
+        tokio::spawn(async move {
+            let _ = conn.await;
+        }),
+    )
+}
+
+fn get_req(path: &str) -> http::Request<http_body_util::Empty<bytes::Bytes>> {
+    http::Request::builder()
+        .uri(format!("http://a{path}"))
+        .body(http_body_util::Empty::new())
+        .unwrap()
+}
+
+async fn an_idle_h2_connection_closes_after_60s() {
+    use http_body_util::BodyExt;
+    let b = Backend::text("ok").await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let (mut send, conn) = h2_client(s.addr).await;
+    let resp = send.send_request(get_req("/")).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.into_body().collect().await.unwrap();
+    let idle_from = Instant::now();
+    tokio::time::timeout(IDLE + Duration::from_secs(20), conn)
+        .await
+        .expect("the idle h2 connection is closed")
+        .unwrap();
+    assert_closed_on_time(idle_from.elapsed(), "an idle h2 connection");
+}
+
+async fn an_h2_connection_with_a_stream_still_streaming_is_not_idle() {
+    use http_body_util::BodyExt;
+    // A response that takes 70 s: a chunk every 5 s.
+    let b = Backend::start(|_req| async {
+        let (tx, body) = channel_body();
+        tokio::spawn(async move {
+            for i in 0..14 {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                if tx.send(bytes::Bytes::from(format!("{i};"))).await.is_err() {
+                    return;
+                }
+            }
+        });
+        hyper::Response::new(body)
+    })
+    .await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let (mut send, _conn) = h2_client(s.addr).await;
+    let resp = send.send_request(get_req("/slow")).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = tokio::time::timeout(Duration::from_secs(100), resp.into_body().collect())
+        .await
+        .expect("the slow body ends")
+        .expect("the stream was not cut at the idle timeout")
+        .to_bytes();
+    assert!(body.ends_with(b"13;"), "{}", String::from_utf8_lossy(&body));
+}
