@@ -112,14 +112,7 @@ async fn http2_requests_are_logged_too() {
     );
     let p = path.to_str().unwrap().to_string();
     let s = Sluice::spawn(&["run", "-c", &p], dir);
-    let stream = tokio::net::TcpStream::connect(s.addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let (mut send, _conn) = h2c(s.addr).await;
     let req = hyper::Request::builder()
         .uri("http://app.example/two")
         .body(http_body_util::Empty::<bytes::Bytes>::new())

@@ -237,14 +237,7 @@ async fn unix_socket_and_named_backends() {
 async fn h2c_clients_reach_http1_backends() {
     let b = Backend::echo_head().await;
     let s = Sluice::start(&format!("site app.example {{ proxy {} }}", b.addr));
-    let stream = tokio::net::TcpStream::connect(s.addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let (mut send, _conn) = h2c(s.addr).await;
     for i in 0..3 {
         let req = Request::builder()
             .uri(format!("http://app.example/h2/{i}"))

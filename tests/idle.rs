@@ -50,27 +50,6 @@ async fn an_idle_keep_alive_connection_closes_after_60s() {
     assert_closed_on_time(idle_from.elapsed(), "an idle h1 connection");
 }
 
-async fn h2_client(
-    addr: std::net::SocketAddr,
-) -> (
-    hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    (
-        send,
-        tokio::spawn(async move {
-            let _ = conn.await;
-        }),
-    )
-}
-
 fn get_req(path: &str) -> http::Request<http_body_util::Empty<bytes::Bytes>> {
     http::Request::builder()
         .uri(format!("http://a{path}"))
@@ -82,7 +61,7 @@ async fn an_idle_h2_connection_closes_after_60s() {
     use http_body_util::BodyExt;
     let b = Backend::text("ok").await;
     let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
-    let (mut send, conn) = h2_client(s.addr).await;
+    let (mut send, conn) = h2c(s.addr).await;
     let resp = send.send_request(get_req("/")).await.unwrap();
     assert_eq!(resp.status(), 200);
     resp.into_body().collect().await.unwrap();
@@ -111,7 +90,7 @@ async fn an_h2_connection_with_a_stream_still_streaming_is_not_idle() {
     })
     .await;
     let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
-    let (mut send, _conn) = h2_client(s.addr).await;
+    let (mut send, _conn) = h2c(s.addr).await;
     let resp = send.send_request(get_req("/slow")).await.unwrap();
     assert_eq!(resp.status(), 200);
     let body = tokio::time::timeout(Duration::from_secs(100), resp.into_body().collect())

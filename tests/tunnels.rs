@@ -335,14 +335,7 @@ async fn websocket_messages_through_sluice() {
 
 /// Sends an extended CONNECT for `websocket` over a new h2c connection to sluice.
 async fn h2_websocket_connect(addr: SocketAddr) -> http::Response<hyper::body::Incoming> {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let (mut send, _conn) = h2c(addr).await;
     // The client may send an extended CONNECT only once the server's SETTINGS said so.
     for _ in 0..100 {
         let mut req = http::Request::builder()

@@ -540,3 +540,24 @@ pub async fn answer_once(reply: &'static [u8]) -> (SocketAddr, tokio::task::Join
     });
     (addr, task)
 }
+
+/// An h2c (prior knowledge) client connection to `addr`; the task drives the connection
+/// and ends when it closes.
+pub async fn h2c(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<Bytes>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    let task = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    (send, task)
+}
