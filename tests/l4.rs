@@ -8,35 +8,26 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// A TCP backend: greets with `hello`, then echoes until EOF, then says `bye`.
 async fn echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let task = tokio::spawn(async move {
+    raw_backend(move |mut c| async move {
+        let _ = c.write_all(b"hello ").await;
+        let mut buf = [0u8; 4096];
         loop {
-            let Ok((mut c, _)) = l.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let _ = c.write_all(b"hello ").await;
-                let mut buf = [0u8; 4096];
-                loop {
-                    match c.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            if c.write_all(&buf[..n]).await.is_err() {
-                                return;
-                            }
-                        }
+            match c.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if c.write_all(&buf[..n]).await.is_err() {
+                        return;
                     }
                 }
-                let _ = c.write_all(b" bye").await;
-            });
+            }
         }
-    });
-    (addr, task)
+        let _ = c.write_all(b" bye").await;
+    })
+    .await
 }
 
 fn tcp_addr(s: &Sluice) -> SocketAddr {

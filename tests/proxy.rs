@@ -353,21 +353,8 @@ async fn read_one(c: &mut tokio::net::TcpStream, limit: Duration) -> Option<Resp
 async fn out_of_descriptors_when_dialing_is_a_503_and_not_the_backends_fault() {
     use tokio::io::AsyncWriteExt;
     // A backend that closes after each answer, so every request dials anew.
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let b = l.local_addr().unwrap();
-    let _backend = tokio::spawn(async move {
-        while let Ok((mut c, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let mut buf = [0u8; 1024];
-                let _ = c.read(&mut buf).await;
-                let _ = c
-                    .write_all(
-                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
-                    )
-                    .await;
-            });
-        }
-    });
+    let (b, _backend) =
+        answer_once(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok").await;
     let s = Sluice::start_with_nofile(&format!("site * {{ proxy {b} }}"), 48);
     let req = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
     // Idle keep-alive clients use up descriptors until a dial finds none left. A client

@@ -10,59 +10,50 @@ use std::time::Duration;
 
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// A backend that answers an upgrade with 101 (or `refuse` with 426), then echoes in
 /// upper case until the client's half-close, says "bye" and closes.
 async fn upgrading(refuse: bool) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let task = tokio::spawn(async move {
+    raw_backend(move |mut c| async move {
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            if c.read(&mut b).await.unwrap_or(0) == 0 {
+                return;
+            }
+            head.push(b[0]);
+        }
+        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        if refuse
+            || !head.contains("upgrade: websocket")
+            || !head.contains("connection: upgrade")
+        {
+            let _ = c
+                .write_all(
+                    b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 4\r\n\r\nnope",
+                )
+                .await;
+            return;
+        }
+        let _ = c
+            .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nhi ")
+            .await;
+        let mut buf = [0u8; 4096];
         loop {
-            let Ok((mut c, _)) = l.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut b = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if c.read(&mut b).await.unwrap_or(0) == 0 {
+            match c.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let up = buf[..n].to_ascii_uppercase();
+                    if c.write_all(&up).await.is_err() {
                         return;
                     }
-                    head.push(b[0]);
                 }
-                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
-                if refuse
-                    || !head.contains("upgrade: websocket")
-                    || !head.contains("connection: upgrade")
-                {
-                    let _ = c
-                        .write_all(
-                            b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 4\r\n\r\nnope",
-                        )
-                        .await;
-                    return;
-                }
-                let _ = c
-                    .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nhi ")
-                    .await;
-                let mut buf = [0u8; 4096];
-                loop {
-                    match c.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            let up = buf[..n].to_ascii_uppercase();
-                            if c.write_all(&up).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-                let _ = c.write_all(b" bye").await;
-            });
+            }
         }
-    });
-    (addr, task)
+        let _ = c.write_all(b" bye").await;
+    })
+    .await
 }
 
 /// Sends an upgrade request (with `early` bytes right behind it); returns the stream
@@ -262,28 +253,19 @@ async fn reloads_keep_tunnels_and_drain_removed_ones() {
 /// A WebSocket echo server (tokio-tungstenite): echoes text and binary messages.
 async fn ws_echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
     use futures_util::{SinkExt, StreamExt};
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((c, _)) = l.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(c).await else {
-                    return;
-                };
-                while let Some(Ok(m)) = ws.next().await {
-                    if (m.is_text() || m.is_binary()) && ws.send(m).await.is_err() {
-                        return;
-                    }
-                }
-                // The close reply was queued when the client's close arrived; `next`
-                // returning `None` means it went out and the handshake is done.
-            });
+    raw_backend(|c| async move {
+        let Ok(mut ws) = tokio_tungstenite::accept_async(c).await else {
+            return;
+        };
+        while let Some(Ok(m)) = ws.next().await {
+            if (m.is_text() || m.is_binary()) && ws.send(m).await.is_err() {
+                return;
+            }
         }
-    });
-    (addr, task)
+        // The close reply was queued when the client's close arrived; `next`
+        // returning `None` means it went out and the handshake is done.
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -523,19 +523,29 @@ impl http_body::Body for ChanBody {
 /// A raw backend that, on each connection, reads once, writes `reply` and closes the
 /// connection shortly after, whatever the request said (for misbehaving peers).
 pub async fn answer_once(reply: &'static [u8]) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    raw_backend(move |mut c| async move {
+        let mut buf = [0u8; 4096];
+        let _ = c.read(&mut buf).await;
+        let _ = c.write_all(reply).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    })
+    .await
+}
+
+/// A raw TCP backend on a free loopback port: `serve` runs, in its own task, for each
+/// connection accepted. The returned task is the accept loop.
+pub async fn raw_backend<F, Fut>(serve: F) -> (SocketAddr, tokio::task::JoinHandle<()>)
+where
+    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let task = tokio::spawn(async move {
         loop {
-            let Ok((mut c, _)) = l.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                let _ = c.read(&mut buf).await;
-                let _ = c.write_all(reply).await;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            });
+            if let Ok((c, _)) = l.accept().await {
+                tokio::spawn(serve(c));
+            }
         }
     });
     (addr, task)
