@@ -29,6 +29,8 @@ pub struct Counters {
     pub gateway_timeout: AtomicU64,
     /// Requests sent to another backend after the first could not be reached.
     pub retries: AtomicU64,
+    /// Client TLS handshakes that failed or ran past their deadline.
+    pub tls_handshake_failures: AtomicU64,
 }
 
 pub static COUNTERS: Counters = Counters {
@@ -44,6 +46,7 @@ pub static COUNTERS: Counters = Counters {
     bad_gateway: AtomicU64::new(0),
     gateway_timeout: AtomicU64::new(0),
     retries: AtomicU64::new(0),
+    tls_handshake_failures: AtomicU64::new(0),
 };
 
 pub fn bump(c: &AtomicU64) {

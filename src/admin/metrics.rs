@@ -203,6 +203,11 @@ pub fn render(gen: &Generation) -> String {
             &COUNTERS.limit_rejections,
             "requests refused at a pool's limit",
         ),
+        (
+            "sluice_tls_handshake_failures_total",
+            &COUNTERS.tls_handshake_failures,
+            "client TLS handshakes that failed or timed out",
+        ),
     ] {
         head(o, name, "counter", help);
         let _ = writeln!(o, "{name} {}", get(c));

@@ -3,6 +3,7 @@
 //! and the caller keeps whatever it was running.
 
 pub mod build;
+pub mod certs;
 pub mod diag;
 pub mod lexer;
 pub mod model;

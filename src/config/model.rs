@@ -116,6 +116,8 @@ pub struct Listen {
     /// `:PORT`: every interface of both families on one socket (`[::]` with IPv6-only
     /// off).
     pub dual_stack: bool,
+    /// `listen ADDR tls`: TLS with the sites' certificates, chosen by SNI.
+    pub tls: bool,
     pub span: Span,
 }
 
@@ -125,6 +127,17 @@ pub struct Site {
     pub name: String,
     pub hosts: Vec<HostPattern>,
     pub routes: Vec<Route>,
+    /// `tls CERT KEY`: served by SNI on `tls` listeners.
+    pub tls: Option<SiteTls>,
+}
+
+/// A site's certificate pair, checked and loaded when the config is.
+#[derive(Debug, Clone)]
+pub struct SiteTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub loaded: std::sync::Arc<rustls::sign::CertifiedKey>,
+    pub span: Span,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -241,6 +254,8 @@ pub struct ProxyConfig {
     pub max_body: Option<u64>,
     pub retries: u8,
     pub keepalive: Keepalive,
+    /// For `https://` backends.
+    pub tls: BackendTls,
 }
 
 impl ProxyConfig {
@@ -280,6 +295,7 @@ impl ProxyConfig {
                 idle_max: 2048,
                 idle_timeout: Duration::from_secs(4),
             },
+            tls: BackendTls::default(),
         }
     }
 }
@@ -289,6 +305,50 @@ pub struct BackendAddr {
     /// As configured: how logs, metrics and the status API name the peer.
     pub text: String,
     pub target: Target,
+    pub scheme: BackendScheme,
+}
+
+/// How sluice speaks to a backend: the scheme of its address. One pool speaks one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendScheme {
+    /// `host:port`, `http://`, `unix:`: HTTP/1.1 in the clear.
+    Http,
+    /// `https://`: TLS, then HTTP/2 or HTTP/1.1 as ALPN decides.
+    Https,
+    /// `h2c://`: HTTP/2 in the clear, with prior knowledge.
+    H2c,
+}
+
+impl BackendScheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendScheme::Http => "http",
+            BackendScheme::Https => "https",
+            BackendScheme::H2c => "h2c",
+        }
+    }
+}
+
+/// How an `https://` pool checks its backends' certificates.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BackendTls {
+    /// `tls_verify` (default on).
+    pub verify: bool,
+    /// `tls_server_name`: the name sent in SNI and checked against the certificate
+    /// (default: the address's host).
+    pub server_name: Option<String>,
+    /// `tls_ca FILE`: trust these roots instead of the system's.
+    pub ca: Option<PathBuf>,
+}
+
+impl Default for BackendTls {
+    fn default() -> Self {
+        BackendTls {
+            verify: true,
+            server_name: None,
+            ca: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -36,7 +36,31 @@ pub fn check(config: &Config, listeners_declared: bool) -> (Vec<Diagnostic>, Vec
             );
         }
     }
+    let tls_listener = config.listeners.iter().any(|l| l.tls);
+    for l in config.listeners.iter().filter(|l| l.tls) {
+        if !config.sites.iter().any(|s| s.tls.is_some()) {
+            errors.push(
+                Diagnostic::error(
+                    l.span,
+                    format!("`listen {} tls` has no certificate to serve", l.text),
+                )
+                .with_hint("give a site its certificate: tls CERT_FILE KEY_FILE"),
+            );
+        }
+    }
     for site in &config.sites {
+        if let Some(t) = site.tls.as_ref().filter(|_| !tls_listener) {
+            warnings.push(
+                Diagnostic::warning(
+                    t.span,
+                    format!(
+                        "site `{}` has a certificate but there is no `tls` listener",
+                        site.name
+                    ),
+                )
+                .with_hint("add one, e.g. listen :443 tls"),
+            );
+        }
         shadowed(&site.routes, &mut warnings);
         for r in &site.routes {
             if r.handler.is_none() && !r.filters.is_empty() {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use super::{Generation, TcpRoute};
+use super::{certs, Generation, TcpRoute};
 use crate::config::{self, Config};
 use crate::filter::header_down::HeaderDown;
 use crate::filter::max_body::MaxBody;
@@ -59,7 +59,13 @@ impl Generation {
                 }
             })
             .collect();
+        let tls = if config.listeners.iter().any(|l| l.tls) {
+            certs::build(&config.sites)
+        } else {
+            None
+        };
         Generation {
+            tls,
             sites,
             tcp,
             trust: config.global.trust.clone(),

@@ -4,6 +4,7 @@
 //! to the end, so a swap never changes the rules under a request in flight. This module
 //! is data: it never calls the pipeline and knows no listener.
 
+pub mod certs;
 pub mod compile;
 
 use std::net::IpAddr;
@@ -32,6 +33,8 @@ pub struct Generation {
     pub tunnel_drain: std::time::Duration,
     /// The process-wide cap on health probes at once.
     pub probe_slots: Arc<tokio::sync::Semaphore>,
+    /// The certificates and TLS settings of the `tls` listeners, when there are any.
+    pub tls: Option<certs::Tls>,
 }
 
 impl Generation {

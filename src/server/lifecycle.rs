@@ -123,6 +123,7 @@ pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> 
         };
         tracing::info!("sluice: loaded revision 1: {}", config.summary());
         server.start(bound);
+        tokio::spawn(watch_certificates(server.live.clone()));
         let mut signals = Signals::new();
         loop {
             tokio::select! {
@@ -160,11 +161,11 @@ pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> 
 }
 
 /// A listener is the same listener across reloads when its address, family mode and
-/// kind (HTTP, or an L4 relay) are.
-type ListenKey = (SocketAddr, bool, bool);
+/// kind (HTTP, HTTPS, or an L4 relay) are.
+type ListenKey = (SocketAddr, bool, bool, bool);
 
 fn key(l: &Listen, tcp: bool) -> ListenKey {
-    (l.addr, l.dual_stack, tcp)
+    (l.addr, l.dual_stack, tcp, l.tls)
 }
 
 /// Every listener a config asks for, with whether it is an L4 (`tcp`) one.
@@ -237,11 +238,14 @@ impl Server {
                 self.listeners.insert(k, Accepting { close, task, local });
                 continue;
             }
-            tracing::info!("sluice: listening on http://{addr}");
+            let scheme = if k.3 { "https" } else { "http" };
+            tracing::info!("sluice: listening on {scheme}://{addr}");
             if let Some(b) = &self.source.banner {
                 match self.admin_addr {
-                    Some(a) => println!("{b}: listening on http://{addr} (dashboard http://{a}/)"),
-                    None => println!("{b}: listening on http://{addr}"),
+                    Some(a) => {
+                        println!("{b}: listening on {scheme}://{addr} (dashboard http://{a}/)")
+                    }
+                    None => println!("{b}: listening on {scheme}://{addr}"),
                 }
             }
             self.revisions
@@ -255,6 +259,7 @@ impl Server {
                 self.drain.clone(),
                 close.clone(),
                 self.access.clone(),
+                k.3,
             ));
             self.listeners.insert(
                 k,
@@ -431,6 +436,31 @@ impl Server {
             "sluice: shutdown: cut {} requests still in flight {why}",
             drain.requests_in_flight()
         );
+    }
+}
+
+/// How often certificate files are looked at for changes.
+const CERT_POLL: Duration = Duration::from_secs(2);
+
+/// Reloads the live generation's certificates whose files changed (a stat of each file
+/// per tick; the files are read only when one changed).
+async fn watch_certificates(live: Arc<Live>) {
+    let mut tick = tokio::time::interval(CERT_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let gen = live.load();
+        let Some(tls) = gen.tls.as_ref() else {
+            continue;
+        };
+        let certs = tls.certs.clone();
+        drop(gen);
+        let _ = tokio::task::spawn_blocking(move || {
+            for slot in &certs.slots {
+                slot.refresh();
+            }
+        })
+        .await;
     }
 }
 

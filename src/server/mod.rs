@@ -9,6 +9,7 @@ pub mod drain;
 pub mod h1;
 pub mod h2;
 pub mod lifecycle;
+pub mod tls;
 pub mod transport;
 
 use std::net::SocketAddr;
@@ -65,6 +66,7 @@ pub async fn accept_loop(
     drain: Drain,
     close: Arc<tokio::sync::Notify>,
     access: h1::Access,
+    tls: bool,
 ) {
     let mut watch = drain.watch();
     loop {
@@ -81,16 +83,38 @@ pub async fn accept_loop(
             _ = close.notified() => return,
         };
         let _ = stream.set_nodelay(true);
-        let client = ClientInfo::new(client, Scheme::Http);
         // Counted before the task runs, so a drain starting now waits for it.
         let counted = drain.connection();
-        tokio::spawn(connection(
-            stream,
-            client,
-            live.clone(),
-            counted,
-            access.clone(),
-        ));
+        if !tls {
+            let client = ClientInfo::new(client, Scheme::Http);
+            tokio::spawn(connection(
+                stream,
+                client,
+                live.clone(),
+                counted,
+                access.clone(),
+                false,
+            ));
+            continue;
+        }
+        let (live, access) = (live.clone(), access.clone());
+        tokio::spawn(async move {
+            // The certificates of the generation current at accept time.
+            let gen = live.load();
+            let Some(certs) = gen.tls.as_ref() else {
+                return;
+            };
+            let mut watch = counted.drain().watch();
+            let done = tokio::select! {
+                h = tls::accept(certs, stream) => h,
+                _ = watch.draining() => None,
+            };
+            drop(gen);
+            if let Some(h) = done {
+                let client = ClientInfo::new(client, Scheme::Https);
+                connection(h.conn, client, live, counted, access, h.h2).await;
+            }
+        });
     }
 }
 
@@ -141,12 +165,26 @@ async fn connection<S: Transport>(
     live: Arc<Live>,
     counted: drain::ConnectionGuard,
     access: h1::Access,
+    alpn_h2: bool,
 ) {
     // The guard is the drain's handle too: one field less in every connection's task.
     let drain = counted.drain();
     let mut watch = drain.watch();
     let accepted = Instant::now();
     let deadline = accepted + h1::HEAD_TIMEOUT;
+    if alpn_h2 {
+        Box::pin(h2::serve(
+            stream,
+            bytes::Bytes::new(),
+            client,
+            live,
+            drain,
+            watch,
+            access,
+        ))
+        .await;
+        return;
+    }
     let sniffed = async {
         let mut buf = timeout_at(deadline, wait_first_bytes(&stream))
             .await

@@ -1,10 +1,10 @@
 //! The transport seam: what the connection loops need of a client stream, so the h1
-//! and h2 loops run over any of them (TCP and Unix today, TLS next).
+//! and h2 loops run over any of them (TCP, Unix, and TLS over TCP in `tls`).
 //!
 //! Beyond reading and writing, a loop needs to read and write at once within one task
 //! (a borrowed split), and to wait for a connection's first bytes without holding a
-//! buffer (readiness, then a non-blocking read into the stack). A stream that cannot
-//! peek cheaply (TLS) can implement the wait with a plain read.
+//! buffer (readiness, then a non-blocking read into the stack). TLS, which may hold
+//! decrypted bytes the socket no longer shows, waits with a plain read instead.
 
 use std::io;
 use std::task::{Context, Poll};
@@ -24,12 +24,9 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// Both halves, borrowed, for reading and writing within one task.
     fn split(&mut self) -> (Self::Read<'_>, Self::Write<'_>);
 
-    /// Ready when the stream may have bytes (a hint: confirm with [`Self::try_first_bytes`]).
-    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
-
-    /// After readiness: the first bytes in a fresh buffer, `Ok(None)` when nothing was
-    /// there after all, `Err` when the peer closed.
-    fn try_first_bytes(&self) -> Result<Option<BytesMut>, Closed>;
+    /// The first bytes after an idle wait, in a fresh buffer; `Err` when the peer
+    /// closed. Allocates nothing until bytes are there.
+    fn poll_first_bytes(&self, cx: &mut Context<'_>) -> Poll<Result<BytesMut, Closed>>;
 
     /// Turns on TCP keepalive where the stream has it, for a connection that becomes a
     /// tunnel (which has no idle timeout of its own).
@@ -43,20 +40,34 @@ pub struct Closed;
 /// How much the first read after an idle wait takes, into the stack: enough for a
 /// typical request head whole, so the head is parsed without a second read (one
 /// syscall a request) and a spurious wakeup allocates nothing.
-const FIRST_READ: usize = 2048;
+pub(super) const FIRST_READ: usize = 2048;
 
-/// Reads into the stack first so a spurious wakeup allocates nothing.
-fn first_bytes(r: io::Result<usize>, first: &[u8]) -> Result<Option<BytesMut>, Closed> {
-    match r {
-        Ok(0) => Err(Closed),
-        Ok(n) => {
-            let mut buf = BytesMut::with_capacity(4096);
-            buf.extend_from_slice(&first[..n]);
-            Ok(Some(buf))
+/// The bytes of a read into the stack, in a fresh buffer.
+pub(super) fn first_bytes(first: &[u8]) -> BytesMut {
+    let mut buf = BytesMut::with_capacity(4096);
+    buf.extend_from_slice(first);
+    buf
+}
+
+/// Readiness, then a non-blocking read into the stack, so a spurious wakeup allocates
+/// nothing.
+macro_rules! poll_first_bytes_of_socket {
+    ($s:expr, $cx:expr) => {{
+        loop {
+            match $s.poll_read_ready($cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(Closed)),
+                Poll::Ready(Ok(())) => {}
+            }
+            let mut first = [0u8; FIRST_READ];
+            match $s.try_read(&mut first) {
+                Ok(0) => return Poll::Ready(Err(Closed)),
+                Ok(n) => return Poll::Ready(Ok(first_bytes(&first[..n]))),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(_) => return Poll::Ready(Err(Closed)),
+            }
         }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-        Err(_) => Err(Closed),
-    }
+    }};
 }
 
 impl Transport for TcpStream {
@@ -67,17 +78,12 @@ impl Transport for TcpStream {
         TcpStream::split(self)
     }
 
-    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.poll_read_ready(cx)
+    fn poll_first_bytes(&self, cx: &mut Context<'_>) -> Poll<Result<BytesMut, Closed>> {
+        poll_first_bytes_of_socket!(self, cx)
     }
 
     fn keepalive(&self) {
         crate::upstream::conn::tcp_keepalive(self);
-    }
-
-    fn try_first_bytes(&self) -> Result<Option<BytesMut>, Closed> {
-        let mut first = [0u8; FIRST_READ];
-        first_bytes(self.try_read(&mut first), &first)
     }
 }
 
@@ -89,24 +95,12 @@ impl Transport for UnixStream {
         UnixStream::split(self)
     }
 
-    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.poll_read_ready(cx)
-    }
-
-    fn try_first_bytes(&self) -> Result<Option<BytesMut>, Closed> {
-        let mut first = [0u8; FIRST_READ];
-        first_bytes(self.try_read(&mut first), &first)
+    fn poll_first_bytes(&self, cx: &mut Context<'_>) -> Poll<Result<BytesMut, Closed>> {
+        poll_first_bytes_of_socket!(self, cx)
     }
 }
 
-/// Waits for the stream's first bytes (see [`Transport::try_first_bytes`]).
+/// Waits for the stream's first bytes (see [`Transport::poll_first_bytes`]).
 pub async fn wait_first_bytes<S: Transport>(stream: &S) -> Result<BytesMut, Closed> {
-    loop {
-        std::future::poll_fn(|cx| stream.poll_readable(cx))
-            .await
-            .map_err(|_| Closed)?;
-        if let Some(buf) = stream.try_first_bytes()? {
-            return Ok(buf);
-        }
-    }
+    std::future::poll_fn(|cx| stream.poll_first_bytes(cx)).await
 }

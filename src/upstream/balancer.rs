@@ -372,6 +372,7 @@ mod tests {
                             host: "127.0.0.1".into(),
                             port: 1000 + i as u16,
                         },
+                        scheme: crate::config::BackendScheme::Http,
                     },
                     w,
                 )

@@ -3,6 +3,8 @@
 //! Every wait is bounded; every process and file is cleaned up on drop.
 #![allow(dead_code)]
 
+pub mod pki;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::io::{BufRead, BufReader};
@@ -132,7 +134,10 @@ impl Sluice {
         let sink = logs.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some((_, a)) = line.split_once("sluice: listening on http://") {
+                let listening = line
+                    .split_once("sluice: listening on http://")
+                    .or_else(|| line.split_once("sluice: listening on https://"));
+                if let Some((_, a)) = listening {
                     let _ = tx.send(a.parse::<SocketAddr>().unwrap());
                 }
                 sink.lock().unwrap().push(line);

@@ -184,6 +184,7 @@ impl Builder {
                 addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 8080)),
                 text: "127.0.0.1:8080".into(),
                 dual_stack: false,
+                tls: false,
                 span: Span::default(),
             });
         }
@@ -328,6 +329,7 @@ impl Builder {
         let name = d.args[0].text.to_ascii_lowercase();
         let mut routes = Vec::new();
         let mut own: Vec<&Directive> = Vec::new();
+        let mut tls: Option<SiteTls> = None;
         for item in items {
             if !self.known_here(item, Place::Site) {
                 continue;
@@ -336,6 +338,16 @@ impl Builder {
                 "route" => {
                     if let Some(r) = self.route(item, &name) {
                         routes.push(r);
+                    }
+                }
+                "tls" => {
+                    if let Some(first) = &tls {
+                        self.errors.push(twice(item, first.span));
+                        continue;
+                    }
+                    match self.site_tls(item) {
+                        Ok(t) => tls = Some(t),
+                        Err(e) => self.errors.push(e),
                     }
                 }
                 _ => own.push(item),
@@ -357,6 +369,33 @@ impl Builder {
             name,
             hosts,
             routes,
+            tls,
+        })
+    }
+
+    /// `tls CERT KEY`: both files read and checked now, so a bad pair fails the load.
+    fn site_tls(&mut self, d: &Directive) -> Res<SiteTls> {
+        if d.args.len() != 2 {
+            return Err(missing(
+                d,
+                "tls CERT_FILE KEY_FILE",
+                "tls /etc/sluice/example.com.pem /etc/sluice/example.com.key",
+            ));
+        }
+        no_block(d)?;
+        let base = self.dir_of(d.span());
+        let cert = base.join(&d.args[0].text);
+        let key = base.join(&d.args[1].text);
+        let loaded = crate::config::certs::load_pair(&cert, &key).map_err(|why| {
+            Diagnostic::error(d.span(), why).with_hint(
+                "give a PEM certificate chain (leaf first) and its PEM private key (PKCS#8, RSA or EC)",
+            )
+        })?;
+        Ok(SiteTls {
+            cert,
+            key,
+            loaded,
+            span: d.span(),
         })
     }
 

@@ -46,6 +46,7 @@ impl Builder {
             let r = self.proxy_option(item, &mut p);
             self.push(r);
         }
+        self.one_scheme(d, &p)?;
         if let Some(f) = failover_at.filter(|_| p.backups.is_empty()) {
             return Err(Diagnostic::error(
                 f.span(),
@@ -82,6 +83,55 @@ impl Builder {
             }
         }
         Ok(Handler::Proxy(Box::new(p)))
+    }
+
+    /// One scheme class per pool (§14): plain HTTP/1.1, TLS, or h2c. The TLS options
+    /// mean nothing to a pool that does not speak TLS: a warning.
+    fn one_scheme(&mut self, d: &Directive, p: &ProxyConfig) -> Res<()> {
+        let first = p.backends[0].scheme;
+        let all = p.backends.iter().chain(&p.backups);
+        if let Some(odd) = all.clone().position(|b| b.scheme != first) {
+            let words: Vec<&Word> = d
+                .args
+                .iter()
+                .chain(
+                    d.block
+                        .as_deref()
+                        .unwrap_or(&[])
+                        .iter()
+                        .filter(|i| i.name.text == "backup")
+                        .flat_map(|i| i.args.iter()),
+                )
+                .collect();
+            let at = words.get(odd).map_or(d.span(), |w| w.span);
+            let addr = all.clone().nth(odd).map(|b| b.text.as_str()).unwrap_or("");
+            return Err(Diagnostic::error(
+                at,
+                format!(
+                    "`{addr}` speaks {}, but this pool's first address speaks {}",
+                    all.clone().nth(odd).map_or("", |b| b.scheme.as_str()),
+                    first.as_str()
+                ),
+            )
+            .with_hint("all addresses of one proxy (backups too) share one scheme: http, https:// or h2c://"));
+        }
+        if first != BackendScheme::Https {
+            for item in d.block.as_deref().unwrap_or(&[]) {
+                if item.name.text.starts_with("tls_") {
+                    self.warnings.push(
+                        Diagnostic::warning(
+                            item.span(),
+                            format!(
+                                "`{}` has no effect: this pool does not speak TLS",
+                                item.name.text
+                            ),
+                        )
+                        .with_hint("TLS options apply to https:// addresses"),
+                    );
+                }
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn proxy_option(&mut self, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
@@ -213,6 +263,40 @@ impl Builder {
             }
             "compress" => {
                 p.compress = compress(d)?;
+                Ok(())
+            }
+            "tls_verify" => {
+                p.tls.verify = compress(d)?;
+                Ok(())
+            }
+            "tls_server_name" => {
+                let w = one_arg(d, "tls_server_name NAME")?;
+                rustls::pki_types::ServerName::try_from(w.text.as_str()).map_err(|_| {
+                    expected(w, "a DNS name or an IP address")
+                        .with_hint("write the name the backend's certificate is issued for")
+                })?;
+                p.tls.server_name = Some(w.text.clone());
+                Ok(())
+            }
+            "tls_ca" => {
+                let w = one_arg(d, "tls_ca FILE")?;
+                let path = self.dir_of(d.span()).join(&w.text);
+                let roots = crate::config::certs::load_chain(&path).map_err(|why| {
+                    Diagnostic::error(w.span, why)
+                        .with_hint("give the PEM certificate(s) of the CA that signed the backends' certificates")
+                })?;
+                let mut store = rustls::RootCertStore::empty();
+                let (_, bad) = store.add_parsable_certificates(roots);
+                if bad > 0 || store.is_empty() {
+                    return Err(Diagnostic::error(
+                        w.span,
+                        format!(
+                            "{}: a certificate in the file cannot be a trust root",
+                            path.display()
+                        ),
+                    ));
+                }
+                p.tls.ca = Some(path);
                 Ok(())
             }
             "health" => {
@@ -564,6 +648,7 @@ impl Builder {
                     addr,
                     text: w.text.clone(),
                     dual_stack,
+                    tls: false,
                     span: d.span(),
                 },
                 items,
@@ -630,6 +715,24 @@ impl Builder {
                 return None;
             }
         };
+        if let Some(b) = proxy
+            .backends
+            .iter()
+            .chain(&proxy.backups)
+            .find(|b| b.scheme != BackendScheme::Http || b.text.starts_with("http://"))
+        {
+            self.errors.push(
+                Diagnostic::error(
+                    p.span(),
+                    format!(
+                        "`{}`: a `tcp` proxy relays bytes to host:port addresses",
+                        b.text
+                    ),
+                )
+                .with_hint("drop the scheme: write host:port or unix:/path"),
+            );
+            return None;
+        }
         if let Some(Health {
             probe: Probe::Http { .. },
             ..

@@ -129,17 +129,38 @@ fn addresses_are_checked() {
     assert!(m.contains("credentials"), "{m}");
     let (_, _, m, _) = err("site a { proxy localhost }");
     assert!(m.contains("needs a port"), "{m}");
-    let (_, _, m, _) = err("site a { proxy https://x:443 }");
-    assert!(m.contains("not supported yet"), "{m}");
+    let (_, _, m, _) = err("site a { proxy ftp://x:21 }");
+    assert!(m.contains("unknown scheme"), "{m}");
+}
+
+#[test]
+fn one_scheme_class_per_pool() {
+    let c = ok(
+        "site a { proxy https://x:443 https://y:443 { tls_verify off; tls_server_name x.test } }",
+    );
+    let Some(Handler::Proxy(p)) = &c.sites[0].routes[0].handler else {
+        panic!("a proxy")
+    };
+    assert_eq!(p.backends[1].scheme, BackendScheme::Https);
+    assert!(!p.tls.verify);
+    assert_eq!(p.tls.server_name.as_deref(), Some("x.test"));
+    let (l, c, m, h) = err("site a { proxy h2c://x:80 x:80 }");
+    assert_eq!((l, c), (1, 27));
+    assert!(m.contains("speaks http") && m.contains("h2c"), "{m}");
+    assert!(h.contains("one scheme"), "{h}");
+    let (_, c, m, _) = err("site a { proxy https://x:443 { backup http://y:80 } }");
+    assert_eq!(c, 39);
+    assert!(m.contains("http://y:80"), "{m}");
+    let (_, _, m, _) = err("tcp :5432 { proxy h2c://x:5432 }");
+    assert!(m.contains("relays bytes"), "{m}");
+    let (_, c, m, _) = err("site a { proxy https://x:443 { tls_ca /nonexistent.pem } }");
+    assert_eq!(c, 39);
+    assert!(m.contains("/nonexistent.pem"), "{m}");
 }
 
 #[test]
 fn unbuilt_directives_are_refused_not_ignored() {
     for (text, what) in [
-        (
-            "site a { proxy 127.0.0.1:1 { tls_verify off } }",
-            "tls_verify",
-        ),
         ("site a { fastcgi 127.0.0.1:9000 }", "fastcgi"),
         ("site a { files /srv }", "files"),
         ("site a { rate_limit 10 }", "rate_limit"),

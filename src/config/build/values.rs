@@ -73,13 +73,14 @@ pub(super) fn cidr(w: &Word) -> Res<IpNet> {
 
 pub(super) fn listen(d: &Directive) -> Res<Listen> {
     let w = first_arg(d, "listen ADDR")?;
+    let mut tls = false;
     if let Some(t) = d.args.get(1) {
-        if t.text == "tls" {
-            return Err(
-                Diagnostic::error(t.span, "TLS listeners are not supported yet")
-                    .with_hint("serve plain HTTP here and terminate TLS in front for now"),
-            );
+        if t.text != "tls" {
+            return Err(expected(t, "`tls` or nothing").with_hint("write: listen ADDR [tls]"));
         }
+        tls = true;
+    }
+    if let Some(t) = d.args.get(2) {
         return Err(extra(t, "write: listen ADDR [tls]"));
     }
     let (addr, dual_stack) = listen_addr(w)?;
@@ -87,6 +88,7 @@ pub(super) fn listen(d: &Directive) -> Res<Listen> {
         addr,
         text: w.text.clone(),
         dual_stack,
+        tls,
         span: d.span(),
     })
 }
@@ -344,19 +346,20 @@ pub(super) fn backend_addr(w: &Word, base: &Path) -> Res<BackendAddr> {
         return Ok(BackendAddr {
             text: text.to_string(),
             target: Target::Unix(base.join(PathBuf::from(path))),
+            scheme: BackendScheme::Http,
         });
     }
-    let rest = if let Some(r) = text.strip_prefix("http://") {
-        r
-    } else if text.starts_with("https://") || text.starts_with("h2c://") {
-        return Err(bad("this backend scheme is not supported yet").with_hint(
-            "this build speaks plain HTTP/1.1 to backends: use host:port or http://host:port",
-        ));
+    let (scheme, rest) = if let Some(r) = text.strip_prefix("http://") {
+        (BackendScheme::Http, r)
+    } else if let Some(r) = text.strip_prefix("https://") {
+        (BackendScheme::Https, r)
+    } else if let Some(r) = text.strip_prefix("h2c://") {
+        (BackendScheme::H2c, r)
     } else if let Some((scheme, _)) = text.split_once("://") {
         return Err(bad(&format!("unknown scheme `{scheme}`"))
-            .with_hint("use host:port, http://, or unix:/path"));
+            .with_hint("use host:port, http://, https://, h2c://, or unix:/path"));
     } else {
-        text
+        (BackendScheme::Http, text)
     };
     if rest.contains(['/', '?', '#']) {
         return Err(bad("a backend address has no path or query")
@@ -392,5 +395,6 @@ pub(super) fn backend_addr(w: &Word, base: &Path) -> Res<BackendAddr> {
     Ok(BackendAddr {
         text: text.to_string(),
         target: Target::Tcp { host, port },
+        scheme,
     })
 }

@@ -153,11 +153,6 @@ pub(super) const ALL_PLACES: [Place; 12] = [
 /// load ("not supported yet"), never ignored. A directive leaves this list when its
 /// runtime lands.
 pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
-    (
-        Place::Site,
-        "tls",
-        "TLS is not built yet; terminate TLS in front of sluice for now",
-    ),
     (Place::Site, "fastcgi", "FastCGI is not built yet"),
     (Place::Site, "files", "static files are not built yet"),
     (Place::Site, "request_id", "the filter is not built yet"),
@@ -183,21 +178,6 @@ pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
         Place::Proxy,
         "safety",
         "destination safety is not built yet",
-    ),
-    (
-        Place::Proxy,
-        "tls_verify",
-        "https:// backends are not built yet",
-    ),
-    (
-        Place::Proxy,
-        "tls_server_name",
-        "https:// backends are not built yet",
-    ),
-    (
-        Place::Proxy,
-        "tls_ca",
-        "https:// backends are not built yet",
     ),
 ];
 

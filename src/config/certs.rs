@@ -1,0 +1,214 @@
+//! Certificate and key files: read, parsed and checked the same way by `sluice check`,
+//! at start, on reload and when a file changes on disk.
+//!
+//! A pair is refused when a file cannot be read, holds no certificate or no key, the
+//! key is of a kind rustls cannot sign with, the key does not belong to the first
+//! certificate, or the first certificate has expired (or is not valid yet). Every
+//! refusal names the file it is about.
+//!
+//! The expiry check reads one field, the validity of the leaf certificate, with a
+//! small DER walk ([`validity`]) instead of a full X.509 parser: a general parser would
+//! bring several crates for the two dates sluice needs, and rustls itself does not
+//! expose them.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
+
+/// Loads `cert` (a PEM chain, leaf first) and `key` (PKCS#8, PKCS#1 RSA or SEC1 EC) as
+/// one signing identity. The message names the file at fault.
+pub fn load_pair(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, String> {
+    let chain = load_chain(cert)?;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => format!(
+            "{}: no private key in the file (expected a PEM `PRIVATE KEY` block)",
+            key.display()
+        ),
+        e => format!(
+            "{}: cannot read the private key: {}",
+            key.display(),
+            pem_error(e)
+        ),
+    })?;
+    let signer = rustls::crypto::ring::sign::any_supported_type(&key_der).map_err(|e| {
+        format!(
+            "{}: not a usable private key ({e}); sluice takes RSA, ECDSA P-256/P-384 and Ed25519 keys",
+            key.display()
+        )
+    })?;
+    let ck = CertifiedKey::new(chain, signer);
+    ck.keys_match().map_err(|_| {
+        format!(
+            "{}: this key does not belong to the certificate in {}",
+            key.display(),
+            cert.display()
+        )
+    })?;
+    check_validity(cert, &ck.cert[0], SystemTime::now())?;
+    Ok(Arc::new(ck))
+}
+
+/// The PEM certificates of `path`, leaf first.
+pub fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let chain = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("{}: {}", path.display(), pem_error(e)))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: {}", path.display(), pem_error(e)))?;
+    if chain.is_empty() {
+        return Err(format!(
+            "{}: no certificate in the file (expected PEM `CERTIFICATE` blocks)",
+            path.display()
+        ));
+    }
+    Ok(chain)
+}
+
+fn pem_error(e: rustls::pki_types::pem::Error) -> String {
+    match e {
+        rustls::pki_types::pem::Error::Io(io) => io.to_string(),
+        other => format!("not valid PEM ({other:?})"),
+    }
+}
+
+fn check_validity(path: &Path, leaf: &CertificateDer<'_>, now: SystemTime) -> Result<(), String> {
+    let Some((not_before, not_after)) = validity(leaf) else {
+        return Err(format!(
+            "{}: the first certificate cannot be read as X.509",
+            path.display()
+        ));
+    };
+    if now > not_after {
+        return Err(format!(
+            "{}: the certificate expired on {}",
+            path.display(),
+            httpdate::fmt_http_date(not_after)
+        ));
+    }
+    if now < not_before {
+        return Err(format!(
+            "{}: the certificate is not valid until {}",
+            path.display(),
+            httpdate::fmt_http_date(not_before)
+        ));
+    }
+    Ok(())
+}
+
+/// `notBefore` and `notAfter` of a DER certificate: Certificate ::= SEQUENCE {
+/// tbsCertificate SEQUENCE { [0] version OPTIONAL, serialNumber, signature, issuer,
+/// validity SEQUENCE { notBefore, notAfter }, ... }, ... }.
+pub fn validity(der: &[u8]) -> Option<(SystemTime, SystemTime)> {
+    let (tag, cert, _) = tlv(der)?;
+    if tag != 0x30 {
+        return None;
+    }
+    let (tag, mut tbs, _) = tlv(cert)?;
+    if tag != 0x30 {
+        return None;
+    }
+    // Optional explicit version, then serial, signature algorithm and issuer.
+    let (tag, _, rest) = tlv(tbs)?;
+    if tag == 0xa0 {
+        tbs = rest;
+    }
+    for _ in 0..3 {
+        tbs = tlv(tbs)?.2;
+    }
+    let (tag, validity, _) = tlv(tbs)?;
+    if tag != 0x30 {
+        return None;
+    }
+    let (t1, before, rest) = tlv(validity)?;
+    let (t2, after, _) = tlv(rest)?;
+    Some((time(t1, before)?, time(t2, after)?))
+}
+
+/// One DER tag-length-value: (tag, value, what follows).
+fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let tag = *b.first()?;
+    let first = *b.get(1)? as usize;
+    let (len, start) = if first < 0x80 {
+        (first, 2)
+    } else {
+        let n = first & 0x7f;
+        if n == 0 || n > 4 {
+            return None;
+        }
+        let mut len = 0usize;
+        for i in 0..n {
+            len = (len << 8) | *b.get(2 + i)? as usize;
+        }
+        (len, 2 + n)
+    };
+    let end = start.checked_add(len)?;
+    Some((tag, b.get(start..end)?, b.get(end..)?))
+}
+
+/// UTCTime (`YYMMDDHHMMSSZ`, years 1950..2049) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
+fn time(tag: u8, v: &[u8]) -> Option<SystemTime> {
+    let s = std::str::from_utf8(v).ok()?.strip_suffix('Z')?;
+    let (year, rest) = match tag {
+        0x17 if s.len() == 12 => {
+            let yy: i64 = s[..2].parse().ok()?;
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, &s[2..])
+        }
+        0x18 if s.len() == 14 => (s[..4].parse().ok()?, &s[4..]),
+        _ => return None,
+    };
+    let n = |i: usize| -> Option<i64> { rest.get(i..i + 2)?.parse().ok() };
+    let (month, day, h, m, sec) = (n(0)?, n(2)?, n(4)?, n(6)?, n(8)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    let secs = days * 86_400 + h * 3600 + m * 60 + sec;
+    if secs >= 0 {
+        Some(UNIX_EPOCH + Duration::from_secs(secs as u64))
+    } else {
+        Some(UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()))
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_days() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(days_from_civil(2026, 12, 1), 20_788);
+    }
+
+    #[test]
+    fn times() {
+        let t = time(0x17, b"261201133000Z").unwrap();
+        assert_eq!(httpdate::fmt_http_date(t), "Tue, 01 Dec 2026 13:30:00 GMT");
+        let t = time(0x18, b"20500101000000Z").unwrap();
+        assert_eq!(httpdate::fmt_http_date(t), "Sat, 01 Jan 2050 00:00:00 GMT");
+        assert!(time(0x17, b"261301133000Z").is_none());
+        assert!(time(0x17, b"2612011330Z").is_none());
+    }
+
+    #[test]
+    fn truncated_der_is_refused() {
+        assert!(validity(&[]).is_none());
+        assert!(validity(&[0x30, 0x82, 0xff]).is_none());
+        assert!(validity(&[0x30, 0x03, 0x30, 0x01]).is_none());
+    }
+}

@@ -1,0 +1,184 @@
+//! The live generation's certificates: the TLS server settings of its `tls` listeners
+//! and the SNI choice among the sites' certificates.
+//!
+//! Each site's pair sits in a [`CertSlot`] whose current key can be swapped without a
+//! new generation: [`CertSlot::refresh`] (run every few seconds by the lifecycle) reads
+//! the files again when their size or modification time changed. A pair that no longer
+//! loads keeps the old one serving and is logged once per change. Connections already
+//! open keep the certificate they were handshaken with; new handshakes get the new one.
+//!
+//! SNI follows the site table's order: exact host, then the longest `*.suffix`, then
+//! the `*` site. A handshake that matches none of them (or names no host while there is
+//! no `*` site with a certificate) fails with an alert.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use crate::config::{HostPattern, Site};
+
+/// One site's certificate pair, as the files are now (or were when they last loaded).
+pub struct CertSlot {
+    /// The site's name, for log lines.
+    pub site: String,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    current: ArcSwap<CertifiedKey>,
+    /// What the files looked like when last read (loaded or refused).
+    stamp: Mutex<Stamp>,
+}
+
+/// Size and modification time of both files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp([Option<(SystemTime, u64)>; 2]);
+
+impl Stamp {
+    fn of(cert: &std::path::Path, key: &std::path::Path) -> Stamp {
+        let one = |p: &std::path::Path| {
+            std::fs::metadata(p)
+                .ok()
+                .and_then(|m| Some((m.modified().ok()?, m.len())))
+        };
+        Stamp([one(cert), one(key)])
+    }
+}
+
+impl CertSlot {
+    fn new(site: &str, t: &crate::config::SiteTls) -> CertSlot {
+        CertSlot {
+            site: site.to_string(),
+            stamp: Mutex::new(Stamp::of(&t.cert, &t.key)),
+            cert: t.cert.clone(),
+            key: t.key.clone(),
+            current: ArcSwap::new(t.loaded.clone()),
+        }
+    }
+
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.current.load_full()
+    }
+
+    /// Reads the pair again if either file changed since it was last read. Blocking
+    /// file I/O: run it off the runtime's workers.
+    pub fn refresh(&self) {
+        let now = Stamp::of(&self.cert, &self.key);
+        {
+            let mut seen = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
+            if *seen == now {
+                return;
+            }
+            *seen = now;
+        }
+        match crate::config::certs::load_pair(&self.cert, &self.key) {
+            Ok(ck) => {
+                self.current.store(ck);
+                tracing::info!(
+                    "sluice: site {}: certificate reloaded from {}",
+                    self.site,
+                    self.cert.display()
+                );
+            }
+            Err(why) => tracing::warn!(
+                "sluice: site {}: the changed certificate files do not load ({why}); still serving the previous certificate",
+                self.site
+            ),
+        }
+    }
+}
+
+/// The certificate for a handshake, by SNI.
+pub struct SniCerts {
+    exact: HashMap<String, usize>,
+    /// `(".example.com", slot)`, longest suffix first.
+    suffixes: Vec<(String, usize)>,
+    any: Option<usize>,
+    pub slots: Vec<Arc<CertSlot>>,
+}
+
+impl std::fmt::Debug for SniCerts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SniCerts")
+            .field("sites", &self.slots.len())
+            .finish()
+    }
+}
+
+impl SniCerts {
+    fn new(sites: &[Site]) -> SniCerts {
+        let mut c = SniCerts {
+            exact: HashMap::new(),
+            suffixes: Vec::new(),
+            any: None,
+            slots: Vec::new(),
+        };
+        for site in sites {
+            let Some(t) = &site.tls else { continue };
+            let i = c.slots.len();
+            c.slots.push(Arc::new(CertSlot::new(&site.name, t)));
+            for h in &site.hosts {
+                match h {
+                    HostPattern::Exact(name) => {
+                        c.exact.entry(name.clone()).or_insert(i);
+                    }
+                    HostPattern::Suffix(s) => c.suffixes.push((s.clone(), i)),
+                    HostPattern::Any => c.any = Some(i),
+                }
+            }
+        }
+        c.suffixes.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
+        c
+    }
+
+    /// The slot serving `name` (an SNI host name, any case), or the `*` site's.
+    pub fn choose(&self, name: Option<&str>) -> Option<&Arc<CertSlot>> {
+        let i = match name.map(|n| n.trim_end_matches('.').to_ascii_lowercase()) {
+            Some(n) => self.exact.get(&n).copied().or_else(|| {
+                self.suffixes
+                    .iter()
+                    .find(|(s, _)| n.ends_with(s.as_str()))
+                    .map(|(_, i)| *i)
+                    .or(self.any)
+            }),
+            None => self.any,
+        }?;
+        self.slots.get(i)
+    }
+}
+
+impl ResolvesServerCert for SniCerts {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.choose(hello.server_name()).map(|s| s.current())
+    }
+}
+
+/// A generation's TLS server side: what its `tls` listeners hand to rustls.
+pub struct Tls {
+    pub config: Arc<rustls::ServerConfig>,
+    pub certs: Arc<SniCerts>,
+}
+
+/// TLS 1.3 and 1.2 with ring's default suites (AES-GCM and ChaCha20-Poly1305 with
+/// ECDHE only: the "intermediate" set, less the finite-field DHE rustls never offers),
+/// ALPN `h2` then `http/1.1`. `None` when no site has a certificate.
+pub fn build(sites: &[Site]) -> Option<Tls> {
+    let certs = Arc::new(SniCerts::new(sites));
+    if certs.slots.is_empty() {
+        return None;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .ok()?
+        .with_no_client_auth()
+        .with_cert_resolver(certs.clone());
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Some(Tls {
+        config: Arc::new(config),
+        certs,
+    })
+}

@@ -1,0 +1,266 @@
+//! TLS listeners: the certificate chosen by SNI (exact, wildcard, the `*` site's for
+//! no or unknown SNI, a failed handshake when there is none), ALPN h2 and http/1.1,
+//! `X-Forwarded-Proto: https`, and certificates swapped on disk while connections
+//! stay open.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::pki::{any_cert_client, connect, presented, Ca, Leaf};
+use common::*;
+use http_body_util::{BodyExt, Empty};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Writes a leaf's two files into `dir` as `NAME.pem` and `NAME.key`.
+fn write_pair(dir: &TempDir, name: &str, leaf: &Leaf) -> (String, String) {
+    let c = dir.write(&format!("{name}.pem"), &leaf.cert_pem);
+    let k = dir.write(&format!("{name}.key"), &leaf.key_pem);
+    (c.display().to_string(), k.display().to_string())
+}
+
+/// One request over an open TLS stream (keep-alive), returning the response.
+async fn get_over<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    s: &mut S,
+    host: &str,
+    path: &str,
+) -> Resp {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some((resp, _)) = parse_response(&buf) {
+            return resp;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout_at(deadline.into(), s.read(&mut chunk))
+            .await
+            .expect("response in time")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before a whole response: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[tokio::test]
+async fn sni_chooses_the_site_certificate_and_alpn_the_protocol() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let a = ca.leaf(&["a.test"]);
+    let b = ca.leaf(&["*.b.test"]);
+    let d = ca.leaf(&["default.test"]);
+    let (ac, ak) = write_pair(&dir, "a", &a);
+    let (bc, bk) = write_pair(&dir, "b", &b);
+    let (dc, dk) = write_pair(&dir, "d", &d);
+    let backend = Backend::echo_head().await;
+    let sluice = Sluice::start(&format!(
+        "listen 127.0.0.1:0 tls
+         site a.test {{ tls {ac} {ak}; proxy {be} }}
+         site *.b.test {{ tls {bc} {bk}; proxy {be} }}
+         site * {{ tls {dc} {dk}; respond \"default\" }}",
+        be = backend.addr
+    ));
+    let any = any_cert_client(&[b"http/1.1"]);
+    for (sni, want) in [
+        (Some("a.test"), &a),
+        (Some("A.TEST"), &a),
+        (Some("x.b.test"), &b),
+        (Some("unknown.test"), &d),
+        (None, &d),
+    ] {
+        let s = connect(sluice.addr, any.clone(), sni).await.unwrap();
+        assert!(
+            presented(&s) == want.der,
+            "SNI {sni:?} got the wrong certificate"
+        );
+    }
+    // Verified against the CA, over http/1.1: the backend hears https.
+    let mut s = connect(sluice.addr, ca.client(&[b"http/1.1"]), Some("a.test"))
+        .await
+        .unwrap();
+    assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    assert_eq!(
+        s.get_ref().1.protocol_version(),
+        Some(rustls::ProtocolVersion::TLSv1_3)
+    );
+    let r = get_over(&mut s, "a.test", "/x").await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.text().contains("x-forwarded-proto: https"),
+        "{}",
+        r.text()
+    );
+    // Keep-alive: a second request on the same TLS connection.
+    let r = get_over(&mut s, "a.test", "/y").await;
+    assert!(r.text().starts_with("GET /y"), "{}", r.text());
+    // ALPN h2: HTTP/2 over TLS.
+    let s = connect(
+        sluice.addr,
+        ca.client(&[b"h2", b"http/1.1"]),
+        Some("x.b.test"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(s),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get("https://x.b.test/h2")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.starts_with("GET /h2"), "{text}");
+    assert!(text.contains("x-forwarded-proto: https"), "{text}");
+}
+
+#[tokio::test]
+async fn without_a_default_certificate_an_unknown_name_fails_the_handshake() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (ac, ak) = write_pair(&dir, "a", &ca.leaf(&["a.test"]));
+    let sluice = Sluice::start(&format!(
+        "listen 127.0.0.1:0 tls
+         site a.test {{ tls {ac} {ak}; respond \"a\" }}
+         site * {{ respond \"plain default\" }}"
+    ));
+    let any = any_cert_client(&[b"http/1.1"]);
+    for _ in 0..20 {
+        assert!(connect(sluice.addr, any.clone(), Some("other.test"))
+            .await
+            .is_err());
+        assert!(connect(sluice.addr, any.clone(), None).await.is_err());
+    }
+    // Not TLS at all: refused too, and the listener goes on.
+    let plain = raw(sluice.addr, b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n").await;
+    assert!(parse_response(&plain).is_none());
+    let mut s = connect(sluice.addr, ca.client(&[]), Some("a.test"))
+        .await
+        .unwrap();
+    assert_eq!(get_over(&mut s, "a.test", "/").await.text(), "a");
+    // Failures are logged at debug only: no line per failed handshake.
+    assert!(
+        !sluice.logs().contains("handshake"),
+        "handshake failures flood the log:\n{}",
+        sluice.logs()
+    );
+}
+
+#[tokio::test]
+async fn a_certificate_changed_on_disk_is_served_to_new_connections_only() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let first = ca.leaf(&["a.test"]);
+    let (ac, ak) = write_pair(&dir, "a", &first);
+    let sluice = Sluice::start(&format!(
+        "listen 127.0.0.1:0 tls
+         site a.test {{ tls {ac} {ak}; respond \"a\" }}"
+    ));
+    let any = any_cert_client(&[b"http/1.1"]);
+    let mut old = connect(sluice.addr, any.clone(), Some("a.test"))
+        .await
+        .unwrap();
+    assert!(presented(&old) == first.der);
+    assert_eq!(get_over(&mut old, "a.test", "/").await.text(), "a");
+
+    // A new pair, written over the old files.
+    let second = ca.leaf(&["a.test"]);
+    write_pair(&dir, "a", &second);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let s = connect(sluice.addr, any.clone(), Some("a.test"))
+            .await
+            .unwrap();
+        if presented(&s) == second.der {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new certificate was not picked up"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    sluice.wait_log("certificate reloaded");
+    // The connection made before still works, on the certificate it had.
+    assert!(presented(&old) == first.der);
+    assert_eq!(get_over(&mut old, "a.test", "/").await.text(), "a");
+
+    // A broken file: the second certificate stays, and the log says why.
+    dir.write(
+        "a.pem",
+        "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+    );
+    let line = sluice.wait_log("do not load");
+    assert!(line.contains("a.pem"), "{line}");
+    let s = connect(sluice.addr, any.clone(), Some("a.test"))
+        .await
+        .unwrap();
+    assert!(presented(&s) == second.der);
+}
+
+/// `sluice check` on `text`: (exit code, stderr).
+fn check(dir: &TempDir, text: &str) -> (i32, String) {
+    let path = dir.write("sluice.conf", text);
+    let o = std::process::Command::new(bin())
+        .args(["check", "-c", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stderr).to_string(),
+    )
+}
+
+#[test]
+fn check_refuses_expired_mismatched_and_unreadable_pairs_naming_the_file() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let now = time::OffsetDateTime::now_utc();
+    let expired = ca.leaf_valid(
+        &["old.test"],
+        now - time::Duration::days(30),
+        now - time::Duration::days(1),
+    );
+    let (ec, ek) = write_pair(&dir, "expired", &expired);
+    let (gc, _) = write_pair(&dir, "good", &ca.leaf(&["good.test"]));
+    let (_, ok) = write_pair(&dir, "other", &ca.leaf(&["other.test"]));
+    let cases = [
+        (format!("tls {ec} {ek}"), "expired.pem", "expired on"),
+        (format!("tls {gc} {ok}"), "other.key", "does not belong"),
+        (format!("tls {gc} /nonexistent/x.key"), "x.key", "x.key"),
+        (format!("tls {ek} {ek}"), "expired.key", "no certificate"),
+    ];
+    for (line, file, what) in cases {
+        let (code, err) = check(
+            &dir,
+            &format!("listen 127.0.0.1:0 tls\nsite a.test {{\n  {line}\n  respond ok\n}}\n"),
+        );
+        assert_eq!(code, 1, "{line}: {err}");
+        assert!(err.contains(":3:3"), "{line}: no position: {err}");
+        assert!(err.contains(file) && err.contains(what), "{line}: {err}");
+    }
+    // A certificate with no tls listener: a warning. A tls listener with no
+    // certificate: an error.
+    let (gc, gk) = write_pair(&dir, "good", &ca.leaf(&["good.test"]));
+    let (code, err) = check(
+        &dir,
+        &format!("site a.test {{ tls {gc} {gk}; respond ok }}"),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("no `tls` listener"), "{err}");
+    let (code, err) = check(&dir, "listen 127.0.0.1:0 tls\nsite a.test { respond ok }");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no certificate to serve"), "{err}");
+}
