@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Side-by-side proxy benchmark: sluice, nginx (two buffer settings) and HAProxy in
-front of one fast nginx backend, plus the backend measured directly.
+front of one fast nginx backend, plus the backend measured directly. Each proxy also
+listens with TLS (one ECDSA P-256 certificate for all, TLS 1.2/1.3 with the same ECDHE
+AEAD suites, ALPN h2 and http/1.1) and reaches an HTTP/2 (h2c) listener of the
+backend on /h2b/ where it can (nginx 1.22 cannot speak HTTP/2 to a backend).
 
 Method (docs/performance.md): the proxy under test runs alone on CPU 0; the load
 generator and the backend share CPU 1. Each measurement starts the proxy fresh, warms
@@ -53,6 +56,8 @@ NGINX, HAPROXY, WRK, H2LOAD = which("nginx"), which("haproxy"), which("wrk"), wh
 PYTHON = "/usr/bin/python3"
 WSECHO = os.path.join(ROOT, "bench", "wsecho.py")
 WS_BACKEND = 0
+BACKEND_H2 = 0
+CERT = KEY = COMBINED = ""
 
 
 def kill_group(p, sig):
@@ -151,10 +156,33 @@ def status_kib(pids, key):
     return total
 
 
+# --- the certificate ----------------------------------------------------------------
+
+def make_cert():
+    """One self-signed ECDSA P-256 certificate every proxy serves (and HAProxy's
+    combined file)."""
+    cert, key = os.path.join(WORK, "cert.pem"), os.path.join(WORK, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-days", "2", "-nodes", "-subj", "/CN=bench.test", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True)
+    combined = os.path.join(WORK, "combined.pem")
+    with open(combined, "w") as f:
+        f.write(open(cert).read() + open(key).read())
+    return cert, key, combined
+
+
+# TLS 1.2's suites, the same for every proxy: ECDHE with AES-GCM or ChaCha20-Poly1305
+# (Mozilla "intermediate" less DHE, which rustls does not offer).
+CIPHERS12 = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
+             "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305")
+
+
 # --- the backend ------------------------------------------------------------------
 
 def start_backend():
     port = free_port()
+    global BACKEND_H2
+    BACKEND_H2 = free_port()
     with open(os.path.join(WORK, "big.bin"), "wb") as f:
         f.write(b"x" * 65536)
     # 64 KiB of text that compresses like a web page does (not like a run of one byte).
@@ -183,9 +211,14 @@ http {{
     location = /big {{ default_type application/octet-stream; alias {WORK}/big.bin; }}
     location = /text {{ default_type text/plain; alias {WORK}/text.txt; }}
   }}
+  server {{
+    listen 127.0.0.1:{BACKEND_H2} http2 backlog=4096;
+    http2_max_requests 1000000; http2_max_concurrent_streams 256;
+    location = /small {{ default_type text/plain; return 200 "hello world!\n"; }}
+  }}
 }}
 """)
-    p = start([NGINX, "-p", WORK, "-c", conf], 1, [port])
+    p = start([NGINX, "-p", WORK, "-c", conf], 1, [port, BACKEND_H2])
     return p, port
 
 
@@ -198,7 +231,7 @@ def start_ws_backend():
 # --- the proxies --------------------------------------------------------------------
 
 def nginx_proxy(backend, buffers16k):
-    port, h2port = free_port(), free_port()
+    port, h2port, tls = free_port(), free_port(), free_port()
     name = "nginx16k" if buffers16k else "nginx"
     extra = "proxy_buffer_size 16k; proxy_buffers 8 16k; proxy_busy_buffers_size 32k;" if buffers16k else ""
     loc = f"location / {{ proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection \"\"; {extra} }}"
@@ -217,21 +250,26 @@ http {{
   upstream b {{ server 127.0.0.1:{backend}; keepalive 128; keepalive_requests 1000000; }}
   server {{ listen 127.0.0.1:{port} backlog=4096; {loc} }}
   server {{ listen 127.0.0.1:{h2port} http2 backlog=4096; {loc} }}
+  server {{ listen 127.0.0.1:{tls} ssl http2 backlog=4096; ssl_certificate {CERT}; ssl_certificate_key {KEY};
+           ssl_protocols TLSv1.2 TLSv1.3; ssl_ciphers {CIPHERS12}; ssl_prefer_server_ciphers off;
+           http2_max_requests 1000000; {loc} }}
 }}
 """)
-    p = start([NGINX, "-p", WORK, "-c", conf], 0, [port, h2port])
+    p = start([NGINX, "-p", WORK, "-c", conf], 0, [port, h2port, tls])
     time.sleep(0.1)
-    return p, [p.pid] + children(p.pid), port, h2port
+    return p, [p.pid] + children(p.pid), {"h1": port, "h2c": h2port, "tls": tls}
 
 
 def haproxy_proxy(backend):
-    port, h2port = free_port(), free_port()
+    port, h2port, tls = free_port(), free_port(), free_port()
     conf = os.path.join(WORK, "haproxy.cfg")
     with open(conf, "w") as f:
         f.write(f"""
 global
     nbthread 1
     maxconn 8000
+    ssl-default-bind-ciphers {CIPHERS12}
+    ssl-default-bind-options ssl-min-ver TLSv1.2
 defaults
     mode http
     timeout connect 5s
@@ -244,25 +282,35 @@ defaults
 frontend f1
     bind 127.0.0.1:{port}
     use_backend w if {{ path_beg /ws }}
+    use_backend h2b if {{ path_beg /h2b/ }}
     default_backend b
 frontend f2
     bind 127.0.0.1:{h2port} proto h2
     default_backend b
+frontend f3
+    bind 127.0.0.1:{tls} ssl crt {COMBINED} alpn h2,http/1.1
+    default_backend b
 backend b
     server s1 127.0.0.1:{backend}
+backend h2b
+    http-request replace-path /h2b(/.*) \\1
+    server s2 127.0.0.1:{BACKEND_H2} proto h2
 backend w
     timeout tunnel 300s
     server w1 127.0.0.1:{WS_BACKEND}
 """)
-    p = start([HAPROXY, "-f", conf, "-db"], 0, [port, h2port])
-    return p, [p.pid], port, h2port
+    p = start([HAPROXY, "-f", conf, "-db"], 0, [port, h2port, tls])
+    return p, [p.pid], {"h1": port, "h2c": h2port, "tls": tls}
 
 
-def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE):
-    port = free_port()
+def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True):
+    port, tls_port = free_port(), free_port()
     conf = os.path.join(WORK, "sluice.conf")
+    # An older binary (SLUICE_BASE) may not know TLS or h2c backends.
+    extra = f"listen 127.0.0.1:{tls_port} tls\n" if tls else ""
+    site = f"tls {CERT} {KEY}; route /h2b/* {{ strip /h2b; proxy h2c://127.0.0.1:{BACKEND_H2} }} " if tls else ""
     with open(conf, "w") as f:
-        f.write(f"global {{ workers {workers}; admin off }}\nlisten 127.0.0.1:{port}\nsite * {{ route /ws {{ proxy 127.0.0.1:{WS_BACKEND} }} proxy 127.0.0.1:{backend} }}\n")
+        f.write(f"global {{ workers {workers}; admin off }}\nlisten 127.0.0.1:{port}\n{extra}site * {{ {site}route /ws {{ proxy 127.0.0.1:{WS_BACKEND} }} proxy 127.0.0.1:{backend} }}\n")
     cmd = [binary, "run", "-c", conf]
     if cpu is None:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -270,11 +318,11 @@ def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE):
         wait_port(port, p)
     else:
         p = start(cmd, cpu, [port])
-    return p, [p.pid], port, port
+    return p, [p.pid], {"h1": port, "h2c": port, "tls": tls_port if tls else None}
 
 
 def direct(backend, backend_pids):
-    return None, backend_pids, backend, None
+    return None, backend_pids, {"h1": backend, "h2c": None, "tls": None}
 
 
 # --- the loads ----------------------------------------------------------------------
@@ -283,9 +331,9 @@ def to_us(v, unit):
     return float(v) * {"us": 1, "ms": 1000, "s": 1_000_000}[unit]
 
 
-def wrk(port, path, conns, extra=(), duration=DURATION):
+def wrk(port, path, conns, extra=(), duration=DURATION, scheme="http"):
     cmd = ["taskset", "-c", "1", WRK, "-t1", f"-c{conns}", f"-d{duration}s", "--latency"] + list(extra)
-    out = subprocess.run(cmd + [f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, timeout=duration + 30).stdout
+    out = subprocess.run(cmd + [f"{scheme}://127.0.0.1:{port}{path}"], capture_output=True, text=True, timeout=duration + 30).stdout
     reqs = int(re.search(r"(\d+) requests in", out).group(1))
     errs = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     lat = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", out, re.M))
@@ -296,8 +344,8 @@ def wrk(port, path, conns, extra=(), duration=DURATION):
             "p50": us(lat["50"]), "p99": us(lat["99"])}
 
 
-def h2load(port, duration=DURATION):
-    cmd = ["taskset", "-c", "1", H2LOAD, "-c", "16", "-m", "8", "-D", str(duration), f"http://127.0.0.1:{port}/small"]
+def h2load(port, duration=DURATION, scheme="http"):
+    cmd = ["taskset", "-c", "1", H2LOAD, "-c", "16", "-m", "8", "-D", str(duration), f"{scheme}://127.0.0.1:{port}/small"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
     m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded", out)
     rps = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
@@ -341,16 +389,31 @@ def idle_probe(port, pids):
 
 
 TESTS = {
-    "keepalive-13B": lambda port, h2: wrk(port, "/small", 64),
-    "keepalive-64KiB": lambda port, h2: wrk(port, "/big", 64),
+    "keepalive-13B": lambda p: wrk(p["h1"], "/small", 64),
+    "keepalive-64KiB": lambda p: wrk(p["h1"], "/big", 64),
     # 64 KiB of text compressed on the way (gzip: level 5 for nginx and sluice; HAProxy's
     # default maximum level is 1).
-    "gzip-64KiB": lambda port, h2: wrk(port, "/text", 64, ["-H", "Accept-Encoding: gzip"]),
-    "new-connection": lambda port, h2: wrk(port, "/small", 64, ["-H", "Connection: close"]),
+    "gzip-64KiB": lambda p: wrk(p["h1"], "/text", 64, ["-H", "Accept-Encoding: gzip"]),
+    "new-connection": lambda p: wrk(p["h1"], "/small", 64, ["-H", "Connection: close"]),
     # WebSocket echo: 32 sockets, 1 KiB binary messages, one in flight per socket; a
     # "request" is a message echoed (the client and echo server are Python, on CPU 1).
-    "ws-echo-1KiB": lambda port, h2: ws_echo(port),
-    "h2c-front": lambda port, h2: h2load(h2),
+    "ws-echo-1KiB": lambda p: ws_echo(p["h1"]),
+    "h2c-front": lambda p: h2load(p["h2c"]),
+    # TLS in front: keep-alive HTTP/1.1 (wrk, no ALPN) and HTTP/2 (h2load, ALPN h2).
+    "tls-h1-13B": lambda p: wrk(p["tls"], "/small", 64, scheme="https"),
+    "tls-h2-13B": lambda p: h2load(p["tls"], scheme="https"),
+    # HTTP/1.1 in front, HTTP/2 (h2c) to the backend.
+    "h2-backend-13B": lambda p: wrk(p["h1"], "/h2b/small", 64),
+}
+
+# Which proxies cannot run a test: the backend alone has no proxy features, nginx 1.22
+# cannot speak HTTP/2 to a backend.
+SKIP = {
+    "h2c-front": {"direct"},
+    "ws-echo-1KiB": {"direct"},
+    "tls-h1-13B": {"direct", "sluice-base"},
+    "tls-h2-13B": {"direct", "sluice-base"},
+    "h2-backend-13B": {"direct", "nginx", "nginx16k", "sluice-base"},
 }
 
 
@@ -359,6 +422,8 @@ def main():
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if hard < IDLE_CONNS + 200:
         sys.exit(f"bench: the descriptor limit {hard} is too low for {IDLE_CONNS} idle connections")
+    global CERT, KEY, COMBINED
+    CERT, KEY, COMBINED = make_cert()
     backend_proc, backend = start_backend()
     global WS_BACKEND
     _, WS_BACKEND = start_ws_backend()
@@ -372,7 +437,7 @@ def main():
         "sluice": lambda: sluice_proxy(backend),
     }
     if SLUICE_BASE:
-        proxies["sluice-base"] = lambda: sluice_proxy(backend, binary=SLUICE_BASE)
+        proxies["sluice-base"] = lambda: sluice_proxy(backend, binary=SLUICE_BASE, tls=False)
     if ONLY:
         proxies = {k: v for k, v in proxies.items() if k in ONLY}
     tests = [t for t in list(TESTS) + ["idle"] if not TESTS_ONLY or t in TESTS_ONLY]
@@ -381,18 +446,18 @@ def main():
     for rnd in range(ROUNDS):
         for test in tests:
             for name, make in proxies.items():
-                if test in ("h2c-front", "ws-echo-1KiB") and name == "direct":
+                if name in SKIP.get(test, ()):
                     continue
-                proc, pids, port, h2port = make()
+                proc, pids, ports = make()
                 try:
                     if test == "idle":
-                        wrk(port, "/small", 8, duration=1)
+                        wrk(ports["h1"], "/small", 8, duration=1)
                         time.sleep(0.3)
-                        r = idle_probe(port, pids)
+                        r = idle_probe(ports["h1"], pids)
                     else:
-                        TESTS[test](port, h2port) if DURATION > 1 else None  # warm-up on the same path
+                        TESTS[test](ports) if DURATION > 1 else None  # warm-up on the same path
                         t0 = cpu_ticks(pids)
-                        r = TESTS[test](port, h2port)
+                        r = TESTS[test](ports)
                         t1 = cpu_ticks(pids)
                         r["cpu_us"] = (t1 - t0) / TICK * 1e6 / max(r["requests"], 1)
                         r["peak_rss_kib"] = status_kib(pids, "VmHWM:")
@@ -411,7 +476,8 @@ def measure_scaling(backend):
     """workers 1 vs workers 2 with no pinning: req/s with a load side that has room."""
     out = {}
     for workers in (1, 2, 1, 2):
-        proc, pids, port, _ = sluice_proxy(backend, workers=workers, cpu=None)
+        proc, pids, ports = sluice_proxy(backend, workers=workers, cpu=None)
+        port = ports["h1"]
         try:
             cmd = [WRK, "-t2", "-c128", f"-d{DURATION}s", f"http://127.0.0.1:{port}/small"]
             text = subprocess.run(cmd, capture_output=True, text=True, timeout=DURATION + 30).stdout
@@ -441,7 +507,7 @@ def report(results, proxies, tests, scaling, took):
                     b = [r["bytes_per_conn"] for r in rs]
                     lines.append(f"{name:10} {med(b):18.0f} {'[%.0f-%.0f]' % (min(b), max(b)):>18} {med([r['rss_kib'] for r in rs]):9.0f}")
         else:
-            lat = "mean/max" if test == "h2c-front" else "p50/p99"
+            lat = "mean/max" if test in ("h2c-front", "tls-h2-13B") else "p50/p99"
             lines.append(f"{'proxy':10} {'req/s':>9} {'[min-max]':>17} {'cpu us/req':>10} {'[min-max]':>13} {lat + ' us':>16} {'peak RSS KiB':>12}")
             for name in proxies:
                 rs = results.get((test, name))

@@ -114,10 +114,16 @@ fn check_names_line_and_column_for_each_kind_of_mistake() {
         "exactly one handler",
     );
     assert_error_at(
-        "site a {\n  proxy 127.0.0.1:1 { tls_ca ca.pem }\n}\n",
+        "site a {\n  proxy https://127.0.0.1:1 { tls_ca ca.pem }\n}\n",
         2,
-        23,
-        "not supported yet",
+        38,
+        "ca.pem: No such file",
+    );
+    assert_error_at(
+        "site a {\n  proxy h2c://127.0.0.1:1 127.0.0.1:2\n}\n",
+        2,
+        27,
+        "speaks http",
     );
 }
 

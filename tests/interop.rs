@@ -1,5 +1,7 @@
-//! Interop with real programs: curl as the client (HTTP/1.1 and h2c), nginx as a
-//! backend, h2load for concurrent h2c streams, headless Chromium for the dashboard. Each test skips with a printed reason
+//! Interop with real programs: curl as the client (HTTP/1.1, h2c, and HTTP/2 and
+//! HTTP/1.1 over TLS), nginx as a backend, h2load for concurrent h2c streams and 20,000
+//! requests over TLS, `openssl s_client` reading the handshake, headless Chromium for
+//! the dashboard. Each test skips with a printed reason
 //! when its program is missing, and fails instead under `SLUICE_INTEROP=require` (CI).
 
 mod common;
@@ -355,4 +357,143 @@ asyncio.run(main(sys.argv[1]))
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(stdout, "hello from python\n1048576 True\n");
+}
+
+/// A TLS site on a fresh port with a certificate for `tls.test` signed by a test CA:
+/// (sluice, the CA's file, the leaf's DER, the folder holding them).
+fn tls_site(backend: std::net::SocketAddr) -> (Sluice, PathBuf, Vec<u8>, TempDir) {
+    let ca = common::pki::Ca::new();
+    let dir = TempDir::new();
+    let leaf = ca.leaf(&["tls.test"]);
+    let cert = dir.write("tls.pem", &leaf.cert_pem);
+    let key = dir.write("tls.key", &leaf.key_pem);
+    let ca_file = dir.write("ca.pem", &ca.pem());
+    let s = Sluice::start(&format!(
+        "listen 127.0.0.1:0 tls\nsite tls.test {{ tls {} {}; proxy {backend} }}",
+        cert.display(),
+        key.display()
+    ));
+    (s, ca_file, leaf.der, dir)
+}
+
+#[test]
+fn curl_speaks_http2_over_tls_to_sluice() {
+    if program("curl").is_none() {
+        return;
+    }
+    let b = tokio::runtime::Runtime::new().unwrap();
+    let backend = b.block_on(Backend::echo_head());
+    let (s, ca, _, _dir) = tls_site(backend.addr);
+    let resolve = format!("tls.test:{}:127.0.0.1", s.addr.port());
+    let url = format!("https://tls.test:{}/over-tls", s.addr.port());
+    let ca = ca.display().to_string();
+    for (flag, version) in [("--http2", "2"), ("--http1.1", "1.1")] {
+        let (code, out) = curl(&[
+            flag,
+            "--cacert",
+            &ca,
+            "--resolve",
+            &resolve,
+            "-w",
+            "\n%{http_version}",
+            &url,
+        ]);
+        assert_eq!(code, 0, "{flag}: {out}");
+        assert!(out.starts_with("GET /over-tls"), "{flag}: {out}");
+        assert!(out.contains("x-forwarded-proto: https"), "{flag}: {out}");
+        assert!(out.ends_with(&format!("\n{version}")), "{flag}: {out}");
+    }
+}
+
+#[test]
+fn h2load_20000_requests_over_tls() {
+    let Some(h2load) = program("h2load") else {
+        return;
+    };
+    let b = tokio::runtime::Runtime::new().unwrap();
+    let backend = b.block_on(Backend::text("ok"));
+    let (s, _, _, _dir) = tls_site(backend.addr);
+    let out = Command::new(h2load)
+        .args([
+            "-n",
+            "20000",
+            "-c",
+            "8",
+            "-m",
+            "16",
+            // The URL's host is the SNI; the connection goes to sluice's address.
+            &format!("--connect-to=127.0.0.1:{}", s.addr.port()),
+            &format!("https://tls.test:{}/", s.addr.port()),
+        ])
+        .output()
+        .expect("h2load runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("20000 succeeded, 0 failed, 0 errored"),
+        "every request succeeded:\n{text}"
+    );
+    assert!(text.contains("Application protocol: h2"), "{text}");
+}
+
+#[test]
+fn openssl_s_client_sees_tls13_and_the_site_certificate() {
+    let Some(openssl) = program("openssl") else {
+        return;
+    };
+    let b = tokio::runtime::Runtime::new().unwrap();
+    let backend = b.block_on(Backend::text("ok"));
+    let (s, ca, der, dir) = tls_site(backend.addr);
+    let served = dir.0.join("served.pem");
+    let mut child = Command::new(&openssl)
+        .args([
+            "s_client",
+            "-connect",
+            &s.addr.to_string(),
+            "-servername",
+            "tls.test",
+            "-CAfile",
+            ca.to_str().unwrap(),
+            "-alpn",
+            "h2,http/1.1",
+            "-verify_return_error",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl runs");
+    drop(child.stdin.take());
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "openssl s_client did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("TLSv1.3"), "{text}");
+    assert!(text.contains("ALPN protocol: h2"), "{text}");
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    assert!(
+        text.contains("CN=tls.test") || text.contains("CN = tls.test"),
+        "{text}"
+    );
+    // The certificate it printed is the site's, byte for byte.
+    let pem: String = text
+        .lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN CERTIFICATE"))
+        .take_while(|l| !l.starts_with("-----END CERTIFICATE"))
+        .chain(["-----END CERTIFICATE-----"])
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&served, &pem).unwrap();
+    let conv = Command::new(&openssl)
+        .args(["x509", "-outform", "DER", "-in", served.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(conv.stdout == der, "s_client saw another certificate");
 }

@@ -264,3 +264,49 @@ fn check_refuses_expired_mismatched_and_unreadable_pairs_naming_the_file() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("no certificate to serve"), "{err}");
 }
+
+#[tokio::test]
+async fn the_handshake_and_the_head_each_have_10s() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (ac, ak) = write_pair(&dir, "a", &ca.leaf(&["a.test"]));
+    let sluice = Sluice::start(&format!(
+        "listen 127.0.0.1:0 tls\nsite a.test {{ tls {ac} {ak}; respond \"a\" }}"
+    ));
+    let addr = sluice.addr;
+    let silent = async {
+        // TCP open, no ClientHello: closed by the handshake deadline.
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let t = Instant::now();
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(15), s.read(&mut buf))
+            .await
+            .expect("closed in time")
+            .unwrap_or(0);
+        (n, t.elapsed())
+    };
+    let slow_head = async {
+        // Handshaken, then half a head: 408 after the head deadline.
+        let mut s = connect(addr, ca.client(&[b"http/1.1"]), Some("a.test"))
+            .await
+            .unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n")
+            .await
+            .unwrap();
+        let t = Instant::now();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut out)).await;
+        (String::from_utf8_lossy(&out).to_string(), t.elapsed())
+    };
+    let ((n, silent_for), (head, slow_for)) = tokio::join!(silent, slow_head);
+    assert_eq!(n, 0, "a silent client gets nothing but the close");
+    assert!(
+        silent_for >= Duration::from_secs(9) && silent_for < Duration::from_secs(13),
+        "handshake deadline: {silent_for:?}"
+    );
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    assert!(
+        slow_for >= Duration::from_secs(9) && slow_for < Duration::from_secs(13),
+        "head deadline: {slow_for:?}"
+    );
+}

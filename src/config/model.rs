@@ -259,6 +259,13 @@ pub struct ProxyConfig {
 }
 
 impl ProxyConfig {
+    /// The scheme every address of the pool shares (checked at load).
+    pub fn scheme(&self) -> BackendScheme {
+        self.backends
+            .first()
+            .map_or(BackendScheme::Http, |b| b.scheme)
+    }
+
     pub fn new(backends: Vec<BackendAddr>) -> Self {
         ProxyConfig {
             backends,
@@ -339,6 +346,9 @@ pub struct BackendTls {
     pub server_name: Option<String>,
     /// `tls_ca FILE`: trust these roots instead of the system's.
     pub ca: Option<PathBuf>,
+    /// The file's certificates (DER) as read at load: part of the pool's identity, so a
+    /// changed CA file makes a new pool whose connections are not shared with the old.
+    pub ca_certs: Vec<Vec<u8>>,
 }
 
 impl Default for BackendTls {
@@ -347,6 +357,7 @@ impl Default for BackendTls {
             verify: true,
             server_name: None,
             ca: None,
+            ca_certs: Vec::new(),
         }
     }
 }

@@ -99,3 +99,48 @@ impl http_body::Body for ResponseBody {
         }
     }
 }
+
+/// A backend's HTTP/2 response body, holding the request's lease; a body that breaks
+/// off counts against the peer.
+pub struct H2ResponseBody {
+    inner: crate::upstream::h2::ResponseBody,
+    lease: Lease,
+}
+
+impl H2ResponseBody {
+    pub fn new(inner: crate::upstream::h2::ResponseBody, lease: Lease) -> H2ResponseBody {
+        H2ResponseBody { inner, lease }
+    }
+}
+
+impl http_body::Body for H2ResponseBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Err(e))) => {
+                let lease = &this.lease;
+                lease.pool.peer_failed(
+                    lease.peer,
+                    FailureKind::Broken,
+                    &format_args!("response body broke off: {e}"),
+                );
+                Poll::Ready(Some(Err(BodyError::Backend(e))))
+            }
+            other => other.map(|f| f.map(|f| f.map_err(BodyError::Backend))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

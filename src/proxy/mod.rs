@@ -26,14 +26,15 @@ pub use self::body::ResponseBody;
 use crate::body::{Body, BodyError};
 use crate::config::template::Values;
 use crate::config::units::format_duration;
-use crate::config::{HashKey, Policy};
+use crate::config::{BackendScheme, HashKey, Policy};
 use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
 use crate::tunnel::{Opened, Tunnel};
 use crate::upstream::balancer::hash_bytes;
 use crate::upstream::conn::{BackendConn, Outgoing, SendError};
 use crate::upstream::dial::{self, DialError};
-use crate::upstream::{FailureKind, Lease, Note, Pick, Pool, Tried};
+use crate::upstream::h2;
+use crate::upstream::{FailureKind, Lease, Note, Pick, Pool, Tried, ALPN_H1, ALPN_H2};
 
 const BUSY: &str = "Server busy, retry in a moment\n";
 const NO_CAPACITY: &str = "Edge out of connection capacity toward this site, retry in a moment\n";
@@ -120,8 +121,8 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
         tried.add(i);
         let mut lease = Lease::new(pool.clone(), i, permit.take());
         let why = match attempt(pool, i, &mut out, client).await {
-            Attempt::Answered(conn, head) => {
-                let code = head.parts.status.as_u16();
+            Attempt::Answered(answer) => {
+                let code = answer.status().as_u16();
                 pool.record_answer(i, code);
                 pool.failover_result(i, code < 500, &mut note);
                 if cfg.retry_on.status(code) {
@@ -146,7 +147,7 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
                         attempts,
                     });
                 }
-                return stream(pool, conn, head, lease, client, &note);
+                return stream(pool, answer, lease, client, &note);
             }
             Attempt::Refused(resp) => return resp,
             Attempt::Unreachable(e) => {
@@ -311,8 +312,38 @@ async fn upgrade(
         peer.host_header.as_ref(),
         &client.values,
     );
-    let mut conn = match dial::connect(&peer.addr.target, cfg.connect_timeout).await {
-        Ok(c) => c,
+    if pool.state.scheme == BackendScheme::H2c {
+        // An h2c backend takes HTTP/2 only: an HTTP/1.1 upgrade cannot reach it.
+        tracing::info!(
+            "sluice: {}: cannot pass a `{}` upgrade to {}: it speaks HTTP/2 only (h2c://)",
+            pool.name(),
+            String::from_utf8_lossy(out.parts.headers[header::UPGRADE].as_bytes()),
+            peer.addr.text
+        );
+        bump(&COUNTERS.bad_gateway);
+        return local_response(
+            StatusCode::BAD_GATEWAY,
+            "Bad gateway: the backend cannot take an upgrade\n",
+        );
+    }
+    let dialed = dial::connect_peer(
+        &peer.addr.target,
+        pool.state.scheme,
+        pool.state.tls.as_deref(),
+        cfg.connect_timeout,
+        true,
+        &peer.addr.text,
+    )
+    .await;
+    let mut conn = match dialed {
+        Ok(dial::Dialed::H1(c)) => c,
+        Ok(dial::Dialed::H2(_)) => {
+            // Offered http/1.1 only: a backend that chose h2 anyway broke ALPN.
+            let e = DialError::Tls("the backend chose h2 though only http/1.1 was offered".into());
+            pool.peer_failed(i, FailureKind::Connect, &e);
+            bump(&COUNTERS.bad_gateway);
+            return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
+        }
         Err(DialError::Local(e)) => return out_of_capacity(pool, i, e),
         Err(e) => {
             pool.peer_failed(i, FailureKind::Connect, &e);
@@ -327,7 +358,7 @@ async fn upgrade(
     };
     if head.parts.status != StatusCode::SWITCHING_PROTOCOLS {
         // Any other answer passes through as a response.
-        return stream(pool, conn, head, lease, client, &note);
+        return stream(pool, Answer::H1(conn, head), lease, client, &note);
     }
     let mut parts = head.parts;
     let switched_to = parts.headers.get(header::UPGRADE).cloned();
@@ -422,8 +453,8 @@ fn prepare(pool: &Pool, req: Request<Body>, client: &Client<'_>) -> Request<Body
 }
 
 enum Attempt {
-    /// The backend answered: its connection and response head.
-    Answered(BackendConn, crate::http1::head::ResponseHead),
+    /// The backend answered.
+    Answered(Answer),
     /// The peer could not be reached; the request was not sent and may go elsewhere.
     Unreachable(DialError),
     /// The request went out (some of it, at least) and then failed.
@@ -432,9 +463,29 @@ enum Attempt {
     Refused(Response<Body>),
 }
 
-/// Step 2: one peer. An idle connection first; one that turns out closed before the
-/// request went out hands the request back, and it goes out on a fresh connection
-/// (not a retry).
+/// A backend's answer: over HTTP/1.1 (its connection and response head), or on an
+/// HTTP/2 stream.
+pub enum Answer {
+    H1(BackendConn, crate::http1::head::ResponseHead),
+    H2(Response<::h2::RecvStream>, h2::Stream),
+}
+
+impl Answer {
+    fn status(&self) -> StatusCode {
+        match self {
+            Answer::H1(_, head) => head.parts.status,
+            Answer::H2(resp, _) => resp.status(),
+        }
+    }
+}
+
+/// How many times one attempt sends a request again on another connection because the
+/// backend did not process it (a closed idle connection, a refused HTTP/2 stream).
+const NOT_SENT_AGAIN: u32 = 3;
+
+/// Step 2: one peer, on a connection its scheme says: an idle HTTP/1.1 connection, a
+/// stream on an HTTP/2 session with room, or a fresh connection. A request the
+/// connection never took goes out again on another (not a retry).
 async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>) -> Attempt {
     let cfg = &pool.cfg;
     let peer = &pool.peers()[i];
@@ -445,28 +496,141 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
         peer.host_header.as_ref(),
         &client.values,
     );
-    let mut conn = peer.idle.checkout(cfg.keepalive.idle_timeout);
+    let mut again = 0;
     loop {
-        let fresh = conn.is_none();
-        let mut c = match conn.take() {
-            Some(c) => c,
-            None => match dial::connect(&peer.addr.target, cfg.connect_timeout).await {
-                Ok(c) => {
-                    peer.passive.record_success();
-                    c
-                }
-                Err(DialError::Local(e)) => return Attempt::Refused(out_of_capacity(pool, i, e)),
-                Err(e) => return Attempt::Unreachable(e),
-            },
+        // An `https://` peer whose choice is not known yet is tried as HTTP/2 first, so
+        // a burst of requests waits for one connection instead of opening one each.
+        let h2_first = match pool.state.scheme {
+            BackendScheme::Http => false,
+            BackendScheme::H2c => true,
+            BackendScheme::Https => peer.alpn.load(Ordering::Relaxed) != ALPN_H1,
         };
-        match send(pool, i, &mut c, out).await {
-            Ok(head) => return Attempt::Answered(c, head),
+        // HTTP/2: a stream on a session with room, or wait for one being opened.
+        let mut opening = false;
+        if h2_first {
+            match peer.mux.take() {
+                h2::Take::Stream(st) => match send_h2(pool, i, &st, out).await {
+                    Ok(resp) => return Attempt::Answered(Answer::H2(resp, st)),
+                    Err(SendError::NotSent) if again < NOT_SENT_AGAIN => {
+                        again += 1;
+                        continue;
+                    }
+                    Err(e) => return Attempt::Failed(e),
+                },
+                h2::Take::Wait => {
+                    peer.mux.wait_opened(cfg.connect_timeout).await;
+                    continue;
+                }
+                h2::Take::Open => opening = true,
+            }
+        }
+        // HTTP/1.1: an idle connection first.
+        let idle = if opening {
+            None
+        } else {
+            peer.idle.checkout(cfg.keepalive.idle_timeout)
+        };
+        let fresh = idle.is_none();
+        let mut conn = match idle {
+            Some(c) => c,
+            None => {
+                let dialed = dial::connect_peer(
+                    &peer.addr.target,
+                    pool.state.scheme,
+                    pool.state.tls.as_deref(),
+                    cfg.connect_timeout,
+                    false,
+                    &peer.addr.text,
+                )
+                .await;
+                match dialed {
+                    Ok(dial::Dialed::H1(c)) => {
+                        if opening {
+                            peer.mux.opened(None);
+                        }
+                        if pool.state.scheme == BackendScheme::Https {
+                            peer.alpn.store(ALPN_H1, Ordering::Relaxed);
+                        }
+                        peer.passive.record_success();
+                        c
+                    }
+                    Ok(dial::Dialed::H2(session)) => {
+                        peer.passive.record_success();
+                        peer.alpn.store(ALPN_H2, Ordering::Relaxed);
+                        let st = if opening {
+                            peer.mux.opened(Some(session))
+                        } else {
+                            Some(peer.mux.adopt(session))
+                        };
+                        let Some(st) = st else { continue };
+                        match send_h2(pool, i, &st, out).await {
+                            Ok(resp) => return Attempt::Answered(Answer::H2(resp, st)),
+                            Err(SendError::NotSent) if again < NOT_SENT_AGAIN => {
+                                again += 1;
+                                continue;
+                            }
+                            Err(SendError::NotSent) => {
+                                let e = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+                                return Attempt::Unreachable(DialError::Connect(e));
+                            }
+                            Err(e) => return Attempt::Failed(e),
+                        }
+                    }
+                    Err(e) => {
+                        if opening {
+                            peer.mux.opened(None);
+                        }
+                        if let DialError::Tls(why) = &e {
+                            tracing::warn!("sluice: {}: {}: {why}", pool.name(), peer.addr.text);
+                        }
+                        return match e {
+                            DialError::Local(e) => Attempt::Refused(out_of_capacity(pool, i, e)),
+                            e => Attempt::Unreachable(e),
+                        };
+                    }
+                }
+            }
+        };
+        match send(pool, i, &mut conn, out).await {
+            Ok(head) => return Attempt::Answered(Answer::H1(conn, head)),
             Err(SendError::NotSent) if !fresh => continue,
             Err(SendError::NotSent) => {
                 let e = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
                 return Attempt::Unreachable(DialError::Connect(e));
             }
             Err(e) => return Attempt::Failed(e),
+        }
+    }
+}
+
+/// Step 3 over HTTP/2: as [`send`], on a stream of a session.
+async fn send_h2(
+    pool: &Pool,
+    i: usize,
+    st: &h2::Stream,
+    out: &mut Outgoing,
+) -> Result<Response<::h2::RecvStream>, SendError> {
+    let scheme = match pool.state.scheme {
+        BackendScheme::Https => "https",
+        _ => "http",
+    };
+    let started = std::time::Instant::now();
+    match tokio::time::timeout(pool.cfg.timeout, h2::send(st, out, scheme)).await {
+        Ok(r) => {
+            if r.is_ok() {
+                pool.state.upstream_seconds.observe(started.elapsed());
+            }
+            r
+        }
+        Err(_) => {
+            bump(&COUNTERS.gateway_timeout);
+            tracing::info!(
+                "sluice: {}: {} sent no response head within {}",
+                pool.name(),
+                pool.peers()[i].addr.text,
+                format_duration(pool.cfg.timeout)
+            );
+            Err(SendError::TimedOut)
         }
     }
 }
@@ -503,16 +667,27 @@ async fn send(
 /// Step 4: the response, its body read from the backend as the client takes it.
 fn stream(
     pool: &Pool,
-    conn: BackendConn,
-    head: crate::http1::head::ResponseHead,
+    answer: Answer,
     lease: Lease,
     client: &Client<'_>,
     note: &Note,
 ) -> Response<Body> {
-    let mut parts = head.parts;
+    let served = lease.peer;
+    let (mut parts, body) = match answer {
+        Answer::H1(conn, head) => {
+            let body = ResponseBody::new(conn, head.decoder, head.reusable, lease);
+            (head.parts, Body::stream(body))
+        }
+        Answer::H2(resp, st) => {
+            let (mut parts, recv) = resp.into_parts();
+            parts.version = Version::HTTP_11;
+            let body = body::H2ResponseBody::new(h2::ResponseBody::new(recv, st), lease);
+            (parts, Body::stream(body))
+        }
+    };
     headers::response(&mut parts.headers, &pool.cfg, &client.values);
     if pool.cfg.origin_headers {
-        let role = if pool.peers()[lease.peer].backup {
+        let role = if pool.peers()[served].backup {
             "backup"
         } else {
             "primary"
@@ -529,8 +704,7 @@ fn stream(
             HeaderValue::from_static(transition),
         );
     }
-    let body = ResponseBody::new(conn, head.decoder, head.reusable, lease);
-    Response::from_parts(parts, Body::stream(body))
+    Response::from_parts(parts, body)
 }
 
 /// 503 for local exhaustion (ports, descriptors): not the backend's fault.

@@ -34,6 +34,8 @@ use crate::http1::{COALESCE, MAX_RESPONSE_HEAD, READ_CHUNK};
 pub enum Io {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// HTTP/1.1 over TLS (an `https://` backend that chose `http/1.1`).
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
 pub struct BackendConn {
@@ -57,6 +59,8 @@ pub struct Outgoing {
     body_ended: bool,
     /// The replay buffer, for a request that may be retried after it was sent.
     kept: Option<Kept>,
+    /// Some of the body was handed to an HTTP/2 stream.
+    taken: bool,
 }
 
 /// Every body frame sent so far, up to a cap: past it, the request can no longer be
@@ -102,6 +106,7 @@ impl Outgoing {
             resend: Vec::new(),
             body_ended: false,
             kept: None,
+            taken: false,
         }
     }
 
@@ -132,6 +137,46 @@ impl Outgoing {
             }
             _ => false,
         }
+    }
+
+    /// Nothing of a body to send: the request is its head alone.
+    pub fn nothing_to_send(&self) -> bool {
+        self.framing == BodyOut::Empty
+    }
+
+    /// The next body frame for an HTTP/2 stream (which buffers what it takes): frames
+    /// an earlier attempt left first, then the body's. Kept for replay as taken.
+    pub async fn next_frame(&mut self) -> Result<Option<http_body::Frame<Bytes>>, BodyError> {
+        if !self.resend.is_empty() {
+            let data = self.resend.remove(0);
+            self.taken = true;
+            self.sent(&data);
+            return Ok(Some(http_body::Frame::data(data)));
+        }
+        if self.body_ended || self.framing == BodyOut::Empty {
+            return Ok(None);
+        }
+        match self.body.frame().await {
+            None => {
+                self.body_ended = true;
+                Ok(None)
+            }
+            Some(Err(e)) => Err(e),
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    self.taken = true;
+                    let data = data.clone();
+                    self.sent(&data);
+                }
+                Ok(Some(frame))
+            }
+        }
+    }
+
+    /// After an HTTP/2 stream the backend never processed: whether the request can go
+    /// out again whole (nothing was taken, or the replay buffer has it all).
+    pub fn rewind_all(&mut self) -> bool {
+        !self.taken || self.rewind()
     }
 
     fn sent(&mut self, data: &Bytes) {
@@ -180,9 +225,15 @@ impl BackendConn {
             return false;
         }
         let mut cx = Context::from_waker(Waker::noop());
-        let ready = match &self.io {
+        let ready = match &mut self.io {
             Io::Tcp(s) => s.poll_read_ready(&mut cx),
             Io::Unix(s) => s.poll_read_ready(&mut cx),
+            // Through the TLS layer: a session ticket or close_notify is not data.
+            Io::Tls(s) => {
+                let mut probe = [0u8; 1];
+                let mut rb = ReadBuf::new(&mut probe);
+                return matches!(Pin::new(s).poll_read(&mut cx, &mut rb), Poll::Pending);
+            }
         };
         match ready {
             Poll::Pending => true,
@@ -192,6 +243,7 @@ impl BackendConn {
                 let r = match &self.io {
                     Io::Tcp(s) => s.try_read(&mut probe),
                     Io::Unix(s) => s.try_read(&mut probe),
+                    Io::Tls(_) => return false,
                 };
                 matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
             }
@@ -206,8 +258,10 @@ impl BackendConn {
 
     /// Turns on TCP keepalive, for a connection that will idle as a tunnel.
     pub fn keepalive(&self) {
-        if let Io::Tcp(s) = &self.io {
-            tcp_keepalive(s);
+        match &self.io {
+            Io::Tcp(s) => tcp_keepalive(s),
+            Io::Tls(s) => tcp_keepalive(s.get_ref().0),
+            Io::Unix(_) => {}
         }
     }
 
@@ -268,8 +322,52 @@ impl BackendConn {
         let mut early = false;
         let mut body_done = out.body_ended;
         let mut write_failed = None;
+        if let Io::Tls(tls) = &mut self.io {
+            // One TLS session cannot be read and written from two futures at once: the
+            // body goes out whole before the head is read. A backend that answers early
+            // and closes is still heard (the write fails, its answer is read below).
+            while !body_done {
+                match out.body.frame().await {
+                    None => {
+                        if chunked {
+                            if let Err(e) = tls.write_all(b"0\r\n\r\n").await {
+                                write_failed = Some(e);
+                            }
+                        }
+                        body_done = true;
+                        out.body_ended = true;
+                    }
+                    Some(Err(e)) => return Err(SendError::Body(e)),
+                    Some(Ok(frame)) => {
+                        let Ok(data) = frame.into_data() else {
+                            continue;
+                        };
+                        if data.is_empty() {
+                            continue;
+                        }
+                        out.sent(&data);
+                        let w = if chunked {
+                            chunk(&mut **tls, &data).await
+                        } else {
+                            tls.write_all(&data).await
+                        };
+                        if let Err(e) = w {
+                            write_failed = Some(e);
+                            break;
+                        }
+                    }
+                }
+            }
+            if write_failed.is_none() {
+                if let Err(e) = tls.flush().await {
+                    write_failed = Some(e);
+                }
+            }
+        }
         while !body_done {
-            let (mut rd, mut wr) = self.io.split();
+            let Some((mut rd, mut wr)) = self.io.split() else {
+                break;
+            };
             tokio::select! {
                 biased;
                 r = wait_readable(&mut rd) => {
@@ -335,9 +433,16 @@ impl BackendConn {
     fn answer_already_here(&mut self, is_head: bool) -> Option<ResponseHead> {
         loop {
             self.buf.reserve(READ_CHUNK);
-            let r = match &self.io {
+            let r = match &mut self.io {
                 Io::Tcp(s) => s.try_read_buf(&mut self.buf),
                 Io::Unix(s) => s.try_read_buf(&mut self.buf),
+                Io::Tls(s) => {
+                    let mut cx = Context::from_waker(Waker::noop());
+                    match std::pin::pin!(s.read_buf(&mut self.buf)).poll(&mut cx) {
+                        Poll::Ready(r) => r,
+                        Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+                    }
+                }
             };
             if !matches!(r, Ok(n) if n > 0) || self.buf.len() > MAX_RESPONSE_HEAD {
                 break;
@@ -445,16 +550,18 @@ impl IoRead<'_> {
 }
 
 impl Io {
-    fn split(&mut self) -> (IoRead<'_>, IoWrite<'_>) {
+    /// Borrowed halves of a socket; `None` for TLS, whose session is one.
+    fn split(&mut self) -> Option<(IoRead<'_>, IoWrite<'_>)> {
         match self {
             Io::Tcp(s) => {
                 let (r, w) = s.split();
-                (IoRead::Tcp(r), IoWrite::Tcp(w))
+                Some((IoRead::Tcp(r), IoWrite::Tcp(w)))
             }
             Io::Unix(s) => {
                 let (r, w) = s.split();
-                (IoRead::Unix(r), IoWrite::Unix(w))
+                Some((IoRead::Unix(r), IoWrite::Unix(w)))
             }
+            Io::Tls(_) => None,
         }
     }
 }
@@ -470,7 +577,7 @@ enum IoWrite<'a> {
 }
 
 macro_rules! delegate_write {
-    ($t:ty) => {
+    ($t:ty, $($v:ident),+) => {
         impl AsyncWrite for $t {
             fn poll_write(
                 self: Pin<&mut Self>,
@@ -478,8 +585,7 @@ macro_rules! delegate_write {
                 buf: &[u8],
             ) -> Poll<io::Result<usize>> {
                 match self.get_mut() {
-                    Self::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-                    Self::Unix(s) => Pin::new(s).poll_write(cx, buf),
+                    $(Self::$v(s) => Pin::new(s).poll_write(cx, buf),)+
                 }
             }
             fn poll_write_vectored(
@@ -488,8 +594,7 @@ macro_rules! delegate_write {
                 bufs: &[io::IoSlice<'_>],
             ) -> Poll<io::Result<usize>> {
                 match self.get_mut() {
-                    Self::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-                    Self::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+                    $(Self::$v(s) => Pin::new(s).poll_write_vectored(cx, bufs),)+
                 }
             }
             fn is_write_vectored(&self) -> bool {
@@ -497,22 +602,20 @@ macro_rules! delegate_write {
             }
             fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
                 match self.get_mut() {
-                    Self::Tcp(s) => Pin::new(s).poll_flush(cx),
-                    Self::Unix(s) => Pin::new(s).poll_flush(cx),
+                    $(Self::$v(s) => Pin::new(s).poll_flush(cx),)+
                 }
             }
             fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
                 match self.get_mut() {
-                    Self::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-                    Self::Unix(s) => Pin::new(s).poll_shutdown(cx),
+                    $(Self::$v(s) => Pin::new(s).poll_shutdown(cx),)+
                 }
             }
         }
     };
 }
 
-delegate_write!(Io);
-delegate_write!(IoWrite<'_>);
+delegate_write!(Io, Tcp, Unix, Tls);
+delegate_write!(IoWrite<'_>, Tcp, Unix);
 
 impl AsyncRead for Io {
     fn poll_read(
@@ -523,6 +626,7 @@ impl AsyncRead for Io {
         match self.get_mut() {
             Io::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Io::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }

@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 use super::conn::Outgoing;
 use super::{dial, passive, Peer, PoolState};
 use crate::body::Body;
-use crate::config::{Health, Probe};
+use crate::config::{BackendScheme, Health, Probe};
 
 /// One peer's active health: the verdict and the streak that leads to the next one.
 #[derive(Debug)]
@@ -125,7 +125,7 @@ pub async fn run(state: Weak<PoolState>, retire: Arc<Notify>, slots: Arc<Semapho
             probes.spawn(async move {
                 let _slot = slots.acquire_owned().await.ok()?;
                 let s = state.upgrade()?;
-                let result = probe(&s.peers[i], &health).await;
+                let result = probe(&s, &s.peers[i], &health).await;
                 Some((i, result))
             });
         }
@@ -181,18 +181,27 @@ fn report(pool: &str, peer: &Peer, h: &Health, result: Result<(), String>) {
 }
 
 /// One probe of `peer`, within the probe's timeout. `Err`: why it failed.
-async fn probe(peer: &Peer, h: &Health) -> Result<(), String> {
-    match tokio::time::timeout(h.timeout, probe_inner(peer, h)).await {
+async fn probe(state: &PoolState, peer: &Peer, h: &Health) -> Result<(), String> {
+    match tokio::time::timeout(h.timeout, probe_inner(state, peer, h)).await {
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {:?}", h.timeout)),
     }
 }
 
-async fn probe_inner(peer: &Peer, h: &Health) -> Result<(), String> {
+/// A probe speaks the pool's scheme: HTTP/1.1 in the clear, over TLS (offering only
+/// `http/1.1`), or HTTP/2 with prior knowledge for `h2c://`.
+async fn probe_inner(state: &PoolState, peer: &Peer, h: &Health) -> Result<(), String> {
     // The connect timeout is the probe's own: `timeout` bounds the whole probe.
-    let mut conn = dial::connect(&peer.addr.target, h.timeout + Duration::from_secs(1))
-        .await
-        .map_err(|e| e.to_string())?;
+    let dialed = dial::connect_peer(
+        &peer.addr.target,
+        state.scheme,
+        state.tls.as_deref(),
+        h.timeout + Duration::from_secs(1),
+        true,
+        &peer.addr.text,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let Probe::Http {
         path,
         head,
@@ -218,8 +227,25 @@ async fn probe_inner(peer: &Peer, h: &Health) -> Result<(), String> {
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     let mut out = Outgoing::new(req);
     // Only the head is read; the connection is dropped with whatever body follows.
-    let resp = conn.send(&mut out).await.map_err(|e| e.to_string())?;
-    let code = resp.parts.status.as_u16();
+    let code = match dialed {
+        dial::Dialed::H1(mut conn) => {
+            let resp = conn.send(&mut out).await.map_err(|e| e.to_string())?;
+            resp.parts.status.as_u16()
+        }
+        dial::Dialed::H2(session) => {
+            let mux = super::h2::Mux::default();
+            let stream = mux.adopt(session);
+            let scheme = if state.scheme == BackendScheme::Https {
+                "https"
+            } else {
+                "http"
+            };
+            let resp = super::h2::send(&stream, &mut out, scheme)
+                .await
+                .map_err(|e| e.to_string())?;
+            resp.status().as_u16()
+        }
+    };
     if (expect.0..=expect.1).contains(&code) {
         Ok(())
     } else {

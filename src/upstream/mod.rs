@@ -16,9 +16,11 @@ pub mod conn;
 pub mod connpool;
 pub mod dial;
 pub mod failover;
+pub mod h2;
 pub mod health;
 pub mod outlier;
 pub mod passive;
+pub mod tls;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -30,7 +32,9 @@ use tokio::sync::{Notify, Semaphore};
 
 use self::balancer::{Balancer, Candidates};
 use self::failover::Transition;
-use crate::config::{AllDown, BackendAddr, Failover, Health, Policy, ProxyConfig, Target};
+use crate::config::{
+    AllDown, BackendAddr, BackendScheme, BackendTls, Failover, Health, Policy, ProxyConfig, Target,
+};
 
 pub struct Peer {
     pub ordinal: usize,
@@ -42,6 +46,11 @@ pub struct Peer {
     /// `Host` for `host upstream`: the address as written, `localhost` for a socket.
     pub host_header: Option<HeaderValue>,
     pub idle: connpool::Idle,
+    /// HTTP/2 sessions (`h2c://`, or `https://` when the peer chose h2).
+    pub mux: h2::Mux,
+    /// What ALPN last chose on this `https://` peer: [`ALPN_UNKNOWN`], [`ALPN_H2`] or
+    /// [`ALPN_H1`].
+    pub alpn: std::sync::atomic::AtomicU8,
     pub passive: passive::Breaker,
     /// Active health; healthy when the pool has no `health`.
     pub active: health::Verdict,
@@ -55,6 +64,10 @@ pub struct Peer {
     /// Failures by [`FailureKind`].
     pub failures_by_kind: [AtomicU64; FailureKind::COUNT],
 }
+
+pub const ALPN_UNKNOWN: u8 = 0;
+pub const ALPN_H2: u8 = 1;
+pub const ALPN_H1: u8 = 2;
 
 /// What kind of failure counted against a peer (the `kind` label of its metric).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +104,8 @@ impl Peer {
             host_header: host_header(&addr.target),
             addr,
             idle: Default::default(),
+            mux: Default::default(),
+            alpn: std::sync::atomic::AtomicU8::new(ALPN_UNKNOWN),
             passive: Default::default(),
             active: Default::default(),
             outlier: Default::default(),
@@ -124,6 +139,9 @@ pub struct PoolId {
     pub backups: Vec<String>,
     pub weights: Vec<u32>,
     pub policy: Policy,
+    /// How an `https://` pool trusts its backends: connections made under other rules
+    /// are never reused under these.
+    pub tls: Option<BackendTls>,
 }
 
 impl PoolId {
@@ -134,6 +152,7 @@ impl PoolId {
             backups: cfg.backups.iter().map(|b| b.text.clone()).collect(),
             weights: cfg.weights.clone(),
             policy: cfg.lb.clone(),
+            tls: (cfg.scheme() == BackendScheme::Https).then(|| cfg.tls.clone()),
         }
     }
 }
@@ -141,6 +160,10 @@ impl PoolId {
 /// A pool's state, carried across generations by identity.
 pub struct PoolState {
     pub peers: Vec<Peer>,
+    /// How the pool speaks to its peers (one scheme per pool).
+    pub scheme: BackendScheme,
+    /// The TLS client settings of an `https://` pool.
+    pub tls: Option<Arc<tls::ClientTls>>,
     /// The idle timeout the newest generation asked for (the reaper reads it).
     idle_timeout_ms: AtomicU64,
     retired: AtomicBool,
@@ -178,6 +201,9 @@ impl PoolState {
                     ..Peer::new(cfg.backends.len() + k, a.clone(), 1)
                 }))
                 .collect(),
+            scheme: cfg.scheme(),
+            tls: (cfg.scheme() == BackendScheme::Https)
+                .then(|| Arc::new(tls::ClientTls::new(&cfg.tls))),
             idle_timeout_ms: AtomicU64::new(0),
             retired: AtomicBool::new(false),
             retire: Arc::new(Notify::new()),
@@ -232,6 +258,7 @@ impl PoolState {
         self.retire.notify_waiters();
         for p in &self.peers {
             p.idle.reap(Duration::ZERO);
+            p.mux.reap(Duration::ZERO);
         }
     }
 
@@ -551,6 +578,7 @@ async fn reap(state: Weak<PoolState>, retire: Arc<Notify>) {
             let timeout = s.idle_timeout();
             for p in &s.peers {
                 p.idle.reap(timeout);
+                p.mux.reap(timeout);
             }
             (timeout / 2).max(Duration::from_millis(100))
         };

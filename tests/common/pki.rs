@@ -18,6 +18,7 @@ pub struct Ca {
 
 /// A leaf certificate and its key, as PEM, and the certificate's DER to compare with
 /// what a server presents.
+#[derive(Clone)]
 pub struct Leaf {
     pub cert_pem: String,
     pub key_pem: String,

@@ -286,6 +286,7 @@ impl Builder {
                         .with_hint("give the PEM certificate(s) of the CA that signed the backends' certificates")
                 })?;
                 let mut store = rustls::RootCertStore::empty();
+                p.tls.ca_certs = roots.iter().map(|c| c.to_vec()).collect();
                 let (_, bad) = store.add_parsable_certificates(roots);
                 if bad > 0 || store.is_empty() {
                     return Err(Diagnostic::error(

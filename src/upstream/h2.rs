@@ -1,0 +1,627 @@
+//! HTTP/2 to backends (`h2c://`, and `https://` when ALPN picks `h2`), multiplexed:
+//! one connection (a [`Session`]) carries many requests at once.
+//!
+//! Why the `h2` crate directly rather than hyper's client connection: the pool must
+//! know how many streams the backend allows at once (its `SETTINGS_MAX_CONCURRENT_STREAMS`)
+//! to open a second connection instead of queueing behind the first, and must notice a
+//! `GOAWAY` the moment it arrives, so no new request is given to a connection that is
+//! going away. hyper's client hides both.
+//!
+//! The rules:
+//! - A request takes a stream on a session that is settled (the backend's SETTINGS
+//!   arrived), not going away, and below the backend's stream limit. If none has room
+//!   and no connection is being opened, it opens one; if one is being opened, it waits
+//!   for that one (bounded by `connect_timeout`) rather than opening another.
+//! - `GOAWAY` is seen by a frame watcher on the connection's read side ([`Watch`]),
+//!   before h2 acts on it: the session takes no new stream from then on. A request whose
+//!   stream the backend never processed (above the GOAWAY's last stream id, or refused
+//!   with `REFUSED_STREAM`) went nowhere: it goes out again on another connection.
+//! - A session with no stream open for the pool's keepalive idle timeout is closed.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use h2::RecvStream;
+use http::header;
+use http::{Request, Response, Uri, Version};
+use http_body::{Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+
+use super::conn::{Outgoing, SendError};
+use super::passive::now_ms;
+
+/// Per-stream and per-connection receive windows: enough for a fast backend to keep a
+/// link busy, small enough that a slow client costs bounded memory per stream.
+const STREAM_WINDOW: u32 = 256 * 1024;
+const CONN_WINDOW: u32 = 1024 * 1024;
+
+/// A backend connection speaking HTTP/2.
+pub struct Session {
+    send: SendRequest<Bytes>,
+    /// Streams open (taken and not yet finished).
+    active: AtomicUsize,
+    watch: Arc<Watch>,
+    /// The connection task ended: nothing more can go on it.
+    closed: AtomicBool,
+    /// When the last stream finished (ms, [`now_ms`]), for the idle timeout.
+    idle_since: AtomicU64,
+    /// The backend's SETTINGS arrived and h2 applied them.
+    settled: AtomicBool,
+    settled_notify: Notify,
+}
+
+impl Session {
+    fn is_usable(&self) -> bool {
+        self.settled.load(Ordering::Acquire)
+            && !self.closed.load(Ordering::Acquire)
+            && self.watch.goaway.load(Ordering::Acquire) == NO_GOAWAY
+    }
+
+    fn has_room(&self) -> bool {
+        self.active.load(Ordering::Relaxed) < self.send.current_max_send_streams()
+    }
+}
+
+/// A stream taken on a session; gives its place back when dropped.
+pub struct Stream {
+    session: Arc<Session>,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.session.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.session.idle_since.store(now_ms(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// A peer's HTTP/2 sessions.
+#[derive(Default)]
+pub struct Mux {
+    state: Mutex<MuxState>,
+    /// A connection being opened finished (or failed).
+    opened: Notify,
+}
+
+#[derive(Default)]
+struct MuxState {
+    sessions: Vec<Arc<Session>>,
+    /// Connections being opened now.
+    opening: usize,
+}
+
+/// What [`Mux::take`] found.
+pub enum Take {
+    /// A stream on an existing session.
+    Stream(Stream),
+    /// No room anywhere and nothing being opened: the caller opens a connection (it
+    /// is counted as opening; report with [`Mux::opened`]).
+    Open,
+    /// A connection is being opened by another request: wait for it.
+    Wait,
+}
+
+impl Mux {
+    /// A stream on a session with room, or what to do instead.
+    pub fn take(&self) -> Take {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.sessions.retain(|s| {
+            !s.closed.load(Ordering::Acquire) && s.watch.goaway.load(Ordering::Acquire) == NO_GOAWAY
+        });
+        // The most loaded session with room first: connections fill before new ones
+        // are used, and idle ones can expire.
+        if let Some(s) = st
+            .sessions
+            .iter()
+            .filter(|s| s.is_usable() && s.has_room())
+            .max_by_key(|s| s.active.load(Ordering::Relaxed))
+        {
+            s.active.fetch_add(1, Ordering::AcqRel);
+            return Take::Stream(Stream { session: s.clone() });
+        }
+        if st.opening > 0 {
+            return Take::Wait;
+        }
+        st.opening += 1;
+        Take::Open
+    }
+
+    /// A connection this peer's caller opened (`Some`) or failed to open (`None`).
+    /// With a session, returns the caller's own stream on it.
+    pub fn opened(&self, session: Option<Arc<Session>>) -> Option<Stream> {
+        let stream = {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.opening -= 1;
+            session.map(|s| {
+                s.active.fetch_add(1, Ordering::AcqRel);
+                st.sessions.push(s.clone());
+                Stream { session: s }
+            })
+        };
+        self.opened.notify_waiters();
+        stream
+    }
+
+    /// A session this peer's caller opened without asking (a TLS peer that chose h2),
+    /// with the caller's stream on it.
+    pub fn adopt(&self, session: Arc<Session>) -> Stream {
+        session.active.fetch_add(1, Ordering::AcqRel);
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sessions
+            .push(session.clone());
+        self.opened.notify_waiters();
+        Stream { session }
+    }
+
+    /// Waits until a connection being opened is done (or `limit` passes).
+    pub async fn wait_opened(&self, limit: Duration) {
+        let n = self.opened.notified();
+        tokio::pin!(n);
+        n.as_mut().enable();
+        if self.state.lock().unwrap_or_else(|e| e.into_inner()).opening == 0 {
+            return;
+        }
+        let _ = tokio::time::timeout(limit, n).await;
+    }
+
+    /// Closes sessions with no stream open for `idle` or more, and forgets closed ones.
+    pub fn reap(&self, idle: Duration) {
+        let now = now_ms();
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.sessions.retain(|s| {
+            let idle_for = now.saturating_sub(s.idle_since.load(Ordering::Relaxed));
+            let expired =
+                s.active.load(Ordering::Acquire) == 0 && idle_for >= idle.as_millis() as u64;
+            !s.closed.load(Ordering::Acquire) && !expired
+        });
+    }
+
+    /// Sessions open now (for tests and the status page).
+    pub fn sessions(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sessions
+            .len()
+    }
+}
+
+/// Opens a session over `io` (a connected socket, or a TLS stream that chose `h2`):
+/// the handshake, the connection task, then the backend's SETTINGS, all within
+/// `limit`.
+pub async fn handshake<T>(io: T, limit: Duration, peer: String) -> Result<Arc<Session>, String>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let watch = Arc::new(Watch::default());
+    let io = Watched {
+        inner: io,
+        watch: watch.clone(),
+        frames: FrameScan::default(),
+    };
+    let fut = async {
+        let (send, mut conn) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONN_WINDOW)
+            .enable_push(false)
+            .handshake::<_, Bytes>(io)
+            .await
+            .map_err(|e| format!("HTTP/2 handshake failed: {e}"))?;
+        let session = Arc::new(Session {
+            send,
+            active: AtomicUsize::new(0),
+            watch: watch.clone(),
+            closed: AtomicBool::new(false),
+            idle_since: AtomicU64::new(now_ms()),
+            settled: AtomicBool::new(false),
+            settled_notify: Notify::new(),
+        });
+        let s = session.clone();
+        tokio::spawn(async move {
+            let r = std::future::poll_fn(|cx| {
+                let r = Pin::new(&mut conn).poll(cx);
+                // The SETTINGS frame was read in this poll, and h2 applied it before
+                // returning: the stream limit is the backend's from now on.
+                if s.watch.settings.load(Ordering::Acquire) && !s.settled.load(Ordering::Relaxed) {
+                    s.settled.store(true, Ordering::Release);
+                    s.settled_notify.notify_waiters();
+                }
+                r
+            })
+            .await;
+            s.closed.store(true, Ordering::Release);
+            s.settled_notify.notify_waiters();
+            if let Err(e) = r {
+                if !e.is_go_away() && !e.is_io() {
+                    tracing::debug!("sluice: HTTP/2 connection to {peer} ended: {e}");
+                }
+            }
+        });
+        {
+            let n = session.settled_notify.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if !session.settled.load(Ordering::Acquire) && !session.closed.load(Ordering::Acquire) {
+                n.await;
+            }
+        }
+        if !session.settled.load(Ordering::Acquire) {
+            return Err("the connection closed before the backend's HTTP/2 SETTINGS".to_string());
+        }
+        Ok(session)
+    };
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r,
+        Err(_) => Err("no HTTP/2 SETTINGS from the backend in time".to_string()),
+    }
+}
+
+/// Sends `out` on `stream` and reads the response head. `scheme` is the request's
+/// `:scheme` (`http` for h2c, `https` over TLS). A request the backend never processed
+/// comes back as [`SendError::NotSent`] when it can go out again whole.
+pub async fn send(
+    stream: &Stream,
+    out: &mut Outgoing,
+    scheme: &'static str,
+) -> Result<Response<RecvStream>, SendError> {
+    let session = &stream.session;
+    let req = head(out, scheme);
+    let end = out.nothing_to_send();
+    let mut send = session.send.clone();
+    // Never waits in practice: the stream was counted against the backend's limit.
+    send = std::future::poll_fn(|cx| send.poll_ready(cx).map_ok(|_| ()))
+        .await
+        .map(|_| send)
+        .map_err(|e| unprocessed_or(session, None, e, out))?;
+    let (mut resp, mut body) = send
+        .send_request(req, end)
+        .map_err(|e| unprocessed_or(session, None, e, out))?;
+    let id = body.stream_id();
+    if !end {
+        let early = {
+            let pumped = pump(&mut body, out);
+            tokio::pin!(pumped);
+            tokio::select! {
+                biased;
+                r = &mut resp => Some(r),
+                p = &mut pumped => {
+                    p?;
+                    None
+                }
+            }
+        };
+        if let Some(r) = early {
+            // Answered before the upload ended: what is left is not sent (the stream is
+            // reset once the response is read).
+            return r.map_err(|e| unprocessed_or(session, Some(id), e, out));
+        }
+    }
+    resp.await
+        .map_err(|e| unprocessed_or(session, Some(id), e, out))
+}
+
+/// The request's head as HTTP/2 has it: `:authority` from `Host`, no connection-level
+/// fields.
+fn head(out: &Outgoing, scheme: &'static str) -> Request<()> {
+    let parts = &out.parts;
+    let mut headers = parts.headers.clone();
+    let authority = headers
+        .remove(header::HOST)
+        .and_then(|h| h.to_str().ok().map(str::to_owned));
+    for name in [
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::PROXY_AUTHENTICATE,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+    if headers
+        .get(header::TE)
+        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers"))
+    {
+        headers.remove(header::TE);
+    }
+    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let uri = Uri::builder()
+        .scheme(scheme)
+        .authority(authority.as_deref().unwrap_or("localhost"))
+        .path_and_query(pq)
+        .build()
+        .or_else(|_| {
+            Uri::builder()
+                .scheme(scheme)
+                .authority("localhost")
+                .path_and_query(pq)
+                .build()
+        })
+        .unwrap_or_default();
+    let mut req = Request::new(());
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = uri;
+    *req.version_mut() = Version::HTTP_2;
+    *req.headers_mut() = headers;
+    req
+}
+
+/// Streams the request body into the h2 stream, within the flow-control window.
+async fn pump(body: &mut h2::SendStream<Bytes>, out: &mut Outgoing) -> Result<(), SendError> {
+    while let Some(frame) = out.next_frame().await.map_err(SendError::Body)? {
+        let frame = match frame.into_data() {
+            Ok(mut data) => {
+                while !data.is_empty() {
+                    body.reserve_capacity(data.len());
+                    let got = std::future::poll_fn(|cx| body.poll_capacity(cx))
+                        .await
+                        .ok_or_else(|| SendError::Io(io::ErrorKind::BrokenPipe.into()))?
+                        .map_err(h2_io)?;
+                    let piece = data.split_to(got.min(data.len()));
+                    body.send_data(piece, false).map_err(h2_io)?;
+                }
+                continue;
+            }
+            Err(f) => f,
+        };
+        if let Ok(trailers) = frame.into_trailers() {
+            return body.send_trailers(trailers).map_err(h2_io);
+        }
+    }
+    body.send_data(Bytes::new(), true).map_err(h2_io)
+}
+
+fn h2_io(e: h2::Error) -> SendError {
+    SendError::Io(io::Error::other(e))
+}
+
+/// A stream the backend did not process (refused, or above a GOAWAY's last stream id)
+/// is [`SendError::NotSent`] when the request can go out again whole; anything else is
+/// a broken connection.
+fn unprocessed_or(
+    session: &Session,
+    id: Option<h2::StreamId>,
+    e: h2::Error,
+    out: &mut Outgoing,
+) -> SendError {
+    let last = session.watch.goaway.load(Ordering::Acquire);
+    let refused = e.reason() == Some(h2::Reason::REFUSED_STREAM)
+        || (last != NO_GOAWAY && id.is_none_or(|id| u32::from(id) > last))
+        || (id.is_none() && e.is_go_away());
+    if refused && out.rewind_all() {
+        return SendError::NotSent;
+    }
+    SendError::Io(io::Error::other(e))
+}
+
+/// A backend's HTTP/2 response body on its way to the client; holds its stream's place
+/// and gives flow-control credit back as the client takes the data.
+pub struct ResponseBody {
+    recv: RecvStream,
+    data_done: bool,
+    _stream: Stream,
+}
+
+impl ResponseBody {
+    pub fn new(recv: RecvStream, stream: Stream) -> ResponseBody {
+        ResponseBody {
+            data_done: recv.is_end_stream(),
+            recv,
+            _stream: stream,
+        }
+    }
+}
+
+impl http_body::Body for ResponseBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = &mut *self;
+        if !this.data_done {
+            match this.recv.poll_data(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(data))) => {
+                    let _ = this.recv.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(io::Error::other(e)))),
+                Poll::Ready(None) => this.data_done = true,
+            }
+        }
+        match this.recv.poll_trailers(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(Some(t))) => Poll::Ready(Some(Ok(Frame::trailers(t)))),
+            Poll::Ready(Ok(None)) => Poll::Ready(None),
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(io::Error::other(e)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+/// Sentinel: no GOAWAY seen.
+const NO_GOAWAY: u32 = u32::MAX;
+
+/// What the frame watcher saw on a connection's read side.
+pub struct Watch {
+    /// The backend's first SETTINGS frame arrived.
+    settings: AtomicBool,
+    /// The lowest last-stream-id of the GOAWAYs received, or [`NO_GOAWAY`].
+    goaway: AtomicU32,
+}
+
+impl Default for Watch {
+    fn default() -> Self {
+        Watch {
+            settings: AtomicBool::new(false),
+            goaway: AtomicU32::new(NO_GOAWAY),
+        }
+    }
+}
+
+/// Follows the frame boundaries of the bytes the backend sends (a 9-byte header, then
+/// the payload), looking only at SETTINGS and GOAWAY.
+#[derive(Default)]
+struct FrameScan {
+    head: [u8; 9],
+    head_len: usize,
+    /// Payload bytes of the current frame still to pass.
+    skip: usize,
+    /// Reading a GOAWAY's last-stream-id: its bytes so far.
+    goaway: Option<([u8; 4], usize)>,
+}
+
+impl FrameScan {
+    fn feed(&mut self, mut b: &[u8], w: &Watch) {
+        while !b.is_empty() {
+            if let Some((id, have)) = &mut self.goaway {
+                let n = (4 - *have).min(b.len());
+                id[*have..*have + n].copy_from_slice(&b[..n]);
+                *have += n;
+                self.skip -= n;
+                b = &b[n..];
+                if *have == 4 {
+                    let last = u32::from_be_bytes(*id) & 0x7fff_ffff;
+                    w.goaway.fetch_min(last, Ordering::AcqRel);
+                    self.goaway = None;
+                }
+                continue;
+            }
+            if self.skip > 0 {
+                let n = self.skip.min(b.len());
+                self.skip -= n;
+                b = &b[n..];
+                continue;
+            }
+            let n = (9 - self.head_len).min(b.len());
+            self.head[self.head_len..self.head_len + n].copy_from_slice(&b[..n]);
+            self.head_len += n;
+            b = &b[n..];
+            if self.head_len < 9 {
+                continue;
+            }
+            self.head_len = 0;
+            let len = u32::from_be_bytes([0, self.head[0], self.head[1], self.head[2]]) as usize;
+            let (kind, flags) = (self.head[3], self.head[4]);
+            self.skip = len;
+            match kind {
+                0x4 if flags & 0x1 == 0 => w.settings.store(true, Ordering::Release),
+                0x7 if len >= 8 => self.goaway = Some(([0; 4], 0)),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The connection's stream with a [`FrameScan`] on its read side.
+struct Watched<T> {
+    inner: T,
+    watch: Arc<Watch>,
+    frames: FrameScan,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = r {
+            this.frames.feed(&buf.filled()[before..], &this.watch);
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, b: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, b)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len() as u32;
+        let mut f = vec![
+            (len >> 16) as u8,
+            (len >> 8) as u8,
+            len as u8,
+            kind,
+            flags,
+            0,
+            0,
+            0,
+            0,
+        ];
+        f.extend_from_slice(payload);
+        f
+    }
+
+    #[test]
+    fn frame_scan_sees_settings_and_goaway_across_any_split() {
+        let mut bytes = frame(0x4, 0x1, &[]); // a SETTINGS ack: not the backend's settings
+        bytes.extend(frame(0x0, 0x0, &[7; 300])); // DATA
+        bytes.extend(frame(0x4, 0x0, &[0, 3, 0, 0, 0, 10])); // SETTINGS
+        bytes.extend(frame(0x7, 0x0, &[0x80, 0, 0, 9, 0, 0, 0, 0])); // GOAWAY, R bit set
+        bytes.extend(frame(0x7, 0x0, &[0, 0, 0, 11, 0, 0, 0, 0, 1, 2])); // a later, higher one
+        for step in [1, 2, 5, 9, 10, 64, bytes.len()] {
+            let (mut scan, w) = (FrameScan::default(), Watch::default());
+            let mut saw_settings_before_data_end = false;
+            for (i, piece) in bytes.chunks(step).enumerate() {
+                scan.feed(piece, &w);
+                if (i + 1) * step <= 9 + 9 + 300 {
+                    saw_settings_before_data_end |= w.settings.load(Ordering::Relaxed);
+                }
+            }
+            assert!(!saw_settings_before_data_end, "step {step}");
+            assert!(w.settings.load(Ordering::Relaxed), "step {step}");
+            assert_eq!(w.goaway.load(Ordering::Relaxed), 9, "step {step}");
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! HTTP/2 and TLS to backends: `h2c://` and `https://` (ALPN h2 or http/1.1),
+//! multiplexed (many requests on one connection, a second connection past the
+//! backend's stream limit, GOAWAY drained without failing a request), certificate
+//! verification (custom CA, untrusted → 502 naming the peer, `tls_verify off`,
+//! `tls_server_name`), and health probes in the pool's scheme.
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::pki::{Ca, Leaf};
+use common::*;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+/// A test backend: HTTP/2 (and HTTP/1.1 over TLS when ALPN picks it), counting its
+/// connections.
+struct Upstream {
+    addr: SocketAddr,
+    conns: Arc<AtomicUsize>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone, Default)]
+struct Opts {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS.
+    max_streams: Option<u32>,
+    /// Each connection sends GOAWAY after this many requests.
+    goaway_after: Option<usize>,
+    /// TLS with this certificate; ALPN as given.
+    tls: Option<(Leaf, Vec<Vec<u8>>)>,
+    /// How long each GET takes to answer.
+    delay: Duration,
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    delay: Duration,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let proto = format!("{:?}", req.version());
+    if req.method() == hyper::Method::POST {
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        return Ok(Response::new(Full::new(body)));
+    }
+    tokio::time::sleep(delay).await;
+    let text = format!(
+        "{proto} {} host={} xfp={}",
+        req.uri().path(),
+        req.uri()
+            .authority()
+            .map(|a| a.to_string())
+            .or_else(|| req
+                .headers()
+                .get("host")
+                .map(|h| h.to_str().unwrap().to_string()))
+            .unwrap_or_default(),
+        req.headers()
+            .get("x-forwarded-proto")
+            .map(|v| v.to_str().unwrap())
+            .unwrap_or("-")
+    );
+    Ok(Response::new(Full::new(Bytes::from(text))))
+}
+
+impl Upstream {
+    async fn start(o: Opts) -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let conns = Arc::new(AtomicUsize::new(0));
+        let acceptor = o.tls.as_ref().map(|(leaf, alpn)| {
+            let certs = vec![rustls::pki_types::CertificateDer::from(leaf.der.clone())];
+            let key =
+                rustls::pki_types::pem::PemObject::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+            let mut c = rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+            c.alpn_protocols = alpn.clone();
+            tokio_rustls::TlsAcceptor::from(Arc::new(c))
+        });
+        let counted = conns.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                counted.fetch_add(1, Ordering::SeqCst);
+                let o = o.clone();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    match acceptor {
+                        Some(a) => {
+                            let Ok(tls) = a.accept(tcp).await else { return };
+                            if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                                serve_h2(TokioIo::new(tls), o).await;
+                            } else {
+                                let delay = o.delay;
+                                let _ = hyper::server::conn::http1::Builder::new()
+                                    .serve_connection(
+                                        TokioIo::new(tls),
+                                        service_fn(move |r| handle(r, delay)),
+                                    )
+                                    .await;
+                            }
+                        }
+                        None => serve_h2(TokioIo::new(tcp), o).await,
+                    }
+                });
+            }
+        });
+        Upstream {
+            addr,
+            conns,
+            _task: task,
+        }
+    }
+}
+
+async fn serve_h2<I>(io: I, o: Opts)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let served = Arc::new(AtomicUsize::new(0));
+    let enough = Arc::new(tokio::sync::Notify::new());
+    let (s, e, delay, limit) = (served.clone(), enough.clone(), o.delay, o.goaway_after);
+    let svc = service_fn(move |r| {
+        let n = s.fetch_add(1, Ordering::SeqCst) + 1;
+        if limit.is_some_and(|l| n >= l) {
+            e.notify_one();
+        }
+        handle(r, delay)
+    });
+    let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    if let Some(m) = o.max_streams {
+        b.max_concurrent_streams(m);
+    }
+    let conn = b.serve_connection(io, svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = enough.notified() => conn.as_mut().graceful_shutdown(),
+    }
+    let _ = conn.await;
+}
+
+/// `n` requests at once, each on its own client connection; every response's text.
+async fn many(addr: SocketAddr, n: usize, path: &str) -> Vec<Resp> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let path = format!("{path}{i}");
+            tokio::spawn(async move { get(addr, &path).await })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(
+            tokio::time::timeout(WAIT * 2, t)
+                .await
+                .expect("in time")
+                .unwrap(),
+        );
+    }
+    out
+}
+
+#[tokio::test]
+async fn h2c_backend_carries_100_concurrent_requests_on_one_connection() {
+    let up = Upstream::start(Opts {
+        delay: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    let sluice = Sluice::start(&format!("site * {{ proxy h2c://{} }}", up.addr));
+    let resps = many(sluice.addr, 100, "/r").await;
+    for r in &resps {
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.text().starts_with("HTTP/2.0 /r"), "{}", r.text());
+    }
+    assert_eq!(
+        up.conns.load(Ordering::SeqCst),
+        1,
+        "one multiplexed connection"
+    );
+    // A 1 MiB upload and its echo, through flow control both ways.
+    let body: Vec<u8> = (0..1024 * 1024).map(|i| (i * 7 % 251) as u8).collect();
+    let r = request(sluice.addr, "POST", "/echo", &[], &body).await;
+    assert_eq!(r.status, 200);
+    assert!(r.body == body, "the echoed body differs");
+    assert_eq!(up.conns.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn past_the_backends_stream_limit_a_second_connection_opens() {
+    let up = Upstream::start(Opts {
+        max_streams: Some(10),
+        delay: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .await;
+    let sluice = Sluice::start(&format!("site * {{ proxy h2c://{} }}", up.addr));
+    // Warm: the first connection learns the limit.
+    assert_eq!(get(sluice.addr, "/warm").await.status, 200);
+    let resps = many(sluice.addr, 30, "/o").await;
+    assert!(resps.iter().all(|r| r.status == 200));
+    let conns = up.conns.load(Ordering::SeqCst);
+    assert!(
+        (3..=5).contains(&conns),
+        "30 requests at once under a limit of 10 took {conns} connections"
+    );
+}
+
+#[tokio::test]
+async fn goaway_drains_a_connection_without_failing_requests() {
+    let up = Upstream::start(Opts {
+        goaway_after: Some(5),
+        delay: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .await;
+    let sluice = Sluice::start(&format!("site * {{ proxy h2c://{} }}", up.addr));
+    for round in 0..8 {
+        let resps = many(sluice.addr, 8, &format!("/g{round}-")).await;
+        for r in &resps {
+            assert_eq!(r.status, 200, "round {round}: {}", r.text());
+        }
+    }
+    assert!(up.conns.load(Ordering::SeqCst) >= 5);
+    assert!(!sluice.logs().contains("502"), "{}", sluice.logs());
+}
+
+fn tls_opts(leaf: Leaf, alpn: &[&[u8]]) -> Opts {
+    Opts {
+        tls: Some((leaf, alpn.iter().map(|p| p.to_vec()).collect())),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_backends_verify_against_a_custom_ca_and_follow_alpn() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let ca_file = dir.write("ca.pem", &ca.pem());
+    let h2 = Upstream::start(tls_opts(ca.leaf(&["127.0.0.1"]), &[b"h2", b"http/1.1"])).await;
+    let h1 = Upstream::start(tls_opts(ca.leaf(&["127.0.0.1"]), &[b"http/1.1"])).await;
+    let named = Upstream::start(tls_opts(ca.leaf(&["backend.test"]), &[b"h2"])).await;
+    let sluice = Sluice::start(&format!(
+        "site * {{
+           route /h2/* {{ proxy https://{h2} {{ tls_ca {ca} }} }}
+           route /h1/* {{ proxy https://{h1} {{ tls_ca {ca} }} }}
+           route /untrusted/* {{ proxy https://{h2} }}
+           route /noverify/* {{ proxy https://{h2} {{ tls_verify off }} }}
+           route /named/* {{ proxy https://{named} {{ tls_ca {ca}; tls_server_name backend.test }} }}
+           route /misnamed/* {{ proxy https://{named} {{ tls_ca {ca} }} }}
+         }}",
+        h2 = h2.addr,
+        h1 = h1.addr,
+        named = named.addr,
+        ca = ca_file.display()
+    ));
+    let resps = many(sluice.addr, 50, "/h2/").await;
+    for r in &resps {
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.text().starts_with("HTTP/2.0 /h2/"), "{}", r.text());
+        assert!(r.text().contains("xfp=http"), "{}", r.text());
+    }
+    assert_eq!(
+        h2.conns.load(Ordering::SeqCst),
+        1,
+        "one TLS connection, multiplexed"
+    );
+    let r = get(sluice.addr, "/h1/a").await;
+    assert_eq!(r.status, 200);
+    assert!(r.text().starts_with("HTTP/1.1 /h1/a"), "{}", r.text());
+    let r = get(sluice.addr, "/h1/b").await;
+    assert!(r.text().starts_with("HTTP/1.1 /h1/b"), "{}", r.text());
+    assert_eq!(
+        h1.conns.load(Ordering::SeqCst),
+        1,
+        "the TLS h1 connection was reused"
+    );
+    let body: Vec<u8> = (0..300_000).map(|i| (i % 253) as u8).collect();
+    let r = request(sluice.addr, "POST", "/h1/up", &[], &body).await;
+    assert!(r.body == body);
+
+    let r = get(sluice.addr, "/untrusted/x").await;
+    assert_eq!(r.status, 502);
+    let line = sluice.wait_log("TLS handshake failed");
+    assert!(line.contains(&h2.addr.to_string()), "{line}");
+    assert!(line.to_lowercase().contains("certificate"), "{line}");
+
+    assert_eq!(get(sluice.addr, "/noverify/x").await.status, 200);
+    let r = get(sluice.addr, "/named/x").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(get(sluice.addr, "/misnamed/x").await.status, 502);
+}
+
+// Multi-threaded: the backend must run while the test blocks reading sluice's log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_probes_speak_the_pools_scheme() {
+    // An HTTP/2-only backend fails any HTTP/1.1 probe.
+    let up = Upstream::start(Opts::default()).await;
+    let sluice = Sluice::start(&format!(
+        "site * {{ proxy h2c://{} {{ all_down fail; health /health {{ interval 1s; timeout 500ms; fall 1; initial unhealthy; rise 1 }} }} }}",
+        up.addr
+    ));
+    sluice.wait_log("passes its health check");
+    assert_eq!(get(sluice.addr, "/after").await.status, 200);
+}
