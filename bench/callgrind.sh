@@ -53,6 +53,7 @@ run() {
     grep -q "succeeded, 0 errored" "$work/h2load.$n" || grep "requests:" "$work/h2load.$n" >&2
     kill -TERM $pid
     wait $pid || true
+    if [ -n "${CG_KEEP:-}" ]; then cp "$work/cg.$n" "$CG_KEEP.$n"; fi
     grep -m1 '^summary:' "$work/cg.$n" | awk '{print $2}'
 }
 a=$(run "$N1")

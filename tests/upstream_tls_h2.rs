@@ -319,3 +319,21 @@ async fn health_probes_speak_the_pools_scheme() {
     sluice.wait_log("passes its health check");
     assert_eq!(get(sluice.addr, "/after").await.status, 200);
 }
+
+#[tokio::test]
+async fn requests_waiting_for_a_connection_that_never_settles_fail_together() {
+    // Accepts TCP (the kernel's backlog) but never speaks HTTP/2: every handshake runs
+    // into connect_timeout.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    let sluice = Sluice::start(&format!(
+        "site * {{ proxy h2c://{addr} {{ connect_timeout 1s; retries 0 }} }}"
+    ));
+    let started = std::time::Instant::now();
+    let resps = many(sluice.addr, 12, "/w").await;
+    let took = started.elapsed();
+    assert!(resps.iter().all(|r| r.status == 502), "all 502");
+    // One handshake's wait, not one each in turn.
+    assert!(took < Duration::from_secs(4), "took {took:?}");
+    drop(silent);
+}

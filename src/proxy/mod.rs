@@ -155,8 +155,11 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
                     DialError::Resolve(_) => FailureKind::Dns,
                     _ => FailureKind::Connect,
                 };
-                pool.peer_failed(i, kind, &e);
-                pool.failover_result(i, false, &mut note);
+                // A dial another request made and counted already is not counted again.
+                if !matches!(e, DialError::Shared) {
+                    pool.peer_failed(i, kind, &e);
+                    pool.failover_result(i, false, &mut note);
+                }
                 // Not reached: the body is intact, so even a POST may go elsewhere.
                 Retry::Unreachable
             }
@@ -326,14 +329,14 @@ async fn upgrade(
             "Bad gateway: the backend cannot take an upgrade\n",
         );
     }
-    let dialed = dial::connect_peer(
+    let dialed = Box::pin(dial::connect_peer(
         &peer.addr.target,
         pool.state.scheme,
         pool.state.tls.as_deref(),
         cfg.connect_timeout,
         true,
         &peer.addr.text,
-    )
+    ))
     .await;
     let mut conn = match dialed {
         Ok(dial::Dialed::H1(c)) => c,
@@ -506,26 +509,29 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
             BackendScheme::Https => peer.alpn.load(Ordering::Relaxed) != ALPN_H1,
         };
         // HTTP/2: a stream on a session with room, or wait for one being opened.
-        let mut opening = false;
+        let mut opening = None;
         if h2_first {
             match peer.mux.take() {
-                h2::Take::Stream(st) => match send_h2(pool, i, &st, out).await {
+                h2::Take::Stream(st) => match Box::pin(send_h2(pool, i, &st, out)).await {
                     Ok(resp) => return Attempt::Answered(Answer::H2(resp, st)),
                     Err(SendError::NotSent) if again < NOT_SENT_AGAIN => {
                         again += 1;
                         continue;
                     }
+                    Err(SendError::NotSent) => return not_taken(),
                     Err(e) => return Attempt::Failed(e),
                 },
-                h2::Take::Wait => {
-                    peer.mux.wait_opened(cfg.connect_timeout).await;
+                h2::Take::Wait(seen) => {
+                    if !peer.mux.wait_opened(seen, cfg.connect_timeout).await {
+                        return Attempt::Unreachable(DialError::Shared);
+                    }
                     continue;
                 }
-                h2::Take::Open => opening = true,
+                h2::Take::Open(guard) => opening = Some(guard),
             }
         }
         // HTTP/1.1: an idle connection first.
-        let idle = if opening {
+        let idle = if opening.is_some() {
             None
         } else {
             peer.idle.checkout(cfg.keepalive.idle_timeout)
@@ -534,51 +540,47 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
         let mut conn = match idle {
             Some(c) => c,
             None => {
-                let dialed = dial::connect_peer(
+                // Boxed: the TLS and HTTP/2 handshakes make a large future, which would
+                // otherwise make every request's future as large (and copied as often).
+                let dialed = Box::pin(dial::connect_peer(
                     &peer.addr.target,
                     pool.state.scheme,
                     pool.state.tls.as_deref(),
                     cfg.connect_timeout,
                     false,
                     &peer.addr.text,
-                )
+                ))
                 .await;
                 match dialed {
                     Ok(dial::Dialed::H1(c)) => {
-                        if opening {
-                            peer.mux.opened(None);
-                        }
                         if pool.state.scheme == BackendScheme::Https {
                             peer.alpn.store(ALPN_H1, Ordering::Relaxed);
                         }
+                        // Waiters look again, and find the peer speaks HTTP/1.1.
+                        drop(opening);
                         peer.passive.record_success();
                         c
                     }
                     Ok(dial::Dialed::H2(session)) => {
                         peer.passive.record_success();
                         peer.alpn.store(ALPN_H2, Ordering::Relaxed);
-                        let st = if opening {
-                            peer.mux.opened(Some(session))
-                        } else {
-                            Some(peer.mux.adopt(session))
+                        let st = match opening {
+                            Some(guard) => guard.opened(session),
+                            None => peer.mux.adopt(session),
                         };
-                        let Some(st) = st else { continue };
-                        match send_h2(pool, i, &st, out).await {
+                        match Box::pin(send_h2(pool, i, &st, out)).await {
                             Ok(resp) => return Attempt::Answered(Answer::H2(resp, st)),
                             Err(SendError::NotSent) if again < NOT_SENT_AGAIN => {
                                 again += 1;
                                 continue;
                             }
-                            Err(SendError::NotSent) => {
-                                let e = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-                                return Attempt::Unreachable(DialError::Connect(e));
-                            }
+                            Err(SendError::NotSent) => return not_taken(),
                             Err(e) => return Attempt::Failed(e),
                         }
                     }
                     Err(e) => {
-                        if opening {
-                            peer.mux.opened(None);
+                        if let Some(guard) = opening {
+                            guard.failed();
                         }
                         if let DialError::Tls(why) = &e {
                             tracing::warn!("sluice: {}: {}: {why}", pool.name(), peer.addr.text);
@@ -594,13 +596,16 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
         match send(pool, i, &mut conn, out).await {
             Ok(head) => return Attempt::Answered(Answer::H1(conn, head)),
             Err(SendError::NotSent) if !fresh => continue,
-            Err(SendError::NotSent) => {
-                let e = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-                return Attempt::Unreachable(DialError::Connect(e));
-            }
+            Err(SendError::NotSent) => return not_taken(),
             Err(e) => return Attempt::Failed(e),
         }
     }
+}
+
+/// A fresh connection that did not take the request: the peer is unreachable for it.
+fn not_taken() -> Attempt {
+    let e = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+    Attempt::Unreachable(DialError::Connect(e))
 }
 
 /// Step 3 over HTTP/2: as [`send`], on a stream of a session.

@@ -32,6 +32,10 @@ pub enum DialError {
     /// The HTTP/2 handshake failed.
     #[error("{0}")]
     H2(String),
+    /// The connection another request was opening to this peer (which this one waited
+    /// for) failed; that request counted the failure.
+    #[error("the connection being opened to this peer failed")]
+    Shared,
 }
 
 /// A connection to a peer, as its scheme (and ALPN) made it.

@@ -87,8 +87,11 @@ impl Drop for Stream {
 #[derive(Default)]
 pub struct Mux {
     state: Mutex<MuxState>,
-    /// A connection being opened finished (or failed).
+    /// A connection being opened finished (or failed, or was abandoned).
     opened: Notify,
+    /// Connections this peer failed to open, ever: a waiter that sees it move knows
+    /// the connection it waited for will not come.
+    failures: AtomicU64,
 }
 
 #[derive(Default)]
@@ -99,20 +102,70 @@ struct MuxState {
 }
 
 /// What [`Mux::take`] found.
-pub enum Take {
+pub enum Take<'a> {
     /// A stream on an existing session.
     Stream(Stream),
-    /// No room anywhere and nothing being opened: the caller opens a connection (it
-    /// is counted as opening; report with [`Mux::opened`]).
-    Open,
-    /// A connection is being opened by another request: wait for it.
-    Wait,
+    /// No room anywhere and nothing being opened: the caller opens a connection and
+    /// says how it went through the guard (dropping it unused lets the waiters retry).
+    Open(Opening<'a>),
+    /// A connection is being opened by another request: wait for it
+    /// ([`Mux::wait_opened`]).
+    Wait(u64),
+}
+
+/// A connection being opened by one request, for the others to wait on.
+pub struct Opening<'a> {
+    mux: &'a Mux,
+    done: bool,
+}
+
+impl Opening<'_> {
+    /// The connection is open: it joins the peer's sessions with the caller's stream.
+    pub fn opened(mut self, session: Arc<Session>) -> Stream {
+        self.done = true;
+        let stream = {
+            let mut st = self.mux.lock();
+            st.opening -= 1;
+            session.active.fetch_add(1, Ordering::AcqRel);
+            st.sessions.push(session.clone());
+            Stream { session }
+        };
+        self.mux.opened.notify_waiters();
+        stream
+    }
+
+    /// The connection could not be opened: the waiters give up too (one dial failure
+    /// is not retried by every request that was waiting for it).
+    pub fn failed(mut self) {
+        self.done = true;
+        self.mux.failures.fetch_add(1, Ordering::AcqRel);
+        self.mux.release();
+    }
+}
+
+impl Drop for Opening<'_> {
+    /// Not an HTTP/2 connection after all (ALPN chose http/1.1), or the request went
+    /// away mid-dial: the waiters look again.
+    fn drop(&mut self) {
+        if !self.done {
+            self.mux.release();
+        }
+    }
 }
 
 impl Mux {
+    fn lock(&self) -> std::sync::MutexGuard<'_, MuxState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn release(&self) {
+        self.lock().opening -= 1;
+        self.opened.notify_waiters();
+    }
+
     /// A stream on a session with room, or what to do instead.
-    pub fn take(&self) -> Take {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+    pub fn take(&self) -> Take<'_> {
+        let mut st = self.lock();
         st.sessions.retain(|s| {
             !s.closed.load(Ordering::Acquire) && s.watch.goaway.load(Ordering::Acquire) == NO_GOAWAY
         });
@@ -128,56 +181,40 @@ impl Mux {
             return Take::Stream(Stream { session: s.clone() });
         }
         if st.opening > 0 {
-            return Take::Wait;
+            return Take::Wait(self.failures.load(Ordering::Acquire));
         }
         st.opening += 1;
-        Take::Open
-    }
-
-    /// A connection this peer's caller opened (`Some`) or failed to open (`None`).
-    /// With a session, returns the caller's own stream on it.
-    pub fn opened(&self, session: Option<Arc<Session>>) -> Option<Stream> {
-        let stream = {
-            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.opening -= 1;
-            session.map(|s| {
-                s.active.fetch_add(1, Ordering::AcqRel);
-                st.sessions.push(s.clone());
-                Stream { session: s }
-            })
-        };
-        self.opened.notify_waiters();
-        stream
+        Take::Open(Opening {
+            mux: self,
+            done: false,
+        })
     }
 
     /// A session this peer's caller opened without asking (a TLS peer that chose h2),
     /// with the caller's stream on it.
     pub fn adopt(&self, session: Arc<Session>) -> Stream {
         session.active.fetch_add(1, Ordering::AcqRel);
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .sessions
-            .push(session.clone());
+        self.lock().sessions.push(session.clone());
         self.opened.notify_waiters();
         Stream { session }
     }
 
-    /// Waits until a connection being opened is done (or `limit` passes).
-    pub async fn wait_opened(&self, limit: Duration) {
+    /// Waits until the connection being opened is done (or `limit` passes). `false`:
+    /// it failed (`seen` is [`Take::Wait`]'s count); the caller should not dial again.
+    pub async fn wait_opened(&self, seen: u64, limit: Duration) -> bool {
         let n = self.opened.notified();
         tokio::pin!(n);
         n.as_mut().enable();
-        if self.state.lock().unwrap_or_else(|e| e.into_inner()).opening == 0 {
-            return;
+        if self.lock().opening > 0 {
+            let _ = tokio::time::timeout(limit, n).await;
         }
-        let _ = tokio::time::timeout(limit, n).await;
+        self.failures.load(Ordering::Acquire) == seen
     }
 
     /// Closes sessions with no stream open for `idle` or more, and forgets closed ones.
     pub fn reap(&self, idle: Duration) {
         let now = now_ms();
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.lock();
         st.sessions.retain(|s| {
             let idle_for = now.saturating_sub(s.idle_since.load(Ordering::Relaxed));
             let expired =
@@ -186,13 +223,9 @@ impl Mux {
         });
     }
 
-    /// Sessions open now (for tests and the status page).
+    /// Sessions open now (for the status page).
     pub fn sessions(&self) -> usize {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .sessions
-            .len()
+        self.lock().sessions.len()
     }
 }
 
