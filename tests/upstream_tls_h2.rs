@@ -183,7 +183,10 @@ async fn h2c_backend_carries_100_concurrent_requests_on_one_connection() {
         ..Default::default()
     })
     .await;
-    let sluice = Sluice::start(&format!("site * {{ proxy h2c://{} }}", up.addr));
+    let sluice = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0 }}\nsite * {{ proxy h2c://{} }}",
+        up.addr
+    ));
     let resps = many(sluice.addr, 100, "/r").await;
     for r in &resps {
         assert_eq!(r.status, 200, "{}", r.text());
@@ -200,6 +203,16 @@ async fn h2c_backend_carries_100_concurrent_requests_on_one_connection() {
     assert_eq!(r.status, 200);
     assert!(r.body == body, "the echoed body differs");
     assert_eq!(up.conns.load(Ordering::SeqCst), 1);
+    // The operator sees the one connection.
+    let metrics = get(sluice.admin(), "/metrics").await.text();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("sluice_peer_h2_connections{") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    let status = get(sluice.admin(), "/status").await.text();
+    assert!(status.contains("\"h2_connections\":1"), "{status}");
 }
 
 #[tokio::test]

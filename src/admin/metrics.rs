@@ -55,6 +55,13 @@ pub fn render(gen: &Generation) -> String {
     );
     per_peer(
         o,
+        "sluice_peer_h2_connections",
+        "gauge",
+        "HTTP/2 connections open to the peer (h2c:// and https:// peers that chose h2)",
+        &|p| p.mux.sessions() as u64,
+    );
+    per_peer(
+        o,
         "sluice_peer_selections_total",
         "counter",
         "times the peer was chosen",

@@ -76,5 +76,8 @@ fn peer(peer: &Peer, now: u64) -> Value {
     if peer.backup {
         v["backup"] = Value::Bool(true);
     }
+    if peer.addr.scheme != crate::config::BackendScheme::Http {
+        v["h2_connections"] = json!(peer.mux.sessions());
+    }
     v
 }
