@@ -27,6 +27,8 @@ use tokio::net::TcpListener;
 struct Upstream {
     addr: SocketAddr,
     conns: Arc<AtomicUsize>,
+    /// Connections open now.
+    live: Arc<AtomicUsize>,
     _task: tokio::task::JoinHandle<()>,
 }
 
@@ -92,6 +94,8 @@ impl Upstream {
             tokio_rustls::TlsAcceptor::from(Arc::new(c))
         });
         let counted = conns.clone();
+        let live = Arc::new(AtomicUsize::new(0));
+        let open = live.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
@@ -100,7 +104,10 @@ impl Upstream {
                 counted.fetch_add(1, Ordering::SeqCst);
                 let o = o.clone();
                 let acceptor = acceptor.clone();
+                let open = open.clone();
+                open.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
+                    let _closed = Closed(open);
                     match acceptor {
                         Some(a) => {
                             let Ok(tls) = a.accept(tcp).await else { return };
@@ -124,8 +131,18 @@ impl Upstream {
         Upstream {
             addr,
             conns,
+            live,
             _task: task,
         }
+    }
+}
+
+/// Counts a connection closed when its task ends.
+struct Closed(Arc<AtomicUsize>);
+
+impl Drop for Closed {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -349,4 +366,113 @@ async fn requests_waiting_for_a_connection_that_never_settles_fail_together() {
     // One handshake's wait, not one each in turn.
     assert!(took < Duration::from_secs(4), "took {took:?}");
     drop(silent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_backend_answering_before_the_upload_ends_is_heard_at_once() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ca = Ca::new();
+    let leaf = ca.leaf(&["127.0.0.1"]);
+    let dir = TempDir::new();
+    let ca_file = dir.write("ca.pem", &ca.pem());
+    // An HTTP/1.1-over-TLS backend that reads the head, answers 413 and stops reading,
+    // keeping the connection open.
+    let certs = vec![rustls::pki_types::CertificateDer::from(leaf.der.clone())];
+    let key = rustls::pki_types::pem::PemObject::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if tls.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let _ = tls
+                    .write_all(
+                        b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 9\r\n\r\ntoo large",
+                    )
+                    .await;
+                let _ = tls.flush().await;
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            });
+        }
+    });
+    let sluice = Sluice::start(&format!(
+        "site * {{ proxy https://{backend} {{ tls_ca {} }} }}",
+        ca_file.display()
+    ));
+    let s = tokio::net::TcpStream::connect(sluice.addr).await.unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    const SIZE: usize = 32 * 1024 * 1024;
+    tokio::spawn(async move {
+        let head = format!("POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: {SIZE}\r\n\r\n");
+        let _ = wr.write_all(head.as_bytes()).await;
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..SIZE / chunk.len() {
+            if wr.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let answer = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let n = rd.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            if parse_response(&got).is_some() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        answer.is_ok(),
+        "no answer within 5 s: {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    let (resp, _) = parse_response(&got).expect("a whole response");
+    assert_eq!(resp.status, 413, "{}", resp.text());
+    assert_eq!(resp.text(), "too large");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_http2_connections_and_probe_connections_are_closed() {
+    let up = Upstream::start(Opts::default()).await;
+    let sluice = Sluice::start(&format!(
+        "site * {{ proxy h2c://{} {{ keepalive 8 1s; health /health {{ interval 1s; timeout 500ms }} }} }}",
+        up.addr
+    ));
+    assert_eq!(get(sluice.addr, "/one").await.status, 200);
+    // Three probes and the idle timeout later, nothing is left open but maybe a probe
+    // under way.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let opened = up.conns.load(Ordering::SeqCst);
+    let live = up.live.load(Ordering::SeqCst);
+    assert!(opened >= 3, "probes opened {opened} connections");
+    assert!(
+        live <= 1,
+        "{live} of {opened} backend connections still open"
+    );
 }

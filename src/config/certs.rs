@@ -151,6 +151,9 @@ fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
 /// UTCTime (`YYMMDDHHMMSSZ`, years 1950..2049) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
 fn time(tag: u8, v: &[u8]) -> Option<SystemTime> {
     let s = std::str::from_utf8(v).ok()?.strip_suffix('Z')?;
+    if !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     let (year, rest) = match tag {
         0x17 if s.len() == 12 => {
             let yy: i64 = s[..2].parse().ok()?;
@@ -203,6 +206,8 @@ mod tests {
         assert_eq!(httpdate::fmt_http_date(t), "Sat, 01 Jan 2050 00:00:00 GMT");
         assert!(time(0x17, b"261301133000Z").is_none());
         assert!(time(0x17, b"2612011330Z").is_none());
+        assert!(time(0x17, "aé234567890Z".as_bytes()).is_none());
+        assert!(time(0x18, b"2026+201133000Z").is_none());
     }
 
     #[test]

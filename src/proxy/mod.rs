@@ -500,6 +500,7 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
         &client.values,
     );
     let mut again = 0;
+    let mut stale = false;
     loop {
         // An `https://` peer whose choice is not known yet is tried as HTTP/2 first, so
         // a burst of requests waits for one connection instead of opening one each.
@@ -530,8 +531,9 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
                 h2::Take::Open(guard) => opening = Some(guard),
             }
         }
-        // HTTP/1.1: an idle connection first.
-        let idle = if opening.is_some() {
+        // HTTP/1.1: an idle connection first — once: after one that turned out
+        // closed, a fresh one.
+        let idle = if opening.is_some() || stale {
             None
         } else {
             peer.idle.checkout(cfg.keepalive.idle_timeout)
@@ -595,7 +597,10 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
         };
         match send(pool, i, &mut conn, out).await {
             Ok(head) => return Attempt::Answered(Answer::H1(conn, head)),
-            Err(SendError::NotSent) if !fresh => continue,
+            Err(SendError::NotSent) if !fresh => {
+                stale = true;
+                continue;
+            }
             Err(SendError::NotSent) => return not_taken(),
             Err(e) => return Attempt::Failed(e),
         }

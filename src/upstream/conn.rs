@@ -323,45 +323,85 @@ impl BackendConn {
         let mut body_done = out.body_ended;
         let mut write_failed = None;
         if let Io::Tls(tls) = &mut self.io {
-            // One TLS session cannot be read and written from two futures at once: the
-            // body goes out whole before the head is read. A backend that answers early
-            // and closes is still heard (the write fails, its answer is read below).
-            while !body_done {
-                match out.body.frame().await {
-                    None => {
-                        if chunked {
-                            if let Err(e) = tls.write_all(b"0\r\n\r\n").await {
-                                write_failed = Some(e);
+            // One TLS session cannot be read and written from two futures at once: one
+            // poll loop does both, so a backend that answers before the upload ends (and
+            // stops reading) is heard at once, as over a plain socket.
+            let buf = &mut self.buf;
+            let mut pending: Vec<u8> = Vec::new();
+            let mut written = 0;
+            let r = std::future::poll_fn(|cx| {
+                loop {
+                    // The backend spoke: its answer comes before the rest of the upload.
+                    let mut first = [0u8; 4096];
+                    let mut rb = ReadBuf::new(&mut first);
+                    match Pin::new(&mut **tls).poll_read(cx, &mut rb) {
+                        Poll::Ready(Ok(())) => {
+                            buf.extend_from_slice(rb.filled());
+                            return Poll::Ready(Ok(TlsUpload::Early));
+                        }
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e))),
+                        Poll::Pending => {}
+                    }
+                    if written < pending.len() {
+                        match Pin::new(&mut **tls).poll_write(cx, &pending[written..]) {
+                            Poll::Ready(Ok(0)) => {
+                                return Poll::Ready(Ok(TlsUpload::WriteFailed(
+                                    io::ErrorKind::WriteZero.into(),
+                                )))
+                            }
+                            Poll::Ready(Ok(n)) => {
+                                written += n;
+                                continue;
+                            }
+                            Poll::Ready(Err(e)) => {
+                                return Poll::Ready(Ok(TlsUpload::WriteFailed(e)))
+                            }
+                            Poll::Pending => return Poll::Pending,
+                        }
+                    }
+                    if out.body_ended {
+                        return match Pin::new(&mut **tls).poll_flush(cx) {
+                            Poll::Ready(Ok(())) => Poll::Ready(Ok(TlsUpload::Sent)),
+                            Poll::Ready(Err(e)) => Poll::Ready(Ok(TlsUpload::WriteFailed(e))),
+                            Poll::Pending => Poll::Pending,
+                        };
+                    }
+                    pending.clear();
+                    written = 0;
+                    match Pin::new(&mut out.body).poll_frame(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(None) => {
+                            out.body_ended = true;
+                            if chunked {
+                                pending.extend_from_slice(b"0\r\n\r\n");
                             }
                         }
-                        body_done = true;
-                        out.body_ended = true;
-                    }
-                    Some(Err(e)) => return Err(SendError::Body(e)),
-                    Some(Ok(frame)) => {
-                        let Ok(data) = frame.into_data() else {
-                            continue;
-                        };
-                        if data.is_empty() {
-                            continue;
-                        }
-                        out.sent(&data);
-                        let w = if chunked {
-                            chunk(&mut **tls, &data).await
-                        } else {
-                            tls.write_all(&data).await
-                        };
-                        if let Err(e) = w {
-                            write_failed = Some(e);
-                            break;
+                        Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(SendError::Body(e))),
+                        Poll::Ready(Some(Ok(frame))) => {
+                            let Ok(data) = frame.into_data() else {
+                                continue;
+                            };
+                            if data.is_empty() {
+                                continue;
+                            }
+                            out.sent(&data);
+                            if chunked {
+                                chunk_into(&mut pending, &data);
+                            } else {
+                                pending.extend_from_slice(&data);
+                            }
                         }
                     }
                 }
-            }
-            if write_failed.is_none() {
-                if let Err(e) = tls.flush().await {
-                    write_failed = Some(e);
+            })
+            .await?;
+            match r {
+                TlsUpload::Sent => body_done = true,
+                TlsUpload::Early => {
+                    early = true;
+                    body_done = true;
                 }
+                TlsUpload::WriteFailed(e) => write_failed = Some(e),
             }
         }
         while !body_done {
@@ -519,6 +559,15 @@ impl BackendConn {
             }
         }
     }
+}
+
+/// How an upload over TLS ended.
+enum TlsUpload {
+    /// The whole body went out.
+    Sent,
+    /// The backend answered (or closed) first; what it sent is in the buffer.
+    Early,
+    WriteFailed(io::Error),
 }
 
 fn is_closed_error(e: &io::Error) -> bool {

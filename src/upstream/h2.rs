@@ -15,7 +15,9 @@
 //! - `GOAWAY` is seen by a frame watcher on the connection's read side ([`Watch`]),
 //!   before h2 acts on it: the session takes no new stream from then on. A request whose
 //!   stream the backend never processed (above the GOAWAY's last stream id, or refused
-//!   with `REFUSED_STREAM`) went nowhere: it goes out again on another connection.
+//!   with `REFUSED_STREAM`, or failed before it had a stream) went nowhere: it goes out
+//!   again, up to three times, on a session that can take it (a new connection when the
+//!   old one is going away).
 //! - A session with no stream open for the pool's keepalive idle timeout is closed.
 
 use std::future::Future;
@@ -48,20 +50,22 @@ pub struct Session {
     send: SendRequest<Bytes>,
     /// Streams open (taken and not yet finished).
     active: AtomicUsize,
+    /// What the connection task and the frame watcher report; shared with the task,
+    /// which must not hold the `Session` (the connection closes only once every
+    /// `SendRequest` is gone).
     watch: Arc<Watch>,
-    /// The connection task ended: nothing more can go on it.
-    closed: AtomicBool,
     /// When the last stream finished (ms, [`now_ms`]), for the idle timeout.
     idle_since: AtomicU64,
-    /// The backend's SETTINGS arrived and h2 applied them.
-    settled: AtomicBool,
-    settled_notify: Notify,
 }
 
 impl Session {
     fn is_usable(&self) -> bool {
-        self.settled.load(Ordering::Acquire)
-            && !self.closed.load(Ordering::Acquire)
+        self.watch.settled.load(Ordering::Acquire) && self.is_open()
+    }
+
+    /// Not closed, no GOAWAY seen.
+    fn is_open(&self) -> bool {
+        !self.watch.closed.load(Ordering::Acquire)
             && self.watch.goaway.load(Ordering::Acquire) == NO_GOAWAY
     }
 
@@ -166,9 +170,7 @@ impl Mux {
     /// A stream on a session with room, or what to do instead.
     pub fn take(&self) -> Take<'_> {
         let mut st = self.lock();
-        st.sessions.retain(|s| {
-            !s.closed.load(Ordering::Acquire) && s.watch.goaway.load(Ordering::Acquire) == NO_GOAWAY
-        });
+        st.sessions.retain(|s| s.is_open());
         // The most loaded session with room first: connections fill before new ones
         // are used, and idle ones can expire.
         if let Some(s) = st
@@ -219,7 +221,7 @@ impl Mux {
             let idle_for = now.saturating_sub(s.idle_since.load(Ordering::Relaxed));
             let expired =
                 s.active.load(Ordering::Acquire) == 0 && idle_for >= idle.as_millis() as u64;
-            !s.closed.load(Ordering::Acquire) && !expired
+            !s.watch.closed.load(Ordering::Acquire) && !expired
         });
     }
 
@@ -254,26 +256,23 @@ where
             send,
             active: AtomicUsize::new(0),
             watch: watch.clone(),
-            closed: AtomicBool::new(false),
             idle_since: AtomicU64::new(now_ms()),
-            settled: AtomicBool::new(false),
-            settled_notify: Notify::new(),
         });
-        let s = session.clone();
+        let w = watch.clone();
         tokio::spawn(async move {
             let r = std::future::poll_fn(|cx| {
                 let r = Pin::new(&mut conn).poll(cx);
-                // The SETTINGS frame was read in this poll, and h2 applied it before
-                // returning: the stream limit is the backend's from now on.
-                if s.watch.settings.load(Ordering::Acquire) && !s.settled.load(Ordering::Relaxed) {
-                    s.settled.store(true, Ordering::Release);
-                    s.settled_notify.notify_waiters();
+                // The SETTINGS frame was read whole in this poll, and h2 applied it
+                // before returning: the stream limit is the backend's from now on.
+                if w.settings.load(Ordering::Acquire) && !w.settled.load(Ordering::Relaxed) {
+                    w.settled.store(true, Ordering::Release);
+                    w.changed.notify_waiters();
                 }
                 r
             })
             .await;
-            s.closed.store(true, Ordering::Release);
-            s.settled_notify.notify_waiters();
+            w.closed.store(true, Ordering::Release);
+            w.changed.notify_waiters();
             if let Err(e) = r {
                 if !e.is_go_away() && !e.is_io() {
                     tracing::debug!("sluice: HTTP/2 connection to {peer} ended: {e}");
@@ -281,15 +280,21 @@ where
             }
         });
         {
-            let n = session.settled_notify.notified();
+            let n = watch.changed.notified();
             tokio::pin!(n);
             n.as_mut().enable();
-            if !session.settled.load(Ordering::Acquire) && !session.closed.load(Ordering::Acquire) {
+            if !watch.settled.load(Ordering::Acquire) && !watch.closed.load(Ordering::Acquire) {
                 n.await;
             }
         }
-        if !session.settled.load(Ordering::Acquire) {
+        if !watch.settled.load(Ordering::Acquire) {
             return Err("the connection closed before the backend's HTTP/2 SETTINGS".to_string());
+        }
+        if session.send.current_max_send_streams() == 0 {
+            // Every request would wait in h2's queue until its timeout.
+            return Err(
+                "the backend allows no streams (SETTINGS_MAX_CONCURRENT_STREAMS 0)".to_string(),
+            );
         }
         Ok(session)
     };
@@ -428,9 +433,10 @@ fn unprocessed_or(
     out: &mut Outgoing,
 ) -> SendError {
     let last = session.watch.goaway.load(Ordering::Acquire);
-    let refused = e.reason() == Some(h2::Reason::REFUSED_STREAM)
-        || (last != NO_GOAWAY && id.is_none_or(|id| u32::from(id) > last))
-        || (id.is_none() && e.is_go_away());
+    // No stream id: the request never left (the connection failed as it was taken).
+    let refused = id.is_none()
+        || e.reason() == Some(h2::Reason::REFUSED_STREAM)
+        || (last != NO_GOAWAY && id.is_some_and(|id| u32::from(id) > last));
     if refused && out.rewind_all() {
         return SendError::NotSent;
     }
@@ -495,12 +501,19 @@ impl http_body::Body for ResponseBody {
 /// Sentinel: no GOAWAY seen.
 const NO_GOAWAY: u32 = u32::MAX;
 
-/// What the frame watcher saw on a connection's read side.
+/// What the frame watcher saw on a connection's read side, and what the connection
+/// task reports.
 pub struct Watch {
-    /// The backend's first SETTINGS frame arrived.
+    /// The backend's first SETTINGS frame arrived, payload and all.
     settings: AtomicBool,
     /// The lowest last-stream-id of the GOAWAYs received, or [`NO_GOAWAY`].
     goaway: AtomicU32,
+    /// The backend's SETTINGS arrived and h2 applied them.
+    settled: AtomicBool,
+    /// The connection task ended: nothing more can go on it.
+    closed: AtomicBool,
+    /// `settled` or `closed` changed.
+    changed: Notify,
 }
 
 impl Default for Watch {
@@ -508,6 +521,9 @@ impl Default for Watch {
         Watch {
             settings: AtomicBool::new(false),
             goaway: AtomicU32::new(NO_GOAWAY),
+            settled: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            changed: Notify::new(),
         }
     }
 }
@@ -522,6 +538,8 @@ struct FrameScan {
     skip: usize,
     /// Reading a GOAWAY's last-stream-id: its bytes so far.
     goaway: Option<([u8; 4], usize)>,
+    /// The current frame is the backend's SETTINGS: seen once its payload has passed.
+    settings: bool,
 }
 
 impl FrameScan {
@@ -544,6 +562,9 @@ impl FrameScan {
                 let n = self.skip.min(b.len());
                 self.skip -= n;
                 b = &b[n..];
+                if self.skip == 0 && std::mem::take(&mut self.settings) {
+                    w.settings.store(true, Ordering::Release);
+                }
                 continue;
             }
             let n = (9 - self.head_len).min(b.len());
@@ -558,7 +579,8 @@ impl FrameScan {
             let (kind, flags) = (self.head[3], self.head[4]);
             self.skip = len;
             match kind {
-                0x4 if flags & 0x1 == 0 => w.settings.store(true, Ordering::Release),
+                0x4 if flags & 0x1 == 0 && len == 0 => w.settings.store(true, Ordering::Release),
+                0x4 if flags & 0x1 == 0 => self.settings = true,
                 0x7 if len >= 8 => self.goaway = Some(([0; 4], 0)),
                 _ => {}
             }
@@ -656,5 +678,14 @@ mod tests {
             assert!(w.settings.load(Ordering::Relaxed), "step {step}");
             assert_eq!(w.goaway.load(Ordering::Relaxed), 9, "step {step}");
         }
+        // SETTINGS counts once its payload (the limits) has been read, not at its header.
+        let settings = frame(0x4, 0x0, &[0, 3, 0, 0, 0, 1]);
+        let (mut scan, w) = (FrameScan::default(), Watch::default());
+        scan.feed(&settings[..9], &w);
+        assert!(!w.settings.load(Ordering::Relaxed));
+        scan.feed(&settings[9..14], &w);
+        assert!(!w.settings.load(Ordering::Relaxed));
+        scan.feed(&settings[14..], &w);
+        assert!(w.settings.load(Ordering::Relaxed));
     }
 }
