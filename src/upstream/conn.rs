@@ -324,77 +324,9 @@ impl BackendConn {
         let mut write_failed = None;
         if let Io::Tls(tls) = &mut self.io {
             // One TLS session cannot be read and written from two futures at once: one
-            // poll loop does both, so a backend that answers before the upload ends (and
-            // stops reading) is heard at once, as over a plain socket.
-            let buf = &mut self.buf;
-            let mut pending: Vec<u8> = Vec::new();
-            let mut written = 0;
-            let r = std::future::poll_fn(|cx| {
-                loop {
-                    // The backend spoke: its answer comes before the rest of the upload.
-                    let mut first = [0u8; 4096];
-                    let mut rb = ReadBuf::new(&mut first);
-                    match Pin::new(&mut **tls).poll_read(cx, &mut rb) {
-                        Poll::Ready(Ok(())) => {
-                            buf.extend_from_slice(rb.filled());
-                            return Poll::Ready(Ok(TlsUpload::Early));
-                        }
-                        Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e))),
-                        Poll::Pending => {}
-                    }
-                    if written < pending.len() {
-                        match Pin::new(&mut **tls).poll_write(cx, &pending[written..]) {
-                            Poll::Ready(Ok(0)) => {
-                                return Poll::Ready(Ok(TlsUpload::WriteFailed(
-                                    io::ErrorKind::WriteZero.into(),
-                                )))
-                            }
-                            Poll::Ready(Ok(n)) => {
-                                written += n;
-                                continue;
-                            }
-                            Poll::Ready(Err(e)) => {
-                                return Poll::Ready(Ok(TlsUpload::WriteFailed(e)))
-                            }
-                            Poll::Pending => return Poll::Pending,
-                        }
-                    }
-                    if out.body_ended {
-                        return match Pin::new(&mut **tls).poll_flush(cx) {
-                            Poll::Ready(Ok(())) => Poll::Ready(Ok(TlsUpload::Sent)),
-                            Poll::Ready(Err(e)) => Poll::Ready(Ok(TlsUpload::WriteFailed(e))),
-                            Poll::Pending => Poll::Pending,
-                        };
-                    }
-                    pending.clear();
-                    written = 0;
-                    match Pin::new(&mut out.body).poll_frame(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(None) => {
-                            out.body_ended = true;
-                            if chunked {
-                                pending.extend_from_slice(b"0\r\n\r\n");
-                            }
-                        }
-                        Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(SendError::Body(e))),
-                        Poll::Ready(Some(Ok(frame))) => {
-                            let Ok(data) = frame.into_data() else {
-                                continue;
-                            };
-                            if data.is_empty() {
-                                continue;
-                            }
-                            out.sent(&data);
-                            if chunked {
-                                chunk_into(&mut pending, &data);
-                            } else {
-                                pending.extend_from_slice(&data);
-                            }
-                        }
-                    }
-                }
-            })
-            .await?;
+            // poll loop does both (boxed: it is rare, and the request's future stays
+            // small).
+            let r = Box::pin(upload_tls(tls, &mut self.buf, out, chunked)).await?;
             match r {
                 TlsUpload::Sent => body_done = true,
                 TlsUpload::Early => {
@@ -559,6 +491,83 @@ impl BackendConn {
             }
         }
     }
+}
+
+/// The body of a request over TLS, with the backend's side read before each write, so
+/// a backend that answers before the upload ends (and stops reading) is heard at once,
+/// as over a plain socket.
+async fn upload_tls(
+    tls: &mut tokio_rustls::client::TlsStream<TcpStream>,
+    buf: &mut BytesMut,
+    out: &mut Outgoing,
+    chunked: bool,
+) -> Result<TlsUpload, SendError> {
+    let mut pending: Vec<u8> = Vec::new();
+    let mut written = 0;
+    std::future::poll_fn(|cx| {
+        loop {
+            // The backend spoke: its answer comes before the rest of the upload.
+            let mut first = [0u8; 4096];
+            let mut rb = ReadBuf::new(&mut first);
+            match Pin::new(&mut *tls).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) => {
+                    buf.extend_from_slice(rb.filled());
+                    return Poll::Ready(Ok(TlsUpload::Early));
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e))),
+                Poll::Pending => {}
+            }
+            if written < pending.len() {
+                match Pin::new(&mut *tls).poll_write(cx, &pending[written..]) {
+                    Poll::Ready(Ok(0)) => {
+                        return Poll::Ready(Ok(TlsUpload::WriteFailed(
+                            io::ErrorKind::WriteZero.into(),
+                        )))
+                    }
+                    Poll::Ready(Ok(n)) => {
+                        written += n;
+                        continue;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Ok(TlsUpload::WriteFailed(e))),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            if out.body_ended {
+                return match Pin::new(&mut *tls).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => Poll::Ready(Ok(TlsUpload::Sent)),
+                    Poll::Ready(Err(e)) => Poll::Ready(Ok(TlsUpload::WriteFailed(e))),
+                    Poll::Pending => Poll::Pending,
+                };
+            }
+            pending.clear();
+            written = 0;
+            match Pin::new(&mut out.body).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    out.body_ended = true;
+                    if chunked {
+                        pending.extend_from_slice(b"0\r\n\r\n");
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(SendError::Body(e))),
+                Poll::Ready(Some(Ok(frame))) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    if data.is_empty() {
+                        continue;
+                    }
+                    out.sent(&data);
+                    if chunked {
+                        chunk_into(&mut pending, &data);
+                    } else {
+                        pending.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+    })
+    .await
 }
 
 /// How an upload over TLS ended.
