@@ -217,6 +217,18 @@ pub enum Handler {
         status: StatusCode,
         target: Template,
     },
+    Files(FilesConfig),
+}
+
+/// `files DIR { index …; browse on|off }`.
+#[derive(Debug, Clone)]
+pub struct FilesConfig {
+    /// The folder served, canonical (symlinks resolved) when the config loaded.
+    pub root: PathBuf,
+    /// Names tried, in order, for a directory (default `index.html`).
+    pub index: Vec<String>,
+    /// List a directory that has no index file.
+    pub browse: bool,
 }
 
 #[derive(Debug, Clone)]

@@ -273,6 +273,16 @@ async fn call_handler(
             r.headers_mut().insert(header::DATE, date());
             r
         }
+        Handler::Files(f) => {
+            crate::files::serve(
+                f,
+                req.method(),
+                cx.path(&req),
+                req.uri().query(),
+                req.headers(),
+            )
+            .await
+        }
         Handler::None => {
             bump(&COUNTERS.no_route);
             local_response(StatusCode::NOT_FOUND, "Not found\n")

@@ -61,6 +61,7 @@ pub enum Handler {
         status: StatusCode,
         target: Template,
     },
+    Files(Arc<crate::config::FilesConfig>),
     /// A route with filters but no handler answers 404.
     None,
 }

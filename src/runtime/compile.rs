@@ -120,6 +120,7 @@ fn route(
             status: *status,
             target: target.clone(),
         },
+        Some(config::Handler::Files(f)) => Handler::Files(Arc::new(f.clone())),
         None => Handler::None,
     };
     let uses_placeholders = filters.iter().any(|f| f.uses_placeholders())
@@ -133,7 +134,7 @@ fn route(
                 .iter()
                 .chain(&p.cfg.header_down)
                 .any(|op| op.has_placeholders()),
-            Handler::None => false,
+            Handler::None | Handler::Files(_) => false,
         };
     Route {
         name: r.name.clone(),

@@ -110,10 +110,11 @@ impl Builder {
                     Ok(())
                 }),
                 "compress" => compress(d).map(|on| filters.push(Filter::Compress(on))),
-                "respond" | "redirect" | "proxy" => {
+                "respond" | "redirect" | "proxy" | "files" => {
                     let h = match d.name.text.as_str() {
                         "respond" => respond(d),
                         "redirect" => redirect(d),
+                        "files" => self.files(d),
                         _ => self.proxy(d),
                     };
                     match h {
@@ -147,6 +148,71 @@ impl Builder {
             handler: handler.map(|h| h.0),
             span,
         })
+    }
+}
+
+impl Builder {
+    /// `files DIR { index NAME...; browse on|off }`: DIR must be a folder now.
+    pub(super) fn files(&mut self, d: &Directive) -> Res<Handler> {
+        let w = d
+            .args
+            .first()
+            .ok_or_else(|| missing(d, "files DIR", "files /srv/www"))?;
+        if let Some(x) = d.args.get(1) {
+            return Err(extra(
+                x,
+                "write: files DIR [{ index NAME...; browse on|off }]",
+            ));
+        }
+        let dir = self.dir_of(d.span()).join(&w.text);
+        let root = std::fs::canonicalize(&dir).map_err(|e| {
+            Diagnostic::error(w.span, format!("{}: {e}", dir.display()))
+                .with_hint("files serves an existing folder; create it or fix the path")
+        })?;
+        if !root.is_dir() {
+            return Err(
+                Diagnostic::error(w.span, format!("{} is not a folder", dir.display()))
+                    .with_hint("files serves a folder; to serve one file, point at its folder"),
+            );
+        }
+        let mut cfg = FilesConfig {
+            root,
+            index: vec!["index.html".to_string()],
+            browse: false,
+        };
+        let mut seen = std::collections::HashSet::new();
+        for item in d.block.as_deref().unwrap_or(&[]) {
+            if !self.known_here(item, Place::Files) {
+                continue;
+            }
+            if !seen.insert(item.name.text.clone()) {
+                self.errors.push(Diagnostic::error(
+                    item.span(),
+                    format!("`{}` is given twice", item.name.text),
+                ));
+                continue;
+            }
+            let r: Res<()> = match item.name.text.as_str() {
+                "index" => {
+                    if item.args.is_empty() {
+                        Err(missing(item, "index NAME...", "index index.html index.htm"))
+                    } else if let Some(bad) = item
+                        .args
+                        .iter()
+                        .find(|a| a.text.contains('/') || a.text == "." || a.text == "..")
+                    {
+                        Err(expected(bad, "a file name without /"))
+                    } else {
+                        cfg.index = item.args.iter().map(|a| a.text.clone()).collect();
+                        Ok(())
+                    }
+                }
+                "browse" => compress(item).map(|on| cfg.browse = on),
+                _ => Ok(()),
+            };
+            self.push(r);
+        }
+        Ok(Handler::Files(cfg))
     }
 }
 

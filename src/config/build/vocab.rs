@@ -154,7 +154,6 @@ pub(super) const ALL_PLACES: [Place; 12] = [
 /// runtime lands.
 pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
     (Place::Site, "fastcgi", "FastCGI is not built yet"),
-    (Place::Site, "files", "static files are not built yet"),
     (Place::Site, "request_id", "the filter is not built yet"),
     (Place::Site, "rate_limit", "the filter is not built yet"),
     (

@@ -1,0 +1,490 @@
+//! Static files: `files DIR`. The file is DIR joined with the request's normalised path
+//! (after `strip`/`rewrite`), percent-decoded.
+//!
+//! Nothing outside DIR is ever served: an encoded `/` or `\` in the path, a `..` that
+//! survived normalisation (none can), and a symlink whose target lies outside DIR all
+//! answer `404` — the file's canonical path must lie under DIR's. `GET` and `HEAD` only
+//! (`405` otherwise). Validators: a strong `ETag` from the modification time and size,
+//! and `Last-Modified`; `If-None-Match` (weak comparison) and, without it,
+//! `If-Modified-Since` answer `304`. One `Range` of bytes answers `206` (`416` when it
+//! cannot be satisfied); several ranges, or an `If-Range` that no longer matches, get
+//! the whole file. Bodies stream from disk in 64 KiB reads, one at a time as the client
+//! takes them: memory stays bounded whatever the file's size.
+
+use std::io::SeekFrom;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Response, StatusCode};
+use http_body::{Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncSeekExt, ReadBuf};
+
+use crate::body::{Body, BodyError};
+use crate::config::FilesConfig;
+use crate::reply::{date, local_response};
+
+/// How much of a file one read takes.
+const CHUNK: usize = 64 * 1024;
+
+/// Serves `path` (normalised, percent-encoded) from `cfg.root`.
+pub async fn serve(
+    cfg: &FilesConfig,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Response<Body> {
+    if method != Method::GET && method != Method::HEAD {
+        let mut r = local_response(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed\n");
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    let head = method == Method::HEAD;
+    let Some(rel) = decode(path) else {
+        return not_found();
+    };
+    let wanted = cfg.root.join(&rel);
+    // Canonical: symlinks resolved, so a link out of the root is seen for what it is.
+    let Ok(real) = tokio::fs::canonicalize(&wanted).await else {
+        return not_found();
+    };
+    if !real.starts_with(&cfg.root) {
+        tracing::debug!(
+            "sluice: files: {} resolves outside {}, refused",
+            wanted.display(),
+            cfg.root.display()
+        );
+        return not_found();
+    }
+    let Ok(meta) = tokio::fs::metadata(&real).await else {
+        return not_found();
+    };
+    if meta.is_dir() {
+        if !path.ends_with('/') {
+            // The folder's own links resolve against the slashed path.
+            let target = match query {
+                Some(q) => format!("{path}/?{q}"),
+                None => format!("{path}/"),
+            };
+            let mut r = Response::new(Body::Empty);
+            *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
+            if let Ok(v) = HeaderValue::from_str(&target) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            r.headers_mut().insert(header::DATE, date());
+            return r;
+        }
+        for name in &cfg.index {
+            let candidate = real.join(name);
+            if let Ok(m) = tokio::fs::metadata(&candidate).await {
+                if m.is_file() {
+                    // The index must lie under the root too (it may be a symlink).
+                    match tokio::fs::canonicalize(&candidate).await {
+                        Ok(c) if c.starts_with(&cfg.root) => {
+                            return file(&c, &m, headers, head).await
+                        }
+                        _ => continue,
+                    }
+                }
+            }
+        }
+        if cfg.browse {
+            return listing(&real, path, head).await;
+        }
+        return not_found();
+    }
+    if !meta.is_file() {
+        return not_found();
+    }
+    file(&real, &meta, headers, head).await
+}
+
+fn not_found() -> Response<Body> {
+    local_response(StatusCode::NOT_FOUND, "Not found\n")
+}
+
+/// The path's segments, percent-decoded, as a relative filesystem path. `None` when a
+/// segment holds an encoded `/` or `\`, decodes to `.`/`..`, or is not a path at all.
+fn decode(path: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = PathBuf::new();
+    for seg in path.split('/').filter(|s| !s.is_empty()) {
+        let mut bytes = Vec::with_capacity(seg.len());
+        let b = seg.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'%' {
+                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                let v = u8::from_str_radix(hex, 16).ok()?;
+                if v == b'/' || v == b'\\' || v == 0 {
+                    return None;
+                }
+                bytes.push(v);
+                i += 3;
+            } else {
+                if b[i] == b'\\' {
+                    return None;
+                }
+                bytes.push(b[i]);
+                i += 1;
+            }
+        }
+        if bytes == b"." || bytes == b".." {
+            return None;
+        }
+        out.push(std::ffi::OsStr::from_bytes(&bytes));
+    }
+    Some(out)
+}
+
+/// `"<mtime seconds hex>-<size hex>"`, the way nginx spells it.
+fn etag(meta: &std::fs::Metadata) -> (String, Option<SystemTime>) {
+    let mtime = meta.modified().ok();
+    let secs = mtime
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    (format!("\"{secs:x}-{:x}\"", meta.len()), mtime)
+}
+
+/// Whether an `If-None-Match` list names `tag` (weak comparison: `W/` ignored).
+fn none_match(list: &str, tag: &str) -> bool {
+    list.split(',').map(str::trim).any(|t| {
+        t == "*" || t.strip_prefix("W/").unwrap_or(t) == tag.strip_prefix("W/").unwrap_or(tag)
+    })
+}
+
+/// A single `bytes=` range of a file of `len` bytes: `Ok(Some((start, end)))`
+/// (inclusive), `Ok(None)` to send the whole file (no range, several, or a malformed
+/// header, which is ignored), `Err(())` when unsatisfiable.
+fn range(value: &str, len: u64) -> Result<Option<(u64, u64)>, ()> {
+    let Some(spec) = value.trim().strip_prefix("bytes=") else {
+        return Ok(None);
+    };
+    if spec.contains(',') {
+        return Ok(None);
+    }
+    let Some((a, b)) = spec.trim().split_once('-') else {
+        return Ok(None);
+    };
+    let (a, b) = (a.trim(), b.trim());
+    let parse = |s: &str| -> Option<u64> {
+        (!s.is_empty() && s.bytes().all(|c| c.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    match (a.is_empty(), b.is_empty()) {
+        // `-N`: the last N bytes.
+        (true, false) => {
+            let Some(n) = parse(b) else { return Ok(None) };
+            if n == 0 || len == 0 {
+                return Err(());
+            }
+            Ok(Some((len.saturating_sub(n), len - 1)))
+        }
+        (false, _) => {
+            let Some(start) = parse(a) else {
+                return Ok(None);
+            };
+            let end = if b.is_empty() {
+                u64::MAX
+            } else {
+                match parse(b) {
+                    Some(e) if e >= start => e,
+                    _ => return Ok(None),
+                }
+            };
+            if start >= len {
+                return Err(());
+            }
+            Ok(Some((start, end.min(len - 1))))
+        }
+        (true, true) => Ok(None),
+    }
+}
+
+async fn file(
+    path: &Path,
+    meta: &std::fs::Metadata,
+    headers: &HeaderMap,
+    head: bool,
+) -> Response<Body> {
+    let len = meta.len();
+    let (tag, mtime) = etag(meta);
+    let last_modified = mtime.map(httpdate::fmt_http_date);
+    let header_str = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let mut out = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&tag) {
+        out.insert(header::ETAG, v);
+    }
+    if let Some(lm) = last_modified
+        .as_deref()
+        .and_then(|s| HeaderValue::from_str(s).ok())
+    {
+        out.insert(header::LAST_MODIFIED, lm);
+    }
+    out.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    out.insert(header::DATE, date());
+    let not_modified = match header_str(header::IF_NONE_MATCH) {
+        Some(list) => none_match(list, &tag),
+        None => match (header_str(header::IF_MODIFIED_SINCE), mtime) {
+            (Some(since), Some(m)) => httpdate::parse_http_date(since).is_ok_and(|since| {
+                m.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+                    <= since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+            }),
+            _ => false,
+        },
+    };
+    if not_modified {
+        let mut r = Response::new(Body::Empty);
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        *r.headers_mut() = out;
+        return r;
+    }
+    let mime = mime_guess::from_path(path).first_or_octet_stream();
+    if let Ok(v) = HeaderValue::from_str(mime.as_ref()) {
+        out.insert(header::CONTENT_TYPE, v);
+    }
+    // `If-Range`: the range holds only while the validator still matches exactly.
+    let range_ok = match header_str(header::IF_RANGE) {
+        Some(v) => v == tag || last_modified.as_deref() == Some(v),
+        None => true,
+    };
+    let wanted = match header_str(header::RANGE).filter(|_| range_ok) {
+        Some(v) => range(v, len),
+        None => Ok(None),
+    };
+    let (status, start, count) = match wanted {
+        Ok(None) => (StatusCode::OK, 0, len),
+        Ok(Some((a, b))) => {
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes {a}-{b}/{len}")) {
+                out.insert(header::CONTENT_RANGE, v);
+            }
+            (StatusCode::PARTIAL_CONTENT, a, b - a + 1)
+        }
+        Err(()) => {
+            let mut r =
+                local_response(StatusCode::RANGE_NOT_SATISFIABLE, "Range not satisfiable\n");
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
+                r.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            return r;
+        }
+    };
+    out.insert(header::CONTENT_LENGTH, HeaderValue::from(count));
+    let body = if head || count == 0 {
+        Body::Empty
+    } else {
+        match tokio::fs::File::open(path).await {
+            Ok(mut f) => {
+                if start > 0 && f.seek(SeekFrom::Start(start)).await.is_err() {
+                    return local_response(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "Cannot read the file\n",
+                    );
+                }
+                Body::stream(FileBody {
+                    file: f,
+                    left: count,
+                    buf: BytesMut::new(),
+                })
+            }
+            Err(e) => {
+                tracing::warn!("sluice: files: cannot open {}: {e}", path.display());
+                return not_found();
+            }
+        }
+    };
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    *r.headers_mut() = out;
+    r
+}
+
+/// A file's bytes, `left` of them, read as the client takes them.
+struct FileBody {
+    file: tokio::fs::File,
+    left: u64,
+    buf: BytesMut,
+}
+
+impl http_body::Body for FileBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        if this.left == 0 {
+            return Poll::Ready(None);
+        }
+        let want = (this.left.min(CHUNK as u64)) as usize;
+        if this.buf.capacity() < want {
+            this.buf.reserve(want);
+        }
+        this.buf.resize(want, 0);
+        let mut rb = ReadBuf::new(&mut this.buf[..want]);
+        match Pin::new(&mut this.file).poll_read(cx, &mut rb) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(BodyError::Backend(e)))),
+            Poll::Ready(Ok(())) => {
+                let n = rb.filled().len();
+                if n == 0 {
+                    // The file shrank under us: the length promised cannot be kept.
+                    return Poll::Ready(Some(Err(BodyError::Backend(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the file shrank while it was sent",
+                    )))));
+                }
+                this.left -= n as u64;
+                this.buf.truncate(n);
+                Poll::Ready(Some(Ok(Frame::data(this.buf.split().freeze()))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.left)
+    }
+}
+
+/// A plain HTML list of a folder's entries, names escaped and links percent-encoded.
+async fn listing(dir: &Path, path: &str, head: bool) -> Response<Body> {
+    let mut names = Vec::new();
+    if let Ok(mut rd) = tokio::fs::read_dir(dir).await {
+        while let Ok(Some(e)) = rd.next_entry().await {
+            let is_dir = e.file_type().await.is_ok_and(|t| t.is_dir());
+            let name = e.file_name().to_string_lossy().into_owned();
+            names.push((name, is_dir));
+        }
+    }
+    names.sort();
+    let title = html_escape(&percent_decode_lossy(path));
+    let mut html = format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Index of {title}</title></head>\n<body><h1>Index of {title}</h1>\n<ul>\n"
+    );
+    if path != "/" {
+        html.push_str("<li><a href=\"../\">../</a></li>\n");
+    }
+    for (name, is_dir) in names {
+        let slash = if is_dir { "/" } else { "" };
+        html.push_str(&format!(
+            "<li><a href=\"{}{slash}\">{}{slash}</a></li>\n",
+            html_escape(&percent_encode(&name)),
+            html_escape(&name)
+        ));
+    }
+    html.push_str("</ul></body></html>\n");
+    let mut r = Response::new(if head {
+        Body::Empty
+    } else {
+        Body::full(html.clone())
+    });
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    r.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(html.len()));
+    r.headers_mut().insert(header::DATE, date());
+    r
+}
+
+fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Everything but unreserved characters escaped, for a link to one entry.
+fn percent_encode(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn percent_decode_lossy(path: &str) -> String {
+    let b = path.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            if let Some(v) = b
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(range("bytes=0-9", 100), Ok(Some((0, 9))));
+        assert_eq!(range("bytes=90-", 100), Ok(Some((90, 99))));
+        assert_eq!(range("bytes=-10", 100), Ok(Some((90, 99))));
+        assert_eq!(range("bytes=-1000", 100), Ok(Some((0, 99))));
+        assert_eq!(range("bytes=50-1000", 100), Ok(Some((50, 99))));
+        assert_eq!(range("bytes=100-", 100), Err(()));
+        assert_eq!(range("bytes=-0", 100), Err(()));
+        assert_eq!(range("bytes=0-1,5-6", 100), Ok(None));
+        assert_eq!(range("bytes=9-1", 100), Ok(None));
+        assert_eq!(range("items=0-1", 100), Ok(None));
+        assert_eq!(range("bytes=a-b", 100), Ok(None));
+        assert_eq!(range("bytes=+1-2", 100), Ok(None));
+    }
+
+    #[test]
+    fn decoding_refuses_escapes_out_of_a_segment() {
+        assert_eq!(decode("/a/b%20c.txt"), Some(PathBuf::from("a/b c.txt")));
+        assert_eq!(decode("/a%2Fb"), None);
+        assert_eq!(decode("/a%5Cb"), None);
+        assert_eq!(decode("/a\\b"), None);
+        assert_eq!(decode("/%2E%2E/x"), None);
+        assert_eq!(decode("/a/%00"), None);
+        assert_eq!(decode("/"), Some(PathBuf::new()));
+    }
+
+    #[test]
+    fn if_none_match_is_weak() {
+        assert!(none_match("\"a\", W/\"b\"", "\"b\""));
+        assert!(none_match("*", "\"b\""));
+        assert!(!none_match("\"c\"", "\"b\""));
+    }
+}

@@ -1,0 +1,267 @@
+//! `files DIR`: validators and conditional requests, single ranges, MIME types, index
+//! files and listings, `HEAD`, no way out of DIR, and a 1 GiB file in bounded memory.
+
+mod common;
+
+use std::io::Write;
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A site serving a fresh folder: (sluice, the folder, a folder outside it).
+fn site(browse: bool) -> (Sluice, TempDir, TempDir) {
+    let root = TempDir::new();
+    let outside = TempDir::new();
+    root.write("index.html", "<h1>home</h1>");
+    root.write("style.css", "body{}");
+    root.write("notes.txt", "0123456789abcdefghij");
+    root.write("sub/index.html", "sub home");
+    root.write("bare/<b>&'.txt", "tricky");
+    outside.write("secret.txt", "do not serve");
+    std::os::unix::fs::symlink(outside.0.join("secret.txt"), root.0.join("leak.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.0.clone(), root.0.join("leakdir")).unwrap();
+    std::os::unix::fs::symlink(root.0.join("notes.txt"), root.0.join("alias.txt")).unwrap();
+    let browse = if browse { "browse on" } else { "browse off" };
+    let s = Sluice::start(&format!(
+        "site * {{ route /static/* {{ strip /static; files {} {{ {browse} }} }} files {} {{ {browse} }} }}",
+        root.0.display(),
+        root.0.display()
+    ));
+    (s, root, outside)
+}
+
+#[tokio::test]
+async fn files_are_served_with_validators_and_types() {
+    let (s, _root, _out) = site(false);
+    let r = get(s.addr, "/notes.txt").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "0123456789abcdefghij");
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(r.header("accept-ranges"), Some("bytes"));
+    let etag = r.header("etag").expect("an ETag").to_string();
+    let lm = r
+        .header("last-modified")
+        .expect("Last-Modified")
+        .to_string();
+    assert_eq!(
+        get(s.addr, "/style.css").await.header("content-type"),
+        Some("text/css")
+    );
+    let r = get(s.addr, "/").await;
+    assert_eq!(r.text(), "<h1>home</h1>");
+    assert_eq!(r.header("content-type"), Some("text/html"));
+    // strip, then the same file.
+    assert_eq!(
+        get(s.addr, "/static/notes.txt").await.text(),
+        "0123456789abcdefghij"
+    );
+
+    // Conditional requests.
+    let r = request(
+        s.addr,
+        "GET",
+        "/notes.txt",
+        &[("If-None-Match", &etag)],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 304);
+    assert!(r.body.is_empty());
+    let r = request(
+        s.addr,
+        "GET",
+        "/notes.txt",
+        &[("If-None-Match", "\"other\", W/\"x\"")],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let r = request(
+        s.addr,
+        "GET",
+        "/notes.txt",
+        &[("If-Modified-Since", &lm)],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 304);
+    let r = request(
+        s.addr,
+        "GET",
+        "/notes.txt",
+        &[("If-Modified-Since", "Mon, 01 Jan 2001 00:00:00 GMT")],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+
+    // HEAD: the headers, no body.
+    let out = raw(
+        s.addr,
+        b"HEAD /notes.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("content-length: 20"),
+        "{text}"
+    );
+    assert!(text.ends_with("\r\n\r\n"), "no body after a HEAD: {text}");
+    // Other methods.
+    let r = request(s.addr, "POST", "/notes.txt", &[], b"x").await;
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("allow"), Some("GET, HEAD"));
+}
+
+#[tokio::test]
+async fn ranges_partial_unsatisfiable_and_several() {
+    let (s, _root, _out) = site(false);
+    let r = request(s.addr, "GET", "/notes.txt", &[("Range", "bytes=2-5")], b"").await;
+    assert_eq!(r.status, 206);
+    assert_eq!(r.text(), "2345");
+    assert_eq!(r.header("content-range"), Some("bytes 2-5/20"));
+    let r = request(s.addr, "GET", "/notes.txt", &[("Range", "bytes=-3")], b"").await;
+    assert_eq!((r.status, r.text().as_str()), (206, "hij"));
+    let r = request(s.addr, "GET", "/notes.txt", &[("Range", "bytes=15-")], b"").await;
+    assert_eq!((r.status, r.text().as_str()), (206, "fghij"));
+    let r = request(s.addr, "GET", "/notes.txt", &[("Range", "bytes=20-")], b"").await;
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some("bytes */20"));
+    let r = request(
+        s.addr,
+        "GET",
+        "/notes.txt",
+        &[("Range", "bytes=0-1,4-5")],
+        b"",
+    )
+    .await;
+    assert_eq!((r.status, r.text().len()), (200, 20));
+    // If-Range with a stale validator: the whole file.
+    let r = request(
+        s.addr,
+        "GET",
+        "/notes.txt",
+        &[("Range", "bytes=0-1"), ("If-Range", "\"stale\"")],
+        b"",
+    )
+    .await;
+    assert_eq!((r.status, r.text().len()), (200, 20));
+}
+
+#[tokio::test]
+async fn folders_index_slash_and_listing() {
+    let (s, _root, _out) = site(false);
+    let r = get(s.addr, "/sub").await;
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("/sub/"));
+    assert_eq!(get(s.addr, "/sub/").await.text(), "sub home");
+    // No index, no listing.
+    assert_eq!(get(s.addr, "/bare/").await.status, 404);
+
+    let (s, _root, _out) = site(true);
+    let r = get(s.addr, "/bare/").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    let html = r.text();
+    assert!(html.contains("&lt;b&gt;&amp;&#39;.txt"), "{html}");
+    assert!(!html.contains("<b>&"), "an unescaped name: {html}");
+    assert!(html.contains("href=\"%3Cb%3E%26%27.txt\""), "{html}");
+    assert_eq!(
+        get(s.addr, "/bare/%3Cb%3E%26%27.txt").await.text(),
+        "tricky"
+    );
+}
+
+#[tokio::test]
+async fn nothing_outside_the_folder_is_served() {
+    let (s, _root, _out) = site(true);
+    for path in [
+        "/leak.txt",
+        "/leakdir/secret.txt",
+        "/leakdir/",
+        "/..%2Fsecret.txt",
+        "/sub%2F..%2F..%2Fsecret.txt",
+        "/%5C..%5Csecret.txt",
+        "/sub\\..\\..\\secret.txt",
+        "/static/leak.txt",
+        "/nope.txt",
+    ] {
+        let r = get(s.addr, path).await;
+        assert_eq!(r.status, 404, "{path}: {}", r.text());
+        assert!(!r.text().contains("do not serve"), "{path}");
+    }
+    // Climbing above the root is refused before any route.
+    for path in [
+        "/../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/sub/../../secret.txt",
+    ] {
+        let r = get(s.addr, path).await;
+        assert_eq!(r.status, 400, "{path}");
+    }
+    // A link that stays inside is fine.
+    assert_eq!(
+        get(s.addr, "/alias.txt").await.text(),
+        "0123456789abcdefghij"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_1_gib_file_streams_in_bounded_memory() {
+    let root = TempDir::new();
+    let path = root.0.join("big.bin");
+    {
+        // Sparse: 1 GiB of zeros on disk costs nothing; a marker at the end.
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.set_len((1 << 30) - 4).unwrap();
+        std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap();
+        f.write_all(b"END!").unwrap();
+    }
+    let s = Sluice::start(&format!("site * {{ files {} }}", root.0.display()));
+    let (_, peak_before) = rss_kib(s.pid());
+    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut total = 0u64;
+    let mut tail = Vec::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let read_all = async {
+        loop {
+            let n = c.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            tail.extend_from_slice(&buf[..n]);
+            if tail.len() > 8 {
+                tail.drain(..tail.len() - 8);
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(120), read_all)
+        .await
+        .expect("1 GiB within 2 minutes");
+    assert!(total > 1 << 30, "head and 1 GiB of body: {total}");
+    assert_eq!(&tail[4..], b"END!");
+    let (_, peak_after) = rss_kib(s.pid());
+    assert!(
+        peak_after.saturating_sub(peak_before) < 16 * 1024,
+        "peak RSS grew by {} KiB",
+        peak_after - peak_before
+    );
+}
+
+#[test]
+fn a_missing_folder_fails_the_check() {
+    let dir = TempDir::new();
+    let path = dir.write("sluice.conf", "site * {\n  files ./nowhere\n}\n");
+    let o = std::process::Command::new(bin())
+        .args(["check", "-c", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(":2:9") && err.contains("nowhere"), "{err}");
+}
