@@ -104,13 +104,13 @@ pub async fn serve(
     file(&real, &meta, headers, head).await
 }
 
-fn not_found() -> Response<Body> {
+pub(crate) fn not_found() -> Response<Body> {
     local_response(StatusCode::NOT_FOUND, "Not found\n")
 }
 
 /// The path's segments, percent-decoded, as a relative filesystem path. `None` when a
 /// segment holds an encoded `/` or `\`, decodes to `.`/`..`, or is not a path at all.
-fn decode(path: &str) -> Option<PathBuf> {
+pub(crate) fn decode(path: &str) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let mut out = PathBuf::new();
     for seg in path.split('/').filter(|s| !s.is_empty()) {
@@ -207,7 +207,7 @@ fn range(value: &str, len: u64) -> Result<Option<(u64, u64)>, ()> {
     }
 }
 
-async fn file(
+pub(crate) async fn file(
     path: &Path,
     meta: &std::fs::Metadata,
     headers: &HeaderMap,

@@ -13,6 +13,7 @@ pub mod admin;
 pub(crate) mod body;
 pub mod config;
 pub mod demo;
+pub(crate) mod fastcgi;
 pub(crate) mod files;
 pub(crate) mod filter;
 pub(crate) mod http1;

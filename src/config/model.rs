@@ -218,6 +218,32 @@ pub enum Handler {
         target: Template,
     },
     Files(FilesConfig),
+    FastCgi(Box<FastCgiConfig>),
+}
+
+/// `fastcgi ADDR { … }`.
+#[derive(Debug, Clone)]
+pub struct FastCgiConfig {
+    /// As written, for logs.
+    pub text: String,
+    pub target: Target,
+    /// The application's folder, canonical when the config loaded.
+    pub root: PathBuf,
+    /// Script suffixes (default `.php`).
+    pub suffix: Vec<String>,
+    /// Index scripts tried for a folder (default `index.php`).
+    pub index: Vec<String>,
+    /// The front controller everything else goes to (`/index.php`).
+    pub fallback: Option<String>,
+    /// Sockets at most: idle, busy and being opened (default 64).
+    pub max_conns: usize,
+    pub connect_timeout: Duration,
+    /// How long an idle connection is kept (default 60 s).
+    pub keepalive_timeout: Duration,
+    /// Extra variables; never a protected one.
+    pub env: Vec<(String, String)>,
+    /// The most request body buffered for STDIN (default 64 MiB; `413` past it).
+    pub max_body: u64,
 }
 
 /// `files DIR { index …; browse on|off }`.

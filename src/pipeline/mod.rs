@@ -123,6 +123,10 @@ async fn run(
         .compress
         .then(|| req.headers().get(header::ACCEPT_ENCODING).cloned());
     let is_head = req.method() == http::Method::HEAD;
+    // FastCGI's REQUEST_URI is the target as received, before `strip`/`rewrite`.
+    let received = matches!(route.handler, Handler::FastCgi(_))
+        .then(|| req.uri().path_and_query().cloned())
+        .flatten();
     let mut ran = 0;
     let mut early = None;
     for f in &route.filters {
@@ -158,7 +162,7 @@ async fn run(
             if let Some(path) = cx.changed_path() {
                 set_path(&mut req, path);
             }
-            call_handler(gen, route, req, client, &cx, slots, offer).await
+            call_handler(gen, route, req, client, &cx, slots, offer, received).await
         }
     };
     for f in route.filters[..ran].iter().rev() {
@@ -226,6 +230,7 @@ fn vars(req: &Request<Body>, client: &ClientInfo) -> Vars {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn call_handler(
     gen: &Generation,
     route: &Route,
@@ -234,6 +239,7 @@ async fn call_handler(
     cx: &Cx<'_>,
     slots: &Slots,
     offer: Offer,
+    received: Option<PathAndQuery>,
 ) -> Response<Body> {
     let values = cx.values();
     match &route.handler {
@@ -282,6 +288,16 @@ async fn call_handler(
                 req.headers(),
             )
             .await
+        }
+        Handler::FastCgi(f) => {
+            let path = cx.path(&req).to_string();
+            let facts = crate::fastcgi::Facts {
+                path: &path,
+                received: received.as_ref().map(|p| p.as_str()),
+                client: client.addr,
+                https: client.scheme == Scheme::Https,
+            };
+            crate::fastcgi::serve(f, req, &facts).await
         }
         Handler::None => {
             bump(&COUNTERS.no_route);

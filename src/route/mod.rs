@@ -62,6 +62,7 @@ pub enum Handler {
         target: Template,
     },
     Files(Arc<crate::config::FilesConfig>),
+    FastCgi(Arc<crate::fastcgi::FastCgi>),
     /// A route with filters but no handler answers 404.
     None,
 }

@@ -121,6 +121,9 @@ fn route(
             target: target.clone(),
         },
         Some(config::Handler::Files(f)) => Handler::Files(Arc::new(f.clone())),
+        Some(config::Handler::FastCgi(c)) => Handler::FastCgi(Arc::new(
+            crate::fastcgi::FastCgi::new(r.name.clone(), (**c).clone()),
+        )),
         None => Handler::None,
     };
     let uses_placeholders = filters.iter().any(|f| f.uses_placeholders())
@@ -134,7 +137,7 @@ fn route(
                 .iter()
                 .chain(&p.cfg.header_down)
                 .any(|op| op.has_placeholders()),
-            Handler::None | Handler::Files(_) => false,
+            Handler::None | Handler::Files(_) | Handler::FastCgi(_) => false,
         };
     Route {
         name: r.name.clone(),

@@ -1,5 +1,7 @@
 //! A route's (or a site block's own) matchers, filters and its one handler.
 
+use std::path::PathBuf;
+
 use http::StatusCode;
 
 use super::args::*;
@@ -110,11 +112,12 @@ impl Builder {
                     Ok(())
                 }),
                 "compress" => compress(d).map(|on| filters.push(Filter::Compress(on))),
-                "respond" | "redirect" | "proxy" | "files" => {
+                "respond" | "redirect" | "proxy" | "files" | "fastcgi" => {
                     let h = match d.name.text.as_str() {
                         "respond" => respond(d),
                         "redirect" => redirect(d),
                         "files" => self.files(d),
+                        "fastcgi" => self.fastcgi(d),
                         _ => self.proxy(d),
                     };
                     match h {
@@ -213,6 +216,193 @@ impl Builder {
             self.push(r);
         }
         Ok(Handler::Files(cfg))
+    }
+}
+
+/// CGI variables sluice derives itself: never from `env` (a load error) or a header.
+pub const PROTECTED: &[&str] = &[
+    "GATEWAY_INTERFACE",
+    "SERVER_SOFTWARE",
+    "SERVER_PROTOCOL",
+    "SERVER_NAME",
+    "SERVER_PORT",
+    "REQUEST_METHOD",
+    "REQUEST_URI",
+    "REQUEST_SCHEME",
+    "QUERY_STRING",
+    "SCRIPT_NAME",
+    "SCRIPT_FILENAME",
+    "PATH_INFO",
+    "DOCUMENT_ROOT",
+    "DOCUMENT_URI",
+    "REMOTE_ADDR",
+    "REMOTE_PORT",
+    "CONTENT_TYPE",
+    "CONTENT_LENGTH",
+    "HTTPS",
+    "REDIRECT_STATUS",
+];
+
+impl Builder {
+    /// `fastcgi ADDR { root DIR; suffix .php...; index NAME...; fallback /PATH;
+    /// max_conns N; connect_timeout D; keepalive_timeout D; env NAME VALUE; max_body SIZE }`.
+    pub(super) fn fastcgi(&mut self, d: &Directive) -> Res<Handler> {
+        let w = d.args.first().ok_or_else(|| {
+            missing(
+                d,
+                "fastcgi ADDR { root DIR }",
+                "fastcgi unix:/run/php/php-fpm.sock { root /srv/app/public }",
+            )
+        })?;
+        if let Some(x) = d.args.get(1) {
+            return Err(extra(x, "write: fastcgi ADDR { root DIR }"));
+        }
+        let base = self.dir_of(d.span());
+        let addr = backend_addr(w, &base)?;
+        if addr.scheme != BackendScheme::Http || addr.text.starts_with("http://") {
+            return Err(Diagnostic::error(
+                w.span,
+                format!("`{}`: FastCGI speaks to host:port or unix:/path", w.text),
+            )
+            .with_hint("write the address without a scheme"));
+        }
+        let mut cfg = FastCgiConfig {
+            text: w.text.clone(),
+            target: addr.target,
+            root: PathBuf::new(),
+            suffix: vec![".php".to_string()],
+            index: vec!["index.php".to_string()],
+            fallback: None,
+            max_conns: 64,
+            connect_timeout: std::time::Duration::from_secs(5),
+            keepalive_timeout: std::time::Duration::from_secs(60),
+            env: Vec::new(),
+            max_body: 64 * 1024 * 1024,
+        };
+        let mut root = None;
+        let mut seen = std::collections::HashSet::new();
+        for item in d.block.as_deref().unwrap_or(&[]) {
+            if !self.known_here(item, Place::FastCgi) {
+                continue;
+            }
+            if item.name.text != "env" && !seen.insert(item.name.text.clone()) {
+                self.errors.push(Diagnostic::error(
+                    item.span(),
+                    format!("`{}` is given twice", item.name.text),
+                ));
+                continue;
+            }
+            let r: Res<()> = (|| match item.name.text.as_str() {
+                "root" => {
+                    let r = one_arg(item, "root DIR")?;
+                    let dir = base.join(&r.text);
+                    let canon = std::fs::canonicalize(&dir).map_err(|e| {
+                        Diagnostic::error(r.span, format!("{}: {e}", dir.display()))
+                            .with_hint("root is the application's existing folder")
+                    })?;
+                    if !canon.is_dir() {
+                        return Err(Diagnostic::error(
+                            r.span,
+                            format!("{} is not a folder", dir.display()),
+                        ));
+                    }
+                    root = Some(canon);
+                    Ok(())
+                }
+                "suffix" | "index" => {
+                    if item.args.is_empty() {
+                        return Err(missing(item, "suffix .php...", "suffix .php"));
+                    }
+                    no_block(item)?;
+                    if let Some(bad) = item
+                        .args
+                        .iter()
+                        .find(|a| a.text.contains('/') || a.text.is_empty())
+                    {
+                        return Err(expected(bad, "a name without /"));
+                    }
+                    let v = item.args.iter().map(|a| a.text.clone()).collect();
+                    if item.name.text == "suffix" {
+                        if let Some(bad) = item.args.iter().find(|a| !a.text.starts_with('.')) {
+                            return Err(expected(bad, "a suffix starting with a dot, like .php"));
+                        }
+                        cfg.suffix = v;
+                    } else {
+                        cfg.index = v;
+                    }
+                    Ok(())
+                }
+                "fallback" => {
+                    let f = one_arg(item, "fallback /index.php")?;
+                    if !f.text.starts_with('/') || f.text.contains("..") {
+                        return Err(expected(f, "a script path starting with /"));
+                    }
+                    cfg.fallback = Some(f.text.clone());
+                    Ok(())
+                }
+                "max_conns" => {
+                    cfg.max_conns = int_in(one_arg(item, "max_conns N")?, 1, 100_000)? as usize;
+                    Ok(())
+                }
+                "connect_timeout" => {
+                    cfg.connect_timeout = positive(one_arg(item, "connect_timeout 5s")?)?;
+                    Ok(())
+                }
+                "keepalive_timeout" => {
+                    cfg.keepalive_timeout = positive(one_arg(item, "keepalive_timeout 60s")?)?;
+                    Ok(())
+                }
+                "max_body" => {
+                    cfg.max_body = size(one_arg(item, "max_body SIZE")?)?;
+                    Ok(())
+                }
+                "env" => {
+                    let (n, v) = two_args(item, "env NAME VALUE")?;
+                    let upper = n.text.to_ascii_uppercase();
+                    if PROTECTED.contains(&upper.as_str()) || upper.starts_with("HTTP_") {
+                        return Err(Diagnostic::error(
+                            n.span,
+                            format!(
+                                "`{}` is set by sluice from the request; env cannot override it",
+                                n.text
+                            ),
+                        )
+                        .with_hint(
+                            "protected: the CGI variables sluice derives and every HTTP_* variable",
+                        ));
+                    }
+                    if n.text.is_empty()
+                        || !n
+                            .text
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                    {
+                        return Err(expected(n, "a variable name of letters, digits and _"));
+                    }
+                    cfg.env.push((n.text.clone(), v.text.clone()));
+                    Ok(())
+                }
+                _ => Ok(()),
+            })();
+            self.push(r);
+        }
+        let Some(root) = root else {
+            return Err(missing(
+                d,
+                "fastcgi ADDR { root DIR }",
+                "fastcgi 127.0.0.1:9000 { root /srv/app/public }",
+            ));
+        };
+        cfg.root = root;
+        if let Some(f) = &cfg.fallback {
+            if !cfg.suffix.iter().any(|s| f.ends_with(s.as_str())) {
+                self.warnings.push(Diagnostic::warning(
+                    d.span(),
+                    format!("fallback `{f}` has none of the script suffixes: it will be served as a static file, not run"),
+                ));
+            }
+        }
+        Ok(Handler::FastCgi(Box::new(cfg)))
     }
 }
 

@@ -161,7 +161,6 @@ fn one_scheme_class_per_pool() {
 #[test]
 fn unbuilt_directives_are_refused_not_ignored() {
     for (text, what) in [
-        ("site a { fastcgi 127.0.0.1:9000 }", "fastcgi"),
         ("site a { rate_limit 10 }", "rate_limit"),
         ("site a { cors { origins * } }", "cors"),
         ("global { safety { default strict } }", "safety"),

@@ -76,6 +76,7 @@ impl Place {
                 "connect_timeout",
                 "keepalive_timeout",
                 "env",
+                "max_body",
             ],
             Place::Files => &["index", "browse"],
             Place::Tcp => &["proxy"],
@@ -153,7 +154,6 @@ pub(super) const ALL_PLACES: [Place; 12] = [
 /// load ("not supported yet"), never ignored. A directive leaves this list when its
 /// runtime lands.
 pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
-    (Place::Site, "fastcgi", "FastCGI is not built yet"),
     (Place::Site, "request_id", "the filter is not built yet"),
     (Place::Site, "rate_limit", "the filter is not built yet"),
     (

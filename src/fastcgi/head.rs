@@ -1,0 +1,141 @@
+//! The application's response head (CGI style): `Name: value` lines ending at an empty
+//! line, CRLF or bare LF. Parsed strictly: one `Status` at most (a second is a broken
+//! application, not a choice), `Location` without `Status` means `302`, and a
+//! connection-level field (the application does not own the connection) is refused.
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::StatusCode;
+
+/// The most a response head may take.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeadError {
+    #[error("two Status fields")]
+    TwoStatus,
+    #[error("a malformed Status field")]
+    BadStatus,
+    #[error("a hop-by-hop field `{0}` in the response")]
+    HopByHop(String),
+    #[error("a malformed header line")]
+    Malformed,
+    #[error("a response head over {MAX_HEAD} bytes")]
+    TooLarge,
+}
+
+#[derive(Debug)]
+pub struct Head {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+}
+
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// The head at the start of `buf` and its length (terminator included), `Ok(None)`
+/// while it is incomplete.
+pub fn parse(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
+    let mut headers = HeaderMap::new();
+    let mut status: Option<StatusCode> = None;
+    let mut at = 0;
+    loop {
+        let Some(nl) = buf[at..].iter().position(|&b| b == b'\n') else {
+            if buf.len() > MAX_HEAD {
+                return Err(HeadError::TooLarge);
+            }
+            return Ok(None);
+        };
+        let line = &buf[at..at + nl];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        at += nl + 1;
+        if at > MAX_HEAD {
+            return Err(HeadError::TooLarge);
+        }
+        if line.is_empty() {
+            break;
+        }
+        let colon = line
+            .iter()
+            .position(|&b| b == b':')
+            .ok_or(HeadError::Malformed)?;
+        let name = HeaderName::from_bytes(&line[..colon]).map_err(|_| HeadError::Malformed)?;
+        let value = line[colon + 1..].trim_ascii();
+        if name.as_str() == "status" {
+            if status.is_some() {
+                return Err(HeadError::TwoStatus);
+            }
+            let code = value.get(..3).ok_or(HeadError::BadStatus)?;
+            if value.len() > 3 && value[3] != b' ' {
+                return Err(HeadError::BadStatus);
+            }
+            let code = std::str::from_utf8(code)
+                .ok()
+                .and_then(|c| c.parse::<u16>().ok())
+                .filter(|c| (200..=599).contains(c) || *c == 100)
+                .ok_or(HeadError::BadStatus)?;
+            status = Some(StatusCode::from_u16(code).map_err(|_| HeadError::BadStatus)?);
+            continue;
+        }
+        if HOP_BY_HOP.contains(&name.as_str()) {
+            return Err(HeadError::HopByHop(name.as_str().to_string()));
+        }
+        // sluice frames the body itself.
+        if name == http::header::CONTENT_LENGTH {
+            continue;
+        }
+        let value = HeaderValue::from_bytes(value).map_err(|_| HeadError::Malformed)?;
+        headers.append(name, value);
+    }
+    let status = match status {
+        Some(s) => s,
+        None if headers.contains_key(http::header::LOCATION) => StatusCode::FOUND,
+        None => StatusCode::OK,
+    };
+    Ok(Some((Head { status, headers }, at)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads() {
+        let (h, n) = parse(b"Status: 404 Not Found\r\nX-A: 1\r\n\r\nbody")
+            .unwrap()
+            .unwrap();
+        assert_eq!((h.status.as_u16(), n), (404, 33));
+        assert_eq!(h.headers["x-a"], "1");
+        let (h, _) = parse(b"Location: /x\n\n").unwrap().unwrap();
+        assert_eq!(h.status, StatusCode::FOUND);
+        let (h, _) = parse(b"Content-Type: text/html\nContent-Length: 5\n\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.status, StatusCode::OK);
+        assert!(h.headers.get("content-length").is_none());
+        assert!(parse(b"Status: 200\r\nX-A: 1").unwrap().is_none());
+        assert_eq!(
+            parse(b"Status: 200\nStatus: 500\n\n").unwrap_err(),
+            HeadError::TwoStatus
+        );
+        assert_eq!(parse(b"Status: abc\n\n").unwrap_err(), HeadError::BadStatus);
+        assert_eq!(
+            parse(b"Status: 2000\n\n").unwrap_err(),
+            HeadError::BadStatus
+        );
+        assert_eq!(
+            parse(b"Transfer-Encoding: chunked\n\n").unwrap_err(),
+            HeadError::HopByHop("transfer-encoding".into())
+        );
+        assert_eq!(parse(b"no colon\n\n").unwrap_err(), HeadError::Malformed);
+        assert_eq!(parse(b"Bad Name: x\n\n").unwrap_err(), HeadError::Malformed);
+        let big = vec![b'a'; MAX_HEAD + 1];
+        assert_eq!(parse(&big).unwrap_err(), HeadError::TooLarge);
+    }
+}

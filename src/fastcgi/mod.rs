@@ -1,0 +1,694 @@
+//! The `fastcgi` handler: PHP (or any FastCGI responder) behind sluice, strictly.
+//!
+//! - Which script (DESIGN §14): a path segment ending in a `suffix` names the script
+//!   (`SCRIPT_NAME` up to it, `PATH_INFO` the rest); it must be a regular file under
+//!   `root` after symlinks resolve. A folder gets its `index` script (a folder asked for
+//!   without its slash: `301`). Another regular file under root is served as a static
+//!   file — never one with a script suffix, so a script's source is never sent. With
+//!   `fallback` (a front controller), everything else goes to that script; without,
+//!   `404`.
+//! - What the application gets: the CGI variables sluice derives (none overridable by a
+//!   header or by `env`), `HTTP_*` from request headers whose names are plain tokens
+//!   without `_` (so `X_Forwarded_For` cannot pose as `X-Forwarded-For`), never
+//!   `HTTP_PROXY`; the body buffered (up to `max_body`, else `413`) and sent with its
+//!   exact length.
+//! - What comes back: the head parsed strictly (`head`), the body streamed as STDOUT
+//!   arrives, STDERR logged (capped, control characters escaped) and never sent on.
+//! - The connection ([`pool`]) goes back for reuse only after a clean END_REQUEST;
+//!   anything else closes it.
+
+pub mod codec;
+pub mod head;
+pub mod pool;
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode};
+use http_body::{Frame, SizeHint};
+use http_body_util::BodyExt;
+
+use self::codec::{Decoder, Record};
+use self::pool::{Conn, Pool};
+use crate::body::{Body, BodyError};
+use crate::config::FastCgiConfig;
+use crate::reply::{date, local_response};
+
+/// The most STDERR text logged for one request.
+const STDERR_CAP: usize = 4096;
+/// The most PARAMS bytes one request sends.
+const PARAMS_CAP: usize = 256 * 1024;
+
+/// One `fastcgi` line in one generation: its settings and its connection pool.
+pub struct FastCgi {
+    pub name: String,
+    pub cfg: FastCgiConfig,
+    pub pool: Arc<Pool>,
+}
+
+impl FastCgi {
+    pub fn new(name: String, cfg: FastCgiConfig) -> FastCgi {
+        let pool = Arc::new(Pool::new(&cfg));
+        FastCgi { name, cfg, pool }
+    }
+}
+
+/// The request facts the handler needs besides the request itself.
+pub struct Facts<'a> {
+    /// The normalised path routes decided on (after `strip`/`rewrite`).
+    pub path: &'a str,
+    /// The request target's path and query as received (before `strip`/`rewrite`).
+    pub received: Option<&'a str>,
+    pub client: std::net::SocketAddr,
+    pub https: bool,
+}
+
+/// What the request path resolved to.
+#[derive(Debug, PartialEq, Eq)]
+enum Target {
+    Script {
+        script_name: String,
+        path_info: String,
+        filename: PathBuf,
+    },
+    Static(PathBuf),
+    Redirect(String),
+    NotFound,
+}
+
+pub async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) -> Response<Body> {
+    let target = resolve(&f.cfg, facts.path).await;
+    let (script_name, path_info, filename) = match target {
+        Target::Script {
+            script_name,
+            path_info,
+            filename,
+        } => (script_name, path_info, filename),
+        Target::Static(path) => {
+            let head = req.method() == http::Method::HEAD;
+            if req.method() != http::Method::GET && !head {
+                let mut r = local_response(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed\n");
+                r.headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+                return r;
+            }
+            return match tokio::fs::metadata(&path).await {
+                Ok(m) => crate::files::file(&path, &m, req.headers(), head).await,
+                Err(_) => crate::files::not_found(),
+            };
+        }
+        Target::Redirect(to) => {
+            let to = match req.uri().query() {
+                Some(q) => format!("{to}?{q}"),
+                None => to,
+            };
+            let mut r = Response::new(Body::Empty);
+            *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
+            if let Ok(v) = HeaderValue::from_str(&to) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            r.headers_mut().insert(header::DATE, date());
+            return r;
+        }
+        Target::NotFound => return crate::files::not_found(),
+    };
+    let (parts, body) = req.into_parts();
+    // The body, whole, under the cap: FastCGI wants its exact length up front.
+    let body = match collect(body, f.cfg.max_body).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge(_)) => {
+            crate::stats::bump(&crate::stats::COUNTERS.body_too_large);
+            return local_response(StatusCode::PAYLOAD_TOO_LARGE, "Request body too large\n");
+        }
+        Err(e) => {
+            tracing::debug!("sluice: fastcgi {}: request body failed: {e}", f.name);
+            return local_response(
+                StatusCode::BAD_REQUEST,
+                "Bad request: broken request body\n",
+            );
+        }
+    };
+    let vars = variables(
+        &f.cfg,
+        &parts,
+        facts,
+        &script_name,
+        &path_info,
+        &filename,
+        body.len(),
+    );
+    let pairs: Vec<(&[u8], &[u8])> = vars
+        .iter()
+        .map(|(n, v)| (n.as_bytes(), v.as_slice()))
+        .collect();
+    let mut wire = Vec::with_capacity(1024 + body.len() + body.len() / 8);
+    codec::begin_request(&mut wire);
+    if let Err(e) = codec::params(&mut wire, &pairs, PARAMS_CAP) {
+        tracing::info!("sluice: fastcgi {}: request refused: {e}", f.name);
+        return local_response(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "Request header fields too large\n",
+        );
+    }
+    codec::stdin(&mut wire, &body);
+    drop(body);
+    let is_head = parts.method == http::Method::HEAD;
+    match exchange(f, &wire, is_head).await {
+        Ok(resp) => resp,
+        Err(resp) => resp,
+    }
+}
+
+/// Sends the request on a pooled connection and reads the response head.
+async fn exchange(
+    f: &FastCgi,
+    wire: &[u8],
+    is_head: bool,
+) -> Result<Response<Body>, Response<Body>> {
+    // A connection found closed before anything came back: once more, on a fresh one.
+    let mut fresh_only = false;
+    'attempt: loop {
+        let mut conn = match f.pool.acquire(fresh_only).await {
+            Ok(c) => c,
+            Err(pool::AcquireError::Busy) => {
+                tracing::warn!(
+                    "sluice: fastcgi {}: all {} connections busy for {:?}; answered 503",
+                    f.name,
+                    f.cfg.max_conns,
+                    f.cfg.connect_timeout
+                );
+                crate::stats::bump(&crate::stats::COUNTERS.limit_rejections);
+                return Err(local_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Server busy, retry in a moment\n",
+                ));
+            }
+            Err(pool::AcquireError::Dial(e)) => {
+                tracing::warn!(
+                    "sluice: fastcgi {}: cannot connect to {}: {e}",
+                    f.name,
+                    f.cfg.text
+                );
+                crate::stats::bump(&crate::stats::COUNTERS.bad_gateway);
+                return Err(local_response(
+                    StatusCode::BAD_GATEWAY,
+                    "Bad gateway: the application could not be reached\n",
+                ));
+            }
+        };
+        let reused = conn.reused;
+        if let Err(e) = conn.write_all(wire).await {
+            if reused && !fresh_only {
+                fresh_only = true;
+                continue;
+            }
+            return Err(broken(f, &format!("writing the request: {e}")));
+        }
+        let mut state = Reader {
+            conn: Some(conn),
+            buf: BytesMut::with_capacity(8192),
+            decoder: Decoder::default(),
+            stderr: Vec::new(),
+            stderr_dropped: 0,
+            pool: f.pool.clone(),
+            name: f.name.clone(),
+            body_done: false,
+        };
+        // The head: STDOUT until its empty line.
+        let mut head_bytes = BytesMut::new();
+        let parsed = loop {
+            match state.next().await {
+                Ok(Some(Record::Stdout(b))) => {
+                    head_bytes.extend_from_slice(&b);
+                    match head::parse(&head_bytes) {
+                        Ok(Some(h)) => break h,
+                        Ok(None) => continue,
+                        Err(e) => {
+                            state.poison();
+                            return Err(broken(f, &format!("invalid response head: {e}")));
+                        }
+                    }
+                }
+                Ok(Some(Record::Stderr(_))) => unreachable!("kept by the reader"),
+                Ok(Some(Record::End { .. })) | Ok(None) => {
+                    if head_bytes.is_empty() && reused && !fresh_only && state.nothing_read() {
+                        // An idle connection the application had closed: once more, fresh.
+                        fresh_only = true;
+                        state.poison();
+                        continue 'attempt;
+                    }
+                    // An application that ended without a head.
+                    state.poison();
+                    return Err(broken(f, "the application ended without a response head"));
+                }
+                Err(e) => {
+                    state.poison();
+                    return Err(broken(f, &e));
+                }
+            }
+        };
+        let (h, used) = parsed;
+        let rest = head_bytes.split_off(used).freeze();
+        let mut resp = Response::new(Body::Empty);
+        *resp.status_mut() = h.status;
+        *resp.headers_mut() = h.headers;
+        if !resp.headers().contains_key(header::DATE) {
+            resp.headers_mut().insert(header::DATE, date());
+        }
+        let no_body =
+            is_head || h.status == StatusCode::NO_CONTENT || h.status == StatusCode::NOT_MODIFIED;
+        let body = StdoutBody {
+            first: (!rest.is_empty()).then_some(rest),
+            reader: state,
+            discard: no_body,
+        };
+        if no_body {
+            // Read (and discard) what is left so the connection can be reused.
+            let mut body = body;
+            while let Some(frame) = body.frame().await {
+                if frame.is_err() {
+                    break;
+                }
+            }
+            return Ok(resp);
+        }
+        *resp.body_mut() = Body::stream(body);
+        return Ok(resp);
+    }
+}
+
+fn broken(f: &FastCgi, why: &str) -> Response<Body> {
+    tracing::warn!(
+        "sluice: fastcgi {}: {} {why}; answered 502",
+        f.name,
+        f.cfg.text
+    );
+    crate::stats::bump(&crate::stats::COUNTERS.bad_gateway);
+    local_response(
+        StatusCode::BAD_GATEWAY,
+        "Bad gateway: the application's answer was broken\n",
+    )
+}
+
+/// Reads records off a connection; STDERR is kept aside for the log.
+struct Reader {
+    conn: Option<Conn>,
+    buf: BytesMut,
+    decoder: Decoder,
+    stderr: Vec<u8>,
+    stderr_dropped: usize,
+    pool: Arc<Pool>,
+    name: String,
+    body_done: bool,
+}
+
+impl Reader {
+    fn nothing_read(&self) -> bool {
+        self.buf.is_empty() && self.decoder.is_idle() && self.stderr.is_empty()
+    }
+
+    /// The next STDOUT piece or the END_REQUEST; `Ok(None)` when the connection closed.
+    async fn next(&mut self) -> Result<Option<Record>, String> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Record>, String>> {
+        loop {
+            match self.decoder.decode(&mut self.buf) {
+                Ok(Some(Record::Stderr(b))) => {
+                    let room = STDERR_CAP.saturating_sub(self.stderr.len());
+                    self.stderr.extend_from_slice(&b[..b.len().min(room)]);
+                    self.stderr_dropped += b.len().saturating_sub(room);
+                    continue;
+                }
+                Ok(Some(r)) => return Poll::Ready(Ok(Some(r))),
+                Ok(None) => {}
+                Err(e) => return Poll::Ready(Err(format!("invalid record: {e}"))),
+            }
+            let Some(conn) = self.conn.as_mut() else {
+                return Poll::Ready(Ok(None));
+            };
+            match conn.poll_read_buf(cx, &mut self.buf) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(0)) => return Poll::Ready(Ok(None)),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(format!("reading: {e}"))),
+            }
+        }
+    }
+
+    /// The connection cannot be trusted for another request: closed.
+    fn poison(&mut self) {
+        self.conn = None;
+    }
+
+    /// END_REQUEST came cleanly: the connection goes back to the pool.
+    fn finish(&mut self, protocol_status: u8) {
+        self.body_done = true;
+        if let Some(conn) = self.conn.take() {
+            if protocol_status == 0 && self.buf.is_empty() && self.decoder.is_idle() {
+                self.pool.release(conn);
+            }
+        }
+    }
+
+    fn log_stderr(&mut self) {
+        if self.stderr.is_empty() {
+            return;
+        }
+        let text = escape(&self.stderr);
+        let more = if self.stderr_dropped > 0 {
+            format!(" (+{} bytes not logged)", self.stderr_dropped)
+        } else {
+            String::new()
+        };
+        tracing::warn!("sluice: fastcgi {}: stderr: {text}{more}", self.name);
+        self.stderr.clear();
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.log_stderr();
+    }
+}
+
+/// Control characters (newlines included) escaped, so one log line stays one line.
+fn escape(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(b);
+    let mut out = String::with_capacity(s.len());
+    for c in s.trim_end().chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The response body: what STDOUT carries after the head, until END_REQUEST.
+struct StdoutBody {
+    first: Option<Bytes>,
+    reader: Reader,
+    discard: bool,
+}
+
+impl http_body::Body for StdoutBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        if let Some(b) = this.first.take() {
+            if !this.discard {
+                return Poll::Ready(Some(Ok(Frame::data(b))));
+            }
+        }
+        loop {
+            if this.reader.body_done {
+                return Poll::Ready(None);
+            }
+            match this.reader.poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(Some(Record::Stdout(b)))) => {
+                    if this.discard || b.is_empty() {
+                        continue;
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(b))));
+                }
+                Poll::Ready(Ok(Some(Record::End {
+                    protocol_status, ..
+                }))) => {
+                    this.reader.finish(protocol_status);
+                    this.reader.log_stderr();
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Ok(Some(Record::Stderr(_)))) => continue,
+                Poll::Ready(Ok(None)) => {
+                    this.reader.poison();
+                    return Poll::Ready(Some(Err(BodyError::Backend(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the application closed the connection mid-response",
+                    )))));
+                }
+                Poll::Ready(Err(e)) => {
+                    this.reader.poison();
+                    tracing::warn!("sluice: fastcgi {}: {e}", this.reader.name);
+                    return Poll::Ready(Some(Err(BodyError::Backend(std::io::Error::other(e)))));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.reader.body_done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+async fn collect(body: Body, max: u64) -> Result<Vec<u8>, BodyError> {
+    let mut body = body;
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            if out.len() as u64 + data.len() as u64 > max {
+                return Err(BodyError::TooLarge(max));
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out)
+}
+
+/// Where the request path leads (DESIGN §14, FastCGI).
+async fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
+    let Some(rel) = crate::files::decode(path) else {
+        return Target::NotFound;
+    };
+    let is_script = |name: &str| {
+        cfg.suffix
+            .iter()
+            .any(|s| name.ends_with(s.as_str()) && name.len() > s.len())
+    };
+    // The first segment that names a script splits SCRIPT_NAME from PATH_INFO.
+    let segments: Vec<&std::ffi::OsStr> = rel.iter().collect();
+    let raw_segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if let Some(i) = segments
+        .iter()
+        .position(|s| s.to_str().is_some_and(is_script))
+    {
+        let script_rel: PathBuf = segments[..=i].iter().collect();
+        let script_name = format!(
+            "/{}",
+            segments[..=i]
+                .iter()
+                .map(|s| s.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/")
+        );
+        let path_info = if i + 1 < segments.len() {
+            let mut p = format!(
+                "/{}",
+                segments[i + 1..]
+                    .iter()
+                    .map(|s| s.to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            );
+            if path.ends_with('/') && raw_segments.len() > i + 1 {
+                p.push('/');
+            }
+            p
+        } else {
+            String::new()
+        };
+        if let Some(filename) = script_file(&cfg.root, &script_rel).await {
+            return Target::Script {
+                script_name,
+                path_info,
+                filename,
+            };
+        }
+        return fallback(cfg).await;
+    }
+    let wanted = cfg.root.join(&rel);
+    let real = match tokio::fs::canonicalize(&wanted).await {
+        Ok(r) if r.starts_with(&cfg.root) => r,
+        _ => return fallback(cfg).await,
+    };
+    let Ok(meta) = tokio::fs::metadata(&real).await else {
+        return fallback(cfg).await;
+    };
+    if meta.is_dir() {
+        if !path.ends_with('/') {
+            return Target::Redirect(format!("{path}/"));
+        }
+        for name in &cfg.index {
+            let rel_index = rel.join(name);
+            if let Some(filename) = script_file(&cfg.root, &rel_index).await {
+                let mut script_name = String::from("/");
+                for s in &segments {
+                    script_name.push_str(&s.to_string_lossy());
+                    script_name.push('/');
+                }
+                script_name.push_str(name);
+                return Target::Script {
+                    script_name,
+                    path_info: String::new(),
+                    filename,
+                };
+            }
+        }
+        return fallback(cfg).await;
+    }
+    if meta.is_file() {
+        let name = real.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if is_script(name) {
+            // A script reached by another name (a symlink): never its source.
+            return Target::NotFound;
+        }
+        return Target::Static(real);
+    }
+    fallback(cfg).await
+}
+
+/// The front controller, or `404`.
+async fn fallback(cfg: &FastCgiConfig) -> Target {
+    let Some(f) = &cfg.fallback else {
+        return Target::NotFound;
+    };
+    let rel = PathBuf::from(f.trim_start_matches('/'));
+    match script_file(&cfg.root, &rel).await {
+        Some(filename) => Target::Script {
+            script_name: f.clone(),
+            path_info: String::new(),
+            filename,
+        },
+        None => Target::NotFound,
+    }
+}
+
+/// The script's canonical path, when it is a regular file under root.
+async fn script_file(root: &Path, rel: &Path) -> Option<PathBuf> {
+    let real = tokio::fs::canonicalize(root.join(rel)).await.ok()?;
+    if !real.starts_with(root) {
+        return None;
+    }
+    let meta = tokio::fs::metadata(&real).await.ok()?;
+    meta.is_file().then_some(real)
+}
+
+/// The CGI variables for one request.
+#[allow(clippy::too_many_arguments)]
+fn variables(
+    cfg: &FastCgiConfig,
+    parts: &http::request::Parts,
+    facts: &Facts<'_>,
+    script_name: &str,
+    path_info: &str,
+    filename: &Path,
+    content_length: usize,
+) -> Vec<(String, Vec<u8>)> {
+    use std::os::unix::ffi::OsStrExt;
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    let (server_name, port) = split_host(host);
+    let port = port.unwrap_or(if facts.https { "443" } else { "80" });
+    let request_uri = facts
+        .received
+        .unwrap_or_else(|| parts.uri.path_and_query().map_or("/", |p| p.as_str()))
+        .to_string();
+    let mut v: Vec<(String, Vec<u8>)> = Vec::with_capacity(32 + parts.headers.len());
+    let mut set = |n: &str, val: &[u8]| v.push((n.to_string(), val.to_vec()));
+    set("GATEWAY_INTERFACE", b"CGI/1.1");
+    set("SERVER_SOFTWARE", b"sluice");
+    set("SERVER_PROTOCOL", format!("{:?}", parts.version).as_bytes());
+    set("SERVER_NAME", server_name.to_ascii_lowercase().as_bytes());
+    set("SERVER_PORT", port.as_bytes());
+    set("REQUEST_METHOD", parts.method.as_str().as_bytes());
+    set("REQUEST_URI", request_uri.as_bytes());
+    set(
+        "REQUEST_SCHEME",
+        if facts.https { b"https" } else { b"http" },
+    );
+    set("QUERY_STRING", parts.uri.query().unwrap_or("").as_bytes());
+    set("SCRIPT_NAME", script_name.as_bytes());
+    set("SCRIPT_FILENAME", filename.as_os_str().as_bytes());
+    set("PATH_INFO", path_info.as_bytes());
+    set("DOCUMENT_ROOT", cfg.root.as_os_str().as_bytes());
+    set(
+        "DOCUMENT_URI",
+        format!("{script_name}{path_info}").as_bytes(),
+    );
+    set(
+        "REMOTE_ADDR",
+        facts.client.ip().to_canonical().to_string().as_bytes(),
+    );
+    set("REMOTE_PORT", facts.client.port().to_string().as_bytes());
+    set("CONTENT_LENGTH", content_length.to_string().as_bytes());
+    set("REDIRECT_STATUS", b"200");
+    if let Some(ct) = parts.headers.get(header::CONTENT_TYPE) {
+        set("CONTENT_TYPE", ct.as_bytes());
+    } else {
+        set("CONTENT_TYPE", b"");
+    }
+    if facts.https {
+        set("HTTPS", b"on");
+    }
+    for (name, value) in &cfg.env {
+        set(name, value.as_bytes());
+    }
+    // Request headers, as HTTP_*: names with `_` are skipped (one could pose as
+    // another), `Proxy` never becomes HTTP_PROXY (httpoxy), and the two that have
+    // CGI variables of their own are not repeated.
+    let mut last: Option<&http::HeaderName> = None;
+    for (name, value) in &parts.headers {
+        let n = name.as_str();
+        if n.contains('_')
+            || n == "proxy"
+            || name == header::CONTENT_TYPE
+            || name == header::CONTENT_LENGTH
+        {
+            continue;
+        }
+        let var = format!("HTTP_{}", n.to_ascii_uppercase().replace('-', "_"));
+        // Repeated fields join with ", " (Cookie with "; ").
+        if last == Some(name) {
+            if let Some((_, prev)) = v.last_mut() {
+                prev.extend_from_slice(if name == header::COOKIE { b"; " } else { b", " });
+                prev.extend_from_slice(value.as_bytes());
+                continue;
+            }
+        }
+        v.push((var, value.as_bytes().to_vec()));
+        last = Some(name);
+    }
+    v
+}
+
+fn split_host(host: &str) -> (&str, Option<&str>) {
+    if let Some(rest) = host.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((ip, tail)) => (ip, tail.strip_prefix(':')),
+            None => (host, None),
+        };
+    }
+    match host.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) && !p.is_empty() => (h, Some(p)),
+        _ => (host, None),
+    }
+}

@@ -1,0 +1,203 @@
+//! FastCGI connections to one application: at most `max_conns` sockets — idle, busy
+//! and being opened alike, each holding a place — taken within one acquisition deadline
+//! (`connect_timeout`, covering the wait for a place and the connect). The most recently
+//! returned idle connection is used first; idle ones expire oldest first after
+//! `keepalive_timeout`. A connection comes back only through [`Pool::release`], which
+//! the handler calls after a clean END_REQUEST; every other path drops (closes) it.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::config::{FastCgiConfig, Target};
+
+pub struct Pool {
+    target: Target,
+    places: Arc<Semaphore>,
+    idle: Mutex<VecDeque<(Conn, Instant)>>,
+    /// A connection came back idle: a request waiting for a place can take it.
+    released: tokio::sync::Notify,
+    connect_timeout: Duration,
+    keepalive_timeout: Duration,
+}
+
+enum Io {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// A connection and its place under `max_conns`.
+pub struct Conn {
+    io: Io,
+    _place: OwnedSemaphorePermit,
+    /// It carried a request before (it may have been closed while idle).
+    pub reused: bool,
+}
+
+#[derive(Debug)]
+pub enum AcquireError {
+    /// No place within the deadline: every connection is busy.
+    Busy,
+    Dial(String),
+}
+
+impl Pool {
+    pub fn new(cfg: &FastCgiConfig) -> Pool {
+        Pool {
+            target: cfg.target.clone(),
+            places: Arc::new(Semaphore::new(cfg.max_conns)),
+            idle: Mutex::new(VecDeque::new()),
+            released: tokio::sync::Notify::new(),
+            connect_timeout: cfg.connect_timeout,
+            keepalive_timeout: cfg.keepalive_timeout,
+        }
+    }
+
+    /// An idle connection (unless `fresh`), else a new one, within the deadline.
+    pub async fn acquire(&self, fresh: bool) -> Result<Conn, AcquireError> {
+        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        if !fresh {
+            if let Some(c) = self.idle_conn() {
+                return Ok(c);
+            }
+        } else {
+            // A fresh connection needs a place: an idle one gives its up.
+            self.expire(Duration::ZERO);
+        }
+        let place = loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if !fresh {
+                if let Some(c) = self.idle_conn() {
+                    return Ok(c);
+                }
+            }
+            tokio::select! {
+                p = self.places.clone().acquire_owned() => match p {
+                    Ok(p) => break p,
+                    Err(_) => return Err(AcquireError::Busy),
+                },
+                // Idle connections hold their places: one coming back is one to take.
+                _ = released, if !fresh => continue,
+                _ = tokio::time::sleep_until(deadline) => return Err(AcquireError::Busy),
+            }
+        };
+        let io = tokio::time::timeout_at(deadline, self.dial())
+            .await
+            .map_err(|_| {
+                AcquireError::Dial(format!(
+                    "connect timed out after {:?}",
+                    self.connect_timeout
+                ))
+            })?
+            .map_err(|e| AcquireError::Dial(e.to_string()))?;
+        Ok(Conn {
+            io,
+            _place: place,
+            reused: false,
+        })
+    }
+
+    async fn dial(&self) -> io::Result<Io> {
+        Ok(match &self.target {
+            Target::Tcp { host, port } => {
+                let s = TcpStream::connect((host.as_str(), *port)).await?;
+                let _ = s.set_nodelay(true);
+                Io::Tcp(s)
+            }
+            Target::Unix(path) => Io::Unix(UnixStream::connect(path).await?),
+        })
+    }
+
+    /// The most recently returned idle connection that still looks open.
+    fn idle_conn(&self) -> Option<Conn> {
+        self.expire(self.keepalive_timeout);
+        loop {
+            let (mut c, _) = self
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_back()?;
+            if c.looks_open() {
+                c.reused = true;
+                return Some(c);
+            }
+        }
+    }
+
+    /// Closes idle connections idle for `after` or more, oldest first.
+    fn expire(&self, after: Duration) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while idle
+            .front()
+            .is_some_and(|(_, since)| since.elapsed() >= after)
+        {
+            idle.pop_front();
+        }
+    }
+
+    /// A connection whose request ended cleanly, for the next one.
+    pub fn release(&self, conn: Conn) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back((conn, Instant::now()));
+        self.released.notify_one();
+    }
+
+    /// Connections idle now (for tests).
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+impl Conn {
+    /// No byte and no close waiting on an idle connection.
+    fn looks_open(&mut self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut probe = [0u8; 1];
+        let mut rb = ReadBuf::new(&mut probe);
+        let r = match &mut self.io {
+            Io::Tcp(s) => std::pin::Pin::new(s).poll_read(&mut cx, &mut rb),
+            Io::Unix(s) => std::pin::Pin::new(s).poll_read(&mut cx, &mut rb),
+        };
+        matches!(r, Poll::Pending)
+    }
+
+    pub async fn write_all(&mut self, b: &[u8]) -> io::Result<()> {
+        match &mut self.io {
+            Io::Tcp(s) => s.write_all(b).await,
+            Io::Unix(s) => s.write_all(b).await,
+        }
+    }
+
+    pub fn poll_read_buf(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+    ) -> Poll<io::Result<usize>> {
+        buf.reserve(16 * 1024);
+        let mut chunk = [0u8; 16 * 1024];
+        let mut rb = ReadBuf::new(&mut chunk);
+        let r = match &mut self.io {
+            Io::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, &mut rb),
+            Io::Unix(s) => std::pin::Pin::new(s).poll_read(cx, &mut rb),
+        };
+        match r {
+            Poll::Ready(Ok(())) => {
+                buf.extend_from_slice(rb.filled());
+                Poll::Ready(Ok(rb.filled().len()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! The `fastcgi` handler against a FastCGI responder written here (exact wire checks:
+//! records, lengths, keep-conn, reuse, poisoned connections) and against real php-fpm.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the responder saw of one request.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    keep_conn: bool,
+    params: HashMap<String, String>,
+    stdin: Vec<u8>,
+    /// Every PARAMS and STDIN record's content length, in order.
+    record_lens: Vec<(u8, usize)>,
+}
+
+struct Responder {
+    addr: SocketAddr,
+    conns: Arc<AtomicUsize>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+async fn read_record(s: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
+    let mut h = [0u8; 8];
+    s.read_exact(&mut h).await.ok()?;
+    assert_eq!(h[0], 1, "version");
+    assert_eq!(u16::from_be_bytes([h[2], h[3]]), 1, "request id");
+    let len = u16::from_be_bytes([h[4], h[5]]) as usize;
+    let mut content = vec![0u8; len + h[6] as usize];
+    s.read_exact(&mut content).await.ok()?;
+    content.truncate(len);
+    Some((h[1], content))
+}
+
+fn record(kind: u8, content: &[u8]) -> Vec<u8> {
+    let mut r = vec![
+        1,
+        kind,
+        0,
+        1,
+        (content.len() >> 8) as u8,
+        content.len() as u8,
+        0,
+        0,
+    ];
+    r.extend_from_slice(content);
+    r
+}
+
+fn pairs(mut b: &[u8]) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let len = |b: &mut &[u8]| -> usize {
+        if b[0] & 0x80 == 0 {
+            let n = b[0] as usize;
+            *b = &b[1..];
+            n
+        } else {
+            let n = u32::from_be_bytes([b[0] & 0x7f, b[1], b[2], b[3]]) as usize;
+            *b = &b[4..];
+            n
+        }
+    };
+    while !b.is_empty() {
+        let (n, v) = (len(&mut b), len(&mut b));
+        let name = String::from_utf8_lossy(&b[..n]).to_string();
+        let value = String::from_utf8_lossy(&b[n..n + v]).to_string();
+        b = &b[n + v..];
+        out.insert(name, value);
+    }
+    out
+}
+
+impl Responder {
+    async fn start() -> Responder {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let conns = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (c, sn) = (conns.clone(), seen.clone());
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                c.fetch_add(1, Ordering::SeqCst);
+                let sn = sn.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let mut seen = Seen::default();
+                        let Some((kind, begin)) = read_record(&mut s).await else {
+                            return;
+                        };
+                        assert_eq!(kind, 1, "BEGIN_REQUEST first");
+                        assert_eq!(u16::from_be_bytes([begin[0], begin[1]]), 1, "responder");
+                        seen.keep_conn = begin[2] & 1 == 1;
+                        let mut params = Vec::new();
+                        loop {
+                            let (kind, c) = read_record(&mut s).await.unwrap();
+                            assert_eq!(kind, 4, "PARAMS");
+                            seen.record_lens.push((kind, c.len()));
+                            if c.is_empty() {
+                                break;
+                            }
+                            params.extend_from_slice(&c);
+                        }
+                        seen.params = pairs(&params);
+                        loop {
+                            let (kind, c) = read_record(&mut s).await.unwrap();
+                            assert_eq!(kind, 5, "STDIN");
+                            seen.record_lens.push((kind, c.len()));
+                            if c.is_empty() {
+                                break;
+                            }
+                            seen.stdin.extend_from_slice(&c);
+                        }
+                        let mode = seen.params.get("QUERY_STRING").cloned().unwrap_or_default();
+                        let script = seen.params.get("SCRIPT_NAME").cloned().unwrap_or_default();
+                        let info = seen.params.get("PATH_INFO").cloned().unwrap_or_default();
+                        let stdin_len = seen.stdin.len();
+                        sn.lock().unwrap().push(seen);
+                        let mut out = Vec::new();
+                        let head: String = match mode.as_str() {
+                            "two-status" => "Status: 200 OK\r\nStatus: 500 Oops\r\n\r\n".into(),
+                            "hop" => "Status: 200 OK\r\nConnection: close\r\n\r\n".into(),
+                            "location" => "Location: /elsewhere\r\n\r\n".into(),
+                            "lf" => "Status: 201 Created\nX-Lf: yes\n\n".into(),
+                            "close" => {
+                                let _ = s
+                                    .write_all(&record(6, b"Status: 200 OK\r\n\r\npartial"))
+                                    .await;
+                                return;
+                            }
+                            _ => "Status: 200 OK\r\nContent-Type: text/plain\r\n\r\n".into(),
+                        };
+                        // The head split over two records, STDERR in between.
+                        let (a, b) = head.as_bytes().split_at(head.len() / 2);
+                        out.extend(record(6, a));
+                        out.extend(record(7, b"warn: \x1b[31mred\nsecond line"));
+                        out.extend(record(6, b));
+                        out.extend(record(
+                            6,
+                            format!("script={script} info={info} stdin={stdin_len}").as_bytes(),
+                        ));
+                        out.extend(record(6, b""));
+                        out.extend(record(3, &[0, 0, 0, 0, 0, 0, 0, 0]));
+                        if s.write_all(&out).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Responder { addr, conns, seen }
+    }
+
+    fn last(&self) -> Seen {
+        self.seen.lock().unwrap().last().cloned().unwrap()
+    }
+}
+
+/// An application folder: app.php, dir/index.php, index.php, a static file and a
+/// `.php` file's source that must never be served.
+fn app_root() -> TempDir {
+    let root = TempDir::new();
+    root.write("app.php", "<?php echo 'app';");
+    root.write("index.php", "<?php echo 'front';");
+    root.write("dir/index.php", "<?php echo 'dir';");
+    root.write("style.css", "body{}");
+    root
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wire_variables_reuse_and_strict_heads() {
+    let app = Responder::start().await;
+    let root = app_root();
+    let s = Sluice::start(&format!(
+        "site * {{ fastcgi {} {{ root {}; env APP_ENV prod }} }}",
+        app.addr,
+        root.0.display()
+    ));
+    let r = request(
+        s.addr,
+        "GET",
+        "/app.php/extra/path?x=1",
+        &[
+            ("Host", "Shop.Test:8080"),
+            ("X-Custom", "yes"),
+            ("X_Custom", "spoof"),
+            ("Proxy", "http://evil"),
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "script=/app.php info=/extra/path stdin=0");
+    assert!(!r.text().contains("warn"), "STDERR reached the client");
+    let seen = app.last();
+    assert!(seen.keep_conn, "BEGIN_REQUEST asks to keep the connection");
+    let p = &seen.params;
+    let real_root = std::fs::canonicalize(&root.0).unwrap();
+    assert_eq!(
+        p["SCRIPT_FILENAME"],
+        real_root.join("app.php").display().to_string()
+    );
+    assert_eq!(p["DOCUMENT_ROOT"], real_root.display().to_string());
+    assert_eq!(p["REQUEST_URI"], "/app.php/extra/path?x=1");
+    assert_eq!(p["QUERY_STRING"], "x=1");
+    assert_eq!(p["SERVER_NAME"], "shop.test");
+    assert_eq!(p["SERVER_PORT"], "8080");
+    assert_eq!(p["REMOTE_ADDR"], "127.0.0.1");
+    assert_eq!(p["REQUEST_METHOD"], "GET");
+    assert_eq!(
+        p["HTTP_X_CUSTOM"], "yes",
+        "the dash name, not the underscore one"
+    );
+    assert_eq!(p["APP_ENV"], "prod");
+    assert!(!p.contains_key("HTTP_PROXY"), "httpoxy");
+    assert!(!p.contains_key("HTTPS"));
+    s.wait_log("stderr: warn: \\u{1b}[31mred\\nsecond line");
+
+    // A chunked upload: buffered, sent with its exact length.
+    let body = vec![b'z'; 200_000];
+    let r = request(
+        s.addr,
+        "POST",
+        "/app.php",
+        &[("Transfer-Encoding", "chunked")],
+        &{
+            let mut b = format!("{:x}\r\n", body.len()).into_bytes();
+            b.extend_from_slice(&body);
+            b.extend_from_slice(b"\r\n0\r\n\r\n");
+            b
+        },
+    )
+    .await;
+    assert_eq!(r.text(), "script=/app.php info= stdin=200000");
+    let seen = app.last();
+    assert_eq!(seen.params["CONTENT_LENGTH"], "200000");
+    assert_eq!(seen.stdin, body);
+    assert!(seen.record_lens.iter().all(|(_, n)| *n <= 65_535));
+    assert_eq!(
+        seen.record_lens
+            .iter()
+            .filter(|(k, n)| *k == 5 && *n == 0)
+            .count(),
+        1
+    );
+
+    // All of that on one connection.
+    assert_eq!(app.conns.load(Ordering::SeqCst), 1);
+
+    // Status mapping and strictness.
+    let r = request(s.addr, "GET", "/app.php?location", &[], b"").await;
+    assert_eq!((r.status, r.header("location")), (302, Some("/elsewhere")));
+    let r = request(s.addr, "GET", "/app.php?lf", &[], b"").await;
+    assert_eq!((r.status, r.header("x-lf")), (201, Some("yes")));
+    let before = app.conns.load(Ordering::SeqCst);
+    assert_eq!(get(s.addr, "/app.php?two-status").await.status, 502);
+    assert_eq!(get(s.addr, "/app.php?hop").await.status, 502);
+    // Each broken answer poisoned its connection: new ones were opened.
+    assert_eq!(get(s.addr, "/app.php").await.status, 200);
+    assert!(app.conns.load(Ordering::SeqCst) >= before + 2);
+    // Closed mid-response: the client sees the truncation, the next request a new one.
+    let out = raw(
+        s.addr,
+        b"GET /app.php?close HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(
+        !String::from_utf8_lossy(&out).ends_with("0\r\n\r\n"),
+        "a truncated body must not look complete"
+    );
+    assert_eq!(get(s.addr, "/app.php").await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_folders_static_files_and_the_front_controller() {
+    let app = Responder::start().await;
+    let root = app_root();
+    let s = Sluice::start(&format!(
+        "site * {{
+           route /front/* {{ strip /front; fastcgi {a} {{ root {r}; fallback /index.php }} }}
+           fastcgi {a} {{ root {r} }}
+         }}",
+        a = app.addr,
+        r = root.0.display()
+    ));
+    let r = get(s.addr, "/dir").await;
+    assert_eq!((r.status, r.header("location")), (301, Some("/dir/")));
+    assert_eq!(
+        get(s.addr, "/dir/").await.text(),
+        "script=/dir/index.php info= stdin=0"
+    );
+    assert_eq!(
+        get(s.addr, "/").await.text(),
+        "script=/index.php info= stdin=0"
+    );
+    let r = get(s.addr, "/style.css").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "body{}"));
+    assert_eq!(get(s.addr, "/missing.php").await.status, 404);
+    assert_eq!(get(s.addr, "/nothing/here").await.status, 404);
+    // The front controller takes pretty URLs; REQUEST_URI is what the client asked.
+    let r = get(s.addr, "/front/blog/2026/hello?p=2").await;
+    assert_eq!(r.text(), "script=/index.php info= stdin=0");
+    assert_eq!(
+        app.last().params["REQUEST_URI"],
+        "/front/blog/2026/hello?p=2"
+    );
+    // A script's source is never served, the application up or down.
+    drop(app);
+    let r = get(s.addr, "/app.php").await;
+    assert!(!r.text().contains("<?php"), "the source leaked");
+}
+
+#[test]
+fn protected_variables_cannot_be_set_with_env() {
+    let root = app_root();
+    let dir = TempDir::new();
+    for name in ["SCRIPT_FILENAME", "HTTP_HOST", "remote_addr"] {
+        let path = dir.write(
+            "sluice.conf",
+            &format!(
+                "site * {{\n  fastcgi 127.0.0.1:9000 {{ root {}; env {name} x }}\n}}\n",
+                root.0.display()
+            ),
+        );
+        let o = std::process::Command::new(bin())
+            .args(["check", "-c", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{name}: {err}");
+        assert!(err.contains("env cannot override"), "{name}: {err}");
+    }
+}
