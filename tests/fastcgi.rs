@@ -338,3 +338,178 @@ fn protected_variables_cannot_be_set_with_env() {
         assert!(err.contains("env cannot override"), "{name}: {err}");
     }
 }
+
+/// php-fpm's binary, or `None` (after saying why) when the test should skip.
+fn php_fpm() -> Option<std::path::PathBuf> {
+    let found = std::fs::read_dir("/usr/sbin").ok().and_then(|d| {
+        d.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("php-fpm"))
+        })
+    });
+    if found.is_none() {
+        if require_interop() {
+            panic!("php-fpm is required (SLUICE_INTEROP=require) but not installed");
+        }
+        eprintln!("skipping: php-fpm is not installed");
+    }
+    found
+}
+
+struct PhpFpm(std::process::Child);
+
+impl Drop for PhpFpm {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_php_fpm_over_tcp_and_a_unix_socket() {
+    let Some(fpm) = php_fpm() else { return };
+    let root = TempDir::new();
+    root.write(
+        "vars.php",
+        r#"<?php header('Content-Type: application/json'); echo json_encode(['SCRIPT_NAME' => $_SERVER['SCRIPT_NAME'], 'PATH_INFO' => $_SERVER['PATH_INFO'] ?? '', 'REQUEST_URI' => $_SERVER['REQUEST_URI'], 'QUERY' => $_GET, 'HTTPS' => $_SERVER['HTTPS'] ?? '', 'REMOTE_ADDR' => $_SERVER['REMOTE_ADDR'], 'SERVER_NAME' => $_SERVER['SERVER_NAME'], 'HTTP_X_TEST' => $_SERVER['HTTP_X_TEST'] ?? '', 'PROXY' => getenv('HTTP_PROXY') ?: '', 'APP' => getenv('APP_NAME') ?: '']);"#,
+    );
+    root.write(
+        "upload.php",
+        r#"<?php $d = file_get_contents('php://input'); echo strlen($d), ' ', hash('crc32b', $d), ' ', $_SERVER['CONTENT_LENGTH'];"#,
+    );
+    root.write(
+        "err.php",
+        r#"<?php error_log('secret-stderr-text'); header('X-Made: by-php'); http_response_code(418); echo 'body';"#,
+    );
+    root.write(
+        "index.php",
+        r#"<?php echo 'front:', $_SERVER['REQUEST_URI'], ' script:', $_SERVER['SCRIPT_NAME'];"#,
+    );
+    root.write("logo.txt", "static beside php");
+    let run = TempDir::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let sock = run.0.join("php.sock");
+    let conf = run.write(
+        "fpm.conf",
+        &format!(
+            "[global]\npid = {d}/fpm.pid\nerror_log = {d}/fpm.log\ndaemonize = no\n\
+             [tcp]\nuser = root\nlisten = 127.0.0.1:{port}\npm = static\npm.max_children = 4\nclear_env = no\n\
+             [unix]\nuser = root\nlisten = {sock}\npm = static\npm.max_children = 2\n",
+            d = run.0.display(),
+            sock = sock.display()
+        ),
+    );
+    let child = std::process::Command::new(&fpm)
+        .args([
+            "-F",
+            "-R",
+            "-y",
+            conf.to_str().unwrap(),
+            "-p",
+            run.0.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("php-fpm starts");
+    let _fpm = PhpFpm(child);
+    let deadline = std::time::Instant::now() + WAIT;
+    while !(sock.exists() && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "php-fpm did not start: {}",
+            std::fs::read_to_string(run.0.join("fpm.log")).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let s = Sluice::start(&format!(
+        "site * {{
+           route /unix/* {{ strip /unix; fastcgi unix:{sock} {{ root {r}; fallback /index.php }} }}
+           fastcgi 127.0.0.1:{port} {{ root {r}; env APP_NAME shop }}
+         }}",
+        sock = sock.display(),
+        r = root.0.display()
+    ));
+    let r = request(
+        s.addr,
+        "GET",
+        "/vars.php/more/info?a=1&b=two",
+        &[
+            ("Host", "app.test"),
+            ("X-Test", "hello"),
+            ("Proxy", "http://evil:1"),
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let v: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+    assert_eq!(v["SCRIPT_NAME"], "/vars.php");
+    assert_eq!(v["PATH_INFO"], "/more/info");
+    assert_eq!(v["REQUEST_URI"], "/vars.php/more/info?a=1&b=two");
+    assert_eq!(v["QUERY"]["b"], "two");
+    assert_eq!(v["REMOTE_ADDR"], "127.0.0.1");
+    assert_eq!(v["SERVER_NAME"], "app.test");
+    assert_eq!(v["HTTP_X_TEST"], "hello");
+    assert_eq!(v["PROXY"], "", "httpoxy");
+    assert_eq!(v["APP"], "shop");
+    // Uploads up to 8 MiB, over both transports.
+    for (path, size) in [
+        ("/upload.php", 8 << 20),
+        ("/unix/upload.php", 1 << 20),
+        ("/upload.php", 0),
+    ] {
+        let body: Vec<u8> = (0..size).map(|i: usize| (i * 31 % 253) as u8).collect();
+        let r = request(
+            s.addr,
+            "POST",
+            path,
+            &[("Content-Type", "application/octet-stream")],
+            &body,
+        )
+        .await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        assert_eq!(
+            r.text(),
+            format!("{} {:08x} {}", body.len(), crc32(&body), body.len()),
+            "{path}"
+        );
+    }
+    // Status and headers from PHP; its error_log output stays out of the response.
+    let r = get(s.addr, "/err.php").await;
+    assert_eq!((r.status, r.header("x-made")), (418, Some("by-php")));
+    assert_eq!(r.text(), "body");
+    s.wait_log("secret-stderr-text");
+    // Static files beside the scripts; a script's source never.
+    assert_eq!(get(s.addr, "/logo.txt").await.text(), "static beside php");
+    assert!(!get(s.addr, "/index.php").await.text().contains("<?php"));
+    // A front controller with pretty URLs, over the Unix socket.
+    let r = get(s.addr, "/unix/blog/2026/hello-world?page=2").await;
+    assert_eq!(
+        r.text(),
+        "front:/unix/blog/2026/hello-world?page=2 script:/index.php"
+    );
+    let r = get(s.addr, "/unix/logo.txt").await;
+    assert_eq!(r.text(), "static beside php");
+}
