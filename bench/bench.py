@@ -52,11 +52,16 @@ def which(name):
 
 
 NGINX, HAPROXY, WRK, H2LOAD = which("nginx"), which("haproxy"), which("wrk"), which("h2load")
+# Debian names php-fpm by its version (php-fpm8.2): the first one found.
+PHP_FPM = next((os.path.join("/usr/sbin", n) for n in sorted(os.listdir("/usr/sbin")) if n.startswith("php-fpm")), None) \
+    or sys.exit("bench: php-fpm is not installed (bench/run.sh installs it)")
+NGINX_FASTCGI_PARAMS = "/etc/nginx/fastcgi_params"
 # The system Python, where Debian's python3-websockets lives (bench/run.sh installs it).
 PYTHON = "/usr/bin/python3"
 WSECHO = os.path.join(ROOT, "bench", "wsecho.py")
 WS_BACKEND = 0
 BACKEND_H2 = 0
+PHP_PORT = 0
 CERT = KEY = COMBINED = ""
 
 
@@ -222,6 +227,25 @@ http {{
     return p, port
 
 
+def start_php():
+    """php-fpm (a static pool of 2) with a trivial index.php, on the load side's CPU, and
+    the folders the static-file and PHP scenarios serve."""
+    global PHP_PORT
+    PHP_PORT = free_port()
+    os.makedirs(os.path.join(WORK, "php"), exist_ok=True)
+    with open(os.path.join(WORK, "php", "index.php"), "w") as f:
+        f.write("<?php echo \"hello world!\\n\";\n")
+    os.makedirs(os.path.join(WORK, "static"), exist_ok=True)
+    with open(os.path.join(WORK, "static", "file64k.bin"), "wb") as f:
+        f.write(b"s" * 65536)
+    conf = os.path.join(WORK, "fpm.conf")
+    with open(conf, "w") as f:
+        f.write(f"[global]\npid = {WORK}/fpm.pid\nerror_log = {WORK}/fpm.log\ndaemonize = no\n"
+                f"[bench]\nuser = root\nlisten = 127.0.0.1:{PHP_PORT}\nlisten.backlog = 4096\npm = static\npm.max_children = 2\n"
+                f"pm.max_requests = 0\n")
+    return start([PHP_FPM, "-F", "-R", "-y", conf, "-p", WORK], 1, [PHP_PORT])
+
+
 def start_ws_backend():
     """The WebSocket echo backend (python3-websockets) on the load side's CPU."""
     port = free_port()
@@ -236,6 +260,9 @@ def nginx_proxy(backend, buffers16k):
     extra = "proxy_buffer_size 16k; proxy_buffers 8 16k; proxy_busy_buffers_size 32k;" if buffers16k else ""
     loc = f"location / {{ proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection \"\"; {extra} }}"
     loc += f" location /ws {{ proxy_pass http://127.0.0.1:{WS_BACKEND}; proxy_http_version 1.1; proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection upgrade; proxy_read_timeout 300s; }}"
+    loc += (f" location = /php/ {{ fastcgi_pass php; fastcgi_keep_conn on; include {NGINX_FASTCGI_PARAMS};"
+            f" fastcgi_param SCRIPT_FILENAME {WORK}/php/index.php; fastcgi_param SCRIPT_NAME /index.php; }}")
+    loc += f" location /static/ {{ alias {WORK}/static/; }}"
     conf = os.path.join(WORK, f"{name}.conf")
     with open(conf, "w") as f:
         f.write(f"""
@@ -248,6 +275,8 @@ http {{
   uwsgi_temp_path {WORK}/{name}_uwsgi; scgi_temp_path {WORK}/{name}_scgi;
   gzip on; gzip_comp_level 5; gzip_types text/plain; gzip_proxied any; gzip_vary on;
   upstream b {{ server 127.0.0.1:{backend}; keepalive 128; keepalive_requests 1000000; }}
+  upstream php {{ server 127.0.0.1:{PHP_PORT}; keepalive 8; }}
+  sendfile on; tcp_nopush on;
   server {{ listen 127.0.0.1:{port} backlog=4096; {loc} }}
   server {{ listen 127.0.0.1:{h2port} http2 backlog=4096; {loc} }}
   server {{ listen 127.0.0.1:{tls} ssl http2 backlog=4096; ssl_certificate {CERT}; ssl_certificate_key {KEY};
@@ -308,7 +337,9 @@ def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True):
     conf = os.path.join(WORK, "sluice.conf")
     # An older binary (SLUICE_BASE) may not know TLS or h2c backends.
     extra = f"listen 127.0.0.1:{tls_port} tls\n" if tls else ""
-    site = f"tls {CERT} {KEY}; route /h2b/* {{ strip /h2b; proxy h2c://127.0.0.1:{BACKEND_H2} }} " if tls else ""
+    site = (f"tls {CERT} {KEY}; route /h2b/* {{ strip /h2b; proxy h2c://127.0.0.1:{BACKEND_H2} }} "
+            f"route /php/* {{ strip /php; fastcgi 127.0.0.1:{PHP_PORT} {{ root {WORK}/php; max_conns 8 }} }} "
+            f"route /static/* {{ strip /static; files {WORK}/static }} ") if tls else ""
     with open(conf, "w") as f:
         f.write(f"global {{ workers {workers}; admin off }}\nlisten 127.0.0.1:{port}\n{extra}site * {{ {site}route /ws {{ proxy 127.0.0.1:{WS_BACKEND} }} proxy 127.0.0.1:{backend} }}\n")
     cmd = [binary, "run", "-c", conf]
@@ -404,6 +435,10 @@ TESTS = {
     "tls-h2-13B": lambda p: h2load(p["tls"], scheme="https"),
     # HTTP/1.1 in front, HTTP/2 (h2c) to the backend.
     "h2-backend-13B": lambda p: wrk(p["h1"], "/h2b/small", 64),
+    # A trivial PHP script through php-fpm (2 workers) with kept-alive FastCGI
+    # connections; a 64 KiB static file from the page cache (nginx: sendfile).
+    "php-fpm": lambda p: wrk(p["h1"], "/php/", 16),
+    "static-64KiB": lambda p: wrk(p["h1"], "/static/file64k.bin", 64),
 }
 
 # Which proxies cannot run a test: the backend alone has no proxy features, nginx 1.22
@@ -414,6 +449,9 @@ SKIP = {
     "tls-h1-13B": {"direct", "sluice-base"},
     "tls-h2-13B": {"direct", "sluice-base"},
     "h2-backend-13B": {"direct", "nginx", "nginx16k", "sluice-base"},
+    # HAProxy's FastCGI and file serving are not set up here.
+    "php-fpm": {"direct", "haproxy", "nginx16k", "sluice-base"},
+    "static-64KiB": {"direct", "haproxy", "nginx16k", "sluice-base"},
 }
 
 
@@ -425,6 +463,7 @@ def main():
     global CERT, KEY, COMBINED
     CERT, KEY, COMBINED = make_cert()
     backend_proc, backend = start_backend()
+    start_php()
     global WS_BACKEND
     _, WS_BACKEND = start_ws_backend()
     time.sleep(0.2)

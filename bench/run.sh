@@ -13,6 +13,7 @@ for tool in nginx:nginx haproxy:haproxy wrk:wrk h2load:nghttp2-client taskset:ut
     command -v "${tool%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${tool%%:*}" ] || missing+=("${tool#*:}")
 done
 /usr/bin/python3 -c 'import websockets' 2>/dev/null || missing+=(python3-websockets)
+ls /usr/sbin/php-fpm* >/dev/null 2>&1 || missing+=(php-fpm)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "bench: installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -23,6 +24,7 @@ fi
 if command -v service >/dev/null; then
     service nginx stop >/dev/null 2>&1 || true
     service haproxy stop >/dev/null 2>&1 || true
+    for s in /etc/init.d/php*-fpm; do [ -x "$s" ] && "$s" stop >/dev/null 2>&1 || true; done
 fi
 
 cargo build --release --quiet

@@ -128,6 +128,10 @@ impl Responder {
                             "two-status" => "Status: 200 OK\r\nStatus: 500 Oops\r\n\r\n".into(),
                             "hop" => "Status: 200 OK\r\nConnection: close\r\n\r\n".into(),
                             "location" => "Location: /elsewhere\r\n\r\n".into(),
+                            "slow" => {
+                                tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+                                "Status: 200 OK\r\n\r\n".into()
+                            }
                             "lf" => "Status: 201 Created\nX-Lf: yes\n\n".into(),
                             "close" => {
                                 let _ = s
@@ -512,4 +516,26 @@ async fn real_php_fpm_over_tcp_and_a_unix_socket() {
     );
     let r = get(s.addr, "/unix/logo.txt").await;
     assert_eq!(r.text(), "static beside php");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_conns_caps_sockets_under_one_deadline() {
+    let app = Responder::start().await;
+    let root = app_root();
+    let s = Sluice::start(&format!(
+        "site * {{ fastcgi {} {{ root {}; max_conns 1; connect_timeout 300ms }} }}",
+        app.addr,
+        root.0.display()
+    ));
+    let addr = s.addr;
+    let slow = tokio::spawn(async move { get(addr, "/app.php?slow").await });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    let r = get(s.addr, "/app.php").await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(started.elapsed() < std::time::Duration::from_millis(700));
+    assert_eq!(slow.await.unwrap().status, 200);
+    // The one socket came back and is reused.
+    assert_eq!(get(s.addr, "/app.php").await.status, 200);
+    assert_eq!(app.conns.load(Ordering::SeqCst), 1);
 }

@@ -279,14 +279,16 @@ async fn call_handler(
             r.headers_mut().insert(header::DATE, date());
             r
         }
+        // Boxed, as the FastCGI call below: their futures are large, and inlined they
+        // would make every request's future (the proxy's too) as large.
         Handler::Files(f) => {
-            crate::files::serve(
+            Box::pin(crate::files::serve(
                 f,
                 req.method(),
                 cx.path(&req),
                 req.uri().query(),
                 req.headers(),
-            )
+            ))
             .await
         }
         Handler::FastCgi(f) => {
@@ -297,7 +299,7 @@ async fn call_handler(
                 client: client.addr,
                 https: client.scheme == Scheme::Https,
             };
-            crate::fastcgi::serve(f, req, &facts).await
+            Box::pin(crate::fastcgi::serve(f, req, &facts)).await
         }
         Handler::None => {
             bump(&COUNTERS.no_route);
