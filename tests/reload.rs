@@ -238,8 +238,10 @@ async fn old_generations_are_freed() {
     }
     assert_eq!(get(r.s.addr, "/").await.text(), "ok");
     let (after_twenty, _) = rss_kib(r.s.pid());
+    // Keeping even one old generation (~20 MiB) fails this; allocator slack on a busy
+    // machine has measured up to ~9 MiB, so the bound sits between the two.
     assert!(
-        after_twenty < after_one + 8 * 1024,
+        after_twenty < after_one + 14 * 1024,
         "twenty more generations kept no memory: {after_one} KiB after one reload, {after_twenty} KiB after twenty-one"
     );
 }
