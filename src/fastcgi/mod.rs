@@ -81,7 +81,7 @@ enum Target {
 }
 
 pub async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) -> Response<Body> {
-    let target = resolve(&f.cfg, facts.path).await;
+    let target = resolve(&f.cfg, facts.path);
     let (script_name, path_info, filename) = match target {
         Target::Script {
             script_name,
@@ -96,7 +96,7 @@ pub async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) -> Respon
                     .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
                 return r;
             }
-            return match tokio::fs::metadata(&path).await {
+            return match std::fs::metadata(&path) {
                 Ok(m) => crate::files::file(&path, &m, req.headers(), head).await,
                 Err(_) => crate::files::not_found(),
             };
@@ -472,7 +472,7 @@ async fn collect(body: Body, max: u64) -> Result<Vec<u8>, BodyError> {
 }
 
 /// Where the request path leads (DESIGN §14, FastCGI).
-async fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
+fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
     let Some(rel) = crate::files::decode(path) else {
         return Target::NotFound;
     };
@@ -513,22 +513,22 @@ async fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
         } else {
             String::new()
         };
-        if let Some(filename) = script_file(&cfg.root, &script_rel).await {
+        if let Some(filename) = script_file(&cfg.root, &script_rel) {
             return Target::Script {
                 script_name,
                 path_info,
                 filename,
             };
         }
-        return fallback(cfg).await;
+        return fallback(cfg);
     }
     let wanted = cfg.root.join(&rel);
-    let real = match tokio::fs::canonicalize(&wanted).await {
+    let real = match std::fs::canonicalize(&wanted) {
         Ok(r) if r.starts_with(&cfg.root) => r,
-        _ => return fallback(cfg).await,
+        _ => return fallback(cfg),
     };
-    let Ok(meta) = tokio::fs::metadata(&real).await else {
-        return fallback(cfg).await;
+    let Ok(meta) = std::fs::metadata(&real) else {
+        return fallback(cfg);
     };
     if meta.is_dir() {
         if !path.ends_with('/') {
@@ -536,7 +536,7 @@ async fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
         }
         for name in &cfg.index {
             let rel_index = rel.join(name);
-            if let Some(filename) = script_file(&cfg.root, &rel_index).await {
+            if let Some(filename) = script_file(&cfg.root, &rel_index) {
                 let mut script_name = String::from("/");
                 for s in &segments {
                     script_name.push_str(&s.to_string_lossy());
@@ -550,7 +550,7 @@ async fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
                 };
             }
         }
-        return fallback(cfg).await;
+        return fallback(cfg);
     }
     if meta.is_file() {
         let name = real.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -560,16 +560,16 @@ async fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
         }
         return Target::Static(real);
     }
-    fallback(cfg).await
+    fallback(cfg)
 }
 
 /// The front controller, or `404`.
-async fn fallback(cfg: &FastCgiConfig) -> Target {
+fn fallback(cfg: &FastCgiConfig) -> Target {
     let Some(f) = &cfg.fallback else {
         return Target::NotFound;
     };
     let rel = PathBuf::from(f.trim_start_matches('/'));
-    match script_file(&cfg.root, &rel).await {
+    match script_file(&cfg.root, &rel) {
         Some(filename) => Target::Script {
             script_name: f.clone(),
             path_info: String::new(),
@@ -580,12 +580,12 @@ async fn fallback(cfg: &FastCgiConfig) -> Target {
 }
 
 /// The script's canonical path, when it is a regular file under root.
-async fn script_file(root: &Path, rel: &Path) -> Option<PathBuf> {
-    let real = tokio::fs::canonicalize(root.join(rel)).await.ok()?;
+fn script_file(root: &Path, rel: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(root.join(rel)).ok()?;
     if !real.starts_with(root) {
         return None;
     }
-    let meta = tokio::fs::metadata(&real).await.ok()?;
+    let meta = std::fs::metadata(&real).ok()?;
     meta.is_file().then_some(real)
 }
 
