@@ -516,6 +516,22 @@ async fn real_php_fpm_over_tcp_and_a_unix_socket() {
     );
     let r = get(s.addr, "/unix/logo.txt").await;
     assert_eq!(r.text(), "static beside php");
+    // More requests at once than the pool has workers (2): php-fpm binds a worker to a
+    // kept connection, so idle connections must be let go for the waiting ones.
+    let burst: Vec<_> = (0..12)
+        .map(|i| {
+            let addr = s.addr;
+            tokio::spawn(async move { get(addr, &format!("/unix/page/{i}")).await })
+        })
+        .collect();
+    let all = async {
+        for t in burst {
+            assert_eq!(t.await.unwrap().status, 200);
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), all)
+        .await
+        .expect("a burst larger than the worker pool completes");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

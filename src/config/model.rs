@@ -240,6 +240,8 @@ pub struct FastCgiConfig {
     pub connect_timeout: Duration,
     /// How long an idle connection is kept (default 60 s).
     pub keepalive_timeout: Duration,
+    /// From the request sent to the response head (default 60 s; `504` past it).
+    pub timeout: Duration,
     /// Extra variables; never a protected one.
     pub env: Vec<(String, String)>,
     /// The most request body buffered for STDIN (default 64 MiB; `413` past it).

@@ -201,6 +201,10 @@ async fn exchange(
             }
         };
         let reused = conn.reused;
+        let ticket = Ticket {
+            pool: &f.pool,
+            id: f.pool.sent(),
+        };
         if let Err(e) = conn.write_all(wire).await {
             if reused && !fresh_only {
                 fresh_only = true;
@@ -218,10 +222,43 @@ async fn exchange(
             name: f.name.clone(),
             body_done: false,
         };
-        // The head: STDOUT until its empty line.
+        // The head: STDOUT until its empty line, within `timeout`.
         let mut head_bytes = BytesMut::new();
+        let deadline = tokio::time::Instant::now() + f.cfg.timeout;
+        let stall = tokio::time::Instant::now() + pool::STALL;
+        let mut shed = false;
         let parsed = loop {
-            match state.next().await {
+            if !shed && head_bytes.is_empty() {
+                // No first byte yet: if none comes soon, the workers may all sit on idle
+                // connections; let those go.
+                match tokio::time::timeout_at(stall.min(deadline), state.ready()).await {
+                    Ok(()) => {}
+                    Err(_) => {
+                        shed = true;
+                        f.pool.shed_idle();
+                    }
+                }
+            }
+            let next = match tokio::time::timeout_at(deadline, state.next()).await {
+                Ok(n) => n,
+                Err(_) => {
+                    state.poison();
+                    crate::stats::bump(&crate::stats::COUNTERS.gateway_timeout);
+                    tracing::warn!(
+                        "sluice: fastcgi {}: {} sent no response head within {:?}; answered 504",
+                        f.name,
+                        f.cfg.text,
+                        f.cfg.timeout
+                    );
+                    return Err(local_response(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "Gateway timeout\n",
+                    ));
+                }
+            };
+            // Something came back (or the connection closed): no longer waiting.
+            ticket.answered();
+            match next {
                 Ok(Some(Record::Stdout(b))) => {
                     head_bytes.extend_from_slice(&b);
                     match head::parse(&head_bytes) {
@@ -294,6 +331,24 @@ fn broken(f: &FastCgi, why: &str) -> Response<Body> {
     )
 }
 
+/// A request waiting for its first byte, as the pool counts it.
+struct Ticket<'a> {
+    pool: &'a Pool,
+    id: u64,
+}
+
+impl Ticket<'_> {
+    fn answered(&self) {
+        self.pool.answered(self.id);
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        self.pool.answered(self.id);
+    }
+}
+
 /// Reads records off a connection; STDERR is kept aside for the log.
 struct Reader {
     conn: Option<Conn>,
@@ -309,6 +364,17 @@ struct Reader {
 impl Reader {
     fn nothing_read(&self) -> bool {
         self.buf.is_empty() && self.decoder.is_idle() && self.stderr.is_empty()
+    }
+
+    /// Resolves once the connection has something to read (or closed); reads nothing.
+    async fn ready(&mut self) {
+        if !self.buf.is_empty() {
+            return;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        std::future::poll_fn(|cx| conn.poll_ready(cx)).await;
     }
 
     /// The next STDOUT piece or the END_REQUEST; `Ok(None)` when the connection closed.

@@ -4,6 +4,14 @@
 //! returned idle connection is used first; idle ones expire oldest first after
 //! `keepalive_timeout`. A connection comes back only through [`Pool::release`], which
 //! the handler calls after a clean END_REQUEST; every other path drops (closes) it.
+//!
+//! Kept connections hold the application's workers: php-fpm binds a worker to a
+//! keep-conn connection until it closes. With more connections than workers, a new
+//! connection waits in the application's accept queue while the workers sit on
+//! sluice's idle connections — forever. So a request that has waited over [`STALL`]
+//! for its first byte closes the idle connections (their workers then take the waiting
+//! ones), and while one waits that long, connections coming back are closed rather than
+//! kept. With workers enough, nothing waits that long and every connection is kept.
 
 use std::collections::VecDeque;
 use std::io;
@@ -18,8 +26,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{FastCgiConfig, Target};
 
+/// How long a request may wait for its first byte before kept connections are let go.
+pub const STALL: Duration = Duration::from_millis(50);
+
 pub struct Pool {
     target: Target,
+    /// When each request still waiting for its first byte started waiting (by ticket).
+    waiting: Mutex<Vec<(u64, Instant)>>,
+    next_ticket: std::sync::atomic::AtomicU64,
     places: Arc<Semaphore>,
     idle: Mutex<VecDeque<(Conn, Instant)>>,
     /// A connection came back idle: a request waiting for a place can take it.
@@ -52,6 +66,8 @@ impl Pool {
     pub fn new(cfg: &FastCgiConfig) -> Pool {
         Pool {
             target: cfg.target.clone(),
+            waiting: Mutex::new(Vec::new()),
+            next_ticket: std::sync::atomic::AtomicU64::new(0),
             places: Arc::new(Semaphore::new(cfg.max_conns)),
             idle: Mutex::new(VecDeque::new()),
             released: tokio::sync::Notify::new(),
@@ -144,8 +160,54 @@ impl Pool {
         }
     }
 
-    /// A connection whose request ended cleanly, for the next one.
+    /// A request sent: waiting for its first byte until [`Pool::answered`].
+    pub fn sent(&self) -> u64 {
+        let t = self
+            .next_ticket
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((t, Instant::now()));
+        t
+    }
+
+    /// The request with `ticket` got its first byte (or gave up).
+    pub fn answered(&self, ticket: u64) {
+        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = w.iter().position(|(t, _)| *t == ticket) {
+            w.swap_remove(i);
+        }
+    }
+
+    /// A request waited [`STALL`] for its first byte: the idle connections, and the
+    /// application workers they hold, are let go.
+    pub fn shed_idle(&self) {
+        let shed = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
+        if !shed.is_empty() {
+            tracing::debug!(
+                "sluice: fastcgi: a request waits for a worker; closing {} idle connections",
+                shed.len()
+            );
+        }
+    }
+
+    fn stalled(&self) -> bool {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|(_, since)| since.elapsed() >= STALL)
+    }
+
+    /// A connection whose request ended cleanly, for the next one — unless a request
+    /// is stalled waiting for a worker, which this connection then frees.
     pub fn release(&self, conn: Conn) {
+        if self.stalled() {
+            drop(conn);
+            self.released.notify_one();
+            return;
+        }
         self.idle
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -170,6 +232,15 @@ impl Conn {
             Io::Unix(s) => std::pin::Pin::new(s).poll_read(&mut cx, &mut rb),
         };
         matches!(r, Poll::Pending)
+    }
+
+    /// Ready when the socket has bytes (or closed).
+    pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let r = match &self.io {
+            Io::Tcp(s) => s.poll_read_ready(cx),
+            Io::Unix(s) => s.poll_read_ready(cx),
+        };
+        r.map(|_| ())
     }
 
     pub async fn write_all(&mut self, b: &[u8]) -> io::Result<()> {

@@ -276,6 +276,7 @@ impl Builder {
             max_conns: 64,
             connect_timeout: std::time::Duration::from_secs(5),
             keepalive_timeout: std::time::Duration::from_secs(60),
+            timeout: std::time::Duration::from_secs(60),
             env: Vec::new(),
             max_body: 64 * 1024 * 1024,
         };
@@ -350,6 +351,10 @@ impl Builder {
                 }
                 "keepalive_timeout" => {
                     cfg.keepalive_timeout = positive(one_arg(item, "keepalive_timeout 60s")?)?;
+                    Ok(())
+                }
+                "timeout" => {
+                    cfg.timeout = positive(one_arg(item, "timeout 60s")?)?;
                     Ok(())
                 }
                 "max_body" => {

@@ -77,6 +77,7 @@ impl Place {
                 "keepalive_timeout",
                 "env",
                 "max_body",
+                "timeout",
             ],
             Place::Files => &["index", "browse"],
             Place::Tcp => &["proxy"],
