@@ -624,25 +624,7 @@ async fn send_h2(
         BackendScheme::Https => "https",
         _ => "http",
     };
-    let started = std::time::Instant::now();
-    match tokio::time::timeout(pool.cfg.timeout, h2::send(st, out, scheme)).await {
-        Ok(r) => {
-            if r.is_ok() {
-                pool.state.upstream_seconds.observe(started.elapsed());
-            }
-            r
-        }
-        Err(_) => {
-            bump(&COUNTERS.gateway_timeout);
-            tracing::info!(
-                "sluice: {}: {} sent no response head within {}",
-                pool.name(),
-                pool.peers()[i].addr.text,
-                format_duration(pool.cfg.timeout)
-            );
-            Err(SendError::TimedOut)
-        }
-    }
+    timed(pool, i, h2::send(st, out, scheme)).await
 }
 
 /// Step 3: the request out and the response head in, under `timeout` (504 past it,
@@ -653,8 +635,17 @@ async fn send(
     c: &mut BackendConn,
     out: &mut Outgoing,
 ) -> Result<crate::http1::head::ResponseHead, SendError> {
+    timed(pool, i, c.send(out)).await
+}
+
+/// A send under the pool's `timeout`, its latency observed when it succeeds.
+async fn timed<T>(
+    pool: &Pool,
+    i: usize,
+    send: impl std::future::Future<Output = Result<T, SendError>>,
+) -> Result<T, SendError> {
     let started = std::time::Instant::now();
-    match tokio::time::timeout(pool.cfg.timeout, c.send(out)).await {
+    match tokio::time::timeout(pool.cfg.timeout, send).await {
         Ok(r) => {
             if r.is_ok() {
                 pool.state.upstream_seconds.observe(started.elapsed());

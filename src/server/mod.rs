@@ -172,41 +172,33 @@ async fn connection<S: Transport>(
     let mut watch = drain.watch();
     let accepted = Instant::now();
     let deadline = accepted + h1::HEAD_TIMEOUT;
-    if alpn_h2 {
-        Box::pin(h2::serve(
-            stream,
-            bytes::Bytes::new(),
-            client,
-            live,
-            drain,
-            watch,
-            access,
-        ))
-        .await;
-        return;
-    }
-    let sniffed = async {
-        let mut buf = timeout_at(deadline, wait_first_bytes(&stream))
-            .await
-            .ok()?
-            .ok()?;
-        // Enough to tell HTTP/2's preface from an HTTP/1 request line.
-        while buf.len() < h2::PREFACE.len() && h2::PREFACE.starts_with(&buf) {
-            match timeout_at(deadline, stream.read_buf(&mut buf)).await {
-                Ok(Ok(n)) if n > 0 => {}
-                _ => return None,
+    // ALPN chose HTTP/2: no sniffing, the preface is h2's to read.
+    let buf = if alpn_h2 {
+        bytes::BytesMut::new()
+    } else {
+        let sniffed = async {
+            let mut buf = timeout_at(deadline, wait_first_bytes(&stream))
+                .await
+                .ok()?
+                .ok()?;
+            // Enough to tell HTTP/2's preface from an HTTP/1 request line.
+            while buf.len() < h2::PREFACE.len() && h2::PREFACE.starts_with(&buf) {
+                match timeout_at(deadline, stream.read_buf(&mut buf)).await {
+                    Ok(Ok(n)) if n > 0 => {}
+                    _ => return None,
+                }
             }
+            Some(buf)
+        };
+        tokio::select! {
+            b = sniffed => match b {
+                Some(b) => b,
+                None => return,
+            },
+            _ = watch.draining() => return,
         }
-        Some(buf)
     };
-    let buf = tokio::select! {
-        b = sniffed => match b {
-            Some(b) => b,
-            None => return,
-        },
-        _ = watch.draining() => return,
-    };
-    if buf.starts_with(h2::PREFACE) {
+    if alpn_h2 || buf.starts_with(h2::PREFACE) {
         // Boxed: an HTTP/1 connection's task should not be as large as an h2 one's.
         Box::pin(h2::serve(
             stream,
