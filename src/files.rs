@@ -34,11 +34,13 @@ use crate::reply::{date, local_response};
 /// How much of a file one read takes.
 const CHUNK: usize = 64 * 1024;
 
-/// Serves `path` (normalised, percent-encoded) from `cfg.root`.
+/// Serves `path` (normalised, percent-encoded) from `cfg.root`. `received`: the path
+/// as the client sent it (before `strip`), for the folder redirect.
 pub async fn serve(
     cfg: &FilesConfig,
     method: &Method,
     path: &str,
+    received: &str,
     query: Option<&str>,
     headers: &HeaderMap,
 ) -> Response<Body> {
@@ -71,17 +73,7 @@ pub async fn serve(
     if meta.is_dir() {
         if !path.ends_with('/') {
             // The folder's own links resolve against the slashed path.
-            let target = match query {
-                Some(q) => format!("{path}/?{q}"),
-                None => format!("{path}/"),
-            };
-            let mut r = Response::new(Body::Empty);
-            *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
-            if let Ok(v) = HeaderValue::from_str(&target) {
-                r.headers_mut().insert(header::LOCATION, v);
-            }
-            r.headers_mut().insert(header::DATE, date());
-            return r;
+            return slash_redirect(received, query);
         }
         for name in &cfg.index {
             let candidate = real.join(name);
@@ -106,6 +98,21 @@ pub async fn serve(
         return not_found();
     }
     file(&real, &meta, headers, head).await
+}
+
+/// `301` to the path as the client wrote it, plus `/` (the query kept).
+pub(crate) fn slash_redirect(received: &str, query: Option<&str>) -> Response<Body> {
+    let target = match query {
+        Some(q) => format!("{received}/?{q}"),
+        None => format!("{received}/"),
+    };
+    let mut r = Response::new(Body::Empty);
+    *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
+    if let Ok(v) = HeaderValue::from_str(&target) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    r.headers_mut().insert(header::DATE, date());
+    r
 }
 
 pub(crate) fn not_found() -> Response<Body> {

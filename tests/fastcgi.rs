@@ -315,10 +315,24 @@ async fn scripts_folders_static_files_and_the_front_controller() {
         app.last().params["REQUEST_URI"],
         "/front/blog/2026/hello?p=2"
     );
-    // A script's source is never served, the application up or down.
-    drop(app);
-    let r = get(s.addr, "/app.php").await;
-    assert!(!r.text().contains("<?php"), "the source leaked");
+    // A script's source is never served, whatever its name's spelling or encoding.
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let latin1 = std::ffi::OsStr::from_bytes(b"caf\xe9.php");
+        std::fs::write(root.0.join(latin1), "<?php echo 'latin1';").unwrap();
+    }
+    root.write("UPPER.PHP", "<?php echo 'upper';");
+    for path in ["/caf%E9.php", "/UPPER.PHP", "/app.php"] {
+        let r = get(s.addr, path).await;
+        assert!(
+            !r.text().contains("<?php"),
+            "{path}: the source leaked: {}",
+            r.text()
+        );
+    }
+    // A folder redirect keeps what `strip` took off.
+    let r = get(s.addr, "/front/dir").await;
+    assert_eq!((r.status, r.header("location")), (301, Some("/front/dir/")));
 }
 
 #[test]

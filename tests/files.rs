@@ -155,6 +155,9 @@ async fn folders_index_slash_and_listing() {
     let r = get(s.addr, "/sub").await;
     assert_eq!(r.status, 301);
     assert_eq!(r.header("location"), Some("/sub/"));
+    // Behind `strip`, the redirect keeps the prefix the client wrote.
+    let r = get(s.addr, "/static/sub?x=1").await;
+    assert_eq!(r.header("location"), Some("/static/sub/?x=1"));
     assert_eq!(get(s.addr, "/sub/").await.text(), "sub home");
     // No index, no listing.
     assert_eq!(get(s.addr, "/bare/").await.status, 404);

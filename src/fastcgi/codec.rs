@@ -20,6 +20,9 @@ pub const STDERR: u8 = 7;
 pub const REQUEST_ID: u16 = 1;
 /// The most content one record carries.
 pub const MAX_CONTENT: usize = 65_535;
+/// The most PARAMS content sluice puts in one record: with its padding to 8 bytes the
+/// record stays within 65,535 bytes, which php-fpm checks.
+const MAX_PARAMS_RECORD: usize = 65_528;
 const RESPONDER: u16 = 1;
 const KEEP_CONN: u8 = 1;
 
@@ -77,27 +80,38 @@ pub fn begin_request(out: &mut Vec<u8>) {
 /// Name-value pairs as PARAMS records of at most [`MAX_CONTENT`] bytes each, then the
 /// empty PARAMS record. `cap`: the most encoded bytes in all (checked before writing).
 pub fn params(out: &mut Vec<u8>, pairs: &[(&[u8], &[u8])], cap: usize) -> Result<(), Error> {
-    let mut encoded = Vec::new();
+    // Checked whole before anything is written.
+    let mut total = 0;
     for (name, value) in pairs {
-        // A pair must fit one record: a name or value near 64 KiB is refused.
         let size = len_size(name.len()) + len_size(value.len()) + name.len() + value.len();
-        if size > MAX_CONTENT {
+        // A pair must fit one record: php-fpm reads each record's pairs on their own.
+        if size > MAX_PARAMS_RECORD {
             return Err(Error::ParamTooLong);
         }
-        if encoded.len() + size > cap {
+        total += size;
+        if total > cap {
             return Err(Error::ParamsTooLarge);
         }
-        push_len(&mut encoded, name.len());
-        push_len(&mut encoded, value.len());
-        encoded.extend_from_slice(name);
-        encoded.extend_from_slice(value);
     }
-    // Records end on pair boundaries only where they must not: FastCGI allows a pair to
-    // span records, so plain slicing is correct.
-    for piece in encoded.chunks(MAX_CONTENT) {
-        header(out, PARAMS, piece.len());
-        out.extend_from_slice(piece);
-        padding(out, piece.len());
+    // Whole pairs per record, each record within MAX_PARAMS_RECORD.
+    let mut record = Vec::with_capacity(total.min(MAX_PARAMS_RECORD));
+    for (name, value) in pairs {
+        let size = len_size(name.len()) + len_size(value.len()) + name.len() + value.len();
+        if record.len() + size > MAX_PARAMS_RECORD {
+            header(out, PARAMS, record.len());
+            out.extend_from_slice(&record);
+            padding(out, record.len());
+            record.clear();
+        }
+        push_len(&mut record, name.len());
+        push_len(&mut record, value.len());
+        record.extend_from_slice(name);
+        record.extend_from_slice(value);
+    }
+    if !record.is_empty() {
+        header(out, PARAMS, record.len());
+        out.extend_from_slice(&record);
+        padding(out, record.len());
     }
     header(out, PARAMS, 0);
     Ok(())
@@ -249,8 +263,26 @@ mod tests {
         let tail = &out[out.len() - 8..];
         assert_eq!(tail, &[1, PARAMS, 0, 1, 0, 0, 0, 0]);
         assert_eq!(out.len() % 8, 0);
+        // Pairs never straddle records, and no record passes 65,535 bytes with padding.
+        let big = vec![b'b'; 40_000];
+        let mut out = Vec::new();
+        params(
+            &mut out,
+            &[(b"A", &big), (b"B", &big), (b"C", b"c")],
+            1 << 20,
+        )
+        .unwrap();
+        let first = u16::from_be_bytes([out[4], out[5]]) as usize;
+        assert_eq!(first, 1 + 4 + 1 + 40_000);
+        let mut at = 0;
+        while at < out.len() {
+            let len = u16::from_be_bytes([out[at + 4], out[at + 5]]) as usize;
+            let pad = out[at + 6] as usize;
+            assert!(len + pad <= 65_535);
+            at += 8 + len + pad;
+        }
         // A value a record cannot carry, and an aggregate over the cap.
-        let huge = vec![b'x'; MAX_CONTENT];
+        let huge = vec![b'x'; MAX_PARAMS_RECORD];
         assert_eq!(
             params(&mut Vec::new(), &[(b"H", &huge)], 1 << 20),
             Err(Error::ParamTooLong)

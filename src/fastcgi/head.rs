@@ -78,7 +78,7 @@ pub fn parse(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
             let code = std::str::from_utf8(code)
                 .ok()
                 .and_then(|c| c.parse::<u16>().ok())
-                .filter(|c| (200..=599).contains(c) || *c == 100)
+                .filter(|c| (200..=599).contains(c))
                 .ok_or(HeadError::BadStatus)?;
             status = Some(StatusCode::from_u16(code).map_err(|_| HeadError::BadStatus)?);
             continue;

@@ -52,7 +52,7 @@ pub struct FastCgi {
 
 impl FastCgi {
     pub fn new(name: String, cfg: FastCgiConfig) -> FastCgi {
-        let pool = Arc::new(Pool::new(&cfg));
+        let pool = Pool::new(&cfg);
         FastCgi { name, cfg, pool }
     }
 }
@@ -76,7 +76,8 @@ enum Target {
         filename: PathBuf,
     },
     Static(PathBuf),
-    Redirect(String),
+    /// A folder asked for without its slash.
+    Redirect,
     NotFound,
 }
 
@@ -101,18 +102,11 @@ pub async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) -> Respon
                 Err(_) => crate::files::not_found(),
             };
         }
-        Target::Redirect(to) => {
-            let to = match req.uri().query() {
-                Some(q) => format!("{to}?{q}"),
-                None => to,
-            };
-            let mut r = Response::new(Body::Empty);
-            *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
-            if let Ok(v) = HeaderValue::from_str(&to) {
-                r.headers_mut().insert(header::LOCATION, v);
-            }
-            r.headers_mut().insert(header::DATE, date());
-            return r;
+        Target::Redirect => {
+            let received = facts
+                .received
+                .map_or(req.uri().path(), |r| r.split('?').next().unwrap_or(r));
+            return crate::files::slash_redirect(received, req.uri().query());
         }
         Target::NotFound => return crate::files::not_found(),
     };
@@ -205,12 +199,35 @@ async fn exchange(
             pool: &f.pool,
             id: f.pool.sent(),
         };
-        if let Err(e) = conn.write_all(wire).await {
-            if reused && !fresh_only {
-                fresh_only = true;
-                continue;
+        let deadline = tokio::time::Instant::now() + f.cfg.timeout;
+        let stall = tokio::time::Instant::now() + pool::STALL;
+        let mut shed = false;
+        // The write too may wait for a worker (a large body into a connection the
+        // application has not accepted yet): the same stall rule and deadline apply.
+        let written = {
+            let write = conn.write_all(wire);
+            tokio::pin!(write);
+            loop {
+                tokio::select! {
+                    r = &mut write => break Some(r),
+                    _ = tokio::time::sleep_until(stall), if !shed => {
+                        shed = true;
+                        f.pool.shed_idle();
+                    }
+                    _ = tokio::time::sleep_until(deadline) => break None,
+                }
             }
-            return Err(broken(f, &format!("writing the request: {e}")));
+        };
+        match written {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                if reused && !fresh_only {
+                    fresh_only = true;
+                    continue;
+                }
+                return Err(broken(f, &format!("writing the request: {e}")));
+            }
+            None => return Err(timed_out(f)),
         }
         let mut state = Reader {
             conn: Some(conn),
@@ -224,9 +241,6 @@ async fn exchange(
         };
         // The head: STDOUT until its empty line, within `timeout`.
         let mut head_bytes = BytesMut::new();
-        let deadline = tokio::time::Instant::now() + f.cfg.timeout;
-        let stall = tokio::time::Instant::now() + pool::STALL;
-        let mut shed = false;
         let parsed = loop {
             if !shed && head_bytes.is_empty() {
                 // No first byte yet: if none comes soon, the workers may all sit on idle
@@ -243,17 +257,7 @@ async fn exchange(
                 Ok(n) => n,
                 Err(_) => {
                     state.poison();
-                    crate::stats::bump(&crate::stats::COUNTERS.gateway_timeout);
-                    tracing::warn!(
-                        "sluice: fastcgi {}: {} sent no response head within {:?}; answered 504",
-                        f.name,
-                        f.cfg.text,
-                        f.cfg.timeout
-                    );
-                    return Err(local_response(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "Gateway timeout\n",
-                    ));
+                    return Err(timed_out(f));
                 }
             };
             // Something came back (or the connection closed): no longer waiting.
@@ -316,6 +320,17 @@ async fn exchange(
         *resp.body_mut() = Body::stream(body);
         return Ok(resp);
     }
+}
+
+fn timed_out(f: &FastCgi) -> Response<Body> {
+    crate::stats::bump(&crate::stats::COUNTERS.gateway_timeout);
+    tracing::warn!(
+        "sluice: fastcgi {}: {} sent no response head within {:?}; answered 504",
+        f.name,
+        f.cfg.text,
+        f.cfg.timeout
+    );
+    local_response(StatusCode::GATEWAY_TIMEOUT, "Gateway timeout\n")
 }
 
 fn broken(f: &FastCgi, why: &str) -> Response<Body> {
@@ -542,18 +557,19 @@ fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
     let Some(rel) = crate::files::decode(path) else {
         return Target::NotFound;
     };
-    let is_script = |name: &str| {
+    // On the name's bytes, ASCII case ignored: `INDEX.PHP` on a case-insensitive file
+    // system, or a name that is not UTF-8, is still a script, never a static file.
+    let is_script = |name: &std::ffi::OsStr| {
+        use std::os::unix::ffi::OsStrExt;
+        let b = name.as_bytes();
         cfg.suffix
             .iter()
-            .any(|s| name.ends_with(s.as_str()) && name.len() > s.len())
+            .any(|s| b.len() > s.len() && b[b.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes()))
     };
     // The first segment that names a script splits SCRIPT_NAME from PATH_INFO.
     let segments: Vec<&std::ffi::OsStr> = rel.iter().collect();
     let raw_segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    if let Some(i) = segments
-        .iter()
-        .position(|s| s.to_str().is_some_and(is_script))
-    {
+    if let Some(i) = segments.iter().position(|s| is_script(s)) {
         let script_rel: PathBuf = segments[..=i].iter().collect();
         let script_name = format!(
             "/{}",
@@ -598,7 +614,7 @@ fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
     };
     if meta.is_dir() {
         if !path.ends_with('/') {
-            return Target::Redirect(format!("{path}/"));
+            return Target::Redirect;
         }
         for name in &cfg.index {
             let rel_index = rel.join(name);
@@ -619,9 +635,10 @@ fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
         return fallback(cfg);
     }
     if meta.is_file() {
-        let name = real.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if is_script(name) {
-            // A script reached by another name (a symlink): never its source.
+        // A script reached by another name (a symlink), or asked for under another
+        // spelling: never its source.
+        let asked = rel.file_name().unwrap_or_default();
+        if real.file_name().is_some_and(is_script) || is_script(asked) {
             return Target::NotFound;
         }
         return Target::Static(real);

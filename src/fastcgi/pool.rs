@@ -62,9 +62,13 @@ pub enum AcquireError {
     Dial(String),
 }
 
+/// Every live pool, so a stalled request can free workers held by another route's
+/// pool to the same application.
+static POOLS: Mutex<Vec<std::sync::Weak<Pool>>> = Mutex::new(Vec::new());
+
 impl Pool {
-    pub fn new(cfg: &FastCgiConfig) -> Pool {
-        Pool {
+    pub fn new(cfg: &FastCgiConfig) -> Arc<Pool> {
+        let pool = Arc::new(Pool {
             target: cfg.target.clone(),
             waiting: Mutex::new(Vec::new()),
             next_ticket: std::sync::atomic::AtomicU64::new(0),
@@ -73,7 +77,11 @@ impl Pool {
             released: tokio::sync::Notify::new(),
             connect_timeout: cfg.connect_timeout,
             keepalive_timeout: cfg.keepalive_timeout,
-        }
+        });
+        let mut all = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(&pool));
+        pool
     }
 
     /// An idle connection (unless `fresh`), else a new one, within the deadline.
@@ -101,8 +109,14 @@ impl Pool {
                     Ok(p) => break p,
                     Err(_) => return Err(AcquireError::Busy),
                 },
-                // Idle connections hold their places: one coming back is one to take.
-                _ = released, if !fresh => continue,
+                // Idle connections hold their places: one coming back is one to take (or,
+                // for a fresh connection, one to close for its place).
+                _ = released => {
+                    if fresh {
+                        self.expire(Duration::ZERO);
+                    }
+                    continue;
+                }
                 _ = tokio::time::sleep_until(deadline) => return Err(AcquireError::Busy),
             }
         };
@@ -183,11 +197,25 @@ impl Pool {
     /// A request waited [`STALL`] for its first byte: the idle connections, and the
     /// application workers they hold, are let go.
     pub fn shed_idle(&self) {
-        let shed = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
-        if !shed.is_empty() {
+        // Every pool to the same application: routes have pools of their own, and one
+        // route's idle connections may hold the workers another route waits for.
+        let pools: Vec<Arc<Pool>> = POOLS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|w| w.upgrade())
+            .filter(|p| p.target == self.target)
+            .collect();
+        let mut closed = 0;
+        for p in pools {
+            let shed = std::mem::take(&mut *p.idle.lock().unwrap_or_else(|e| e.into_inner()));
+            closed += shed.len();
+            drop(shed);
+            p.released.notify_one();
+        }
+        if closed > 0 {
             tracing::debug!(
-                "sluice: fastcgi: a request waits for a worker; closing {} idle connections",
-                shed.len()
+                "sluice: fastcgi: a request waits for a worker; closed {closed} idle connections"
             );
         }
     }

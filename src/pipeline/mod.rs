@@ -123,8 +123,9 @@ async fn run(
         .compress
         .then(|| req.headers().get(header::ACCEPT_ENCODING).cloned());
     let is_head = req.method() == http::Method::HEAD;
-    // FastCGI's REQUEST_URI is the target as received, before `strip`/`rewrite`.
-    let received = matches!(route.handler, Handler::FastCgi(_))
+    // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
+    // target as received, before `strip`/`rewrite`.
+    let received = matches!(route.handler, Handler::FastCgi(_) | Handler::Files(_))
         .then(|| req.uri().path_and_query().cloned())
         .flatten();
     let mut ran = 0;
@@ -286,6 +287,7 @@ async fn call_handler(
                 f,
                 req.method(),
                 cx.path(&req),
+                received.as_ref().map_or(req.uri().path(), |p| p.path()),
                 req.uri().query(),
                 req.headers(),
             ))
