@@ -121,10 +121,12 @@ pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> 
             source,
             admin_addr,
         };
+        // Signals first: once a listener is announced, a SIGHUP must reload, not kill
+        // (the default action) a process still setting up.
+        let mut signals = Signals::new();
         tracing::info!("sluice: loaded revision 1: {}", config.summary());
         server.start(bound);
         tokio::spawn(watch_certificates(server.live.clone()));
-        let mut signals = Signals::new();
         loop {
             tokio::select! {
                 s = signals.next() => match s {
