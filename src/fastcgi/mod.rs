@@ -265,6 +265,11 @@ async fn exchange(
             match next {
                 Ok(Some(Record::Stdout(b))) => {
                     head_bytes.extend_from_slice(&b);
+                    // The head ends at a newline: parse again only when one arrives (or
+                    // the head outgrew its cap), not once per record.
+                    if !b.contains(&b'\n') && head_bytes.len() <= head::MAX_HEAD {
+                        continue;
+                    }
                     match head::parse(&head_bytes) {
                         Ok(Some(h)) => break h,
                         Ok(None) => continue,
