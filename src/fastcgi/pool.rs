@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
-use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{FastCgiConfig, Target};
+use crate::upstream::conn::Io;
 
 /// How long a request may wait for its first byte before kept connections are let go.
 pub const STALL: Duration = Duration::from_millis(50);
@@ -40,11 +40,6 @@ pub struct Pool {
     released: tokio::sync::Notify,
     connect_timeout: Duration,
     keepalive_timeout: Duration,
-}
-
-enum Io {
-    Tcp(TcpStream),
-    Unix(UnixStream),
 }
 
 /// A connection and its place under `max_conns`.
@@ -120,30 +115,17 @@ impl Pool {
                 _ = tokio::time::sleep_until(deadline) => return Err(AcquireError::Busy),
             }
         };
-        let io = tokio::time::timeout_at(deadline, self.dial())
+        // The proxy's dialer: every address a name resolves to, nodelay, local
+        // exhaustion told apart; within what is left of the deadline.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let (io, _) = crate::upstream::dial::connect(&self.target, left)
             .await
-            .map_err(|_| {
-                AcquireError::Dial(format!(
-                    "connect timed out after {:?}",
-                    self.connect_timeout
-                ))
-            })?
-            .map_err(|e| AcquireError::Dial(e.to_string()))?;
+            .map_err(|e| AcquireError::Dial(e.to_string()))?
+            .into_parts();
         Ok(Conn {
             io,
             _place: place,
             reused: false,
-        })
-    }
-
-    async fn dial(&self) -> io::Result<Io> {
-        Ok(match &self.target {
-            Target::Tcp { host, port } => {
-                let s = TcpStream::connect((host.as_str(), *port)).await?;
-                let _ = s.set_nodelay(true);
-                Io::Tcp(s)
-            }
-            Target::Unix(path) => Io::Unix(UnixStream::connect(path).await?),
         })
     }
 
@@ -255,27 +237,22 @@ impl Conn {
         let mut cx = Context::from_waker(Waker::noop());
         let mut probe = [0u8; 1];
         let mut rb = ReadBuf::new(&mut probe);
-        let r = match &mut self.io {
-            Io::Tcp(s) => std::pin::Pin::new(s).poll_read(&mut cx, &mut rb),
-            Io::Unix(s) => std::pin::Pin::new(s).poll_read(&mut cx, &mut rb),
-        };
+        let r = std::pin::Pin::new(&mut self.io).poll_read(&mut cx, &mut rb);
         matches!(r, Poll::Pending)
     }
 
     /// Ready when the socket has bytes (or closed).
     pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let r = match &self.io {
-            Io::Tcp(s) => s.poll_read_ready(cx),
-            Io::Unix(s) => s.poll_read_ready(cx),
-        };
-        r.map(|_| ())
+        match &self.io {
+            Io::Tcp(s) => s.poll_read_ready(cx).map(|_| ()),
+            Io::Unix(s) => s.poll_read_ready(cx).map(|_| ()),
+            // The dialer makes no TLS connection for FastCGI.
+            Io::Tls(_) => Poll::Ready(()),
+        }
     }
 
     pub async fn write_all(&mut self, b: &[u8]) -> io::Result<()> {
-        match &mut self.io {
-            Io::Tcp(s) => s.write_all(b).await,
-            Io::Unix(s) => s.write_all(b).await,
-        }
+        self.io.write_all(b).await
     }
 
     pub fn poll_read_buf(
@@ -286,11 +263,7 @@ impl Conn {
         buf.reserve(16 * 1024);
         let mut chunk = [0u8; 16 * 1024];
         let mut rb = ReadBuf::new(&mut chunk);
-        let r = match &mut self.io {
-            Io::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, &mut rb),
-            Io::Unix(s) => std::pin::Pin::new(s).poll_read(cx, &mut rb),
-        };
-        match r {
+        match std::pin::Pin::new(&mut self.io).poll_read(cx, &mut rb) {
             Poll::Ready(Ok(())) => {
                 buf.extend_from_slice(rb.filled());
                 Poll::Ready(Ok(rb.filled().len()))
