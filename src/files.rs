@@ -366,7 +366,13 @@ async fn listing(dir: &Path, path: &str, head: bool) -> Response<Body> {
         }
     }
     names.sort();
-    let title = html_escape(&percent_decode_lossy(path));
+    // The folder's path as the file system has it (decoded as `serve` decoded it).
+    let shown = match decode(path) {
+        Some(p) if p.as_os_str().is_empty() => "/".to_string(),
+        Some(p) => format!("/{}/", p.display()),
+        None => path.to_string(),
+    };
+    let title = html_escape(&shown);
     let mut html = format!(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Index of {title}</title></head>\n<body><h1>Index of {title}</h1>\n<ul>\n"
     );
@@ -423,28 +429,6 @@ fn percent_encode(name: &str) -> String {
         }
     }
     out
-}
-
-fn percent_decode_lossy(path: &str) -> String {
-    let b = path.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            if let Some(v) = b
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-            {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
