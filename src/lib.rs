@@ -22,6 +22,7 @@ pub(crate) mod proxy;
 pub(crate) mod reply;
 pub(crate) mod route;
 pub(crate) mod runtime;
+pub mod safety;
 pub mod server;
 pub(crate) mod stats;
 pub(crate) mod tunnel;
