@@ -86,6 +86,25 @@ impl Reason {
         }
     }
 
+    /// What the address is, for messages: "`10.0.0.5:80` is a private address".
+    pub fn what(self) -> &'static str {
+        match self {
+            Reason::Unspecified => "an unspecified address",
+            Reason::Loopback => "a loopback address",
+            Reason::LinkLocal => "a link-local address",
+            Reason::Multicast => "a multicast address",
+            Reason::Broadcast => "the broadcast address",
+            Reason::Reserved => "a reserved address",
+            Reason::Documentation => "a documentation address",
+            Reason::Metadata => "a cloud metadata address",
+            Reason::Private => "a private address",
+            Reason::Cgnat => "a shared (CGNAT) address",
+            Reason::Mapped => "an IPv4-mapped IPv6 address",
+            Reason::Listener => "one of sluice's own listeners",
+            Reason::Blocked => "a blocked address",
+        }
+    }
+
     /// What an operator can do about it, for the log line and `sluice check`.
     pub fn hint(self) -> &'static str {
         match self {
@@ -112,9 +131,9 @@ impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "destination {} refused ({}): {}",
+            "refused to connect to {}, {} (safety strict); {}",
             self.addr,
-            self.reason.as_str(),
+            self.reason.what(),
             self.reason.hint()
         )
     }

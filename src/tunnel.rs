@@ -101,7 +101,7 @@ pub async fn relay_l4(
     drain: Duration,
 ) {
     use crate::upstream::dial::{self, DialError};
-    use crate::upstream::{FailureKind, Note, Pick, Tried};
+    use crate::upstream::{Note, Pick, Tried};
     let mut tried = Tried::default();
     let mut note = Note::default();
     let (conn, lease) = loop {
@@ -119,7 +119,7 @@ pub async fn relay_l4(
         let peer = &pool.peers()[i];
         peer.selections.fetch_add(1, Ordering::Relaxed);
         let lease = Lease::new(pool.clone(), i, None);
-        match dial::connect(&peer.addr.target, pool.cfg.connect_timeout).await {
+        match dial::connect(&peer.addr.target, &pool.dest, pool.cfg.connect_timeout).await {
             Ok(c) => {
                 peer.passive.record_success();
                 break (c, lease);
@@ -132,7 +132,7 @@ pub async fn relay_l4(
                 );
                 return;
             }
-            Err(e) => pool.peer_failed(i, FailureKind::Connect, &e),
+            Err(e) => pool.peer_failed(i, e.kind(), &e),
         }
     };
     conn.keepalive();

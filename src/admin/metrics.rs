@@ -116,6 +116,7 @@ pub fn render(gen: &Generation) -> String {
                 FailureKind::Connect,
                 FailureKind::Broken,
                 FailureKind::Invalid,
+                FailureKind::Unsafe,
             ] {
                 let n = get(&peer.failures_by_kind[kind as usize]);
                 let _ = writeln!(

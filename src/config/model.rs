@@ -43,6 +43,27 @@ impl Config {
         })
     }
 
+    /// The destination policy of a strict pool: the global lists, and every address
+    /// sluice itself listens on (dialing one would loop).
+    pub fn safety_policy(&self) -> crate::safety::Policy {
+        crate::safety::Policy {
+            allow_private: self.global.safety.allow_private.clone(),
+            block: self.global.safety.block.clone(),
+            listeners: self
+                .listeners
+                .iter()
+                .chain(self.tcp.iter().map(|t| &t.listen))
+                .map(|l| l.addr)
+                .chain(self.global.admin)
+                .collect(),
+        }
+    }
+
+    /// Whether `pool` checks its destinations: its own `safety`, else the global default.
+    pub fn is_strict(&self, pool: &ProxyConfig) -> bool {
+        pool.safety.unwrap_or(self.global.safety.strict)
+    }
+
     /// One line for `sluice check` and the start-up log.
     pub fn summary(&self) -> String {
         let plural = |n: usize, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
@@ -76,6 +97,20 @@ pub struct Global {
     pub max_tunnels: u64,
     /// How long a tunnel of a pool a reload removed may stay open.
     pub tunnel_drain: Duration,
+    /// `resolver ADDR...`: the DNS servers names are resolved with; empty for the
+    /// system's (`/etc/resolv.conf`).
+    pub resolver: Vec<SocketAddr>,
+    /// `safety { ... }`: the default and the lists every strict pool shares.
+    pub safety: SafetyGlobal,
+}
+
+/// `global { safety { default strict|off; allow_private CIDR...; block CIDR... } }`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SafetyGlobal {
+    /// Pools without their own `safety` are strict.
+    pub strict: bool,
+    pub allow_private: Vec<IpNet>,
+    pub block: Vec<IpNet>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +139,8 @@ impl Default for Global {
             tracing: false,
             max_tunnels: 16_384,
             tunnel_drain: Duration::from_secs(3600),
+            resolver: Vec::new(),
+            safety: SafetyGlobal::default(),
         }
     }
 }
@@ -296,6 +333,8 @@ pub struct ProxyConfig {
     pub keepalive: Keepalive,
     /// For `https://` backends.
     pub tls: BackendTls,
+    /// `safety strict|off`; `None` follows `global { safety { default ... } }`.
+    pub safety: Option<bool>,
 }
 
 impl ProxyConfig {
@@ -343,6 +382,7 @@ impl ProxyConfig {
                 idle_timeout: Duration::from_secs(4),
             },
             tls: BackendTls::default(),
+            safety: None,
         }
     }
 }
@@ -353,6 +393,8 @@ pub struct BackendAddr {
     pub text: String,
     pub target: Target,
     pub scheme: BackendScheme,
+    /// Where the address is written, for load-time refusals.
+    pub span: Span,
 }
 
 /// How sluice speaks to a backend: the scheme of its address. One pool speaks one.

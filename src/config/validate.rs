@@ -74,7 +74,41 @@ pub fn check(config: &Config, listeners_declared: bool) -> (Vec<Diagnostic>, Vec
             }
         }
     }
+    unsafe_literals(config, &mut errors);
     (errors, warnings)
+}
+
+/// A strict pool's literal addresses are judged at load: one it would refuse at every
+/// dial is an error where it is written. Names are judged at each dial.
+fn unsafe_literals(config: &Config, errors: &mut Vec<Diagnostic>) {
+    let policy = config.safety_policy();
+    let pools = config
+        .pools()
+        .map(|(_, p)| p)
+        .chain(config.tcp.iter().map(|t| &t.proxy));
+    for p in pools.filter(|p| config.is_strict(p)) {
+        for b in p.backends.iter().chain(&p.backups) {
+            let Target::Tcp { host, port } = &b.target else {
+                continue;
+            };
+            let Some(ip) = crate::safety::parse_ip(host) else {
+                continue;
+            };
+            if let Some(reason) = policy.judge(std::net::SocketAddr::new(ip, *port)) {
+                errors.push(
+                    Diagnostic::error(
+                        b.span,
+                        format!(
+                            "`{}` ({ip}) is {}: a strict pool never dials it",
+                            b.text,
+                            reason.what()
+                        ),
+                    )
+                    .with_hint(reason.hint()),
+                );
+            }
+        }
+    }
 }
 
 /// A route after one with the same pattern and no matchers can never match.

@@ -51,8 +51,8 @@ pub struct FastCgi {
 }
 
 impl FastCgi {
-    pub fn new(name: String, cfg: FastCgiConfig) -> FastCgi {
-        let pool = Pool::new(&cfg);
+    pub fn new(name: String, cfg: FastCgiConfig, dns: Arc<crate::safety::Dns>) -> FastCgi {
+        let pool = Pool::new(&cfg, dns);
         FastCgi { name, cfg, pool }
     }
 }

@@ -31,6 +31,8 @@ pub const STALL: Duration = Duration::from_millis(50);
 
 pub struct Pool {
     target: Target,
+    /// The generation's resolver; FastCGI addresses are the operator's, so no policy.
+    dest: crate::upstream::dial::Dest,
     /// When each request still waiting for its first byte started waiting (by ticket).
     waiting: Mutex<Vec<(u64, Instant)>>,
     next_ticket: std::sync::atomic::AtomicU64,
@@ -62,9 +64,10 @@ pub enum AcquireError {
 static POOLS: Mutex<Vec<std::sync::Weak<Pool>>> = Mutex::new(Vec::new());
 
 impl Pool {
-    pub fn new(cfg: &FastCgiConfig) -> Arc<Pool> {
+    pub fn new(cfg: &FastCgiConfig, dns: Arc<crate::safety::Dns>) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             target: cfg.target.clone(),
+            dest: crate::upstream::dial::Dest { dns, policy: None },
             waiting: Mutex::new(Vec::new()),
             next_ticket: std::sync::atomic::AtomicU64::new(0),
             places: Arc::new(Semaphore::new(cfg.max_conns)),
@@ -118,7 +121,7 @@ impl Pool {
         // The proxy's dialer: every address a name resolves to, nodelay, local
         // exhaustion told apart; within what is left of the deadline.
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let (io, _) = crate::upstream::dial::connect(&self.target, left)
+        let (io, _) = crate::upstream::dial::connect(&self.target, &self.dest, left)
             .await
             .map_err(|e| AcquireError::Dial(e.to_string()))?
             .into_parts();

@@ -151,10 +151,7 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
             }
             Attempt::Refused(resp) => return resp,
             Attempt::Unreachable(e) => {
-                let kind = match e {
-                    DialError::Resolve(_) => FailureKind::Dns,
-                    _ => FailureKind::Connect,
-                };
+                let kind = e.kind();
                 // A dial another request made and counted already is not counted again.
                 if !matches!(e, DialError::Shared) {
                     pool.peer_failed(i, kind, &e);
@@ -333,6 +330,7 @@ async fn upgrade(
         &peer.addr.target,
         pool.state.scheme,
         pool.state.tls.as_deref(),
+        &pool.dest,
         cfg.connect_timeout,
         true,
         &peer.addr.text,
@@ -349,7 +347,7 @@ async fn upgrade(
         }
         Err(DialError::Local(e)) => return out_of_capacity(pool, i, e),
         Err(e) => {
-            pool.peer_failed(i, FailureKind::Connect, &e);
+            pool.peer_failed(i, e.kind(), &e);
             bump(&COUNTERS.bad_gateway);
             return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
         }
@@ -548,6 +546,7 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
                     &peer.addr.target,
                     pool.state.scheme,
                     pool.state.tls.as_deref(),
+                    &pool.dest,
                     cfg.connect_timeout,
                     false,
                     &peer.addr.text,

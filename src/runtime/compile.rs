@@ -16,6 +16,8 @@ use crate::filter::rewrite::Rewrite;
 use crate::filter::strip::Strip;
 use crate::filter::Filter;
 use crate::route::{Handler, Matcher, Route, Site, Sites};
+use crate::safety::{Dns, Policy};
+use crate::upstream::dial::Dest;
 use crate::upstream::{Pool, PoolId, PoolState};
 
 impl Generation {
@@ -31,12 +33,24 @@ impl Generation {
             || Arc::new(Semaphore::new(config.global.probe_concurrency)),
             |g| g.probe_slots.clone(),
         );
+        // The resolver (and its cache) lives as long as its servers stay the same.
+        let dns = previous
+            .map(|g| &g.dns)
+            .filter(|d| d.servers() == config.global.resolver.as_slice())
+            .cloned()
+            .unwrap_or_else(|| Arc::new(Dns::new(&config.global.resolver)));
+        let shared = Shared {
+            probe_slots: &probe_slots,
+            dns: &dns,
+            policy: Arc::new(config.safety_policy()),
+            config,
+        };
         let mut sites = Sites::new();
         for s in &config.sites {
             let routes = s
                 .routes
                 .iter()
-                .map(|r| route(r, &carried, &probe_slots))
+                .map(|r| route(r, &carried, &shared))
                 .collect();
             sites.add(
                 &s.hosts,
@@ -54,7 +68,7 @@ impl Generation {
                 let state = carried.get(&id).map(|s| Arc::clone(s));
                 TcpRoute {
                     addr: t.listen.addr,
-                    pool: Pool::build(id, t.proxy.clone(), state, &probe_slots),
+                    pool: Pool::build(id, t.proxy.clone(), state, &probe_slots, shared.dest(&t.proxy)),
                     idle_timeout: t.idle_timeout,
                 }
             })
@@ -73,15 +87,31 @@ impl Generation {
             max_tunnels: config.global.max_tunnels,
             tunnel_drain: config.global.tunnel_drain,
             probe_slots,
+            dns,
         }
     }
 }
 
-fn route(
-    r: &config::Route,
-    carried: &HashMap<&PoolId, &Arc<PoolState>>,
-    probe_slots: &Arc<Semaphore>,
-) -> Route {
+/// What every pool of one generation is built with.
+struct Shared<'a> {
+    probe_slots: &'a Arc<Semaphore>,
+    dns: &'a Arc<Dns>,
+    /// The destination policy strict pools share.
+    policy: Arc<Policy>,
+    config: &'a Config,
+}
+
+impl Shared<'_> {
+    /// The resolver, and the policy when `p` is strict.
+    fn dest(&self, p: &config::ProxyConfig) -> Dest {
+        Dest {
+            dns: self.dns.clone(),
+            policy: self.config.is_strict(p).then(|| self.policy.clone()),
+        }
+    }
+}
+
+fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared: &Shared) -> Route {
     let mut filters: Vec<Box<dyn Filter>> = r
         .filters
         .iter()
@@ -110,7 +140,13 @@ fn route(
             }
             let id = PoolId::new(r.name.clone(), p);
             let state = carried.get(&id).map(|s| Arc::clone(s));
-            Handler::Proxy(Pool::build(id, (**p).clone(), state, probe_slots))
+            Handler::Proxy(Pool::build(
+                id,
+                (**p).clone(),
+                state,
+                shared.probe_slots,
+                shared.dest(p),
+            ))
         }
         Some(config::Handler::Respond { status, body }) => Handler::Respond {
             status: *status,
@@ -122,7 +158,7 @@ fn route(
         },
         Some(config::Handler::Files(f)) => Handler::Files(Arc::new(f.clone())),
         Some(config::Handler::FastCgi(c)) => Handler::FastCgi(Arc::new(
-            crate::fastcgi::FastCgi::new(r.name.clone(), (**c).clone()),
+            crate::fastcgi::FastCgi::new(r.name.clone(), (**c).clone(), shared.dns.clone()),
         )),
         None => Handler::None,
     };

@@ -35,6 +35,9 @@ pub struct Generation {
     pub probe_slots: Arc<tokio::sync::Semaphore>,
     /// The certificates and TLS settings of the `tls` listeners, when there are any.
     pub tls: Option<certs::Tls>,
+    /// The resolver every dial of this generation uses, carried while `resolver` is
+    /// unchanged.
+    pub dns: Arc<crate::safety::Dns>,
 }
 
 impl Generation {

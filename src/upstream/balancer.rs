@@ -373,6 +373,7 @@ mod tests {
                             port: 1000 + i as u16,
                         },
                         scheme: crate::config::BackendScheme::Http,
+                        span: Default::default(),
                     },
                     w,
                 )

@@ -1,19 +1,29 @@
-//! Opening backend connections: resolve the name (at every dial, never cached here)
-//! and connect within `connect_timeout` — which covers the TLS and HTTP/2 handshakes
-//! too, for the schemes that have them.
+//! Opening backend connections: resolve the name (through the generation's [`Dns`],
+//! whose cache follows the answers' TTLs), judge every address of the answer against
+//! the pool's destination policy before dialing any, then connect within
+//! `connect_timeout` — which covers the TLS and HTTP/2 handshakes too, for the schemes
+//! that have them. The address dialed is the address judged: nothing resolves twice.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::net::{TcpStream, UnixStream};
-
-use std::sync::Arc;
 
 use super::conn::{BackendConn, Io};
 use super::h2::{self, Session};
 use super::tls::ClientTls;
 use crate::config::{BackendScheme, Target};
+use crate::safety::{self, Dns, Policy, Refusal};
+
+/// Where a pool's connections may go and how its names resolve: this generation's
+/// resolver, and the destination policy when the pool is strict.
+#[derive(Clone)]
+pub struct Dest {
+    pub dns: Arc<Dns>,
+    pub policy: Option<Arc<Policy>>,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum DialError {
@@ -21,8 +31,12 @@ pub enum DialError {
     Connect(io::Error),
     #[error("connect timed out after {0:?}")]
     Timeout(Duration),
-    #[error("cannot resolve {0}")]
+    /// The name gave no address (the resolver's words).
+    #[error("{0}")]
     Resolve(String),
+    /// The destination policy refused an address of the answer: nothing was dialed.
+    #[error("{0}")]
+    Unsafe(Refusal),
     /// Out of local ports or descriptors: not the backend's fault.
     #[error("local resources exhausted: {0}")]
     Local(io::Error),
@@ -45,6 +59,15 @@ pub enum Dialed {
 }
 
 impl DialError {
+    /// What kind of failure it counts as against the peer.
+    pub fn kind(&self) -> super::FailureKind {
+        match self {
+            DialError::Resolve(_) => super::FailureKind::Dns,
+            DialError::Unsafe(_) => super::FailureKind::Unsafe,
+            _ => super::FailureKind::Connect,
+        }
+    }
+
     fn from_io(e: io::Error) -> Self {
         const EADDRNOTAVAIL: i32 = 99;
         const EMFILE: i32 = 24;
@@ -56,8 +79,12 @@ impl DialError {
     }
 }
 
-pub async fn connect(target: &Target, connect_timeout: Duration) -> Result<BackendConn, DialError> {
-    match tokio::time::timeout(connect_timeout, connect_inner(target)).await {
+pub async fn connect(
+    target: &Target,
+    dest: &Dest,
+    connect_timeout: Duration,
+) -> Result<BackendConn, DialError> {
+    match tokio::time::timeout(connect_timeout, connect_inner(target, dest, connect_timeout)).await {
         Ok(r) => r,
         Err(_) => Err(DialError::Timeout(connect_timeout)),
     }
@@ -70,6 +97,7 @@ pub async fn connect_peer(
     target: &Target,
     scheme: BackendScheme,
     tls: Option<&ClientTls>,
+    dest: &Dest,
     connect_timeout: Duration,
     h1_only: bool,
     peer: &str,
@@ -77,14 +105,14 @@ pub async fn connect_peer(
     let dial = async {
         match (scheme, target, tls) {
             (BackendScheme::H2c, Target::Tcp { host, port }, _) => {
-                let s = tcp(host, *port).await?;
+                let s = tcp(host, *port, dest, connect_timeout).await?;
                 let session = h2::handshake(s, connect_timeout, peer.to_string())
                     .await
                     .map_err(DialError::H2)?;
                 Ok(Dialed::H2(session))
             }
             (BackendScheme::Https, Target::Tcp { host, port }, Some(tls)) => {
-                let s = tcp(host, *port).await?;
+                let s = tcp(host, *port, dest, connect_timeout).await?;
                 let s = tls
                     .handshake(s, target, h1_only)
                     .await
@@ -97,7 +125,9 @@ pub async fn connect_peer(
                 }
                 Ok(Dialed::H1(BackendConn::new(Io::Tls(Box::new(s)))))
             }
-            _ => connect_inner(target).await.map(Dialed::H1),
+            _ => connect_inner(target, dest, connect_timeout)
+                .await
+                .map(Dialed::H1),
         }
     };
     match tokio::time::timeout(connect_timeout, dial).await {
@@ -106,31 +136,72 @@ pub async fn connect_peer(
     }
 }
 
-/// A TCP connection to `host:port`, trying each address the name resolves to.
-async fn tcp(host: &str, port: u16) -> Result<TcpStream, DialError> {
-    let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => tokio::net::lookup_host((host, port))
-            .await
-            .map_err(|e| DialError::Resolve(format!("{host}: {e}")))?
-            .collect(),
+/// A TCP connection to `host:port`: a literal as it is, a name through `dest`'s
+/// resolver. A strict pool judges the whole answer first; one unsafe address fails the
+/// attempt with nothing dialed. The addresses are tried in turn from a rotating start,
+/// each with its share of what is left of `budget`, the next after a failure.
+async fn tcp(host: &str, port: u16, dest: &Dest, budget: Duration) -> Result<TcpStream, DialError> {
+    let start = Instant::now();
+    let literal;
+    let resolved;
+    let parsed = safety::parse_ip(host);
+    let is_literal = parsed.is_some();
+    let ips: &[IpAddr] = match parsed {
+        Some(ip) => {
+            literal = [ip];
+            &literal
+        }
+        None => {
+            resolved = dest
+                .dns
+                .lookup(host, budget)
+                .await
+                .map_err(|e| DialError::Resolve(e.to_string()))?;
+            &resolved
+        }
     };
-    let mut last = DialError::Resolve(format!("{host}: no addresses"));
-    for addr in addrs {
-        match TcpStream::connect(addr).await {
-            Ok(s) => {
+    if let Some(policy) = &dest.policy {
+        for &ip in ips {
+            policy
+                .check(SocketAddr::new(ip, port))
+                .map_err(DialError::Unsafe)?;
+        }
+    }
+    let n = ips.len();
+    let first = if n > 1 { dest.dns.first_of(n) } else { 0 };
+    let mut last = DialError::Resolve(format!("cannot resolve {host}: no addresses"));
+    for k in 0..n {
+        let addr = SocketAddr::new(ips[(first + k) % n], port);
+        let share = budget.saturating_sub(start.elapsed()) / (n - k) as u32;
+        let e = match tokio::time::timeout(share, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
                 return Ok(s);
             }
-            Err(e) => last = DialError::from_io(e),
-        }
+            Ok(Err(e)) => DialError::from_io(e),
+            Err(_) => DialError::Timeout(share),
+        };
+        // A name's error says which of its addresses failed.
+        last = match e {
+            DialError::Local(e) => return Err(DialError::Local(e)),
+            DialError::Connect(e) if !is_literal => {
+                DialError::Connect(io::Error::new(e.kind(), format!("{addr}: {e}")))
+            }
+            e => e,
+        };
     }
     Err(last)
 }
 
-async fn connect_inner(target: &Target) -> Result<BackendConn, DialError> {
+async fn connect_inner(
+    target: &Target,
+    dest: &Dest,
+    budget: Duration,
+) -> Result<BackendConn, DialError> {
     match target {
-        Target::Tcp { host, port } => Ok(BackendConn::new(Io::Tcp(tcp(host, *port).await?))),
+        Target::Tcp { host, port } => Ok(BackendConn::new(Io::Tcp(
+            tcp(host, *port, dest, budget).await?,
+        ))),
         Target::Unix(path) => {
             let s = UnixStream::connect(path)
                 .await

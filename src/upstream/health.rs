@@ -196,6 +196,7 @@ async fn probe_inner(state: &PoolState, peer: &Peer, h: &Health) -> Result<(), S
         &peer.addr.target,
         state.scheme,
         state.tls.as_deref(),
+        &state.dest(),
         h.timeout + Duration::from_secs(1),
         true,
         &peer.addr.text,

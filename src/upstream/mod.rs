@@ -80,10 +80,12 @@ pub enum FailureKind {
     Broken = 2,
     /// The response broke HTTP.
     Invalid = 3,
+    /// The destination policy refused the address (`safety strict`).
+    Unsafe = 4,
 }
 
 impl FailureKind {
-    pub const COUNT: usize = 4;
+    pub const COUNT: usize = 5;
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -91,6 +93,7 @@ impl FailureKind {
             FailureKind::Connect => "connect",
             FailureKind::Broken => "broken",
             FailureKind::Invalid => "invalid",
+            FailureKind::Unsafe => "unsafe",
         }
     }
 }
@@ -184,12 +187,19 @@ pub struct PoolState {
     pub retries: [AtomicU64; 4],
     /// Time from the request going out to the response head.
     pub upstream_seconds: crate::stats::Histogram,
+    /// The newest generation's resolver and destination policy (probes read them).
+    dest: arc_swap::ArcSwap<dial::Dest>,
 }
 
 impl PoolState {
     /// Fresh state for `id`; starts the idle-connection reaper (and the probe task when
     /// `cfg` has `health`). Must run inside the tokio runtime.
-    pub fn new(id: &PoolId, cfg: &ProxyConfig, probe_slots: &Arc<Semaphore>) -> Arc<PoolState> {
+    pub fn new(
+        id: &PoolId,
+        cfg: &ProxyConfig,
+        probe_slots: &Arc<Semaphore>,
+        dest: &dial::Dest,
+    ) -> Arc<PoolState> {
         let state = Arc::new(PoolState {
             peers: cfg
                 .backends
@@ -214,6 +224,7 @@ impl PoolState {
             failover: Default::default(),
             failover_cfg: ArcSwapOption::empty(),
             upstream_seconds: Default::default(),
+            dest: arc_swap::ArcSwap::from_pointee(dest.clone()),
         });
         debug_assert_eq!(state.peers.len(), id.addresses.len() + id.backups.len());
         if let Some(h) = &cfg.health {
@@ -240,6 +251,11 @@ impl PoolState {
                 id.name.clone(),
             ));
         }
+    }
+
+    /// The resolver and policy the newest generation gave this pool.
+    pub fn dest(&self) -> Arc<dial::Dest> {
+        self.dest.load_full()
     }
 
     fn set_idle_timeout(&self, d: Duration) {
@@ -301,6 +317,8 @@ pub struct Pool {
     pub balancer: Box<dyn Balancer>,
     pub limit: Option<Arc<Semaphore>>,
     pub cfg: ProxyConfig,
+    /// This generation's resolver and, for a strict pool, its destination policy.
+    pub dest: dial::Dest,
 }
 
 impl Pool {
@@ -311,14 +329,16 @@ impl Pool {
         cfg: ProxyConfig,
         carried: Option<Arc<PoolState>>,
         probe_slots: &Arc<Semaphore>,
+        dest: dial::Dest,
     ) -> Arc<Pool> {
         let state = match carried {
             Some(s) => {
                 s.set_idle_timeout(cfg.keepalive.idle_timeout);
+                s.dest.store(Arc::new(dest.clone()));
                 s.set_health(&id, &cfg, probe_slots);
                 s
             }
-            None => PoolState::new(&id, &cfg, probe_slots),
+            None => PoolState::new(&id, &cfg, probe_slots, &dest),
         };
         Arc::new(Pool {
             balancer: balancer::for_policy(&cfg.lb, &id.addresses, cfg.slow_start.is_some()),
@@ -326,6 +346,7 @@ impl Pool {
             id,
             state,
             cfg,
+            dest,
         })
     }
 

@@ -276,6 +276,14 @@ impl Builder {
                     };
                     Ok(())
                 }),
+                "resolver" => no_block(d).and_then(|()| {
+                    if d.args.is_empty() {
+                        return Err(missing(d, "resolver ADDR...", "resolver 10.0.0.2 10.0.0.3:5353"));
+                    }
+                    g.resolver = d.args.iter().map(dns_server).collect::<Res<_>>()?;
+                    Ok(())
+                }),
+                "safety" => self.global_safety(d, &mut g.safety),
                 "admin" => one_arg(d, "admin ADDR | off").and_then(|w| {
                     g.admin = if w.text == "off" {
                         None
@@ -288,6 +296,45 @@ impl Builder {
             };
             self.push(r);
         }
+    }
+
+    /// `safety strict|off`, or `safety { default strict|off; allow_private CIDR...;
+    /// block CIDR... }`.
+    fn global_safety(&mut self, d: &Directive, s: &mut SafetyGlobal) -> Res<()> {
+        const USAGE: &str = "safety strict|off, or safety { default strict; allow_private CIDR...; block CIDR... }";
+        let Some(items) = d.block.as_deref() else {
+            s.strict = strict_or_off(one_arg(d, USAGE)?)?;
+            return Ok(());
+        };
+        if let Some(w) = d.args.first() {
+            return Err(extra(w, "a `safety` block takes no arguments; put `default strict` inside"));
+        }
+        let mut seen = Seen::default();
+        for item in items {
+            if !self.known_here(item, Place::Safety) || !self.once(&mut seen, item) {
+                continue;
+            }
+            let r = match item.name.text.as_str() {
+                "default" => one_arg(item, "default strict|off").and_then(|w| {
+                    s.strict = strict_or_off(w)?;
+                    Ok(())
+                }),
+                list => no_block(item).and_then(|()| {
+                    if item.args.is_empty() {
+                        return Err(missing(item, &format!("{list} CIDR..."), &format!("{list} 10.20.0.0/16")));
+                    }
+                    let nets = item.args.iter().map(cidr).collect::<Res<Vec<_>>>()?;
+                    if list == "allow_private" {
+                        s.allow_private = nets;
+                    } else {
+                        s.block = nets;
+                    }
+                    Ok(())
+                }),
+            };
+            self.push(r);
+        }
+        Ok(())
     }
 
     fn site(&mut self, d: &Directive, hosts_seen: &mut HashMap<HostPattern, Span>) -> Option<Site> {

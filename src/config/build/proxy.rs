@@ -278,6 +278,10 @@ impl Builder {
                 p.tls.server_name = Some(w.text.clone());
                 Ok(())
             }
+            "safety" => {
+                p.safety = Some(strict_or_off(one_arg(d, "safety strict|off")?)?);
+                Ok(())
+            }
             "tls_ca" => {
                 let w = one_arg(d, "tls_ca FILE")?;
                 let path = self.dir_of(d.span()).join(&w.text);

@@ -163,7 +163,6 @@ fn unbuilt_directives_are_refused_not_ignored() {
     for (text, what) in [
         ("site a { rate_limit 10 }", "rate_limit"),
         ("site a { cors { origins * } }", "cors"),
-        ("global { safety { default strict } }", "safety"),
     ] {
         let (_, _, m, _) = err(text);
         assert!(

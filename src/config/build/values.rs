@@ -71,6 +71,26 @@ pub(super) fn cidr(w: &Word) -> Res<IpNet> {
     ))
 }
 
+/// `strict` or `off`, as `safety` takes.
+pub(super) fn strict_or_off(w: &Word) -> Res<bool> {
+    match w.text.as_str() {
+        "strict" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(expected(w, "`strict` or `off`")),
+    }
+}
+
+/// A DNS server for `resolver`: an IP address, with a port when it is not 53.
+pub(super) fn dns_server(w: &Word) -> Res<SocketAddr> {
+    if let Ok(ip) = w.text.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, 53));
+    }
+    w.text.parse::<SocketAddr>().map_err(|_| {
+        expected(w, "a DNS server's IP address, with :PORT when not 53")
+            .with_hint("write 10.0.0.2, 10.0.0.2:5353 or [2001:db8::53]:53; a resolver is named by address, not by name")
+    })
+}
+
 pub(super) fn listen(d: &Directive) -> Res<Listen> {
     let w = first_arg(d, "listen ADDR")?;
     let mut tls = false;
@@ -347,6 +367,7 @@ pub(super) fn backend_addr(w: &Word, base: &Path) -> Res<BackendAddr> {
             text: text.to_string(),
             target: Target::Unix(base.join(PathBuf::from(path))),
             scheme: BackendScheme::Http,
+            span: w.span,
         });
     }
     let (scheme, rest) = if let Some(r) = text.strip_prefix("http://") {
@@ -396,5 +417,6 @@ pub(super) fn backend_addr(w: &Word, base: &Path) -> Res<BackendAddr> {
         text: text.to_string(),
         target: Target::Tcp { host, port },
         scheme,
+        span: w.span,
     })
 }

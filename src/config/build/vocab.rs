@@ -34,6 +34,7 @@ impl Place {
                 "tracing",
                 "probe_concurrency",
                 "safety",
+                "resolver",
             ],
             Place::Site => SITE,
             Place::Route => &SITE[2..],
@@ -169,16 +170,6 @@ pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
     ),
     (Place::Site, "basic_auth", "the filter is not built yet"),
     (Place::Site, "cors", "the filter is not built yet"),
-    (
-        Place::Global,
-        "safety",
-        "destination safety is not built yet",
-    ),
-    (
-        Place::Proxy,
-        "safety",
-        "destination safety is not built yet",
-    ),
 ];
 
 /// What to do instead, when `name` in `place` is known but not built yet. A route
