@@ -163,7 +163,10 @@ fn check(path: &str, strict: bool) -> ExitCode {
     }
     match config::load_file(path) {
         Ok(l) => {
-            let warnings: Vec<_> = l.warnings.warnings().collect();
+            let mut warnings: Vec<_> = l.warnings.warnings().cloned().collect();
+            if strict {
+                warnings.extend(unresolved_names(&l.config));
+            }
             for w in &warnings {
                 eprintln!("{}", w.render(&l.warnings.sources));
             }
@@ -181,6 +184,20 @@ fn check(path: &str, strict: bool) -> ExitCode {
             eprintln!("{r}");
             eprintln!("sluice check: {path}: {} errors", r.errors().count());
             ExitCode::from(1)
+        }
+    }
+}
+
+/// Backend names that resolve to nothing now, as warnings (`check --strict`).
+fn unresolved_names(config: &Config) -> Vec<config::diag::Diagnostic> {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(config::validate::unresolved_names(config)),
+        Err(e) => {
+            eprintln!("sluice check: cannot start the resolver: {e}");
+            Vec::new()
         }
     }
 }

@@ -315,16 +315,14 @@ fn parse_v4(host: &str) -> Option<Ipv4Addr> {
 
 /// One part of an `inet_aton` address.
 fn number(part: &str) -> Option<u64> {
-    let (digits, radix) = if let Some(h) = part
-        .strip_prefix("0x")
-        .or_else(|| part.strip_prefix("0X"))
-    {
-        (h, 16)
-    } else if part.len() > 1 && part.starts_with('0') {
-        (&part[1..], 8)
-    } else {
-        (part, 10)
-    };
+    let (digits, radix) =
+        if let Some(h) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+            (h, 16)
+        } else if part.len() > 1 && part.starts_with('0') {
+            (&part[1..], 8)
+        } else {
+            (part, 10)
+        };
     if digits.is_empty() && radix == 10 {
         return None;
     }
@@ -433,7 +431,13 @@ impl Dns {
             })?
             .map_err(|e| ResolveError::Failed {
                 name: name.to_string(),
-                why: e.to_string(),
+                why: if e.is_nx_domain() {
+                    "no such name (NXDOMAIN)".into()
+                } else if e.is_no_records_found() {
+                    "the name has no A or AAAA records".into()
+                } else {
+                    e.to_string()
+                },
             })?;
         let ips: Vec<IpAddr> = answer.iter().take(MAX_RECORDS + 1).collect();
         if ips.len() > MAX_RECORDS {
@@ -490,16 +494,36 @@ mod tests {
         }
         assert_eq!(v4("0"), Some(IpAddr::V4(Ipv4Addr::UNSPECIFIED)));
         assert_eq!(v4("0x"), Some(IpAddr::V4(Ipv4Addr::UNSPECIFIED)));
-        assert_eq!(v4("169.254.43518"), Some(IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254))));
-        assert_eq!(v4("0xa9fea9fe"), Some(IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254))));
+        assert_eq!(
+            v4("169.254.43518"),
+            Some(IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254)))
+        );
+        assert_eq!(
+            v4("0xa9fea9fe"),
+            Some(IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254)))
+        );
         for name in [
-            "", ".", "example.com", "1.2.3.4.5", "256.1.1.1", "1.2.3.256", "08.1.1.1",
-            "0x1g.1.1.1", "4294967296", "1..1", "127.0.0.1..", "1.2.65536", "-1.2.3.4",
+            "",
+            ".",
+            "example.com",
+            "1.2.3.4.5",
+            "256.1.1.1",
+            "1.2.3.256",
+            "08.1.1.1",
+            "0x1g.1.1.1",
+            "4294967296",
+            "1..1",
+            "127.0.0.1..",
+            "1.2.65536",
+            "-1.2.3.4",
             "0x7f.example",
         ] {
             assert_eq!(v4(name), None, "{name:?}");
         }
-        assert_eq!(v4("1.16777215"), Some(IpAddr::V4(Ipv4Addr::new(1, 255, 255, 255))));
+        assert_eq!(
+            v4("1.16777215"),
+            Some(IpAddr::V4(Ipv4Addr::new(1, 255, 255, 255)))
+        );
     }
 
     #[test]
@@ -604,7 +628,10 @@ mod tests {
                 "169.254.0.0/16".parse().unwrap(),
                 "::/0".parse().unwrap(),
             ],
-            block: vec!["10.9.0.0/16".parse().unwrap(), "8.8.4.4/32".parse().unwrap()],
+            block: vec![
+                "10.9.0.0/16".parse().unwrap(),
+                "8.8.4.4/32".parse().unwrap(),
+            ],
             listeners: vec![at("127.0.0.1", 8080)],
         };
         assert_eq!(p.judge(at("10.1.1.1", 80)), None);

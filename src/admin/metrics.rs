@@ -222,6 +222,20 @@ pub fn render(gen: &Generation) -> String {
     }
     head(
         o,
+        "sluice_safety_refusals_total",
+        "counter",
+        "dials a strict pool refused, by why the address is unsafe",
+    );
+    for r in crate::safety::Reason::ALL {
+        let n = get(&crate::safety::REFUSALS[r as usize]);
+        let _ = writeln!(
+            o,
+            "sluice_safety_refusals_total{{reason=\"{}\"}} {n}",
+            r.as_str()
+        );
+    }
+    head(
+        o,
         "sluice_access_log_dropped_total",
         "counter",
         "access log lines dropped because the writer fell behind",

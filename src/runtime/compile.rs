@@ -68,7 +68,13 @@ impl Generation {
                 let state = carried.get(&id).map(|s| Arc::clone(s));
                 TcpRoute {
                     addr: t.listen.addr,
-                    pool: Pool::build(id, t.proxy.clone(), state, &probe_slots, shared.dest(&t.proxy)),
+                    pool: Pool::build(
+                        id,
+                        t.proxy.clone(),
+                        state,
+                        &probe_slots,
+                        shared.dest(&t.proxy),
+                    ),
                     idle_timeout: t.idle_timeout,
                 }
             })

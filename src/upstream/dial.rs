@@ -84,7 +84,12 @@ pub async fn connect(
     dest: &Dest,
     connect_timeout: Duration,
 ) -> Result<BackendConn, DialError> {
-    match tokio::time::timeout(connect_timeout, connect_inner(target, dest, connect_timeout)).await {
+    match tokio::time::timeout(
+        connect_timeout,
+        connect_inner(target, dest, connect_timeout),
+    )
+    .await
+    {
         Ok(r) => r,
         Err(_) => Err(DialError::Timeout(connect_timeout)),
     }

@@ -167,7 +167,11 @@ fn report(pool: &str, peer: &Peer, h: &Health, result: Result<(), String>) {
     }
     match peer.active.record(result.is_ok(), h.rise, h.fall) {
         Some(Transition::BecameUnhealthy) => {
-            tracing::warn!("sluice: {pool}: {} failed its health check", peer.addr.text)
+            let why = result.err().unwrap_or_default();
+            tracing::warn!(
+                "sluice: {pool}: {} failed its health check ({why}); out of rotation until it passes",
+                peer.addr.text
+            )
         }
         Some(Transition::BecameHealthy) => {
             peer.returns_at(passive::now_ms());

@@ -3,6 +3,7 @@
 //! Every wait is bounded; every process and file is cleaned up on drop.
 #![allow(dead_code)]
 
+pub mod dns;
 pub mod pki;
 
 use std::convert::Infallible;

@@ -278,7 +278,11 @@ impl Builder {
                 }),
                 "resolver" => no_block(d).and_then(|()| {
                     if d.args.is_empty() {
-                        return Err(missing(d, "resolver ADDR...", "resolver 10.0.0.2 10.0.0.3:5353"));
+                        return Err(missing(
+                            d,
+                            "resolver ADDR...",
+                            "resolver 10.0.0.2 10.0.0.3:5353",
+                        ));
                     }
                     g.resolver = d.args.iter().map(dns_server).collect::<Res<_>>()?;
                     Ok(())
@@ -301,13 +305,17 @@ impl Builder {
     /// `safety strict|off`, or `safety { default strict|off; allow_private CIDR...;
     /// block CIDR... }`.
     fn global_safety(&mut self, d: &Directive, s: &mut SafetyGlobal) -> Res<()> {
-        const USAGE: &str = "safety strict|off, or safety { default strict; allow_private CIDR...; block CIDR... }";
+        const USAGE: &str =
+            "safety strict|off, or safety { default strict; allow_private CIDR...; block CIDR... }";
         let Some(items) = d.block.as_deref() else {
             s.strict = strict_or_off(one_arg(d, USAGE)?)?;
             return Ok(());
         };
         if let Some(w) = d.args.first() {
-            return Err(extra(w, "a `safety` block takes no arguments; put `default strict` inside"));
+            return Err(extra(
+                w,
+                "a `safety` block takes no arguments; put `default strict` inside",
+            ));
         }
         let mut seen = Seen::default();
         for item in items {
@@ -321,7 +329,11 @@ impl Builder {
                 }),
                 list => no_block(item).and_then(|()| {
                     if item.args.is_empty() {
-                        return Err(missing(item, &format!("{list} CIDR..."), &format!("{list} 10.20.0.0/16")));
+                        return Err(missing(
+                            item,
+                            &format!("{list} CIDR..."),
+                            &format!("{list} 10.20.0.0/16"),
+                        ));
                     }
                     let nets = item.args.iter().map(cidr).collect::<Res<Vec<_>>>()?;
                     if list == "allow_private" {

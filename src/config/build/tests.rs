@@ -234,3 +234,74 @@ fn prefix_patterns_stop_at_segments() {
     assert!(!p.matches("/apix"));
     assert!(PathPattern::Prefix(String::new()).matches("/anything"));
 }
+
+#[test]
+fn safety_and_resolver_load() {
+    let c = ok("global {\n resolver 10.0.0.2 [::1]:5353\n safety { default strict; allow_private 10.20.0.0/16; block 10.20.9.0/24 }\n}\nsite a { proxy app.example:80 { safety off } }\nsite b { proxy 10.20.1.1:80 }\n");
+    assert_eq!(
+        c.global.resolver,
+        vec![
+            "10.0.0.2:53".parse().unwrap(),
+            "[::1]:5353".parse().unwrap()
+        ]
+    );
+    assert!(c.global.safety.strict);
+    assert_eq!(c.global.safety.block.len(), 1);
+    let pools: Vec<_> = c.pools().map(|(_, p)| p).collect();
+    assert!(!c.is_strict(pools[0]));
+    assert!(c.is_strict(pools[1]));
+    assert!(
+        ok("global { safety strict }\nsite a { proxy 8.8.8.8:80 }")
+            .global
+            .safety
+            .strict
+    );
+}
+
+#[test]
+fn strict_pools_refuse_unsafe_literals_where_written() {
+    for (addr, what) in [
+        ("10.0.0.5:80", "a private address"),
+        ("0x7f.1:80", "a loopback address"),
+        ("2130706433:80", "a loopback address"),
+        ("[::ffff:8.8.8.8]:80", "an IPv4-mapped IPv6 address"),
+        ("169.254.169.254:80", "a cloud metadata address"),
+        ("[fd00:ec2::254]:443", "a cloud metadata address"),
+        ("100.64.1.1:80", "a shared (CGNAT) address"),
+        ("0.0.0.0:80", "an unspecified address"),
+        ("10.20.9.1:80", "a blocked address"),
+    ] {
+        let text = format!(
+            "global {{ safety {{ default strict; allow_private 10.20.0.0/16; block 10.20.9.0/24 }} }}\nsite a {{ proxy 8.8.8.8:80 {addr} }}\n"
+        );
+        let (l, c, m, h) = err(&text);
+        assert_eq!((l, c), (2, 27), "{addr}: {m}");
+        assert!(m.contains(what) && m.contains(addr), "{addr}: {m}");
+        assert!(!h.is_empty());
+    }
+    // Allowed, public, a name, a socket, or a pool with safety off: loads.
+    ok("global { safety { default strict; allow_private 10.0.0.0/8 } }\nsite a { proxy 10.1.1.1:80 1.1.1.1:443 app.example:80 unix:/run/a.sock }");
+    ok("global { safety strict }\nsite a { proxy 127.0.0.1:80 { safety off } }");
+    // The pool's own `safety strict` with the global default off.
+    let (_, _, m, _) = err("site a { proxy 192.168.1.1:80 { safety strict } }");
+    assert!(m.contains("a private address"), "{m}");
+    // A strict pool pointed at sluice's own listener.
+    let (_, _, m, _) = err("listen 127.0.0.1:8080\nglobal { safety { default strict; allow_private 127.0.0.0/8 } }\nsite a { proxy 127.0.0.1:8080 }");
+    assert!(m.contains("one of sluice's own listeners"), "{m}");
+}
+
+#[test]
+fn safety_and_resolver_mistakes() {
+    let (_, c, m, _) = err("global { safety maybe }");
+    assert_eq!(c, 17);
+    assert!(m.contains("`strict` or `off`"), "{m}");
+    let (_, _, m, h) = err("global { resolver dns.example }");
+    assert!(m.contains("DNS server's IP address"), "{m}");
+    assert!(h.contains("not by name"), "{h}");
+    let (_, _, m, _) = err("global { safety { allow_private 10.0.0.0/33 } }");
+    assert!(m.contains("CIDR"), "{m}");
+    let (_, _, m, _) = err("global { safety { allow 10.0.0.0/8 } }");
+    assert!(m.contains("allow"), "{m}");
+    let (_, _, m, _) = err("site a { proxy 1.1.1.1:80 { safety on } }");
+    assert!(m.contains("`strict` or `off`"), "{m}");
+}

@@ -1,0 +1,194 @@
+//! A DNS server for tests, on loopback: answers A and AAAA queries from a table the
+//! test changes while sluice runs, and counts the queries it gets. UDP answers are
+//! limited to 512 bytes (EDNS is ignored): a longer answer is sent truncated, and the
+//! same port answers over TCP, as a real server would.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket};
+
+#[derive(Default)]
+struct Table {
+    /// Lower-case name without the final dot → (addresses, TTL).
+    names: HashMap<String, (Vec<IpAddr>, u32)>,
+    /// Queries by name, both types, both transports.
+    queries: HashMap<String, usize>,
+    tcp_queries: usize,
+}
+
+pub struct DnsServer {
+    pub addr: SocketAddr,
+    table: Arc<Mutex<Table>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for DnsServer {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl DnsServer {
+    pub async fn start() -> DnsServer {
+        // One port for both transports: find one free for both.
+        let (udp, tcp) = loop {
+            let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            let port = udp.local_addr().unwrap().port();
+            if let Ok(tcp) = TcpListener::bind(("127.0.0.1", port)).await {
+                break (udp, tcp);
+            }
+        };
+        let addr = udp.local_addr().unwrap();
+        let table: Arc<Mutex<Table>> = Arc::default();
+        let t = table.clone();
+        let udp_task = tokio::spawn(async move {
+            let mut buf = [0u8; 1500];
+            loop {
+                let Ok((n, from)) = udp.recv_from(&mut buf).await else {
+                    return;
+                };
+                if let Some(reply) = answer(&t, &buf[..n], Some(512)) {
+                    let _ = udp.send_to(&reply, from).await;
+                }
+            }
+        });
+        let t = table.clone();
+        let tcp_task = tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = tcp.accept().await else {
+                    return;
+                };
+                let t = t.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let mut len = [0u8; 2];
+                        if s.read_exact(&mut len).await.is_err() {
+                            return;
+                        }
+                        let mut q = vec![0u8; u16::from_be_bytes(len) as usize];
+                        if s.read_exact(&mut q).await.is_err() {
+                            return;
+                        }
+                        t.lock().unwrap().tcp_queries += 1;
+                        let Some(reply) = answer(&t, &q, None) else {
+                            return;
+                        };
+                        let mut out = (reply.len() as u16).to_be_bytes().to_vec();
+                        out.extend_from_slice(&reply);
+                        if s.write_all(&out).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        DnsServer {
+            addr,
+            table,
+            tasks: vec![udp_task, tcp_task],
+        }
+    }
+
+    /// `name` answers with `addrs` (IPv4 for A, IPv6 for AAAA), cached for `ttl` seconds.
+    /// No addresses: NXDOMAIN.
+    pub fn set(&self, name: &str, addrs: &[&str], ttl: u32) {
+        let ips = addrs.iter().map(|a| a.parse().unwrap()).collect();
+        self.table
+            .lock()
+            .unwrap()
+            .names
+            .insert(name.to_ascii_lowercase(), (ips, ttl));
+    }
+
+    /// Queries for `name` so far (A and AAAA, UDP and TCP).
+    pub fn queries(&self, name: &str) -> usize {
+        let t = self.table.lock().unwrap();
+        t.queries
+            .get(&name.to_ascii_lowercase())
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn tcp_queries(&self) -> usize {
+        self.table.lock().unwrap().tcp_queries
+    }
+}
+
+/// The reply to one query, or `None` for a packet that is not one.
+fn answer(table: &Mutex<Table>, q: &[u8], limit: Option<usize>) -> Option<Vec<u8>> {
+    if q.len() < 12 || q[2] & 0x80 != 0 || u16::from_be_bytes([q[4], q[5]]) != 1 {
+        return None;
+    }
+    // The question: labels, then type and class.
+    let mut i = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = *q.get(i)? as usize;
+        i += 1;
+        if len == 0 {
+            break;
+        }
+        labels.push(String::from_utf8_lossy(q.get(i..i + len)?).to_ascii_lowercase());
+        i += len;
+    }
+    let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
+    let question = &q[12..i + 4];
+    let name = labels.join(".");
+    let (ips, ttl) = {
+        let mut t = table.lock().unwrap();
+        *t.queries.entry(name.clone()).or_default() += 1;
+        t.names.get(&name).cloned().unwrap_or_default()
+    };
+    let records: Vec<Vec<u8>> = ips
+        .iter()
+        .filter_map(|ip| match (ip, qtype) {
+            (IpAddr::V4(v4), 1) => Some(v4.octets().to_vec()),
+            (IpAddr::V6(v6), 28) => Some(v6.octets().to_vec()),
+            _ => None,
+        })
+        .collect();
+    let rcode = if ips.is_empty() { 3 } else { 0 };
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(&q[..2]);
+    // QR, AA, the query's RD; RA.
+    out.push(0x84 | (q[2] & 0x01));
+    out.push(0x80 | rcode);
+    out.extend_from_slice(&[0, 1]);
+    out.extend_from_slice(&(records.len() as u16).to_be_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    out.extend_from_slice(question);
+    for rdata in &records {
+        out.extend_from_slice(&[0xc0, 12]);
+        out.extend_from_slice(&qtype.to_be_bytes());
+        out.extend_from_slice(&[0, 1]);
+        out.extend_from_slice(&ttl.to_be_bytes());
+        out.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        out.extend_from_slice(rdata);
+    }
+    if records.is_empty() {
+        // A negative answer carries the zone's SOA, whose minimum is its TTL.
+        out[9] = 1;
+        out.extend_from_slice(&[0xc0, 12, 0, 6, 0, 1]);
+        out.extend_from_slice(&ttl.max(1).to_be_bytes());
+        out.extend_from_slice(&24u16.to_be_bytes());
+        out.extend_from_slice(&[0xc0, 12, 0xc0, 12]);
+        for v in [1u32, 3600, 600, 86400, ttl.max(1)] {
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+    }
+    if limit.is_some_and(|l| out.len() > l) {
+        // Truncated: the header and question only, TC set.
+        out.truncate(12 + question.len());
+        out[2] |= 0x02;
+        out[6] = 0;
+        out[7] = 0;
+    }
+    Some(out)
+}

@@ -1,0 +1,339 @@
+//! Live DNS and destination safety over real sockets (DESIGN.md §9, §8.1, §8.5): a DNS
+//! server the test runs on loopback, whose answers change while sluice runs; backends on
+//! several loopback addresses (127.0.0.0/8 is all loopback on Linux), each answering
+//! with `Connection: close` so every request is a fresh dial.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::dns::DnsServer;
+use common::*;
+use hyper::{Response, StatusCode};
+use tokio::net::TcpListener;
+
+/// A backend on `ip` (port 0 for any) answering `name` and closing each connection.
+async fn backend_on(ip: &str, port: u16, name: &'static str) -> Backend {
+    let listener = TcpListener::bind((ip, port)).await.unwrap();
+    Backend::serve(
+        listener,
+        Arc::new(move |_| {
+            Box::pin(async move {
+                let mut r = Response::new(full(name));
+                r.headers_mut()
+                    .insert("connection", "close".parse().unwrap());
+                r
+            })
+        }),
+    )
+}
+
+/// Backends named `a` on 127.0.0.1 and `b` on 127.0.0.2, on one port.
+async fn pair() -> (Backend, Backend) {
+    for _ in 0..50 {
+        let a = backend_on("127.0.0.1", 0, "a").await;
+        if let Ok(l) = TcpListener::bind(("127.0.0.2", a.addr.port())).await {
+            drop(l);
+            let b = backend_on("127.0.0.2", a.addr.port(), "b").await;
+            return (a, b);
+        }
+    }
+    panic!("no port free on both 127.0.0.1 and 127.0.0.2");
+}
+
+async fn until(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !f().await {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn metrics(s: &Sluice) -> String {
+    get(s.admin(), "/metrics").await.text()
+}
+
+fn metric(text: &str, line_start: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_start))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {line_start} in:\n{text}"))
+}
+
+fn config(dns: &DnsServer, safety: &str, proxy: &str) -> String {
+    format!(
+        "global {{ admin 127.0.0.1:0\n resolver {}\n {safety} }}\nsite * {{ proxy {proxy} }}\n",
+        dns.addr
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_follows_its_answers_and_their_ttl() {
+    let (a, b) = pair().await;
+    let dns = DnsServer::start().await;
+    dns.set("app.test", &["127.0.0.1"], 3);
+    let s = Sluice::start(&config(&dns, "", &format!("app.test:{}", a.addr.port())));
+    assert_eq!(get(s.addr, "/").await.text(), "a");
+    let asked = dns.queries("app.test");
+    assert!(
+        asked >= 1,
+        "the name was resolved through the configured server"
+    );
+    dns.set("app.test", &["127.0.0.2"], 3);
+    // Within the TTL: the cached answer, and no new query.
+    for _ in 0..5 {
+        assert_eq!(get(s.addr, "/").await.text(), "a");
+    }
+    assert_eq!(
+        dns.queries("app.test"),
+        asked,
+        "a cached answer is not asked again"
+    );
+    // Past it: the new answer.
+    until("the new answer", Duration::from_secs(10), async || {
+        get(s.addr, "/").await.text() == "b"
+    })
+    .await;
+    assert!(dns.queries("app.test") > asked);
+    assert!(b.connections.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_refuses_an_unsafe_answer_on_the_next_attempt() {
+    let (a, b) = pair().await;
+    let dns = DnsServer::start().await;
+    dns.set("app.test", &["127.0.0.1"], 1);
+    let s = Sluice::start(&config(
+        &dns,
+        "safety { default strict; allow_private 127.0.0.1/32 }",
+        &format!("app.test:{}", a.addr.port()),
+    ));
+    assert_eq!(get(s.addr, "/").await.text(), "a");
+    // The name now points at an address the policy refuses (loopback, not allowed).
+    dns.set("app.test", &["127.0.0.2"], 1);
+    until("the refusal", Duration::from_secs(10), async || {
+        get(s.addr, "/").await.status == StatusCode::BAD_GATEWAY
+    })
+    .await;
+    assert_eq!(
+        b.connections.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the refused backend is never dialed"
+    );
+    let line = s.wait_log("refused to connect to 127.0.0.2:");
+    assert!(
+        line.contains("a loopback address (safety strict)"),
+        "{line}"
+    );
+    assert!(line.contains("app.test"), "the log names the peer: {line}");
+    let m = metrics(&s).await;
+    assert!(metric(&m, "sluice_safety_refusals_total{reason=\"loopback\"}") >= 1);
+
+    // A mixed answer: one safe address does not save the set.
+    let before = a.connections.load(std::sync::atomic::Ordering::SeqCst);
+    dns.set("app.test", &["127.0.0.1", "10.1.2.3"], 1);
+    until("the mixed answer", Duration::from_secs(10), async || {
+        let _ = get(s.addr, "/").await;
+        metric(
+            &metrics(&s).await,
+            "sluice_safety_refusals_total{reason=\"private\"}",
+        ) >= 1
+    })
+    .await;
+    for _ in 0..5 {
+        assert_eq!(get(s.addr, "/").await.status, StatusCode::BAD_GATEWAY);
+    }
+    assert_eq!(
+        a.connections.load(std::sync::atomic::Ordering::SeqCst),
+        before,
+        "no address of an unsafe set is dialed"
+    );
+
+    // Safe again: served again.
+    dns.set("app.test", &["127.0.0.1"], 1);
+    until("the safe answer", Duration::from_secs(10), async || {
+        get(s.addr, "/").await.text() == "a"
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_down_and_an_up_address_still_serve() {
+    let a = backend_on("127.0.0.1", 0, "a").await;
+    let port = a.addr.port();
+    // Nothing listens on 127.0.0.3 at that port: refused at once.
+    let dns = DnsServer::start().await;
+    dns.set("app.test", &["127.0.0.3", "127.0.0.1"], 60);
+    let s = Sluice::start(&config(&dns, "", &format!("app.test:{port}")));
+    for i in 0..20 {
+        let r = get(s.addr, "/").await;
+        assert_eq!(r.status, StatusCode::OK, "request {i}: {}", s.logs());
+        assert_eq!(r.text(), "a");
+    }
+    assert_eq!(a.connections.load(std::sync::atomic::Ordering::SeqCst), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resolver_failure_is_failure_evidence() {
+    let backup = backend_on("127.0.0.1", 0, "backup").await;
+    let dns = DnsServer::start().await;
+    // `gone.test` is not in the table: NXDOMAIN.
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0\n resolver {} }}\nsite * {{ proxy gone.test:80 {{ backup {}; failover {{ failure_threshold 2 }}; retries 0 }} }}\n",
+        dns.addr, backup.addr
+    ));
+    let first = get(s.addr, "/").await;
+    assert_eq!(first.status, StatusCode::BAD_GATEWAY);
+    let line = s.wait_log("cannot resolve gone.test");
+    assert!(line.contains("gone.test:80"), "{line}");
+    until(
+        "failover to the backup",
+        Duration::from_secs(10),
+        async || get(s.addr, "/").await.text() == "backup",
+    )
+    .await;
+    s.wait_log("switched to backup");
+    let m = metrics(&s).await;
+    assert!(
+        metric(
+            &m,
+            "sluice_peer_failures_total{pool=\"*\",peer=\"gone.test:80\",ordinal=\"0\",kind=\"dns\"}"
+        ) >= 1,
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_capped_and_truncated_ones_retried_over_tcp() {
+    let a = backend_on("127.0.0.1", 0, "a").await;
+    let port = a.addr.port();
+    let dns = DnsServer::start().await;
+    // 40 addresses do not fit 512 bytes of UDP: asked again over TCP. Only one answers.
+    let forty: Vec<String> = (0..40).map(|i| format!("127.0.1.{}", i + 1)).collect();
+    let mut with_a: Vec<&str> = forty.iter().map(String::as_str).collect();
+    with_a[17] = "127.0.0.1";
+    dns.set("many.test", &with_a, 60);
+    let sixty_five: Vec<String> = (0..65).map(|i| format!("127.0.2.{}", i + 1)).collect();
+    dns.set(
+        "toomany.test",
+        &sixty_five.iter().map(String::as_str).collect::<Vec<_>>(),
+        60,
+    );
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0\n resolver {} }}\nsite * {{\n route /many {{ proxy many.test:{port} }}\n route /toomany {{ proxy toomany.test:{port} }}\n}}\n",
+        dns.addr
+    ));
+    let r = get(s.addr, "/many").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", s.logs());
+    assert!(
+        dns.tcp_queries() >= 1,
+        "the truncated answer was asked over TCP"
+    );
+    assert_eq!(
+        get(s.addr, "/toomany").await.status,
+        StatusCode::BAD_GATEWAY
+    );
+    let line = s.wait_log("more than 64");
+    assert!(line.contains("65 addresses"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_obey_the_policy() {
+    let (a, b) = pair().await;
+    let dns = DnsServer::start().await;
+    dns.set("app.test", &["127.0.0.2"], 60);
+    let s = Sluice::start(&config(
+        &dns,
+        "safety { default strict; allow_private 127.0.0.1/32 }",
+        &format!(
+            "app.test:{} 127.0.0.1:{} {{ health connect {{ interval 1s; timeout 500ms; fall 1 }} }}",
+            a.addr.port(),
+            a.addr.port()
+        ),
+    ));
+    let line = s.wait_log("failed its health check");
+    assert!(line.contains("app.test"), "{line}");
+    assert!(line.contains("refused to connect to 127.0.0.2"), "{line}");
+    // Requests go to the healthy literal only; the refused backend is never touched.
+    for _ in 0..6 {
+        assert_eq!(get(s.addr, "/").await.text(), "a");
+    }
+    assert_eq!(b.connections.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_pool_without_a_policy_match_serves_public_answers_only() {
+    // `safety strict` on the pool overrides the global default (off here); `safety off`
+    // on another pool of the same config dials what the same name says.
+    let (a, _b) = pair().await;
+    let dns = DnsServer::start().await;
+    dns.set("app.test", &["127.0.0.1"], 60);
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0\n resolver {} }}\nsite * {{\n route /strict {{ proxy app.test:{p} {{ safety strict }} }}\n route /open {{ proxy app.test:{p} }}\n}}\n",
+        dns.addr,
+        p = a.addr.port()
+    ));
+    assert_eq!(get(s.addr, "/strict").await.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(get(s.addr, "/open").await.text(), "a");
+}
+
+/// The listener check: a strict pool that allows loopback still never dials sluice
+/// itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_pool_never_dials_sluice_itself() {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = probe.local_addr().unwrap().port();
+    drop(probe);
+    let dns = DnsServer::start().await;
+    dns.set("loop.test", &["127.0.0.1"], 60);
+    let s = Sluice::start(&format!(
+        "listen 127.0.0.1:{port}\nglobal {{ admin 127.0.0.1:0\n resolver {}\n safety {{ default strict; allow_private 127.0.0.0/8 }} }}\nsite * {{ proxy loop.test:{port} }}\n",
+        dns.addr
+    ));
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    assert_eq!(get(addr, "/").await.status, StatusCode::BAD_GATEWAY);
+    let line = s.wait_log("refused to connect to 127.0.0.1");
+    assert!(line.contains("one of sluice's own listeners"), "{line}");
+}
+
+/// `sluice check --strict` asks the resolver about every backend name and warns about
+/// those that resolve to nothing now; without `--strict` nothing is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_strict_warns_about_names_that_do_not_resolve() {
+    let dns = DnsServer::start().await;
+    dns.set("here.test", &["192.0.2.10"], 60);
+    let dir = TempDir::new();
+    let path = dir.write(
+        "s.conf",
+        &format!(
+            "global {{ resolver {} }}\nsite * {{\n  route /a {{ proxy here.test:80 }}\n  route /b {{ proxy gone.test:80 }}\n}}\n",
+            dns.addr
+        ),
+    );
+    let path = path.to_str().unwrap().to_string();
+    let run = |args: &'static [&'static str]| {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(bin())
+                .args(args)
+                .arg(&path)
+                .output()
+                .unwrap()
+        })
+    };
+    let plain = run(&["check", "-c"]).await.unwrap();
+    assert!(plain.status.success());
+    assert_eq!(dns.queries("gone.test"), 0, "plain check asks no resolver");
+    let strict = run(&["check", "--strict", "-c"]).await.unwrap();
+    let err = String::from_utf8_lossy(&strict.stderr);
+    assert_eq!(strict.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{path}:4:20: warning: `gone.test:80`: cannot resolve gone.test: no such name (NXDOMAIN)"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("here.test"), "{err}");
+}
