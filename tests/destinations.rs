@@ -337,3 +337,48 @@ async fn check_strict_warns_about_names_that_do_not_resolve() {
     );
     assert!(!err.contains("here.test"), "{err}");
 }
+
+/// A name with two up addresses: fresh connections go to both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_addresses_of_a_name_share_the_load() {
+    let (a, b) = pair().await;
+    let dns = DnsServer::start().await;
+    dns.set("both.test", &["127.0.0.1", "127.0.0.2"], 60);
+    let s = Sluice::start(&config(&dns, "", &format!("both.test:{}", a.addr.port())));
+    for _ in 0..20 {
+        assert_eq!(get(s.addr, "/").await.status, StatusCode::OK);
+    }
+    let (na, nb) = (
+        a.connections.load(std::sync::atomic::Ordering::SeqCst),
+        b.connections.load(std::sync::atomic::Ordering::SeqCst),
+    );
+    assert_eq!(na + nb, 20);
+    assert!(na >= 5 && nb >= 5, "a {na}, b {nb}");
+}
+
+/// sluice never follows a redirect: a strict pool's backend pointing elsewhere hands the
+/// client the redirect, and nothing is dialed there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_passed_on_never_followed() {
+    let target = backend_on("127.0.0.2", 0, "internal").await;
+    let location = format!("http://127.0.0.2:{}/secret", target.addr.port());
+    let loc = location.clone();
+    let origin = Backend::start(move |_| {
+        let loc = loc.clone();
+        async move {
+            let mut r = Response::new(full(""));
+            *r.status_mut() = StatusCode::FOUND;
+            r.headers_mut().insert("location", loc.parse().unwrap());
+            r
+        }
+    })
+    .await;
+    let s = Sluice::start(&format!(
+        "global {{ safety {{ default strict; allow_private 127.0.0.1/32 }} }}\nsite * {{ proxy {} }}\n",
+        origin.addr
+    ));
+    let r = get(s.addr, "/").await;
+    assert_eq!(r.status, StatusCode::FOUND);
+    assert_eq!(r.header("location"), Some(location.as_str()));
+    assert_eq!(target.connections.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
