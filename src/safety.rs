@@ -16,7 +16,7 @@
 //! hex parts, fewer than four parts) and IPv6 with a zone id, so a literal cannot slip
 //! past a check by its spelling: what is checked is what is dialed.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -150,6 +150,9 @@ pub struct Policy {
     /// sluice's own listening addresses; an unspecified one stands for every address of
     /// this host at its port.
     pub listeners: Vec<SocketAddr>,
+    /// This host's interface addresses when the policy was made (for the wildcard
+    /// listeners; empty when there are none).
+    pub local: Vec<IpAddr>,
 }
 
 impl Policy {
@@ -167,7 +170,11 @@ impl Policy {
     /// The judgement without counting: `None` when `addr` is safe.
     pub fn judge(&self, addr: SocketAddr) -> Option<Reason> {
         let ip = addr.ip();
-        if self.block.iter().any(|n| n.contains(&ip)) {
+        // NAT64 and 6to4 reach the IPv4 address they carry: `block` and the listener
+        // check see that one too.
+        let carried = embedded_v4(ip).map(IpAddr::V4);
+        let blocked = |ip: IpAddr| self.block.iter().any(|n| n.contains(&ip));
+        if blocked(ip) || carried.is_some_and(blocked) {
             return Some(Reason::Blocked);
         }
         if let Some(reason) = classify(ip) {
@@ -183,7 +190,8 @@ impl Policy {
                 return Some(reason);
             }
         }
-        if self.is_listener(addr) {
+        let own = |ip: IpAddr| self.is_listener(SocketAddr::new(ip, addr.port()));
+        if own(ip) || carried.is_some_and(own) {
             return Some(Reason::Listener);
         }
         None
@@ -192,15 +200,34 @@ impl Policy {
     fn is_listener(&self, addr: SocketAddr) -> bool {
         self.listeners.iter().any(|l| {
             l.port() == addr.port()
-                && (l.ip() == addr.ip() || (l.ip().is_unspecified() && is_local(addr.ip())))
+                && (l.ip() == addr.ip()
+                    || (l.ip().is_unspecified() && self.local.contains(&addr.ip())))
         })
     }
 }
 
-/// Whether `ip` is an address of this host: binding to it succeeds only then. Asked
-/// only for a dial to the port of a wildcard listener.
-fn is_local(ip: IpAddr) -> bool {
-    UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+/// This host's interface addresses, for a policy whose listeners include a wildcard
+/// one (read when a generation is built; an interface added later is not seen).
+pub fn local_addresses() -> Vec<IpAddr> {
+    match if_addrs::get_if_addrs() {
+        Ok(ifs) => ifs.into_iter().map(|i| i.ip()).collect(),
+        Err(e) => {
+            tracing::warn!("sluice: cannot list this host's addresses ({e}); a strict pool recognises its own wildcard listeners only on loopback");
+            vec![
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ]
+        }
+    }
+}
+
+/// The IPv4 address a NAT64 (`64:ff9b::/96`) or 6to4 (`2002::/16`) address carries.
+fn embedded_v4(ip: IpAddr) -> Option<Ipv4Addr> {
+    let IpAddr::V6(v6) = ip else { return None };
+    match v6.segments() {
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] | [0x2002, hi, lo, ..] => Some(v4_of(hi, lo)),
+        _ => None,
+    }
 }
 
 /// Why `ip` is not a public unicast address, or `None` when it is one.
@@ -258,7 +285,7 @@ fn classify_v6(ip: Ipv6Addr) -> Option<Reason> {
         [a, ..] if a & 0xffc0 == 0xfec0 => Reason::Reserved,
         [a, ..] if a & 0xff00 == 0xff00 => Reason::Multicast,
         [0x2001, 0xdb8, ..] => Reason::Documentation,
-        [a, ..] if a & 0xfff0 == 0x3ff0 => Reason::Documentation,
+        [a, b, ..] if a == 0x3fff && b & 0xf000 == 0 => Reason::Documentation,
         // IETF protocol assignments (Teredo among them), discard-only.
         [0x2001, b, ..] if b < 0x200 => Reason::Reserved,
         [0x100, 0, 0, 0, ..] => Reason::Reserved,
@@ -367,8 +394,9 @@ pub struct Dns {
     resolver: TokioResolver,
     /// `global { resolver ... }`, or empty for the system's configuration.
     servers: Vec<SocketAddr>,
-    /// Rotates the first address tried, so the addresses of one name share the load.
-    spread: AtomicUsize,
+    /// Rotate the first address tried, so the addresses of one name share the load:
+    /// one counter per name's hash, so names dialed in turn do not share a rhythm.
+    spread: [AtomicUsize; 64],
 }
 
 impl Dns {
@@ -412,7 +440,7 @@ impl Dns {
         Dns {
             resolver: builder.build(),
             servers: servers.to_vec(),
-            spread: AtomicUsize::new(0),
+            spread: [const { AtomicUsize::new(0) }; 64],
         }
     }
 
@@ -455,9 +483,12 @@ impl Dns {
         Ok(ips)
     }
 
-    /// Where to start in an answer of `n` addresses.
-    pub fn first_of(&self, n: usize) -> usize {
-        self.spread.fetch_add(1, Ordering::Relaxed) % n.max(1)
+    /// Where to start in `name`'s answer of `n` addresses.
+    pub fn first_of(&self, name: &str, n: usize) -> usize {
+        let h = name.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+        });
+        self.spread[(h % 64) as usize].fetch_add(1, Ordering::Relaxed) % n.max(1)
     }
 }
 
@@ -633,6 +664,7 @@ mod tests {
                 "8.8.4.4/32".parse().unwrap(),
             ],
             listeners: vec![at("127.0.0.1", 8080)],
+            local: Vec::new(),
         };
         assert_eq!(p.judge(at("10.1.1.1", 80)), None);
         assert_eq!(p.judge(at("10.9.1.1", 80)), Some(Reason::Blocked));
@@ -663,9 +695,33 @@ mod tests {
         let p = Policy {
             allow_private: vec!["127.0.0.0/8".parse().unwrap()],
             listeners: vec![at("0.0.0.0", 8443)],
+            local: local_addresses(),
             ..Policy::default()
         };
         assert_eq!(p.judge(at("127.0.0.1", 8443)), Some(Reason::Listener));
         assert_eq!(p.judge(at("127.0.0.1", 8444)), None);
+        // An address of another host on the listener's port is not a loop.
+        let public = Policy {
+            listeners: vec![at("0.0.0.0", 443)],
+            local: local_addresses(),
+            ..Policy::default()
+        };
+        assert_eq!(public.judge(at("1.1.1.1", 443)), None);
+    }
+
+    #[test]
+    fn block_and_listeners_see_through_nat64_and_6to4() {
+        let p = Policy {
+            block: vec![
+                "203.0.113.0/24".parse().unwrap(),
+                "8.8.8.8/32".parse().unwrap(),
+            ],
+            listeners: vec![at("1.1.1.1", 443)],
+            ..Policy::default()
+        };
+        assert_eq!(p.judge(at("64:ff9b::808:808", 80)), Some(Reason::Blocked));
+        assert_eq!(p.judge(at("2002:808:808::1", 80)), Some(Reason::Blocked));
+        assert_eq!(p.judge(at("64:ff9b::8.8.4.4", 80)), None);
+        assert_eq!(p.judge(at("64:ff9b::1.1.1.1", 443)), Some(Reason::Listener));
     }
 }

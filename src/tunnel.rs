@@ -132,7 +132,10 @@ pub async fn relay_l4(
                 );
                 return;
             }
-            Err(e) => pool.peer_failed(i, e.kind(), &e),
+            Err(e) => {
+                pool.peer_failed(i, e.kind(), &e);
+                pool.failover_result(i, false, &mut note);
+            }
         }
     };
     conn.keepalive();

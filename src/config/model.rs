@@ -46,16 +46,23 @@ impl Config {
     /// The destination policy of a strict pool: the global lists, and every address
     /// sluice itself listens on (dialing one would loop).
     pub fn safety_policy(&self) -> crate::safety::Policy {
+        let listeners: Vec<SocketAddr> = self
+            .listeners
+            .iter()
+            .chain(self.tcp.iter().map(|t| &t.listen))
+            .map(|l| l.addr)
+            .chain(self.global.admin)
+            .collect();
+        let wildcard = listeners.iter().any(|l| l.ip().is_unspecified());
         crate::safety::Policy {
             allow_private: self.global.safety.allow_private.clone(),
             block: self.global.safety.block.clone(),
-            listeners: self
-                .listeners
-                .iter()
-                .chain(self.tcp.iter().map(|t| &t.listen))
-                .map(|l| l.addr)
-                .chain(self.global.admin)
-                .collect(),
+            local: if wildcard {
+                crate::safety::local_addresses()
+            } else {
+                Vec::new()
+            },
+            listeners,
         }
     }
 

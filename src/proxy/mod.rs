@@ -347,7 +347,10 @@ async fn upgrade(
         }
         Err(DialError::Local(e)) => return out_of_capacity(pool, i, e),
         Err(e) => {
-            pool.peer_failed(i, e.kind(), &e);
+            if !matches!(e, DialError::Shared) {
+                pool.peer_failed(i, e.kind(), &e);
+                pool.failover_result(i, false, &mut note);
+            }
             bump(&COUNTERS.bad_gateway);
             return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
         }

@@ -17,6 +17,8 @@ use super::tls::ClientTls;
 use crate::config::{BackendScheme, Target};
 use crate::safety::{self, Dns, Policy, Refusal};
 
+const EADDRNOTAVAIL: i32 = 99;
+
 /// Where a pool's connections may go and how its names resolve: this generation's
 /// resolver, and the destination policy when the pool is strict.
 #[derive(Clone)]
@@ -69,7 +71,6 @@ impl DialError {
     }
 
     fn from_io(e: io::Error) -> Self {
-        const EADDRNOTAVAIL: i32 = 99;
         const EMFILE: i32 = 24;
         const ENFILE: i32 = 23;
         match e.raw_os_error() {
@@ -157,9 +158,11 @@ async fn tcp(host: &str, port: u16, dest: &Dest, budget: Duration) -> Result<Tcp
             &literal
         }
         None => {
+            // A little under the dial's budget, so a slow answer is told as DNS's fault
+            // rather than racing the connect timeout.
             resolved = dest
                 .dns
-                .lookup(host, budget)
+                .lookup(host, budget * 9 / 10)
                 .await
                 .map_err(|e| DialError::Resolve(e.to_string()))?;
             &resolved
@@ -173,11 +176,14 @@ async fn tcp(host: &str, port: u16, dest: &Dest, budget: Duration) -> Result<Tcp
         }
     }
     let n = ips.len();
-    let first = if n > 1 { dest.dns.first_of(n) } else { 0 };
+    let first = if n > 1 { dest.dns.first_of(host, n) } else { 0 };
     let mut last = DialError::Resolve(format!("cannot resolve {host}: no addresses"));
     for k in 0..n {
         let addr = SocketAddr::new(ips[(first + k) % n], port);
-        let share = budget.saturating_sub(start.elapsed()) / (n - k) as u32;
+        // An equal share of what is left, but never under a second (or what is left):
+        // many dead addresses must not starve a live one with a long round trip.
+        let left = budget.saturating_sub(start.elapsed());
+        let share = (left / (n - k) as u32).max(left.min(Duration::from_secs(1)));
         let e = match tokio::time::timeout(share, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
@@ -188,7 +194,10 @@ async fn tcp(host: &str, port: u16, dest: &Dest, budget: Duration) -> Result<Tcp
         };
         // A name's error says which of its addresses failed.
         last = match e {
-            DialError::Local(e) => return Err(DialError::Local(e)),
+            // Out of descriptors: nothing else will connect either.
+            DialError::Local(e) if e.raw_os_error() != Some(EADDRNOTAVAIL) => {
+                return Err(DialError::Local(e))
+            }
             DialError::Connect(e) if !is_literal => {
                 DialError::Connect(io::Error::new(e.kind(), format!("{addr}: {e}")))
             }

@@ -225,6 +225,12 @@ impl Mux {
         });
     }
 
+    /// Forgets every session: no new stream goes on them; streams on them finish, and
+    /// each closes when its last stream does.
+    pub fn clear(&self) {
+        self.lock().sessions.clear();
+    }
+
     /// Sessions open now (for the status page).
     pub fn sessions(&self) -> usize {
         self.lock().sessions.len()

@@ -334,6 +334,14 @@ impl Pool {
         let state = match carried {
             Some(s) => {
                 s.set_idle_timeout(cfg.keepalive.idle_timeout);
+                // A changed destination policy must not be dodged by a connection made
+                // under the old one: kept connections go.
+                if s.dest.load().policy.as_deref() != dest.policy.as_deref() {
+                    for p in &s.peers {
+                        p.idle.reap(Duration::ZERO);
+                        p.mux.clear();
+                    }
+                }
                 s.dest.store(Arc::new(dest.clone()));
                 s.set_health(&id, &cfg, probe_slots);
                 s
