@@ -31,6 +31,14 @@ pub struct Counters {
     pub retries: AtomicU64,
     /// Client TLS handshakes that failed or ran past their deadline.
     pub tls_handshake_failures: AtomicU64,
+    /// 403 from `allow`/`deny`.
+    pub access_denied: AtomicU64,
+    /// 429 from `rate_limit`.
+    pub rate_limited: AtomicU64,
+    /// 401 from `basic_auth`.
+    pub unauthorized: AtomicU64,
+    /// 500: a filter could not decide and fails closed.
+    pub filter_failures: AtomicU64,
 }
 
 pub static COUNTERS: Counters = Counters {
@@ -47,6 +55,10 @@ pub static COUNTERS: Counters = Counters {
     gateway_timeout: AtomicU64::new(0),
     retries: AtomicU64::new(0),
     tls_handshake_failures: AtomicU64::new(0),
+    access_denied: AtomicU64::new(0),
+    rate_limited: AtomicU64::new(0),
+    unauthorized: AtomicU64::new(0),
+    filter_failures: AtomicU64::new(0),
 };
 
 pub fn bump(c: &AtomicU64) {

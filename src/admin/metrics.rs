@@ -216,6 +216,26 @@ pub fn render(gen: &Generation) -> String {
             &COUNTERS.tls_handshake_failures,
             "client TLS handshakes that failed or timed out",
         ),
+        (
+            "sluice_access_denied_total",
+            &COUNTERS.access_denied,
+            "requests refused 403 by allow/deny",
+        ),
+        (
+            "sluice_rate_limited_total",
+            &COUNTERS.rate_limited,
+            "requests refused 429 by rate_limit",
+        ),
+        (
+            "sluice_unauthorized_total",
+            &COUNTERS.unauthorized,
+            "requests refused 401 by basic_auth",
+        ),
+        (
+            "sluice_filter_failures_total",
+            &COUNTERS.filter_failures,
+            "filters that could not decide (their failure mode applied)",
+        ),
     ] {
         head(o, name, "counter", help);
         let _ = writeln!(o, "{name} {}", get(c));

@@ -200,9 +200,57 @@ pub struct Route {
     pub name: String,
     pub pattern: PathPattern,
     pub matchers: Vec<Matcher>,
-    pub filters: Vec<Filter>,
+    pub filters: Vec<FilterLine>,
     pub handler: Option<Handler>,
     pub span: Span,
+}
+
+/// One filter line: the filter, and what the line says around it.
+#[derive(Debug, Clone)]
+pub struct FilterLine {
+    pub filter: Filter,
+    /// `when …` / `unless …`: the filter runs only when this holds.
+    pub condition: Option<Condition>,
+    /// `failure open`: a filter that cannot decide lets the request through (default
+    /// closed: 500).
+    pub failure_open: bool,
+    /// `name NAME`: what branches skip to.
+    pub name: Option<String>,
+    /// The `on RESULT …` lines after it.
+    pub branches: Vec<Branch>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone)]
+pub struct Condition {
+    /// `unless`: the filter runs when the test fails.
+    pub negate: bool,
+    pub test: Test,
+}
+
+#[derive(Debug, Clone)]
+pub enum Test {
+    /// A route pattern on the normalised path.
+    Path(PathPattern),
+    /// `method`, `header`, `query`: as a route's `match`.
+    Match(Matcher),
+    /// The client's address (after `trust`).
+    ClientIp(Vec<IpNet>),
+}
+
+/// `on RESULT skip_to NAME | reject CODE`.
+#[derive(Debug, Clone)]
+pub struct Branch {
+    pub result: String,
+    pub action: BranchAction,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone)]
+pub enum BranchAction {
+    /// The filter at this index of the route's filters (always a later one).
+    SkipTo(usize),
+    Reject(StatusCode),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -248,6 +296,72 @@ pub enum Filter {
     MaxBody(u64),
     /// `compress on|off` on a route: overrides the proxy's own setting.
     Compress(bool),
+    RequestId,
+    RateLimit(RateLimit),
+    Allow(Vec<IpNet>),
+    Deny(Vec<IpNet>),
+    /// `basic_auth USER HASH` or `basic_auth { USER HASH; ... }`.
+    BasicAuth(Vec<(String, String)>),
+    Cors(Cors),
+}
+
+impl Filter {
+    /// The directive that wrote it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Filter::Strip(_) => "strip",
+            Filter::Rewrite { .. } => "rewrite",
+            Filter::HeaderDown(_) => "header_down",
+            Filter::MaxBody(_) => "max_body",
+            Filter::Compress(_) => "compress",
+            Filter::RequestId => "request_id",
+            Filter::RateLimit(_) => "rate_limit",
+            Filter::Allow(_) => "allow",
+            Filter::Deny(_) => "deny",
+            Filter::BasicAuth(_) => "basic_auth",
+            Filter::Cors(_) => "cors",
+        }
+    }
+
+    /// The results a branch may name: (passed, refused), or none.
+    pub fn results(&self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Filter::Allow(_) | Filter::Deny(_) => Some(("allowed", "denied")),
+            Filter::RateLimit(_) => Some(("passed", "limited")),
+            Filter::BasicAuth(_) => Some(("authorized", "unauthorized")),
+            _ => None,
+        }
+    }
+}
+
+/// `rate_limit N/s|N/m [burst N] [key client_ip|header NAME] [store redis://…]`.
+#[derive(Debug, Clone)]
+pub struct RateLimit {
+    /// Requests allowed per `window`.
+    pub count: u32,
+    pub window: Duration,
+    /// The most requests at once after a quiet spell (default `count`).
+    pub burst: u32,
+    /// The header whose value is the key; `None`: the client's address.
+    pub key_header: Option<HeaderName>,
+    /// `store redis://HOST:PORT[/DB]`: buckets shared by every instance.
+    pub store: Option<String>,
+}
+
+/// `cors { origins …; methods …; headers …; credentials on|off; max_age D }`.
+#[derive(Debug, Clone, Default)]
+pub struct Cors {
+    /// Exact origins (`https://app.example.com`), lower-cased.
+    pub origins: Vec<String>,
+    /// `*.example.com`: any origin whose host ends in `.example.com`, stored as the
+    /// suffix with its dot.
+    pub suffixes: Vec<String>,
+    /// `origins *`.
+    pub any: bool,
+    pub methods: Vec<Method>,
+    pub headers: Vec<HeaderName>,
+    pub credentials: bool,
+    pub max_age: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]

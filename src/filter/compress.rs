@@ -23,6 +23,19 @@ use tokio::io::AsyncWrite;
 
 use crate::body::{Body, BodyError};
 
+/// `compress on|off` as a filter line: when it runs, it decides whether this response
+/// is compressed (over the proxy's own `compress`).
+pub struct Compress {
+    pub on: bool,
+}
+
+impl super::Filter for Compress {
+    fn on_request(&self, _: &mut http::Request<Body>, cx: &mut super::Cx<'_>) -> super::Step {
+        cx.compress = Some(self.on);
+        super::Step::Pass
+    }
+}
+
 /// Responses declared smaller than this are sent as they are.
 const MIN_LENGTH: u64 = 1024;
 /// Compressed output is sent at least this often, however fast the backend sends.

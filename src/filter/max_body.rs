@@ -4,10 +4,10 @@
 //! counts against a backend.
 
 use http::header::CONTENT_LENGTH;
-use http::{Request, Response, StatusCode};
+use http::{Request, StatusCode};
 use http_body::Body as _;
 
-use super::{Cx, Filter};
+use super::{Cx, Filter, Step};
 use crate::body::Body;
 use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
@@ -17,7 +17,7 @@ pub struct MaxBody {
 }
 
 impl Filter for MaxBody {
-    fn on_request(&self, req: &mut Request<Body>, _: &mut Cx<'_>) -> Option<Response<Body>> {
+    fn on_request(&self, req: &mut Request<Body>, _: &mut Cx<'_>) -> Step {
         let declared = req.body().size_hint().exact().or_else(|| {
             req.headers()
                 .get(CONTENT_LENGTH)?
@@ -28,7 +28,7 @@ impl Filter for MaxBody {
         });
         if declared.is_some_and(|n| n > self.max) {
             bump(&COUNTERS.body_too_large);
-            return Some(local_response(
+            return Step::Answer(local_response(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "Request body too large\n",
             ));
@@ -37,6 +37,6 @@ impl Filter for MaxBody {
             let body = std::mem::replace(req.body_mut(), Body::Empty);
             *req.body_mut() = body.limited(self.max);
         }
-        None
+        Step::Pass
     }
 }

@@ -2,28 +2,53 @@
 //!
 //! The pipeline runs a route's filters' request phase in written order, then the
 //! handler, then the response phase in reverse order for exactly the filters whose
-//! request phase ran (an early answer — 403, 413, 429 — included). Filters decide on
-//! the normalised path, never on the raw one. A filter never buffers a body; one that
-//! limits it wraps it.
+//! request phase ran (an early answer — 403, 413, 429 — included; a filter its
+//! condition skipped, or a branch skipped over, did not run). Filters decide on the
+//! normalised path and the client's address after `trust`, never on the raw values. A
+//! filter never buffers a body; one that limits it wraps it.
 
+pub mod access;
+pub mod basic_auth;
 pub mod compress;
+pub mod cond;
+pub mod cors;
 pub mod header_down;
 pub mod max_body;
+pub mod rate_limit;
+pub mod request_id;
 pub mod rewrite;
 pub mod strip;
 
-use http::{Method, Request, Response, Uri};
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+
+use http::{HeaderValue, Method, Request, Response, StatusCode, Uri};
 
 use crate::body::Body;
 use crate::config::template::Values;
 
+/// What a filter's request phase decided.
+pub enum Step {
+    /// On to the next filter (the filter's "passed" result, for branches).
+    Pass,
+    /// Answer with this at once (the filter's refusal — 403, 429 — or its own answer,
+    /// like a CORS preflight): later filters and the handler do not run.
+    Answer(Response<Body>),
+    /// The filter could not decide (its store is down): its `failure` mode decides.
+    /// The filter has logged what it needed to (once per outage, not per request).
+    Error(String),
+    /// Decided off the request path: a remote store's answer, a password hash checked
+    /// on a blocking thread. Resolves to one of the above.
+    Later(Pin<Box<dyn Future<Output = Step> + Send>>),
+}
+
 /// One filter of a route, compiled at load.
 pub trait Filter: Send + Sync {
-    /// Request phase. `Some(response)` answers at once: later filters and the handler
-    /// do not run, and the response phase runs for this filter and those before it.
-    fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Option<Response<Body>> {
+    /// Request phase; see [`Step`].
+    fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Step {
         let _ = (req, cx);
-        None
+        Step::Pass
     }
 
     /// Response phase, in reverse order.
@@ -34,6 +59,57 @@ pub trait Filter: Send + Sync {
     /// Whether this filter renders placeholders from the request as received.
     fn uses_placeholders(&self) -> bool {
         false
+    }
+
+    /// Whether this filter decides on the client's address (the pipeline works it out
+    /// through `trust` only for routes that need it).
+    fn uses_client_ip(&self) -> bool {
+        false
+    }
+}
+
+/// A filter line, compiled: the filter, when it runs, what its failure means, and
+/// where its results branch to.
+pub struct Stage {
+    pub filter: Box<dyn Filter>,
+    pub condition: Option<cond::Condition>,
+    /// `failure open`: a filter that cannot decide lets the request through.
+    pub failure_open: bool,
+    /// Where the filter's "passed" result goes instead of the next filter.
+    pub on_pass: Option<Action>,
+    /// What replaces the filter's refusal.
+    pub on_refuse: Option<Action>,
+    /// `rate_limit (line 12)`: how logs name it.
+    pub label: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Action {
+    /// Continue at the route's filter with this index (always a later one).
+    SkipTo(usize),
+    /// Answer with this status (a short body of its reason).
+    Reject(StatusCode),
+}
+
+impl Stage {
+    /// A stage that always runs, fails closed and branches nowhere.
+    pub fn plain(filter: Box<dyn Filter>, label: String) -> Stage {
+        Stage {
+            filter,
+            condition: None,
+            failure_open: false,
+            on_pass: None,
+            on_refuse: None,
+            label,
+        }
+    }
+
+    pub fn uses_client_ip(&self) -> bool {
+        self.filter.uses_client_ip()
+            || self
+                .condition
+                .as_ref()
+                .is_some_and(|c| matches!(c.test, cond::Test::ClientIp(_)))
     }
 }
 
@@ -49,16 +125,29 @@ pub struct Cx<'a> {
     dirty: bool,
     /// Kept only for routes that render placeholders.
     vars: Option<&'a Vars>,
+    /// The client's address: the connection's peer, or — when that peer is trusted —
+    /// the address it forwarded for.
+    pub client_ip: IpAddr,
+    /// `request_id`: the id the request went on with, echoed on the response.
+    pub request_id: Option<HeaderValue>,
+    /// `cors`: the allowed origin to answer with (`None`: none, or no `Origin`).
+    pub cors_origin: Option<HeaderValue>,
+    /// `compress on|off` ran: it decides over the route's default.
+    pub compress: Option<bool>,
 }
 
 impl<'a> Cx<'a> {
     /// `normalized`: the normalised path when it differs from the target's.
-    pub fn new(normalized: Option<String>, vars: Option<&'a Vars>) -> Cx<'a> {
+    pub fn new(normalized: Option<String>, vars: Option<&'a Vars>, client_ip: IpAddr) -> Cx<'a> {
         Cx {
             path: normalized,
             changed: false,
             dirty: false,
             vars,
+            client_ip,
+            request_id: None,
+            cors_origin: None,
+            compress: None,
         }
     }
 

@@ -3,9 +3,9 @@
 //! hold placeholders (of the request as received). A target with `?` replaces the
 //! query; one without keeps the request's.
 
-use http::{Request, Response};
+use http::Request;
 
-use super::{Cx, Filter};
+use super::{Cx, Filter, Step};
 use crate::body::Body;
 use crate::config::{PathPattern, Template};
 
@@ -35,8 +35,10 @@ impl Rewrite {
 }
 
 impl Filter for Rewrite {
-    fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Option<Response<Body>> {
-        let target = self.target(cx.path(req), cx)?;
+    fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Step {
+        let Some(target) = self.target(cx.path(req), cx) else {
+            return Step::Pass;
+        };
         match target.split_once('?') {
             Some((path, query)) => {
                 let pq = format!("{}?{query}", req.uri().path());
@@ -45,7 +47,7 @@ impl Filter for Rewrite {
             }
             None => cx.set_path(target),
         }
-        None
+        Step::Pass
     }
 
     fn uses_placeholders(&self) -> bool {
@@ -73,7 +75,7 @@ mod tests {
     #[test]
     fn rewrites() {
         let vars = Vars::default();
-        let cx = Cx::new(None, Some(&vars));
+        let cx = Cx::new(None, Some(&vars), std::net::Ipv4Addr::LOCALHOST.into());
         let r = Rewrite {
             from: PathPattern::Prefix("/old".into()),
             to: Template::text("/new/*"),

@@ -2,9 +2,9 @@
 //! normalised path; an emptied path becomes `/`. The result has no dot segments, so
 //! `strip /api` can never send `/../etc`.
 
-use http::{Request, Response};
+use http::Request;
 
-use super::{Cx, Filter};
+use super::{Cx, Filter, Step};
 use crate::body::Body;
 use crate::config::under_prefix;
 
@@ -13,7 +13,7 @@ pub struct Strip {
 }
 
 impl Filter for Strip {
-    fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Option<Response<Body>> {
+    fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Step {
         let path = cx.path(req);
         if under_prefix(&self.prefix, path) {
             let rest = &path[self.prefix.len()..];
@@ -21,6 +21,6 @@ impl Filter for Strip {
             let new = new.to_string();
             cx.set_path(new);
         }
-        None
+        Step::Pass
     }
 }

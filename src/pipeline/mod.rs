@@ -15,7 +15,7 @@ use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
 
 use crate::body::Body;
-use crate::filter::{Cx, Vars};
+use crate::filter::{Action, Cx, Step, Vars};
 use crate::proxy;
 use crate::reply::{date, local_response};
 use crate::route::path::{normalize, normalize_host};
@@ -116,26 +116,78 @@ async fn run(
         Err((status, body)) => return local_response(status, body),
     };
     let vars = route.uses_placeholders.then(|| vars(&req, client));
-    let mut cx = Cx::new(normalized, vars.as_ref());
+    let client_ip = if route.uses_client_ip {
+        gen.client_ip(client.addr.ip(), req.headers())
+    } else {
+        client.addr.ip()
+    };
+    let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
 
     // What compression needs of the request, before the handler takes it.
-    let accept = route
-        .compress
-        .then(|| req.headers().get(header::ACCEPT_ENCODING).cloned());
+    let accept = req.headers().get(header::ACCEPT_ENCODING).cloned();
     let is_head = req.method() == http::Method::HEAD;
     // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
     // target as received, before `strip`/`rewrite`.
     let received = matches!(route.handler, Handler::FastCgi(_) | Handler::Files(_))
         .then(|| req.uri().path_and_query().cloned())
         .flatten();
-    let mut ran = 0;
+    // Which filters ran their request phase (conditions and skips leave gaps): a route
+    // has at most `MAX_FILTERS` (checked at load).
+    let mut ran: u128 = 0;
     let mut early = None;
-    for f in &route.filters {
-        ran += 1;
-        if let Some(resp) = f.on_request(&mut req, &mut cx) {
-            early = Some(resp);
-            break;
+    let mut i = 0;
+    while let Some(st) = route.filters.get(i) {
+        if st.condition.as_ref().is_some_and(|c| !c.holds(&req, &cx)) {
+            i += 1;
+            continue;
         }
+        ran |= 1 << i;
+        let mut step = st.filter.on_request(&mut req, &mut cx);
+        if let Step::Later(decided) = step {
+            step = decided.await;
+        }
+        let (refusal, branch) = match step {
+            Step::Pass | Step::Later(_) => (None, st.on_pass),
+            Step::Answer(resp) => (Some(resp), st.on_refuse),
+            Step::Error(why) => {
+                bump(&COUNTERS.filter_failures);
+                if st.failure_open {
+                    tracing::debug!(
+                        "sluice: {}: {} could not decide ({why}); failing open",
+                        route.name,
+                        st.label
+                    );
+                    i += 1;
+                    continue;
+                }
+                tracing::debug!(
+                    "sluice: {}: {} could not decide ({why}); failing closed",
+                    route.name,
+                    st.label
+                );
+                early = Some(local_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Internal server error\n",
+                ));
+                break;
+            }
+        };
+        match (branch, refusal) {
+            (Some(Action::SkipTo(j)), _) => {
+                i = j;
+                continue;
+            }
+            (Some(Action::Reject(code)), _) => {
+                early = Some(reject(code));
+                break;
+            }
+            (None, Some(resp)) => {
+                early = Some(resp);
+                break;
+            }
+            (None, None) => {}
+        }
+        i += 1;
         // A path a filter produced (`rewrite` with placeholders, say) is decided on,
         // and sent, only in its normal form.
         if let Some(path) = cx.take_dirty() {
@@ -166,13 +218,31 @@ async fn run(
             call_handler(gen, route, req, client, &cx, slots, offer, received).await
         }
     };
-    for f in route.filters[..ran].iter().rev() {
-        f.on_response(&mut resp, &cx);
+    for (k, st) in route.filters.iter().enumerate().rev() {
+        if ran & (1 << k) != 0 {
+            st.filter.on_response(&mut resp, &cx);
+        }
     }
-    match accept {
-        Some(accept) => crate::filter::compress::apply(resp, accept.as_ref(), is_head),
-        None => resp,
+    if cx.compress.unwrap_or(route.compress) {
+        crate::filter::compress::apply(resp, accept.as_ref(), is_head)
+    } else {
+        resp
     }
+}
+
+/// A branch's `reject CODE`: the status and its reason as the body.
+fn reject(code: StatusCode) -> Response<Body> {
+    let mut r = Response::new(Body::full(format!(
+        "{}\n",
+        code.canonical_reason().unwrap_or("Rejected")
+    )));
+    *r.status_mut() = code;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r.headers_mut().insert(header::DATE, date());
+    r
 }
 
 /// The route for the request's normalised host and path, and the normalised path when

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderName, Method, StatusCode};
 
 use crate::config::{PathPattern, Template};
-use crate::filter::Filter;
+use crate::filter::cond::{header_matches, query_matches};
+use crate::filter::Stage;
 use crate::upstream::Pool;
 
 pub struct Sites {
@@ -35,7 +36,9 @@ pub struct Route {
     pub pattern: PathPattern,
     pub matchers: Vec<Matcher>,
     /// In written order; the proxy's own `max_body` comes last.
-    pub filters: Vec<Box<dyn Filter>>,
+    pub filters: Vec<Stage>,
+    /// Some filter or condition decides on the client's address.
+    pub uses_client_ip: bool,
     pub handler: Handler,
     /// Some filter or the handler renders placeholders from the request as received.
     pub uses_placeholders: bool,
@@ -151,17 +154,8 @@ impl Matcher {
     fn passes(&self, p: &Probe<'_>) -> bool {
         match self {
             Matcher::Method(ms) => ms.contains(p.method),
-            Matcher::Header(name, want) => p
-                .headers
-                .get_all(name)
-                .iter()
-                .any(|v| want == "*" || v.as_bytes() == want.as_bytes()),
-            Matcher::Query(name, want) => p.query.is_some_and(|q| {
-                q.split('&').any(|pair| {
-                    let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-                    k == name && (want == "*" || v == want)
-                })
-            }),
+            Matcher::Header(name, want) => header_matches(p.headers, name, want),
+            Matcher::Query(name, want) => query_matches(p.query, name, want),
         }
     }
 }

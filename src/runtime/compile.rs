@@ -10,11 +10,18 @@ use tokio::sync::Semaphore;
 
 use super::{certs, Generation, TcpRoute};
 use crate::config::{self, Config};
+use crate::filter::access::Access;
+use crate::filter::basic_auth::BasicAuth;
+use crate::filter::compress::Compress;
+use crate::filter::cond::{Condition, Test};
+use crate::filter::cors::Cors;
 use crate::filter::header_down::HeaderDown;
 use crate::filter::max_body::MaxBody;
+use crate::filter::rate_limit::RateLimit;
+use crate::filter::request_id::RequestId;
 use crate::filter::rewrite::Rewrite;
 use crate::filter::strip::Strip;
-use crate::filter::Filter;
+use crate::filter::{Action, Filter, Stage};
 use crate::route::{Handler, Matcher, Route, Site, Sites};
 use crate::safety::{Dns, Policy};
 use crate::upstream::dial::Dest;
@@ -118,31 +125,20 @@ impl Shared<'_> {
 }
 
 fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared: &Shared) -> Route {
-    let mut filters: Vec<Box<dyn Filter>> = r
-        .filters
-        .iter()
-        .filter(|f| !matches!(f, config::Filter::Compress(_)))
-        .map(filter)
-        .collect();
-    // A route's own `compress` wins; else its proxy's; else on.
-    let compress = r
-        .filters
-        .iter()
-        .rev()
-        .find_map(|f| match f {
-            config::Filter::Compress(on) => Some(*on),
-            _ => None,
-        })
-        .or(match &r.handler {
-            Some(config::Handler::Proxy(p)) => Some(p.compress),
-            _ => None,
-        })
-        .unwrap_or(true);
+    let mut filters: Vec<Stage> = r.filters.iter().map(stage).collect();
+    // A `compress` filter that runs decides; else the proxy's own setting; else on.
+    let compress = match &r.handler {
+        Some(config::Handler::Proxy(p)) => p.compress,
+        _ => true,
+    };
     let handler = match &r.handler {
         Some(config::Handler::Proxy(p)) => {
             // The proxy's own `max_body` runs as the route's last filter: one place.
             if let Some(max) = p.max_body {
-                filters.push(Box::new(MaxBody { max }));
+                filters.push(Stage::plain(
+                    Box::new(MaxBody { max }),
+                    "the proxy's max_body".into(),
+                ));
             }
             let id = PoolId::new(r.name.clone(), p);
             let state = carried.get(&id).map(|s| Arc::clone(s));
@@ -168,7 +164,8 @@ fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared:
         )),
         None => Handler::None,
     };
-    let uses_placeholders = filters.iter().any(|f| f.uses_placeholders())
+    let uses_client_ip = filters.iter().any(Stage::uses_client_ip);
+    let uses_placeholders = filters.iter().any(|f| f.filter.uses_placeholders())
         || match &handler {
             Handler::Respond { body: t, .. } | Handler::Redirect { target: t, .. } => {
                 t.has_placeholders()
@@ -186,14 +183,16 @@ fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared:
         pattern: r.pattern.clone(),
         matchers: r.matchers.iter().map(matcher).collect(),
         filters,
+        uses_client_ip,
         handler,
         uses_placeholders,
         compress,
     }
 }
 
-fn filter(f: &config::Filter) -> Box<dyn Filter> {
-    match f {
+/// A filter line, compiled: its filter, condition, failure mode and branches.
+fn stage(line: &config::FilterLine) -> Stage {
+    let filter: Box<dyn Filter> = match &line.filter {
         config::Filter::Strip(prefix) => Box::new(Strip {
             prefix: prefix.clone(),
         }),
@@ -203,15 +202,54 @@ fn filter(f: &config::Filter) -> Box<dyn Filter> {
         }),
         config::Filter::HeaderDown(op) => Box::new(HeaderDown { op: op.clone() }),
         config::Filter::MaxBody(max) => Box::new(MaxBody { max: *max }),
-        // Not a filter of its own: decides the route's `compress` (see `route`).
-        config::Filter::Compress(_) => Box::new(Noop),
+        config::Filter::Compress(on) => Box::new(Compress { on: *on }),
+        config::Filter::RequestId => Box::new(RequestId),
+        config::Filter::Allow(nets) => Box::new(Access {
+            nets: nets.clone(),
+            allow: true,
+        }),
+        config::Filter::Deny(nets) => Box::new(Access {
+            nets: nets.clone(),
+            allow: false,
+        }),
+        config::Filter::RateLimit(rl) => {
+            Box::new(RateLimit::new(rl, line.name.as_deref(), line.failure_open))
+        }
+        config::Filter::BasicAuth(users) => Box::new(BasicAuth::new(users)),
+        config::Filter::Cors(c) => Box::new(Cors::new(c)),
+    };
+    let (passed, refused) = line.filter.results().unwrap_or(("", ""));
+    let branch = |result: &str| {
+        line.branches
+            .iter()
+            .find(|b| b.result == result)
+            .map(|b| match b.action {
+                config::BranchAction::SkipTo(i) => Action::SkipTo(i),
+                config::BranchAction::Reject(code) => Action::Reject(code),
+            })
+    };
+    Stage {
+        condition: line.condition.as_ref().map(|c| Condition {
+            negate: c.negate,
+            test: match &c.test {
+                config::Test::Path(p) => Test::Path(p.clone()),
+                config::Test::ClientIp(nets) => Test::ClientIp(nets.clone()),
+                config::Test::Match(config::Matcher::Method(ms)) => Test::Method(ms.clone()),
+                config::Test::Match(config::Matcher::Header(n, v)) => {
+                    Test::Header(n.clone(), v.clone())
+                }
+                config::Test::Match(config::Matcher::Query(n, v)) => {
+                    Test::Query(n.clone(), v.clone())
+                }
+            },
+        }),
+        failure_open: line.failure_open,
+        on_pass: branch(passed),
+        on_refuse: branch(refused),
+        label: format!("{} (line {})", line.filter.name(), line.span.line),
+        filter,
     }
 }
-
-/// A filter with nothing to do at request time.
-struct Noop;
-
-impl Filter for Noop {}
 
 fn matcher(m: &config::Matcher) -> Matcher {
     match m {

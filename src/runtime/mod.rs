@@ -49,6 +49,32 @@ impl Generation {
         self.trust.iter().any(|n| n.contains(&ip))
     }
 
+    /// The client's address for filters: the connection's peer; when the peer is
+    /// trusted, the nearest untrusted address in `X-Forwarded-For` (read right to left),
+    /// or the farthest one when every address there is trusted.
+    pub fn client_ip(&self, peer: IpAddr, headers: &http::HeaderMap) -> IpAddr {
+        let peer = peer.to_canonical();
+        if !self.is_trusted(peer) {
+            return peer;
+        }
+        let mut client = peer;
+        let values: Vec<&str> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        for entry in values.iter().rev().flat_map(|v| v.rsplit(',')) {
+            let Ok(ip) = entry.trim().parse::<IpAddr>() else {
+                break;
+            };
+            client = ip.to_canonical();
+            if !self.is_trusted(client) {
+                break;
+            }
+        }
+        client
+    }
+
     pub fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
         self.sites.pools().chain(self.tcp.iter().map(|t| &t.pool))
     }

@@ -6,6 +6,7 @@
 //! ignored. Warnings are collected beside errors; `--strict` makes them fatal.
 
 mod args;
+mod filters;
 mod proxy;
 mod route;
 mod values;

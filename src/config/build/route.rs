@@ -5,12 +5,13 @@ use std::path::PathBuf;
 use http::StatusCode;
 
 use super::args::*;
+use super::filters::{branch, filter_line, FILTERS};
 use super::values::*;
 use super::vocab::Place;
 use super::{Builder, Res};
 use crate::config::diag::{Diagnostic, Span};
 use crate::config::model::*;
-use crate::config::parser::Directive;
+use crate::config::parser::{Directive, Word};
 
 impl Builder {
     pub(super) fn route(&mut self, d: &Directive, site: &str) -> Option<Route> {
@@ -55,65 +56,67 @@ impl Builder {
         span: Span,
     ) -> Option<Route> {
         let mut matchers = Vec::new();
-        let mut filters = Vec::new();
+        let mut filters: Vec<FilterLine> = Vec::new();
+        // Skips to resolve once every filter's name is known: (filter, branch, NAME).
+        let mut skips: Vec<(usize, usize, &Word)> = Vec::new();
+        // The previous line was a filter (or a branch of it): `on` may follow.
+        let mut after_filter = false;
         let mut handler: Option<(Handler, Span)> = None;
         let mut failed = false;
         for d in items {
-            if let Some(w) = d
-                .args
-                .iter()
-                .find(|w| !w.quoted && matches!(w.text.as_str(), "when" | "unless" | "failure"))
-            {
-                self.errors.push(
-                    Diagnostic::error(
-                        w.span,
-                        format!("filter conditions (`{}`) are not supported yet", w.text),
+            let name = d.name.text.as_str();
+            if name == "on" {
+                let at = filters.len().wrapping_sub(1);
+                let r = match filters.last_mut().filter(|_| after_filter) {
+                    None => Err(Diagnostic::error(
+                        d.span(),
+                        "`on` follows the filter it branches on",
                     )
                     .with_hint(
-                        "this build runs every filter unconditionally; remove the condition",
-                    ),
-                );
-                failed = true;
+                        "put it on the line right after the filter (or its other `on` lines)",
+                    )),
+                    Some(line) => branch(d, line).map(|(b, target)| {
+                        if let Some(t) = target {
+                            skips.push((at, line.branches.len(), t));
+                        }
+                        line.branches.push(b);
+                    }),
+                };
+                if let Err(e) = r {
+                    self.errors.push(e);
+                    failed = true;
+                }
                 continue;
             }
-            let r: Res<()> = match d.name.text.as_str() {
-                "match" => matcher(d).map(|m| matchers.push(m)),
-                "strip" => one_arg(d, "strip /prefix").and_then(|w| {
-                    if !w.text.starts_with('/') || w.text.len() < 2 {
-                        return Err(Diagnostic::error(
-                            w.span,
-                            format!("`{}` is not a path prefix", w.text),
-                        )
-                        .with_hint("write a prefix starting with /, like strip /api"));
-                    }
-                    let prefix = w.text.trim_end_matches('/');
-                    normal_form(w, prefix)?;
-                    filters.push(Filter::Strip(prefix.to_string()));
-                    Ok(())
-                }),
-                "rewrite" => two_args(d, "rewrite FROM TO").and_then(|(from, to)| {
-                    let from_pat = path_pattern(from)?;
-                    let to_t = template(to)?;
-                    if !to.text.starts_with('/') {
-                        return Err(Diagnostic::error(to.span, "a rewrite target is a path")
-                            .with_hint("write a path starting with /, like rewrite /old /new"));
-                    }
-                    filters.push(Filter::Rewrite {
-                        from: from_pat,
-                        to: to_t,
-                    });
-                    Ok(())
-                }),
-                "header_down" => {
-                    header_op(d, "header_down").map(|op| filters.push(Filter::HeaderDown(op)))
+            after_filter = FILTERS.contains(&name);
+            if !after_filter {
+                if let Some(w) = d
+                    .args
+                    .iter()
+                    .find(|w| !w.quoted && matches!(w.text.as_str(), "when" | "unless" | "failure"))
+                {
+                    self.errors.push(
+                        Diagnostic::error(w.span, format!("`{}` goes on a filter's line", w.text))
+                            .with_hint(format!("`{name}` is not a filter; conditions and failure modes belong to filters (allow, rate_limit, header_down, ...)")),
+                    );
+                    failed = true;
+                    continue;
                 }
-                "max_body" => one_arg(d, "max_body SIZE").and_then(|w| {
-                    filters.push(Filter::MaxBody(size(w)?));
+            }
+            let r: Res<()> = match name {
+                "match" => matcher(d).map(|m| matchers.push(m)),
+                _ if after_filter => filter_line(d).and_then(|line| {
+                    if let Some(n) = &line.name {
+                        if let Some(prev) = filters.iter().find(|f| f.name.as_ref() == Some(n)) {
+                            return Err(Diagnostic::error(line.span, format!("a filter named `{n}` is already in this route"))
+                                .with_hint(format!("it is on line {}; names are what skip_to finds, so they are unique", prev.span.line)));
+                        }
+                    }
+                    filters.push(line);
                     Ok(())
                 }),
-                "compress" => compress(d).map(|on| filters.push(Filter::Compress(on))),
                 "respond" | "redirect" | "proxy" | "files" | "fastcgi" => {
-                    let h = match d.name.text.as_str() {
+                    let h = match name {
                         "respond" => respond(d),
                         "redirect" => redirect(d),
                         "files" => self.files(d),
@@ -138,6 +141,53 @@ impl Builder {
             if let Err(e) = r {
                 self.errors.push(e);
                 failed = true;
+            }
+        }
+        // The pipeline keeps which filters ran in 128 bits (the proxy's `max_body` may
+        // take one).
+        if filters.len() > 127 {
+            self.errors.push(
+                Diagnostic::error(filters[127].span, "more than 127 filters in one route")
+                    .with_hint("split the route, or merge filters (one allow with several CIDRs)"),
+            );
+            failed = true;
+        }
+        // Skips go forward only: loops are impossible by construction.
+        for (from, b, target) in skips {
+            match filters
+                .iter()
+                .position(|f| f.name.as_deref() == Some(target.text.as_str()))
+            {
+                Some(to) if to > from => {
+                    filters[from].branches[b].action = BranchAction::SkipTo(to)
+                }
+                Some(_) => {
+                    self.errors.push(
+                        Diagnostic::error(
+                            target.span,
+                            format!("`{}` is not after this filter", target.text),
+                        )
+                        .with_hint("skip_to goes forward only; move the named filter below"),
+                    );
+                    failed = true;
+                }
+                None => {
+                    let names: Vec<&str> =
+                        filters.iter().filter_map(|f| f.name.as_deref()).collect();
+                    self.errors.push(
+                        Diagnostic::error(
+                            target.span,
+                            format!("no filter named `{}` in this route", target.text),
+                        )
+                        .with_hint(if names.is_empty() {
+                            "name the target filter with `name NAME` at the end of its line"
+                                .to_string()
+                        } else {
+                            format!("named here: {}", names.join(", "))
+                        }),
+                    );
+                    failed = true;
+                }
             }
         }
         if failed {

@@ -159,20 +159,6 @@ fn one_scheme_class_per_pool() {
 }
 
 #[test]
-fn unbuilt_directives_are_refused_not_ignored() {
-    for (text, what) in [
-        ("site a { rate_limit 10 }", "rate_limit"),
-        ("site a { cors { origins * } }", "cors"),
-    ] {
-        let (_, _, m, _) = err(text);
-        assert!(
-            m.contains("not supported yet") && m.contains(what),
-            "{text}: {m}"
-        );
-    }
-}
-
-#[test]
 fn two_handlers_in_one_route() {
     let (l, c, m, h) = err("site a {\n  respond ok\n  redirect /x\n}\n");
     assert_eq!((l, c), (3, 3));

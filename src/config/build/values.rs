@@ -241,15 +241,20 @@ pub(super) fn normal_form(w: &Word, path: &str) -> Res<()> {
 }
 
 pub(super) fn matcher(d: &Directive) -> Res<Matcher> {
-    let kind = first_arg(d, "match method|header|query ...")?;
+    matcher_as(d, "match")
+}
+
+/// A `match` line's test, or a condition's (`lead`: `when` or `unless`, for messages).
+pub(super) fn matcher_as(d: &Directive, lead: &str) -> Res<Matcher> {
+    let kind = first_arg(d, &format!("{lead} method|header|query ..."))?;
     let rest = &d.args[1..];
     match kind.text.as_str() {
         "method" => {
             if rest.is_empty() {
                 return Err(missing(
                     d,
-                    "match method METHOD...",
-                    "match method GET HEAD",
+                    &format!("{lead} method METHOD..."),
+                    &format!("{lead} method GET HEAD"),
                 ));
             }
             rest.iter()
@@ -270,21 +275,21 @@ pub(super) fn matcher(d: &Directive) -> Res<Matcher> {
             )),
             [_, _, x, ..] => Err(extra(
                 x,
-                "write: match header NAME VALUE (quote a value with spaces)",
+                &format!("write: {lead} header NAME VALUE (quote a value with spaces)"),
             )),
             _ => Err(missing(
                 d,
-                "match header NAME VALUE",
-                "match header X-Canary 1",
+                &format!("{lead} header NAME VALUE"),
+                &format!("{lead} header X-Canary 1"),
             )),
         },
         "query" => match rest {
             [n, v] => Ok(Matcher::Query(n.text.clone(), v.text.clone())),
-            [_, _, x, ..] => Err(extra(x, "write: match query NAME VALUE")),
+            [_, _, x, ..] => Err(extra(x, &format!("write: {lead} query NAME VALUE"))),
             _ => Err(missing(
                 d,
-                "match query NAME VALUE",
-                "match query version 2",
+                &format!("{lead} query NAME VALUE"),
+                &format!("{lead} query version 2"),
             )),
         },
         _ => Err(expected(kind, "`method`, `header` or `query`")),

@@ -135,6 +135,7 @@ pub(super) const SITE: &[&str] = &[
     "compress",
     "max_body",
     "cors",
+    "on",
 ];
 
 pub(super) const ALL_PLACES: [Place; 12] = [
@@ -155,22 +156,7 @@ pub(super) const ALL_PLACES: [Place; 12] = [
 /// Directives sluice knows but cannot run yet, with what to do meanwhile: refused at
 /// load ("not supported yet"), never ignored. A directive leaves this list when its
 /// runtime lands.
-pub(super) const NOT_YET: &[(Place, &str, &str)] = &[
-    (Place::Site, "request_id", "the filter is not built yet"),
-    (Place::Site, "rate_limit", "the filter is not built yet"),
-    (
-        Place::Site,
-        "allow",
-        "the filter is not built yet; use a `respond 403` route for now",
-    ),
-    (
-        Place::Site,
-        "deny",
-        "the filter is not built yet; use a `respond 403` route for now",
-    ),
-    (Place::Site, "basic_auth", "the filter is not built yet"),
-    (Place::Site, "cors", "the filter is not built yet"),
-];
+pub(super) const NOT_YET: &[(Place, &str, &str)] = &[];
 
 /// What to do instead, when `name` in `place` is known but not built yet. A route
 /// takes what a site block does.

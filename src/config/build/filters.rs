@@ -1,0 +1,516 @@
+//! Filter lines: the filter and its arguments, then `when|unless KIND ARGS`,
+//! `failure open|closed` and `name NAME` at the end of the line (DESIGN §14), and the
+//! `on RESULT skip_to NAME | reject CODE` lines after it.
+
+use std::time::Duration;
+
+use http::{HeaderName, Method};
+
+use super::args::*;
+use super::route::compress;
+use super::values::*;
+use super::Res;
+use crate::config::diag::Diagnostic;
+use crate::config::model::*;
+use crate::config::parser::{Directive, Word};
+
+/// The words that end a filter's own arguments.
+const CLAUSES: [&str; 4] = ["when", "unless", "failure", "name"];
+
+/// The directives that are filters.
+pub(super) const FILTERS: &[&str] = &[
+    "strip",
+    "rewrite",
+    "header_down",
+    "max_body",
+    "compress",
+    "request_id",
+    "rate_limit",
+    "allow",
+    "deny",
+    "basic_auth",
+    "cors",
+];
+
+/// One filter line, its clauses parsed.
+pub(super) fn filter_line(d: &Directive) -> Res<FilterLine> {
+    let cut = d
+        .args
+        .iter()
+        .position(|w| !w.quoted && CLAUSES.contains(&w.text.as_str()))
+        .unwrap_or(d.args.len());
+    let own = Directive {
+        args: d.args[..cut].to_vec(),
+        ..d.clone()
+    };
+    let filter = filter(&own)?;
+    let mut line = FilterLine {
+        filter,
+        condition: None,
+        failure_open: false,
+        name: None,
+        branches: Vec::new(),
+        span: d.span(),
+    };
+    let mut rest = &d.args[cut..];
+    let mut seen: Vec<&str> = Vec::new();
+    while let Some((kw, tail)) = rest.split_first() {
+        let key = if kw.text == "unless" {
+            "when"
+        } else {
+            kw.text.as_str()
+        };
+        if seen.contains(&key) {
+            return Err(Diagnostic::error(
+                kw.span,
+                format!("`{}` is given twice on this line", kw.text),
+            )
+            .with_hint("one condition, one failure mode and one name per filter"));
+        }
+        seen.push(key);
+        let end = tail
+            .iter()
+            .position(|w| !w.quoted && CLAUSES.contains(&w.text.as_str()))
+            .unwrap_or(tail.len());
+        let (args, next) = tail.split_at(end);
+        match kw.text.as_str() {
+            "when" | "unless" => {
+                let cond = Directive {
+                    name: kw.clone(),
+                    args: args.to_vec(),
+                    block: None,
+                    block_span: None,
+                };
+                line.condition = Some(Condition {
+                    negate: kw.text == "unless",
+                    test: test(&cond)?,
+                });
+            }
+            "failure" => match args {
+                [w] if w.text == "open" => line.failure_open = true,
+                [w] if w.text == "closed" => line.failure_open = false,
+                [w] => return Err(expected(w, "`open` or `closed`")),
+                [] => return Err(missing_after(kw, "failure open|closed")),
+                [_, x, ..] => return Err(extra(x, "write: failure open|closed")),
+            },
+            _ => match args {
+                [w] => {
+                    if !w
+                        .text
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                    {
+                        return Err(expected(w, "a name of letters, digits, `_` and `-`"));
+                    }
+                    line.name = Some(w.text.clone());
+                }
+                [] => return Err(missing_after(kw, "name NAME")),
+                [_, x, ..] => return Err(extra(x, "write: name NAME")),
+            },
+        }
+        rest = next;
+    }
+    Ok(line)
+}
+
+fn missing_after(kw: &Word, usage: &str) -> Diagnostic {
+    let d = Directive {
+        name: kw.clone(),
+        args: Vec::new(),
+        block: None,
+        block_span: None,
+    };
+    missing(&d, usage, usage)
+}
+
+/// `when|unless path P | method M... | header N V | query N V | client_ip CIDR...`.
+fn test(d: &Directive) -> Res<Test> {
+    let lead = d.name.text.as_str();
+    let kind = first_arg(d, &format!("{lead} path|method|header|query|client_ip ..."))?;
+    match kind.text.as_str() {
+        "path" => match &d.args[1..] {
+            [p] => Ok(Test::Path(path_pattern(p)?)),
+            [] => Err(missing(
+                d,
+                &format!("{lead} path PATTERN"),
+                &format!("{lead} path /admin/*"),
+            )),
+            [_, x, ..] => Err(extra(x, &format!("write: {lead} path PATTERN"))),
+        },
+        "client_ip" => {
+            if d.args.len() < 2 {
+                return Err(missing(
+                    d,
+                    &format!("{lead} client_ip CIDR..."),
+                    &format!("{lead} client_ip 10.0.0.0/8"),
+                ));
+            }
+            Ok(Test::ClientIp(
+                d.args[1..].iter().map(cidr).collect::<Res<_>>()?,
+            ))
+        }
+        "method" | "header" | "query" => Ok(Test::Match(matcher_as(d, lead)?)),
+        _ => Err(expected(
+            kind,
+            "`path`, `method`, `header`, `query` or `client_ip`",
+        )),
+    }
+}
+
+/// The filter a line names, from its own arguments.
+fn filter(d: &Directive) -> Res<Filter> {
+    let name = d.name.text.as_str();
+    if name != "basic_auth" && name != "cors" {
+        no_block(d)?;
+    }
+    match name {
+        "strip" => one_arg(d, "strip /prefix").and_then(|w| {
+            if !w.text.starts_with('/') || w.text.len() < 2 {
+                return Err(Diagnostic::error(
+                    w.span,
+                    format!("`{}` is not a path prefix", w.text),
+                )
+                .with_hint("write a prefix starting with /, like strip /api"));
+            }
+            let prefix = w.text.trim_end_matches('/');
+            normal_form(w, prefix)?;
+            Ok(Filter::Strip(prefix.to_string()))
+        }),
+        "rewrite" => two_args(d, "rewrite FROM TO").and_then(|(from, to)| {
+            let from_pat = path_pattern(from)?;
+            let to_t = template(to)?;
+            if !to.text.starts_with('/') {
+                return Err(Diagnostic::error(to.span, "a rewrite target is a path")
+                    .with_hint("write a path starting with /, like rewrite /old /new"));
+            }
+            Ok(Filter::Rewrite {
+                from: from_pat,
+                to: to_t,
+            })
+        }),
+        "header_down" => header_op(d, "header_down").map(Filter::HeaderDown),
+        "max_body" => one_arg(d, "max_body SIZE").and_then(|w| Ok(Filter::MaxBody(size(w)?))),
+        "compress" => compress(d).map(Filter::Compress),
+        "request_id" => no_args(d).map(|()| Filter::RequestId),
+        "allow" | "deny" => {
+            if d.args.is_empty() {
+                return Err(missing(
+                    d,
+                    &format!("{name} CIDR..."),
+                    &format!("{name} 10.0.0.0/8 192.168.1.5"),
+                ));
+            }
+            let nets = d.args.iter().map(cidr).collect::<Res<Vec<_>>>()?;
+            Ok(if name == "allow" {
+                Filter::Allow(nets)
+            } else {
+                Filter::Deny(nets)
+            })
+        }
+        "rate_limit" => rate_limit(d).map(Filter::RateLimit),
+        "basic_auth" => basic_auth(d).map(Filter::BasicAuth),
+        "cors" => cors(d).map(Filter::Cors),
+        _ => Err(unsupported(d)),
+    }
+}
+
+/// `rate_limit N/s|N/m [burst N] [key client_ip|header NAME] [store redis://HOST:PORT[/DB]]`.
+fn rate_limit(d: &Directive) -> Res<RateLimit> {
+    const USAGE: &str =
+        "rate_limit N/s|N/m [burst N] [key client_ip|header NAME] [store redis://HOST:PORT]";
+    let rate = first_arg(d, USAGE)?;
+    let (n, per) = rate
+        .text
+        .split_once('/')
+        .ok_or_else(|| expected(rate, "a rate like 10/s or 600/m"))?;
+    let count: u32 = n
+        .parse()
+        .ok()
+        .filter(|n| (1..=1_000_000).contains(n))
+        .ok_or_else(|| {
+            expected(
+                rate,
+                "a rate like 10/s or 600/m (1..1000000 a second or a minute)",
+            )
+        })?;
+    let window = match per {
+        "s" => Duration::from_secs(1),
+        "m" => Duration::from_secs(60),
+        "h" => Duration::from_secs(3600),
+        _ => {
+            return Err(expected(
+                rate,
+                "a rate per second (`/s`), minute (`/m`) or hour (`/h`)",
+            ))
+        }
+    };
+    let mut r = RateLimit {
+        count,
+        window,
+        burst: count,
+        key_header: None,
+        store: None,
+    };
+    let mut rest = &d.args[1..];
+    while let Some((w, tail)) = rest.split_first() {
+        let value = tail
+            .first()
+            .ok_or_else(|| missing(d, &format!("{} VALUE", w.text), USAGE))?;
+        rest = &tail[1..];
+        match w.text.as_str() {
+            "burst" => r.burst = int_in(value, 1, 1_000_000)? as u32,
+            "key" => match value.text.as_str() {
+                "client_ip" => r.key_header = None,
+                "header" => {
+                    let name = rest
+                        .first()
+                        .ok_or_else(|| missing(d, "key header NAME", "key header X-Api-Key"))?;
+                    rest = &rest[1..];
+                    r.key_header = Some(
+                        HeaderName::from_bytes(name.text.as_bytes())
+                            .map_err(|_| expected(name, "a header name"))?,
+                    );
+                }
+                _ => return Err(expected(value, "`client_ip` or `header NAME`")),
+            },
+            "store" => r.store = Some(redis_url(value)?),
+            _ => {
+                return Err(
+                    expected(w, "`burst`, `key` or `store`").with_hint(format!("write: {USAGE}"))
+                )
+            }
+        }
+    }
+    Ok(r)
+}
+
+/// `redis://HOST:PORT[/DB]`, checked for shape (the connection is made at run time).
+fn redis_url(w: &Word) -> Res<String> {
+    let bad = || {
+        expected(
+            w,
+            "a Redis address like redis://127.0.0.1:6379 or redis://cache:6379/2",
+        )
+    };
+    let rest = w.text.strip_prefix("redis://").ok_or_else(bad)?;
+    let (hostport, db) = match rest.split_once('/') {
+        Some((h, db)) => (h, Some(db)),
+        None => (rest, None),
+    };
+    let (host, port) = hostport.rsplit_once(':').ok_or_else(bad)?;
+    if host.is_empty() || host.contains('@') || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(bad());
+    }
+    if db.is_some_and(|db| db.parse::<u8>().is_err()) {
+        return Err(bad());
+    }
+    Ok(w.text.clone())
+}
+
+/// `basic_auth USER HASH`, or `basic_auth { USER HASH; ... }`.
+fn basic_auth(d: &Directive) -> Res<Vec<(String, String)>> {
+    const USAGE: &str = "basic_auth USER HASH, or basic_auth { USER HASH; ... }";
+    let pairs: Vec<(&Word, &Word)> = match (&d.block, d.args.as_slice()) {
+        (None, [u, h]) => vec![(u, h)],
+        (None, [_, _, x, ..]) => return Err(extra(x, USAGE)),
+        (None, _) => {
+            return Err(missing(
+                d,
+                USAGE,
+                "basic_auth admin \"$2y$05$...\" (made by htpasswd -nbB admin PASSWORD)",
+            ))
+        }
+        (Some(_), [x, ..]) => {
+            return Err(extra(
+                x,
+                "a basic_auth block lists USER HASH lines; no arguments",
+            ))
+        }
+        (Some(items), []) => items
+            .iter()
+            .map(|i| match i.args.as_slice() {
+                [h] => Ok((&i.name, h)),
+                _ => Err(Diagnostic::error(i.span(), "expected USER HASH").with_hint(USAGE)),
+            })
+            .collect::<Res<_>>()?,
+    };
+    if pairs.is_empty() {
+        return Err(
+            Diagnostic::error(d.span(), "a basic_auth block without users lets no one in")
+                .with_hint(USAGE),
+        );
+    }
+    let mut users: Vec<(String, String)> = Vec::new();
+    for (u, h) in pairs {
+        if u.text.is_empty() || u.text.contains(':') {
+            return Err(expected(u, "a user name without `:`"));
+        }
+        if users.iter().any(|(n, _)| *n == u.text) {
+            return Err(Diagnostic::error(
+                u.span,
+                format!("user `{}` is listed twice", u.text),
+            ));
+        }
+        check_hash(h)?;
+        users.push((u.text.clone(), h.text.clone()));
+    }
+    Ok(users)
+}
+
+/// A password hash sluice can verify: bcrypt (`$2a$`, `$2b$`, `$2y$`) or argon2id in
+/// its PHC form. Anything else (a plain password, MD5-crypt, SHA) is refused.
+fn check_hash(w: &Word) -> Res<()> {
+    let h = w.text.as_str();
+    let ok = if h.starts_with("$2a$") || h.starts_with("$2b$") || h.starts_with("$2y$") {
+        h.len() == 60 && h[4..6].parse::<u32>().is_ok_and(|c| (4..=31).contains(&c))
+    } else if h.starts_with("$argon2id$") {
+        argon2::PasswordHash::new(h).is_ok()
+    } else {
+        false
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(Diagnostic::error(w.span, "not a bcrypt or argon2id password hash")
+        .with_hint("make one with: htpasswd -nbB USER PASSWORD (bcrypt), or: echo -n PASSWORD | argon2 SALT -id -e; quote it, as `$` starts a variable"))
+}
+
+/// `cors { origins ...; methods ...; headers ...; credentials on|off; max_age D }`.
+fn cors(d: &Directive) -> Res<Cors> {
+    if let Some(x) = d.args.first() {
+        return Err(extra(
+            x,
+            "write: cors { origins https://app.example.com *.example.com }",
+        ));
+    }
+    let items = block(d, "cors { origins https://app.example.com }")?;
+    let mut c = Cors {
+        methods: vec![Method::GET, Method::HEAD, Method::POST],
+        ..Cors::default()
+    };
+    let mut has_origins = false;
+    for i in items {
+        let name = i.name.text.as_str();
+        no_block(i)?;
+        let need = |usage: &str, ex: &str| {
+            if i.args.is_empty() {
+                Err(missing(i, usage, ex))
+            } else {
+                Ok(())
+            }
+        };
+        match name {
+            "origins" => {
+                need(
+                    "origins ORIGIN|*.SUFFIX|*...",
+                    "origins https://app.example.com *.example.com",
+                )?;
+                has_origins = true;
+                for w in &i.args {
+                    let o = w.text.to_ascii_lowercase();
+                    if o == "*" {
+                        c.any = true;
+                    } else if let Some(suffix) = o.strip_prefix("*.") {
+                        if suffix.is_empty() || suffix.contains(['/', ':']) {
+                            return Err(expected(w, "`*.` and a domain, like *.example.com"));
+                        }
+                        c.suffixes.push(format!(".{suffix}"));
+                    } else if (o.starts_with("https://") || o.starts_with("http://"))
+                        && !o.split_once("://").unwrap().1.contains('/')
+                        && o.len() > 8
+                    {
+                        c.origins.push(o);
+                    } else {
+                        return Err(
+                            expected(w, "an origin (scheme://host[:port]), *.DOMAIN or *")
+                                .with_hint("an origin has no path: https://app.example.com"),
+                        );
+                    }
+                }
+            }
+            "methods" => {
+                need("methods METHOD...", "methods GET POST PUT")?;
+                c.methods = i
+                    .args
+                    .iter()
+                    .map(|w| {
+                        if !w.text.bytes().all(|b| b.is_ascii_uppercase()) {
+                            return Err(expected(w, "an upper-case method like PUT"));
+                        }
+                        Method::from_bytes(w.text.as_bytes()).map_err(|_| expected(w, "a method"))
+                    })
+                    .collect::<Res<_>>()?;
+            }
+            "headers" => {
+                need("headers NAME...", "headers Content-Type Authorization")?;
+                c.headers = i
+                    .args
+                    .iter()
+                    .map(|w| {
+                        HeaderName::from_bytes(w.text.as_bytes())
+                            .map_err(|_| expected(w, "a header name"))
+                    })
+                    .collect::<Res<_>>()?;
+            }
+            "credentials" => c.credentials = compress(i)?,
+            "max_age" => c.max_age = Some(duration(one_arg(i, "max_age 10m")?)?),
+            _ => {
+                return Err(
+                    Diagnostic::error(i.span(), format!("`{name}` is not a cors setting"))
+                        .with_hint(
+                            "a cors block takes: origins, methods, headers, credentials, max_age",
+                        ),
+                )
+            }
+        }
+    }
+    if !has_origins {
+        return Err(
+            Diagnostic::error(d.span(), "cors without `origins` admits no one")
+                .with_hint("list them: cors { origins https://app.example.com }"),
+        );
+    }
+    if c.any && c.credentials {
+        return Err(Diagnostic::error(
+            d.span(),
+            "`origins *` with `credentials on` would let any site act as the user",
+        )
+        .with_hint("list the origins that may send credentials"));
+    }
+    Ok(c)
+}
+
+/// `on RESULT skip_to NAME | reject CODE`, for the filter `line`. A skip's target is
+/// resolved once the route's filters are all known: returned as the name's word.
+pub(super) fn branch<'a>(d: &'a Directive, line: &FilterLine) -> Res<(Branch, Option<&'a Word>)> {
+    const USAGE: &str = "on RESULT skip_to NAME, or on RESULT reject CODE";
+    let [result, action, arg] = d.args.as_slice() else {
+        return Err(match d.args.get(3) {
+            Some(x) => extra(x, USAGE),
+            None => missing(d, USAGE, "on denied reject 404"),
+        });
+    };
+    no_block(d)?;
+    let Some((pass, refuse)) = line.filter.results() else {
+        return Err(
+            Diagnostic::error(d.span(), "this filter has no result to branch on")
+                .with_hint("branch after allow, deny, rate_limit or basic_auth"),
+        );
+    };
+    if result.text != pass && result.text != refuse {
+        return Err(expected(result, &format!("`{pass}` or `{refuse}`")));
+    }
+    let (action, target) = match action.text.as_str() {
+        "skip_to" => (BranchAction::SkipTo(usize::MAX), Some(arg)),
+        "reject" => (BranchAction::Reject(status(arg, 400..=599)?), None),
+        _ => return Err(expected(action, "`skip_to` or `reject`")),
+    };
+    Ok((
+        Branch {
+            result: result.text.clone(),
+            action,
+            span: d.span(),
+        },
+        target,
+    ))
+}

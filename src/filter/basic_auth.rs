@@ -1,0 +1,182 @@
+//! `basic_auth USER HASH` (or a block of them): HTTP Basic authentication against
+//! bcrypt or argon2id hashes; `401` with `WWW-Authenticate` otherwise. Results for
+//! branches: `authorized`, `unauthorized`.
+//!
+//! A hash costs milliseconds of CPU by design, so it is checked on a blocking thread,
+//! at most as many at once as the machine has cores (a flood of wrong passwords queues
+//! instead of starving the proxy). A credential that verified is remembered for
+//! [`REMEMBER`] by the SHA-256 of its header value (never the password itself), so a
+//! client sending it on every request pays the hash once. An unknown user costs the
+//! same hash as a known one (checked against a dummy), so timing does not tell which
+//! users exist; the hash libraries compare in constant time.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use http::{HeaderValue, Request, Response, StatusCode};
+use tokio::sync::Semaphore;
+
+use super::{Cx, Filter, Step};
+use crate::body::Body;
+use crate::reply::local_response;
+use crate::stats::{bump, COUNTERS};
+
+/// How long a verified credential is remembered.
+pub const REMEMBER: Duration = Duration::from_secs(300);
+/// The most credentials remembered at once.
+const REMEMBERED: usize = 4096;
+
+pub struct BasicAuth {
+    users: Arc<[(String, String)]>,
+    /// SHA-256 of an `Authorization` value that verified → when it stops counting.
+    verified: Arc<Mutex<HashMap<[u8; 32], u64>>>,
+    slots: Arc<Semaphore>,
+}
+
+impl BasicAuth {
+    pub fn new(users: &[(String, String)]) -> BasicAuth {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        BasicAuth {
+            users: users.iter().cloned().collect(),
+            verified: Arc::default(),
+            slots: Arc::new(Semaphore::new(cores)),
+        }
+    }
+}
+
+impl Filter for BasicAuth {
+    fn on_request(&self, req: &mut Request<Body>, _: &mut Cx<'_>) -> Step {
+        let Some(value) = req.headers().get(AUTHORIZATION) else {
+            return Step::Answer(challenge());
+        };
+        let digest = ring::digest::digest(&ring::digest::SHA256, value.as_bytes());
+        let key: [u8; 32] = digest.as_ref().try_into().expect("SHA-256 is 32 bytes");
+        let now = crate::upstream::passive::now_ms();
+        {
+            let seen = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+            if seen.get(&key).is_some_and(|&until| until > now) {
+                return Step::Pass;
+            }
+        }
+        let Some((user, password)) = credentials(value) else {
+            return Step::Answer(challenge());
+        };
+        let (users, verified, slots) = (
+            self.users.clone(),
+            self.verified.clone(),
+            self.slots.clone(),
+        );
+        Step::Later(Box::pin(async move {
+            let Ok(_slot) = slots.acquire_owned().await else {
+                return Step::Answer(challenge());
+            };
+            let ok = tokio::task::spawn_blocking(move || check(&users, &user, &password))
+                .await
+                .unwrap_or(false);
+            if !ok {
+                return Step::Answer(challenge());
+            }
+            let mut seen = verified.lock().unwrap_or_else(|e| e.into_inner());
+            if seen.len() >= REMEMBERED {
+                let now = crate::upstream::passive::now_ms();
+                seen.retain(|_, until| *until > now);
+                if seen.len() >= REMEMBERED {
+                    seen.clear();
+                }
+            }
+            seen.insert(key, now + REMEMBER.as_millis() as u64);
+            Step::Pass
+        }))
+    }
+}
+
+/// 401 asking for Basic credentials.
+fn challenge() -> Response<Body> {
+    bump(&COUNTERS.unauthorized);
+    let mut r = local_response(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+    r.headers_mut().insert(
+        WWW_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"sluice\", charset=\"UTF-8\""),
+    );
+    r
+}
+
+/// `Basic base64(user:password)` → (user, password).
+fn credentials(value: &HeaderValue) -> Option<(String, String)> {
+    let v = value.to_str().ok()?;
+    let (scheme, token) = v.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(token.trim())
+        .ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    let (u, p) = text.split_once(':')?;
+    Some((u.to_string(), p.to_string()))
+}
+
+/// A bcrypt hash of nothing anyone sends, to spend an unknown user's time on.
+const DUMMY: &str = "$2b$05$CCCCCCCCCCCCCCCCCCCCC.E5YPO9kmyuRGyh0XouQYb4YMJKvyOeW";
+
+/// Whether `password` is `user`'s (every user compared, the hash checked once).
+fn check(users: &[(String, String)], user: &str, password: &str) -> bool {
+    let mut hash = None;
+    for (u, h) in users {
+        if same(u.as_bytes(), user.as_bytes()) {
+            hash = Some(h.as_str());
+        }
+    }
+    let ok = verify(hash.unwrap_or(DUMMY), password);
+    ok && hash.is_some()
+}
+
+/// Equal bytes, compared without an early exit (the length is not secret).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn verify(hash: &str, password: &str) -> bool {
+    if hash.starts_with("$argon2") {
+        use argon2::PasswordVerifier as _;
+        argon2::PasswordHash::new(hash).is_ok_and(|parsed| {
+            argon2::Argon2::default()
+                .verify_password(password.as_bytes(), &parsed)
+                .is_ok()
+        })
+    } else {
+        bcrypt::verify(password, hash).unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bcrypt_and_argon2() {
+        let b = bcrypt::hash("secret", 4).unwrap();
+        assert!(verify(&b, "secret"));
+        assert!(!verify(&b, "Secret"));
+        // `echo -n secret | argon2 somesalt -id -e`
+        let a =
+            "$argon2id$v=19$m=4096,t=3,p=1$c29tZXNhbHQ$JSTtCfuzyWAVVZF1mjNyip+A7CCi5xkKhBoPdXSPbqs";
+        assert!(verify(a, "secret"), "argon2id");
+        assert!(!verify(a, "other"));
+        let users = vec![("alice".to_string(), b)];
+        assert!(check(&users, "alice", "secret"));
+        assert!(!check(&users, "bob", "secret"));
+        assert!(!verify(DUMMY, ""));
+    }
+
+    #[test]
+    fn parses_credentials() {
+        let v = HeaderValue::from_static("Basic YWxpY2U6czNjcjp0"); // alice:s3cr:t
+        assert_eq!(credentials(&v), Some(("alice".into(), "s3cr:t".into())));
+        assert_eq!(credentials(&HeaderValue::from_static("Bearer x")), None);
+        assert_eq!(credentials(&HeaderValue::from_static("Basic !!!")), None);
+    }
+}

@@ -1,0 +1,357 @@
+//! `rate_limit N/s|N/m [burst N] [key client_ip|header NAME] [store redis://…]`: a token
+//! bucket per key. A bucket holds up to `burst` tokens and gains `N` per window; a
+//! request takes one or is refused `429` with `Retry-After` and the IETF draft's
+//! `RateLimit-Policy` / `RateLimit` fields. Results for branches: `passed`, `limited`.
+//!
+//! The default store is this process's memory: 64 shards, each a small map under its
+//! own lock (held for a few arithmetic operations, never across an await), with at
+//! most [`MAX_KEYS`] keys; a full shard first forgets keys whose bucket has refilled
+//! (an idle key and a fresh one are the same), then the longest unused. With `store
+//! redis://…` the buckets live in Redis, checked by one atomic script per request on a
+//! multiplexed connection, so every sluice instance sharing the Redis enforces one
+//! limit. A Redis that does not answer within [`REDIS_BUDGET`] is an error: the
+//! filter's `failure open|closed` decides, and the outage is logged once, not per
+//! request.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use http::header::{HeaderName, RETRY_AFTER};
+use http::{HeaderValue, Request, Response, StatusCode};
+
+use super::{Cx, Filter, Step};
+use crate::body::Body;
+use crate::config::RateLimit as Config;
+use crate::reply::local_response;
+use crate::stats::{bump, COUNTERS};
+
+/// The most keys one in-memory `rate_limit` remembers.
+pub const MAX_KEYS: usize = 100_000;
+const SHARDS: usize = 64;
+/// How long a Redis check may take before the filter's failure mode decides.
+pub const REDIS_BUDGET: Duration = Duration::from_millis(50);
+
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+pub struct RateLimit {
+    /// The policy's name in the headers (`name NAME`, else `default`).
+    name: String,
+    key_header: Option<HeaderName>,
+    /// Tokens gained per millisecond.
+    per_ms: f64,
+    burst: f64,
+    policy: HeaderValue,
+    store: Store,
+    /// One hasher for the filter's life: a key always lands in the same shard.
+    hasher: std::hash::RandomState,
+}
+
+enum Store {
+    Memory(Box<[Mutex<Shard>]>),
+    Redis(Arc<Redis>),
+}
+
+#[derive(Default)]
+struct Shard {
+    buckets: HashMap<u64, Bucket>,
+}
+
+#[derive(Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at_ms: u64,
+}
+
+impl RateLimit {
+    pub fn new(cfg: &Config, name: Option<&str>, failure_open: bool) -> RateLimit {
+        let name = name.unwrap_or("default").to_string();
+        let window = cfg.window.as_secs().max(1);
+        let policy = HeaderValue::from_str(&format!("\"{name}\";q={};w={window}", cfg.count))
+            .expect("a name of letters, digits, _ and - is a valid header value");
+        let store = match &cfg.store {
+            None => Store::Memory((0..SHARDS).map(|_| Mutex::default()).collect()),
+            Some(url) => Store::Redis(Arc::new(Redis::new(url, failure_open))),
+        };
+        RateLimit {
+            name,
+            key_header: cfg.key_header.clone(),
+            per_ms: f64::from(cfg.count) / cfg.window.as_millis() as f64,
+            burst: f64::from(cfg.burst),
+            policy,
+            store,
+            hasher: std::hash::RandomState::new(),
+        }
+    }
+}
+
+/// The refusal: 429, when a token comes (`wait_ms`), and the policy.
+fn refusal(name: &str, policy: &HeaderValue, wait_ms: u64) -> Response<Body> {
+    bump(&COUNTERS.rate_limited);
+    let secs = wait_ms.div_ceil(1000).max(1);
+    let mut r = local_response(StatusCode::TOO_MANY_REQUESTS, "Too many requests\n");
+    let h = r.headers_mut();
+    h.insert(RETRY_AFTER, HeaderValue::from(secs));
+    h.insert(RATELIMIT_POLICY.clone(), policy.clone());
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{name}\";r=0;t={secs}")) {
+        h.insert(RATELIMIT.clone(), v);
+    }
+    r
+}
+
+impl Filter for RateLimit {
+    fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Step {
+        // The key: the header's value when the request has it, else the client.
+        let header = self
+            .key_header
+            .as_ref()
+            .and_then(|h| req.headers().get(h))
+            .map(HeaderValue::as_bytes);
+        match &self.store {
+            Store::Memory(shards) => {
+                let mut h = self.hasher.build_hasher();
+                match header {
+                    Some(v) => h.write(v),
+                    None => match cx.client_ip.to_canonical() {
+                        std::net::IpAddr::V4(v4) => h.write(&v4.octets()),
+                        std::net::IpAddr::V6(v6) => h.write(&v6.octets()),
+                    },
+                }
+                let key = h.finish();
+                let now = crate::upstream::passive::now_ms();
+                let taken = shards[(key % SHARDS as u64) as usize]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take(key, now, self.per_ms, self.burst);
+                match taken {
+                    Ok(()) => Step::Pass,
+                    Err(wait_ms) => Step::Answer(refusal(&self.name, &self.policy, wait_ms)),
+                }
+            }
+            Store::Redis(redis) => {
+                let key = match header {
+                    Some(v) => format!("h:{}", String::from_utf8_lossy(v)),
+                    None => format!("ip:{}", cx.client_ip.to_canonical()),
+                };
+                let redis = redis.clone();
+                let (per_ms, burst) = (self.per_ms, self.burst);
+                let (name, policy) = (self.name.clone(), self.policy.clone());
+                Step::Later(Box::pin(async move {
+                    match redis.take(&key, per_ms, burst).await {
+                        Ok(None) => Step::Pass,
+                        Ok(Some(wait_ms)) => Step::Answer(refusal(&name, &policy, wait_ms)),
+                        Err(why) => Step::Error(why),
+                    }
+                }))
+            }
+        }
+    }
+
+    fn uses_client_ip(&self) -> bool {
+        true
+    }
+}
+
+impl Shard {
+    /// Takes a token from `key`'s bucket, or says how long until one is there.
+    fn take(&mut self, key: u64, now: u64, per_ms: f64, burst: f64) -> Result<(), u64> {
+        if !self.buckets.contains_key(&key) && self.buckets.len() >= MAX_KEYS / SHARDS {
+            self.forget(now, per_ms, burst);
+        }
+        let b = self.buckets.entry(key).or_insert(Bucket {
+            tokens: burst,
+            at_ms: now,
+        });
+        let tokens = (b.tokens + now.saturating_sub(b.at_ms) as f64 * per_ms).min(burst);
+        b.at_ms = now;
+        if tokens >= 1.0 {
+            b.tokens = tokens - 1.0;
+            Ok(())
+        } else {
+            b.tokens = tokens;
+            Err(((1.0 - tokens) / per_ms).ceil() as u64)
+        }
+    }
+
+    /// Makes room: keys whose bucket has refilled go (they are as good as new); when
+    /// none has, the least recently used goes.
+    fn forget(&mut self, now: u64, per_ms: f64, burst: f64) {
+        let before = self.buckets.len();
+        self.buckets
+            .retain(|_, b| b.tokens + now.saturating_sub(b.at_ms) as f64 * per_ms < burst);
+        if self.buckets.len() == before {
+            if let Some((&oldest, _)) = self.buckets.iter().min_by_key(|(_, b)| b.at_ms) {
+                self.buckets.remove(&oldest);
+            }
+        }
+    }
+}
+
+/// Buckets in Redis: one script takes a token atomically, on Redis's clock (so
+/// instances with skewed clocks agree), and lets an idle key expire.
+struct Redis {
+    url: String,
+    client: Option<redis::Client>,
+    conn: ArcSwapOption<redis::aio::MultiplexedConnection>,
+    connecting: AtomicBool,
+    /// In an outage (logged when it starts and when it ends).
+    down: AtomicBool,
+    failure_open: bool,
+    script: redis::Script,
+}
+
+const SCRIPT: &str = r#"
+local per_ms = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local b = redis.call('HMGET', KEYS[1], 't', 'at')
+local tokens = tonumber(b[1]) or burst
+local at = tonumber(b[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - at) * per_ms)
+local wait = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+else
+  wait = math.ceil((1 - tokens) / per_ms)
+end
+redis.call('HSET', KEYS[1], 't', tostring(tokens), 'at', now)
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / per_ms) + 1000)
+return wait
+"#;
+
+impl Redis {
+    fn new(url: &str, failure_open: bool) -> Redis {
+        Redis {
+            url: url.to_string(),
+            // Checked for shape at load; a client that still cannot be made fails
+            // every check (logged once).
+            client: redis::Client::open(url).ok(),
+            conn: ArcSwapOption::empty(),
+            connecting: AtomicBool::new(false),
+            down: AtomicBool::new(false),
+            failure_open,
+            script: redis::Script::new(SCRIPT),
+        }
+    }
+
+    /// `Ok(None)`: a token taken; `Ok(Some(ms))`: refused, a token in `ms`.
+    async fn take(
+        self: &Arc<Self>,
+        key: &str,
+        per_ms: f64,
+        burst: f64,
+    ) -> Result<Option<u64>, String> {
+        let Some(conn) = self.conn.load_full() else {
+            self.connect();
+            return Err(self.failed("not connected yet"));
+        };
+        let mut conn = (*conn).clone();
+        let mut invocation = self.script.prepare_invoke();
+        invocation
+            .key(format!("sluice:rl:{key}"))
+            .arg(per_ms)
+            .arg(burst);
+        let call = invocation.invoke_async::<u64>(&mut conn);
+        match tokio::time::timeout(REDIS_BUDGET, call).await {
+            Ok(Ok(wait)) => {
+                if self.down.swap(false, Ordering::Relaxed) {
+                    tracing::info!("sluice: rate_limit store {} answers again", self.url);
+                }
+                Ok((wait > 0).then_some(wait))
+            }
+            Ok(Err(e)) => {
+                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+                    self.conn.store(None);
+                }
+                Err(self.failed(&e.to_string()))
+            }
+            Err(_) => Err(self.failed(&format!("no answer within {REDIS_BUDGET:?}"))),
+        }
+    }
+
+    /// Notes a failure; the first of an outage is logged.
+    fn failed(&self, why: &str) -> String {
+        if !self.down.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "sluice: rate_limit store {}: {why}; failing {} until it answers (logged once per outage)",
+                self.url,
+                if self.failure_open {
+                    "open (requests pass unlimited)"
+                } else {
+                    "closed (requests get 500)"
+                }
+            );
+        }
+        why.to_string()
+    }
+
+    /// Opens the connection in the background, one attempt at a time.
+    fn connect(self: &Arc<Self>) {
+        let Some(client) = self.client.clone() else {
+            return;
+        };
+        if self.connecting.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let opened = tokio::time::timeout(
+                Duration::from_secs(2),
+                client.get_multiplexed_async_connection(),
+            )
+            .await;
+            if let Ok(Ok(c)) = opened {
+                this.conn.store(Some(Arc::new(c)));
+            } else {
+                // Not too eager: the next attempt after a short pause.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            this.connecting.store(false, Ordering::Relaxed);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_refill_and_refuse() {
+        let mut s = Shard::default();
+        // 2 a second, burst 3.
+        let per_ms = 2.0 / 1000.0;
+        for _ in 0..3 {
+            assert_eq!(s.take(1, 1000, per_ms, 3.0), Ok(()));
+        }
+        assert_eq!(s.take(1, 1000, per_ms, 3.0), Err(500));
+        // Another key has its own bucket.
+        assert_eq!(s.take(2, 1000, per_ms, 3.0), Ok(()));
+        // Half a second later, one token.
+        assert_eq!(s.take(1, 1500, per_ms, 3.0), Ok(()));
+        assert!(s.take(1, 1500, per_ms, 3.0).is_err());
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let mut s = Shard::default();
+        let per_ms = 1.0 / 1000.0;
+        let cap = MAX_KEYS / SHARDS;
+        for k in 0..(cap as u64 * 3) {
+            let _ = s.take(k, 1000 + k, per_ms, 5.0);
+            assert!(s.buckets.len() <= cap);
+        }
+        // A full shard whose keys have all refilled forgets them all for a new one.
+        let mut s = Shard::default();
+        for k in 0..cap as u64 {
+            let _ = s.take(k, 1000, per_ms, 5.0);
+        }
+        assert_eq!(s.buckets.len(), cap);
+        let _ = s.take(u64::MAX, 10_000_000, per_ms, 5.0);
+        assert_eq!(s.buckets.len(), 1);
+    }
+}
