@@ -75,7 +75,12 @@ impl RateLimit {
             .expect("a name of letters, digits, _ and - is a valid header value");
         let store = match &cfg.store {
             None => Store::Memory((0..SHARDS).map(|_| Mutex::default()).collect()),
-            Some(url) => Store::Redis(Arc::new(Redis::new(url, failure_open))),
+            Some(url) => {
+                let redis = Arc::new(Redis::new(url, failure_open));
+                // Connected before the first request, when Redis is there.
+                redis.connect();
+                Store::Redis(redis)
+            }
         };
         RateLimit {
             name,
@@ -198,6 +203,8 @@ struct Redis {
     client: Option<redis::Client>,
     conn: ArcSwapOption<redis::aio::MultiplexedConnection>,
     connecting: AtomicBool,
+    /// A connection was just made.
+    ready: tokio::sync::Notify,
     /// In an outage (logged when it starts and when it ends).
     down: AtomicBool,
     failure_open: bool,
@@ -233,6 +240,7 @@ impl Redis {
             client: redis::Client::open(url).ok(),
             conn: ArcSwapOption::empty(),
             connecting: AtomicBool::new(false),
+            ready: tokio::sync::Notify::new(),
             down: AtomicBool::new(false),
             failure_open,
             script: redis::Script::new(SCRIPT),
@@ -246,18 +254,29 @@ impl Redis {
         per_ms: f64,
         burst: f64,
     ) -> Result<Option<u64>, String> {
-        let Some(conn) = self.conn.load_full() else {
-            self.connect();
-            return Err(self.failed("not connected yet"));
+        let start = tokio::time::Instant::now();
+        let conn = match self.conn.load_full() {
+            Some(c) => c,
+            None => {
+                // Not connected: a connection being made may still come in time.
+                let ready = self.ready.notified();
+                self.connect();
+                let _ = tokio::time::timeout(REDIS_BUDGET, ready).await;
+                match self.conn.load_full() {
+                    Some(c) => c,
+                    None => return Err(self.failed("cannot connect")),
+                }
+            }
         };
         let mut conn = (*conn).clone();
+        let budget = REDIS_BUDGET.saturating_sub(start.elapsed());
         let mut invocation = self.script.prepare_invoke();
         invocation
             .key(format!("sluice:rl:{key}"))
             .arg(per_ms)
             .arg(burst);
         let call = invocation.invoke_async::<u64>(&mut conn);
-        match tokio::time::timeout(REDIS_BUDGET, call).await {
+        match tokio::time::timeout(budget, call).await {
             Ok(Ok(wait)) => {
                 if self.down.swap(false, Ordering::Relaxed) {
                     tracing::info!("sluice: rate_limit store {} answers again", self.url);
@@ -307,6 +326,7 @@ impl Redis {
             .await;
             if let Ok(Ok(c)) = opened {
                 this.conn.store(Some(Arc::new(c)));
+                this.ready.notify_waiters();
             } else {
                 // Not too eager: the next attempt after a short pause.
                 tokio::time::sleep(Duration::from_millis(200)).await;

@@ -1,0 +1,492 @@
+//! The filter pipeline over real sockets (DESIGN.md §7, §14 "Filters"): order on the
+//! request and in reverse on the response, conditions, failure modes, branches, and each
+//! built-in filter; path spellings cannot slip past a filter's condition.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use hyper::StatusCode;
+
+async fn req(s: &Sluice, method: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
+    request(s.addr, method, path, headers, b"").await
+}
+
+#[tokio::test]
+async fn filters_run_in_order_and_respond_in_reverse() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /open {{
+                header_down X-Order first
+                header_down X-Order second
+                proxy {a}
+            }}
+            route /closed {{
+                header_down X-Before yes
+                deny 127.0.0.0/8
+                header_down X-After yes
+                proxy {a}
+            }}
+        }}",
+        a = b.addr
+    ));
+    // Response phase in reverse: `second` runs first, then `first` overwrites it.
+    let r = get(s.addr, "/open").await;
+    assert_eq!(r.header("x-order"), Some("first"));
+    // An early answer: the filters before it run their response phase, those after
+    // never ran at all.
+    let r = get(s.addr, "/closed").await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(r.text(), "Forbidden\n");
+    assert_eq!(r.header("x-before"), Some("yes"));
+    assert_eq!(r.header("x-after"), None);
+    assert_eq!(b.requests.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn conditions_decide_on_normalised_values() {
+    let b = Backend::text("ok").await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            deny 127.0.0.0/8 when path /admin/*
+            deny 0.0.0.0/0 ::/0 when method DELETE
+            header_down X-Api yes when header X-Api-Key *
+            header_down X-Debug on when query debug 1
+            header_down X-Public yes unless path /admin/*
+            header_down X-Local yes when client_ip 127.0.0.0/8
+            proxy {}
+        }}",
+        b.addr
+    ));
+    // Every spelling of /admin/… is the same path to the condition.
+    for target in [
+        "/admin/x",
+        "/%61dmin/x",
+        "/public/../admin/x",
+        "//admin/x",
+        "/./admin/x",
+        "/admin",
+    ] {
+        let r = get(s.addr, target).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{target}");
+    }
+    // `%2F` is not a separator: `/admin%2Fx` is not under /admin/, and not a way in either.
+    let r = get(s.addr, "/other").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("x-public"), Some("yes"));
+    assert_eq!(r.header("x-local"), Some("yes"));
+    assert_eq!(r.header("x-api"), None);
+    assert_eq!(r.header("x-debug"), None);
+    let r = req(&s, "GET", "/x?a=2&debug=1", &[("X-Api-Key", "k")]).await;
+    assert_eq!(r.header("x-api"), Some("yes"));
+    assert_eq!(r.header("x-debug"), Some("on"));
+    assert_eq!(
+        req(&s, "DELETE", "/x", &[]).await.status,
+        StatusCode::FORBIDDEN
+    );
+}
+
+#[tokio::test]
+async fn request_id_is_made_kept_or_replaced_and_echoed() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!("site * {{ request_id\n proxy {} }}", b.addr));
+    let r = get(s.addr, "/").await;
+    let id = r
+        .header("x-request-id")
+        .expect("an id on the response")
+        .to_string();
+    assert_eq!(id.len(), 36, "{id}");
+    assert_eq!(&id[14..15], "7", "a UUIDv7: {id}");
+    assert!(
+        r.text().contains(&format!("x-request-id: {id}")),
+        "{}",
+        r.text()
+    );
+    let other = get(s.addr, "/").await;
+    assert_ne!(other.header("x-request-id"), Some(id.as_str()));
+    // A valid incoming id goes through and comes back.
+    let r = req(&s, "GET", "/", &[("X-Request-Id", "trace-42")]).await;
+    assert_eq!(r.header("x-request-id"), Some("trace-42"));
+    assert!(r.text().contains("x-request-id: trace-42"));
+    // Too long, or two of them: replaced.
+    let long = "x".repeat(129);
+    let r = req(&s, "GET", "/", &[("X-Request-Id", &long)]).await;
+    assert_eq!(r.header("x-request-id").map(str::len), Some(36));
+    let r = req(
+        &s,
+        "GET",
+        "/",
+        &[("X-Request-Id", "a"), ("X-Request-Id", "b")],
+    )
+    .await;
+    assert_eq!(r.header("x-request-id").map(str::len), Some(36));
+    // On sluice's own answers too.
+    let s = Sluice::start("site * { request_id\n respond 204 }");
+    assert_eq!(
+        req(&s, "GET", "/", &[("X-Request-Id", "mine")])
+            .await
+            .header("x-request-id"),
+        Some("mine")
+    );
+}
+
+#[tokio::test]
+async fn allow_and_deny_use_the_client_after_trust() {
+    let b = Backend::text("ok").await;
+    let s = Sluice::start(&format!(
+        "global {{ trust 127.0.0.1 }}\nsite * {{
+            route /office {{ allow 10.0.0.0/8\n proxy {a} }}
+            route /local {{ allow 127.0.0.0/8\n proxy {a} }}
+            route /blocked {{ deny 10.9.0.0/16\n proxy {a} }}
+        }}",
+        a = b.addr
+    ));
+    assert_eq!(get(s.addr, "/office").await.status, StatusCode::FORBIDDEN);
+    assert_eq!(get(s.addr, "/local").await.status, StatusCode::OK);
+    // A trusted peer forwarding for an office client.
+    let fwd = |ip: &'static str| [("X-Forwarded-For", ip)];
+    assert_eq!(
+        req(&s, "GET", "/office", &fwd("10.1.2.3")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        req(&s, "GET", "/local", &fwd("10.1.2.3")).await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        req(&s, "GET", "/blocked", &fwd("192.0.2.1, 10.9.1.1"))
+            .await
+            .status,
+        StatusCode::FORBIDDEN,
+        "the nearest untrusted address decides"
+    );
+    assert_eq!(
+        req(&s, "GET", "/blocked", &fwd("10.9.1.1, 192.0.2.1"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    // Without trust, the header is ignored.
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0 }}\nsite * {{ allow 10.0.0.0/8\n proxy {} }}",
+        b.addr
+    ));
+    assert_eq!(
+        req(&s, "GET", "/", &fwd("10.1.2.3")).await.status,
+        StatusCode::FORBIDDEN
+    );
+    let m = get(s.admin(), "/metrics").await.text();
+    assert!(m.contains("sluice_access_denied_total 1"), "{m}");
+}
+
+#[tokio::test]
+async fn branches_skip_forward_or_reject() {
+    let b = Backend::text("ok").await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /hidden {{
+                deny 127.0.0.0/8
+                on denied reject 404
+                proxy {a}
+            }}
+            route /skip {{
+                allow 127.0.0.0/8
+                on allowed skip_to tail
+                header_down X-Middle ran
+                header_down X-Tail ran name tail
+                proxy {a}
+            }}
+            route /fallthrough {{
+                allow 10.0.0.0/8
+                on denied skip_to tail
+                header_down X-Middle ran
+                header_down X-Tail ran name tail
+                proxy {a}
+            }}
+        }}",
+        a = b.addr
+    ));
+    let r = get(s.addr, "/hidden").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.text(), "Not Found\n");
+    let r = get(s.addr, "/skip").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("x-tail"), Some("ran"));
+    assert_eq!(r.header("x-middle"), None, "skipped over: never ran");
+    // A branch on `denied` replaces the filter's own 403.
+    let r = get(s.addr, "/fallthrough").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("x-tail"), Some("ran"));
+    assert_eq!(r.header("x-middle"), None);
+}
+
+#[tokio::test]
+async fn rate_limit_holds_its_rate_and_says_when() {
+    let b = Backend::text("ok").await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /ip {{ rate_limit 10/s burst 5 name per_ip\n proxy {a} }}
+            route /key {{ rate_limit 1/m burst 2 key header X-Api-Key\n proxy {a} }}
+        }}",
+        a = b.addr
+    ));
+    // Over 2 s at full speed: the burst, then 10 a second (± timing at the edges).
+    let start = Instant::now();
+    let (mut ok, mut limited) = (0, 0);
+    let mut first_429 = None;
+    while start.elapsed() < Duration::from_secs(2) {
+        let r = get(s.addr, "/ip").await;
+        match r.status {
+            200 => ok += 1,
+            429 => {
+                limited += 1;
+                first_429.get_or_insert(r);
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let expected = 5.0 + 10.0 * elapsed;
+    assert!(
+        (ok as f64) <= expected + 2.0 && (ok as f64) >= expected - 4.0,
+        "{ok} passed in {elapsed:.2}s, expected about {expected:.0}"
+    );
+    assert!(limited > 0);
+    let r = first_429.unwrap();
+    assert_eq!(r.text(), "Too many requests\n");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.header("ratelimit-policy"), Some("\"per_ip\";q=10;w=1"));
+    assert_eq!(r.header("ratelimit"), Some("\"per_ip\";r=0;t=1"));
+    // Per key: each API key has its own bucket.
+    for key in ["a", "b"] {
+        for _ in 0..2 {
+            assert_eq!(
+                req(&s, "GET", "/key", &[("X-Api-Key", key)]).await.status,
+                StatusCode::OK
+            );
+        }
+        let r = req(&s, "GET", "/key", &[("X-Api-Key", key)]).await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+        let after: u64 = r.header("retry-after").unwrap().parse().unwrap();
+        assert!((1..=60).contains(&after), "{after}");
+    }
+}
+
+/// A password hash made by a standard tool, or `None` (skipped, unless interop is
+/// required).
+fn hash_with(program: &str, args: &[&str], stdin: &str) -> Option<String> {
+    use std::io::Write;
+    let mut child = match std::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(_) => {
+            if require_interop() {
+                panic!("{program} is required (SLUICE_INTEROP=require)");
+            }
+            eprintln!("skipped: {program} is not installed");
+            return None;
+        }
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{program} failed");
+    Some(String::from_utf8(out.stdout).unwrap().trim().to_string())
+}
+
+#[tokio::test]
+async fn basic_auth_against_htpasswd_and_argon2_hashes() {
+    // `htpasswd -nbB` prints `user:hash`; `argon2 SALT -id -e` reads the password.
+    let Some(line) = hash_with("htpasswd", &["-nbB", "alice", "wonder land"], "") else {
+        return;
+    };
+    let bcrypt = line.split_once(':').unwrap().1.to_string();
+    let Some(argon) = hash_with("argon2", &["saltsaltsalt", "-id", "-e"], "s3cret") else {
+        return;
+    };
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            basic_auth {{
+                alice \"{bcrypt}\"
+                bob \"{argon}\"
+            }}
+            proxy {}
+        }}",
+        b.addr
+    ));
+    let basic = |user: &str, pass: &str| {
+        use base64::Engine as _;
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))
+        )
+    };
+    let r = get(s.addr, "/").await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some("Basic realm=\"sluice\", charset=\"UTF-8\"")
+    );
+    for (user, pass, want) in [
+        ("alice", "wonder land", StatusCode::OK),
+        ("alice", "wonder land", StatusCode::OK),
+        ("bob", "s3cret", StatusCode::OK),
+        ("alice", "s3cret", StatusCode::UNAUTHORIZED),
+        ("bob", "wonder land", StatusCode::UNAUTHORIZED),
+        ("carol", "s3cret", StatusCode::UNAUTHORIZED),
+    ] {
+        let auth = basic(user, pass);
+        let r = req(&s, "GET", "/", &[("Authorization", &auth)]).await;
+        assert_eq!(r.status, want, "{user}:{pass}");
+        if want == StatusCode::OK {
+            // The backend still sees the credentials (they are the app's too).
+            assert!(r.text().contains("authorization: Basic"));
+        }
+    }
+    assert_eq!(
+        req(&s, "GET", "/", &[("Authorization", "Bearer abc")])
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn cors_answers_preflights_and_marks_responses() {
+    let b = Backend::text("data").await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            cors {{
+                origins https://app.example.com *.partner.test
+                methods GET POST PUT
+                headers Content-Type X-Token
+                credentials on
+                max_age 10m
+            }}
+            proxy {}
+        }}",
+        b.addr
+    ));
+    // A preflight exactly as a browser sends it.
+    let r = req(
+        &s,
+        "OPTIONS",
+        "/api/items/7",
+        &[
+            ("Origin", "https://app.example.com"),
+            ("Access-Control-Request-Method", "PUT"),
+            ("Access-Control-Request-Headers", "content-type,x-token"),
+            ("Sec-Fetch-Mode", "cors"),
+            ("Referer", "https://app.example.com/"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    assert_eq!(
+        r.header("access-control-allow-methods"),
+        Some("GET, POST, PUT")
+    );
+    assert_eq!(
+        r.header("access-control-allow-headers"),
+        Some("content-type, x-token")
+    );
+    assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+    assert_eq!(r.header("access-control-max-age"), Some("600"));
+    assert_eq!(r.header("vary"), Some("Origin"));
+    assert_eq!(
+        b.requests.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "answered by sluice"
+    );
+    // A wildcard origin, with a port.
+    let r = req(
+        &s,
+        "OPTIONS",
+        "/",
+        &[
+            ("Origin", "https://eu.partner.test:8443"),
+            ("Access-Control-Request-Method", "POST"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    // Not on the list, or a method not allowed: refused.
+    for (origin, method) in [
+        ("https://evil.test", "GET"),
+        ("https://partner.test", "GET"),
+        ("https://app.example.com.evil.test", "GET"),
+        ("https://app.example.com", "DELETE"),
+    ] {
+        let r = req(
+            &s,
+            "OPTIONS",
+            "/",
+            &[
+                ("Origin", origin),
+                ("Access-Control-Request-Method", method),
+            ],
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{origin} {method}");
+        assert_eq!(r.header("access-control-allow-origin"), None);
+    }
+    // Actual requests: an allowed origin is told it may read; another is not; every
+    // response varies on Origin.
+    let r = req(&s, "GET", "/", &[("Origin", "https://app.example.com")]).await;
+    assert_eq!(r.text(), "data");
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+    assert_eq!(r.header("vary"), Some("Origin"));
+    let r = req(&s, "GET", "/", &[("Origin", "https://evil.test")]).await;
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    assert_eq!(r.header("vary"), Some("Origin"));
+    let r = get(s.addr, "/").await;
+    assert_eq!(r.header("vary"), Some("Origin"));
+}
+
+#[test]
+fn mistakes_in_filter_lines_are_load_errors() {
+    let dir = TempDir::new();
+    for (text, want) in [
+        ("site * { deny 10.0.0.0/8 when colour red\n respond ok }", "`path`, `method`, `header`, `query` or `client_ip`"),
+        ("site * { deny 10.0.0.0/8 failure maybe\n respond ok }", "`open` or `closed`"),
+        ("site * { allow 10.0.0.0/8\n on allowed skip_to nowhere\n respond ok }", "no filter named `nowhere`"),
+        ("site * { header_down X-A 1 name a\n allow 10.0.0.0/8\n on allowed skip_to a\n respond ok }", "not after this filter"),
+        ("site * { request_id\n on passed reject 403\n respond ok }", "no result to branch on"),
+        ("site * { allow 10.0.0.0/8\n on maybe reject 403\n respond ok }", "`allowed` or `denied`"),
+        ("site * { basic_auth alice hunter2\n respond ok }", "not a bcrypt or argon2id password hash"),
+        ("site * { rate_limit 10/d\n respond ok }", "per second"),
+        ("site * { rate_limit 10/s store http://x:1\n respond ok }", "redis://"),
+        ("site * { cors { origins * ; credentials on }\n respond ok }", "any site act as the user"),
+        ("site * { respond ok when path /x }", "goes on a filter's line"),
+        ("site * { on denied reject 403\n respond ok }", "follows the filter"),
+    ] {
+        let path = dir.write("bad.conf", text);
+        let out = std::process::Command::new(bin())
+            .args(["check", "-c", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{text}: {err}");
+        assert!(err.contains(want), "{text}:\n{err}");
+        assert!(err.contains("bad.conf:1:") || err.contains("bad.conf:2:") || err.contains("bad.conf:3:") || err.contains("bad.conf:4:"), "{err}");
+    }
+}
