@@ -332,7 +332,12 @@ backend w
     return p, [p.pid], {"h1": port, "h2c": h2port, "tls": tls}
 
 
-def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True):
+# Five cheap filters on the default route (issue #13's bar: within 10 % of none).
+FILTERS = ("request_id; allow 127.0.0.0/8; header_down X-Small yes when path /small; "
+           "header_down X-Gateway sluice; rate_limit 1000000/s burst 1000000; ")
+
+
+def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True, filters=""):
     port, tls_port = free_port(), free_port()
     conf = os.path.join(WORK, "sluice.conf")
     # An older binary (SLUICE_BASE) may not know TLS or h2c backends.
@@ -341,7 +346,7 @@ def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True):
             f"route /php/* {{ strip /php; fastcgi 127.0.0.1:{PHP_PORT} {{ root {WORK}/php; max_conns 8 }} }} "
             f"route /static/* {{ strip /static; files {WORK}/static }} ") if tls else ""
     with open(conf, "w") as f:
-        f.write(f"global {{ workers {workers}; admin off }}\nlisten 127.0.0.1:{port}\n{extra}site * {{ {site}route /ws {{ proxy 127.0.0.1:{WS_BACKEND} }} proxy 127.0.0.1:{backend} }}\n")
+        f.write(f"global {{ workers {workers}; admin off }}\nlisten 127.0.0.1:{port}\n{extra}site * {{ {site}route /ws {{ proxy 127.0.0.1:{WS_BACKEND} }} {filters}proxy 127.0.0.1:{backend} }}\n")
     cmd = [binary, "run", "-c", conf]
     if cpu is None:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -474,11 +479,15 @@ def main():
         "nginx16k": lambda: nginx_proxy(backend, True),
         "haproxy": lambda: haproxy_proxy(backend),
         "sluice": lambda: sluice_proxy(backend),
+        # Only when asked for (ONLY=sluice,sluice-filters): the filters' cost.
+        "sluice-filters": lambda: sluice_proxy(backend, filters=FILTERS),
     }
     if SLUICE_BASE:
         proxies["sluice-base"] = lambda: sluice_proxy(backend, binary=SLUICE_BASE, tls=False)
     if ONLY:
         proxies = {k: v for k, v in proxies.items() if k in ONLY}
+    else:
+        del proxies["sluice-filters"]
     tests = [t for t in list(TESTS) + ["idle"] if not TESTS_ONLY or t in TESTS_ONLY]
     results = {}  # (test, proxy) -> list of dicts
     started = time.time()

@@ -82,6 +82,9 @@ async fn conditions_decide_on_normalised_values() {
     let r = req(&s, "GET", "/x?a=2&debug=1", &[("X-Api-Key", "k")]).await;
     assert_eq!(r.header("x-api"), Some("yes"));
     assert_eq!(r.header("x-debug"), Some("on"));
+    // The query as the application will decode it.
+    let r = get(s.addr, "/x?debu%67=%31").await;
+    assert_eq!(r.header("x-debug"), Some("on"));
     assert_eq!(
         req(&s, "DELETE", "/x", &[]).await.status,
         StatusCode::FORBIDDEN
@@ -168,6 +171,22 @@ async fn allow_and_deny_use_the_client_after_trust() {
             .status,
         StatusCode::OK
     );
+    // A field that is not text, or an entry that is not an address, never makes the
+    // client the trusted proxy itself.
+    for xff in [&b"\x80, 192.0.2.1"[..], b"garbage", b"192.0.2.1:4711"] {
+        let mut raw_req =
+            b"GET /local HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Forwarded-For: ".to_vec();
+        raw_req.extend_from_slice(xff);
+        raw_req.extend_from_slice(b"\r\n\r\n");
+        let out = raw(s.addr, &raw_req).await;
+        let (r, _) = parse_response(&out).unwrap();
+        assert_eq!(
+            r.status,
+            StatusCode::FORBIDDEN,
+            "{}",
+            String::from_utf8_lossy(xff)
+        );
+    }
     // Without trust, the header is ignored.
     let s = Sluice::start(&format!(
         "global {{ admin 127.0.0.1:0 }}\nsite * {{ allow 10.0.0.0/8\n proxy {} }}",
@@ -360,6 +379,16 @@ async fn basic_auth_against_htpasswd_and_argon2_hashes() {
             .status,
         StatusCode::UNAUTHORIZED
     );
+    // Two credentials: which would the application believe? Neither gets in.
+    let (good, other) = (basic("alice", "wonder land"), basic("bob", "x"));
+    let r = req(
+        &s,
+        "GET",
+        "/",
+        &[("Authorization", &good), ("Authorization", &other)],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
 }
 
 #[tokio::test]
@@ -428,6 +457,8 @@ async fn cors_answers_preflights_and_marks_responses() {
     // Not on the list, or a method not allowed: refused.
     for (origin, method) in [
         ("https://evil.test", "GET"),
+        ("http://eu.partner.test", "GET"),
+        ("null", "GET"),
         ("https://partner.test", "GET"),
         ("https://app.example.com.evil.test", "GET"),
         ("https://app.example.com", "DELETE"),
@@ -489,4 +520,142 @@ fn mistakes_in_filter_lines_are_load_errors() {
         assert!(err.contains(want), "{text}:\n{err}");
         assert!(err.contains("bad.conf:1:") || err.contains("bad.conf:2:") || err.contains("bad.conf:3:") || err.contains("bad.conf:4:"), "{err}");
     }
+}
+
+/// A `redis-server` on a free loopback port, stopped when dropped; `None` when Redis is
+/// not installed (and interop is not required).
+struct RedisServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start() -> Option<RedisServer> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = match std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(_) => {
+                if require_interop() {
+                    panic!("redis-server is required (SLUICE_INTEROP=require)");
+                }
+                eprintln!("skipped: redis-server is not installed");
+                return None;
+            }
+        };
+        let end = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < end, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(RedisServer { child, port })
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Waits (bounded) for the first 200: the store connects in the background at start.
+async fn until_ok(s: &Sluice, path: &str) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while get(s.addr, path).await.status != 200 {
+        assert!(Instant::now() < end, "never answered 200: {}", s.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_one_limit_through_redis() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let b = Backend::text("ok").await;
+    let config = format!(
+        "site * {{ rate_limit 10/s burst 10 store redis://127.0.0.1:{}\n proxy {} }}",
+        redis.port, b.addr
+    );
+    let one = Sluice::start(&config);
+    let two = Sluice::start(&config);
+    until_ok(&one, "/warmup").await;
+    until_ok(&two, "/warmup").await;
+    // Let the bucket refill after the warm-up, then go at it from both sides for 2 s.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let start = Instant::now();
+    let mut ok = 0;
+    let mut limited = 0;
+    while start.elapsed() < Duration::from_secs(2) {
+        for s in [&one, &two] {
+            match get(s.addr, "/").await.status {
+                200 => ok += 1,
+                429 => limited += 1,
+                other => panic!("unexpected {other}: {}", s.logs()),
+            }
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let expected = 10.0 + 10.0 * elapsed;
+    assert!(
+        (ok as f64) <= expected + 3.0 && (ok as f64) >= expected - 5.0,
+        "{ok} passed across two instances in {elapsed:.2}s, expected about {expected:.0} (one shared limit), {limited} limited"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_fails_open_or_closed_and_is_logged_once() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let b = Backend::text("ok").await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /open {{ rate_limit 1000/s store redis://127.0.0.1:{p} failure open\n proxy {a} }}
+            route /closed {{ rate_limit 1000/s store redis://127.0.0.1:{p} failure closed\n proxy {a} }}
+        }}",
+        p = redis.port,
+        a = b.addr
+    ));
+    until_ok(&s, "/open").await;
+    until_ok(&s, "/closed").await;
+    redis.kill();
+    for _ in 0..10 {
+        let t = Instant::now();
+        assert_eq!(get(s.addr, "/open").await.status, 200);
+        let r = get(s.addr, "/closed").await;
+        assert_eq!(r.status, 500);
+        assert_eq!(r.text(), "Internal server error\n");
+        // The 50 ms budget bounds the wait; never a stall.
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+    s.wait_log("failing open (requests pass unlimited) until it answers");
+    s.wait_log("failing closed (requests get 500) until it answers");
+    let logs = s.logs();
+    assert_eq!(
+        logs.matches("until it answers").count(),
+        2,
+        "one line per filter per outage:\n{logs}"
+    );
 }

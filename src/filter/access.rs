@@ -23,7 +23,7 @@ impl Filter for Access {
             return Step::Pass;
         }
         bump(&COUNTERS.access_denied);
-        Step::Answer(local_response(StatusCode::FORBIDDEN, "Forbidden\n"))
+        Step::answer(local_response(StatusCode::FORBIDDEN, "Forbidden\n"))
     }
 
     fn uses_client_ip(&self) -> bool {

@@ -48,14 +48,58 @@ pub fn header_matches(headers: &HeaderMap, name: &HeaderName, want: &str) -> boo
         .any(|v| want == "*" || v.as_bytes() == want.as_bytes())
 }
 
-/// Whether the query has `name=want` (or `name` at all, for `*`).
+/// Whether the query has `name=want` (or `name` at all, for `*`), compared as an
+/// application decodes them (`%XX` and `+`), so `?debu%67=%31` is `debug=1`.
 pub fn query_matches(query: Option<&str>, name: &str, want: &str) -> bool {
     query.is_some_and(|q| {
         q.split('&').any(|pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            k == name && (want == "*" || v == want)
+            decoded_eq(k, name) && (want == "*" || decoded_eq(v, want))
         })
     })
+}
+
+/// Whether `raw`, form-decoded, is `want` (without allocating).
+fn decoded_eq(raw: &str, want: &str) -> bool {
+    let (raw, mut want) = (raw.as_bytes(), want.as_bytes());
+    let mut i = 0;
+    while i < raw.len() {
+        let (byte, used) = match raw[i] {
+            b'+' => (b' ', 1),
+            b'%' => match (raw.get(i + 1).and_then(hex), raw.get(i + 2).and_then(hex)) {
+                (Some(h), Some(l)) => (h << 4 | l, 3),
+                _ => (b'%', 1),
+            },
+            b => (b, 1),
+        };
+        match want.split_first() {
+            Some((&w, rest)) if w == byte => want = rest,
+            _ => return false,
+        }
+        i += used;
+    }
+    want.is_empty()
+}
+
+fn hex(b: &u8) -> Option<u8> {
+    (*b as char).to_digit(16).map(|d| d as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_compare_decoded() {
+        assert!(query_matches(Some("a=1&debug=1"), "debug", "1"));
+        assert!(query_matches(Some("debu%67=%31"), "debug", "1"));
+        assert!(query_matches(Some("q=a+b"), "q", "a b"));
+        assert!(query_matches(Some("q=a%2"), "q", "a%2"));
+        assert!(!query_matches(Some("debug=12"), "debug", "1"));
+        assert!(!query_matches(Some("debug"), "debug", "1"));
+        assert!(query_matches(Some("debug"), "debug", "*"));
+        assert!(!query_matches(None, "debug", "*"));
+    }
 }
 
 /// Whether `ip` is in one of `nets` (an IPv4-mapped IPv6 client counts as its IPv4).

@@ -43,12 +43,11 @@ impl Cors {
         if self.cfg.origins.contains(&origin) {
             return true;
         }
-        let Some((scheme, rest)) = origin.split_once("://") else {
+        // A wildcard admits HTTPS origins only: a plain-HTTP subdomain can be written
+        // into by anyone on the path.
+        let Some(rest) = origin.strip_prefix("https://") else {
             return false;
         };
-        if scheme != "https" && scheme != "http" {
-            return false;
-        }
         // The host, without a port.
         let host = match rest.rsplit_once(':') {
             Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
@@ -93,11 +92,13 @@ impl Filter for Cors {
             .is_some_and(|m| self.cfg.methods.contains(&m));
         if !allowed || !method_ok {
             tracing::debug!("sluice: cors: refused a preflight from {origin:?}");
-            return Step::Answer(local_response(
+            return Step::answer(local_response(
                 StatusCode::FORBIDDEN,
                 "CORS preflight refused\n",
             ));
         }
+        // The response phase keeps what the preflight answer says.
+        cx.cors_origin = Some(self.allow_origin(origin));
         let mut r = local_response(StatusCode::NO_CONTENT, "");
         *r.body_mut() = Body::Empty;
         let h = r.headers_mut();
@@ -120,7 +121,7 @@ impl Filter for Cors {
                 HeaderValue::from_static("true"),
             );
         }
-        Step::Answer(r)
+        Step::answer(r)
     }
 
     fn on_response(&self, resp: &mut Response<Body>, cx: &Cx<'_>) {
@@ -133,6 +134,11 @@ impl Filter for Cors {
         });
         if !varies {
             h.append(header::VARY, HeaderValue::from_static("Origin"));
+        }
+        if cx.cors_origin.is_none() {
+            // The filter decides who may read: not the backend's own CORS fields.
+            h.remove(header::ACCESS_CONTROL_ALLOW_ORIGIN);
+            h.remove(header::ACCESS_CONTROL_ALLOW_CREDENTIALS);
         }
         if let Some(origin) = &cx.cors_origin {
             h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());

@@ -28,7 +28,7 @@ impl Filter for MaxBody {
         });
         if declared.is_some_and(|n| n > self.max) {
             bump(&COUNTERS.body_too_large);
-            return Step::Answer(local_response(
+            return Step::answer(local_response(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "Request body too large\n",
             ));

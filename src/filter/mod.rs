@@ -33,14 +33,21 @@ pub enum Step {
     /// On to the next filter (the filter's "passed" result, for branches).
     Pass,
     /// Answer with this at once (the filter's refusal — 403, 429 — or its own answer,
-    /// like a CORS preflight): later filters and the handler do not run.
-    Answer(Response<Body>),
+    /// like a CORS preflight): later filters and the handler do not run. Boxed: the
+    /// common `Pass` stays a word or two to move.
+    Answer(Box<Response<Body>>),
     /// The filter could not decide (its store is down): its `failure` mode decides.
     /// The filter has logged what it needed to (once per outage, not per request).
     Error(String),
     /// Decided off the request path: a remote store's answer, a password hash checked
     /// on a blocking thread. Resolves to one of the above.
     Later(Pin<Box<dyn Future<Output = Step> + Send>>),
+}
+
+impl Step {
+    pub fn answer(resp: Response<Body>) -> Step {
+        Step::Answer(Box::new(resp))
+    }
 }
 
 /// One filter of a route, compiled at load.

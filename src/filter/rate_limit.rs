@@ -49,6 +49,9 @@ pub struct RateLimit {
     store: Store,
     /// One hasher for the filter's life: a key always lands in the same shard.
     hasher: std::hash::RandomState,
+    /// What tells this filter's keys apart in a shared Redis from another filter's:
+    /// its name, else its route, and its rate.
+    scope: String,
 }
 
 enum Store {
@@ -58,7 +61,29 @@ enum Store {
 
 #[derive(Default)]
 struct Shard {
-    buckets: HashMap<u64, Bucket>,
+    /// Keyed by the key's hash already: no second hashing.
+    buckets: HashMap<u64, Bucket, std::hash::BuildHasherDefault<Prehashed>>,
+}
+
+/// The identity hasher for keys that are hashes already.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used; anything else folds in all the same.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -68,7 +93,16 @@ struct Bucket {
 }
 
 impl RateLimit {
-    pub fn new(cfg: &Config, name: Option<&str>, failure_open: bool) -> RateLimit {
+    /// `route`: the route's name, which (with the rate) scopes keys in Redis when the
+    /// filter has no `name`.
+    pub fn new(cfg: &Config, name: Option<&str>, route: &str, failure_open: bool) -> RateLimit {
+        let scope = format!(
+            "{}:{}/{}ms:{}",
+            name.unwrap_or(route),
+            cfg.count,
+            cfg.window.as_millis(),
+            cfg.burst
+        );
         let name = name.unwrap_or("default").to_string();
         let window = cfg.window.as_secs().max(1);
         let policy = HeaderValue::from_str(&format!("\"{name}\";q={};w={window}", cfg.count))
@@ -90,6 +124,7 @@ impl RateLimit {
             policy,
             store,
             hasher: std::hash::RandomState::new(),
+            scope,
         }
     }
 }
@@ -119,28 +154,39 @@ impl Filter for RateLimit {
         match &self.store {
             Store::Memory(shards) => {
                 let mut h = self.hasher.build_hasher();
+                // A tag first: a header value never shares a bucket with an address.
                 match header {
-                    Some(v) => h.write(v),
-                    None => match cx.client_ip.to_canonical() {
-                        std::net::IpAddr::V4(v4) => h.write(&v4.octets()),
-                        std::net::IpAddr::V6(v6) => h.write(&v6.octets()),
+                    Some(v) => {
+                        h.write_u8(b'h');
+                        h.write(v);
+                    }
+                    None => match client_key(cx.client_ip) {
+                        std::net::IpAddr::V4(v4) => {
+                            h.write_u8(4);
+                            h.write(&v4.octets());
+                        }
+                        std::net::IpAddr::V6(v6) => {
+                            h.write_u8(6);
+                            h.write(&v6.octets());
+                        }
                     },
                 }
                 let key = h.finish();
                 let now = crate::upstream::passive::now_ms();
-                let taken = shards[(key % SHARDS as u64) as usize]
+                // The shard from middle bits: the map uses the low and the top ones.
+                let taken = shards[((key >> 32) % SHARDS as u64) as usize]
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .take(key, now, self.per_ms, self.burst);
                 match taken {
                     Ok(()) => Step::Pass,
-                    Err(wait_ms) => Step::Answer(refusal(&self.name, &self.policy, wait_ms)),
+                    Err(wait_ms) => Step::answer(refusal(&self.name, &self.policy, wait_ms)),
                 }
             }
             Store::Redis(redis) => {
                 let key = match header {
-                    Some(v) => format!("h:{}", String::from_utf8_lossy(v)),
-                    None => format!("ip:{}", cx.client_ip.to_canonical()),
+                    Some(v) => format!("{}:h:{}", self.scope, String::from_utf8_lossy(v)),
+                    None => format!("{}:ip:{}", self.scope, client_key(cx.client_ip)),
                 };
                 let redis = redis.clone();
                 let (per_ms, burst) = (self.per_ms, self.burst);
@@ -148,7 +194,7 @@ impl Filter for RateLimit {
                 Step::Later(Box::pin(async move {
                     match redis.take(&key, per_ms, burst).await {
                         Ok(None) => Step::Pass,
-                        Ok(Some(wait_ms)) => Step::Answer(refusal(&name, &policy, wait_ms)),
+                        Ok(Some(wait_ms)) => Step::answer(refusal(&name, &policy, wait_ms)),
                         Err(why) => Step::Error(why),
                     }
                 }))
@@ -158,6 +204,18 @@ impl Filter for RateLimit {
 
     fn uses_client_ip(&self) -> bool {
         true
+    }
+}
+
+/// The address a client is limited by: an IPv6 client by its /64 (one machine usually
+/// has the whole /64, and would otherwise have 2^64 buckets), IPv4 as it is.
+fn client_key(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip.to_canonical() {
+        std::net::IpAddr::V6(v6) => {
+            let s = v6.segments();
+            std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0).into()
+        }
+        v4 => v4,
     }
 }
 
@@ -212,6 +270,7 @@ struct Redis {
 }
 
 const SCRIPT: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
 local per_ms = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local t = redis.call('TIME')
@@ -289,7 +348,12 @@ impl Redis {
                 }
                 Err(self.failed(&e.to_string()))
             }
-            Err(_) => Err(self.failed(&format!("no answer within {REDIS_BUDGET:?}"))),
+            Err(_) => {
+                // A host gone without a reset would time out forever on this connection:
+                // the next check opens a new one.
+                self.conn.store(None);
+                Err(self.failed(&format!("no answer within {REDIS_BUDGET:?}")))
+            }
         }
     }
 

@@ -144,11 +144,14 @@ async fn run(
         ran |= 1 << i;
         let mut step = st.filter.on_request(&mut req, &mut cx);
         if let Step::Later(decided) = step {
-            step = decided.await;
+            step = match decided.await {
+                Step::Later(_) => Step::Error("a decision deferred twice".into()),
+                s => s,
+            };
         }
         let (refusal, branch) = match step {
             Step::Pass | Step::Later(_) => (None, st.on_pass),
-            Step::Answer(resp) => (Some(resp), st.on_refuse),
+            Step::Answer(resp) => (Some(*resp), st.on_refuse),
             Step::Error(why) => {
                 bump(&COUNTERS.filter_failures);
                 if st.failure_open {
@@ -157,19 +160,20 @@ async fn run(
                         route.name,
                         st.label
                     );
-                    i += 1;
-                    continue;
+                    // Let through: as if the filter had passed (its `passed` branch too).
+                    (None, st.on_pass)
+                } else {
+                    tracing::debug!(
+                        "sluice: {}: {} could not decide ({why}); failing closed",
+                        route.name,
+                        st.label
+                    );
+                    early = Some(local_response(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "Internal server error\n",
+                    ));
+                    break;
                 }
-                tracing::debug!(
-                    "sluice: {}: {} could not decide ({why}); failing closed",
-                    route.name,
-                    st.label
-                );
-                early = Some(local_response(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "Internal server error\n",
-                ));
-                break;
             }
         };
         match (branch, refusal) {

@@ -125,7 +125,7 @@ impl Shared<'_> {
 }
 
 fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared: &Shared) -> Route {
-    let mut filters: Vec<Stage> = r.filters.iter().map(stage).collect();
+    let mut filters: Vec<Stage> = r.filters.iter().map(|l| stage(l, &r.name)).collect();
     // A `compress` filter that runs decides; else the proxy's own setting; else on.
     let compress = match &r.handler {
         Some(config::Handler::Proxy(p)) => p.compress,
@@ -191,7 +191,7 @@ fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared:
 }
 
 /// A filter line, compiled: its filter, condition, failure mode and branches.
-fn stage(line: &config::FilterLine) -> Stage {
+fn stage(line: &config::FilterLine, route: &str) -> Stage {
     let filter: Box<dyn Filter> = match &line.filter {
         config::Filter::Strip(prefix) => Box::new(Strip {
             prefix: prefix.clone(),
@@ -212,9 +212,12 @@ fn stage(line: &config::FilterLine) -> Stage {
             nets: nets.clone(),
             allow: false,
         }),
-        config::Filter::RateLimit(rl) => {
-            Box::new(RateLimit::new(rl, line.name.as_deref(), line.failure_open))
-        }
+        config::Filter::RateLimit(rl) => Box::new(RateLimit::new(
+            rl,
+            line.name.as_deref(),
+            route,
+            line.failure_open,
+        )),
         config::Filter::BasicAuth(users) => Box::new(BasicAuth::new(users)),
         config::Filter::Cors(c) => Box::new(Cors::new(c)),
     };

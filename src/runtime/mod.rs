@@ -50,22 +50,25 @@ impl Generation {
     }
 
     /// The client's address for filters: the connection's peer; when the peer is
-    /// trusted, the nearest untrusted address in `X-Forwarded-For` (read right to left),
-    /// or the farthest one when every address there is trusted.
+    /// trusted, the nearest untrusted address in `X-Forwarded-For` (read right to left,
+    /// across all its fields; `ip:port` and `[v6]:port` entries too), or the farthest
+    /// one when every address there is trusted. An entry that is not an address, met
+    /// before an untrusted one, makes the client unknown: `0.0.0.0`, which no `allow`
+    /// admits (never the trusted proxy's own address).
     pub fn client_ip(&self, peer: IpAddr, headers: &http::HeaderMap) -> IpAddr {
         let peer = peer.to_canonical();
         if !self.is_trusted(peer) {
             return peer;
         }
         let mut client = peer;
-        let values: Vec<&str> = headers
+        let fields: Vec<&[u8]> = headers
             .get_all("x-forwarded-for")
             .iter()
-            .filter_map(|v| v.to_str().ok())
+            .map(|v| v.as_bytes())
             .collect();
-        for entry in values.iter().rev().flat_map(|v| v.rsplit(',')) {
-            let Ok(ip) = entry.trim().parse::<IpAddr>() else {
-                break;
+        for entry in fields.iter().rev().flat_map(|v| v.rsplit(|&b| b == b',')) {
+            let Some(ip) = forwarded_ip(entry) else {
+                return IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
             };
             client = ip.to_canonical();
             if !self.is_trusted(client) {
@@ -83,6 +86,20 @@ impl Generation {
     pub fn tcp_route(&self, addr: std::net::SocketAddr) -> Option<&TcpRoute> {
         self.tcp.iter().find(|t| t.addr == addr)
     }
+}
+
+/// One `X-Forwarded-For` entry: an address, `ip:port`, or `[v6]` with a port or not.
+fn forwarded_ip(entry: &[u8]) -> Option<IpAddr> {
+    let s = std::str::from_utf8(entry).ok()?.trim();
+    if let Ok(ip) = s.parse() {
+        return Some(ip);
+    }
+    if let Some(v6) = s.strip_prefix('[') {
+        return v6.split_once(']')?.0.parse().ok();
+    }
+    let (ip, port) = s.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    ip.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
 }
 
 pub struct Live {

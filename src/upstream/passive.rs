@@ -14,7 +14,9 @@ fn epoch() -> &'static (Instant, std::time::SystemTime) {
 
 /// Milliseconds since the process started: a clock that fits in an atomic.
 pub fn now_ms() -> u64 {
-    epoch().0.elapsed().as_millis() as u64 + 1
+    // Not `as_millis`: its u128 division costs more than reading the clock.
+    let d = epoch().0.elapsed();
+    d.as_secs() * 1000 + u64::from(d.subsec_millis()) + 1
 }
 
 /// The wall-clock time of a [`now_ms`] reading, for an operator to read.

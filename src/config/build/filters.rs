@@ -362,7 +362,7 @@ fn basic_auth(d: &Directive) -> Res<Vec<(String, String)>> {
 fn check_hash(w: &Word) -> Res<()> {
     let h = w.text.as_str();
     let ok = if h.starts_with("$2a$") || h.starts_with("$2b$") || h.starts_with("$2y$") {
-        h.len() == 60 && h[4..6].parse::<u32>().is_ok_and(|c| (4..=31).contains(&c))
+        h.len() == 60 && h.is_ascii() && h[4..6].parse::<u32>().is_ok_and(|c| (4..=31).contains(&c))
     } else if h.starts_with("$argon2id$") {
         argon2::PasswordHash::new(h).is_ok()
     } else {
@@ -499,6 +499,16 @@ pub(super) fn branch<'a>(d: &'a Directive, line: &FilterLine) -> Res<(Branch, Op
     };
     if result.text != pass && result.text != refuse {
         return Err(expected(result, &format!("`{pass}` or `{refuse}`")));
+    }
+    if let Some(first) = line.branches.iter().find(|b| b.result == result.text) {
+        return Err(Diagnostic::error(
+            result.span,
+            format!("`on {}` is already given for this filter", result.text),
+        )
+        .with_hint(format!(
+            "it is on line {}; one branch per result",
+            first.span.line
+        )));
     }
     let (action, target) = match action.text.as_str() {
         "skip_to" => (BranchAction::SkipTo(usize::MAX), Some(arg)),

@@ -58,12 +58,23 @@ pub(super) fn size(w: &Word) -> Res<u64> {
     })
 }
 
+/// A network; an IPv4-mapped IPv6 one (`::ffff:10.0.0.0/104`) is read as the IPv4
+/// network it names, since clients and answers are compared in their IPv4 form.
 pub(super) fn cidr(w: &Word) -> Res<IpNet> {
-    if let Ok(n) = w.text.parse::<IpNet>() {
-        return Ok(n.trunc());
-    }
-    if let Ok(ip) = w.text.parse::<IpAddr>() {
-        return Ok(IpNet::from(ip));
+    let net = w
+        .text
+        .parse::<IpNet>()
+        .map(|n| n.trunc())
+        .or_else(|_| w.text.parse::<IpAddr>().map(IpNet::from));
+    if let Ok(net) = net {
+        if let IpNet::V6(v6) = net {
+            if let (Some(v4), true) = (v6.addr().to_ipv4_mapped(), v6.prefix_len() >= 96) {
+                return Ok(IpNet::V4(
+                    ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).expect("96..128 less 96 fits"),
+                ));
+            }
+        }
+        return Ok(net);
     }
     Err(expected(
         w,
