@@ -85,6 +85,12 @@ fn hex(b: &u8) -> Option<u8> {
     (*b as char).to_digit(16).map(|d| d as u8)
 }
 
+/// Whether `ip` is in one of `nets` (an IPv4-mapped IPv6 client counts as its IPv4).
+pub fn in_nets(nets: &[IpNet], ip: IpAddr) -> bool {
+    let ip = ip.to_canonical();
+    nets.iter().any(|n| n.contains(&ip))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,10 +106,4 @@ mod tests {
         assert!(query_matches(Some("debug"), "debug", "*"));
         assert!(!query_matches(None, "debug", "*"));
     }
-}
-
-/// Whether `ip` is in one of `nets` (an IPv4-mapped IPv6 client counts as its IPv4).
-pub fn in_nets(nets: &[IpNet], ip: IpAddr) -> bool {
-    let ip = ip.to_canonical();
-    nets.iter().any(|n| n.contains(&ip))
 }
