@@ -73,6 +73,37 @@ pub trait Filter: Send + Sync {
     fn uses_client_ip(&self) -> bool {
         false
     }
+
+    /// A filter that must read the whole request body declares its cap: the pipeline
+    /// reads the body first (`413` past the cap) and hands the filter a complete
+    /// body. Others (every built-in today) never touch it.
+    fn whole_body(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Reads `body` whole, up to `cap` bytes: `Err(413)` past it, `Err(400)` when the body
+/// breaks off. What a [`Filter::whole_body`] filter gets.
+pub async fn read_whole(body: Body, cap: u64) -> Result<Body, Response<Body>> {
+    use http_body_util::BodyExt as _;
+    let limited = body.limited(cap);
+    match limited.collect().await {
+        Ok(all) => Ok(Body::full(all.to_bytes())),
+        Err(crate::body::BodyError::TooLarge(_)) => {
+            crate::stats::bump(&crate::stats::COUNTERS.body_too_large);
+            Err(crate::reply::local_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "Request body too large\n",
+            ))
+        }
+        Err(_) => {
+            crate::stats::bump(&crate::stats::COUNTERS.bad_request);
+            Err(crate::reply::local_response(
+                StatusCode::BAD_REQUEST,
+                "Bad request: the body broke off\n",
+            ))
+        }
+    }
 }
 
 /// A filter line, compiled: the filter, when it runs, what its failure means, and
@@ -217,5 +248,40 @@ impl Vars {
             client_ip: &self.client_ip,
             scheme: self.scheme,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::BodyExt as _;
+
+    fn streamed(chunks: &[&'static [u8]]) -> Body {
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        for c in chunks {
+            tx.try_send(Ok(Bytes::from_static(c))).unwrap();
+        }
+        Body::Channel {
+            rx,
+            len: None,
+            want: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn whole_bodies_are_read_under_their_cap() {
+        let b = read_whole(streamed(&[b"hello ", b"world"]), 11)
+            .await
+            .ok()
+            .unwrap();
+        assert_eq!(b.collect().await.unwrap().to_bytes(), "hello world");
+        let over = read_whole(streamed(&[b"hello ", b"world!"]), 11)
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(over.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let empty = read_whole(Body::Empty, 0).await.ok().unwrap();
+        assert_eq!(empty.collect().await.unwrap().to_bytes(), "");
     }
 }

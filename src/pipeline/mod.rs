@@ -142,6 +142,16 @@ async fn run(
             continue;
         }
         ran |= 1 << i;
+        if let Some(cap) = st.filter.whole_body() {
+            let body = std::mem::replace(req.body_mut(), Body::Empty);
+            match crate::filter::read_whole(body, cap).await {
+                Ok(b) => *req.body_mut() = b,
+                Err(resp) => {
+                    early = Some(resp);
+                    break;
+                }
+            }
+        }
         let mut step = st.filter.on_request(&mut req, &mut cx);
         if let Step::Later(decided) = step {
             step = match decided.await {
