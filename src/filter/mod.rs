@@ -117,8 +117,10 @@ pub struct Stage {
     pub on_pass: Option<Action>,
     /// What replaces the filter's refusal.
     pub on_refuse: Option<Action>,
-    /// `rate_limit (line 12)`: how logs name it.
-    pub label: String,
+    /// How logs name it: the directive and its line (no string per stage: a big
+    /// config has thousands).
+    pub name: &'static str,
+    pub line: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -131,14 +133,15 @@ pub enum Action {
 
 impl Stage {
     /// A stage that always runs, fails closed and branches nowhere.
-    pub fn plain(filter: Box<dyn Filter>, label: String) -> Stage {
+    pub fn plain(filter: Box<dyn Filter>, name: &'static str) -> Stage {
         Stage {
             filter,
             condition: None,
             failure_open: false,
             on_pass: None,
             on_refuse: None,
-            label,
+            name,
+            line: 0,
         }
     }
 

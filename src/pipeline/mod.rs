@@ -166,17 +166,19 @@ async fn run(
                 bump(&COUNTERS.filter_failures);
                 if st.failure_open {
                     tracing::debug!(
-                        "sluice: {}: {} could not decide ({why}); failing open",
+                        "sluice: {}: {} (line {}) could not decide ({why}); failing open",
                         route.name,
-                        st.label
+                        st.name,
+                        st.line
                     );
                     // Let through: as if the filter had passed (its `passed` branch too).
                     (None, st.on_pass)
                 } else {
                     tracing::debug!(
-                        "sluice: {}: {} could not decide ({why}); failing closed",
+                        "sluice: {}: {} (line {}) could not decide ({why}); failing closed",
                         route.name,
-                        st.label
+                        st.name,
+                        st.line
                     );
                     early = Some(local_response(
                         StatusCode::INTERNAL_SERVER_ERROR,

@@ -137,7 +137,7 @@ fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared:
             if let Some(max) = p.max_body {
                 filters.push(Stage::plain(
                     Box::new(MaxBody { max }),
-                    "the proxy's max_body".into(),
+                    "the proxy's max_body",
                 ));
             }
             let id = PoolId::new(r.name.clone(), p);
@@ -249,7 +249,8 @@ fn stage(line: &config::FilterLine, route: &str) -> Stage {
         failure_open: line.failure_open,
         on_pass: branch(passed),
         on_refuse: branch(refused),
-        label: format!("{} (line {})", line.filter.name(), line.span.line),
+        name: line.filter.name(),
+        line: line.span.line,
         filter,
     }
 }

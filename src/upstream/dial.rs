@@ -181,16 +181,26 @@ async fn tcp(host: &str, port: u16, dest: &Dest, budget: Duration) -> Result<Tcp
     for k in 0..n {
         let addr = SocketAddr::new(ips[(first + k) % n], port);
         // An equal share of what is left, but never under a second (or what is left):
-        // many dead addresses must not starve a live one with a long round trip.
+        // many dead addresses must not starve a live one with a long round trip. A
+        // single address has the whole budget, which the caller's deadline enforces.
         let left = budget.saturating_sub(start.elapsed());
         let share = (left / (n - k) as u32).max(left.min(Duration::from_secs(1)));
-        let e = match tokio::time::timeout(share, TcpStream::connect(addr)).await {
+        let connect = TcpStream::connect(addr);
+        let attempt = if n == 1 {
+            Ok(connect.await)
+        } else {
+            tokio::time::timeout(share, connect).await
+        };
+        let e = match attempt {
             Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
                 return Ok(s);
             }
             Ok(Err(e)) => DialError::from_io(e),
-            Err(_) => DialError::Timeout(share),
+            Err(_) => DialError::Connect(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no answer within {share:?}"),
+            )),
         };
         // A name's error says which of its addresses failed.
         last = match e {
