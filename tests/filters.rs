@@ -536,20 +536,7 @@ impl RedisServer {
             .local_addr()
             .unwrap()
             .port();
-        let child = match std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-        {
+        let child = match Self::spawn(port) {
             Ok(c) => c,
             Err(_) => {
                 if require_interop() {
@@ -559,17 +546,46 @@ impl RedisServer {
                 return None;
             }
         };
+        let server = RedisServer { child, port };
+        server.wait_up();
+        Some(server)
+    }
+
+    fn spawn(port: u16) -> std::io::Result<std::process::Child> {
+        let port = port.to_string();
+        std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port,
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+    }
+
+    fn wait_up(&self) {
         let end = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             assert!(Instant::now() < end, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Some(RedisServer { child, port })
     }
 
     fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Starts it again on the same port.
+    fn restart(&mut self) {
+        self.kill();
+        self.child = Self::spawn(self.port).unwrap();
+        self.wait_up();
     }
 }
 
@@ -658,4 +674,8 @@ async fn a_redis_outage_fails_open_or_closed_and_is_logged_once() {
         2,
         "one line per filter per outage:\n{logs}"
     );
+    // Back: sluice reconnects by itself, says so once, and limits again.
+    redis.restart();
+    until_ok(&s, "/closed").await;
+    s.wait_log("answers again");
 }

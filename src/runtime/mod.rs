@@ -61,12 +61,8 @@ impl Generation {
             return peer;
         }
         let mut client = peer;
-        let fields: Vec<&[u8]> = headers
-            .get_all("x-forwarded-for")
-            .iter()
-            .map(|v| v.as_bytes())
-            .collect();
-        for entry in fields.iter().rev().flat_map(|v| v.rsplit(|&b| b == b',')) {
+        let fields = headers.get_all("x-forwarded-for").iter().rev();
+        for entry in fields.flat_map(|v| v.as_bytes().rsplit(|&b| b == b',')) {
             let Some(ip) = forwarded_ip(entry) else {
                 return IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
             };
