@@ -390,10 +390,24 @@ impl Builder {
         let mut routes = Vec::new();
         let mut own: Vec<&Directive> = Vec::new();
         let mut tls: Option<SiteTls> = None;
+        // Whether the item before was one of the site's own (an `on` line must follow
+        // its filter directly, not across a `route` or `tls` line).
+        let mut after_own = false;
         for item in items {
             if !self.known_here(item, Place::Site) {
                 continue;
             }
+            let own_item = !matches!(item.name.text.as_str(), "route" | "tls");
+            if item.name.text == "on" && !after_own {
+                self.errors.push(
+                    Diagnostic::error(item.span(), "`on` follows the filter it branches on")
+                        .with_hint(
+                            "put it on the line right after the filter (or its other `on` lines)",
+                        ),
+                );
+                continue;
+            }
+            after_own = own_item;
             match item.name.text.as_str() {
                 "route" => {
                     if let Some(r) = self.route(item, &name) {

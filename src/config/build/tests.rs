@@ -291,3 +291,11 @@ fn safety_and_resolver_mistakes() {
     let (_, _, m, _) = err("site a { proxy 1.1.1.1:80 { safety on } }");
     assert!(m.contains("`strict` or `off`"), "{m}");
 }
+
+#[test]
+fn a_branch_follows_its_filter_directly() {
+    let (l, c, m, _) = err("site a {\n allow 10.0.0.0/8\n route /x { respond ok }\n on denied reject 404\n respond ok\n}\n");
+    assert_eq!((l, c), (4, 2));
+    assert!(m.contains("follows the filter"), "{m}");
+    ok("site a {\n allow 10.0.0.0/8\n on denied reject 404\n route /x { respond ok }\n respond ok\n}\n");
+}
