@@ -178,13 +178,15 @@ impl Policy {
             return Some(Reason::Blocked);
         }
         if let Some(reason) = classify(ip) {
+            // An allowed range admits its NAT64/6to4 forms too (they reach it).
+            let allows = |n: &IpNet| n.contains(&ip) || carried.is_some_and(|v4| n.contains(&v4));
             let admitted = match reason {
                 Reason::Mapped => false,
                 Reason::Metadata => self
                     .allow_private
                     .iter()
-                    .any(|n| n.prefix_len() == n.max_prefix_len() && n.contains(&ip)),
-                _ => self.allow_private.iter().any(|n| n.contains(&ip)),
+                    .any(|n| n.prefix_len() == n.max_prefix_len() && allows(n)),
+                _ => self.allow_private.iter().any(allows),
             };
             if !admitted {
                 return Some(reason);
@@ -197,11 +199,16 @@ impl Policy {
         None
     }
 
+    /// Whether dialing `addr` reaches one of sluice's listeners: the address itself; the
+    /// unspecified address (the kernel dials this host); for a wildcard listener, any
+    /// loopback address or any of this host's addresses.
     fn is_listener(&self, addr: SocketAddr) -> bool {
+        let ip = addr.ip();
         self.listeners.iter().any(|l| {
             l.port() == addr.port()
-                && (l.ip() == addr.ip()
-                    || (l.ip().is_unspecified() && self.local.contains(&addr.ip())))
+                && (l.ip() == ip
+                    || ip.is_unspecified()
+                    || (l.ip().is_unspecified() && (ip.is_loopback() || self.local.contains(&ip))))
         })
     }
 }
@@ -699,7 +706,14 @@ mod tests {
             ..Policy::default()
         };
         assert_eq!(p.judge(at("127.0.0.1", 8443)), Some(Reason::Listener));
+        assert_eq!(p.judge(at("127.0.0.5", 8443)), Some(Reason::Listener));
         assert_eq!(p.judge(at("127.0.0.1", 8444)), None);
+        let anywhere = Policy {
+            allow_private: vec!["0.0.0.0/0".parse().unwrap()],
+            listeners: vec![at("127.0.0.1", 8080)],
+            ..Policy::default()
+        };
+        assert_eq!(anywhere.judge(at("0.0.0.0", 8080)), Some(Reason::Listener));
         // An address of another host on the listener's port is not a loop.
         let public = Policy {
             listeners: vec![at("0.0.0.0", 443)],
@@ -723,5 +737,16 @@ mod tests {
         assert_eq!(p.judge(at("2002:808:808::1", 80)), Some(Reason::Blocked));
         assert_eq!(p.judge(at("64:ff9b::8.8.4.4", 80)), None);
         assert_eq!(p.judge(at("64:ff9b::1.1.1.1", 443)), Some(Reason::Listener));
+        // allow_private admits a range's NAT64 and 6to4 forms too.
+        let allowed = Policy {
+            allow_private: vec!["10.0.0.0/8".parse().unwrap()],
+            ..Policy::default()
+        };
+        assert_eq!(allowed.judge(at("64:ff9b::10.0.0.1", 80)), None);
+        assert_eq!(allowed.judge(at("2002:a00:1::1", 80)), None);
+        assert_eq!(
+            allowed.judge(at("::ffff:10.0.0.1", 80)),
+            Some(Reason::Mapped)
+        );
     }
 }

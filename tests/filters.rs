@@ -679,3 +679,34 @@ async fn a_redis_outage_fails_open_or_closed_and_is_logged_once() {
     until_ok(&s, "/closed").await;
     s.wait_log("answers again");
 }
+
+/// The cors filter decides who may read and with what: a backend's own CORS fields do
+/// not widen it.
+#[tokio::test]
+async fn cors_overrides_the_backends_own_fields() {
+    let b = Backend::start(|_| async {
+        let mut r = hyper::Response::new(full("data"));
+        let h = r.headers_mut();
+        h.insert("access-control-allow-origin", "*".parse().unwrap());
+        h.insert("access-control-allow-credentials", "true".parse().unwrap());
+        r
+    })
+    .await;
+    let s = Sluice::start(&format!(
+        "site * {{ cors {{ origins https://app.example.com }}\n proxy {} }}",
+        b.addr
+    ));
+    let r = req(&s, "GET", "/", &[("Origin", "https://app.example.com")]).await;
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    assert_eq!(
+        r.header("access-control-allow-credentials"),
+        None,
+        "credentials off"
+    );
+    let r = req(&s, "GET", "/", &[("Origin", "https://evil.test")]).await;
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    assert_eq!(r.header("access-control-allow-credentials"), None);
+}

@@ -135,9 +135,11 @@ impl Filter for Cors {
         if !varies {
             h.append(header::VARY, HeaderValue::from_static("Origin"));
         }
+        // The filter decides who may read, and with what: not the backend's own fields.
         if cx.cors_origin.is_none() {
-            // The filter decides who may read: not the backend's own CORS fields.
             h.remove(header::ACCESS_CONTROL_ALLOW_ORIGIN);
+        }
+        if cx.cors_origin.is_none() || !self.cfg.credentials {
             h.remove(header::ACCESS_CONTROL_ALLOW_CREDENTIALS);
         }
         if let Some(origin) = &cx.cors_origin {

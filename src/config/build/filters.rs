@@ -230,7 +230,7 @@ fn rate_limit(d: &Directive) -> Res<RateLimit> {
         .ok_or_else(|| {
             expected(
                 rate,
-                "a rate like 10/s or 600/m (1..1000000 a second or a minute)",
+                "a rate like 10/s, 600/m or 5000/h (1..1000000 per second, minute or hour)",
             )
         })?;
     let window = match per {
@@ -372,7 +372,7 @@ fn check_hash(w: &Word) -> Res<()> {
         return Ok(());
     }
     Err(Diagnostic::error(w.span, "not a bcrypt or argon2id password hash")
-        .with_hint("make one with: htpasswd -nbB USER PASSWORD (bcrypt), or: echo -n PASSWORD | argon2 SALT -id -e; quote it, as `$` starts a variable"))
+        .with_hint("make one with: htpasswd -nbB USER PASSWORD (bcrypt), or: echo -n PASSWORD | argon2 SALT -id -e"))
 }
 
 /// `cors { origins ...; methods ...; headers ...; credentials on|off; max_age D }`.
@@ -415,6 +415,9 @@ fn cors(d: &Directive) -> Res<Cors> {
                             return Err(expected(w, "`*.` and a domain, like *.example.com"));
                         }
                         c.suffixes.push(format!(".{suffix}"));
+                    } else if o.contains('*') {
+                        return Err(expected(w, "an exact origin, *.DOMAIN or *")
+                            .with_hint("a wildcard has no scheme: *.example.com (it admits https origins only)"));
                     } else if (o.starts_with("https://") || o.starts_with("http://"))
                         && !o.split_once("://").unwrap().1.contains('/')
                         && o.len() > 8

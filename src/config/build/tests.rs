@@ -299,3 +299,13 @@ fn a_branch_follows_its_filter_directly() {
     assert!(m.contains("follows the filter"), "{m}");
     ok("site a {\n allow 10.0.0.0/8\n on denied reject 404\n route /x { respond ok }\n respond ok\n}\n");
 }
+
+#[test]
+fn resolver_spellings_and_cors_wildcards() {
+    let c = ok("global { resolver 2001:db8::53 [2001:db8::54] [2001:db8::55]:5353 }\nsite a { respond ok }");
+    assert_eq!(c.global.resolver.len(), 3);
+    assert_eq!(c.global.resolver[1].port(), 53);
+    let (_, _, m, h) = err("site a { cors { origins http://*.example.com }\n respond ok }");
+    assert!(m.contains("exact origin"), "{m}");
+    assert!(h.contains("without") || h.contains("no scheme"), "{h}");
+}

@@ -93,7 +93,12 @@ pub(super) fn strict_or_off(w: &Word) -> Res<bool> {
 
 /// A DNS server for `resolver`: an IP address, with a port when it is not 53.
 pub(super) fn dns_server(w: &Word) -> Res<SocketAddr> {
-    if let Ok(ip) = w.text.parse::<IpAddr>() {
+    let bare = w
+        .text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(&w.text);
+    if let Ok(ip) = bare.parse::<IpAddr>() {
         return Ok(SocketAddr::new(ip, 53));
     }
     w.text.parse::<SocketAddr>().map_err(|_| {
