@@ -124,7 +124,10 @@ async fn run(
     let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
 
     // What compression needs of the request, before the handler takes it.
-    let accept = req.headers().get(header::ACCEPT_ENCODING).cloned();
+    let accept = route
+        .may_compress
+        .then(|| req.headers().get(header::ACCEPT_ENCODING).cloned())
+        .flatten();
     let is_head = req.method() == http::Method::HEAD;
     // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
     // target as received, before `strip`/`rewrite`.

@@ -42,8 +42,11 @@ pub struct Route {
     pub handler: Handler,
     /// Some filter or the handler renders placeholders from the request as received.
     pub uses_placeholders: bool,
-    /// Compress responses the client accepts compressed.
+    /// Compress responses the client accepts compressed (unless a `compress` filter
+    /// that runs says otherwise).
     pub compress: bool,
+    /// `compress` or a `compress on` filter: the request's `Accept-Encoding` is kept.
+    pub may_compress: bool,
 }
 
 pub enum Matcher {

@@ -165,6 +165,10 @@ fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared:
         None => Handler::None,
     };
     let uses_client_ip = filters.iter().any(Stage::uses_client_ip);
+    let may_compress = compress
+        || r.filters
+            .iter()
+            .any(|l| matches!(l.filter, config::Filter::Compress(true)));
     let uses_placeholders = filters.iter().any(|f| f.filter.uses_placeholders())
         || match &handler {
             Handler::Respond { body: t, .. } | Handler::Redirect { target: t, .. } => {
@@ -184,6 +188,7 @@ fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared:
         matchers: r.matchers.iter().map(matcher).collect(),
         filters,
         uses_client_ip,
+        may_compress,
         handler,
         uses_placeholders,
         compress,

@@ -45,8 +45,7 @@ impl Generation {
         if self.trust.is_empty() {
             return false;
         }
-        let ip = client.to_canonical();
-        self.trust.iter().any(|n| n.contains(&ip))
+        crate::filter::cond::in_nets(&self.trust, client)
     }
 
     /// The client's address for filters: the connection's peer; when the peer is
