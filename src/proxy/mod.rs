@@ -690,14 +690,11 @@ fn stream(
     };
     headers::response(&mut parts.headers, &pool.cfg, &client.values);
     if pool.cfg.origin_headers {
-        let role = if pool.peers()[served].backup {
-            "backup"
-        } else {
-            "primary"
-        };
+        let backup = pool.peers()[served].backup;
+        let role = if backup { "backup" } else { "primary" };
         let transition = note
             .transition
-            .or_else(|| pool.state.failover.take_pending())
+            .or_else(|| pool.state.failover.take_pending(backup))
             .map_or("none", |t| t.as_str());
         parts
             .headers

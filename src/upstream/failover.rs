@@ -80,10 +80,30 @@ impl State {
             && self.requests.fetch_add(1, Ordering::Relaxed) % 10 == 9
     }
 
-    fn switch(&self, to_backup: bool, now: u64, t: Transition) -> Option<Transition> {
-        self.backup
+    /// `announce`: a switch no request made, named on the next response — set before
+    /// the switch shows, so a response on the new role cannot miss it.
+    fn switch(
+        &self,
+        to_backup: bool,
+        now: u64,
+        t: Transition,
+        announce: bool,
+    ) -> Option<Transition> {
+        if announce {
+            self.pending.store(t as u8, Ordering::Release);
+        }
+        if self
+            .backup
             .compare_exchange(!to_backup, to_backup, Ordering::AcqRel, Ordering::Relaxed)
-            .ok()?;
+            .is_err()
+        {
+            if announce {
+                let _ =
+                    self.pending
+                        .compare_exchange(t as u8, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            return None;
+        }
         self.since_ms.store(now, Ordering::Relaxed);
         self.primary_failures.store(0, Ordering::Relaxed);
         self.backup_failures.store(0, Ordering::Relaxed);
@@ -97,7 +117,7 @@ impl State {
         if self.on_backup() {
             return None;
         }
-        self.switch(true, now, Transition::PrimaryFailureThreshold)
+        self.switch(true, now, Transition::PrimaryFailureThreshold, false)
     }
 
     /// Every backup is ineligible while a primary is: back to primary.
@@ -105,7 +125,7 @@ impl State {
         if !self.on_backup() {
             return None;
         }
-        self.switch(false, now, Transition::BackupFailure)
+        self.switch(false, now, Transition::BackupFailure, false)
     }
 
     /// A primary's outcome (a request, or a trial while on backup).
@@ -119,7 +139,7 @@ impl State {
             if n < f.failure_threshold {
                 return None;
             }
-            return self.switch(true, now, Transition::PrimaryFailureThreshold);
+            return self.switch(true, now, Transition::PrimaryFailureThreshold, false);
         }
         if !ok {
             // A failed trial restarts the hold.
@@ -127,15 +147,15 @@ impl State {
             self.since_ms.store(now, Ordering::Relaxed);
             return None;
         }
-        self.recovered(f, now)
+        self.recovered(f, now, false)
     }
 
-    fn recovered(&self, f: &Failover, now: u64) -> Option<Transition> {
+    fn recovered(&self, f: &Failover, now: u64, announce: bool) -> Option<Transition> {
         let n = self.recovery.fetch_add(1, Ordering::Relaxed) + 1;
         if n < f.recovery_threshold {
             return None;
         }
-        self.switch(false, now, Transition::PrimaryRecoveryThreshold)
+        self.switch(false, now, Transition::PrimaryRecoveryThreshold, announce)
     }
 
     /// A backup's outcome while on backup.
@@ -157,7 +177,7 @@ impl State {
         if n < f.failure_threshold || !primary_eligible {
             return None;
         }
-        self.switch(false, now, Transition::BackupFailure)
+        self.switch(false, now, Transition::BackupFailure, false)
     }
 
     /// A primary's probe: counts toward recovery once the hold is over. A switch it
@@ -170,17 +190,22 @@ impl State {
             self.recovery.store(0, Ordering::Relaxed);
             return None;
         }
-        let t = self.recovered(f, now)?;
-        self.pending.store(t as u8, Ordering::Relaxed);
-        Some(t)
+        self.recovered(f, now, true)
     }
 
-    /// The switch probes made, if no response has named it yet.
-    pub fn take_pending(&self) -> Option<Transition> {
-        if self.pending.load(Ordering::Relaxed) == 0 {
+    /// The switch probes made, if no response has named it yet, for a response served
+    /// by the role it switched to (one from the old role, racing the switch, does not
+    /// take it).
+    pub fn take_pending(&self, served_by_backup: bool) -> Option<Transition> {
+        let raw = self.pending.load(Ordering::Acquire);
+        let t = Transition::from_u8(raw)?;
+        if t.to_backup() != served_by_backup {
             return None;
         }
-        Transition::from_u8(self.pending.swap(0, Ordering::Relaxed))
+        self.pending
+            .compare_exchange(raw, 0, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()?;
+        Some(t)
     }
 }
 
@@ -261,7 +286,15 @@ mod tests {
             s.probe_result(true, &f, 10_002),
             Some(Transition::PrimaryRecoveryThreshold)
         );
-        assert_eq!(s.take_pending(), Some(Transition::PrimaryRecoveryThreshold));
-        assert_eq!(s.take_pending(), None, "named once");
+        assert_eq!(
+            s.take_pending(true),
+            None,
+            "not on a response from the old role"
+        );
+        assert_eq!(
+            s.take_pending(false),
+            Some(Transition::PrimaryRecoveryThreshold)
+        );
+        assert_eq!(s.take_pending(false), None, "named once");
     }
 }
