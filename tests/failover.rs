@@ -209,3 +209,72 @@ async fn with_health_checks_probes_decide_recovery() {
     assert!(seen.iter().all(|r| r.2 == "backup" && r.3 == "none"));
     assert_eq!(hit(&s).await, t(200, "primary", "primary", "none"));
 }
+
+/// Every balancing policy (with and without `slow_start`) × a dead primary set × the
+/// backups: the request that finds the primaries down is served by a backup, and so
+/// is every request after it — never a panic, never a 502 (a balancer sized from the
+/// primaries only panicked on the backups; `hash` answered 502 there).
+#[tokio::test]
+async fn every_policy_serves_from_the_backups_when_the_primaries_die() {
+    let (d1, d2) = (dead_addr().await, dead_addr().await);
+    let (b1, _) = switchable("backup").await;
+    let (b2, _) = switchable("backup").await;
+    let policies = [
+        "first",
+        "round_robin",
+        "weighted_round_robin\n weights 3 1",
+        "least_conn",
+        "weighted_least_conn\n weights 3 1",
+        "p2c",
+        "hash client_ip",
+        "hash uri",
+        "hash header x-user",
+        "hash cookie session",
+    ];
+    let mut sites = String::new();
+    let mut hosts = Vec::new();
+    for (k, lb) in policies.iter().enumerate() {
+        for slow in ["", "slow_start 10s"] {
+            let host = format!("p{k}{}.test", if slow.is_empty() { "" } else { "s" });
+            sites += &format!(
+                "site {host} {{ proxy {d1} {d2} {{ lb {lb}\n {slow}\n backup {} {}\n origin_headers on }} }}\n",
+                b1.addr, b2.addr
+            );
+            hosts.push((host, *lb, slow));
+        }
+    }
+    let s = Sluice::start(&sites);
+    for (host, lb, slow) in &hosts {
+        for n in 0..6 {
+            let r = request(
+                s.addr,
+                "GET",
+                &format!("/item/{n}"),
+                &[
+                    ("host", host.as_str()),
+                    ("x-user", &format!("u{n}")),
+                    ("cookie", &format!("session=s{n}")),
+                ],
+                b"",
+            )
+            .await;
+            assert_eq!(
+                (r.status, r.text(), r.header("x-sluice-origin")),
+                (200, "backup".to_string(), Some("backup")),
+                "lb {lb} {slow}: request {n} with every primary dead"
+            );
+            if n == 0 {
+                assert_eq!(
+                    r.header("x-sluice-origin-transition"),
+                    Some("primary_failure_threshold"),
+                    "lb {lb} {slow}: the request that caused the switch names it"
+                );
+            }
+        }
+    }
+    s.wait_log("switched to backup (primary_failure_threshold: every primary is ineligible)");
+    assert!(
+        !s.logs().contains("no peer of the other role"),
+        "the switch names the reason that happened"
+    );
+}

@@ -104,6 +104,7 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
     let mut tried = Tried::default();
     let mut note = Note::default();
     let mut next = None;
+    let mut switch_retried = false;
     loop {
         let i = match next
             .take()
@@ -186,7 +187,13 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
         };
         permit = lease.permit.take();
         drop(lease);
-        if tried.count > cfg.retries as usize || !take_retry(pool, why) {
+        let within = tried.count <= cfg.retries as usize;
+        // An attempt never sent that made the pool switch role is tried once on the new
+        // role even past `retries`: the request that causes the switch still succeeds
+        // when a backup can serve it (DESIGN §14, §17).
+        let on_new_role = !within && !switch_retried && pool.switched_away_from(i, &mut note);
+        switch_retried |= on_new_role;
+        if !(within || on_new_role) || !take_retry(pool, why) {
             bump(&COUNTERS.bad_gateway);
             return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
         }

@@ -123,12 +123,13 @@ pub trait Balancer: Send + Sync {
     fn pick(&self, c: &Candidates<'_>) -> Option<usize>;
 }
 
-/// The balancer for `policy` over `addresses` (as written: the hash ring is built from
-/// them, so a peer keeps its keys across reloads).
-/// With `slow_start`, round robin turns into smooth weighted round robin over the
-/// ramping weights (with equal weights the two are the same rotation).
-pub fn for_policy(policy: &Policy, addresses: &[String], slow_start: bool) -> Box<dyn Balancer> {
-    let n = addresses.len();
+/// The balancer for `policy` over `peers`, the very set every pick sees: primaries and
+/// backups alike, so a policy works on whichever role failover made active. The hash
+/// ring is built from the addresses as written, so a peer keeps its keys across
+/// reloads. With `slow_start`, round robin turns into smooth weighted round robin over
+/// the ramping weights (with equal weights the two are the same rotation).
+pub fn for_policy(policy: &Policy, peers: &[Peer], slow_start: bool) -> Box<dyn Balancer> {
+    let n = peers.len();
     match policy {
         Policy::First => Box::new(First),
         Policy::RoundRobin if slow_start => Box::new(SmoothWeighted::new(n, false)),
@@ -137,7 +138,7 @@ pub fn for_policy(policy: &Policy, addresses: &[String], slow_start: bool) -> Bo
         Policy::LeastConn => Box::new(LeastConn::new(n, false)),
         Policy::WeightedLeastConn => Box::new(LeastConn::new(n, true)),
         Policy::P2c => Box::new(P2c),
-        Policy::Hash(_) => Box::new(Ring::new(addresses)),
+        Policy::Hash(_) => Box::new(Ring::new(peers.iter().map(|p| p.addr.text.as_str()))),
     }
 }
 
@@ -189,6 +190,11 @@ impl SmoothWeighted {
     /// Picks among the candidates for which `among(i)` also holds.
     fn pick_among(&self, c: &Candidates<'_>, among: impl Fn(usize) -> bool) -> Option<usize> {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.len() < c.len() {
+            // Built from the same peers the candidates come from, so this never runs;
+            // a missing score is a fresh one, never an index out of bounds.
+            current.resize(c.len(), 0);
+        }
         let mut total = 0i64;
         let mut best: Option<usize> = None;
         for i in (0..c.len()).filter(|&i| c.is_candidate(i) && among(i)) {
@@ -293,9 +299,8 @@ pub struct Ring {
 const VNODES: usize = 160;
 
 impl Ring {
-    pub fn new(addresses: &[String]) -> Ring {
+    pub fn new<'a>(addresses: impl Iterator<Item = &'a str>) -> Ring {
         let mut points: Vec<(u64, usize)> = addresses
-            .iter()
             .enumerate()
             .flat_map(|(i, a)| {
                 (0..VNODES).map(move |v| (hash_bytes(format!("{a}#{v}").as_bytes()), i))
@@ -469,7 +474,7 @@ mod tests {
     #[test]
     fn hashing_is_consistent() {
         let addrs: Vec<String> = (0..5).map(|i| format!("10.0.0.{i}:80")).collect();
-        let ring = Ring::new(&addrs);
+        let ring = Ring::new(addrs.iter().map(String::as_str));
         let ps = peers(5);
         let none = Tried::default();
         let place = |gone: Option<usize>, key: u64| {
@@ -529,5 +534,76 @@ mod tests {
         let mut t = Tried::default();
         t.add(0);
         assert_eq!(First.pick(&Candidates::new(&ps, &t, 1)), Some(1));
+    }
+
+    fn every_policy() -> Vec<Policy> {
+        use crate::config::HashKey;
+        vec![
+            Policy::First,
+            Policy::RoundRobin,
+            Policy::WeightedRoundRobin,
+            Policy::LeastConn,
+            Policy::WeightedLeastConn,
+            Policy::P2c,
+            Policy::Hash(HashKey::ClientIp),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Any peer set, any health pattern, any role, any tried set, every policy with
+        /// and without slow start: a pick is a candidate, and there is one whenever a
+        /// candidate exists. (A balancer sized from the primaries panicked on backups.)
+        #[test]
+        fn a_pick_is_always_an_eligible_candidate(
+            shape in proptest::collection::vec(
+                (1u32..20, proptest::bool::ANY, proptest::bool::ANY, proptest::bool::ANY, 0u32..5),
+                1..12,
+            ),
+            role in proptest::option::of(proptest::bool::ANY),
+            key in proptest::option::of(proptest::num::u64::ANY),
+            ramping in proptest::bool::ANY,
+            ignore_health in proptest::bool::ANY,
+        ) {
+            let ws: Vec<u32> = shape.iter().map(|s| s.0).collect();
+            let mut ps = weighted(&ws);
+            let now = 1_000_000;
+            let mut tried = Tried::default();
+            for (i, &(_, backup, down, was_tried, load)) in shape.iter().enumerate() {
+                ps[i].backup = backup;
+                ps[i].in_flight.store(load, Ordering::Relaxed);
+                if down {
+                    ps[i].passive.record_failure(1, std::time::Duration::from_secs(30));
+                }
+                if was_tried {
+                    tried.add(i);
+                }
+                if ramping {
+                    ps[i].returns_at(now - 500);
+                }
+            }
+            let slow = ramping.then(|| std::time::Duration::from_secs(10));
+            for policy in every_policy() {
+                for slow_start in [false, true] {
+                    let b = for_policy(&policy, &ps, slow_start);
+                    let mut c = Candidates::new(&ps, &tried, now)
+                        .in_role(role)
+                        .with_key(key)
+                        .with_slow_start(slow);
+                    if ignore_health {
+                        c = c.ignoring_health();
+                    }
+                    let any = (0..ps.len()).any(|i| c.is_candidate(i));
+                    for _ in 0..3 {
+                        match b.pick(&c) {
+                            Some(i) => proptest::prop_assert!(
+                                i < ps.len() && c.is_candidate(i),
+                                "{policy:?}: picked {i}, not a candidate"
+                            ),
+                            None => proptest::prop_assert!(!any, "{policy:?}: none picked"),
+                        }
+                    }
+                }
+            }
+        }
     }
 }

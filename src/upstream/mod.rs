@@ -349,7 +349,7 @@ impl Pool {
             None => PoolState::new(&id, &cfg, probe_slots, &dest),
         };
         Arc::new(Pool {
-            balancer: balancer::for_policy(&cfg.lb, &id.addresses, cfg.slow_start.is_some()),
+            balancer: balancer::for_policy(&cfg.lb, &state.peers, cfg.slow_start.is_some()),
             limit: cfg.limit.map(|l| Arc::new(Semaphore::new(l.max as usize))),
             id,
             state,
@@ -454,7 +454,12 @@ impl Pool {
                 .flatten()
         };
         if let Some(t) = switched {
-            log_switch(self.name(), t, "no peer of the other role is eligible");
+            let why = if t.to_backup() {
+                "every primary is ineligible"
+            } else {
+                "every backup is ineligible"
+            };
+            log_switch(self.name(), t, why);
             note.transition = Some(t);
         }
         let backup = st.on_backup();
@@ -465,6 +470,25 @@ impl Pool {
             && st.is_trial(&self.cfg.failover, now, self.cfg.health.is_some());
         note.attempts += 1;
         backup
+    }
+
+    /// After an attempt on peer `i` that never reached it: whether the pool now sends
+    /// requests to the other role (the failure made it switch, or left every peer of
+    /// `i`'s role ineligible, which switches it now). Such a request gets one more
+    /// attempt on the new role beyond `retries` (DESIGN §14).
+    pub fn switched_away_from(&self, i: usize, note: &mut Note) -> bool {
+        if self.cfg.backups.is_empty() {
+            return false;
+        }
+        let mut probe = Note {
+            attempts: 1,
+            ..Note::default()
+        };
+        let backup = self.role_for(passive::now_ms(), &mut probe);
+        if probe.transition.is_some() {
+            note.transition = probe.transition;
+        }
+        backup != self.peers()[i].backup
     }
 
     /// Counts an attempt's outcome as failover evidence (a pool with backups only).
