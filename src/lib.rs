@@ -5,7 +5,7 @@
 //! filters (`filter`) and hands the request to its handler: `proxy`, which reaches a
 //! backend through `upstream`; the response flows back the same way. `config` turns
 //! the file into a model; `runtime` compiles it into the live generation. Imports
-//! point one way, down that list; `body`, `reply` and `stats` are leaves everyone uses.
+//! point one way, down that list; `body`, `reply`, `stats` and `throttle` are leaves everyone uses.
 
 #![forbid(unsafe_code)]
 
@@ -25,6 +25,7 @@ pub(crate) mod runtime;
 pub mod safety;
 pub mod server;
 pub(crate) mod stats;
+pub(crate) mod throttle;
 pub(crate) mod tunnel;
 pub(crate) mod upstream;
 

@@ -358,3 +358,144 @@ async fn tracing_on_sends_a_traceparent_continuing_a_valid_one() {
         "off by default"
     );
 }
+
+/// Every spelling of a client-address or URL-override field — underscores for dashes,
+/// any case, the lesser-known names — is dropped from an untrusted client and kept from
+/// a trusted one; over HTTP/1.1 and HTTP/2 fronts alike.
+#[tokio::test]
+async fn every_spelling_of_a_forwarding_field_is_scrubbed_unless_trusted() {
+    let spoofs = [
+        ("X_Forwarded_For", "6.6.6.6"),
+        ("X-Real_IP", "6.6.6.6"),
+        ("x_real_ip", "6.6.6.6"),
+        ("Client-IP", "6.6.6.6"),
+        ("X-Client-IP", "6.6.6.6"),
+        ("X-Cluster-Client-IP", "6.6.6.6"),
+        ("X-Original-URL", "/admin"),
+        ("X-Rewrite-URL", "/admin"),
+        ("True_Client_IP", "6.6.6.6"),
+        ("CF-Connecting_IP", "6.6.6.6"),
+        ("X-Forwarded_Host", "evil.example"),
+    ];
+    let b = Backend::echo_head().await;
+    for trusted in [false, true] {
+        let trust = if trusted { "global { trust 127.0.0.0/8 }\n" } else { "" };
+        let s = Sluice::start(&format!("{trust}site * {{ proxy {} }}", b.addr));
+        let mut headers = spoofs.to_vec();
+        headers.push(("X-Kept", "yes"));
+        let r = request(s.addr, "GET", "/p", &headers, b"").await;
+        let text = r.text().to_ascii_lowercase();
+        let (_, h2_text) = {
+            let (mut send, _conn) = h2c(s.addr).await;
+            let mut req = Request::builder().uri("http://app.example/p");
+            for (k, v) in spoofs {
+                req = req.header(k, v);
+            }
+            let resp = send
+                .send_request(req.body(http_body_util::Empty::<bytes::Bytes>::new()).unwrap())
+                .await
+                .unwrap();
+            use http_body_util::BodyExt;
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            ((), String::from_utf8_lossy(&body).to_ascii_lowercase())
+        };
+        for (front, text) in [("h1", &text), ("h2", &h2_text)] {
+            for (k, v) in spoofs {
+                let line = format!("{}: {}\n", k.to_ascii_lowercase(), v.to_ascii_lowercase());
+                assert_eq!(
+                    text.contains(&line),
+                    trusted,
+                    "{front} front, trusted {trusted}: `{k}` reaching the backend: {text}"
+                );
+            }
+        }
+        assert!(text.contains("x-kept: yes\n"), "other fields pass: {text}");
+    }
+}
+
+/// An HTTP/2 client sends each cookie as its own field; an HTTP/1.1 backend gets them
+/// joined into one (RFC 9113 §8.2.3), in order.
+#[tokio::test]
+async fn h2_cookie_crumbs_reach_an_http1_backend_as_one_field() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let (mut send, _conn) = h2c(s.addr).await;
+    let req = Request::builder()
+        .uri("http://app.example/c")
+        .header("cookie", "a=1")
+        .header("cookie", "b=2")
+        .header("cookie", "session=xyz")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    use http_body_util::BodyExt;
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&body).to_string();
+    let cookies: Vec<&str> = text.lines().filter(|l| l.starts_with("cookie:")).collect();
+    assert_eq!(
+        cookies,
+        ["cookie: a=1; b=2; session=xyz"],
+        "one Cookie field for the HTTP/1.1 backend: {text}"
+    );
+}
+
+/// An h2 request with no `:authority` and two `host` fields is refused like its
+/// HTTP/1.1 twin; an extended CONNECT for anything but WebSocket is reset and never
+/// reaches a backend.
+#[tokio::test]
+async fn h2_two_hosts_and_foreign_extended_connects_are_refused() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let (mut send, _conn) = h2c(s.addr).await;
+    let req = Request::builder()
+        .uri("/x")
+        .header("host", "a.example")
+        .header("host", "b.example")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 400, "two Host fields and no :authority");
+    // A plain request first, so sluice's SETTINGS (extended CONNECT on) have arrived.
+    let ok = Request::builder()
+        .uri("http://a.example/warm")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    assert_eq!(send.send_request(ok).await.unwrap().status(), 200);
+    let before = b.connections.load(std::sync::atomic::Ordering::SeqCst);
+    for protocol in ["connect-udp", "h2c", "foo"] {
+        let mut req = Request::builder()
+            .method("CONNECT")
+            .uri("http://a.example/tunnel")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        req.extensions_mut()
+            .insert(hyper::ext::Protocol::from_static(protocol));
+        let err = send
+            .send_request(req)
+            .await
+            .expect_err("the stream must be reset");
+        let reason = std::error::Error::source(&err)
+            .and_then(|e| e.downcast_ref::<h2::Error>())
+            .and_then(h2::Error::reason);
+        assert_eq!(
+            reason,
+            Some(h2::Reason::PROTOCOL_ERROR),
+            "{protocol}: RST_STREAM(PROTOCOL_ERROR), got {err:?}"
+        );
+    }
+    let r = get(s.addr, "/after").await;
+    assert_eq!(r.status, 200);
+    assert!(
+        !r.text().contains("CONNECT"),
+        "no CONNECT reached the backend"
+    );
+    assert!(
+        b.connections.load(std::sync::atomic::Ordering::SeqCst) <= before + 1,
+        "the backend saw no tunnel attempt"
+    );
+    assert!(
+        s.logs().matches("extended CONNECT").count() <= 1,
+        "client-caused lines are folded: {}",
+        s.logs()
+    );
+}

@@ -376,6 +376,15 @@ async fn websocket_over_h2_extended_connect() {
 async fn h2_websocket_to_a_backend_that_does_not_switch_is_a_502() {
     let b = Backend::echo_head().await;
     let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
-    let resp = h2_websocket_connect(s.addr).await;
-    assert_eq!(resp.status(), 502);
+    for n in 0..4 {
+        let resp = h2_websocket_connect(s.addr).await;
+        assert_eq!(resp.status(), 502, "handshake {n}");
+    }
+    s.wait_log("without switching protocols");
+    assert_eq!(
+        s.logs().matches("without switching protocols").count(),
+        1,
+        "a client can cause one WARN a minute of this kind, not one a request: {}",
+        s.logs()
+    );
 }

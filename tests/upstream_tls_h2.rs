@@ -476,3 +476,29 @@ async fn idle_http2_connections_and_probe_connections_are_closed() {
         "{live} of {opened} backend connections still open"
     );
 }
+
+/// `TE: trailers` in any spelling, from an HTTP/1.1 client, to HTTP/2 backends: the
+/// backend gets exactly `trailers` and answers; no peer leaves rotation over it (the
+/// h2 library refuses any other spelling, which once counted as the peer's failure and
+/// took every backend out).
+#[tokio::test]
+async fn te_in_any_spelling_never_takes_an_h2_backend_out() {
+    let a = Upstream::start(Opts::default()).await;
+    let b = Upstream::start(Opts::default()).await;
+    let s = Sluice::start(&format!(
+        "site * {{ proxy h2c://{} h2c://{} {{ all_down fail }} }}",
+        a.addr, b.addr
+    ));
+    for te in ["Trailers", "TRAILERS", "trailers, gzip", "gzip;q=0.5, Trailers", "gzip"] {
+        for n in 0..4 {
+            let r = request(s.addr, "GET", "/te", &[("TE", te)], b"").await;
+            assert_eq!(r.status, 200, "TE: {te}, request {n}: {}", r.text());
+            assert!(r.text().starts_with("HTTP/2.0 /te"), "{}", r.text());
+        }
+    }
+    let logs = s.logs();
+    assert!(
+        !logs.contains("out of rotation") && !logs.contains(" failed ("),
+        "no peer was blamed: {logs}"
+    );
+}

@@ -54,6 +54,34 @@ fn fields(out: &mut Vec<u8>, headers: &HeaderMap) {
     }
 }
 
+/// A request's header fields, with every `Cookie` field joined into one by `"; "`:
+/// an HTTP/2 client sends each cookie as its own field (RFC 9113 §8.2.3), and many
+/// HTTP/1.1 servers read only the first.
+fn request_fields(out: &mut Vec<u8>, headers: &HeaderMap) {
+    let mut cookie_done = false;
+    for (name, value) in headers {
+        if name == http::header::COOKIE {
+            if cookie_done {
+                continue;
+            }
+            cookie_done = true;
+            out.extend_from_slice(b"cookie: ");
+            for (k, v) in headers.get_all(http::header::COOKIE).iter().enumerate() {
+                if k > 0 {
+                    out.extend_from_slice(b"; ");
+                }
+                out.extend_from_slice(v.as_bytes());
+            }
+            out.extend_from_slice(b"\r\n");
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 /// How a request body going to a backend is framed: decided once, before any of the
 /// body is read, so a request sent again is framed the same way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +109,7 @@ pub fn request_head(out: &mut Vec<u8>, parts: &http::request::Parts, body: BodyO
             .as_bytes(),
     );
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    fields(out, &parts.headers);
+    request_fields(out, &parts.headers);
     match body {
         BodyOut::Empty | BodyOut::Declared => {}
         BodyOut::Length(n) => {

@@ -372,6 +372,23 @@ pub fn parse_response(
     }))
 }
 
+/// `TE` as a backend may receive it: exactly `trailers` when the client asked for
+/// trailers (in any case, among other codings) and they may pass, else nothing. HTTP/2
+/// refuses any other spelling, and a refusal must never look like the peer's fault.
+pub fn normalise_te(h: &mut http::HeaderMap, keep_trailers: bool) {
+    let trailers = keep_trailers
+        && h.get_all(http::header::TE).iter().any(|v| {
+            v.as_bytes()
+                .split(|&b| b == b',')
+                .any(|t| t.split(|&b| b == b';').next().unwrap_or_default().trim_ascii().eq_ignore_ascii_case(b"trailers"))
+        });
+    if trailers {
+        h.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    } else {
+        h.remove(http::header::TE);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,43 +23,55 @@ static HOP_BY_HOP: [HeaderName; 9] = [
     header::EXPECT,
 ];
 
-static FORWARDING: [HeaderName; 7] = [
-    HeaderName::from_static("x-forwarded-for"),
-    HeaderName::from_static("x-forwarded-proto"),
-    HeaderName::from_static("x-forwarded-host"),
-    header::FORWARDED,
-    HeaderName::from_static("x-real-ip"),
-    HeaderName::from_static("true-client-ip"),
-    HeaderName::from_static("cf-connecting-ip"),
+/// Fields that carry a client's address or override the URL, dropped from a client
+/// outside `trust`: the forwarding fields, the other client-address spellings some
+/// frameworks believe, and the URL overrides some servers route by.
+const FORWARDING: [&[u8]; 12] = [
+    b"x-forwarded-for",
+    b"x-forwarded-proto",
+    b"x-forwarded-host",
+    b"forwarded",
+    b"x-real-ip",
+    b"true-client-ip",
+    b"cf-connecting-ip",
+    b"client-ip",
+    b"x-client-ip",
+    b"x-cluster-client-ip",
+    b"x-original-url",
+    b"x-rewrite-url",
 ];
+
+/// Whether `k` is one of [`FORWARDING`], reading `_` as `-` (CGI-style servers and
+/// some frameworks fold the two, so `X_Forwarded_For` would pass as the real thing).
+fn is_forwarding(k: &HeaderName) -> bool {
+    let k = k.as_str().as_bytes();
+    (9..=19).contains(&k.len())
+        && FORWARDING.iter().any(|n| {
+            n.len() == k.len() && k.iter().zip(*n).all(|(&a, &b)| a == b || (a == b'_' && b == b'-'))
+        })
+}
 
 const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
 const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Removes hop-by-hop fields, those named in `Connection`, `X-Sluice-*`, and (for an
-/// untrusted client) the forwarding fields. One pass over the names finds what is
+/// untrusted client) the forwarding fields in any spelling. One pass over the names finds what is
 /// present; only those are removed, so a clean head costs no hash lookup at all.
 fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool) {
     const TE_BIT: u32 = 1 << 31;
     let mut present: u32 = 0;
-    let mut sluice = false;
+    let mut extra = false;
     for k in h.keys() {
         if let Some(i) = HOP_BY_HOP.iter().position(|n| n == k) {
             present |= 1 << i;
         } else if k == header::TE {
             present |= TE_BIT;
-        } else if let Some(i) = FORWARDING
-            .iter()
-            .position(|n| n == k)
-            .filter(|_| drop_forwarding)
-        {
-            present |= 1 << (16 + i);
         } else {
-            sluice |= is_sluice(k);
+            extra |= is_sluice(k) || (drop_forwarding && is_forwarding(k));
         }
     }
-    if present == 0 && !sluice {
+    if present == 0 && !extra {
         return;
     }
     if present & 1 != 0 {
@@ -88,21 +100,16 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool) {
             h.remove(n);
         }
     }
-    for (i, n) in FORWARDING.iter().enumerate() {
-        if present & (1 << (16 + i)) != 0 {
-            h.remove(n);
-        }
-    }
     if present & TE_BIT != 0 {
-        let trailers = keep_te_trailers
-            && h.get(header::TE)
-                .is_some_and(|te| te.as_bytes().eq_ignore_ascii_case(b"trailers"));
-        if !trailers {
-            h.remove(header::TE);
-        }
+        crate::http1::head::normalise_te(h, keep_te_trailers);
     }
-    if sluice {
-        let ours: Vec<HeaderName> = h.keys().filter(|k| is_sluice(k)).cloned().collect();
+    if extra {
+        // Rare: only a head that carries such fields pays for this pass.
+        let ours: Vec<HeaderName> = h
+            .keys()
+            .filter(|k| is_sluice(k) || (drop_forwarding && is_forwarding(k)))
+            .cloned()
+            .collect();
         for n in ours {
             h.remove(n);
         }

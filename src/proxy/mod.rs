@@ -746,6 +746,18 @@ fn sent_and_failed_counted(
             bump(&COUNTERS.body_too_large);
             local_response(StatusCode::PAYLOAD_TOO_LARGE, "Request body too large\n")
         }
+        SendError::Unsendable(why) => {
+            crate::throttle::H2_UNSENDABLE.warn(format_args!(
+                "sluice: {}: {why}; answered 502 to that client ({} keeps its place in rotation)",
+                pool.name(),
+                pool.peers()[peer].addr.text
+            ));
+            bump(&COUNTERS.bad_gateway);
+            local_response(
+                StatusCode::BAD_GATEWAY,
+                "Bad gateway: the request cannot be sent over HTTP/2\n",
+            )
+        }
         SendError::Body(other) => {
             tracing::debug!("sluice: {}: request body failed: {other}", pool.name());
             local_response(

@@ -2,7 +2,6 @@
 //! over any [`Transport`]. The bytes read while sniffing the protocol are replayed in
 //! front of the stream.
 
-use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -58,20 +57,48 @@ pub async fn serve<S: Transport>(
                     StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                     "Request header fields too large\n",
                 );
-                return Ok::<_, Infallible>(resp.map(|b| Guarded {
+                return Ok::<_, ::h2::Error>(resp.map(|b| Guarded {
                     body: b,
                     _guard: guard,
                     _stream: stream,
                     log: None,
                 }));
             }
+            if let Some(p) = req.extensions().get::<hyper::ext::Protocol>() {
+                if !p.as_str().eq_ignore_ascii_case("websocket") {
+                    // No backend speaks it through us: the stream is reset, never passed.
+                    bump(&COUNTERS.bad_request);
+                    crate::throttle::H2_CONNECT_PROTOCOL.warn(format_args!(
+                        "sluice: client {client_addr} asked for an HTTP/2 extended CONNECT to `{}`; only websocket is offered, stream reset",
+                        String::from_utf8_lossy(p.as_str().as_bytes()).escape_debug()
+                    ));
+                    return Err(::h2::Error::from(::h2::Reason::PROTOCOL_ERROR));
+                }
+            }
             // `:authority` is the host, for routing and the backend alike.
-            if let Some(v) = req
+            match req
                 .uri()
                 .authority()
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
             {
-                req.headers_mut().insert(header::HOST, v);
+                Some(v) => {
+                    req.headers_mut().insert(header::HOST, v);
+                }
+                // Two Hosts and no `:authority`: which one the backend believes is
+                // anyone's guess, so refused as on HTTP/1.1.
+                None if req.headers().get_all(header::HOST).iter().nth(1).is_some() => {
+                    bump(&COUNTERS.bad_request);
+                    crate::stats::count_status(400);
+                    let resp =
+                        local_response(StatusCode::BAD_REQUEST, "Bad request: more than one Host\n");
+                    return Ok(resp.map(|b| Guarded {
+                        body: b,
+                        _guard: guard,
+                        _stream: stream,
+                        log: None,
+                    }));
+                }
+                None => {}
             }
             let logged = log.map(|log| H2Logged {
                 pending: crate::admin::access::Pending::new(
@@ -119,11 +146,10 @@ pub async fn serve<S: Transport>(
                 // A 2xx to an extended CONNECT means "open": one from a backend that
                 // did not switch protocols must not reach the client as such.
                 (Some(_), None) if resp.status().is_success() => {
-                    tracing::warn!(
-                        client = %client_addr,
-                        status = resp.status().as_u16(),
-                        "sluice: the backend answered a WebSocket handshake without switching protocols; sent 502"
-                    );
+                    crate::throttle::H2_WEBSOCKET_REFUSED.warn(format_args!(
+                        "sluice: the backend answered client {client_addr}'s WebSocket handshake with {} without switching protocols; sent 502",
+                        resp.status().as_u16()
+                    ));
                     bump(&COUNTERS.bad_gateway);
                     resp = local_response(
                         StatusCode::BAD_GATEWAY,

@@ -207,6 +207,10 @@ pub enum SendError {
     /// No response head within the pool's `timeout` (not the peer's failure).
     #[error("no response head in time")]
     TimedOut,
+    /// The HTTP/2 library refused the request before it had a stream (its fields break
+    /// HTTP/2): the request's fault, never the peer's.
+    #[error("the request cannot be sent over HTTP/2: {0}")]
+    Unsendable(String),
 }
 
 impl BackendConn {

@@ -372,11 +372,9 @@ fn head(out: &Outgoing, scheme: &'static str) -> Request<()> {
     }
     headers.remove("keep-alive");
     headers.remove("proxy-connection");
-    if headers
-        .get(header::TE)
-        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers"))
-    {
-        headers.remove(header::TE);
+    if headers.contains_key(header::TE) {
+        // `header_up` may have set one after the scrub.
+        crate::http1::head::normalise_te(&mut headers, true);
     }
     let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let uri = Uri::builder()
@@ -438,6 +436,18 @@ fn unprocessed_or(
     e: h2::Error,
     out: &mut Outgoing,
 ) -> SendError {
+    if id.is_none() && e.reason().is_none() && !e.is_io() && !e.is_go_away() {
+        // The library refused the request itself: its fields break HTTP/2. The peer is
+        // blameless, and sending it again cannot help — unless the session ran out of
+        // stream ids, which only a fresh session cures.
+        if e.to_string().contains("stream ID overflowed") {
+            session.watch.goaway.store(0, Ordering::Release);
+            if out.rewind_all() {
+                return SendError::NotSent;
+            }
+        }
+        return SendError::Unsendable(e.to_string());
+    }
     let last = session.watch.goaway.load(Ordering::Acquire);
     // No stream id: the request never left (the connection failed as it was taken).
     let refused = id.is_none()
