@@ -35,7 +35,7 @@ use crate::reply::{date, local_response};
 const CHUNK: usize = 64 * 1024;
 
 /// Serves `path` (normalised, percent-encoded) from `cfg.root`. `received`: the path
-/// as the client sent it (before `strip`), for the folder redirect.
+/// as the client sent it (before `strip`), normalised, for the folder redirect.
 pub async fn serve(
     cfg: &FilesConfig,
     method: &Method,
@@ -100,11 +100,15 @@ pub async fn serve(
     file(&real, &meta, headers, head).await
 }
 
-/// `301` to the path as the client wrote it, plus `/` (the query kept).
-pub(crate) fn slash_redirect(received: &str, query: Option<&str>) -> Response<Body> {
+/// `301` to `folder` (the received path, normalised) plus `/`, the query kept. Never
+/// a `Location` that starts `//` or `/\\`: browsers read both as another host.
+pub(crate) fn slash_redirect(folder: &str, query: Option<&str>) -> Response<Body> {
+    if !folder.starts_with('/') || folder.starts_with("//") || folder.starts_with("/\\") {
+        return not_found();
+    }
     let target = match query {
-        Some(q) => format!("{received}/?{q}"),
-        None => format!("{received}/"),
+        Some(q) => format!("{folder}/?{q}"),
+        None => format!("{folder}/"),
     };
     let mut r = Response::new(Body::Empty);
     *r.status_mut() = StatusCode::MOVED_PERMANENTLY;

@@ -133,6 +133,12 @@ impl Responder {
                                 "Status: 200 OK\r\n\r\n".into()
                             }
                             "lf" => "Status: 201 Created\nX-Lf: yes\n\n".into(),
+                            // The script ran; its worker died before any output.
+                            "vanish" => return,
+                            "end-only" => {
+                                let _ = s.write_all(&record(3, &[0; 8])).await;
+                                continue;
+                            }
                             "close" => {
                                 let _ = s
                                     .write_all(&record(6, b"Status: 200 OK\r\n\r\npartial"))
@@ -296,6 +302,14 @@ async fn scripts_folders_static_files_and_the_front_controller() {
     ));
     let r = get(s.addr, "/dir").await;
     assert_eq!((r.status, r.header("location")), (301, Some("/dir/")));
+    for spelling in ["//evil.example/../dir", "//evil.example/..//dir"] {
+        let r = get(s.addr, spelling).await;
+        assert_eq!(
+            (r.status, r.header("location")),
+            (301, Some("/dir/")),
+            "{spelling}: never a link to another host"
+        );
+    }
     assert_eq!(
         get(s.addr, "/dir/").await.text(),
         "script=/dir/index.php info= stdin=0"
@@ -568,4 +582,123 @@ async fn max_conns_caps_sockets_under_one_deadline() {
     // The one socket came back and is reused.
     assert_eq!(get(s.addr, "/app.php").await.status, 200);
     assert_eq!(app.conns.load(Ordering::SeqCst), 1);
+}
+
+/// A request the application received and closed on without any output is answered
+/// 502 and never sent again — even on a kept connection, even for a POST (it may have
+/// run: php-fpm killing a worker after the script did its work).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_application_dropped_is_never_sent_twice() {
+    let app = Responder::start().await;
+    let root = app_root();
+    let s = Sluice::start(&format!(
+        "site * {{ fastcgi {} {{ root {} }} }}",
+        app.addr,
+        root.0.display()
+    ));
+    for mode in ["vanish", "end-only"] {
+        // Warm a kept connection, so the next request goes out on a reused one.
+        assert_eq!(get(s.addr, "/app.php").await.status, 200);
+        let r = request(s.addr, "POST", &format!("/app.php?{mode}"), &[], b"order=1").await;
+        assert_eq!(r.status, 502, "{mode}: {}", r.text());
+        let runs = app
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|x| x.params.get("QUERY_STRING").map(String::as_str) == Some(mode))
+            .count();
+        assert_eq!(
+            runs, 1,
+            "{mode}: the POST reached the application {runs} times"
+        );
+    }
+}
+
+/// A declared length over `max_body` is refused at once: 413 before `100 Continue`,
+/// with nothing read and nothing sent to the application.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_body_over_max_body_is_refused_before_100_continue() {
+    let app = Responder::start().await;
+    let root = app_root();
+    let s = Sluice::start(&format!(
+        "site * {{ fastcgi {} {{ root {}; max_body 10M }} }}",
+        app.addr,
+        root.0.display()
+    ));
+    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(
+        b"POST /app.php HTTP/1.1\r\nHost: a\r\nContent-Length: 12000000\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), c.read(&mut buf))
+        .await
+        .expect("an answer without sending the body")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert_eq!(
+        app.seen.lock().unwrap().len(),
+        0,
+        "nothing reached the application"
+    );
+}
+
+/// Bodies past 1 MiB go through a temporary file: the application gets every byte with
+/// its exact length (declared or chunked), and sluice's memory does not grow with the
+/// uploads (six 60 MiB uploads once held 577 MB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_uploads_reach_the_application_whole_in_bounded_memory() {
+    let app = Responder::start().await;
+    let root = app_root();
+    let s = Sluice::start(&format!(
+        "site * {{ fastcgi {} {{ root {}; max_body 64M }} }}",
+        app.addr,
+        root.0.display()
+    ));
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let r = request(s.addr, "POST", "/app.php", &[], &big).await;
+    assert_eq!(r.text(), "script=/app.php info= stdin=3000000");
+    assert_eq!(
+        app.last().stdin,
+        big,
+        "declared length, every byte in order"
+    );
+    let mut chunked = Vec::new();
+    for piece in big.chunks(100_000) {
+        chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        chunked.extend_from_slice(piece);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let r = request(
+        s.addr,
+        "POST",
+        "/app.php",
+        &[("Transfer-Encoding", "chunked")],
+        &chunked,
+    )
+    .await;
+    assert_eq!(r.text(), "script=/app.php info= stdin=3000000");
+    let seen = app.last();
+    assert_eq!(seen.params["CONTENT_LENGTH"], "3000000");
+    assert_eq!(seen.stdin, big, "chunked, every byte in order");
+
+    let (_, peak_before) = rss_kib(s.pid());
+    let upload = vec![b'u'; 40 << 20];
+    let uploads = (0..4).map(|_| request(s.addr, "POST", "/app.php", &[], &upload));
+    for r in futures_util::future::join_all(uploads).await {
+        assert_eq!(
+            r.text(),
+            format!("script=/app.php info= stdin={}", 40 << 20)
+        );
+    }
+    let (_, peak_after) = rss_kib(s.pid());
+    assert!(
+        peak_after.saturating_sub(peak_before) < 48 * 1024,
+        "four 40 MiB uploads at once grew the peak RSS by {} KiB",
+        peak_after - peak_before
+    );
 }

@@ -158,6 +158,20 @@ async fn folders_index_slash_and_listing() {
     // Behind `strip`, the redirect keeps the prefix the client wrote.
     let r = get(s.addr, "/static/sub?x=1").await;
     assert_eq!(r.header("location"), Some("/static/sub/?x=1"));
+    // Never a link to another host: the redirect is built from the normalised path.
+    for (spelling, to) in [
+        ("//evil.example/../sub", "/sub/"),
+        ("//evil.example/..//sub?x=1", "/sub/?x=1"),
+        ("/static//evil.example/../sub", "/static/sub/"),
+        ("///sub", "/sub/"),
+    ] {
+        let r = get(s.addr, spelling).await;
+        assert_eq!(
+            (r.status, r.header("location")),
+            (301, Some(to)),
+            "{spelling}"
+        );
+    }
     assert_eq!(get(s.addr, "/sub/").await.text(), "sub home");
     // No index, no listing.
     assert_eq!(get(s.addr, "/bare/").await.status, 404);

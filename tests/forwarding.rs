@@ -379,7 +379,11 @@ async fn every_spelling_of_a_forwarding_field_is_scrubbed_unless_trusted() {
     ];
     let b = Backend::echo_head().await;
     for trusted in [false, true] {
-        let trust = if trusted { "global { trust 127.0.0.0/8 }\n" } else { "" };
+        let trust = if trusted {
+            "global { trust 127.0.0.0/8 }\n"
+        } else {
+            ""
+        };
         let s = Sluice::start(&format!("{trust}site * {{ proxy {} }}", b.addr));
         let mut headers = spoofs.to_vec();
         headers.push(("X-Kept", "yes"));
@@ -392,7 +396,10 @@ async fn every_spelling_of_a_forwarding_field_is_scrubbed_unless_trusted() {
                 req = req.header(k, v);
             }
             let resp = send
-                .send_request(req.body(http_body_util::Empty::<bytes::Bytes>::new()).unwrap())
+                .send_request(
+                    req.body(http_body_util::Empty::<bytes::Bytes>::new())
+                        .unwrap(),
+                )
                 .await
                 .unwrap();
             use http_body_util::BodyExt;

@@ -489,7 +489,13 @@ async fn te_in_any_spelling_never_takes_an_h2_backend_out() {
         "site * {{ proxy h2c://{} h2c://{} {{ all_down fail }} }}",
         a.addr, b.addr
     ));
-    for te in ["Trailers", "TRAILERS", "trailers, gzip", "gzip;q=0.5, Trailers", "gzip"] {
+    for te in [
+        "Trailers",
+        "TRAILERS",
+        "trailers, gzip",
+        "gzip;q=0.5, Trailers",
+        "gzip",
+    ] {
         for n in 0..4 {
             let r = request(s.addr, "GET", "/te", &[("TE", te)], b"").await;
             assert_eq!(r.status, 200, "TE: {te}, request {n}: {}", r.text());

@@ -136,10 +136,20 @@ fn push_len(out: &mut Vec<u8>, n: usize) {
 /// The request body as STDIN records, then the empty STDIN record.
 pub fn stdin(out: &mut Vec<u8>, body: &[u8]) {
     for piece in body.chunks(MAX_CONTENT) {
-        header(out, STDIN, piece.len());
-        out.extend_from_slice(piece);
-        padding(out, piece.len());
+        stdin_piece(out, piece);
     }
+    stdin_end(out);
+}
+
+/// One STDIN record holding `piece` (at most [`MAX_CONTENT`] bytes).
+pub fn stdin_piece(out: &mut Vec<u8>, piece: &[u8]) {
+    header(out, STDIN, piece.len());
+    out.extend_from_slice(piece);
+    padding(out, piece.len());
+}
+
+/// The empty STDIN record that ends the body.
+pub fn stdin_end(out: &mut Vec<u8>) {
     header(out, STDIN, 0);
 }
 

@@ -20,6 +20,7 @@
 pub mod codec;
 pub mod head;
 pub mod pool;
+pub mod spool;
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -61,6 +62,8 @@ impl FastCgi {
 pub struct Facts<'a> {
     /// The normalised path routes decided on (after `strip`/`rewrite`).
     pub path: &'a str,
+    /// The base of a folder redirect: the path as received, normalised.
+    pub folder: &'a str,
     /// The request target's path and query as received (before `strip`/`rewrite`).
     pub received: Option<&'a str>,
     pub client: std::net::SocketAddr,
@@ -103,28 +106,24 @@ pub async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) -> Respon
             };
         }
         Target::Redirect => {
-            let received = facts
-                .received
-                .map_or(req.uri().path(), |r| r.split('?').next().unwrap_or(r));
-            return crate::files::slash_redirect(received, req.uri().query());
+            return crate::files::slash_redirect(facts.folder, req.uri().query());
         }
         Target::NotFound => return crate::files::not_found(),
     };
     let (parts, body) = req.into_parts();
+    // A declared length over the cap: 413 before anything reads the body, so before
+    // `100 Continue` (DESIGN §14), as for `proxy`.
+    if http_body::Body::size_hint(&body)
+        .exact()
+        .is_some_and(|n| n > f.cfg.max_body)
+    {
+        crate::stats::bump(&crate::stats::COUNTERS.body_too_large);
+        return local_response(StatusCode::PAYLOAD_TOO_LARGE, "Request body too large\n");
+    }
     // The body, whole, under the cap: FastCGI wants its exact length up front.
-    let body = match collect(body, f.cfg.max_body).await {
+    let body = match spool::collect(body, f.cfg.max_body).await {
         Ok(b) => b,
-        Err(BodyError::TooLarge(_)) => {
-            crate::stats::bump(&crate::stats::COUNTERS.body_too_large);
-            return local_response(StatusCode::PAYLOAD_TOO_LARGE, "Request body too large\n");
-        }
-        Err(e) => {
-            tracing::debug!("sluice: fastcgi {}: request body failed: {e}", f.name);
-            return local_response(
-                StatusCode::BAD_REQUEST,
-                "Bad request: broken request body\n",
-            );
-        }
+        Err(e) => return body_refused(f, e),
     };
     let vars = variables(
         &f.cfg,
@@ -133,13 +132,17 @@ pub async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) -> Respon
         &script_name,
         &path_info,
         &filename,
-        body.len(),
+        body.len() as usize,
     );
     let pairs: Vec<(&[u8], &[u8])> = vars
         .iter()
         .map(|(n, v)| (n.as_bytes(), v.as_slice()))
         .collect();
-    let mut wire = Vec::with_capacity(1024 + body.len() + body.len() / 8);
+    let in_memory = match &body {
+        spool::Spooled::Mem(b) => b.as_slice(),
+        spool::Spooled::File(..) => &[],
+    };
+    let mut wire = Vec::with_capacity(1024 + in_memory.len() + in_memory.len() / 8);
     codec::begin_request(&mut wire);
     if let Err(e) = codec::params(&mut wire, &pairs, PARAMS_CAP) {
         tracing::info!("sluice: fastcgi {}: request refused: {e}", f.name);
@@ -148,12 +151,45 @@ pub async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) -> Respon
             "Request header fields too large\n",
         );
     }
-    codec::stdin(&mut wire, &body);
-    drop(body);
+    let file = match &body {
+        spool::Spooled::Mem(b) => {
+            codec::stdin(&mut wire, b);
+            None
+        }
+        spool::Spooled::File(file, len) => Some((file, *len)),
+    };
     let is_head = parts.method == http::Method::HEAD;
-    match exchange(f, &wire, is_head).await {
+    match exchange(f, &wire, file, is_head).await {
         Ok(resp) => resp,
         Err(resp) => resp,
+    }
+}
+
+/// The answer to a body that could not be read whole.
+fn body_refused(f: &FastCgi, e: spool::SpoolError) -> Response<Body> {
+    match e {
+        spool::SpoolError::Body(BodyError::TooLarge(_)) => {
+            crate::stats::bump(&crate::stats::COUNTERS.body_too_large);
+            local_response(StatusCode::PAYLOAD_TOO_LARGE, "Request body too large\n")
+        }
+        spool::SpoolError::Body(e) => {
+            tracing::debug!("sluice: fastcgi {}: request body failed: {e}", f.name);
+            local_response(
+                StatusCode::BAD_REQUEST,
+                "Bad request: broken request body\n",
+            )
+        }
+        spool::SpoolError::File(e) => {
+            tracing::warn!(
+                "sluice: fastcgi {}: cannot keep a request body in a temporary file in {}: {e}; answered 500",
+                f.name,
+                std::env::temp_dir().display()
+            );
+            local_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Internal error: the request body could not be buffered\n",
+            )
+        }
     }
 }
 
@@ -161,11 +197,13 @@ pub async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) -> Respon
 async fn exchange(
     f: &FastCgi,
     wire: &[u8],
+    file: Option<(&std::fs::File, u64)>,
     is_head: bool,
 ) -> Result<Response<Body>, Response<Body>> {
-    // A connection found closed before anything came back: once more, on a fresh one.
+    // A kept connection that took not one byte of the request: once more, on a fresh
+    // one. Anything the application may have received is never sent again.
     let mut fresh_only = false;
-    'attempt: loop {
+    loop {
         let mut conn = match f.pool.acquire(fresh_only).await {
             Ok(c) => c,
             Err(pool::AcquireError::Busy) => {
@@ -204,8 +242,9 @@ async fn exchange(
         let mut shed = false;
         // The write too may wait for a worker (a large body into a connection the
         // application has not accepted yet): the same stall rule and deadline apply.
+        let mut sent = 0u64;
         let written = {
-            let write = conn.write_all(wire);
+            let write = spool::write_request(&mut conn, wire, file, &mut sent);
             tokio::pin!(write);
             loop {
                 tokio::select! {
@@ -221,7 +260,7 @@ async fn exchange(
         match written {
             Some(Ok(())) => {}
             Some(Err(e)) => {
-                if reused && !fresh_only {
+                if reused && !fresh_only && sent == 0 {
                     fresh_only = true;
                     continue;
                 }
@@ -281,13 +320,8 @@ async fn exchange(
                 }
                 Ok(Some(Record::Stderr(_))) => unreachable!("kept by the reader"),
                 Ok(Some(Record::End { .. })) | Ok(None) => {
-                    if head_bytes.is_empty() && reused && !fresh_only && state.nothing_read() {
-                        // An idle connection the application had closed: once more, fresh.
-                        fresh_only = true;
-                        state.poison();
-                        continue 'attempt;
-                    }
-                    // An application that ended without a head.
+                    // An application that ended without a head: the request went out
+                    // whole and may have run, so it is never sent again (DESIGN §17).
                     state.poison();
                     return Err(broken(f, "the application ended without a response head"));
                 }
@@ -382,10 +416,6 @@ struct Reader {
 }
 
 impl Reader {
-    fn nothing_read(&self) -> bool {
-        self.buf.is_empty() && self.decoder.is_idle() && self.stderr.is_empty()
-    }
-
     /// Resolves once the connection has something to read (or closed); reads nothing.
     async fn ready(&mut self) {
         if !self.buf.is_empty() {
@@ -541,20 +571,6 @@ impl http_body::Body for StdoutBody {
     fn size_hint(&self) -> SizeHint {
         SizeHint::default()
     }
-}
-
-async fn collect(body: Body, max: u64) -> Result<Vec<u8>, BodyError> {
-    let mut body = body;
-    let mut out = Vec::new();
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame?.into_data() {
-            if out.len() as u64 + data.len() as u64 > max {
-                return Err(BodyError::TooLarge(max));
-            }
-            out.extend_from_slice(&data);
-        }
-    }
-    Ok(out)
 }
 
 /// Where the request path leads (DESIGN §14, FastCGI).

@@ -254,8 +254,20 @@ impl Conn {
         }
     }
 
-    pub async fn write_all(&mut self, b: &[u8]) -> io::Result<()> {
-        self.io.write_all(b).await
+    /// Writes all of `b`; `sent` counts what the socket took, so a failure can tell
+    /// "nothing left" from "some of it reached the application".
+    pub async fn write_counted(&mut self, b: &[u8], sent: &mut u64) -> io::Result<()> {
+        let mut at = 0;
+        while at < b.len() {
+            match self.io.write(&b[at..]).await? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                n => {
+                    at += n;
+                    *sent += n as u64;
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn poll_read_buf(

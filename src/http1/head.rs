@@ -378,9 +378,13 @@ pub fn parse_response(
 pub fn normalise_te(h: &mut http::HeaderMap, keep_trailers: bool) {
     let trailers = keep_trailers
         && h.get_all(http::header::TE).iter().any(|v| {
-            v.as_bytes()
-                .split(|&b| b == b',')
-                .any(|t| t.split(|&b| b == b';').next().unwrap_or_default().trim_ascii().eq_ignore_ascii_case(b"trailers"))
+            v.as_bytes().split(|&b| b == b',').any(|t| {
+                t.split(|&b| b == b';')
+                    .next()
+                    .unwrap_or_default()
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(b"trailers")
+            })
         });
     if trailers {
         h.insert(http::header::TE, http::HeaderValue::from_static("trailers"));

@@ -6,6 +6,7 @@
 //! Each request runs on the generation it started with. Knows no socket: the client's
 //! address and scheme arrive as plain values ([`ClientInfo`]).
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -372,11 +373,12 @@ async fn call_handler(
         // Boxed, as the FastCGI call below: their futures are large, and inlined they
         // would make every request's future (the proxy's too) as large.
         Handler::Files(f) => {
+            let folder = folder_base(received.as_ref(), &req);
             Box::pin(crate::files::serve(
                 f,
                 req.method(),
                 cx.path(&req),
-                received.as_ref().map_or(req.uri().path(), |p| p.path()),
+                &folder,
                 req.uri().query(),
                 req.headers(),
             ))
@@ -384,8 +386,10 @@ async fn call_handler(
         }
         Handler::FastCgi(f) => {
             let path = cx.path(&req).to_string();
+            let folder = folder_base(received.as_ref(), &req).into_owned();
             let facts = crate::fastcgi::Facts {
                 path: &path,
+                folder: &folder,
                 received: received.as_ref().map(|p| p.as_str()),
                 client: client.addr,
                 https: client.scheme == Scheme::Https,
@@ -397,6 +401,16 @@ async fn call_handler(
             local_response(StatusCode::NOT_FOUND, "Not found\n")
         }
     }
+}
+
+/// The base of a folder redirect (`301` to the path plus `/`): the path as received,
+/// before `strip`/`rewrite` (so what they took off stays), normalised — the raw
+/// spelling `//evil.example/../img` would make `Location: //evil.example/../img/`,
+/// a link to another host.
+fn folder_base<'r>(received: Option<&'r PathAndQuery>, req: &'r Request<Body>) -> Cow<'r, str> {
+    let raw = received.map_or(req.uri().path(), |p| p.path());
+    // Routing normalised the same path already, so this cannot fail in practice.
+    normalize(raw).unwrap_or(Cow::Borrowed("/"))
 }
 
 /// The target becomes the path a filter set (normalised, so already encoded) and the

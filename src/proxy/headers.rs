@@ -47,7 +47,10 @@ fn is_forwarding(k: &HeaderName) -> bool {
     let k = k.as_str().as_bytes();
     (9..=19).contains(&k.len())
         && FORWARDING.iter().any(|n| {
-            n.len() == k.len() && k.iter().zip(*n).all(|(&a, &b)| a == b || (a == b'_' && b == b'-'))
+            n.len() == k.len()
+                && k.iter()
+                    .zip(*n)
+                    .all(|(&a, &b)| a == b || (a == b'_' && b == b'-'))
         })
 }
 

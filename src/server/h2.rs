@@ -89,8 +89,10 @@ pub async fn serve<S: Transport>(
                 None if req.headers().get_all(header::HOST).iter().nth(1).is_some() => {
                     bump(&COUNTERS.bad_request);
                     crate::stats::count_status(400);
-                    let resp =
-                        local_response(StatusCode::BAD_REQUEST, "Bad request: more than one Host\n");
+                    let resp = local_response(
+                        StatusCode::BAD_REQUEST,
+                        "Bad request: more than one Host\n",
+                    );
                     return Ok(resp.map(|b| Guarded {
                         body: b,
                         _guard: guard,

@@ -1,0 +1,124 @@
+//! The request body on its way to the application. FastCGI wants `CONTENT_LENGTH` before
+//! STDIN, so a body is read whole (under `max_body`) before anything is sent: in memory
+//! up to [`SPOOL_AT`], past that in an unlinked temporary file, so memory per upload is
+//! bounded whatever `max_body` allows (six 60 MiB uploads once held 577 MB).
+//!
+//! Also the write of the whole request, counting what the socket took: a request is
+//! sent again on a fresh connection only when not one byte of it left (DESIGN §1).
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use http_body_util::BodyExt;
+
+use super::codec;
+use super::pool::Conn;
+use crate::body::{Body, BodyError};
+
+/// Bodies larger than this go to a temporary file instead of memory.
+pub const SPOOL_AT: usize = 1 << 20;
+
+/// A request body, read whole.
+pub enum Spooled {
+    Mem(Vec<u8>),
+    /// An unlinked file (nothing is left behind, even after a crash) and its length.
+    File(File, u64),
+}
+
+/// Why a body could not be read.
+pub enum SpoolError {
+    Body(BodyError),
+    /// The temporary file could not be made or written.
+    File(io::Error),
+}
+
+impl Spooled {
+    pub fn len(&self) -> u64 {
+        match self {
+            Spooled::Mem(b) => b.len() as u64,
+            Spooled::File(_, n) => *n,
+        }
+    }
+}
+
+/// Reads `body` whole, up to `max` bytes (else `BodyError::TooLarge`).
+pub async fn collect(mut body: Body, max: u64) -> Result<Spooled, SpoolError> {
+    let mut mem = Vec::new();
+    let mut file: Option<(File, u64)> = None;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(SpoolError::Body)?.into_data() else {
+            continue;
+        };
+        let so_far = file.as_ref().map_or(mem.len() as u64, |f| f.1);
+        if so_far + data.len() as u64 > max {
+            return Err(SpoolError::Body(BodyError::TooLarge(max)));
+        }
+        match &mut file {
+            Some((f, n)) => {
+                f.write_all(&data).map_err(SpoolError::File)?;
+                *n += data.len() as u64;
+            }
+            None if mem.len() + data.len() > SPOOL_AT => {
+                let mut f = temporary().map_err(SpoolError::File)?;
+                f.write_all(&mem).map_err(SpoolError::File)?;
+                f.write_all(&data).map_err(SpoolError::File)?;
+                file = Some((f, (mem.len() + data.len()) as u64));
+                mem = Vec::new();
+            }
+            None => mem.extend_from_slice(&data),
+        }
+    }
+    Ok(match file {
+        Some((f, n)) => Spooled::File(f, n),
+        None => Spooled::Mem(mem),
+    })
+}
+
+/// A fresh file in the system's temporary folder, readable by this user only, unlinked
+/// at once.
+fn temporary() -> io::Result<File> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "sluice-fastcgi-body-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    std::fs::remove_file(&path)?;
+    Ok(f)
+}
+
+/// Writes `wire` (BEGIN_REQUEST, PARAMS and, for a body in memory, STDIN) and then a
+/// spooled file's body as STDIN records. `sent` counts the bytes the socket took.
+pub async fn write_request(
+    conn: &mut Conn,
+    wire: &[u8],
+    file: Option<(&File, u64)>,
+    sent: &mut u64,
+) -> io::Result<()> {
+    conn.write_counted(wire, sent).await?;
+    let Some((f, len)) = file else {
+        return Ok(());
+    };
+    let mut piece = vec![0u8; codec::MAX_CONTENT];
+    let mut record = Vec::with_capacity(codec::MAX_CONTENT + 16);
+    let mut at = 0u64;
+    while at < len {
+        let n = ((len - at) as usize).min(codec::MAX_CONTENT);
+        f.read_exact_at(&mut piece[..n], at)?;
+        record.clear();
+        codec::stdin_piece(&mut record, &piece[..n]);
+        conn.write_counted(&record, sent).await?;
+        at += n as u64;
+    }
+    record.clear();
+    codec::stdin_end(&mut record);
+    conn.write_counted(&record, sent).await
+}
