@@ -43,6 +43,9 @@ async fn backend() -> Backend {
                 h.insert("cache-control", "public, no-transform".parse().unwrap());
             }
             "/partial" => *r.status_mut() = hyper::StatusCode::PARTIAL_CONTENT,
+            "/cookie" => {
+                h.insert("set-cookie", "sid=secret; HttpOnly".parse().unwrap());
+            }
             _ => {}
         }
         r
@@ -76,6 +79,8 @@ async fn every_coding_decodes_back_to_the_original() {
         ("gzip, br, zstd", "zstd"),
         ("gzip;q=1.0, zstd;q=0.5", "gzip"),
         ("br;q=0, gzip", "gzip"),
+        ("br, gzip", "gzip"),
+        ("gzip;q=0.5, br", "br"),
     ] {
         let r = request(s.addr, "GET", "/", &[("Accept-Encoding", accept)], b"").await;
         assert_eq!(
@@ -215,4 +220,57 @@ async fn compressed_server_sent_events_stay_live() {
     assert_eq!(r.header("content-encoding"), Some("gzip"));
     let text = decode("gzip", &r.body).await;
     assert_eq!(text.matches("data: event").count(), 5, "{text}");
+}
+
+/// BREACH: a response that sets a cookie, or answers a request with `Authorization`, is
+/// not compressed under `compress on` (the default) — `compress always` compresses it,
+/// on the proxy or as a route filter.
+#[tokio::test]
+async fn secrets_are_not_compressed_unless_always() {
+    let b = backend().await;
+    let s = Sluice::start(&format!(
+        "site on.test {{ proxy {a} }}
+         site always.test {{ proxy {a} {{ compress always }} }}
+         site filter.test {{ route /* {{
+             compress always
+             proxy {a}
+         }} }}",
+        a = b.addr
+    ));
+    let coding = |host: &'static str, path: &'static str, auth: bool| {
+        let addr = s.addr;
+        async move {
+            let mut h = vec![("Host", host), ("Accept-Encoding", "gzip")];
+            if auth {
+                h.push(("Authorization", "Bearer t0ken"));
+            }
+            let r = request(addr, "GET", path, &h, b"").await;
+            assert_eq!(r.status, 200);
+            assert!(
+                r.header("vary")
+                    .is_some_and(|v| v.eq_ignore_ascii_case("accept-encoding")),
+                "{host}{path}: Vary whether or not compressed"
+            );
+            r.header("content-encoding").map(str::to_string)
+        }
+    };
+    assert_eq!(coding("on.test", "/", false).await.as_deref(), Some("gzip"));
+    assert_eq!(
+        coding("on.test", "/cookie", false).await,
+        None,
+        "Set-Cookie"
+    );
+    assert_eq!(coding("on.test", "/", true).await, None, "Authorization");
+    for host in ["always.test", "filter.test"] {
+        assert_eq!(
+            coding(host, "/cookie", false).await.as_deref(),
+            Some("gzip"),
+            "{host}"
+        );
+        assert_eq!(
+            coding(host, "/", true).await.as_deref(),
+            Some("gzip"),
+            "{host}"
+        );
+    }
 }

@@ -294,8 +294,8 @@ pub enum Filter {
     },
     HeaderDown(HeaderOp),
     MaxBody(u64),
-    /// `compress on|off` on a route: overrides the proxy's own setting.
-    Compress(bool),
+    /// `compress on|off|always` on a route: overrides the proxy's own setting.
+    Compress(Compression),
     RequestId,
     RateLimit(RateLimit),
     Allow(Vec<IpNet>),
@@ -439,7 +439,7 @@ pub struct ProxyConfig {
     /// `X-Sluice-Origin` and `X-Sluice-Origin-Transition` on responses.
     pub origin_headers: bool,
     /// Compress responses the client accepts compressed (default on).
-    pub compress: bool,
+    pub compress: Compression,
     pub fail_duration: Duration,
     pub breaker: u32,
     pub all_down: AllDown,
@@ -483,7 +483,7 @@ impl ProxyConfig {
             backups: Vec::new(),
             failover: Failover::default(),
             origin_headers: false,
-            compress: true,
+            compress: Compression::On,
             fail_duration: Duration::from_secs(30),
             breaker: 1,
             all_down: AllDown::Try,
@@ -573,6 +573,19 @@ pub enum Target {
         port: u16,
     },
     Unix(PathBuf),
+}
+
+/// `compress on|off|always`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    Off,
+    /// Compressible responses, except those that set cookies or answer a request with
+    /// `Authorization`: a secret beside attacker-chosen text in one compressed body
+    /// leaks through its length (BREACH).
+    On,
+    /// Those too: the operator knows the responses hold no secret an attacker could
+    /// probe for.
+    Always,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

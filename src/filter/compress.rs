@@ -1,5 +1,5 @@
 //! `compress on|off` (default on): responses compressed with zstd, br or gzip as the
-//! client's `Accept-Encoding` prefers (q-values; zstd > br > gzip on ties; `q=0`
+//! client's `Accept-Encoding` prefers (q-values; zstd > gzip > br on ties; `q=0`
 //! excludes), streamed: each piece the backend sends is compressed and flushed at
 //! once, so server-sent events and long polls stay live when compressed.
 //!
@@ -23,15 +23,15 @@ use tokio::io::AsyncWrite;
 
 use crate::body::{Body, BodyError};
 
-/// `compress on|off` as a filter line: when it runs, it decides whether this response
-/// is compressed (over the proxy's own `compress`).
+/// `compress on|off|always` as a filter line: when it runs, it decides whether this
+/// response is compressed (over the proxy's own `compress`).
 pub struct Compress {
-    pub on: bool,
+    pub mode: crate::config::Compression,
 }
 
 impl super::Filter for Compress {
     fn on_request(&self, _: &mut http::Request<Body>, cx: &mut super::Cx<'_>) -> super::Step {
-        cx.compress = Some(self.on);
+        cx.compress = Some(self.mode);
         super::Step::Pass
     }
 }
@@ -73,19 +73,23 @@ pub fn negotiate(accept: &[u8]) -> Option<Coding> {
                 q = qvalue(v).unwrap_or(0);
             }
         }
-        let slot = match name.to_ascii_lowercase().as_slice() {
-            b"zstd" => 0,
-            b"br" => 1,
-            b"gzip" | b"x-gzip" => 2,
-            b"*" => {
-                star = Some(q);
-                continue;
-            }
-            _ => continue,
+        let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+        let slot = if is(b"zstd") {
+            0
+        } else if is(b"br") {
+            1
+        } else if is(b"gzip") || is(b"x-gzip") {
+            2
+        } else if name == b"*" {
+            star = Some(q);
+            continue;
+        } else {
+            continue;
         };
         named[slot] = Some(q);
     }
-    for (slot, coding) in [(0, Coding::Zstd), (1, Coding::Br), (2, Coding::Gzip)] {
+    // Ties go to the first of zstd, gzip, br (DESIGN §14).
+    for (slot, coding) in [(0, Coding::Zstd), (2, Coding::Gzip), (1, Coding::Br)] {
         let q = named[slot].or(star).unwrap_or(0);
         if q > 0 && best.is_none_or(|(bq, _)| q > bq) {
             best = Some((q, coding));
@@ -120,15 +124,22 @@ fn compressible(h: &HeaderMap) -> bool {
 }
 
 /// Applies compression to a response as the request (`accept`, `is_head`) allows.
+/// `secret`: the request carried `Authorization` or the response sets a cookie, and
+/// the mode is not `always` (BREACH): sent as it is.
 pub fn apply(
     mut resp: Response<Body>,
     accept: Option<&HeaderValue>,
     is_head: bool,
+    always: bool,
+    authorized: bool,
 ) -> Response<Body> {
     if !compressible(resp.headers()) {
         return resp;
     }
     vary(resp.headers_mut());
+    if !always && (authorized || resp.headers().contains_key(header::SET_COOKIE)) {
+        return resp;
+    }
     let Some(coding) = accept.and_then(|a| negotiate(a.as_bytes())) else {
         return resp;
     };
@@ -355,8 +366,20 @@ mod tests {
         assert_eq!(negotiate(b"gzip, deflate, br, zstd"), Some(Coding::Zstd));
         assert_eq!(
             negotiate(b"gzip, br"),
-            Some(Coding::Br),
-            "br before gzip on a tie"
+            Some(Coding::Gzip),
+            "gzip before br on a tie"
+        );
+        assert_eq!(
+            negotiate(b"br, gzip"),
+            Some(Coding::Gzip),
+            "order in the field is no preference"
+        );
+        assert_eq!(negotiate(b"gzip;q=0.5, br"), Some(Coding::Br), "q decides");
+        assert_eq!(negotiate(b"zstd;q=0, gzip, br"), Some(Coding::Gzip));
+        assert_eq!(
+            negotiate(b"BR, GZip"),
+            Some(Coding::Gzip),
+            "names in any case"
         );
         assert_eq!(
             negotiate(b"gzip;q=1, br;q=0.5"),

@@ -174,7 +174,7 @@ pub struct Cx<'a> {
     /// `cors`: the allowed origin to answer with (`None`: none, or no `Origin`).
     pub cors_origin: Option<HeaderValue>,
     /// `compress on|off` ran: it decides over the route's default.
-    pub compress: Option<bool>,
+    pub compress: Option<crate::config::Compression>,
 }
 
 impl<'a> Cx<'a> {

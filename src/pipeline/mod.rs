@@ -16,6 +16,7 @@ use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
 
 use crate::body::Body;
+use crate::config::Compression;
 use crate::filter::{Action, Cx, Step, Vars};
 use crate::proxy;
 use crate::reply::{date, local_response};
@@ -129,6 +130,7 @@ async fn run(
         .may_compress
         .then(|| req.headers().get(header::ACCEPT_ENCODING).cloned())
         .flatten();
+    let authorized = route.may_compress && req.headers().contains_key(header::AUTHORIZATION);
     let is_head = req.method() == http::Method::HEAD;
     // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
     // target as received, before `strip`/`rewrite`.
@@ -243,10 +245,15 @@ async fn run(
             st.filter.on_response(&mut resp, &cx);
         }
     }
-    if cx.compress.unwrap_or(route.compress) {
-        crate::filter::compress::apply(resp, accept.as_ref(), is_head)
-    } else {
-        resp
+    match cx.compress.unwrap_or(route.compress) {
+        Compression::Off => resp,
+        mode => crate::filter::compress::apply(
+            resp,
+            accept.as_ref(),
+            is_head,
+            mode == Compression::Always,
+            authorized,
+        ),
     }
 }
 

@@ -44,7 +44,7 @@ pub struct Route {
     pub uses_placeholders: bool,
     /// Compress responses the client accepts compressed (unless a `compress` filter
     /// that runs says otherwise).
-    pub compress: bool,
+    pub compress: crate::config::Compression,
     /// `compress` or a `compress on` filter: the request's `Accept-Encoding` is kept.
     pub may_compress: bool,
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use super::{certs, Generation, TcpRoute};
-use crate::config::{self, Config};
+use crate::config::{self, Compression, Config};
 use crate::filter::access::Access;
 use crate::filter::basic_auth::BasicAuth;
 use crate::filter::compress::Compress;
@@ -129,7 +129,7 @@ fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared:
     // A `compress` filter that runs decides; else the proxy's own setting; else on.
     let compress = match &r.handler {
         Some(config::Handler::Proxy(p)) => p.compress,
-        _ => true,
+        _ => Compression::On,
     };
     let handler = match &r.handler {
         Some(config::Handler::Proxy(p)) => {
@@ -165,10 +165,10 @@ fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared:
         None => Handler::None,
     };
     let uses_client_ip = filters.iter().any(Stage::uses_client_ip);
-    let may_compress = compress
+    let may_compress = compress != Compression::Off
         || r.filters
             .iter()
-            .any(|l| matches!(l.filter, config::Filter::Compress(true)));
+            .any(|l| matches!(l.filter, config::Filter::Compress(m) if m != Compression::Off));
     let uses_placeholders = filters.iter().any(|f| f.filter.uses_placeholders())
         || match &handler {
             Handler::Respond { body: t, .. } | Handler::Redirect { target: t, .. } => {
@@ -207,7 +207,7 @@ fn stage(line: &config::FilterLine, route: &str) -> Stage {
         }),
         config::Filter::HeaderDown(op) => Box::new(HeaderDown { op: op.clone() }),
         config::Filter::MaxBody(max) => Box::new(MaxBody { max: *max }),
-        config::Filter::Compress(on) => Box::new(Compress { on: *on }),
+        config::Filter::Compress(mode) => Box::new(Compress { mode: *mode }),
         config::Filter::RequestId => Box::new(RequestId),
         config::Filter::Allow(nets) => Box::new(Access {
             nets: nets.clone(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::{HeaderName, Method};
 
 use super::args::*;
-use super::route::compress;
+use super::route::{compress, compression};
 use super::values::*;
 use super::Res;
 use crate::config::diag::Diagnostic;
@@ -190,7 +190,7 @@ fn filter(d: &Directive) -> Res<Filter> {
         }),
         "header_down" => header_op(d, "header_down").map(Filter::HeaderDown),
         "max_body" => one_arg(d, "max_body SIZE").and_then(|w| Ok(Filter::MaxBody(size(w)?))),
-        "compress" => compress(d).map(Filter::Compress),
+        "compress" => compression(d).map(Filter::Compress),
         "request_id" => no_args(d).map(|()| Filter::RequestId),
         "allow" | "deny" => {
             if d.args.is_empty() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use http::HeaderValue;
 
 use super::args::*;
-use super::route::compress;
+use super::route::{compress, compression};
 use super::values::*;
 use super::vocab::Place;
 use super::{Builder, Res, Seen};
@@ -262,7 +262,7 @@ impl Builder {
                 Ok(())
             }
             "compress" => {
-                p.compress = compress(d)?;
+                p.compress = compression(d)?;
                 Ok(())
             }
             "tls_verify" => {

@@ -470,6 +470,18 @@ pub(super) fn compress(d: &Directive) -> Res<bool> {
     }
 }
 
+pub(super) fn compression(d: &Directive) -> Res<Compression> {
+    let w = one_arg(d, "compress on|off|always")?;
+    match w.text.as_str() {
+        "on" => Ok(Compression::On),
+        "off" => Ok(Compression::Off),
+        "always" => Ok(Compression::Always),
+        _ => Err(expected(w, "`on`, `off` or `always`").with_hint(
+            "`always` also compresses responses that set cookies or answer an Authorization",
+        )),
+    }
+}
+
 pub(super) fn respond(d: &Directive) -> Res<Handler> {
     no_block(d)?;
     let (status, body) = match d.args.as_slice() {
