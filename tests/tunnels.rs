@@ -388,3 +388,128 @@ async fn h2_websocket_to_a_backend_that_does_not_switch_is_a_502() {
         s.logs()
     );
 }
+
+/// A backend that holds each WebSocket handshake `hold` before its 101 (then keeps the
+/// tunnel open), and answers anything else `200 plain` at once.
+async fn slow_switching(
+    hold: Duration,
+    handshakes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    raw_backend(move |mut c| {
+        let handshakes = handshakes.clone();
+        async move {
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if c.read(&mut b).await.unwrap_or(0) == 0 {
+                    return;
+                }
+                head.push(b[0]);
+            }
+            if !String::from_utf8_lossy(&head)
+                .to_ascii_lowercase()
+                .contains("upgrade: websocket")
+            {
+                let _ = c
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nplain")
+                    .await;
+                return;
+            }
+            handshakes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(hold).await;
+            let _ = c
+                .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+                .await;
+            let mut buf = [0u8; 1024];
+            while c.read(&mut buf).await.unwrap_or(0) > 0 {}
+        }
+    })
+    .await
+}
+
+/// A handshake holds a `limit` slot until its 101 (ten at once under `limit 2`: two
+/// reach the backend, eight get 503), then gives it back: open tunnels count under
+/// `max_tunnels` only, so a plain request on the same pool still gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrades_count_against_limit_until_the_101() {
+    let handshakes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (b, _t) = slow_switching(Duration::from_millis(600), handshakes.clone()).await;
+    let s = Sluice::start(&format!("site * {{ proxy {b} {{ limit 2 100ms }} }}"));
+    let opens: Vec<_> = (0..10).map(|_| tokio::spawn(open(s.addr, b""))).collect();
+    let mut tunnels = Vec::new();
+    let mut busy = 0;
+    for o in opens {
+        let (c, head) = o.await.unwrap();
+        if head.starts_with("HTTP/1.1 101") {
+            tunnels.push(c);
+        } else {
+            assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+            busy += 1;
+        }
+    }
+    assert_eq!((tunnels.len(), busy), (2, 8), "limit 2 holds for handshakes");
+    assert_eq!(
+        handshakes.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "only the two with a slot reached the backend"
+    );
+    let r = get(s.addr, "/").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "plain"),
+        "two open tunnels hold no limit slot"
+    );
+}
+
+/// Only WebSocket is passed on as an upgrade: `h2c` (a tunnel past every filter) and
+/// anything else reach the backend as a plain request without `Upgrade`. A handshake
+/// the backend refuses does not leave its connection in the pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_websocket_is_upgraded_and_a_refused_handshake_is_not_pooled() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    for proto in ["h2c", "foo/1", "TLS/1.2, HTTP/1.1"] {
+        let r = request(
+            s.addr,
+            "GET",
+            "/x",
+            &[
+                ("Connection", "Upgrade, HTTP2-Settings"),
+                ("Upgrade", proto),
+                ("HTTP2-Settings", "AAMAAABkAAQCAAAAAAIAAAAA"),
+            ],
+            b"",
+        )
+        .await;
+        let text = r.text().to_ascii_lowercase();
+        assert_eq!(r.status, 200, "{proto}: {text}");
+        assert!(
+            !text.contains("upgrade") && !text.contains("http2-settings"),
+            "{proto}: the backend saw an upgrade: {text}"
+        );
+    }
+    let refusing = Backend::start(|req: hyper::Request<hyper::body::Incoming>| async move {
+        let mut r = hyper::Response::new(full("nope"));
+        if req.headers().contains_key("upgrade") {
+            *r.status_mut() = hyper::StatusCode::UPGRADE_REQUIRED;
+        }
+        r
+    })
+    .await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", refusing.addr));
+    let r = request(
+        s.addr,
+        "GET",
+        "/ws",
+        &[("Connection", "Upgrade"), ("Upgrade", "websocket")],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 426);
+    assert_eq!(get(s.addr, "/plain").await.status, 200);
+    assert_eq!(
+        refusing.connections.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the connection asked to switch was not reused"
+    );
+}

@@ -259,7 +259,9 @@ fn is_idempotent(req: &Request<Body>) -> bool {
 }
 
 /// The protocol an HTTP/1.1 request asks to switch to (`Upgrade`, with `upgrade` among
-/// its `Connection` tokens).
+/// its `Connection` tokens) when it is one sluice passes on: WebSocket only. Any other
+/// (`h2c` above all: a backend that switched would give the client a connection past
+/// every filter) goes as a plain request, its `Upgrade` dropped as hop-by-hop.
 fn upgrade_protocol(req: &Request<Body>) -> Option<HeaderValue> {
     let asks = req
         .headers()
@@ -270,12 +272,18 @@ fn upgrade_protocol(req: &Request<Body>) -> Option<HeaderValue> {
     if !asks {
         return None;
     }
-    req.headers().get(header::UPGRADE).cloned()
+    let asked = req.headers().get(header::UPGRADE)?;
+    asked
+        .as_bytes()
+        .trim_ascii()
+        .eq_ignore_ascii_case(b"websocket")
+        .then(|| asked.clone())
 }
 
 /// An upgrade (WebSocket) handshake: a fresh connection to one peer (never pooled,
-/// never retried), no `limit` slot, a place under `max_tunnels`; a `101` answer leaves
-/// the connection in `slot` for the server to join with the client's.
+/// never retried), a `limit` slot until the answer and a place under `max_tunnels`; a
+/// `101` answer gives the slot back and leaves the connection in `slot` for the server
+/// to join with the client's.
 async fn upgrade(
     pool: &Arc<Pool>,
     req: Request<Body>,
@@ -292,6 +300,11 @@ async fn upgrade(
             client.max_tunnels
         );
         return local_response(StatusCode::SERVICE_UNAVAILABLE, BUSY);
+    };
+    // Until the `101`, a handshake is a request like any other under `limit`.
+    let permit = match acquire_slot(pool).await {
+        Ok(p) => p,
+        Err(refusal) => return refusal,
     };
     let key = hash_key(&cfg.lb, &req, client);
     let mut req = prepare(pool, req, client);
@@ -312,7 +325,7 @@ async fn upgrade(
     };
     let peer = &pool.peers()[i];
     peer.selections.fetch_add(1, Ordering::Relaxed);
-    let lease = Lease::new(pool.clone(), i, None);
+    let mut lease = Lease::new(pool.clone(), i, permit);
     headers::finish_request(
         &mut out.parts.headers,
         cfg,
@@ -368,9 +381,14 @@ async fn upgrade(
         Err(e) => return sent_and_failed(pool, i, e),
     };
     if head.parts.status != StatusCode::SWITCHING_PROTOCOLS {
-        // Any other answer passes through as a response.
+        // Any other answer passes through as a response; the connection was asked to
+        // switch, so it is never pooled.
+        let mut head = head;
+        head.reusable = false;
         return stream(pool, Answer::H1(conn, head), lease, client, &note);
     }
+    // Switched: from here the tunnel counts under `max_tunnels`, not `limit`.
+    drop(lease.permit.take());
     let mut parts = head.parts;
     let switched_to = parts.headers.get(header::UPGRADE).cloned();
     headers::response(&mut parts.headers, cfg, &client.values);
