@@ -1,10 +1,11 @@
 //! Upgraded connections (WebSockets): after a backend answered `101 Switching
 //! Protocols`, the client's connection and the backend's are joined and bytes relayed
 //! both ways until either side closes (a half-close is passed on: each direction ends
-//! on its own). A tunnel has no idle timeout of its own — TCP keepalive on both sides
-//! finds vanished peers — counts as in flight on its peer (for `least_conn`), takes no
-//! `limit` slot, and is capped by `max_tunnels`. A reload never cuts one; a tunnel whose
-//! pool a reload removed closes after `tunnel_drain`.
+//! on its own) or no byte moved either way for `tunnel_idle` (TCP keepalive on both
+//! sides finds vanished peers sooner). A tunnel counts as in flight on its peer (for
+//! `least_conn`), holds no `limit` slot once open, and is capped by `max_tunnels`. A
+//! reload never cuts one; a tunnel whose pool a reload removed closes after
+//! `tunnel_drain`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -50,6 +51,8 @@ pub struct Tunnel {
     pub lease: Lease,
     pub opened: Opened,
     pub drain: Duration,
+    /// No byte either way for this long closes the tunnel.
+    pub idle: Duration,
 }
 
 impl Tunnel {
@@ -61,6 +64,7 @@ impl Tunnel {
             lease,
             opened,
             drain,
+            idle,
         } = self;
         let (mut backend, leftover) = conn.into_parts();
         if !early.is_empty() && backend.write_all(&early).await.is_err() {
@@ -71,7 +75,7 @@ impl Tunnel {
         }
         let retired = lease.pool.state.retired();
         tokio::pin!(retired);
-        let relay = tokio::io::copy_bidirectional(client, &mut backend);
+        let relay = relay_idle(client, backend, idle);
         tokio::pin!(relay);
         tokio::select! {
             _ = &mut relay => {}
@@ -153,13 +157,13 @@ pub async fn relay_l4(
 
 /// Both directions, each ending on its own (a half-close is passed on), until both
 /// ended or no byte moved either way for `idle`.
-async fn relay_idle(
-    client: &mut tokio::net::TcpStream,
+async fn relay_idle<C: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut C,
     backend: crate::upstream::conn::Io,
     idle: Duration,
 ) {
     let last = AtomicU64::new(crate::upstream::passive::now_ms());
-    let (mut cr, mut cw) = client.split();
+    let (mut cr, mut cw) = tokio::io::split(client);
     let (mut br, mut bw) = tokio::io::split(backend);
     let both = async { tokio::join!(pump(&mut cr, &mut bw, &last), pump(&mut br, &mut cw, &last)) };
     let watchdog = async {

@@ -447,7 +447,11 @@ async fn upgrades_count_against_limit_until_the_101() {
             busy += 1;
         }
     }
-    assert_eq!((tunnels.len(), busy), (2, 8), "limit 2 holds for handshakes");
+    assert_eq!(
+        (tunnels.len(), busy),
+        (2, 8),
+        "limit 2 holds for handshakes"
+    );
     assert_eq!(
         handshakes.load(std::sync::atomic::Ordering::SeqCst),
         2,
@@ -508,8 +512,40 @@ async fn only_websocket_is_upgraded_and_a_refused_handshake_is_not_pooled() {
     assert_eq!(r.status, 426);
     assert_eq!(get(s.addr, "/plain").await.status, 200);
     assert_eq!(
-        refusing.connections.load(std::sync::atomic::Ordering::SeqCst),
+        refusing
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst),
         2,
         "the connection asked to switch was not reused"
     );
+}
+
+/// `tunnel_idle`: a tunnel with no byte either way for that long closes; one that
+/// keeps talking stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_tunnel_closes_after_tunnel_idle() {
+    let (b, _t) = upgrading(false).await;
+    let s = Sluice::start(&format!(
+        "global {{ tunnel_idle 1s }}\nsite * {{ proxy {b} }}"
+    ));
+    let (mut talking, head) = open(s.addr, b"").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let (mut quiet, _) = open(s.addr, b"").await;
+    read_until(&mut talking, "hi ").await;
+    read_until(&mut quiet, "hi ").await;
+    let start = std::time::Instant::now();
+    for n in 0..6 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        talking.write_all(format!("m{n}").as_bytes()).await.unwrap();
+        read_until(&mut talking, &format!("M{n}")).await;
+    }
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), quiet.read(&mut buf))
+        .await
+        .expect("the quiet tunnel closes")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "closed, not data");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    talking.write_all(b"still").await.unwrap();
+    read_until(&mut talking, "STILL").await;
 }

@@ -104,6 +104,8 @@ pub struct Global {
     pub max_tunnels: u64,
     /// How long a tunnel of a pool a reload removed may stay open.
     pub tunnel_drain: Duration,
+    /// A tunnel with no byte either way for this long closes.
+    pub tunnel_idle: Duration,
     /// `resolver ADDR...`: the DNS servers names are resolved with; empty for the
     /// system's (`/etc/resolv.conf`).
     pub resolver: Vec<SocketAddr>,
@@ -146,6 +148,7 @@ impl Default for Global {
             tracing: false,
             max_tunnels: 16_384,
             tunnel_drain: Duration::from_secs(3600),
+            tunnel_idle: Duration::from_secs(3600),
             resolver: Vec::new(),
             safety: SafetyGlobal::default(),
         }

@@ -353,6 +353,7 @@ async fn call_handler(
                 tunnel: offer.upgrade.then_some(&slots.tunnel),
                 max_tunnels: gen.max_tunnels,
                 tunnel_drain: gen.tunnel_drain,
+                tunnel_idle: gen.tunnel_idle,
             };
             proxy::forward(pool, req, &c).await
         }

@@ -83,6 +83,7 @@ pub struct Client<'a> {
     pub tunnel: Option<&'a std::sync::OnceLock<Box<Tunnel>>>,
     pub max_tunnels: u64,
     pub tunnel_drain: std::time::Duration,
+    pub tunnel_idle: std::time::Duration,
 }
 
 pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) -> Response<Body> {
@@ -404,6 +405,7 @@ async fn upgrade(
         lease,
         opened,
         drain: client.tunnel_drain,
+        idle: client.tunnel_idle,
     }));
     Response::from_parts(parts, Body::Empty)
 }

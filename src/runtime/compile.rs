@@ -99,6 +99,7 @@ impl Generation {
             tracing: config.global.tracing,
             max_tunnels: config.global.max_tunnels,
             tunnel_drain: config.global.tunnel_drain,
+            tunnel_idle: config.global.tunnel_idle,
             probe_slots,
             dns,
         }

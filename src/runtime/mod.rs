@@ -31,6 +31,7 @@ pub struct Generation {
     pub tracing: bool,
     pub max_tunnels: u64,
     pub tunnel_drain: std::time::Duration,
+    pub tunnel_idle: std::time::Duration,
     /// The process-wide cap on health probes at once.
     pub probe_slots: Arc<tokio::sync::Semaphore>,
     /// The certificates and TLS settings of the `tls` listeners, when there are any.

@@ -269,6 +269,10 @@ impl Builder {
                     g.tunnel_drain = duration(w)?;
                     Ok(())
                 }),
+                "tunnel_idle" => one_arg(d, "tunnel_idle 1h").and_then(|w| {
+                    g.tunnel_idle = positive(w)?;
+                    Ok(())
+                }),
                 "tracing" => one_arg(d, "tracing on|off").and_then(|w| {
                     g.tracing = match w.text.as_str() {
                         "on" => true,

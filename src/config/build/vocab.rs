@@ -29,6 +29,7 @@ impl Place {
                 "trust",
                 "max_tunnels",
                 "tunnel_drain",
+                "tunnel_idle",
                 "grace",
                 "access_log",
                 "tracing",
