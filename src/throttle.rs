@@ -56,6 +56,8 @@ impl Throttled {
 pub static H2_WEBSOCKET_REFUSED: Throttled = Throttled::new();
 /// A request the HTTP/2 library refused to send to a backend (its fields break HTTP/2).
 pub static H2_UNSENDABLE: Throttled = Throttled::new();
+/// A `tcp` listener at its `max_conns`.
+pub static TCP_MAX_CONNS: Throttled = Throttled::new();
 /// An extended CONNECT for a protocol other than WebSocket.
 pub static H2_CONNECT_PROTOCOL: Throttled = Throttled::new();
 

@@ -85,3 +85,47 @@ async fn an_idle_relay_closes() {
         start.elapsed()
     );
 }
+
+/// `max_conns`: a connection over the cap is closed at once, never relayed; the place
+/// comes back when one ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_conns_closes_the_connection_over_the_cap() {
+    let (b, _t) = echo().await;
+    let s = Sluice::start(&format!(
+        "tcp 127.0.0.1:0 {{\n max_conns 2\n proxy {b}\n }}\nsite * {{ respond ok }}"
+    ));
+    let addr = tcp_addr(&s);
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let mut greet = [0u8; 6];
+        tokio::time::timeout(WAIT, c.read_exact(&mut greet))
+            .await
+            .unwrap()
+            .unwrap();
+        held.push(c);
+    }
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(WAIT, third.read(&mut buf))
+        .await
+        .expect("closed at once")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the third connection is closed without a greeting");
+    s.wait_log("max_conns (2) relayed at once");
+    drop(held.pop());
+    // The freed place is counted once the relay of the closed one has ended.
+    let start = Instant::now();
+    loop {
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let mut greet = [0u8; 6];
+        if let Ok(Ok(_)) =
+            tokio::time::timeout(Duration::from_secs(1), c.read_exact(&mut greet)).await
+        {
+            assert_eq!(&greet, b"hello ");
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "a place came back after one closed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -29,6 +29,8 @@ pub struct TcpProxy {
     pub proxy: ProxyConfig,
     /// A connection with no byte either way for this long closes.
     pub idle_timeout: Duration,
+    /// Connections relayed at once; one over it is closed as soon as accepted.
+    pub max_conns: u64,
 }
 
 impl Config {

@@ -83,6 +83,7 @@ impl Generation {
                         shared.dest(&t.proxy),
                     ),
                     idle_timeout: t.idle_timeout,
+                    max_conns: t.max_conns,
                 }
             })
             .collect();

@@ -21,6 +21,7 @@ pub struct TcpRoute {
     pub addr: std::net::SocketAddr,
     pub pool: Arc<Pool>,
     pub idle_timeout: std::time::Duration,
+    pub max_conns: u64,
 }
 
 pub struct Generation {

@@ -128,10 +128,12 @@ pub async fn tcp_accept_loop(
     addr: SocketAddr,
 ) {
     let mut watch = drain.watch();
+    // Connections this listener relays now; carried across reloads with the listener.
+    let open = Arc::new(std::sync::atomic::AtomicU64::new(0));
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
-                Ok((s, _)) => s,
+                Ok(s) => s,
                 Err(e) => {
                     tracing::warn!("sluice: accept failed on tcp {addr}: {e}; pausing 100ms");
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -146,13 +148,40 @@ pub async fn tcp_accept_loop(
         let Some(route) = gen.tcp_route(addr) else {
             continue;
         };
+        if open.load(std::sync::atomic::Ordering::Relaxed) >= route.max_conns {
+            // Closed at once, never relayed: a flood cannot pin a descriptor per client.
+            crate::stats::bump(&crate::stats::COUNTERS.limit_rejections);
+            crate::throttle::TCP_MAX_CONNS.warn(format_args!(
+                "sluice: tcp {addr}: max_conns ({}) relayed at once; closed a connection from {peer}",
+                route.max_conns
+            ));
+            drop(stream);
+            continue;
+        }
         let (pool, idle, drain_after) = (route.pool.clone(), route.idle_timeout, gen.tunnel_drain);
         let counted = drain.connection();
         let in_flight = drain.request();
+        let place = OpenPlace::take(&open);
         tokio::spawn(async move {
             crate::tunnel::relay_l4(stream, pool, idle, drain_after).await;
-            drop((in_flight, counted));
+            drop((in_flight, counted, place));
         });
+    }
+}
+
+/// One of an L4 listener's open connections, counted until dropped.
+struct OpenPlace(Arc<std::sync::atomic::AtomicU64>);
+
+impl OpenPlace {
+    fn take(open: &Arc<std::sync::atomic::AtomicU64>) -> OpenPlace {
+        open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        OpenPlace(open.clone())
+    }
+}
+
+impl Drop for OpenPlace {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

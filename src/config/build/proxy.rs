@@ -667,8 +667,16 @@ impl Builder {
             }
         };
         let mut found = None;
+        let mut max_conns = DEFAULT_TCP_MAX_CONNS;
         for item in items {
             if !self.known_here(item, Place::Tcp) {
+                continue;
+            }
+            if item.name.text == "max_conns" {
+                match one_arg(item, "max_conns 16384").and_then(|w| int_in(w, 1, 10_000_000)) {
+                    Ok(n) => max_conns = n,
+                    Err(e) => self.errors.push(e),
+                }
                 continue;
             }
             if found.is_some() {
@@ -755,9 +763,13 @@ impl Builder {
             listen,
             proxy,
             idle_timeout,
+            max_conns,
         })
     }
 }
+
+/// Connections an L4 listener relays at once unless `max_conns` says otherwise.
+const DEFAULT_TCP_MAX_CONNS: u64 = 16_384;
 
 /// `lb POLICY`, with `hash`'s key.
 fn policy(d: &Directive) -> Res<Policy> {

@@ -82,7 +82,7 @@ impl Place {
                 "timeout",
             ],
             Place::Files => &["index", "browse"],
-            Place::Tcp => &["proxy"],
+            Place::Tcp => &["proxy", "max_conns"],
             Place::Safety => &["default", "allow_private", "block"],
             Place::Failover => &[
                 "failure_threshold",
