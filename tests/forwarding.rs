@@ -506,3 +506,30 @@ async fn h2_two_hosts_and_foreign_extended_connects_are_refused() {
         s.logs()
     );
 }
+
+/// Repeated equal `Content-Length` values (accepted, RFC 9110 §8.6) reach the backend
+/// as one plain field.
+#[tokio::test]
+async fn equal_content_lengths_are_forwarded_as_one() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    for fields in [
+        "Content-Length: 5\r\nContent-Length: 5\r\n",
+        "Content-Length: 5, 5\r\n",
+    ] {
+        let out = raw(
+            s.addr,
+            format!("POST /cl HTTP/1.1\r\nHost: a\r\n{fields}Connection: close\r\n\r\nhello")
+                .as_bytes(),
+        )
+        .await;
+        let (r, _) = parse_response(&out).expect("a response");
+        let lines: Vec<String> = r
+            .text()
+            .lines()
+            .filter(|l| l.starts_with("content-length"))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(lines, ["content-length: 5"], "{fields:?}: {}", r.text());
+    }
+}

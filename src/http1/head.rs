@@ -100,13 +100,20 @@ pub fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
     let mut conn_upgrade = false;
     let mut upgrade_field = false;
     let mut expect_continue = false;
+    let mut length_rewritten = false;
     for h in req.headers.iter() {
         let name = HeaderName::from_bytes(h.name.as_bytes())
             .map_err(|_| HeadError::Bad("invalid header name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
             .map_err(|_| HeadError::Bad("invalid header value"))?;
         if name == http::header::CONTENT_LENGTH {
+            let first = content_length.is_none();
             content_length = Some(length_field(h.value, content_length).map_err(HeadError::Bad)?);
+            if !first || !h.value.iter().all(u8::is_ascii_digit) {
+                // Equal repeats (`5`, `5, 5`): the backend gets one plain field.
+                length_rewritten = true;
+                continue;
+            }
         } else if name == http::header::TRANSFER_ENCODING {
             te_seen = true;
             if h.value.iter().any(|&b| b.is_ascii_control() && b != b'\t') {
@@ -132,6 +139,9 @@ pub fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
             expect_continue = trim(h.value).eq_ignore_ascii_case(b"100-continue");
         }
         headers.append(name, value);
+    }
+    if let (true, Some(n)) = (length_rewritten, content_length) {
+        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
     }
     if version == Version::HTTP_11 && hosts != 1 {
         return Err(HeadError::Bad(if hosts == 0 {
@@ -512,6 +522,15 @@ mod tests {
             head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n")
                 .unwrap();
         assert_eq!(h.framing, Framing::Length(5));
+        let fields: Vec<_> = h.headers.get_all("content-length").iter().collect();
+        assert_eq!(fields, ["5"], "forwarded as one field");
+        let h = head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\n\r\n").unwrap();
+        let fields: Vec<_> = h.headers.get_all("content-length").iter().collect();
+        assert_eq!(
+            fields,
+            ["5"],
+            "a list of equal values forwarded as one plain value"
+        );
         let h = head("POST / HTTP/1.1\r\nHost: x\r\ntransfer-encoding: Chunked\r\n\r\n").unwrap();
         assert_eq!(h.framing, Framing::Chunked);
     }
