@@ -710,3 +710,47 @@ async fn cors_overrides_the_backends_own_fields() {
     assert_eq!(r.header("access-control-allow-origin"), None);
     assert_eq!(r.header("access-control-allow-credentials"), None);
 }
+
+/// `basic_auth` verifies on one core at a time with a bounded queue: a flood of wrong
+/// passwords past it is refused at once (503 with Retry-After), never a growing wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_refuses_past_its_verification_queue() {
+    let hash = bcrypt::hash("right", 10).unwrap();
+    let s = Sluice::start(&format!(
+        "site * {{\n basic_auth alice \"{hash}\"\n respond ok\n }}"
+    ));
+    use base64::Engine;
+    let tries: Vec<_> = (0..400)
+        .map(|n| {
+            let creds = base64::engine::general_purpose::STANDARD.encode(format!("alice:wrong{n}"));
+            let addr = s.addr;
+            tokio::spawn(async move {
+                request(
+                    addr,
+                    "GET",
+                    "/",
+                    &[("Authorization", &format!("Basic {creds}"))],
+                    b"",
+                )
+                .await
+            })
+        })
+        .collect();
+    let (mut busy, mut denied) = (0, 0);
+    for t in tries {
+        let r = t.await.unwrap();
+        match r.status {
+            503 => {
+                assert_eq!(r.header("retry-after"), Some("2"));
+                busy += 1;
+            }
+            401 => denied += 1,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert!(
+        busy > 0,
+        "past the queue: 503 at once ({denied} verified and refused)"
+    );
+    assert!(denied > 0, "the queue's own requests are verified");
+}

@@ -29,11 +29,19 @@ pub const REMEMBER: Duration = Duration::from_secs(300);
 /// The most credentials remembered at once.
 const REMEMBERED: usize = 4096;
 
+/// Verifications that may wait for a core, per core: past them a request is refused
+/// at once (503) instead of joining a queue a flood of wrong passwords would grow
+/// without end.
+const WAITING_PER_CORE: usize = 32;
+
 pub struct BasicAuth {
     users: Arc<[(String, String)]>,
     /// SHA-256 of an `Authorization` value that verified → when it stops counting.
     verified: Arc<Mutex<HashMap<[u8; 32], u64>>>,
+    /// One verification at a time per core.
     slots: Arc<Semaphore>,
+    /// Verifications running or waiting.
+    queue: Arc<Semaphore>,
 }
 
 impl BasicAuth {
@@ -43,6 +51,7 @@ impl BasicAuth {
             users: users.iter().cloned().collect(),
             verified: Arc::default(),
             slots: Arc::new(Semaphore::new(cores)),
+            queue: Arc::new(Semaphore::new(cores * (1 + WAITING_PER_CORE))),
         }
     }
 }
@@ -66,12 +75,23 @@ impl Filter for BasicAuth {
         let Some((user, password)) = credentials(value) else {
             return Step::answer(challenge());
         };
+        let Ok(place) = self.queue.clone().try_acquire_owned() else {
+            bump(&COUNTERS.limit_rejections);
+            let mut r = local_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Server busy, retry in a moment\n",
+            );
+            r.headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from_static("2"));
+            return Step::answer(r);
+        };
         let (users, verified, slots) = (
             self.users.clone(),
             self.verified.clone(),
             self.slots.clone(),
         );
         Step::Later(Box::pin(async move {
+            let _place = place;
             let Ok(_slot) = slots.acquire_owned().await else {
                 return Step::answer(challenge());
             };
