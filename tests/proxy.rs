@@ -388,3 +388,21 @@ async fn out_of_descriptors_when_dialing_is_a_503_and_not_the_backends_fault() {
         "the backend was not marked failed"
     );
 }
+
+/// The soft limit on open descriptors is raised to the hard one at start (logged):
+/// services often start at 1024, which a modest burst of proxied connections exhausts.
+#[tokio::test]
+async fn the_open_file_limit_is_raised_to_the_hard_limit() {
+    let s = Sluice::start_with_ulimit("site * { respond ok }", "-S -n 256");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", s.pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .to_string();
+    let nums: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(nums[0], nums[1], "soft == hard: {line}");
+    if nums[1] != "256" {
+        s.wait_log("open file limit raised from 256 to");
+    }
+}

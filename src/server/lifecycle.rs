@@ -61,8 +61,26 @@ pub fn serve(config: Config, source: Source) -> ExitCode {
     }
 }
 
+/// Raises the soft limit on open descriptors to the hard one: a proxy holds two a
+/// request, and distributions start services at 1024, which a modest burst exhausts
+/// (nginx's `worker_rlimit_nofile`, HAProxy's automatic `ulimit-n`).
+fn raise_open_file_limit() {
+    use rlimit::Resource;
+    match Resource::NOFILE.get() {
+        Ok((soft, hard)) if soft < hard => match Resource::NOFILE.set(hard, hard) {
+            Ok(()) => tracing::info!("sluice: open file limit raised from {soft} to {hard}"),
+            Err(e) => tracing::warn!(
+                "sluice: open file limit stays at {soft} (cannot raise it to {hard}: {e})"
+            ),
+        },
+        Ok(_) => {}
+        Err(e) => tracing::warn!("sluice: cannot read the open file limit: {e}"),
+    }
+}
+
 /// [`serve`] on a runtime the caller built (and may have started tasks on).
 pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> ExitCode {
+    raise_open_file_limit();
     let code = rt.block_on(async move {
         let bound = match bind_new(&wanted(&config), &HashMap::new()) {
             Ok(b) => b,

@@ -114,11 +114,16 @@ impl Sluice {
 
     /// As [`Sluice::start`], with the process's descriptor limit (`ulimit -n`) at `nofile`.
     pub fn start_with_nofile(config: &str, nofile: u32) -> Sluice {
+        Self::start_with_ulimit(config, &format!("-n {nofile}"))
+    }
+
+    /// As [`Sluice::start`], under `ulimit ARGS` (`-S -n 256`: the soft limit only).
+    pub fn start_with_ulimit(config: &str, args: &str) -> Sluice {
         let dir = TempDir::new();
         let text = without_admin(&format!("listen 127.0.0.1:0\n{config}"));
         let path = dir.write("sluice.conf", &text);
         let mut cmd = Command::new("sh");
-        cmd.args(["-c", &format!("ulimit -n {nofile} && exec \"$0\" \"$@\"")])
+        cmd.args(["-c", &format!("ulimit {args} && exec \"$0\" \"$@\"")])
             .args([bin(), "run", "-c", path.to_str().unwrap()]);
         Self::spawn_cmd(cmd, dir)
     }
