@@ -1,6 +1,7 @@
 //! Idle client connections close after 60 s (DESIGN §5): an HTTP/1.1 keep-alive
 //! connection silently, an h2 connection with a GOAWAY once no stream has been open for
-//! that long — but never while a stream is still streaming. The test takes about 70 s
+//! that long — but never while a stream is still streaming. A response the client
+//! stops reading ends after 60 s without progress, on h1 and h2 alike. The test takes about 70 s
 //! (its cases run side by side); the timeout is the product's, not a test knob.
 
 mod common;
@@ -28,6 +29,69 @@ async fn idle_timeouts() {
         an_idle_keep_alive_connection_closes_after_60s(),
         an_idle_h2_connection_closes_after_60s(),
         an_h2_connection_with_a_stream_still_streaming_is_not_idle(),
+        a_client_that_stops_reading_frees_its_slot_after_60s(false),
+        a_client_that_stops_reading_frees_its_slot_after_60s(true),
+    );
+}
+
+/// A response the client stops reading (h1: the socket fills; h2: the stream's window
+/// closes) ends once no byte moved for 60 s, freeing its `limit` slot and backend
+/// connection; until then the slot stays taken.
+async fn a_client_that_stops_reading_frees_its_slot_after_60s(h2: bool) {
+    let b = Backend::start(|req: hyper::Request<hyper::body::Incoming>| async move {
+        if req.uri().path() != "/endless" {
+            return hyper::Response::new(full("small"));
+        }
+        let (tx, body) = channel_body();
+        tokio::spawn(async move {
+            let chunk = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
+            while tx.send(chunk.clone()).await.is_ok() {}
+        });
+        hyper::Response::new(body)
+    })
+    .await;
+    let s = Sluice::start(&format!(
+        "site * {{ proxy {} {{ limit 1 100ms }} }}",
+        b.addr
+    ));
+    let mut _h1 = None;
+    let mut _h2 = None;
+    if h2 {
+        let (mut send, conn) = h2c(s.addr).await;
+        let resp = send.send_request(get_req("/endless")).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        // The body is never read: the stream's window closes.
+        _h2 = Some((send, conn, resp));
+    } else {
+        let mut c = TcpStream::connect(s.addr).await.unwrap();
+        c.write_all(b"GET /endless HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        _h1 = Some(c);
+    }
+    let what = if h2 { "h2" } else { "h1" };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        get(s.addr, "/small").await.status,
+        503,
+        "{what}: the unread response holds the pool's one slot"
+    );
+    let stalled = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if get(s.addr, "/small").await.status == 200 {
+            break;
+        }
+        assert!(
+            stalled.elapsed() < IDLE + Duration::from_secs(20),
+            "{what}: the slot is still held after {:?}",
+            stalled.elapsed()
+        );
+    }
+    assert!(
+        stalled.elapsed() >= IDLE - Duration::from_secs(10),
+        "{what}: freed after {:?}, before the send timeout",
+        stalled.elapsed()
     );
 }
 

@@ -436,7 +436,8 @@ impl Exchange {
                 Err(_) => return false,
             }
         }
-        let (mut rd, mut wr) = stream.split();
+        let (mut rd, wr) = stream.split();
+        let mut wr = super::transport::SendTimeout::new(wr);
         if wr.write_all(&wbuf).await.is_err() {
             return false;
         }

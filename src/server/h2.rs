@@ -19,6 +19,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::drain::{Drain, RequestGuard, Watch};
+use super::stall::{Held, Stalls};
 use super::transport::Transport;
 use crate::body::{Body, BodyError};
 use crate::http1::{MAX_HEAD, MAX_HEADERS};
@@ -58,7 +59,7 @@ pub async fn serve<S: Transport>(
                     "Request header fields too large\n",
                 );
                 return Ok::<_, ::h2::Error>(resp.map(|b| Guarded {
-                    body: b,
+                    body: Held::new(b),
                     _guard: guard,
                     _stream: stream,
                     log: None,
@@ -94,7 +95,7 @@ pub async fn serve<S: Transport>(
                         "Bad request: more than one Host\n",
                     );
                     return Ok(resp.map(|b| Guarded {
-                        body: b,
+                        body: Held::new(b),
                         _guard: guard,
                         _stream: stream,
                         log: None,
@@ -167,7 +168,7 @@ pub async fn serve<S: Transport>(
                 Box::new(l)
             });
             Ok(resp.map(|b| Guarded {
-                body: b,
+                body: Held::new(b),
                 _guard: guard,
                 _stream: stream,
                 log: logged,
@@ -189,18 +190,24 @@ pub async fn serve<S: Transport>(
             return;
         }
         _ = watch.draining() => {}
+        _ = activity.stalls.sweep(addr) => {}
         _ = activity.idle(super::h1::IDLE_TIMEOUT) => {
             tracing::debug!(client = %addr, "sluice: h2 connection idle for {:?}, closing", super::h1::IDLE_TIMEOUT);
         }
     }
     // GOAWAY: streams already open finish, no new ones start.
     conn.as_mut().graceful_shutdown();
-    let _ = conn.await;
+    tokio::select! {
+        _ = conn => {}
+        _ = activity.stalls.sweep(addr) => {}
+    }
 }
 
 /// What an h2 connection is doing, for its idle timeout: streams open (a tunnel counts
 /// as one) and when the last one ended. Touched twice a stream, never on a timer.
 struct Activity {
+    /// Response bodies past one window, watched for a client that stopped reading.
+    stalls: Stalls,
     open: AtomicUsize,
     started: Instant,
     /// Milliseconds from `started` to the last stream's end (or the connection's start).
@@ -210,6 +217,7 @@ struct Activity {
 impl Activity {
     fn new() -> Activity {
         Activity {
+            stalls: Stalls::default(),
             open: AtomicUsize::new(0),
             started: Instant::now(),
             last_end: AtomicU64::new(0),
@@ -321,7 +329,7 @@ fn websocket_key() -> HeaderValue {
 /// A response body that keeps its request counted (for the drain) until it is done,
 /// and writes its access log line when it is.
 struct Guarded {
-    body: Body,
+    body: Held,
     _guard: RequestGuard,
     _stream: StreamOpen,
     log: Option<Box<H2Logged>>,
@@ -357,7 +365,7 @@ impl http_body::Body for Guarded {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
-        let r = Pin::new(&mut this.body).poll_frame(cx);
+        let r = this.body.poll_frame(cx, &this._stream.0.stalls);
         if let (Some(l), Poll::Ready(Some(Ok(f)))) = (this.log.as_mut(), &r) {
             l.bytes += f.data_ref().map_or(0, |d| d.len() as u64);
         }

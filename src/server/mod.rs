@@ -9,6 +9,7 @@ pub mod drain;
 pub mod h1;
 pub mod h2;
 pub mod lifecycle;
+mod stall;
 pub mod tls;
 pub mod transport;
 

@@ -104,3 +104,102 @@ impl Transport for UnixStream {
 pub async fn wait_first_bytes<S: Transport>(stream: &S) -> Result<BytesMut, Closed> {
     std::future::poll_fn(|cx| stream.poll_first_bytes(cx)).await
 }
+
+/// A response write that makes no progress this long ends the response (h1 writes and
+/// h2 streams alike): a client that stops reading must not hold its pool slot and
+/// backend connection for ever (nginx's `send_timeout` is the same rule).
+pub const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A writer whose writes fail with `TimedOut` once one has made no progress for
+/// [`SEND_TIMEOUT`]: the clock starts when a write cannot go on and restarts with each
+/// byte the socket takes, so a slow reader is never cut, only a stopped one. The timer
+/// is made the first time a write waits, never for writes that go straight through.
+pub struct SendTimeout<W> {
+    inner: W,
+    stall: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// The timer runs for the write that waits now.
+    armed: bool,
+}
+
+impl<W> SendTimeout<W> {
+    pub fn new(inner: W) -> SendTimeout<W> {
+        SendTimeout {
+            inner,
+            stall: None,
+            armed: false,
+        }
+    }
+
+    /// The write cannot go on: starts the clock if it is not running, and fails once it
+    /// ran out.
+    fn waiting<T>(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<T>> {
+        let deadline = tokio::time::Instant::now() + SEND_TIMEOUT;
+        let stall = self
+            .stall
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if !self.armed {
+            stall.as_mut().reset(deadline);
+            self.armed = true;
+        }
+        match std::future::Future::poll(stall.as_mut(), cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client took no response bytes for 60s",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn went<T>(
+        &mut self,
+        r: Poll<std::io::Result<T>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<T>> {
+        match r {
+            Poll::Pending => self.waiting(cx),
+            done => {
+                self.armed = false;
+                done
+            }
+        }
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for SendTimeout<W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.went(r, cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.went(r, cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_flush(cx);
+        self.went(r, cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
