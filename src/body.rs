@@ -31,11 +31,15 @@ pub enum BodyError {
     Backend(std::io::Error),
 }
 
+/// A request body that stalls this long between reads fails (h1 and h2 alike).
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 pub enum Body {
     Empty,
     Full(Option<Bytes>),
-    /// From hyper: an HTTP/2 client's request, or a backend's response.
-    Incoming(hyper::body::Incoming),
+    /// An HTTP/2 client's request body, and the timer of a read that waits for it
+    /// (made the first time one waits): [`BODY_READ_TIMEOUT`] without a byte fails it.
+    Incoming(hyper::body::Incoming, Option<Pin<Box<tokio::time::Sleep>>>),
     /// An HTTP/1 client's request body, fed by the connection task.
     Channel {
         rx: mpsc::Receiver<Result<Bytes, BodyError>>,
@@ -94,9 +98,27 @@ impl http_body::Body for Body {
         match self.get_mut() {
             Body::Empty => Poll::Ready(None),
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Body::Incoming(b) => Pin::new(b)
-                .poll_frame(cx)
-                .map(|o| o.map(|r| r.map_err(BodyError::Stream))),
+            Body::Incoming(b, stall) => match Pin::new(b).poll_frame(cx) {
+                Poll::Pending => {
+                    let deadline = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
+                    let timer =
+                        stall.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                    match std::future::Future::poll(timer.as_mut(), cx) {
+                        Poll::Ready(()) => Poll::Ready(Some(Err(BodyError::ClientGone(
+                            "no request body bytes for 60s",
+                        )))),
+                        Poll::Pending => Poll::Pending,
+                    }
+                }
+                ready => {
+                    // The next wait gets a full period again.
+                    if let Some(t) = stall {
+                        t.as_mut()
+                            .reset(tokio::time::Instant::now() + BODY_READ_TIMEOUT);
+                    }
+                    ready.map(|o| o.map(|r| r.map_err(BodyError::Stream)))
+                }
+            },
             Body::Channel { rx, want, .. } => {
                 if let Some(w) = want.take() {
                     let _ = w.send(());
@@ -123,7 +145,7 @@ impl http_body::Body for Body {
         match self {
             Body::Empty => true,
             Body::Full(b) => b.is_none(),
-            Body::Incoming(b) => b.is_end_stream(),
+            Body::Incoming(b, _) => b.is_end_stream(),
             Body::Channel { len, .. } => *len == Some(0),
             Body::Boxed(b) => b.is_end_stream(),
             Body::Limited(b, _) => b.is_end_stream(),
@@ -134,7 +156,7 @@ impl http_body::Body for Body {
         match self {
             Body::Empty => SizeHint::with_exact(0),
             Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            Body::Incoming(b) => b.size_hint(),
+            Body::Incoming(b, _) => b.size_hint(),
             Body::Channel { len: Some(n), .. } => SizeHint::with_exact(*n),
             Body::Channel { len: None, .. } => SizeHint::default(),
             Body::Boxed(b) => b.size_hint(),

@@ -31,7 +31,43 @@ async fn idle_timeouts() {
         an_h2_connection_with_a_stream_still_streaming_is_not_idle(),
         a_client_that_stops_reading_frees_its_slot_after_60s(false),
         a_client_that_stops_reading_frees_its_slot_after_60s(true),
+        an_h2_request_body_that_stalls_fails_after_60s(),
     );
+}
+
+/// An HTTP/2 request body with no byte for 60 s fails, as an HTTP/1.1 one does: the
+/// client gets 400 and the backend connection is let go.
+async fn an_h2_request_body_that_stalls_fails_after_60s() {
+    use http_body_util::BodyExt;
+    let b = Backend::start(|req: hyper::Request<hyper::body::Incoming>| async move {
+        let got = req.into_body().collect().await.map(|b| b.to_bytes().len());
+        hyper::Response::new(full(format!("{got:?}")))
+    })
+    .await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let tcp = TcpStream::connect(s.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake::<_, _, ChanBody>(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(bytes::Bytes::from_static(b"part of it"))
+        .await
+        .unwrap();
+    let req = http::Request::post("http://a/upload")
+        .body(ChanBody(rx))
+        .unwrap();
+    let stalled = Instant::now();
+    let resp = tokio::time::timeout(IDLE + Duration::from_secs(20), send.send_request(req))
+        .await
+        .expect("an answer once the body stalled for 60 s")
+        .unwrap();
+    assert_eq!(resp.status(), 400, "a broken request body");
+    assert_closed_on_time(stalled.elapsed(), "a stalled h2 request body");
+    drop(tx);
 }
 
 /// A response the client stops reading (h1: the socket fills; h2: the stream's window

@@ -40,8 +40,7 @@ use crate::stats::{bump, count_status, COUNTERS};
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// A kept-alive connection with no byte of a next request closes after this.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// A request body that stalls this long between reads fails.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+pub use crate::body::BODY_READ_TIMEOUT;
 
 pub struct Conn {
     pub client: ClientInfo,

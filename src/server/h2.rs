@@ -127,7 +127,7 @@ pub async fn serve<S: Transport>(
                 mut resp,
                 served,
                 tunnel,
-            } = pipeline::handle(&live, req.map(Body::Incoming), client, offer).await;
+            } = pipeline::handle(&live, req.map(|b| Body::Incoming(b, None)), client, offer).await;
             match (websocket, tunnel) {
                 (Some(on_upgrade), Some(tunnel)) => {
                     accepted(&mut resp);
