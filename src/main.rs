@@ -219,8 +219,12 @@ fn reload(admin: &str) -> ExitCode {
         }
     };
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(60)));
+    // The admin API answers only a Host that is its own address.
+    let host = stream
+        .peer_addr()
+        .map_or_else(|_| addr.clone(), |a| a.to_string());
     let req = format!(
-        "POST /reload HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "POST /reload HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
     );
     let mut out = Vec::new();
     if let Err(e) = stream

@@ -15,7 +15,17 @@ async fn admin_get(admin: SocketAddr, path: &str) -> Resp {
 }
 
 async fn admin_post(admin: SocketAddr, path: &str) -> Resp {
-    request(admin, "POST", path, &[("Content-Length", "0")], b"").await
+    request(
+        admin,
+        "POST",
+        path,
+        &[
+            ("Content-Length", "0"),
+            ("Content-Type", "application/json"),
+        ],
+        b"",
+    )
+    .await
 }
 
 fn json(r: &Resp) -> Value {
@@ -210,4 +220,78 @@ async fn reload_revisions_and_rollback() {
     );
     let at = revs["revisions"][0]["loaded_at"].as_str().unwrap();
     assert!(at.len() == 24 && at.ends_with('Z'), "RFC 3339: {at}");
+}
+
+/// The admin API cannot be driven across sites: a POST that is not JSON (a form) gets
+/// 415 and changes nothing; a Host that is not the API's own address or a loopback name
+/// (DNS rebinding) gets 421, for reads too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_site_requests_are_refused() {
+    let b = Backend::text("live").await;
+    let dead = dead_addr().await;
+    let s = Sluice::start(&config(b.addr, dead, "v1"));
+    let admin = s.admin();
+    for ct in [
+        None,
+        Some("application/x-www-form-urlencoded"),
+        Some("text/plain"),
+        Some("multipart/form-data; boundary=x"),
+    ] {
+        for path in ["/reload", "/rollback/1"] {
+            let mut h = vec![("Content-Length", "0")];
+            if let Some(ct) = ct {
+                h.push(("Content-Type", ct));
+            }
+            let r = request(admin, "POST", path, &h, b"").await;
+            assert_eq!(r.status, 415, "{path} with {ct:?}: {}", r.text());
+        }
+    }
+    let revs = json(&admin_get(admin, "/revisions").await);
+    assert_eq!(revs["current"], 1, "no refused POST made a revision");
+    let port = admin.port();
+    for host in [
+        "evil.example".to_string(),
+        format!("evil.example:{port}"),
+        format!("127.0.0.1.nip.io:{port}"),
+        "localhost:1".to_string(),
+    ] {
+        for (method, path) in [
+            ("GET", "/status"),
+            ("GET", "/revisions"),
+            ("GET", "/metrics"),
+        ] {
+            let r = request(admin, method, path, &[("Host", &host)], b"").await;
+            assert_eq!(r.status, 421, "{method} {path} with Host {host}");
+        }
+        let r = request(
+            admin,
+            "POST",
+            "/reload",
+            &[
+                ("Host", &host),
+                ("Content-Type", "application/json"),
+                ("Content-Length", "0"),
+            ],
+            b"",
+        )
+        .await;
+        assert_eq!(r.status, 421, "POST /reload with Host {host}");
+    }
+    for host in [
+        admin.to_string(),
+        "localhost".to_string(),
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let r = request(admin, "GET", "/status", &[("Host", &host)], b"").await;
+        assert_eq!(r.status, 200, "Host {host}");
+    }
+    let r = admin_post(admin, "/reload").await;
+    assert_eq!(
+        r.status,
+        200,
+        "a JSON POST from a loopback Host: {}",
+        r.text()
+    );
 }

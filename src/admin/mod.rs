@@ -3,7 +3,9 @@
 //! `GET /metrics`, `POST /reload`, `GET /revisions`, `POST /rollback/N` and the
 //! dashboard at `GET /`; and the log lines (`log`).
 //!
-//! The API reads the live generation and the revisions; reloads and rollbacks are
+//! Every request must name the API by its own address or a loopback name (`421`
+//! otherwise) and every POST must be JSON (`415`): a web page cannot then drive it
+//! across sites. The API reads the live generation and the revisions; reloads and rollbacks are
 //! commands to the server's lifecycle, which alone changes what runs, so a reload by
 //! API, signal or rollback follows one path. Nothing here is on the request path.
 
@@ -14,6 +16,7 @@ pub mod revisions;
 pub mod status;
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -62,16 +65,66 @@ pub async fn serve(listener: TcpListener, api: Api) {
             continue;
         };
         let api = api.clone();
+        let Ok(local) = stream.local_addr() else {
+            continue;
+        };
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
                 let api = api.clone();
-                async move { Ok::<_, Infallible>(route(&api, req).await) }
+                async move { Ok::<_, Infallible>(checked(&api, local, req).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
         });
     }
+}
+
+/// The checks before any endpoint: a browser can be made to send requests to the admin
+/// API from any page (a form POST, or a name rebound to 127.0.0.1), so a request must
+/// name the API by its own address or a loopback name (else `421`), and a POST must be
+/// JSON (else `415`), which a cross-site form cannot send without the API's consent.
+async fn checked(api: &Api, local: SocketAddr, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if !host_is_ours(req.headers().get(header::HOST), local) {
+        return json_reply(
+            StatusCode::MISDIRECTED_REQUEST,
+            &json!({"error": "Host must be the admin API's own address or localhost"}),
+        );
+    }
+    if req.method() == Method::POST && !is_json(req.headers()) {
+        return json_reply(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &json!({"error": "a POST needs Content-Type: application/json"}),
+        );
+    }
+    route(api, req).await
+}
+
+/// `Host` is the listener's own IP:PORT, or `localhost`, `127.0.0.1` or `[::1]` with
+/// its port or none.
+fn host_is_ours(host: Option<&http::HeaderValue>, local: SocketAddr) -> bool {
+    let Some(host) = host.and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let host = host.to_ascii_lowercase();
+    if host.parse::<SocketAddr>().is_ok_and(|a| a == local) {
+        return true;
+    }
+    let port = local.port().to_string();
+    let (name, p) = match host.rsplit_once(':') {
+        Some((n, p)) if !n.ends_with(':') && (n.starts_with('[') || !n.contains(':')) => {
+            (n, Some(p))
+        }
+        _ => (host.as_str(), None),
+    };
+    matches!(name, "localhost" | "127.0.0.1" | "[::1]") && p.is_none_or(|p| p == port)
+}
+
+fn is_json(h: &http::HeaderMap) -> bool {
+    h.get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
 }
 
 async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -166,4 +219,42 @@ fn reply(status: StatusCode, content_type: &'static str, body: String) -> Respon
         http::HeaderValue::from_static("no-store"),
     );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_that_name_the_admin_api() {
+        let local: SocketAddr = "127.0.0.1:2019".parse().unwrap();
+        let ok = |h: &str| host_is_ours(Some(&http::HeaderValue::from_str(h).unwrap()), local);
+        for h in [
+            "127.0.0.1:2019",
+            "localhost",
+            "LOCALHOST:2019",
+            "127.0.0.1",
+            "[::1]:2019",
+            "[::1]",
+        ] {
+            assert!(ok(h), "{h}");
+        }
+        for h in [
+            "evil.example",
+            "evil.example:2019",
+            "localhost:80",
+            "127.0.0.2:2019",
+            "localhost.evil.example",
+            "",
+            "[::1]:80",
+        ] {
+            assert!(!ok(h), "{h}");
+        }
+        assert!(!host_is_ours(None, local));
+        let v6: SocketAddr = "[::1]:9000".parse().unwrap();
+        assert!(host_is_ours(
+            Some(&http::HeaderValue::from_static("[::1]:9000")),
+            v6
+        ));
+    }
 }
