@@ -55,6 +55,12 @@ site app.test {{
     assert_eq!(proxied["pool"], "app.test");
     assert_eq!(proxied["peer"], b.addr.to_string());
     assert_eq!(proxied["attempts"], 1);
+    assert_eq!(proxied["protocol"], "HTTP/1.1");
+    assert_eq!(
+        (&proxied["role"], &proxied["transition"]),
+        (&Value::from("primary"), &Value::from("none")),
+        "the origin values, with origin_headers off"
+    );
     let t = proxied["time"].as_str().unwrap();
     assert!(t.len() == 24 && t.ends_with('Z'), "RFC 3339: {t}");
     let local: Value = serde_json::from_str(&got[1]).unwrap();
@@ -63,6 +69,7 @@ site app.test {{
         (Some(201), Some(9))
     );
     assert_eq!(local["pool"], Value::Null, "no pool served it");
+    assert_eq!(local["role"], Value::Null);
 
     // Rotation: move the file away, SIGUSR1, and the next line starts a new file.
     let rotated = log.with_extension("log.1");
@@ -130,4 +137,69 @@ async fn http2_requests_are_logged_too() {
         (Some(200), Some(7))
     );
     assert_eq!(v["pool"], "app.example");
+    assert_eq!(
+        v["protocol"], "HTTP/2",
+        "the client's protocol, not the backend's"
+    );
+}
+
+/// A 502 or 504 of sluice's own still names the pool, the last peer dialed and the
+/// attempts; the text line names the protocol the client spoke.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_requests_name_the_peers_they_tried() {
+    let (d1, d2) = (dead_addr().await, dead_addr().await);
+    let (silent, _t) = raw_backend(|c| async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        drop(c);
+    })
+    .await;
+    let dir = TempDir::new();
+    let log = dir.0.join("access.log");
+    let path = dir.write(
+        "sluice.conf",
+        &format!(
+            "global {{ admin off; access_log access.log json }}
+listen 127.0.0.1:0
+site app.test {{
+    route /slow {{ proxy {silent} {{ timeout 300ms }} }}
+    proxy {d1} {d2} {{ lb first; retries 1 }}
+}}
+"
+        ),
+    );
+    let p = path.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    assert_eq!(get_host(s.addr, "app.test", "/").await.status, 502);
+    assert_eq!(get_host(s.addr, "app.test", "/slow").await.status, 504);
+    let got = lines(&log, 2);
+    let bad: Value = serde_json::from_str(&got[0]).unwrap();
+    assert_eq!(bad["status"], 502);
+    assert_eq!(bad["pool"], "app.test");
+    assert_eq!(bad["peer"], d2.to_string(), "the last peer dialed");
+    assert_eq!(bad["attempts"], 2);
+    assert_eq!(bad["role"], "primary");
+    let slow: Value = serde_json::from_str(&got[1]).unwrap();
+    assert_eq!(slow["status"], 504);
+    assert_eq!(slow["pool"], "app.test /slow");
+    assert_eq!(slow["peer"], silent.to_string());
+    assert_eq!(slow["attempts"], 1);
+    drop(s);
+
+    let dir = TempDir::new();
+    let path = dir.write(
+        "sluice.conf",
+        "global { admin off; access_log access.txt text }\nlisten 127.0.0.1:0\nsite * { respond \"ok\" }\n",
+    );
+    let text_log_here = dir.0.join("access.txt");
+    let p = path.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let (mut send, _conn) = h2c(s.addr).await;
+    let req = hyper::Request::builder()
+        .uri("http://a.test/h2")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    assert_eq!(send.send_request(req).await.unwrap().status(), 200);
+    let got = lines(&text_log_here, 1);
+    let line = got.first().expect("a line");
+    assert!(line.contains("\"GET /h2 HTTP/2\" 200"), "{line}");
 }

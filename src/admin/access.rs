@@ -1,5 +1,6 @@
 //! The access log: one line a response — a JSON object (`time`, `client`, `host`,
-//! `method`, `path`, `status`, `bytes`, `duration_ms`, `pool`, `peer`, `attempts`) or
+//! `method`, `protocol`, `path`, `status`, `bytes`, `duration_ms`, `pool`, `peer`,
+//! `attempts`, `role`, `transition`) or
 //! a combined-log-like text line — to stdout, stderr or a file.
 //!
 //! Never blocks the request path: a line goes into a bounded channel to a writer
@@ -43,9 +44,12 @@ pub struct Entry<'a> {
     pub status: u16,
     pub bytes: u64,
     pub duration_ms: u64,
+    pub protocol: &'static str,
     pub pool: Option<&'a str>,
     pub peer: Option<&'a str>,
     pub attempts: u32,
+    pub role: Option<&'static str>,
+    pub transition: Option<&'static str>,
 }
 
 /// A request the access log will record once its response is done: what it needs of
@@ -57,10 +61,43 @@ pub struct Pending {
     method: http::Method,
     uri: http::Uri,
     host: Option<http::HeaderValue>,
+    protocol: &'static str,
 }
 
-/// Who served a response, for its line: pool, peer and attempts.
-pub type Upstream<'a> = (&'a str, &'a str, u32);
+/// Who served a response (or, for a 502/504, the last peer dialed), for its line.
+#[derive(Clone, Copy)]
+pub struct Upstream<'a> {
+    pub pool: &'a str,
+    pub peer: &'a str,
+    pub attempts: u32,
+    /// `primary` or `backup`, as `X-Sluice-Origin` says.
+    pub role: &'static str,
+    /// As `X-Sluice-Origin-Transition` says.
+    pub transition: &'static str,
+}
+
+impl<'a> From<&'a crate::proxy::Served> for Upstream<'a> {
+    fn from(s: &'a crate::proxy::Served) -> Upstream<'a> {
+        Upstream {
+            pool: s.pool_name(),
+            peer: s.peer_address(),
+            attempts: s.attempts,
+            role: s.role,
+            transition: s.transition,
+        }
+    }
+}
+
+/// How the access log names a request's protocol.
+pub fn protocol(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_09 => "HTTP/0.9",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_2 => "HTTP/2",
+        http::Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP/1.1",
+    }
+}
 
 impl Pending {
     pub fn new(
@@ -68,6 +105,7 @@ impl Pending {
         method: &http::Method,
         uri: &http::Uri,
         host: Option<&http::HeaderValue>,
+        version: http::Version,
     ) -> Pending {
         Pending {
             log,
@@ -75,6 +113,7 @@ impl Pending {
             method: method.clone(),
             uri: uri.clone(),
             host: host.cloned(),
+            protocol: protocol(version),
         }
     }
 
@@ -93,9 +132,12 @@ impl Pending {
             status,
             bytes,
             duration_ms: self.time.elapsed().map_or(0, |d| d.as_millis() as u64),
-            pool: upstream.map(|u| u.0),
-            peer: upstream.map(|u| u.1),
-            attempts: upstream.map_or(0, |u| u.2),
+            protocol: self.protocol,
+            pool: upstream.map(|u| u.pool),
+            peer: upstream.map(|u| u.peer),
+            attempts: upstream.map_or(0, |u| u.attempts),
+            role: upstream.map(|u| u.role),
+            transition: upstream.map(|u| u.transition),
         });
     }
 }
@@ -166,6 +208,9 @@ fn json(e: &Entry<'_>) -> String {
     string(&mut s, e.host);
     s.push_str(",\"method\":");
     string(&mut s, e.method);
+    s.push_str(",\"protocol\":\"");
+    s.push_str(e.protocol);
+    s.push('"');
     s.push_str(",\"path\":");
     string(&mut s, e.path);
     s.push_str(",\"status\":");
@@ -186,6 +231,17 @@ fn json(e: &Entry<'_>) -> String {
     }
     s.push_str(",\"attempts\":");
     number(&mut s, u64::from(e.attempts));
+    for (key, v) in [(",\"role\":", e.role), (",\"transition\":", e.transition)] {
+        s.push_str(key);
+        match v {
+            Some(v) => {
+                s.push('"');
+                s.push_str(v);
+                s.push('"');
+            }
+            None => s.push_str("null"),
+        }
+    }
     s.push_str("}\n");
     s
 }
@@ -193,11 +249,12 @@ fn json(e: &Entry<'_>) -> String {
 fn text(e: &Entry<'_>) -> String {
     let quote = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
     format!(
-        "{} - - [{}] \"{} {} HTTP/1.1\" {} {} \"{}\" {} {} {} {}ms\n",
+        "{} - - [{}] \"{} {} {}\" {} {} \"{}\" {} {} {} {}ms\n",
         e.client,
         rfc3339(e.time),
         e.method,
         quote(e.path),
+        e.protocol,
         e.status,
         e.bytes,
         quote(e.host),

@@ -40,13 +40,16 @@ const BUSY: &str = "Server busy, retry in a moment\n";
 const NO_CAPACITY: &str = "Edge out of connection capacity toward this site, retry in a moment\n";
 const UNREACHABLE: &str = "Bad gateway: no backend could be reached\n";
 
-/// Which pool and peer served a response, and after how many attempts: noted for the
-/// access log (only when it is on).
+/// Which pool and peer served a response — or, for sluice's own 502/504, the last peer
+/// dialed — after how many attempts, with the failover role and transition (what
+/// `X-Sluice-Origin*` say): noted for the access log (only when it is on).
 #[derive(Clone)]
 pub struct Served {
     pub pool: Arc<Pool>,
     pub peer: usize,
     pub attempts: u32,
+    pub role: &'static str,
+    pub transition: &'static str,
 }
 
 impl Served {
@@ -56,11 +59,6 @@ impl Served {
 
     pub fn peer_address(&self) -> &str {
         &self.pool.peers()[self.peer].addr.text
-    }
-
-    /// Pool, peer and attempts, as the access log takes them.
-    pub fn as_upstream(&self) -> (&str, &str, u32) {
-        (self.pool_name(), self.peer_address(), self.attempts)
     }
 }
 
@@ -87,9 +85,54 @@ pub struct Client<'a> {
 }
 
 pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) -> Response<Body> {
-    if let (Some(slot), Some(protocol)) = (client.tunnel, upgrade_protocol(&req)) {
-        return upgrade(pool, req, client, slot, protocol).await;
+    let mut dialed = Dialed::default();
+    let resp = match (client.tunnel, upgrade_protocol(&req)) {
+        (Some(slot), Some(protocol)) => {
+            upgrade(pool, req, client, slot, protocol, &mut dialed).await
+        }
+        _ => attempts(pool, req, client, &mut dialed).await,
+    };
+    // sluice's own answer after peers were dialed: the log still names the last one.
+    if let (Some(cell), Some(peer)) = (client.served, dialed.peer) {
+        if cell.get().is_none() {
+            let transition = dialed.note.transition.map_or("none", |t| t.as_str());
+            let _ = cell.set(Served {
+                pool: pool.clone(),
+                peer,
+                attempts: dialed.attempts,
+                role: role_of(pool, peer),
+                transition,
+            });
+        }
     }
+    resp
+}
+
+/// What a request's attempts came to, for its access log line.
+#[derive(Default)]
+struct Dialed {
+    /// The last peer an attempt went to.
+    peer: Option<usize>,
+    attempts: u32,
+    note: Note,
+}
+
+fn role_of(pool: &Pool, peer: usize) -> &'static str {
+    if pool.peers()[peer].backup {
+        "backup"
+    } else {
+        "primary"
+    }
+}
+
+/// Step 1 to 4 for a plain request: a slot, then attempts until one answers or none
+/// may be made.
+async fn attempts(
+    pool: &Arc<Pool>,
+    req: Request<Body>,
+    client: &Client<'_>,
+    dialed: &mut Dialed,
+) -> Response<Body> {
     let permit = match acquire_slot(pool).await {
         Ok(p) => p,
         Err(refusal) => return refusal,
@@ -103,13 +146,13 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
     }
     let mut permit = permit;
     let mut tried = Tried::default();
-    let mut note = Note::default();
+    let note = &mut dialed.note;
     let mut next = None;
     let mut switch_retried = false;
     loop {
         let i = match next
             .take()
-            .map_or_else(|| pool.pick(&tried, key, &mut note), Pick::Peer)
+            .map_or_else(|| pool.pick(&tried, key, note), Pick::Peer)
         {
             Pick::Peer(i) => i,
             Pick::AllDown => {
@@ -121,15 +164,16 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
             }
         };
         tried.add(i);
+        dialed.peer = Some(i);
+        dialed.attempts = tried.count as u32;
         let mut lease = Lease::new(pool.clone(), i, permit.take());
         let why = match attempt(pool, i, &mut out, client).await {
             Attempt::Answered(answer) => {
                 let code = answer.status().as_u16();
                 pool.record_answer(i, code);
-                pool.failover_result(i, code < 500, &mut note);
+                pool.failover_result(i, code < 500, note);
                 if cfg.retry_on.status(code) {
-                    if let Some(j) = retry_to(pool, &tried, key, &mut out, Retry::Status, &mut note)
-                    {
+                    if let Some(j) = retry_to(pool, &tried, key, &mut out, Retry::Status, note) {
                         // The answer is dropped unread: its connection closes with it.
                         tracing::debug!(
                             "sluice: {}: {} answered {code}; retrying on another backend",
@@ -141,15 +185,7 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
                         continue;
                     }
                 }
-                let attempts = tried.count as u32;
-                if let Some(cell) = client.served {
-                    let _ = cell.set(Served {
-                        pool: pool.clone(),
-                        peer: i,
-                        attempts,
-                    });
-                }
-                return stream(pool, answer, lease, client, &note);
+                return stream(pool, answer, lease, client, note, tried.count as u32);
             }
             Attempt::Refused(resp) => return resp,
             Attempt::Unreachable(e) => {
@@ -157,7 +193,7 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
                 // A dial another request made and counted already is not counted again.
                 if !matches!(e, DialError::Shared) {
                     pool.peer_failed(i, kind, &e);
-                    pool.failover_result(i, false, &mut note);
+                    pool.failover_result(i, false, note);
                 }
                 // Not reached: the body is intact, so even a POST may go elsewhere.
                 Retry::Unreachable
@@ -168,7 +204,7 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
                     SendError::TimedOut | SendError::Io(_) | SendError::ClosedEarly
                 ) {
                     // A timeout or a broken connection is failover evidence, retried or not.
-                    pool.failover_result(i, false, &mut note);
+                    pool.failover_result(i, false, note);
                 }
                 let why = match &e {
                     SendError::TimedOut if cfg.retry_on.timeout => Retry::Timeout,
@@ -178,7 +214,7 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
                 if why == Retry::Reset {
                     pool.peer_failed(i, FailureKind::Broken, &e);
                 }
-                let Some(j) = retry_to(pool, &tried, key, &mut out, why, &mut note) else {
+                let Some(j) = retry_to(pool, &tried, key, &mut out, why, note) else {
                     return sent_and_failed_counted(pool, i, e, why == Retry::Reset);
                 };
                 next = Some(j);
@@ -192,7 +228,7 @@ pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) 
         // An attempt never sent that made the pool switch role is tried once on the new
         // role even past `retries`: the request that causes the switch still succeeds
         // when a backup can serve it (DESIGN §14, §17).
-        let on_new_role = !within && !switch_retried && pool.switched_away_from(i, &mut note);
+        let on_new_role = !within && !switch_retried && pool.switched_away_from(i, note);
         switch_retried |= on_new_role;
         if !(within || on_new_role) || !take_retry(pool, why) {
             bump(&COUNTERS.bad_gateway);
@@ -291,6 +327,7 @@ async fn upgrade(
     client: &Client<'_>,
     slot: &std::sync::OnceLock<Box<Tunnel>>,
     protocol: HeaderValue,
+    dialed: &mut Dialed,
 ) -> Response<Body> {
     let cfg = &pool.cfg;
     let Some(opened) = Opened::try_open(client.max_tunnels) else {
@@ -313,8 +350,8 @@ async fn upgrade(
         .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     req.headers_mut().insert(header::UPGRADE, protocol);
     let mut out = Outgoing::new(req);
-    let mut note = Note::default();
-    let i = match pool.pick(&Tried::default(), key, &mut note) {
+    let note = &mut dialed.note;
+    let i = match pool.pick(&Tried::default(), key, note) {
         Pick::Peer(i) => i,
         Pick::AllDown => {
             return local_response(StatusCode::SERVICE_UNAVAILABLE, "No backend available\n")
@@ -324,6 +361,8 @@ async fn upgrade(
             return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
         }
     };
+    dialed.peer = Some(i);
+    dialed.attempts = 1;
     let peer = &pool.peers()[i];
     peer.selections.fetch_add(1, Ordering::Relaxed);
     let mut lease = Lease::new(pool.clone(), i, permit);
@@ -370,7 +409,7 @@ async fn upgrade(
         Err(e) => {
             if !matches!(e, DialError::Shared) {
                 pool.peer_failed(i, e.kind(), &e);
-                pool.failover_result(i, false, &mut note);
+                pool.failover_result(i, false, note);
             }
             bump(&COUNTERS.bad_gateway);
             return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
@@ -386,7 +425,7 @@ async fn upgrade(
         // switch, so it is never pooled.
         let mut head = head;
         head.reusable = false;
-        return stream(pool, Answer::H1(conn, head), lease, client, &note);
+        return stream(pool, Answer::H1(conn, head), lease, client, note, 1);
     }
     // Switched: from here the tunnel counts under `max_tunnels`, not `limit`.
     drop(lease.permit.take());
@@ -701,8 +740,10 @@ fn stream(
     lease: Lease,
     client: &Client<'_>,
     note: &Note,
+    attempts: u32,
 ) -> Response<Body> {
     let served = lease.peer;
+    let served_pool = client.served.map(|_| lease.pool.clone());
     let (mut parts, body) = match answer {
         Answer::H1(conn, head) => {
             let body = ResponseBody::new(conn, head.decoder, head.reusable, lease);
@@ -716,20 +757,39 @@ fn stream(
         }
     };
     headers::response(&mut parts.headers, &pool.cfg, &client.values);
-    if pool.cfg.origin_headers {
-        let backup = pool.peers()[served].backup;
-        let role = if backup { "backup" } else { "primary" };
+    if pool.cfg.origin_headers || client.served.is_some() {
+        let role = role_of(pool, served);
         let transition = note
             .transition
-            .or_else(|| pool.state.failover.take_pending(backup))
+            .or_else(|| {
+                let backups = !pool.cfg.backups.is_empty();
+                backups
+                    .then(|| {
+                        pool.state
+                            .failover
+                            .take_pending(pool.peers()[served].backup)
+                    })
+                    .flatten()
+            })
             .map_or("none", |t| t.as_str());
-        parts
-            .headers
-            .insert("x-sluice-origin", HeaderValue::from_static(role));
-        parts.headers.insert(
-            "x-sluice-origin-transition",
-            HeaderValue::from_static(transition),
-        );
+        if pool.cfg.origin_headers {
+            parts
+                .headers
+                .insert("x-sluice-origin", HeaderValue::from_static(role));
+            parts.headers.insert(
+                "x-sluice-origin-transition",
+                HeaderValue::from_static(transition),
+            );
+        }
+        if let (Some(cell), Some(pool)) = (client.served, served_pool) {
+            let _ = cell.set(Served {
+                pool,
+                peer: served,
+                attempts,
+                role,
+                transition,
+            });
+        }
     }
     Response::from_parts(parts, body)
 }

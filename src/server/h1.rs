@@ -198,7 +198,7 @@ impl Conn {
         let log = self
             .access
             .load_full()
-            .map(|log| Pending::new(log, &method, &uri, headers.get(http::header::HOST)));
+            .map(|log| Pending::new(log, &method, &uri, headers.get(http::header::HOST), version));
         let mut req = Request::new(body);
         *req.method_mut() = method;
         *req.uri_mut() = uri;
@@ -294,7 +294,10 @@ pub type Access = Arc<arc_swap::ArcSwapOption<AccessLog>>;
 
 impl Exchange {
     fn log(&self, l: &Pending, client: &ClientInfo) {
-        let upstream = self.served.as_ref().map(|s| s.as_upstream());
+        let upstream = self
+            .served
+            .as_ref()
+            .map(crate::admin::access::Upstream::from);
         l.finish(
             client.ip_value.to_str().unwrap_or(""),
             self.status,

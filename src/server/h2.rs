@@ -109,6 +109,7 @@ pub async fn serve<S: Transport>(
                     req.method(),
                     req.uri(),
                     req.headers().get(header::HOST),
+                    req.version(),
                 ),
                 client: client.ip_value.clone(),
                 status: 0,
@@ -346,7 +347,10 @@ struct H2Logged {
 
 impl Drop for H2Logged {
     fn drop(&mut self) {
-        let upstream = self.served.as_ref().map(|s| s.as_upstream());
+        let upstream = self
+            .served
+            .as_ref()
+            .map(crate::admin::access::Upstream::from);
         self.pending.finish(
             self.client.to_str().unwrap_or(""),
             self.status,
