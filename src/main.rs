@@ -36,7 +36,10 @@ enum Command {
         #[arg(long)]
         strict: bool,
     },
-    /// Run the embedded demo: two built-in backends behind one pool, dashboard on.
+    /// Run the embedded demo: two built-in backends behind one pool, and the dashboard.
+    ///
+    /// Needs no file. The demo answers on --listen; the dashboard and admin API are on
+    /// --admin (http://127.0.0.1:2019/ by default).
     Demo {
         /// Where the demo listens.
         #[arg(long, default_value = "127.0.0.1:8080")]
@@ -53,10 +56,11 @@ enum Command {
     },
     /// A one-line reverse proxy with no config file.
     Proxy {
-        /// The address to listen on, e.g. 127.0.0.1:8080 or :8080.
+        /// Where to listen: a port (8080 or :8080, every interface) or IP:PORT.
         #[arg(long)]
         from: String,
-        /// Backend addresses (several after one --to, or --to repeated).
+        /// Backends: HOST:PORT, a port or :PORT (this machine), http://, https://,
+        /// h2c:// or unix: addresses; several after one --to, or --to repeated.
         #[arg(long, num_args = 1.., required = true)]
         to: Vec<String>,
     },
@@ -92,23 +96,7 @@ fn main() -> ExitCode {
             if !init_logging() {
                 return ExitCode::from(1);
             }
-            let text = format!(
-                "global {{ admin off }}\nlisten {from}\nsite * {{\n    proxy {}\n}}\n",
-                to.join(" ")
-            );
-            match config::load_text("sluice proxy", &text) {
-                Ok(l) => lifecycle::serve(
-                    l.config,
-                    lifecycle::Source {
-                        text: text.as_str().into(),
-                        ..Default::default()
-                    },
-                ),
-                Err(r) => {
-                    eprintln!("{r}");
-                    ExitCode::from(2)
-                }
-            }
+            proxy(&from, &to)
         }
         Command::Demo { listen, admin } => {
             if !init_logging() {
@@ -117,6 +105,71 @@ fn main() -> ExitCode {
             demo(&listen, &admin)
         }
         Command::Reload { admin } => reload(&admin),
+    }
+}
+
+/// `sluice proxy`: `--from PORT` is `:PORT` (every interface), `--to PORT` and
+/// `--to :PORT` are that port on loopback. Its errors speak of its flags, never of the
+/// config it writes for itself.
+fn proxy(from: &str, to: &[String]) -> ExitCode {
+    let plain = |v: &str| {
+        !v.is_empty()
+            && !v
+                .chars()
+                .any(|c| c.is_whitespace() || "{};\"'#".contains(c))
+    };
+    let port = |v: &str| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
+    if !plain(from) {
+        eprintln!("sluice proxy: --from `{from}`: not an address; write a port (8080), :8080 or 127.0.0.1:8080");
+        return ExitCode::from(2);
+    }
+    let listen = if port(from) {
+        format!(":{from}")
+    } else {
+        from.to_string()
+    };
+    let mut backends = Vec::new();
+    for t in to {
+        if !plain(t) {
+            eprintln!("sluice proxy: --to `{t}`: not an address; write HOST:PORT, :PORT (this machine) or http://HOST:PORT");
+            return ExitCode::from(2);
+        }
+        backends.push(match t.strip_prefix(':') {
+            Some(p) if port(p) => format!("127.0.0.1:{p}"),
+            _ if port(t) => format!("127.0.0.1:{t}"),
+            _ => t.clone(),
+        });
+    }
+    // Line 2 holds --from, line 4 the backends, one word each after `proxy`.
+    let text = format!(
+        "global {{ admin off }}\nlisten {listen}\nsite * {{\nproxy {}\n}}\n",
+        backends.join(" ")
+    );
+    match config::load_text("sluice proxy", &text) {
+        Ok(l) => lifecycle::serve(
+            l.config,
+            lifecycle::Source {
+                text: text.as_str().into(),
+                ..Default::default()
+            },
+        ),
+        Err(r) => {
+            for d in r.errors() {
+                let flag = if d.span.line == 2 { "--from" } else { "--to" };
+                let value = if d.span.line == 2 {
+                    from.to_string()
+                } else {
+                    // Which backend: the words on its line before the error's column,
+                    // less `proxy`.
+                    let line = text.lines().nth(3).unwrap_or("");
+                    let col = (d.span.col as usize).saturating_sub(1).min(line.len());
+                    let k = line[..col].split_whitespace().count().saturating_sub(1);
+                    to.get(k).cloned().unwrap_or_else(|| to.join(" "))
+                };
+                eprintln!("sluice proxy: {flag} {value}: {}", d.message);
+            }
+            ExitCode::from(2)
+        }
     }
 }
 
@@ -148,8 +201,8 @@ fn load(path: &str) -> Option<(Config, std::sync::Arc<str>)> {
         Err(r) => {
             eprintln!("{r}");
             eprintln!(
-                "sluice: {path}: config rejected ({} errors); nothing was started",
-                r.errors().count()
+                "sluice: {path}: config rejected ({}); nothing was started",
+                count(r.errors().count(), "error")
             );
             None
         }
@@ -172,8 +225,8 @@ fn check(path: &str, strict: bool) -> ExitCode {
             }
             if strict && !warnings.is_empty() {
                 eprintln!(
-                    "sluice check: {path}: {} warnings, refused under --strict",
-                    warnings.len()
+                    "sluice check: {path}: {}, refused under --strict",
+                    count(warnings.len(), "warning")
                 );
                 return ExitCode::from(1);
             }
@@ -182,9 +235,21 @@ fn check(path: &str, strict: bool) -> ExitCode {
         }
         Err(r) => {
             eprintln!("{r}");
-            eprintln!("sluice check: {path}: {} errors", r.errors().count());
+            eprintln!(
+                "sluice check: {path}: {}",
+                count(r.errors().count(), "error")
+            );
             ExitCode::from(1)
         }
+    }
+}
+
+/// `1 error`, `2 errors`.
+fn count(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
     }
 }
 

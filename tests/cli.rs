@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{bin, TempDir};
+use common::{bin, get, Backend, Sluice, TempDir};
 
 struct Out {
     code: i32,
@@ -430,4 +430,103 @@ fn tcp_blocks_take_only_l4_options() {
     );
     let (out, _) = check("tcp :5432 {\n  proxy 127.0.0.1:5432 127.0.0.1:5433 { lb least_conn; idle_timeout 10m; health connect }\n}\n");
     assert_eq!(out.code, 0, "{}", out.stderr);
+}
+
+/// Messages as a new user meets them: a scheme in a site's name is called a scheme; a
+/// duplicate across imported files names the other file; one error is "1 error"; the
+/// help lines end their sentences.
+#[test]
+fn messages_say_what_is_wrong() {
+    let (out, _) = check("site http://a.test {\n  respond ok\n}\n");
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr.contains("has a scheme (`http://`)")
+            && out.stderr.contains("write `site a.test`"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("has a port"), "{}", out.stderr);
+    assert!(
+        out.stderr.trim_end().ends_with(": 1 error"),
+        "{}",
+        out.stderr
+    );
+
+    let dir = TempDir::new();
+    let a = dir.write("a.conf", "site dup.example {\n  respond a\n}\n");
+    dir.write("b.conf", "\nsite dup.example {\n  respond b\n}\n");
+    let main = dir.write("main.conf", "import a.conf\nimport b.conf\n");
+    let out = sluice(&["check", "-c", main.to_str().unwrap()]);
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr
+            .contains(&format!("the other site is on {}:1", a.display())),
+        "names the other file: {}",
+        out.stderr
+    );
+
+    let out = sluice(&["--help"]);
+    let demo = out
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("demo"))
+        .unwrap();
+    assert!(!demo.trim_end().ends_with(" on"), "{demo}");
+    let out = sluice(&["demo", "--help"]);
+    assert!(
+        out.stdout.contains("2019"),
+        "demo --help says where the dashboard is"
+    );
+}
+
+/// `sluice proxy`: `--from PORT` is every interface, `--to :PORT` and `--to PORT` are
+/// this machine; its errors speak of its flags and quote no config the user never wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_one_line_proxy_takes_ports_and_speaks_of_its_flags() {
+    let b = Backend::text("behind").await;
+    let port = b.addr.port().to_string();
+    let free = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    for to in [format!(":{port}"), port.clone()] {
+        let s = Sluice::spawn(
+            &["proxy", "--from", &format!("127.0.0.1:{free}"), "--to", &to],
+            TempDir::new(),
+        );
+        assert_eq!(get(s.addr, "/").await.text(), "behind", "--to {to}");
+        drop(s);
+    }
+    for (args, flag) in [
+        (vec!["--from", "8089", "--to", "nope:x"], "--to nope:x"),
+        (vec!["--from", "a b", "--to", ":1"], "--from"),
+        (
+            vec!["--from", "127.0.0.1:0", "--to", "http://x/path"],
+            "--to http://x/path",
+        ),
+        (vec!["--from", "127.0.0.1:0", "--to", "x;y"], "--to"),
+    ] {
+        let mut a = vec!["proxy"];
+        a.extend(args.iter().copied());
+        let out = sluice(&a);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(flag),
+            "{args:?} names {flag}: {}",
+            out.stderr
+        );
+        for config_word in [
+            "site *",
+            "global",
+            "listen ",
+            "sluice proxy:2",
+            "sluice proxy:4",
+        ] {
+            assert!(
+                !out.stderr.contains(config_word),
+                "{args:?}: quotes a config the user never wrote: {}",
+                out.stderr
+            );
+        }
+    }
 }

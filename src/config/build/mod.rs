@@ -59,6 +59,16 @@ struct Builder {
 }
 
 impl Builder {
+    /// Where `there` is, seen from `here`: `line N` in the same file, `FILE:N` in
+    /// another (an imported file's duplicate names the file it clashes with).
+    fn where_is(&self, here: Span, there: Span) -> String {
+        if here.file == there.file {
+            format!("line {}", there.line)
+        } else {
+            format!("{}:{}", self.sources.name(there.file), there.line)
+        }
+    }
+
     /// The folder of the file `span` is in: what its relative paths are relative to.
     fn dir_of(&self, span: Span) -> PathBuf {
         std::path::Path::new(self.sources.name(span.file))
@@ -142,8 +152,8 @@ impl Builder {
                                     format!("`{}` is already a listener", l.addr),
                                 )
                                 .with_hint(format!(
-                                    "it was first declared on line {}",
-                                    prev.span.line
+                                    "it was first declared on {}",
+                                    self.where_is(d.args[0].span, prev.span)
                                 )),
                             );
                         } else {
@@ -170,7 +180,10 @@ impl Builder {
                                     d.args[0].span,
                                     format!("`{}` is already a listener", t.listen.text),
                                 )
-                                .with_hint(format!("it was first declared on line {}", at.line)),
+                                .with_hint(format!(
+                                    "it was first declared on {}",
+                                    self.where_is(d.args[0].span, at)
+                                )),
                             ),
                             None => tcp.push(t),
                         }
@@ -380,7 +393,10 @@ impl Builder {
                                 w.span,
                                 format!("host `{}` already names another site", w.text),
                             )
-                            .with_hint(format!("the other site is on line {}", prev.line)),
+                            .with_hint(format!(
+                                "the other site is on {}",
+                                self.where_is(w.span, *prev)
+                            )),
                         );
                     } else {
                         hosts_seen.insert(h.clone(), w.span);

@@ -160,6 +160,16 @@ pub(super) fn host_pattern(w: &Word) -> Res<HostPattern> {
         Some(rest) => (true, rest),
         None => (false, h.as_str()),
     };
+    if let Some((scheme, rest)) = w.text.split_once("://") {
+        return Err(Diagnostic::error(
+            w.span,
+            format!("site host `{}` has a scheme (`{scheme}://`)", w.text),
+        )
+        .with_hint(format!(
+            "a site matches the Host alone: write `site {}`; HTTPS comes from a `listen … tls` line and the site's `tls`",
+            rest.trim_end_matches('/')
+        )));
+    }
     if name.contains(':') && !name.starts_with('[') {
         return Err(
             Diagnostic::error(w.span, format!("site host `{}` has a port", w.text))
