@@ -236,13 +236,39 @@ fn check_refuses_expired_mismatched_and_unreadable_pairs_naming_the_file() {
     let (ec, ek) = write_pair(&dir, "expired", &expired);
     let (gc, _) = write_pair(&dir, "good", &ca.leaf(&["good.test"]));
     let (_, ok) = write_pair(&dir, "other", &ca.leaf(&["other.test"]));
+    // Each with the hint that fits it.
     let cases = [
-        (format!("tls {ec} {ek}"), "expired.pem", "expired on"),
-        (format!("tls {gc} {ok}"), "other.key", "does not belong"),
-        (format!("tls {gc} /nonexistent/x.key"), "x.key", "x.key"),
-        (format!("tls {ek} {ek}"), "expired.key", "no certificate"),
+        (
+            format!("tls {ec} {ek}"),
+            "expired.pem",
+            "expired on",
+            "hint: renew",
+        ),
+        (
+            format!("tls {gc} {ok}"),
+            "other.key",
+            "does not belong",
+            "openssl pkey -pubout",
+        ),
+        (
+            format!("tls {gc} /nonexistent/x.key"),
+            "x.key",
+            "x.key",
+            "hint: check the path",
+        ),
+        (
+            format!("tls {ek} {ek}"),
+            "expired.key",
+            "no certificate",
+            "hint: give a PEM",
+        ),
     ];
-    for (line, file, what) in cases {
+    for (line, file, what, hint) in cases {
+        let (_, err) = check(
+            &dir,
+            &format!("listen 127.0.0.1:0 tls\nsite a.test {{\n  {line}\n  respond ok\n}}\n"),
+        );
+        assert!(err.contains(hint), "{line}: the hint fits the error: {err}");
         let (code, err) = check(
             &dir,
             &format!("listen 127.0.0.1:0 tls\nsite a.test {{\n  {line}\n  respond ok\n}}\n"),

@@ -403,9 +403,12 @@ mod tests {
             status: 200,
             bytes: 5,
             duration_ms: 3,
+            protocol: "HTTP/2",
             pool: Some("a /x/*"),
             peer: None,
             attempts: 1,
+            role: Some("backup"),
+            transition: None,
         };
         let line = json(&e);
         assert!(line.ends_with("}\n"));
@@ -415,6 +418,9 @@ mod tests {
         assert_eq!(v["time"], "1970-01-01T00:00:00.000Z");
         assert_eq!(v["pool"], "a /x/*");
         assert_eq!(v["peer"], serde_json::Value::Null);
+        assert_eq!(v["protocol"], "HTTP/2");
+        assert_eq!(v["role"], "backup");
+        assert_eq!(v["transition"], serde_json::Value::Null);
         assert_eq!(
             (v["status"].as_u64(), v["bytes"].as_u64()),
             (Some(200), Some(5))

@@ -19,33 +19,81 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 
+/// Why a certificate or key file was refused: the message (naming the file) and what
+/// kind of problem it is, which decides the hint an operator gets.
+#[derive(Debug)]
+pub struct CertError {
+    pub message: String,
+    pub problem: Problem,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Problem {
+    /// The file is not there or cannot be read.
+    Unreadable,
+    /// Not PEM, or no block of the kind expected.
+    NotPem,
+    /// A key rustls cannot sign with.
+    UnusableKey,
+    /// The key is not the certificate's.
+    Mismatch,
+    Expired,
+    NotYetValid,
+}
+
+impl CertError {
+    fn new(problem: Problem, message: String) -> CertError {
+        CertError { message, problem }
+    }
+
+    /// What to do about it.
+    pub fn hint(&self) -> &'static str {
+        match self.problem {
+            Problem::Unreadable => "check the path and its permissions; a relative path is from this config file's folder",
+            Problem::NotPem => "give a PEM certificate chain (leaf first) and its PEM private key (PKCS#8, RSA or EC)",
+            Problem::UnusableKey => "use an RSA, ECDSA P-256/P-384 or Ed25519 key in PEM",
+            Problem::Mismatch => "the key must be the one the certificate was issued for: compare `openssl x509 -pubkey -noout -in CERT` with `openssl pkey -pubout -in KEY`",
+            Problem::Expired => "renew the certificate and replace the file; sluice picks up the new one without a restart",
+            Problem::NotYetValid => "check this machine's clock, or wait until the certificate's start date",
+        }
+    }
+}
+
+impl std::fmt::Display for CertError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// Loads `cert` (a PEM chain, leaf first) and `key` (PKCS#8, PKCS#1 RSA or SEC1 EC) as
 /// one signing identity. The message names the file at fault.
-pub fn load_pair(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, String> {
+pub fn load_pair(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, CertError> {
     let chain = load_chain(cert)?;
     let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| match e {
-        rustls::pki_types::pem::Error::NoItemsFound => format!(
-            "{}: no private key in the file (expected a PEM `PRIVATE KEY` block)",
-            key.display()
+        rustls::pki_types::pem::Error::NoItemsFound => CertError::new(
+            Problem::NotPem,
+            format!(
+                "{}: no private key in the file (expected a PEM `PRIVATE KEY` block)",
+                key.display()
+            ),
         ),
-        e => format!(
-            "{}: cannot read the private key: {}",
-            key.display(),
-            pem_error(e)
-        ),
+        e => pem_error(key, "cannot read the private key: ", e),
     })?;
     let signer = rustls::crypto::ring::sign::any_supported_type(&key_der).map_err(|e| {
-        format!(
-            "{}: not a usable private key ({e}); sluice takes RSA, ECDSA P-256/P-384 and Ed25519 keys",
-            key.display()
+        CertError::new(
+            Problem::UnusableKey,
+            format!("{}: not a usable private key ({e})", key.display()),
         )
     })?;
     let ck = CertifiedKey::new(chain, signer);
     ck.keys_match().map_err(|_| {
-        format!(
-            "{}: this key does not belong to the certificate in {}",
-            key.display(),
-            cert.display()
+        CertError::new(
+            Problem::Mismatch,
+            format!(
+                "{}: this key does not belong to the certificate in {}",
+                key.display(),
+                cert.display()
+            ),
         )
     })?;
     check_validity(cert, &ck.cert[0], SystemTime::now())?;
@@ -53,46 +101,68 @@ pub fn load_pair(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, String> {
 }
 
 /// The PEM certificates of `path`, leaf first.
-pub fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, CertError> {
     let chain = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("{}: {}", path.display(), pem_error(e)))?
+        .map_err(|e| pem_error(path, "", e))?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{}: {}", path.display(), pem_error(e)))?;
+        .map_err(|e| pem_error(path, "", e))?;
     if chain.is_empty() {
-        return Err(format!(
-            "{}: no certificate in the file (expected PEM `CERTIFICATE` blocks)",
-            path.display()
+        return Err(CertError::new(
+            Problem::NotPem,
+            format!(
+                "{}: no certificate in the file (expected PEM `CERTIFICATE` blocks)",
+                path.display()
+            ),
         ));
     }
     Ok(chain)
 }
 
-fn pem_error(e: rustls::pki_types::pem::Error) -> String {
+fn pem_error(path: &Path, what: &str, e: rustls::pki_types::pem::Error) -> CertError {
     match e {
-        rustls::pki_types::pem::Error::Io(io) => io.to_string(),
-        other => format!("not valid PEM ({other:?})"),
+        rustls::pki_types::pem::Error::Io(io) => CertError::new(
+            Problem::Unreadable,
+            format!("{}: {what}{io}", path.display()),
+        ),
+        other => CertError::new(
+            Problem::NotPem,
+            format!("{}: {what}not valid PEM ({other:?})", path.display()),
+        ),
     }
 }
 
-fn check_validity(path: &Path, leaf: &CertificateDer<'_>, now: SystemTime) -> Result<(), String> {
+fn check_validity(
+    path: &Path,
+    leaf: &CertificateDer<'_>,
+    now: SystemTime,
+) -> Result<(), CertError> {
     let Some((not_before, not_after)) = validity(leaf) else {
-        return Err(format!(
-            "{}: the first certificate cannot be read as X.509",
-            path.display()
+        return Err(CertError::new(
+            Problem::NotPem,
+            format!(
+                "{}: the first certificate cannot be read as X.509",
+                path.display()
+            ),
         ));
     };
     if now > not_after {
-        return Err(format!(
-            "{}: the certificate expired on {}",
-            path.display(),
-            httpdate::fmt_http_date(not_after)
+        return Err(CertError::new(
+            Problem::Expired,
+            format!(
+                "{}: the certificate expired on {}",
+                path.display(),
+                httpdate::fmt_http_date(not_after)
+            ),
         ));
     }
     if now < not_before {
-        return Err(format!(
-            "{}: the certificate is not valid until {}",
-            path.display(),
-            httpdate::fmt_http_date(not_before)
+        return Err(CertError::new(
+            Problem::NotYetValid,
+            format!(
+                "{}: the certificate is not valid until {}",
+                path.display(),
+                httpdate::fmt_http_date(not_before)
+            ),
         ));
     }
     Ok(())

@@ -480,11 +480,8 @@ impl Builder {
         let base = self.dir_of(d.span());
         let cert = base.join(&d.args[0].text);
         let key = base.join(&d.args[1].text);
-        let loaded = crate::config::certs::load_pair(&cert, &key).map_err(|why| {
-            Diagnostic::error(d.span(), why).with_hint(
-                "give a PEM certificate chain (leaf first) and its PEM private key (PKCS#8, RSA or EC)",
-            )
-        })?;
+        let loaded = crate::config::certs::load_pair(&cert, &key)
+            .map_err(|e| Diagnostic::error(d.span(), e.to_string()).with_hint(e.hint()))?;
         Ok(SiteTls {
             cert,
             key,

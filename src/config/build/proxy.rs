@@ -285,9 +285,12 @@ impl Builder {
             "tls_ca" => {
                 let w = one_arg(d, "tls_ca FILE")?;
                 let path = self.dir_of(d.span()).join(&w.text);
-                let roots = crate::config::certs::load_chain(&path).map_err(|why| {
-                    Diagnostic::error(w.span, why)
-                        .with_hint("give the PEM certificate(s) of the CA that signed the backends' certificates")
+                let roots = crate::config::certs::load_chain(&path).map_err(|e| {
+                    let hint = match e.problem {
+                        crate::config::certs::Problem::Unreadable => e.hint(),
+                        _ => "give the PEM certificate(s) of the CA that signed the backends' certificates",
+                    };
+                    Diagnostic::error(w.span, e.to_string()).with_hint(hint)
                 })?;
                 let mut store = rustls::RootCertStore::empty();
                 p.tls.ca_certs = roots.iter().map(|c| c.to_vec()).collect();
