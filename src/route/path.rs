@@ -276,4 +276,57 @@ mod tests {
             Cow::Borrowed("a.test")
         ));
     }
+
+    proptest::proptest! {
+        /// Any path built from segments, dots, slashes, escapes and odd bytes: the
+        /// normal form is normal (idempotent), starts with one `/`, never has a `.` or
+        /// `..` segment or `//`, and a path whose `..` would climb above the root is
+        /// refused rather than clamped.
+        #[test]
+        fn normalising_is_idempotent_and_never_climbs(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::string::string_regex("[a-zA-Z0-9_~-]{1,4}").unwrap(),
+                    proptest::strategy::Just(".".to_string()),
+                    proptest::strategy::Just("..".to_string()),
+                    proptest::strategy::Just(String::new()),
+                    proptest::strategy::Just("%2e".to_string()),
+                    proptest::strategy::Just("%2E%2e".to_string()),
+                    proptest::strategy::Just("%61".to_string()),
+                    proptest::strategy::Just("%2f".to_string()),
+                    proptest::strategy::Just("%5c".to_string()),
+                    proptest::strategy::Just("%zz".to_string()),
+                    proptest::strategy::Just("\u{e9}".to_string()),
+                ],
+                0..8,
+            ),
+            trailing in proptest::bool::ANY,
+        ) {
+            let mut p = String::from("/");
+            p.push_str(&parts.join("/"));
+            if trailing {
+                p.push('/');
+            }
+            if let Ok(once) = normalize(&p) {
+                let once = once.into_owned();
+                let twice = normalize(&once).map(Cow::into_owned);
+                proptest::prop_assert_eq!(twice.as_deref(), Ok(once.as_str()), "{} → {}", p, once);
+                proptest::prop_assert!(once.starts_with('/') && !once.contains("//"), "{} → {}", p, once);
+                for seg in once.split('/') {
+                    proptest::prop_assert!(seg != "." && seg != "..", "{} → {}", p, once);
+                }
+                // Count depth as the resolution walks: it must never go below the root.
+                let mut depth: i64 = 0;
+                for seg in p.split('/').skip(1) {
+                    let seg = seg.replace("%2e", ".").replace("%2E", ".");
+                    match seg.as_str() {
+                        ".." => depth -= 1,
+                        "." | "" => {}
+                        _ => depth += 1,
+                    }
+                    proptest::prop_assert!(depth >= 0, "{} climbed above / yet gave {}", p, once);
+                }
+            }
+        }
+    }
 }

@@ -1,0 +1,244 @@
+//! Where two options meet: every header spelling × HTTP/1.1 or HTTP/2 front × HTTP/1.1
+//! or HTTP/2 backend, checking what the backend receives; and every handler × an
+//! `Upgrade` request × `limit`. (A `TE: Trailers` from an h1 client once took every h2
+//! backend out of rotation; an `Upgrade` once skipped `limit`.)
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use tokio::net::TcpListener;
+
+/// The head a backend saw, as `name: value` lines (names lower-case, one line a field).
+fn echo(req: &Request<Incoming>) -> String {
+    let mut s = format!("{} {}\n", req.method(), req.uri().path());
+    for (k, v) in req.headers() {
+        s.push_str(&format!("{}: {}\n", k, v.to_str().unwrap_or("?")));
+    }
+    s
+}
+
+/// An h2c backend echoing the head it saw.
+async fn h2c_echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    Ok::<_, std::convert::Infallible>(Response::new(full(echo(&req))))
+                });
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                        .await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// Sends `fields` to `host` over an h1 or h2 front; the backend's echo.
+async fn send(
+    front_h2: bool,
+    addr: SocketAddr,
+    host: &str,
+    fields: &[(&str, &str)],
+) -> (u16, String) {
+    if !front_h2 {
+        let mut h = vec![("Host", host)];
+        h.extend_from_slice(fields);
+        let r = request(addr, "GET", "/combo", &h, b"").await;
+        return (r.status, r.text());
+    }
+    let (mut s, _conn) = h2c(addr).await;
+    let mut req = Request::builder().uri(format!("http://{host}/combo"));
+    for (k, v) in fields {
+        // HTTP/2 carries names in lower case, and never connection-level fields.
+        let k = k.to_ascii_lowercase();
+        if k == "connection" || k == "keep-alive" {
+            continue;
+        }
+        if k == "te" && !v.eq_ignore_ascii_case("trailers") {
+            continue;
+        }
+        req = req.header(k, *v);
+    }
+    let resp = s
+        .send_request(req.body(http_body_util::Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).to_string())
+}
+
+fn values<'a>(seen: &'a str, name: &str) -> Vec<&'a str> {
+    seen.lines()
+        .filter_map(|l| l.split_once(": "))
+        .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_spellings_across_every_front_and_backend_pair() {
+    let h1 =
+        Backend::start(|req: Request<Incoming>| async move { Response::new(full(echo(&req))) })
+            .await;
+    let (h2, _t) = h2c_echo().await;
+    let s = Sluice::start(&format!(
+        "site h1.test {{ proxy {} {{ all_down fail }} }}
+         site h2.test {{ proxy h2c://{h2} {{ all_down fail }} }}",
+        h1.addr
+    ));
+    let cases: &[(&str, &[(&str, &str)])] = &[
+        ("te mixed case", &[("TE", "Trailers")]),
+        ("te upper", &[("TE", "TRAILERS")]),
+        ("te list", &[("TE", "gzip, trailers")]),
+        ("te other", &[("TE", "gzip")]),
+        ("cookie crumbs", &[("Cookie", "a=1"), ("Cookie", "b=2")]),
+        ("one cookie", &[("Cookie", "a=1; b=2")]),
+        (
+            "underscore xff",
+            &[("X_Forwarded_For", "6.6.6.6"), ("X-Real_IP", "6.6.6.6")],
+        ),
+        (
+            "url override",
+            &[("X-Original-URL", "/admin"), ("X-Rewrite-URL", "/admin")],
+        ),
+        (
+            "client ip",
+            &[("Client-IP", "6.6.6.6"), ("X-Cluster-Client-IP", "6.6.6.6")],
+        ),
+        ("duplicates", &[("X-Dup", "one"), ("X-Dup", "two")]),
+        (
+            "connection-named",
+            &[("Connection", "X-Hop"), ("X-Hop", "gone")],
+        ),
+    ];
+    for front_h2 in [false, true] {
+        for backend in ["h1.test", "h2.test"] {
+            for (what, fields) in cases {
+                let combo = format!(
+                    "{what}: {} front → {backend}",
+                    if front_h2 { "h2" } else { "h1" }
+                );
+                let (status, seen) = send(front_h2, s.addr, backend, fields).await;
+                assert_eq!(status, 200, "{combo}: {seen}");
+                let te = values(&seen, "te");
+                assert!(te.is_empty() || te == ["trailers"], "{combo}: TE {te:?}");
+                let mut crumbs: Vec<&str> = values(&seen, "cookie")
+                    .into_iter()
+                    .flat_map(|v| v.split("; "))
+                    .collect();
+                crumbs.sort_unstable();
+                if what.contains("cookie") {
+                    assert_eq!(crumbs, ["a=1", "b=2"], "{combo}: {seen}");
+                    if backend == "h1.test" {
+                        assert_eq!(
+                            values(&seen, "cookie").len(),
+                            1,
+                            "{combo}: one field for h1: {seen}"
+                        );
+                    }
+                }
+                // (HTTP/2 has no Connection field, so there X-Hop is a plain field.)
+                let hop = if front_h2 { "x_forwarded_for" } else { "x-hop" };
+                for gone in [
+                    "x_forwarded_for",
+                    "x-real_ip",
+                    "x-original-url",
+                    "x-rewrite-url",
+                    "client-ip",
+                    "x-cluster-client-ip",
+                    hop,
+                ] {
+                    assert!(
+                        values(&seen, gone).is_empty(),
+                        "{combo}: {gone} reached the backend: {seen}"
+                    );
+                }
+                assert_eq!(values(&seen, "x-forwarded-for"), ["127.0.0.1"], "{combo}");
+                if *what == "duplicates" {
+                    let mut d = values(&seen, "x-dup");
+                    d.sort_unstable();
+                    assert_eq!(d, ["one", "two"], "{combo}: both kept");
+                }
+            }
+        }
+    }
+    let logs = s.logs();
+    assert!(
+        !logs.contains("out of rotation") && !logs.contains(" failed ("),
+        "no peer was blamed: {logs}"
+    );
+}
+
+/// Every handler × an `Upgrade` request: the handler answers as it would without it
+/// (never a 101, never a hang), and a proxy's `limit` holds for upgrades too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_handler_with_an_upgrade_request_and_a_limit() {
+    let slow = Backend::start(|req: Request<Incoming>| async move {
+        if req.uri().path() == "/hold" {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        Response::new(full("proxied"))
+    })
+    .await;
+    let (h2, _t) = h2c_echo().await;
+    let root = TempDir::new();
+    root.write("index.html", "files");
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /respond {{ respond \"responded\" }}
+            route /redirect {{ redirect /elsewhere }}
+            route /files/* {{
+                strip /files
+                files {}
+            }}
+            route /h2/* {{ proxy h2c://{h2} {{ limit 1 100ms }} }}
+            proxy {} {{ limit 1 100ms }}
+        }}",
+        root.0.display(),
+        slow.addr
+    ));
+    for upgrade in ["websocket", "h2c", "foo"] {
+        let up = [("Connection", "Upgrade"), ("Upgrade", upgrade)];
+        for (path, want) in [
+            ("/respond", 200),
+            ("/redirect", 302),
+            ("/files/", 200),
+            ("/plain", 200),
+        ] {
+            let r = tokio::time::timeout(WAIT, request(s.addr, "GET", path, &up, b""))
+                .await
+                .expect("an answer");
+            assert_eq!(r.status, want, "{path} with Upgrade: {upgrade}");
+        }
+        // The h2c pool cannot take an HTTP/1.1 upgrade: a websocket one is 502, the
+        // others go as plain requests.
+        let r = request(s.addr, "GET", "/h2/x", &up, b"").await;
+        let want = if upgrade == "websocket" { 502 } else { 200 };
+        assert_eq!(
+            r.status,
+            want,
+            "/h2/x with Upgrade: {upgrade}: {}",
+            r.text()
+        );
+        // While a plain request holds the proxy's one slot, an upgrade waits like any
+        // request and is refused after the wait.
+        let addr = s.addr;
+        let hold = tokio::spawn(async move { request(addr, "GET", "/hold", &[], b"").await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let r = request(s.addr, "GET", "/other", &up, b"").await;
+        assert_eq!(r.status, 503, "Upgrade: {upgrade} under a full limit");
+        assert_eq!(hold.await.unwrap().status, 200);
+    }
+}
