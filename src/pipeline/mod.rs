@@ -381,12 +381,11 @@ async fn call_handler(
         // Boxed, as the FastCGI call below: their futures are large, and inlined they
         // would make every request's future (the proxy's too) as large.
         Handler::Files(f) => {
-            let folder = folder_base(received.as_ref(), &req);
             Box::pin(crate::files::serve(
                 f,
                 req.method(),
                 cx.path(&req),
-                &folder,
+                &folder_base(received.as_ref(), &req),
                 req.uri().query(),
                 req.headers(),
             ))

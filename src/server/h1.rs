@@ -407,8 +407,7 @@ impl Exchange {
         if self.record {
             self.status = parts.status.as_u16();
         }
-        let mut headers = parts.headers;
-        let status = parts.status;
+        let (status, mut headers) = (parts.status, parts.headers);
         count_status(status.as_u16());
         let out = self.delimit(status, &mut headers, &rbody);
         if !headers.contains_key(DATE) {
