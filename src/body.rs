@@ -34,12 +34,19 @@ pub enum BodyError {
 /// A request body that stalls this long between reads fails (h1 and h2 alike).
 pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The timer of a body read that waits, made the first time one does.
+pub struct Stall {
+    timer: Pin<Box<tokio::time::Sleep>>,
+    /// A read is waiting now, and the timer runs for it.
+    armed: bool,
+}
+
 pub enum Body {
     Empty,
     Full(Option<Bytes>),
     /// An HTTP/2 client's request body, and the timer of a read that waits for it
     /// (made the first time one waits): [`BODY_READ_TIMEOUT`] without a byte fails it.
-    Incoming(hyper::body::Incoming, Option<Pin<Box<tokio::time::Sleep>>>),
+    Incoming(hyper::body::Incoming, Option<Stall>),
     /// An HTTP/1 client's request body, fed by the connection task.
     Channel {
         rx: mpsc::Receiver<Result<Bytes, BodyError>>,
@@ -100,9 +107,28 @@ impl http_body::Body for Body {
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             Body::Incoming(b, stall) => match Pin::new(b).poll_frame(cx) {
                 Poll::Pending => {
-                    let deadline = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
-                    let timer =
-                        stall.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                    // The clock starts when a read begins to wait, not when the last
+                    // frame came: time sluice itself spent not reading is not a stall.
+                    let timer = match stall {
+                        Some(Stall { timer, armed }) => {
+                            if !*armed {
+                                timer
+                                    .as_mut()
+                                    .reset(tokio::time::Instant::now() + BODY_READ_TIMEOUT);
+                                *armed = true;
+                            }
+                            timer
+                        }
+                        None => {
+                            let deadline = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
+                            &mut stall
+                                .insert(Stall {
+                                    timer: Box::pin(tokio::time::sleep_until(deadline)),
+                                    armed: true,
+                                })
+                                .timer
+                        }
+                    };
                     match std::future::Future::poll(timer.as_mut(), cx) {
                         Poll::Ready(()) => Poll::Ready(Some(Err(BodyError::ClientGone(
                             "no request body bytes for 60s",
@@ -111,10 +137,8 @@ impl http_body::Body for Body {
                     }
                 }
                 ready => {
-                    // The next wait gets a full period again.
-                    if let Some(t) = stall {
-                        t.as_mut()
-                            .reset(tokio::time::Instant::now() + BODY_READ_TIMEOUT);
+                    if let Some(s) = stall {
+                        s.armed = false;
                     }
                     ready.map(|o| o.map(|r| r.map_err(BodyError::Stream)))
                 }

@@ -162,8 +162,10 @@ fn proxy(from: &str, to: &[String]) -> ExitCode {
                     // Which backend: the words on its line before the error's column,
                     // less `proxy`.
                     let line = text.lines().nth(3).unwrap_or("");
-                    let col = (d.span.col as usize).saturating_sub(1).min(line.len());
-                    let k = line[..col].split_whitespace().count().saturating_sub(1);
+                    // Columns count characters, not bytes.
+                    let col = (d.span.col as usize).saturating_sub(1);
+                    let before: String = line.chars().take(col).collect();
+                    let k = before.split_whitespace().count().saturating_sub(1);
                     to.get(k).cloned().unwrap_or_else(|| to.join(" "))
                 };
                 eprintln!("sluice proxy: {flag} {value}: {}", d.message);

@@ -75,7 +75,21 @@ impl Tunnel {
         }
         let retired = lease.pool.state.retired();
         tokio::pin!(retired);
-        let relay = relay_idle(client, backend, idle);
+        let last = AtomicU64::new(crate::upstream::passive::now_ms());
+        let relay = async {
+            let mut client = Stamped {
+                inner: client,
+                last: &last,
+            };
+            let mut backend = Stamped {
+                inner: &mut backend,
+                last: &last,
+            };
+            tokio::select! {
+                _ = tokio::io::copy_bidirectional(&mut client, &mut backend) => {}
+                _ = idle_for(&last, idle) => {}
+            }
+        };
         tokio::pin!(relay);
         tokio::select! {
             _ = &mut relay => {}
@@ -157,28 +171,88 @@ pub async fn relay_l4(
 
 /// Both directions, each ending on its own (a half-close is passed on), until both
 /// ended or no byte moved either way for `idle`.
-async fn relay_idle<C: AsyncRead + AsyncWrite + Unpin>(
-    client: &mut C,
+async fn relay_idle(
+    client: &mut tokio::net::TcpStream,
     backend: crate::upstream::conn::Io,
     idle: Duration,
 ) {
     let last = AtomicU64::new(crate::upstream::passive::now_ms());
-    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut cr, mut cw) = client.split();
     let (mut br, mut bw) = tokio::io::split(backend);
     let both = async { tokio::join!(pump(&mut cr, &mut bw, &last), pump(&mut br, &mut cw, &last)) };
-    let watchdog = async {
-        loop {
-            let since = crate::upstream::passive::now_ms() - last.load(Ordering::Relaxed);
-            let left = (idle.as_millis() as u64).saturating_sub(since);
-            if left == 0 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(left)).await;
-        }
-    };
     tokio::select! {
         _ = both => {}
-        _ = watchdog => {}
+        _ = idle_for(&last, idle) => {}
+    }
+}
+
+/// Resolves once no byte moved (as `last` says, in `now_ms`) for `idle`.
+async fn idle_for(last: &AtomicU64, idle: Duration) {
+    loop {
+        let since = crate::upstream::passive::now_ms().saturating_sub(last.load(Ordering::Relaxed));
+        let left = (idle.as_millis() as u64).saturating_sub(since);
+        if left == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(left)).await;
+    }
+}
+
+/// A stream that notes in `last` when it last read a byte, for a tunnel's idle timeout.
+struct Stamped<'a, S> {
+    inner: S,
+    last: &'a AtomicU64,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Stamped<'_, S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.last
+                .store(crate::upstream::passive::now_ms(), Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Stamped<'_, S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

@@ -92,12 +92,23 @@ async fn a_client_that_stops_reading_frees_its_slot_after_60s(h2: bool) {
     ));
     let mut _h1 = None;
     let mut _h2 = None;
+    let mut h2_conn = None;
     if h2 {
-        let (mut send, conn) = h2c(s.addr).await;
-        let resp = send.send_request(get_req("/endless")).await.unwrap();
+        // A window of zero from the start: not one byte of body may be sent, and the
+        // client never gives more (the tightest way to hold a stream open).
+        let tcp = TcpStream::connect(s.addr).await.unwrap();
+        let (send, conn) = h2::client::Builder::new()
+            .initial_window_size(0)
+            .handshake::<_, bytes::Bytes>(tcp)
+            .await
+            .unwrap();
+        h2_conn = Some(tokio::spawn(conn));
+        let mut send = send.ready().await.unwrap();
+        let req = http::Request::get("http://a/endless").body(()).unwrap();
+        let (resp, _) = send.send_request(req, true).unwrap();
+        let resp = resp.await.unwrap();
         assert_eq!(resp.status(), 200);
-        // The body is never read: the stream's window closes.
-        _h2 = Some((send, conn, resp));
+        _h2 = Some((send, resp));
     } else {
         let mut c = TcpStream::connect(s.addr).await.unwrap();
         c.write_all(b"GET /endless HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -129,6 +140,13 @@ async fn a_client_that_stops_reading_frees_its_slot_after_60s(h2: bool) {
         "{what}: freed after {:?}, before the send timeout",
         stalled.elapsed()
     );
+    if let Some(conn) = h2_conn {
+        // Like nginx's send_timeout: the connection is closed, not left holding the stream.
+        tokio::time::timeout(Duration::from_secs(10), conn)
+            .await
+            .expect("the h2 connection of the stalled stream is closed")
+            .ok();
+    }
 }
 
 async fn an_idle_keep_alive_connection_closes_after_60s() {

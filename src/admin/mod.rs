@@ -107,7 +107,11 @@ fn host_is_ours(host: Option<&http::HeaderValue>, local: SocketAddr) -> bool {
         return false;
     };
     let host = host.to_ascii_lowercase();
-    if host.parse::<SocketAddr>().is_ok_and(|a| a == local) {
+    // A dual-stack listener sees an IPv4 client's address as `::ffff:a.b.c.d`.
+    let same = |a: SocketAddr| {
+        a.ip().to_canonical() == local.ip().to_canonical() && a.port() == local.port()
+    };
+    if host.parse::<SocketAddr>().is_ok_and(same) {
         return true;
     }
     let port = local.port().to_string();
@@ -256,5 +260,13 @@ mod tests {
             Some(&http::HeaderValue::from_static("[::1]:9000")),
             v6
         ));
+        let mapped: SocketAddr = "[::ffff:10.0.0.5]:2019".parse().unwrap();
+        assert!(
+            host_is_ours(
+                Some(&http::HeaderValue::from_static("10.0.0.5:2019")),
+                mapped
+            ),
+            "an IPv4 client of a dual-stack listener"
+        );
     }
 }

@@ -151,15 +151,16 @@ pub async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) -> Respon
             "Request header fields too large\n",
         );
     }
-    let file = match &body {
+    let file = match body {
+        // Copied into the records, then let go: not held twice while the app runs.
         spool::Spooled::Mem(b) => {
-            codec::stdin(&mut wire, b);
+            codec::stdin(&mut wire, &b);
             None
         }
-        spool::Spooled::File(file, len) => Some((file, *len)),
+        spool::Spooled::File(file, len) => Some((file, len)),
     };
     let is_head = parts.method == http::Method::HEAD;
-    match exchange(f, &wire, file, is_head).await {
+    match exchange(f, &wire, file.as_ref().map(|(f, n)| (f, *n)), is_head).await {
         Ok(resp) => resp,
         Err(resp) => resp,
     }

@@ -76,23 +76,35 @@ pub async fn collect(mut body: Body, max: u64) -> Result<Spooled, SpoolError> {
     })
 }
 
-/// A fresh file in the system's temporary folder, readable by this user only, unlinked
-/// at once.
+/// A fresh file in the system's temporary folder (`TMPDIR`, else `/tmp`), readable by
+/// this user only, under a name nobody can guess ahead (a file another user made first
+/// is never opened: `create_new`), unlinked at once.
 fn temporary() -> io::Result<File> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let path = std::env::temp_dir().join(format!(
-        "sluice-fastcgi-body-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    std::fs::remove_file(&path)?;
-    Ok(f)
+    let mut last = None;
+    for _ in 0..4 {
+        let path = std::env::temp_dir().join(format!(
+            "sluice-fastcgi-body-{}-{}-{:016x}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            crate::upstream::balancer::random()
+        ));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(f) => {
+                std::fs::remove_file(&path)?;
+                return Ok(f);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::ErrorKind::AlreadyExists.into()))
 }
 
 /// Writes `wire` (BEGIN_REQUEST, PARAMS and, for a body in memory, STDIN) and then a

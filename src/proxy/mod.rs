@@ -330,6 +330,12 @@ async fn upgrade(
     dialed: &mut Dialed,
 ) -> Response<Body> {
     let cfg = &pool.cfg;
+    // Until the `101`, a handshake is a request like any other under `limit`; the slot
+    // first, so one waiting for it holds no tunnel place.
+    let permit = match acquire_slot(pool).await {
+        Ok(p) => p,
+        Err(refusal) => return refusal,
+    };
     let Some(opened) = Opened::try_open(client.max_tunnels) else {
         bump(&COUNTERS.limit_rejections);
         tracing::warn!(
@@ -338,11 +344,6 @@ async fn upgrade(
             client.max_tunnels
         );
         return local_response(StatusCode::SERVICE_UNAVAILABLE, BUSY);
-    };
-    // Until the `101`, a handshake is a request like any other under `limit`.
-    let permit = match acquire_slot(pool).await {
-        Ok(p) => p,
-        Err(refusal) => return refusal,
     };
     let key = hash_key(&cfg.lb, &req, client);
     let mut req = prepare(pool, req, client);

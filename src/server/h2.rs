@@ -191,7 +191,8 @@ pub async fn serve<S: Transport>(
             return;
         }
         _ = watch.draining() => {}
-        _ = activity.stalls.sweep(addr) => {}
+        // A stream the client stopped reading: the connection closes at once.
+        _ = activity.stalls.sweep(addr) => return,
         _ = activity.idle(super::h1::IDLE_TIMEOUT) => {
             tracing::debug!(client = %addr, "sluice: h2 connection idle for {:?}, closing", super::h1::IDLE_TIMEOUT);
         }
@@ -200,6 +201,7 @@ pub async fn serve<S: Transport>(
     conn.as_mut().graceful_shutdown();
     tokio::select! {
         _ = conn => {}
+        // A stream the client stopped reading: closed, not waited for.
         _ = activity.stalls.sweep(addr) => {}
     }
 }

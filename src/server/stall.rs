@@ -1,10 +1,12 @@
 //! HTTP/2 response streams a client stopped reading. hyper asks a response body for its
 //! next frame only once the stream's flow-control window has room, so a stalled stream
 //! is one whose body is not asked for anything: nothing inside the body can notice.
-//! A body that has sent more than one window's worth ([`WATCHED_AFTER`]) is therefore
-//! moved where its connection's sweeper can see it, and dropped — freeing its pool slot
-//! and backend connection — once it has waited [`SEND_TIMEOUT`] to be asked again.
-//! Small responses never get that far and cost nothing.
+//! A body that yields a frame and is not done (any streamed response: a client can
+//! hold its window at zero from the start) is therefore moved where its connection's
+//! sweeper can see it; once one has waited [`SEND_TIMEOUT`] to be asked again, the
+//! sweeper drops it — freeing its pool slot and backend connection — and the connection
+//! is closed (as nginx's `send_timeout` does). A response whose body ends with its
+//! first frame, nearly every small one, costs nothing.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,9 +21,6 @@ use super::transport::SEND_TIMEOUT;
 use crate::body::{Body, BodyError};
 use crate::upstream::passive::now_ms;
 
-/// A body is watched once it has sent this much: past HTTP/2's default initial window,
-/// the client's reading is what lets it go on.
-const WATCHED_AFTER: u64 = 64 * 1024;
 /// How often a connection with watched bodies looks at them.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
@@ -41,13 +40,13 @@ pub(super) struct Watched {
 
 /// A response body as an h2 stream holds it.
 pub(super) enum Held {
-    Inline { body: Body, sent: u64 },
+    Inline(Body),
     Watched(Arc<Watched>),
 }
 
 impl Held {
     pub(super) fn new(body: Body) -> Held {
-        Held::Inline { body, sent: 0 }
+        Held::Inline(body)
     }
 
     pub(super) fn poll_frame(
@@ -56,14 +55,11 @@ impl Held {
         stalls: &Stalls,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self {
-            Held::Inline { body, sent } => {
+            Held::Inline(body) => {
                 let r = Pin::new(&mut *body).poll_frame(cx);
-                if let Poll::Ready(Some(Ok(f))) = &r {
-                    *sent += f.data_ref().map_or(0, |d| d.len() as u64);
-                    if *sent > WATCHED_AFTER && !body.is_end_stream() {
-                        let body = std::mem::replace(body, Body::Empty);
-                        *self = Held::Watched(stalls.watch(body));
-                    }
+                if matches!(r, Poll::Ready(Some(Ok(_)))) && !body.is_end_stream() {
+                    let body = std::mem::replace(body, Body::Empty);
+                    *self = Held::Watched(stalls.watch(body));
                 }
                 r
             }
@@ -86,7 +82,7 @@ impl Held {
 
     pub(super) fn is_end_stream(&self) -> bool {
         match self {
-            Held::Inline { body, .. } => body.is_end_stream(),
+            Held::Inline(body) => body.is_end_stream(),
             Held::Watched(w) => w
                 .body
                 .lock()
@@ -98,7 +94,7 @@ impl Held {
 
     pub(super) fn size_hint(&self) -> http_body::SizeHint {
         match self {
-            Held::Inline { body, .. } => body.size_hint(),
+            Held::Inline(body) => body.size_hint(),
             Held::Watched(_) => http_body::SizeHint::default(),
         }
     }
@@ -118,7 +114,8 @@ impl Stalls {
         w
     }
 
-    /// Drops the bodies that waited [`SEND_TIMEOUT`] to be asked again; never returns.
+    /// Drops the bodies that waited [`SEND_TIMEOUT`] to be asked again, and returns
+    /// once it did: the connection is to be closed.
     pub(super) async fn sweep(&self, client: std::net::SocketAddr) {
         loop {
             if self.is_empty() {
@@ -143,12 +140,13 @@ impl Stalls {
             if !cut.is_empty() {
                 tracing::debug!(
                     client = %client,
-                    "sluice: {} HTTP/2 response(s) not read for {SEND_TIMEOUT:?}; ended",
+                    "sluice: {} HTTP/2 response(s) not read for {SEND_TIMEOUT:?}; closing the connection",
                     cut.len()
                 );
+                // Dropped outside the lock: a body's drop frees its slot and connection.
+                drop(cut);
+                return;
             }
-            // Dropped outside the lock: a body's drop frees its slot and connection.
-            drop(cut);
         }
     }
 

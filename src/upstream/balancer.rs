@@ -566,7 +566,8 @@ mod tests {
         ) {
             let ws: Vec<u32> = shape.iter().map(|s| s.0).collect();
             let mut ps = weighted(&ws);
-            let now = 1_000_000;
+            // The breaker's clock: a peer marked down is out until 30 s from now.
+            let now = crate::upstream::passive::now_ms();
             let mut tried = Tried::default();
             for (i, &(_, backup, down, was_tried, load)) in shape.iter().enumerate() {
                 ps[i].backup = backup;
@@ -578,7 +579,7 @@ mod tests {
                     tried.add(i);
                 }
                 if ramping {
-                    ps[i].returns_at(now - 500);
+                    ps[i].returns_at(now.saturating_sub(500).max(1));
                 }
             }
             let slow = ramping.then(|| std::time::Duration::from_secs(10));
@@ -593,6 +594,12 @@ mod tests {
                         c = c.ignoring_health();
                     }
                     let any = (0..ps.len()).any(|i| c.is_candidate(i));
+                    for (i, s) in shape.iter().enumerate() {
+                        proptest::prop_assert!(
+                            !s.2 || !ps[i].is_eligible(now),
+                            "a peer marked down is not eligible"
+                        );
+                    }
                     for _ in 0..3 {
                         match b.pick(&c) {
                             Some(i) => proptest::prop_assert!(
