@@ -46,7 +46,7 @@ pub enum Body {
     Full(Option<Bytes>),
     /// An HTTP/2 client's request body, and the timer of a read that waits for it
     /// (made the first time one waits): [`BODY_READ_TIMEOUT`] without a byte fails it.
-    Incoming(hyper::body::Incoming, Option<Stall>),
+    Incoming(hyper::body::Incoming, Option<Box<Stall>>),
     /// An HTTP/1 client's request body, fed by the connection task.
     Channel {
         rx: mpsc::Receiver<Result<Bytes, BodyError>>,
@@ -110,7 +110,8 @@ impl http_body::Body for Body {
                     // The clock starts when a read begins to wait, not when the last
                     // frame came: time sluice itself spent not reading is not a stall.
                     let timer = match stall {
-                        Some(Stall { timer, armed }) => {
+                        Some(s) => {
+                            let Stall { timer, armed } = &mut **s;
                             if !*armed {
                                 timer
                                     .as_mut()
@@ -122,10 +123,10 @@ impl http_body::Body for Body {
                         None => {
                             let deadline = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
                             &mut stall
-                                .insert(Stall {
+                                .insert(Box::new(Stall {
                                     timer: Box::pin(tokio::time::sleep_until(deadline)),
                                     armed: true,
-                                })
+                                }))
                                 .timer
                         }
                     };
@@ -186,5 +187,19 @@ impl http_body::Body for Body {
             Body::Boxed(b) => b.size_hint(),
             Body::Limited(b, _) => b.size_hint(),
         }
+    }
+}
+
+#[cfg(test)]
+mod size {
+    /// A request's body is moved with it several times a request: a variant that grows
+    /// it (a timer inline, say) costs every request its copy. Rare state goes in a box.
+    #[test]
+    fn a_body_stays_small() {
+        assert!(
+            std::mem::size_of::<super::Body>() <= 48,
+            "Body is {} bytes",
+            std::mem::size_of::<super::Body>()
+        );
     }
 }

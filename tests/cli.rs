@@ -505,7 +505,10 @@ async fn the_one_line_proxy_takes_ports_and_speaks_of_its_flags() {
             "--to http://x/path",
         ),
         (vec!["--from", "127.0.0.1:0", "--to", "x;y"], "--to"),
-        (vec!["--from", "18089", "--to", "ééééé:80", "x:99999"], "--to x:99999"),
+        (
+            vec!["--from", "18089", "--to", "ééééé:80", "x:99999"],
+            "--to x:99999",
+        ),
     ] {
         let mut a = vec!["proxy"];
         a.extend(args.iter().copied());

@@ -130,7 +130,8 @@ async fn run(
         .may_compress
         .then(|| req.headers().get(header::ACCEPT_ENCODING).cloned())
         .flatten();
-    let authorized = route.may_compress && req.headers().contains_key(header::AUTHORIZATION);
+    // Only a client that accepts a coding can get a compressed answer.
+    let authorized = accept.is_some() && req.headers().contains_key(header::AUTHORIZATION);
     let is_head = req.method() == http::Method::HEAD;
     // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
     // target as received, before `strip`/`rewrite`.

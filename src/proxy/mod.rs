@@ -87,8 +87,9 @@ pub struct Client<'a> {
 pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) -> Response<Body> {
     let mut dialed = Dialed::default();
     let resp = match (client.tunnel, upgrade_protocol(&req)) {
+        // Boxed: rare, and inline its future would make every request's as large.
         (Some(slot), Some(protocol)) => {
-            upgrade(pool, req, client, slot, protocol, &mut dialed).await
+            Box::pin(upgrade(pool, req, client, slot, protocol, &mut dialed)).await
         }
         _ => attempts(pool, req, client, &mut dialed).await,
     };
