@@ -389,15 +389,6 @@ fn php_fpm() -> Option<std::path::PathBuf> {
     found
 }
 
-struct PhpFpm(std::process::Child);
-
-impl Drop for PhpFpm {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn crc32(data: &[u8]) -> u32 {
     let mut crc = !0u32;
     for &b in data {
@@ -451,20 +442,19 @@ async fn real_php_fpm_over_tcp_and_a_unix_socket() {
             sock = sock.display()
         ),
     );
-    let child = std::process::Command::new(&fpm)
-        .args([
-            "-F",
-            "-R",
-            "-y",
-            conf.to_str().unwrap(),
-            "-p",
-            run.0.to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("php-fpm starts");
-    let _fpm = PhpFpm(child);
+    let mut cmd = std::process::Command::new(&fpm);
+    cmd.args([
+        "-F",
+        "-R",
+        "-y",
+        conf.to_str().unwrap(),
+        "-p",
+        run.0.to_str().unwrap(),
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    // Its own process group: the master and every worker stop together.
+    let _fpm = Group::spawn(cmd).expect("php-fpm starts");
     let deadline = std::time::Instant::now() + WAIT;
     while !(sock.exists() && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()) {
         assert!(

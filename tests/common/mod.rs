@@ -582,3 +582,40 @@ pub async fn h2c(
     });
     (send, task)
 }
+
+/// A program a test started in a process group of its own (`Command::process_group(0)`),
+/// stopped with everything it forked when dropped — also when the test fails: SIGTERM to
+/// the group, a bounded wait, then SIGKILL. (php-fpm's workers outlived a SIGKILL sent to
+/// their master alone, holding their sockets after every run.)
+pub struct Group(pub Child);
+
+impl Group {
+    pub fn spawn(mut cmd: Command) -> std::io::Result<Group> {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0).spawn().map(Group)
+    }
+
+    fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{sig}"), "--", &format!("-{}", self.0.id())])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.signal("TERM");
+        let end = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Whatever of the group is left (a worker that ignored TERM) goes now.
+        self.signal("KILL");
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
