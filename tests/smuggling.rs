@@ -394,6 +394,9 @@ fn corpus() -> Vec<(String, Vec<u8>)> {
     cases
 }
 
+/// A case's name, number and the responses its client got.
+type Answered = (String, usize, Vec<(u16, String)>);
+
 /// The responses in what came back: (status, body), interim `100 Continue` skipped.
 fn responses(out: &[u8]) -> Vec<(u16, String)> {
     let mut v = Vec::new();
@@ -422,7 +425,7 @@ async fn every_smuggling_spelling_is_refused_or_answered_request_for_request() {
     let s = Sluice::start(&format!("site * {{ proxy {b} }}"));
     let cases = corpus();
     assert!(cases.len() >= 150, "{} cases", cases.len());
-    let mut answered: Vec<(String, usize, Vec<(u16, String)>)> = Vec::new();
+    let mut answered: Vec<Answered> = Vec::new();
     for (b, batch) in cases.chunks(16).enumerate() {
         let runs: Vec<_> = batch
             .iter()
