@@ -226,10 +226,19 @@ async fn old_generations_are_freed() {
         t
     };
     let r = Reloadable::start(&big("a"));
-    r.reload(&big("b"), "reloaded: revision 2", 1);
-    // One generation of this config is ~20 MiB: a leak of even one would show.
+    // A few reloads first: the allocator's own slack settles (it measured up to ~13 MiB
+    // over the first twenty on a busy machine), so what is left to see is retention.
+    for i in 2..=5 {
+        r.reload(
+            &big(if i % 2 == 0 { "b" } else { "a" }),
+            &format!("revision {i}:"),
+            1,
+        );
+    }
+    // One generation of this config is ~20 MiB: twenty kept would be ~400 MiB, and
+    // even one more kept than now would show.
     let (after_one, _) = rss_kib(r.s.pid());
-    for i in 3..=22 {
+    for i in 6..=25 {
         r.reload(
             &big(if i % 2 == 0 { "a" } else { "b" }),
             &format!("revision {i}:"),
@@ -238,10 +247,13 @@ async fn old_generations_are_freed() {
     }
     assert_eq!(get(r.s.addr, "/").await.text(), "ok");
     let (after_twenty, _) = rss_kib(r.s.pid());
-    // Keeping even one old generation (~20 MiB) fails this; allocator slack on a busy
-    // machine has measured up to ~9 MiB, so the bound sits between the two.
+    eprintln!(
+        "old generations: {after_one} KiB after five reloads, {after_twenty} KiB after twenty-five"
+    );
+    // Keeping even one more old generation (~20 MiB) fails this; what the allocator
+    // still moves after the warm-up stays well under the bound.
     assert!(
         after_twenty < after_one + 14 * 1024,
-        "twenty more generations kept no memory: {after_one} KiB after one reload, {after_twenty} KiB after twenty-one"
+        "twenty more generations kept no memory: {after_one} KiB after five reloads, {after_twenty} KiB after twenty-five"
     );
 }
