@@ -105,22 +105,20 @@ pub async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) -> Respon
                 Err(_) => crate::files::not_found(),
             };
         }
-        Target::Redirect => {
-            return crate::files::slash_redirect(facts.folder, req.uri().query());
-        }
+        Target::Redirect => return crate::files::slash_redirect(facts.folder, req.uri().query()),
         Target::NotFound => return crate::files::not_found(),
     };
     let (parts, body) = req.into_parts();
     // A declared length over the cap: 413 before anything reads the body, so before
-    // `100 Continue` (DESIGN §14), as for `proxy`.
-    if http_body::Body::size_hint(&body)
-        .exact()
-        .is_some_and(|n| n > f.cfg.max_body)
-    {
-        crate::stats::bump(&crate::stats::COUNTERS.body_too_large);
-        return local_response(StatusCode::PAYLOAD_TOO_LARGE, "Request body too large\n");
+    // `100 Continue` (DESIGN §14), as for `proxy`. Then the body, whole, under the cap:
+    // FastCGI wants its exact length up front.
+    let declared = http_body::Body::size_hint(&body).exact();
+    if declared.is_some_and(|n| n > f.cfg.max_body) {
+        return body_refused(
+            f,
+            spool::SpoolError::Body(BodyError::TooLarge(f.cfg.max_body)),
+        );
     }
-    // The body, whole, under the cap: FastCGI wants its exact length up front.
     let body = match spool::collect(body, f.cfg.max_body).await {
         Ok(b) => b,
         Err(e) => return body_refused(f, e),
