@@ -39,6 +39,7 @@ use crate::upstream::{FailureKind, Lease, Note, Pick, Pool, Tried, ALPN_H1, ALPN
 const BUSY: &str = "Server busy, retry in a moment\n";
 const NO_CAPACITY: &str = "Edge out of connection capacity toward this site, retry in a moment\n";
 const UNREACHABLE: &str = "Bad gateway: no backend could be reached\n";
+const NO_UPGRADE: &str = "Bad gateway: the backend cannot take an upgrade\n";
 
 /// Which pool and peer served a response — or, for sluice's own 502/504, the last peer
 /// dialed — after how many attempts, with the failover role and transition (what
@@ -134,7 +135,7 @@ async fn attempts(
     client: &Client<'_>,
     dialed: &mut Dialed,
 ) -> Response<Body> {
-    let permit = match acquire_slot(pool).await {
+    let mut permit = match acquire_slot(pool).await {
         Ok(p) => p,
         Err(refusal) => return refusal,
     };
@@ -145,24 +146,17 @@ async fn attempts(
     if replayable {
         out.keep_for_replay(cfg.retry_buffer);
     }
-    let mut permit = permit;
     let mut tried = Tried::default();
     let note = &mut dialed.note;
     let mut next = None;
     let mut switch_retried = false;
     loop {
-        let i = match next
+        let pick = next
             .take()
-            .map_or_else(|| pool.pick(&tried, key, note), Pick::Peer)
-        {
-            Pick::Peer(i) => i,
-            Pick::AllDown => {
-                return local_response(StatusCode::SERVICE_UNAVAILABLE, "No backend available\n");
-            }
-            Pick::Exhausted => {
-                bump(&COUNTERS.bad_gateway);
-                return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
-            }
+            .map_or_else(|| pool.pick(&tried, key, note), Pick::Peer);
+        let i = match peer_or_refusal(pick) {
+            Ok(i) => i,
+            Err(refusal) => return *refusal,
         };
         tried.add(i);
         dialed.peer = Some(i);
@@ -190,52 +184,97 @@ async fn attempts(
             }
             Attempt::Refused(resp) => return resp,
             Attempt::Unreachable(e) => {
-                let kind = e.kind();
                 // A dial another request made and counted already is not counted again.
                 if !matches!(e, DialError::Shared) {
-                    pool.peer_failed(i, kind, &e);
+                    pool.peer_failed(i, e.kind(), &e);
                     pool.failover_result(i, false, note);
                 }
                 // Not reached: the body is intact, so even a POST may go elsewhere.
                 Retry::Unreachable
             }
-            Attempt::Failed(e) => {
-                if matches!(
-                    e,
-                    SendError::TimedOut | SendError::Io(_) | SendError::ClosedEarly
-                ) {
-                    // A timeout or a broken connection is failover evidence, retried or not.
-                    pool.failover_result(i, false, note);
+            Attempt::Failed(e) => match retry_sent(pool, i, e, &tried, key, &mut out, note) {
+                Ok(j) => {
+                    next = Some(j);
+                    permit = lease.permit.take();
+                    continue;
                 }
-                let why = match &e {
-                    SendError::TimedOut if cfg.retry_on.timeout => Retry::Timeout,
-                    SendError::Io(_) | SendError::ClosedEarly if cfg.retry_on.reset => Retry::Reset,
-                    _ => return sent_and_failed(pool, i, e),
-                };
-                if why == Retry::Reset {
-                    pool.peer_failed(i, FailureKind::Broken, &e);
-                }
-                let Some(j) = retry_to(pool, &tried, key, &mut out, why, note) else {
-                    return sent_and_failed_counted(pool, i, e, why == Retry::Reset);
-                };
-                next = Some(j);
-                permit = lease.permit.take();
-                continue;
-            }
+                Err(answer) => return *answer,
+            },
         };
         permit = lease.permit.take();
         drop(lease);
-        let within = tried.count <= cfg.retries as usize;
-        // An attempt never sent that made the pool switch role is tried once on the new
-        // role even past `retries`: the request that causes the switch still succeeds
-        // when a backup can serve it (DESIGN §14, §17).
-        let on_new_role = !within && !switch_retried && pool.switched_away_from(i, note);
-        switch_retried |= on_new_role;
-        if !(within || on_new_role) || !take_retry(pool, why) {
+        if !retry_unreached(pool, &tried, i, why, note, &mut switch_retried) {
             bump(&COUNTERS.bad_gateway);
             return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
         }
     }
+}
+
+/// A request that reached peer `i` and then failed: the peer to send it to again
+/// (`retry_on reset|timeout`, within the rules of [`retry_to`]), or the answer.
+fn retry_sent(
+    pool: &Pool,
+    i: usize,
+    e: SendError,
+    tried: &Tried,
+    key: Option<u64>,
+    out: &mut Outgoing,
+    note: &mut Note,
+) -> Result<usize, Box<Response<Body>>> {
+    if matches!(
+        e,
+        SendError::TimedOut | SendError::Io(_) | SendError::ClosedEarly
+    ) {
+        // A timeout or a broken connection is failover evidence, retried or not.
+        pool.failover_result(i, false, note);
+    }
+    let why = match &e {
+        SendError::TimedOut if pool.cfg.retry_on.timeout => Retry::Timeout,
+        SendError::Io(_) | SendError::ClosedEarly if pool.cfg.retry_on.reset => Retry::Reset,
+        _ => return Err(Box::new(sent_and_failed(pool, i, e))),
+    };
+    if why == Retry::Reset {
+        pool.peer_failed(i, FailureKind::Broken, &e);
+    }
+    retry_to(pool, tried, key, out, why, note)
+        .ok_or_else(|| Box::new(sent_and_failed_counted(pool, i, e, why == Retry::Reset)))
+}
+
+/// The peer a pick named, or sluice's own answer when there is none.
+/// (Boxed: sluice's own answers are the rare path; the common one returns a word.)
+fn peer_or_refusal(pick: Pick) -> Result<usize, Box<Response<Body>>> {
+    match pick {
+        Pick::Peer(i) => Ok(i),
+        Pick::AllDown => Err(Box::new(local_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "No backend available\n",
+        ))),
+        Pick::Exhausted => {
+            bump(&COUNTERS.bad_gateway);
+            Err(Box::new(local_response(
+                StatusCode::BAD_GATEWAY,
+                UNREACHABLE,
+            )))
+        }
+    }
+}
+
+/// Whether a request that never reached peer `i` goes to another: within `retries`,
+/// or once on the new role when the failure made the pool switch (the request that
+/// causes the switch still succeeds when a backup can serve it, DESIGN §14, §17) —
+/// and within the retry budget either way.
+fn retry_unreached(
+    pool: &Pool,
+    tried: &Tried,
+    i: usize,
+    why: Retry,
+    note: &mut Note,
+    switch_retried: &mut bool,
+) -> bool {
+    let within = tried.count <= pool.cfg.retries as usize;
+    let on_new_role = !within && !*switch_retried && pool.switched_away_from(i, note);
+    *switch_retried |= on_new_role;
+    (within || on_new_role) && take_retry(pool, why)
 }
 
 /// Why a request goes to another backend.
@@ -331,20 +370,9 @@ async fn upgrade(
     dialed: &mut Dialed,
 ) -> Response<Body> {
     let cfg = &pool.cfg;
-    // Until the `101`, a handshake is a request like any other under `limit`; the slot
-    // first, so one waiting for it holds no tunnel place.
-    let permit = match acquire_slot(pool).await {
-        Ok(p) => p,
+    let (permit, opened) = match admit_upgrade(pool, client).await {
+        Ok(admitted) => admitted,
         Err(refusal) => return refusal,
-    };
-    let Some(opened) = Opened::try_open(client.max_tunnels) else {
-        bump(&COUNTERS.limit_rejections);
-        tracing::warn!(
-            "sluice: {}: max_tunnels ({}) open, refused an upgrade",
-            pool.name(),
-            client.max_tunnels
-        );
-        return local_response(StatusCode::SERVICE_UNAVAILABLE, BUSY);
     };
     let key = hash_key(&cfg.lb, &req, client);
     let mut req = prepare(pool, req, client);
@@ -353,21 +381,15 @@ async fn upgrade(
     req.headers_mut().insert(header::UPGRADE, protocol);
     let mut out = Outgoing::new(req);
     let note = &mut dialed.note;
-    let i = match pool.pick(&Tried::default(), key, note) {
-        Pick::Peer(i) => i,
-        Pick::AllDown => {
-            return local_response(StatusCode::SERVICE_UNAVAILABLE, "No backend available\n")
-        }
-        Pick::Exhausted => {
-            bump(&COUNTERS.bad_gateway);
-            return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
-        }
+    let i = match peer_or_refusal(pool.pick(&Tried::default(), key, note)) {
+        Ok(i) => i,
+        Err(refusal) => return *refusal,
     };
     dialed.peer = Some(i);
     dialed.attempts = 1;
     let peer = &pool.peers()[i];
     peer.selections.fetch_add(1, Ordering::Relaxed);
-    let mut lease = Lease::new(pool.clone(), i, permit);
+    let lease = Lease::new(pool.clone(), i, permit);
     headers::finish_request(
         &mut out.parts.headers,
         cfg,
@@ -377,45 +399,16 @@ async fn upgrade(
     if pool.state.scheme == BackendScheme::H2c {
         // An h2c backend takes HTTP/2 only: an HTTP/1.1 upgrade cannot reach it.
         tracing::info!(
-            "sluice: {}: cannot pass a `{}` upgrade to {}: it speaks HTTP/2 only (h2c://)",
+            "sluice: {}: cannot pass a websocket upgrade to {}: it speaks HTTP/2 only (h2c://)",
             pool.name(),
-            String::from_utf8_lossy(out.parts.headers[header::UPGRADE].as_bytes()),
             peer.addr.text
         );
         bump(&COUNTERS.bad_gateway);
-        return local_response(
-            StatusCode::BAD_GATEWAY,
-            "Bad gateway: the backend cannot take an upgrade\n",
-        );
+        return local_response(StatusCode::BAD_GATEWAY, NO_UPGRADE);
     }
-    let dialed = Box::pin(dial::connect_peer(
-        &peer.addr.target,
-        pool.state.scheme,
-        pool.state.tls.as_deref(),
-        &pool.dest,
-        cfg.connect_timeout,
-        true,
-        &peer.addr.text,
-    ))
-    .await;
-    let mut conn = match dialed {
-        Ok(dial::Dialed::H1(c)) => c,
-        Ok(dial::Dialed::H2(_)) => {
-            // Offered http/1.1 only: a backend that chose h2 anyway broke ALPN.
-            let e = DialError::Tls("the backend chose h2 though only http/1.1 was offered".into());
-            pool.peer_failed(i, FailureKind::Connect, &e);
-            bump(&COUNTERS.bad_gateway);
-            return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
-        }
-        Err(DialError::Local(e)) => return out_of_capacity(pool, i, e),
-        Err(e) => {
-            if !matches!(e, DialError::Shared) {
-                pool.peer_failed(i, e.kind(), &e);
-                pool.failover_result(i, false, note);
-            }
-            bump(&COUNTERS.bad_gateway);
-            return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
-        }
+    let mut conn = match dial_upgrade(pool, i, note).await {
+        Ok(c) => c,
+        Err(refusal) => return refusal,
     };
     peer.passive.record_success();
     let head = match send(pool, i, &mut conn, &mut out).await {
@@ -429,25 +422,94 @@ async fn upgrade(
         head.reusable = false;
         return stream(pool, Answer::H1(conn, head), lease, client, note, 1);
     }
-    // Switched: from here the tunnel counts under `max_tunnels`, not `limit`.
-    drop(lease.permit.take());
-    let mut parts = head.parts;
+    let tunnel = Tunnel {
+        conn,
+        lease,
+        opened,
+        drain: client.tunnel_drain,
+        idle: client.tunnel_idle,
+    };
+    switched(pool, head.parts, tunnel, client, slot)
+}
+
+/// Until the `101`, a handshake is a request like any other under `limit`; then a place
+/// under `max_tunnels`. The slot first, so one waiting for it holds no tunnel place.
+async fn admit_upgrade(
+    pool: &Pool,
+    client: &Client<'_>,
+) -> Result<(Option<OwnedSemaphorePermit>, Opened), Response<Body>> {
+    let permit = acquire_slot(pool).await?;
+    let Some(opened) = Opened::try_open(client.max_tunnels) else {
+        bump(&COUNTERS.limit_rejections);
+        tracing::warn!(
+            "sluice: {}: max_tunnels ({}) open, refused an upgrade",
+            pool.name(),
+            client.max_tunnels
+        );
+        return Err(local_response(StatusCode::SERVICE_UNAVAILABLE, BUSY));
+    };
+    Ok((permit, opened))
+}
+
+/// A fresh HTTP/1.1 connection for an upgrade (offered `http/1.1` only over TLS); a
+/// peer that cannot be reached is marked, and the answer is sluice's own.
+async fn dial_upgrade(
+    pool: &Pool,
+    i: usize,
+    note: &mut Note,
+) -> Result<BackendConn, Response<Body>> {
+    let peer = &pool.peers()[i];
+    let dialed = Box::pin(dial::connect_peer(
+        &peer.addr.target,
+        pool.state.scheme,
+        pool.state.tls.as_deref(),
+        &pool.dest,
+        pool.cfg.connect_timeout,
+        true,
+        &peer.addr.text,
+    ))
+    .await;
+    match dialed {
+        Ok(dial::Dialed::H1(c)) => Ok(c),
+        Ok(dial::Dialed::H2(_)) => {
+            // Offered http/1.1 only: a backend that chose h2 anyway broke ALPN.
+            let e = DialError::Tls("the backend chose h2 though only http/1.1 was offered".into());
+            pool.peer_failed(i, FailureKind::Connect, &e);
+            bump(&COUNTERS.bad_gateway);
+            Err(local_response(StatusCode::BAD_GATEWAY, UNREACHABLE))
+        }
+        Err(DialError::Local(e)) => Err(out_of_capacity(pool, i, e)),
+        Err(e) => {
+            if !matches!(e, DialError::Shared) {
+                pool.peer_failed(i, e.kind(), &e);
+                pool.failover_result(i, false, note);
+            }
+            bump(&COUNTERS.bad_gateway);
+            Err(local_response(StatusCode::BAD_GATEWAY, UNREACHABLE))
+        }
+    }
+}
+
+/// The backend switched: the `101` for the client, and the tunnel left in `slot` for
+/// the server to join. From here the tunnel counts under `max_tunnels`, not `limit`.
+fn switched(
+    pool: &Pool,
+    mut parts: http::response::Parts,
+    mut tunnel: Tunnel,
+    client: &Client<'_>,
+    slot: &std::sync::OnceLock<Box<Tunnel>>,
+) -> Response<Body> {
+    drop(tunnel.lease.permit.take());
     let switched_to = parts.headers.get(header::UPGRADE).cloned();
-    headers::response(&mut parts.headers, cfg, &client.values);
+    headers::response(&mut parts.headers, &pool.cfg, &client.values);
     parts
         .headers
         .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     if let Some(p) = switched_to {
         parts.headers.insert(header::UPGRADE, p);
     }
-    conn.keepalive();
-    let _ = slot.set(Box::new(Tunnel {
-        conn,
-        lease,
-        opened,
-        drain: client.tunnel_drain,
-        idle: client.tunnel_idle,
-    }));
+    tunnel.conn.keepalive();
+    let _ = slot.set(Box::new(tunnel));
     Response::from_parts(parts, Body::Empty)
 }
 

@@ -698,6 +698,18 @@ impl Builder {
             );
             return None;
         };
+        let (proxy, idle_timeout) = self.tcp_proxy(p)?;
+        Some(TcpProxy {
+            listen,
+            proxy,
+            idle_timeout,
+            max_conns,
+        })
+    }
+
+    /// A `tcp` block's `proxy` line: only what means something to a byte relay, plus
+    /// `idle_timeout`; HTTP options, schemes and HTTP probes are load errors.
+    fn tcp_proxy(&mut self, p: &Directive) -> Option<(ProxyConfig, Duration)> {
         let mut idle_timeout = Duration::from_secs(3600);
         let mut options = Vec::new();
         for item in p.block.as_deref().unwrap_or(&[]) {
@@ -762,12 +774,7 @@ impl Builder {
                 .with_hint("an HTTP probe means nothing to a byte relay"),
             );
         }
-        Some(TcpProxy {
-            listen,
-            proxy,
-            idle_timeout,
-            max_conns,
-        })
+        Some((proxy, idle_timeout))
     }
 }
 
