@@ -24,6 +24,9 @@ pub struct Token {
     pub text: String,
     pub quoted: bool,
     pub span: Span,
+    /// Characters the token takes in the source (quotes, escapes and `{$VAR}` as
+    /// written), so a message can point just past it.
+    pub width: u32,
 }
 
 /// Reads the environment; a seam so tests need not touch the process environment.
@@ -65,6 +68,7 @@ pub fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<Token>, D
                     text: ";".into(),
                     quoted: false,
                     span: span_at(i),
+                    width: 1,
                 });
                 i += 1;
                 continue;
@@ -125,6 +129,7 @@ pub fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<Token>, D
                     text: "{".into(),
                     quoted: false,
                     span: span_at(start + k),
+                    width: 1,
                 });
             }
             let core_start = start + opens;
@@ -139,11 +144,17 @@ pub fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<Token>, D
                 } else {
                     core.to_string()
                 };
+                let width = if quoted {
+                    i - start
+                } else {
+                    core.chars().count()
+                };
                 out.push(Token {
                     kind,
                     text,
                     quoted,
                     span: span_at(core_start),
+                    width: width as u32,
                 });
             }
             let close_at = core_start + core.chars().count();
@@ -157,6 +168,7 @@ pub fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<Token>, D
                     text: brace.to_string(),
                     quoted: false,
                     span: span_at(close_at + k),
+                    width: 1,
                 });
             }
         }
@@ -165,6 +177,7 @@ pub fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<Token>, D
             text: String::new(),
             quoted: false,
             span: span_at(chars.len()),
+            width: 0,
         });
     }
     Ok(out)

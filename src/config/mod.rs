@@ -38,6 +38,12 @@ pub fn load_text_env(name: &str, text: &str, env: &dyn Env) -> Result<Loaded, Re
     load_with(|sources| parser::parse_text(name, text, sources, env))
 }
 
+/// Loads config text without reading the files it imports (fuzzing: arbitrary text
+/// must not name `/dev/zero`).
+pub fn load_alone(name: &str, text: &str, env: &dyn Env) -> Result<Loaded, Report> {
+    load_with(|sources| parser::parse_alone(name, text, sources, env))
+}
+
 fn load_with(
     parse: impl FnOnce(&mut Sources) -> Result<Vec<parser::Directive>, Diagnostic>,
 ) -> Result<Loaded, Report> {

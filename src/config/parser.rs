@@ -15,6 +15,8 @@ pub struct Word {
     pub text: String,
     pub quoted: bool,
     pub span: Span,
+    /// Characters it takes in the source.
+    pub width: u32,
 }
 
 /// `name args... [{ block }]`.
@@ -35,9 +37,8 @@ impl Directive {
     /// Where an error about a missing argument should point: just past the last word.
     pub fn end_span(&self) -> Span {
         let last = self.args.last().unwrap_or(&self.name);
-        let len = last.text.chars().count() as u32 + if last.quoted { 2 } else { 0 };
         Span {
-            col: last.span.col + len + 1,
+            col: last.span.col + last.width,
             ..last.span
         }
     }
@@ -67,13 +68,23 @@ pub fn parse_text(
     sources: &mut Sources,
     env: &dyn Env,
 ) -> Result<Vec<Directive>, Diagnostic> {
-    let file = sources.add(name.to_string(), Arc::from(text));
-    let tokens = tokenize(file, text, env)?;
-    let mut p = Parser { tokens, pos: 0 };
-    let tree = p.block(None)?;
+    let tree = parse_alone(name, text, sources, env)?;
     // Imports in embedded text resolve against the working directory.
     let mut stack = Vec::new();
     expand_imports(tree, Path::new(name), sources, env, &mut stack)
+}
+
+/// Parses text into directives without reading the files it imports (`import` stays a
+/// directive): what `parse_text` does before it expands them.
+pub fn parse_alone(
+    name: &str,
+    text: &str,
+    sources: &mut Sources,
+    env: &dyn Env,
+) -> Result<Vec<Directive>, Diagnostic> {
+    let file = sources.add(name.to_string(), Arc::from(text));
+    let tokens = tokenize(file, text, env)?;
+    Parser { tokens, pos: 0 }.block(None)
 }
 
 fn parse_path(
@@ -269,6 +280,7 @@ impl Parser {
             text: t.text.clone(),
             quoted: t.quoted,
             span: t.span,
+            width: t.width,
         }
     }
 }

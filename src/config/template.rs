@@ -67,9 +67,16 @@ impl Template {
         let mut lit = String::new();
         let mut rest = text;
         while let Some(open) = rest.find('{') {
-            let Some(close) = rest[open..].find('}') else {
+            // The braces hold no other brace: in `{"ip":"{client_ip}"}` the placeholder
+            // is the inner group.
+            let Some(close) = rest[open + 1..].find(['{', '}']).map(|c| c + 1) else {
                 break;
             };
+            if rest.as_bytes()[open + close] == b'{' {
+                lit.push_str(&rest[..open + close]);
+                rest = &rest[open + close..];
+                continue;
+            }
             let name = &rest[open + 1..open + close];
             match Placeholder::ALL.iter().find(|(n, _)| *n == name) {
                 Some((_, p)) => {
@@ -204,5 +211,22 @@ mod tests {
             Err(UnknownPlaceholder("remote".into()))
         );
         assert!(!Template::parse("{}").unwrap().has_placeholders());
+    }
+
+    /// Found by the `template` fuzz target: a placeholder inside other braces (a JSON
+    /// body) was left as text.
+    #[test]
+    fn placeholders_inside_other_braces() {
+        let t = Template::parse(r#"{"ip":"{client_ip}","n":{"m":"{method}"}} {{host}}"#).unwrap();
+        let v = Values {
+            host: "a.test",
+            method: "GET",
+            client_ip: "10.0.0.1",
+            ..Values::default()
+        };
+        assert_eq!(
+            t.render(&v),
+            r#"{"ip":"10.0.0.1","n":{"m":"GET"}} {a.test}"#
+        );
     }
 }

@@ -49,7 +49,7 @@ pub enum Coding {
 }
 
 impl Coding {
-    fn token(self) -> &'static str {
+    pub(crate) fn token(self) -> &'static str {
         match self {
             Coding::Zstd => "zstd",
             Coding::Br => "br",

@@ -239,20 +239,7 @@ fn stage(line: &config::FilterLine, route: &str) -> Stage {
             })
     };
     Stage {
-        condition: line.condition.as_ref().map(|c| Condition {
-            negate: c.negate,
-            test: match &c.test {
-                config::Test::Path(p) => Test::Path(p.clone()),
-                config::Test::ClientIp(nets) => Test::ClientIp(nets.clone()),
-                config::Test::Match(config::Matcher::Method(ms)) => Test::Method(ms.clone()),
-                config::Test::Match(config::Matcher::Header(n, v)) => {
-                    Test::Header(n.clone(), v.clone())
-                }
-                config::Test::Match(config::Matcher::Query(n, v)) => {
-                    Test::Query(n.clone(), v.clone())
-                }
-            },
-        }),
+        condition: line.condition.as_ref().map(condition),
         failure_open: line.failure_open,
         on_pass: branch(passed),
         on_refuse: branch(refused),
@@ -311,5 +298,21 @@ mod tests {
             "the dropped pool is retired at the swap"
         );
         assert!(!state(&live.load(), "a /x/*").is_retired());
+    }
+}
+
+/// A filter line's `when …` / `unless …`, as the filter stage tests it.
+pub(crate) fn condition(c: &config::Condition) -> Condition {
+    Condition {
+        negate: c.negate,
+        test: match &c.test {
+            config::Test::Path(p) => Test::Path(p.clone()),
+            config::Test::ClientIp(nets) => Test::ClientIp(nets.clone()),
+            config::Test::Match(config::Matcher::Method(ms)) => Test::Method(ms.clone()),
+            config::Test::Match(config::Matcher::Header(n, v)) => {
+                Test::Header(n.clone(), v.clone())
+            }
+            config::Test::Match(config::Matcher::Query(n, v)) => Test::Query(n.clone(), v.clone()),
+        },
     }
 }

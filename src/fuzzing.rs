@@ -1,0 +1,367 @@
+//! Entry points for `cargo fuzz` (`fuzz/`, see docs/fuzzing.md): the parsers that read
+//! what a peer or an operator writes. Not an API.
+//!
+//! Each function takes the fuzzer's bytes and either checks its own invariants (and
+//! panics when one breaks) or hands back what the target compares with a reference
+//! written apart from the code under test.
+
+use std::net::IpAddr;
+
+use bytes::BytesMut;
+use http::Request;
+
+use crate::body::Body;
+use crate::config::lexer::Env;
+use crate::config::template::{Template, Values};
+use crate::fastcgi::codec::{Decoder as FcgiDecoder, Record};
+use crate::fastcgi::head as fcgi_head;
+use crate::http1::decode::{Decoded, Decoder};
+use crate::http1::head::{self, Framing};
+use crate::http1::scan::{RequestScan, ResponseScan};
+use crate::http1::MAX_HEAD;
+use crate::route::path;
+
+/// The input's first byte as a read size (1–64), and the rest.
+fn step_of(data: &[u8]) -> Option<(usize, u8, &[u8])> {
+    let (&first, rest) = data.split_first()?;
+    Some((usize::from(first % 64) + 1, first, rest))
+}
+
+/// The FastCGI record decoder over `data` (its first byte picks the read size), then
+/// the head parser over the STDOUT it produced.
+pub fn fastcgi_response(data: &[u8]) {
+    let Some((step, _, rest)) = step_of(data) else {
+        return;
+    };
+    let mut decoder = FcgiDecoder::default();
+    let mut buf = BytesMut::new();
+    let mut stdout = Vec::new();
+    'feed: for piece in rest.chunks(step) {
+        buf.extend_from_slice(piece);
+        loop {
+            match decoder.decode(&mut buf) {
+                Ok(Some(Record::Stdout(b))) => {
+                    assert!(b.len() <= crate::fastcgi::codec::MAX_CONTENT);
+                    stdout.extend_from_slice(&b);
+                }
+                Ok(Some(Record::Stderr(b))) => {
+                    assert!(b.len() <= crate::fastcgi::codec::MAX_CONTENT)
+                }
+                Ok(Some(Record::End { .. })) => {}
+                Ok(None) => break,
+                Err(_) => break 'feed,
+            }
+        }
+        // Never more than a record header's worth, plus what one read added.
+        assert!(buf.len() < 8 + step);
+    }
+    if let Ok(Some((h, used))) = fcgi_head::parse(&stdout) {
+        assert!(used <= stdout.len());
+        assert!(h.headers.get(http::header::CONNECTION).is_none());
+    }
+    let _ = fcgi_head::parse(rest);
+}
+
+/// The environment a fuzzed config sees: one variable.
+struct OneVar;
+
+impl Env for OneVar {
+    fn get(&self, name: &str) -> Option<String> {
+        (name == "FUZZ").then(|| "127.0.0.1:8080".to_string())
+    }
+}
+
+/// Config text through the lexer, parser and builder (imports are not read). Every
+/// diagnostic must point inside the text and render.
+pub fn config(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let report = match crate::config::load_alone("fuzz.conf", &text, &OneVar) {
+        Ok(loaded) => loaded.warnings,
+        Err(report) => report,
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    for d in &report.diagnostics {
+        let s = d.span;
+        assert_eq!(s.file, 0, "{d:?}");
+        assert!(
+            s.line >= 1 && s.line as usize <= lines.len().max(1),
+            "line outside the text: {d:?}"
+        );
+        let width = lines
+            .get(s.line as usize - 1)
+            .map_or(0, |l| l.chars().count());
+        assert!(
+            s.col >= 1 && s.col as usize <= width + 1,
+            "column outside line {} ({width} chars): {d:?}",
+            s.line
+        );
+        assert!(!d.message.is_empty());
+        let shown = d.render(&report.sources);
+        assert!(shown.contains(&format!("fuzz.conf:{}:{}", s.line, s.col)));
+    }
+}
+
+/// Requests as a client sends them, pipelined, read in pieces whose size the first
+/// byte picks: the head scanner, the head parser and the body decoder in turn.
+pub fn http1_request(data: &[u8]) {
+    let Some((step, _, rest)) = step_of(data) else {
+        return;
+    };
+    let mut input = rest.chunks(step);
+    let mut buf = BytesMut::new();
+    let mut fed = 0usize;
+    for _ in 0..8 {
+        let mut scan = RequestScan::default();
+        let end = loop {
+            match scan.find_end(&buf) {
+                Err(_) => return,
+                Ok(Some(end)) => break end,
+                Ok(None) => match input.next() {
+                    Some(p) => {
+                        fed += p.len();
+                        buf.extend_from_slice(p);
+                    }
+                    None => return,
+                },
+            }
+        };
+        assert!(end <= buf.len());
+        let Ok(h) = head::parse_request(buf.split_to(end).freeze()) else {
+            return;
+        };
+        let lengths = h
+            .headers
+            .get_all(http::header::CONTENT_LENGTH)
+            .iter()
+            .count();
+        let te = h.headers.contains_key(http::header::TRANSFER_ENCODING);
+        let mut decoder = match h.framing {
+            Framing::None => {
+                assert!(!te, "{h:?}");
+                let zero = h.headers.get(http::header::CONTENT_LENGTH);
+                assert!(lengths == 0 || zero.is_some_and(|v| v == "0"), "{h:?}");
+                continue;
+            }
+            Framing::Length(n) => {
+                assert!(!te, "a length and a coding: {h:?}");
+                assert_eq!(lengths, 1, "{h:?}");
+                let v = &h.headers[http::header::CONTENT_LENGTH];
+                assert_eq!(v.to_str().ok().and_then(|v| v.parse().ok()), Some(n));
+                Decoder::length(n)
+            }
+            Framing::Chunked => {
+                assert_eq!(lengths, 0, "a coding and a length: {h:?}");
+                Decoder::chunked()
+            }
+        };
+        let before = fed - buf.len();
+        if !drain(&mut decoder, &mut buf, &mut input, &mut fed, step, before) {
+            return;
+        }
+    }
+}
+
+/// Decodes one body; `false` when the input ended or was refused before it did.
+fn drain<'a>(
+    decoder: &mut Decoder,
+    buf: &mut BytesMut,
+    input: &mut impl Iterator<Item = &'a [u8]>,
+    fed: &mut usize,
+    step: usize,
+    start: usize,
+) -> bool {
+    let mut body = 0usize;
+    loop {
+        match decoder.decode(buf) {
+            Err(_) => return false,
+            Ok(Decoded::Done) => return true,
+            Ok(Decoded::Data(d)) => {
+                assert!(!d.is_empty());
+                body += d.len();
+                // Never more body than bytes arrived for it.
+                assert!(body <= *fed - start);
+            }
+            Ok(Decoded::NeedMore) => {
+                // What waits for more is a size line or trailers, bounded.
+                assert!(buf.len() <= 64 * 1024 + 4096 + step, "{}", buf.len());
+                match input.next() {
+                    Some(p) => {
+                        *fed += p.len();
+                        buf.extend_from_slice(p);
+                    }
+                    None => {
+                        decoder.finish();
+                        return decoder.is_done() && decoder.decode(buf) == Ok(Decoded::Done);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Responses as a backend sends them: the first byte picks the read size and whether
+/// the request was HEAD.
+pub fn http1_response(data: &[u8]) {
+    let Some((step, first, rest)) = step_of(data) else {
+        return;
+    };
+    let is_head = first & 0x40 != 0;
+    let mut input = rest.chunks(step);
+    let mut buf = BytesMut::new();
+    let mut fed = 0usize;
+    for _ in 0..8 {
+        let mut scan = ResponseScan::default();
+        let end = loop {
+            match scan.find_end(&buf) {
+                Some(end) => break end,
+                None if buf.len() > MAX_HEAD => return,
+                None => match input.next() {
+                    Some(p) => {
+                        fed += p.len();
+                        buf.extend_from_slice(p);
+                    }
+                    None => return,
+                },
+            }
+        };
+        assert!(end <= buf.len());
+        let h = match head::parse_response(&mut buf, end, is_head) {
+            Err(_) => return,
+            Ok(None) => continue,
+            Ok(Some(h)) => h,
+        };
+        let status = h.parts.status;
+        assert!(!status.is_informational() || status == http::StatusCode::SWITCHING_PROTOCOLS);
+        if is_head || status == http::StatusCode::NO_CONTENT || status.as_u16() == 304 {
+            assert!(
+                h.decoder.is_done(),
+                "{status} on HEAD={is_head}: {:?}",
+                h.decoder
+            );
+        }
+        if h.decoder.until_eof() {
+            assert!(!h.reusable);
+        }
+        let mut decoder = h.decoder;
+        let before = fed - buf.len();
+        if !drain(&mut decoder, &mut buf, &mut input, &mut fed, step, before) || !h.reusable {
+            return;
+        }
+    }
+}
+
+/// Path normalisation: a normal result is absolute, has no dot segments or empty
+/// segments, no control bytes, is its own normal form, and is borrowed only when the
+/// input was already normal. Host normalisation: idempotent, lower case.
+pub fn path(data: &[u8]) {
+    let Ok(p) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(n) = path::normalize(p) {
+        if p != "*" {
+            assert!(n.starts_with('/'), "{p:?} -> {n:?}");
+            assert!(!n.contains("//"), "{p:?} -> {n:?}");
+            assert!(
+                n.split('/').all(|s| s != "." && s != ".."),
+                "{p:?} -> {n:?}"
+            );
+            assert!(!n.bytes().any(|b| b < 0x20 || b == 0x7f), "{p:?}");
+            let b = n.as_bytes();
+            for (i, _) in n.match_indices('%') {
+                let hex = &b[i + 1..i + 3];
+                assert!(hex
+                    .iter()
+                    .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase()));
+                let v = u8::from_str_radix(std::str::from_utf8(hex).unwrap(), 16).unwrap();
+                let unreserved = v.is_ascii_alphanumeric() || b"-._~".contains(&v);
+                assert!(
+                    !unreserved,
+                    "{p:?} -> {n:?} keeps an escaped unreserved byte"
+                );
+            }
+            let again = path::normalize(&n).expect("a normal path is accepted");
+            assert_eq!(again, n, "not idempotent: {p:?}");
+            // Escapes are always looked at again; anything else normal is borrowed.
+            if !n.contains('%') {
+                assert!(matches!(again, std::borrow::Cow::Borrowed(_)), "{n:?}");
+            }
+        }
+        if let std::borrow::Cow::Borrowed(_) = n {
+            assert_eq!(n, p);
+        }
+    }
+    let h = path::normalize_host(p);
+    assert!(!h.bytes().any(|b| b.is_ascii_uppercase()), "{p:?} -> {h:?}");
+    // One trailing dot goes (`a.test.` is `a.test`); `a.test..` names no host.
+    if !h.contains([':', '[', ']']) && !h.ends_with('.') {
+        assert_eq!(path::normalize_host(&h), h, "{p:?}");
+    }
+}
+
+/// `text` rendered as a `respond`/`redirect`/header template with `values` (host, path,
+/// query, method, client_ip, scheme; no query when `values[2]` is `None`), or the
+/// unknown placeholder's name.
+pub fn template(text: &str, values: [Option<&str>; 6]) -> Result<String, String> {
+    let t = Template::parse(text).map_err(|e| e.0)?;
+    let v = Values {
+        host: values[0].unwrap_or(""),
+        path: values[1].unwrap_or(""),
+        query: values[2],
+        method: values[3].unwrap_or(""),
+        client_ip: values[4].unwrap_or(""),
+        scheme: values[5].unwrap_or(""),
+    };
+    Ok(t.render(&v))
+}
+
+/// The coding `Accept-Encoding: accept` picks, by its token.
+pub fn accept_encoding(accept: &[u8]) -> Option<&'static str> {
+    crate::filter::compress::negotiate(accept).map(|c| c.token())
+}
+
+/// A request a filter condition is tested on.
+pub struct Probe<'a> {
+    pub method: &'a str,
+    /// Path and query, as the request line has them.
+    pub target: &'a str,
+    pub headers: &'a [(&'a str, &'a str)],
+    pub client: IpAddr,
+}
+
+/// The condition `when COND` on a filter line, loaded from config text, and whether it
+/// holds for `probe` (checked to be the opposite of `unless COND`), with the
+/// normalised path it was judged on; `None` when the line or the request is refused.
+pub fn condition(
+    cond: &str,
+    probe: &Probe<'_>,
+) -> Option<(crate::config::Condition, bool, String)> {
+    if cond.contains(['{', '}', ';', '#', '\n', '\r']) {
+        return None;
+    }
+    let text = format!(
+        "listen 127.0.0.1:1\nsite * {{\n  header_down X-F 1 when {cond}\n  respond 200\n}}\n"
+    );
+    let loaded = crate::config::load_alone("fuzz.conf", &text, &OneVar).ok()?;
+    let model = loaded.config.sites[0].routes[0].filters[0]
+        .condition
+        .clone()
+        .expect("a condition");
+    let mut req = Request::builder().method(probe.method).uri(probe.target);
+    for (n, v) in probe.headers {
+        req = req.header(*n, *v);
+    }
+    let req = req.body(Body::Empty).ok()?;
+    let normal = path::normalize(req.uri().path()).ok()?.into_owned();
+    let cx = crate::filter::Cx::new(Some(normal.clone()), None, probe.client);
+    let when = crate::runtime::compile::condition(&model);
+    let mut opposite = model.clone();
+    opposite.negate = !opposite.negate;
+    let unless = crate::runtime::compile::condition(&opposite);
+    let holds = when.holds(&req, &cx);
+    assert_ne!(
+        holds,
+        unless.holds(&req, &cx),
+        "`unless` is not the opposite"
+    );
+    Some((model, holds, normal))
+}
