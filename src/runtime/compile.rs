@@ -257,6 +257,22 @@ fn matcher(m: &config::Matcher) -> Matcher {
     }
 }
 
+/// A filter line's `when …` / `unless …`, as the filter stage tests it.
+pub(crate) fn condition(c: &config::Condition) -> Condition {
+    Condition {
+        negate: c.negate,
+        test: match &c.test {
+            config::Test::Path(p) => Test::Path(p.clone()),
+            config::Test::ClientIp(nets) => Test::ClientIp(nets.clone()),
+            config::Test::Match(config::Matcher::Method(ms)) => Test::Method(ms.clone()),
+            config::Test::Match(config::Matcher::Header(n, v)) => {
+                Test::Header(n.clone(), v.clone())
+            }
+            config::Test::Match(config::Matcher::Query(n, v)) => Test::Query(n.clone(), v.clone()),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,21 +314,5 @@ mod tests {
             "the dropped pool is retired at the swap"
         );
         assert!(!state(&live.load(), "a /x/*").is_retired());
-    }
-}
-
-/// A filter line's `when …` / `unless …`, as the filter stage tests it.
-pub(crate) fn condition(c: &config::Condition) -> Condition {
-    Condition {
-        negate: c.negate,
-        test: match &c.test {
-            config::Test::Path(p) => Test::Path(p.clone()),
-            config::Test::ClientIp(nets) => Test::ClientIp(nets.clone()),
-            config::Test::Match(config::Matcher::Method(ms)) => Test::Method(ms.clone()),
-            config::Test::Match(config::Matcher::Header(n, v)) => {
-                Test::Header(n.clone(), v.clone())
-            }
-            config::Test::Match(config::Matcher::Query(n, v)) => Test::Query(n.clone(), v.clone()),
-        },
     }
 }
