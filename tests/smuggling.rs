@@ -506,3 +506,579 @@ async fn every_smuggling_spelling_is_refused_or_answered_request_for_request() {
         seen.cut.len()
     );
 }
+
+/// A field as sent: name and value, any bytes.
+type Field = (Vec<u8>, Vec<u8>);
+
+/// One HTTP/2 case: the request's fields in the order sent (pseudo-fields included,
+/// any bytes), its DATA frames, and whether the last frame ends the stream.
+#[derive(Clone)]
+struct H2Case {
+    name: String,
+    fields: Vec<(Vec<u8>, Vec<u8>)>,
+    data: Vec<Vec<u8>>,
+    /// Trailers sent after the data (a HEADERS frame with END_STREAM).
+    trailers: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+fn f(n: &str, v: &str) -> (Vec<u8>, Vec<u8>) {
+    (n.as_bytes().to_vec(), v.as_bytes().to_vec())
+}
+
+/// The request pseudo-fields of a POST to `/PATH`, then `extra`.
+fn post(extra: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut v = vec![
+        f(":method", "POST"),
+        f(":scheme", "http"),
+        f(":authority", "a"),
+        f(":path", "/PATH"),
+    ];
+    v.extend(extra.iter().map(|(n, x)| f(n, x)));
+    v
+}
+
+/// The HTTP/2 half of the corpus: framing an HTTP/1 backend must never see two ways.
+fn h2_corpus() -> Vec<H2Case> {
+    let mut cases = Vec::new();
+    let hidden_chunked = format!("0\r\n\r\n{HIDDEN}").into_bytes();
+    let hidden = HIDDEN.as_bytes().to_vec();
+    let mut add = |name: &str, fields, data: Vec<Vec<u8>>, trailers| {
+        cases.push(H2Case {
+            name: name.to_string(),
+            fields,
+            data,
+            trailers,
+        })
+    };
+    // Content-Length against the DATA actually sent.
+    for (cl, body) in [
+        ("5", b"hello".to_vec()),
+        ("0", hidden.clone()),
+        ("3", hidden.clone()),
+        ("100", hidden.clone()),
+        ("5", Vec::new()),
+    ] {
+        add(
+            &format!("h2 content-length {cl} with {} bytes", body.len()),
+            post(&[("content-length", cl)]),
+            vec![body],
+            vec![],
+        );
+    }
+    // Spellings of a length an HTTP/1 parser might read differently.
+    for cl in [
+        "+5",
+        "0x5",
+        "05",
+        " 5",
+        "5 ",
+        "5,5",
+        "5, 5",
+        "-5",
+        "5.0",
+        "1e1",
+        "99999999999999999999",
+        "",
+        "5\t",
+    ] {
+        add(
+            &format!("h2 content-length {cl:?}"),
+            post(&[("content-length", cl)]),
+            vec![b"hello".to_vec()],
+            vec![],
+        );
+    }
+    add(
+        "h2 two content-lengths",
+        post(&[("content-length", "5"), ("content-length", "6")]),
+        vec![b"hello".to_vec()],
+        vec![],
+    );
+    add(
+        "h2 two equal content-lengths",
+        post(&[("content-length", "5"), ("content-length", "5")]),
+        vec![b"hello".to_vec()],
+        vec![],
+    );
+    // Transfer-Encoding is connection-specific in HTTP/2: never passed on.
+    for te in [
+        "chunked",
+        "Chunked",
+        "gzip, chunked",
+        "chunked, identity",
+        "identity",
+        " chunked",
+    ] {
+        add(
+            &format!("h2 transfer-encoding {te:?}"),
+            post(&[("transfer-encoding", te)]),
+            vec![hidden_chunked.clone()],
+            vec![],
+        );
+        add(
+            &format!("h2 transfer-encoding {te:?} with a length"),
+            post(&[
+                ("transfer-encoding", te),
+                ("content-length", &hidden_chunked.len().to_string()),
+            ]),
+            vec![hidden_chunked.clone()],
+            vec![],
+        );
+    }
+    for te in [
+        "trailers",
+        "trailers, chunked",
+        "chunked",
+        "gzip",
+        "Trailers",
+        "trailers;q=1",
+    ] {
+        add(
+            &format!("h2 te {te:?}"),
+            post(&[("te", te)]),
+            vec![hidden_chunked.clone()],
+            vec![],
+        );
+    }
+    // Other connection-specific fields.
+    for (n, v) in [
+        ("connection", "keep-alive"),
+        ("connection", "close, transfer-encoding"),
+        ("keep-alive", "timeout=5"),
+        ("proxy-connection", "keep-alive"),
+        ("upgrade", "h2c"),
+    ] {
+        add(
+            &format!("h2 {n}: {v}"),
+            post(&[(n, v)]),
+            vec![hidden_chunked.clone()],
+            vec![],
+        );
+    }
+    // CR, LF and NUL in values, and names an HTTP/1 head cannot carry.
+    for (n, v) in [
+        ("x-a", "1\r\nTransfer-Encoding: chunked"),
+        ("x-a", "1\nTransfer-Encoding: chunked"),
+        ("x-a", "1\rTransfer-Encoding: chunked"),
+        ("x-a", "1\0"),
+        ("x-a", " leading"),
+        ("x-a", "trailing "),
+        ("x-a\r\ntransfer-encoding", "chunked"),
+        ("x a", "1"),
+        ("x:a", "1"),
+        ("X-Upper", "1"),
+        ("", "1"),
+        ("x-a", "\u{7f}"),
+        ("host", "a\r\nTransfer-Encoding: chunked"),
+        ("cookie", "a=1\r\nTransfer-Encoding: chunked"),
+    ] {
+        add(
+            &format!("h2 field {n:?}: {v:?}"),
+            post(&[(n, v)]),
+            vec![hidden_chunked.clone()],
+            vec![],
+        );
+    }
+    // Pseudo-field abuse.
+    let path_hidden = format!("/PATH HTTP/1.1\r\nHost: a\r\n\r\n{HIDDEN}");
+    let pseudo: Vec<(&str, Vec<Field>)> = vec![
+        (
+            "no :path",
+            vec![
+                f(":method", "POST"),
+                f(":scheme", "http"),
+                f(":authority", "a"),
+            ],
+        ),
+        (
+            "empty :path",
+            vec![
+                f(":method", "POST"),
+                f(":scheme", "http"),
+                f(":authority", "a"),
+                f(":path", ""),
+            ],
+        ),
+        (
+            "request line in :path",
+            vec![
+                f(":method", "POST"),
+                f(":scheme", "http"),
+                f(":authority", "a"),
+                f(":path", &path_hidden),
+            ],
+        ),
+        (
+            "space in :path",
+            vec![
+                f(":method", "POST"),
+                f(":scheme", "http"),
+                f(":authority", "a"),
+                f(":path", "/PATH x"),
+            ],
+        ),
+        (
+            "relative :path",
+            vec![
+                f(":method", "POST"),
+                f(":scheme", "http"),
+                f(":authority", "a"),
+                f(":path", "PATH"),
+            ],
+        ),
+        (
+            "two :path",
+            vec![
+                f(":method", "POST"),
+                f(":scheme", "http"),
+                f(":authority", "a"),
+                f(":path", "/PATH"),
+                f(":path", "/smuggled-CASE"),
+            ],
+        ),
+        (
+            "space in :method",
+            vec![
+                f(":method", "GET /smuggled-CASE"),
+                f(":scheme", "http"),
+                f(":authority", "a"),
+                f(":path", "/PATH"),
+            ],
+        ),
+        (
+            "no :method",
+            vec![
+                f(":scheme", "http"),
+                f(":authority", "a"),
+                f(":path", "/PATH"),
+            ],
+        ),
+        (
+            "no :scheme",
+            vec![
+                f(":method", "POST"),
+                f(":authority", "a"),
+                f(":path", "/PATH"),
+            ],
+        ),
+        (
+            "pseudo after a field",
+            vec![
+                f(":method", "POST"),
+                f(":scheme", "http"),
+                f("x-a", "1"),
+                f(":authority", "a"),
+                f(":path", "/PATH"),
+            ],
+        ),
+        (
+            "unknown pseudo",
+            vec![
+                f(":method", "POST"),
+                f(":scheme", "http"),
+                f(":authority", "a"),
+                f(":path", "/PATH"),
+                f(":foo", "1"),
+            ],
+        ),
+        (
+            ":status in a request",
+            vec![
+                f(":method", "POST"),
+                f(":scheme", "http"),
+                f(":authority", "a"),
+                f(":path", "/PATH"),
+                f(":status", "200"),
+            ],
+        ),
+        (
+            ":protocol without CONNECT",
+            vec![
+                f(":method", "POST"),
+                f(":scheme", "http"),
+                f(":authority", "a"),
+                f(":path", "/PATH"),
+                f(":protocol", "websocket"),
+            ],
+        ),
+        (
+            "CRLF in :authority",
+            vec![
+                f(":method", "POST"),
+                f(":scheme", "http"),
+                f(":authority", "a\r\nTransfer-Encoding: chunked"),
+                f(":path", "/PATH"),
+            ],
+        ),
+        (
+            ":authority and host differ",
+            vec![
+                f(":method", "POST"),
+                f(":scheme", "http"),
+                f(":authority", "a"),
+                f(":path", "/PATH"),
+                f("host", "b"),
+            ],
+        ),
+        (
+            "userinfo in :authority",
+            vec![
+                f(":method", "POST"),
+                f(":scheme", "http"),
+                f(":authority", "u@a"),
+                f(":path", "/PATH"),
+            ],
+        ),
+        (
+            "CONNECT with a :path",
+            vec![
+                f(":method", "CONNECT"),
+                f(":authority", "a:80"),
+                f(":path", "/PATH"),
+                f(":scheme", "http"),
+            ],
+        ),
+        (
+            "lower-case method",
+            vec![
+                f(":method", "post"),
+                f(":scheme", "http"),
+                f(":authority", "a"),
+                f(":path", "/PATH"),
+            ],
+        ),
+    ];
+    for (name, fields) in pseudo {
+        add(
+            &format!("h2 {name}"),
+            fields,
+            vec![hidden_chunked.clone()],
+            vec![],
+        );
+    }
+    // Trailers that an HTTP/1 backend would read as framing.
+    for (n, v) in [
+        ("transfer-encoding", "chunked"),
+        ("content-length", "0"),
+        (":path", "/smuggled-CASE"),
+        ("x-t", "1\r\n\r\nGET /smuggled-CASE HTTP/1.1"),
+    ] {
+        add(
+            &format!("h2 trailer {n:?}"),
+            post(&[]),
+            vec![hidden_chunked.clone()],
+            vec![f(n, v)],
+        );
+    }
+    add(
+        "h2 plain trailer",
+        post(&[]),
+        vec![b"hello".to_vec()],
+        vec![f("x-t", "1")],
+    );
+    // Well-formed: several DATA frames adding up to the length; no length at all.
+    add(
+        "h2 three frames summing to the length",
+        post(&[("content-length", "15")]),
+        vec![b"hello".to_vec(), b"hello".to_vec(), b"hello".to_vec()],
+        vec![],
+    );
+    add(
+        "h2 body without a length",
+        post(&[]),
+        vec![hidden.clone(), hidden_chunked.clone()],
+        vec![],
+    );
+    add(
+        "h2 GET with a body",
+        {
+            let mut v = post(&[("content-length", "5")]);
+            v[0] = f(":method", "GET");
+            v
+        },
+        vec![b"hello".to_vec()],
+        vec![],
+    );
+    cases
+}
+
+/// An HTTP/2 frame.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut b = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    b.extend_from_slice(&stream.to_be_bytes());
+    b.extend_from_slice(payload);
+    b
+}
+
+/// What one stream got back: a response's status and body, a reset, or nothing.
+#[derive(Debug, Default)]
+struct H2Answer {
+    status: Option<u16>,
+    body: Vec<u8>,
+    reset: bool,
+    goaway: bool,
+}
+
+/// Sends `case` on stream 1 of a fresh prior-knowledge connection and reads what
+/// comes back until the stream ends or the connection stays quiet.
+async fn h2_exchange(addr: SocketAddr, case: &H2Case, n: usize) -> H2Answer {
+    let fill = |b: &[u8]| -> Vec<u8> {
+        String::from_utf8_lossy(b)
+            .replace("/PATH", &format!("/case-{n}"))
+            .replace("PATH", &format!("case-{n}"))
+            .replace("CASE", &n.to_string())
+            .into_bytes()
+    };
+    let block = |fields: &[(Vec<u8>, Vec<u8>)]| {
+        let filled: Vec<(Vec<u8>, Vec<u8>)> =
+            fields.iter().map(|(k, v)| (fill(k), fill(v))).collect();
+        hpack::Encoder::new().encode(filled.iter().map(|(k, v)| (&k[..], &v[..])))
+    };
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(4, 0, 0, &[]));
+    let ends_at_headers = case.data.is_empty() && case.trailers.is_empty();
+    out.extend(frame(
+        1,
+        0x4 | u8::from(ends_at_headers),
+        1,
+        &block(&case.fields),
+    ));
+    for (i, d) in case.data.iter().enumerate() {
+        let last = i + 1 == case.data.len() && case.trailers.is_empty();
+        out.extend(frame(0, u8::from(last), 1, &fill(d)));
+    }
+    if !case.trailers.is_empty() {
+        // A second encoder: the first one's table is not shared, so index nothing.
+        out.extend(frame(1, 0x5, 1, &block(&case.trailers)));
+    }
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let _ = c.write_all(&out).await;
+    let mut answer = H2Answer::default();
+    let mut decoder = hpack::Decoder::new();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        while buf.len() >= 9 {
+            let len =
+                (usize::from(buf[0]) << 16) | (usize::from(buf[1]) << 8) | usize::from(buf[2]);
+            if buf.len() < 9 + len {
+                break;
+            }
+            let (kind, flags) = (buf[3], buf[4]);
+            let stream = u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]) & 0x7fff_ffff;
+            let payload = buf[9..9 + len].to_vec();
+            buf.drain(..9 + len);
+            match kind {
+                4 if flags & 1 == 0 => {
+                    let _ = c.write_all(&frame(4, 1, 0, &[])).await;
+                }
+                1 if stream == 1 => {
+                    let fields = decoder.decode(&payload).expect("sluice's HPACK decodes");
+                    if let Some((_, v)) = fields.iter().find(|(k, _)| k == b":status") {
+                        let code: u16 = String::from_utf8_lossy(v).parse().unwrap();
+                        if code >= 200 {
+                            answer.status = Some(code);
+                        }
+                    }
+                    if flags & 1 != 0 {
+                        return answer;
+                    }
+                }
+                1 => {
+                    let _ = decoder.decode(&payload);
+                }
+                0 if stream == 1 => {
+                    answer.body.extend_from_slice(&payload);
+                    if flags & 1 != 0 {
+                        return answer;
+                    }
+                }
+                3 if stream == 1 => {
+                    answer.reset = true;
+                    return answer;
+                }
+                7 => answer.goaway = true,
+                _ => {}
+            }
+        }
+        match tokio::time::timeout(Duration::from_millis(700), c.read(&mut chunk)).await {
+            Ok(Ok(r)) if r > 0 => buf.extend_from_slice(&chunk[..r]),
+            _ => return answer,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_h2_spelling_is_refused_or_reaches_the_backend_as_one_request() {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let b = strict_backend(seen.clone()).await;
+    let s = Sluice::start(&format!("site * {{ proxy {b} }}"));
+    let cases = h2_corpus();
+    assert!(cases.len() >= 80, "{} cases", cases.len());
+    let mut answers = Vec::new();
+    for (k, batch) in cases.chunks(16).enumerate() {
+        let runs: Vec<_> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, case)| {
+                let n = 1000 + k * 16 + i;
+                let addr = s.addr;
+                let case = H2Case {
+                    name: case.name.clone(),
+                    fields: case.fields.clone(),
+                    data: case.data.clone(),
+                    trailers: case.trailers.clone(),
+                };
+                tokio::spawn(async move {
+                    let a = h2_exchange(addr, &case, n).await;
+                    (case.name, n, a)
+                })
+            })
+            .collect();
+        for r in runs {
+            answers.push(r.await.unwrap());
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.broken.is_empty(),
+        "the backend read something it could not frame: {:#?}",
+        seen.broken
+    );
+    let (mut refused, mut reached) = (0, 0);
+    for (name, n, a) in &answers {
+        let path = format!("/case-{n}");
+        assert!(
+            !seen.paths.contains(&format!("/smuggled-{n}")),
+            "{name}: the hidden request reached the backend"
+        );
+        let at_backend = seen.paths.iter().filter(|p| **p == path).count();
+        assert!(
+            at_backend <= 1,
+            "{name}: the backend read it {at_backend} times"
+        );
+        assert!(
+            a.reset || a.goaway || a.status.is_some(),
+            "{name}: no answer at all: {a:?}"
+        );
+        if at_backend == 1 {
+            // What the backend read is what the client was answered for.
+            assert_eq!(a.status, Some(200), "{name}: {a:?}");
+            assert_eq!(String::from_utf8_lossy(&a.body), path, "{name}");
+            reached += 1;
+        } else {
+            assert!(
+                a.reset || a.goaway || a.status.is_some_and(|s| s >= 400),
+                "{name}: not refused, yet not at the backend: {a:?}"
+            );
+            refused += 1;
+        }
+    }
+    eprintln!(
+        "{} h2 cases: {refused} refused, {reached} reached the backend as one request ({} cut off mid-body)",
+        answers.len(),
+        seen.cut.len()
+    );
+}

@@ -58,8 +58,16 @@ fn fields(out: &mut Vec<u8>, headers: &HeaderMap) {
 /// an HTTP/2 client sends each cookie as its own field (RFC 9113 §8.2.3), and many
 /// HTTP/1.1 servers read only the first.
 fn request_fields(out: &mut Vec<u8>, headers: &HeaderMap) {
-    let mut cookie_done = false;
+    let (mut cookie_done, mut length_done) = (false, false);
     for (name, value) in headers {
+        // One length, whatever the front allowed: equal repeats arrive from HTTP/2
+        // clients, and the body was framed by the first.
+        if name == http::header::CONTENT_LENGTH {
+            if length_done {
+                continue;
+            }
+            length_done = true;
+        }
         if name == http::header::COOKIE {
             if cookie_done {
                 continue;

@@ -77,31 +77,36 @@ pub async fn serve<S: Transport>(
                 }
             }
             // `:authority` is the host, for routing and the backend alike.
-            match req
+            let refused = match req
                 .uri()
                 .authority()
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
             {
+                // RFC 9113 §8.3.1: no userinfo; an HTTP/1.1 Host could not carry it.
+                Some(v) if v.as_bytes().contains(&b'@') => {
+                    Some("Bad request: userinfo in :authority\n")
+                }
                 Some(v) => {
                     req.headers_mut().insert(header::HOST, v);
+                    None
                 }
                 // Two Hosts and no `:authority`: which one the backend believes is
                 // anyone's guess, so refused as on HTTP/1.1.
                 None if req.headers().get_all(header::HOST).iter().nth(1).is_some() => {
-                    bump(&COUNTERS.bad_request);
-                    crate::stats::count_status(400);
-                    let resp = local_response(
-                        StatusCode::BAD_REQUEST,
-                        "Bad request: more than one Host\n",
-                    );
-                    return Ok(resp.map(|b| Guarded {
-                        body: Held::new(b),
-                        _guard: guard,
-                        _stream: stream,
-                        log: None,
-                    }));
+                    Some("Bad request: more than one Host\n")
                 }
-                None => {}
+                None => None,
+            };
+            if let Some(why) = refused {
+                bump(&COUNTERS.bad_request);
+                crate::stats::count_status(400);
+                let resp = local_response(StatusCode::BAD_REQUEST, why);
+                return Ok(resp.map(|b| Guarded {
+                    body: Held::new(b),
+                    _guard: guard,
+                    _stream: stream,
+                    log: None,
+                }));
             }
             let logged = log.map(|log| H2Logged {
                 pending: crate::admin::access::Pending::new(
