@@ -164,7 +164,9 @@ pub struct Tls {
 
 /// TLS 1.3 and 1.2 with ring's default suites (AES-GCM and ChaCha20-Poly1305 with
 /// ECDHE only: the "intermediate" set, less the finite-field DHE rustls never offers),
-/// ALPN `h2` then `http/1.1`. `None` when no site has a certificate.
+/// ALPN `h2` then `http/1.1`. The server's suite order decides (AES-256-GCM first), as
+/// scanners expect of a server: every suite offered is strong, so the choice is about
+/// predictability, not safety. `None` when no site has a certificate.
 pub fn build(sites: &[Site]) -> Option<Tls> {
     let certs = Arc::new(SniCerts::new(sites));
     if certs.slots.is_empty() {
@@ -177,6 +179,7 @@ pub fn build(sites: &[Site]) -> Option<Tls> {
         .with_no_client_auth()
         .with_cert_resolver(certs.clone());
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.ignore_client_order = true;
     Some(Tls {
         config: Arc::new(config),
         certs,
