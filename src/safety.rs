@@ -364,8 +364,17 @@ fn number(part: &str) -> Option<u64> {
         // `0x` alone is zero to the C library.
         return Some(0);
     }
-    if digits.len() > 12 || !digits.chars().all(|c| c.is_digit(radix)) {
+    if !digits.chars().all(|c| c.is_digit(radix)) {
         return None;
+    }
+    // Leading zeros are free (`0000000000007` is 7 to the C library); what is left
+    // must fit, and anything past 12 digits does not fit an address part anyway.
+    let digits = digits.trim_start_matches('0');
+    if digits.len() > 12 {
+        return None;
+    }
+    if digits.is_empty() {
+        return Some(0);
     }
     u64::from_str_radix(digits, radix).ok()
 }
@@ -527,6 +536,8 @@ mod tests {
             "127.1",
             "127.0.1",
             "0177.0x0.00.0x1",
+            // Found by the `safety` fuzz target against glibc: leading zeros are free.
+            "0000000000000177.00000000000000.0.0x000000000000001",
         ] {
             assert_eq!(v4(s), lo, "{s}");
         }
