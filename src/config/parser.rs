@@ -314,4 +314,20 @@ mod tests {
         let err = parse("respond ok\n}\n").unwrap_err();
         assert_eq!((err.span.line, err.span.col), (2, 1));
     }
+
+    /// Found by the `config` fuzz target: the caret of a missing argument stood past
+    /// the line's end, further with quotes, escapes or `{$VAR}`.
+    #[test]
+    fn a_missing_argument_points_just_past_the_last_word_as_written() {
+        for (line, col) in [
+            ("tls a.pem", 10),
+            ("tls \"a \\\" b\"", 13),
+            ("tls {$HOME}", 12),
+        ] {
+            let tree = parse(line).unwrap();
+            let at = tree[0].end_span();
+            assert_eq!((at.line, at.col), (1, col), "{line}");
+            assert_eq!(at.col as usize, line.chars().count() + 1, "{line}");
+        }
+    }
 }
