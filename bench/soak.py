@@ -48,12 +48,15 @@ faults = []  # (time, what)
 T0 = time.time()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+def free_ports(names):
+    """Distinct free loopback ports, all held open while they are picked."""
+    held = [socket.socket() for _ in names]
+    for s in held:
+        s.bind(("127.0.0.1", 0))
+    ports = {n: s.getsockname()[1] for n, s in zip(names, held)}
+    for s in held:
+        s.close()
+    return ports
 
 
 def spawn(name, args, **kw):
@@ -63,14 +66,19 @@ def spawn(name, args, **kw):
     return p
 
 
+stopping = threading.Event()
+
+
 def stop_all():
-    for p in procs:
+    stopping.set()
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
         try:
             os.killpg(p.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
     time.sleep(1)
-    for p in procs:
+    for p in live:
         try:
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -330,10 +338,14 @@ def faults_loop(ports, backends, dns, redis_cmd, redis):
     conf = os.path.join(WORK, "sluice.conf")
 
     def restart(name):
+        if stopping.is_set():
+            return
         backends[name] = spawn(name, [SLUICE, "run", "-c", os.path.join(WORK, name + ".conf")])
         fault(f"restarted backend {name}")
 
     def redis_up():
+        if stopping.is_set():
+            return
         spawn("redis", redis_cmd)
         fault("started Redis again")
 
@@ -383,7 +395,7 @@ def php_fpm():
 
 
 def main():
-    ports = {k: free_port() for k in ("admin", "plain", "tls", "a1", "a2", "slow", "app", "ws", "fpm", "redis")}
+    ports = free_ports(("admin", "plain", "tls", "a1", "a2", "slow", "app", "ws", "fpm", "redis"))
     dns = Dns()
     dns.start()
     ports["dns"] = dns.port
@@ -446,7 +458,7 @@ def main():
     for t in threads[1:]:
         t.join(timeout=60)
     alive = sluice.poll() is None
-    report(samples, alive)
+    report(samples, alive, ports)
 
 
 def flat(samples, col):
@@ -457,16 +469,17 @@ def flat(samples, col):
     return a, b, (b - a) / a * 100
 
 
-# What the injected faults explain, by the words of sluice's messages.
-EXPLAINED = [
-    (re.compile(r"rate_limit store redis"), "Redis stopped"),
-    (re.compile(r"redis", re.I), "Redis stopped"),
-    (re.compile(r"peer 127\.0\.0\.1:(\d+)|127\.0\.0\.1:(\d+)"), "a backend killed"),
-    (re.compile(r"connect|refused|unreachable|out of rotation|ineligible|health", re.I), "a backend killed"),
-]
+def explained(ports):
+    """What the injected faults explain, by the words of sluice's messages: the rate
+    limiter's Redis store, and the two backends that get killed, by their ports."""
+    killed = f"127\\.0\\.0\\.1:({ports['a1']}|{ports['a2']})\\b"
+    return [
+        (re.compile(rf"rate_limit store redis://127\.0\.0\.1:{ports['redis']}: "), "Redis stopped"),
+        (re.compile(rf"{killed} failed"), "a backend killed"),
+    ]
 
 
-def report(samples, alive):
+def report(samples, alive, ports):
     lines = []
     say = lambda s="": (print(s), lines.append(s))
     say(f"soak: {MINUTES:g} minutes on {os.cpu_count()} cores; sluice {'still running' if alive else 'EXITED'}")
@@ -501,7 +514,7 @@ def report(samples, alive):
     unexplained = []
     why = {}
     for w in warn:
-        for rx, reason in EXPLAINED:
+        for rx, reason in explained(ports):
             if rx.search(w):
                 why[reason] = why.get(reason, 0) + 1
                 break

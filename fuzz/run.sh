@@ -12,6 +12,7 @@ shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
     mapfile -t targets < <(cargo +nightly fuzz list)
+    [ ${#targets[@]} -gt 0 ] || { echo "fuzz/run.sh: no targets (cargo fuzz list failed?)" >&2; exit 1; }
 fi
 cargo +nightly fuzz build >/dev/null
 out=$(mktemp -d)
@@ -25,7 +26,7 @@ one() {
         -print_final_stats=1 >"$log" 2>&1; then
         result="no crash, no leak, no timeout"
     else
-        result="FAILED (input in fuzz/artifacts/$t): $(grep -E "panicked|SUMMARY|ERROR" "$log" | head -3 | tr '\n' ' ')"
+        result="FAILED (input in fuzz/artifacts/$t): $(grep -E "panicked|SUMMARY|ERROR|^Error" "$log" | head -3 | tr '\n' ' ' || true)"
     fi
     runs=$(grep -oE "stat::number_of_executed_units: *[0-9]+" "$log" | grep -oE "[0-9]+$" || echo "?")
     cov=$(grep -E "^#[0-9]+[[:space:]]+DONE" "$log" | grep -oE "cov: [0-9]+ ft: [0-9]+ corp: [0-9]+" | tail -1 || true)
@@ -44,7 +45,12 @@ done
 wait
 failed=0
 for t in "${targets[@]}"; do
-    cat "$out/$t.result"
-    grep -q FAILED "$out/$t.result" && failed=1
+    if [ -f "$out/$t.result" ]; then
+        cat "$out/$t.result"
+        grep -q FAILED "$out/$t.result" && failed=1
+    else
+        echo "$t: FAILED (no result; the run itself broke)"
+        failed=1
+    fi
 done
 exit $failed

@@ -337,7 +337,8 @@ pub fn condition(
     cond: &str,
     probe: &Probe<'_>,
 ) -> Option<(crate::config::Condition, bool, String)> {
-    if cond.contains(['{', '}', ';', '#', '\n', '\r']) {
+    // A fragment never reaches a server (the URI type cuts it off): not a request.
+    if cond.contains(['{', '}', ';', '#', '\n', '\r']) || probe.target.contains('#') {
         return None;
     }
     let text = format!(

@@ -4,6 +4,26 @@
 
 use libfuzzer_sys::fuzz_target;
 
+/// RFC 9110 §12.4.2, read off the grammar: `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1"
+/// [ "." 0*3("0") ] )`, in thousandths; a value outside it counts as 0.
+fn weight(v: &str) -> u32 {
+    let (int, frac) = match v.split_once('.') {
+        Some((i, f)) => (i, Some(f)),
+        None => (v, None),
+    };
+    let frac = frac.unwrap_or("");
+    if frac.len() > 3 || !frac.chars().all(|c| c.is_ascii_digit()) {
+        return 0;
+    }
+    // "0." and "1." match the grammar: the digits after the dot may be none.
+    let padded = format!("{frac:0<3}");
+    match int {
+        "1" if frac.chars().all(|c| c == '0') => 1000,
+        "0" => padded.parse().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// q in thousandths of each coding sluice offers, as the client states it.
 fn accepted(accept: &str) -> [(&'static str, u32); 3] {
     let mut named: [Option<u32>; 3] = [None; 3];
@@ -15,10 +35,7 @@ fn accepted(accept: &str) -> [(&'static str, u32); 3] {
         for p in params {
             let p = p.trim();
             if p.len() >= 2 && p[..2].eq_ignore_ascii_case("q=") {
-                q = match p[2..].parse::<f32>() {
-                    Ok(f) if (0.0..=1.0).contains(&f) => (f * 1000.0).round() as u32,
-                    _ => 0,
-                };
+                q = weight(&p[2..]);
             }
         }
         match name.as_str() {

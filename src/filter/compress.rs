@@ -98,13 +98,24 @@ pub fn negotiate(accept: &[u8]) -> Option<Coding> {
     best.map(|(_, c)| c)
 }
 
-/// A q-value in thousandths (`0.5` → 500).
+/// A q-value in thousandths (`0.5` → 500), spelled as RFC 9110 §12.4.2 allows: `0`
+/// or `1`, then at most three decimals (only zeros after `1`). Anything else (`1e0`,
+/// `.5`, `0.0004`) is `None`, which the caller reads as 0, as nginx does.
 fn qvalue(v: &[u8]) -> Option<u32> {
-    let s = std::str::from_utf8(v).ok()?;
-    let f: f32 = s.parse().ok()?;
-    (0.0..=1.0)
-        .contains(&f)
-        .then(|| (f * 1000.0).round() as u32)
+    let (&int, rest) = v.split_first()?;
+    let frac = match rest {
+        [] => &[][..],
+        [b'.', f @ ..] if f.len() <= 3 && f.iter().all(u8::is_ascii_digit) => f,
+        _ => return None,
+    };
+    let thousandths = (0..3).fold(0, |acc, i| {
+        acc * 10 + frac.get(i).map_or(0, |d| u32::from(d - b'0'))
+    });
+    match int {
+        b'0' => Some(thousandths),
+        b'1' if thousandths == 0 => Some(1000),
+        _ => None,
+    }
 }
 
 fn compressible(h: &HeaderMap) -> bool {
@@ -360,6 +371,29 @@ impl http_body::Body for Compressed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qvalues_as_the_grammar_spells_them() {
+        for (v, q) in [
+            ("1", Some(1000)),
+            ("1.", Some(1000)),
+            ("1.000", Some(1000)),
+            ("0", Some(0)),
+            ("0.5", Some(500)),
+            ("0.05", Some(50)),
+            ("0.001", Some(1)),
+            ("1.001", None),
+            ("1e0", None),
+            (".5", None),
+            ("0.0004", None),
+            ("+0.5", None),
+            ("2", None),
+            ("", None),
+        ] {
+            assert_eq!(qvalue(v.as_bytes()), q, "{v:?}");
+        }
+        assert_eq!(negotiate(b"gzip;q=1e0, br;q=0.5"), Some(Coding::Br));
+    }
 
     #[test]
     fn negotiation() {
