@@ -191,6 +191,7 @@ def config(ports, rev):
 global {{
     admin 127.0.0.1:{ports['admin']}
     resolver 127.0.0.1:{ports['dns']}
+    {"access_log " + WORK + "/access.log json" if os.environ.get("SOAK_ACCESS_LOG") else ""}
 }}
 listen 127.0.0.1:{ports['plain']}
 listen 127.0.0.1:{ports['tls']} tls

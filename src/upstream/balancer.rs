@@ -246,18 +246,21 @@ impl Balancer for LeastConn {
                 c.ramp(i)
             })
         };
-        // a/wa < b/wb  ⇔  a·wb < b·wa
-        let lighter =
-            |a: usize, b: usize| u64::from(c.load(a)) * w(b) < u64::from(c.load(b)) * w(a);
-        let mut best: Option<usize> = None;
+        // Loads change under the pick (requests start and end on other threads): each
+        // is read once, and the best one's load is kept, so the best always ties with
+        // itself. a/wa < b/wb  ⇔  a·wb < b·wa.
+        let mut best: Option<(usize, u64)> = None;
         for i in (0..c.len()).filter(|&i| c.is_candidate(i)) {
-            if best.is_none_or(|b| lighter(i, b)) {
-                best = Some(i);
+            let load = u64::from(c.load(i));
+            if best.is_none_or(|(b, lb)| load * w(b) < lb * w(i)) {
+                best = Some((i, load));
             }
         }
-        let b = best?;
-        self.ties
-            .pick_among(c, |i| !lighter(b, i) && !lighter(i, b))
+        let (b, lb) = best?;
+        let ties = self
+            .ties
+            .pick_among(c, |i| i == b || u64::from(c.load(i)) * w(b) == lb * w(i));
+        ties.or(Some(b))
     }
 }
 
@@ -426,6 +429,37 @@ mod tests {
             "half way: half the weight, a third of the picks"
         );
         assert_eq!(share(now + 10_000), 550, "done: an even split");
+    }
+
+    /// Found by the soak: loads change while a pick reads them (other requests start
+    /// and end on other threads); a peer read twice could fail to tie with itself, and
+    /// the pick came back empty with every peer eligible (a 502 before any attempt).
+    #[test]
+    fn least_conn_always_picks_while_loads_change_under_it() {
+        let ps = std::sync::Arc::new(peers(3));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let churn = {
+            let (ps, stop) = (ps.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for p in ps.iter() {
+                        p.in_flight.fetch_add(1, Ordering::Relaxed);
+                        p.in_flight.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        let none = Tried::default();
+        let b = LeastConn::new(3, false);
+        let empty = (0..2_000_000)
+            .filter(|_| b.pick(&Candidates::new(&ps, &none, 1)).is_none())
+            .count();
+        stop.store(true, Ordering::Relaxed);
+        churn.join().unwrap();
+        assert_eq!(
+            empty, 0,
+            "picks that found no peer among three eligible ones"
+        );
     }
 
     #[test]
