@@ -75,40 +75,8 @@ pub fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<Token>, D
             }
             let start = i;
             let (raw, quoted) = if c == '"' {
-                i += 1;
-                let mut s = String::new();
-                loop {
-                    match chars.get(i) {
-                        None => {
-                            return Err(Diagnostic::error(span_at(start), "unterminated string")
-                                .with_hint("close the string with `\"` on the same line"))
-                        }
-                        Some('"') => {
-                            i += 1;
-                            break;
-                        }
-                        Some('\\') => {
-                            match chars.get(i + 1) {
-                                Some('"') => s.push('"'),
-                                Some('\\') => s.push('\\'),
-                                Some('n') => s.push('\n'),
-                                other => {
-                                    let shown = other.map(|c| c.to_string()).unwrap_or_default();
-                                    return Err(Diagnostic::error(
-                                        span_at(i),
-                                        format!("unknown escape `\\{shown}` in a string"),
-                                    )
-                                    .with_hint("strings know \\\", \\\\ and \\n"));
-                                }
-                            }
-                            i += 2;
-                        }
-                        Some(&ch) => {
-                            s.push(ch);
-                            i += 1;
-                        }
-                    }
-                }
+                let (s, next) = quoted_string(&chars, i, span_at)?;
+                i = next;
                 (s, true)
             } else {
                 while i < chars.len() && !chars[i].is_whitespace() && chars[i] != ';' {
@@ -269,6 +237,46 @@ fn expand_env(word: &str, span: Span, quoted: bool, env: &dyn Env) -> Result<Str
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// The string whose opening quote is at `chars[open]`, unescaped, and the index just
+/// past its closing quote.
+fn quoted_string(
+    chars: &[char],
+    open: usize,
+    span_at: impl Fn(usize) -> Span,
+) -> Result<(String, usize), Diagnostic> {
+    let mut i = open + 1;
+    let mut s = String::new();
+    loop {
+        match chars.get(i) {
+            None => {
+                return Err(Diagnostic::error(span_at(open), "unterminated string")
+                    .with_hint("close the string with `\"` on the same line"))
+            }
+            Some('"') => return Ok((s, i + 1)),
+            Some('\\') => {
+                match chars.get(i + 1) {
+                    Some('"') => s.push('"'),
+                    Some('\\') => s.push('\\'),
+                    Some('n') => s.push('\n'),
+                    other => {
+                        let shown = other.map(|c| c.to_string()).unwrap_or_default();
+                        return Err(Diagnostic::error(
+                            span_at(i),
+                            format!("unknown escape `\\{shown}` in a string"),
+                        )
+                        .with_hint("strings know \\\", \\\\ and \\n"));
+                    }
+                }
+                i += 2;
+            }
+            Some(&ch) => {
+                s.push(ch);
+                i += 1;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

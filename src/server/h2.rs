@@ -76,27 +76,7 @@ pub async fn serve<S: Transport>(
                     return Err(::h2::Error::from(::h2::Reason::PROTOCOL_ERROR));
                 }
             }
-            // `:authority` is the host, for routing and the backend alike.
-            let refused = match req
-                .uri()
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-            {
-                // RFC 9113 §8.3.1: no userinfo; an HTTP/1.1 Host could not carry it.
-                Some(v) if v.as_bytes().contains(&b'@') => {
-                    Some("Bad request: userinfo in :authority\n")
-                }
-                Some(v) => {
-                    req.headers_mut().insert(header::HOST, v);
-                    None
-                }
-                // Two Hosts and no `:authority`: which one the backend believes is
-                // anyone's guess, so refused as on HTTP/1.1.
-                None if req.headers().get_all(header::HOST).iter().nth(1).is_some() => {
-                    Some("Bad request: more than one Host\n")
-                }
-                None => None,
-            };
+            let refused = host_from_authority(&mut req);
             if let Some(why) = refused {
                 bump(&COUNTERS.bad_request);
                 crate::stats::count_status(400);
@@ -441,6 +421,29 @@ impl<S: Transport> AsyncWrite for Rewind<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// `:authority` is the host, for routing and the backend alike: it replaces any Host.
+/// Why the request is refused instead, if it is.
+fn host_from_authority<B>(req: &mut http::Request<B>) -> Option<&'static str> {
+    match req
+        .uri()
+        .authority()
+        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    {
+        // RFC 9113 §8.3.1: no userinfo; an HTTP/1.1 Host could not carry it.
+        Some(v) if v.as_bytes().contains(&b'@') => Some("Bad request: userinfo in :authority\n"),
+        Some(v) => {
+            req.headers_mut().insert(header::HOST, v);
+            None
+        }
+        // Two Hosts and no `:authority`: which one the backend believes is anyone's
+        // guess, so refused as on HTTP/1.1.
+        None if req.headers().get_all(header::HOST).iter().nth(1).is_some() => {
+            Some("Bad request: more than one Host\n")
+        }
+        None => None,
     }
 }
 
