@@ -118,7 +118,7 @@ pub async fn relay_l4(
     idle: Duration,
     drain: Duration,
 ) {
-    use crate::upstream::dial::{self, DialError};
+    use crate::upstream::connect::{ConnectError, Connection, Want};
     use crate::upstream::{Note, Pick, Tried};
     let mut tried = Tried::default();
     let mut note = Note::default();
@@ -127,6 +127,7 @@ pub async fn relay_l4(
             Pick::Peer(i) => i,
             Pick::AllDown | Pick::Exhausted => {
                 tracing::info!(
+                    pool = pool.name(),
                     "sluice: {}: no backend could be reached; closed the client's connection",
                     pool.name()
                 );
@@ -134,26 +135,13 @@ pub async fn relay_l4(
             }
         };
         tried.add(i);
-        let peer = &pool.peers()[i];
-        peer.selections.fetch_add(1, Ordering::Relaxed);
         let lease = Lease::new(pool.clone(), i, None);
-        match dial::connect(&peer.addr.target, &pool.dest, pool.cfg.connect_timeout).await {
-            Ok(c) => {
-                peer.passive.record_success();
-                break (c, lease);
-            }
-            Err(DialError::Local(e)) => {
-                tracing::warn!(
-                    "sluice: {}: cannot dial {}: {e}; out of local capacity",
-                    pool.name(),
-                    peer.addr.text
-                );
-                return;
-            }
-            Err(e) => {
-                pool.peer_failed(i, e.kind(), &e);
-                pool.failover_result(i, false, &mut note);
-            }
+        match pool.connect(i, Want::Relay).await {
+            Ok(Connection::Http1 { conn, .. }) => break (conn, lease),
+            Ok(Connection::Http2(_)) => unreachable!("a relay is never given an HTTP/2 stream"),
+            // Counted and logged by the connector; no other peer would do better.
+            Err(ConnectError::Local(_) | ConnectError::Unsupported) => return,
+            Err(ConnectError::Unreachable(e)) => pool.unreachable(i, &e, &mut note),
         }
     };
     conn.keepalive();

@@ -23,11 +23,7 @@ pub fn status(gen: &Generation, revision: u64, listeners: &[String]) -> Value {
 }
 
 fn pool(p: &Pool) -> Value {
-    let role = if p.state.failover.on_backup() {
-        "backup"
-    } else {
-        "primary"
-    };
+    let role = p.state.failover.role().as_str();
     let now = passive::now_ms();
     let peers: Vec<Value> = p.peers().iter().map(|peer| self::peer(peer, now)).collect();
     json!({
@@ -73,7 +69,7 @@ fn peer(peer: &Peer, now: u64) -> Value {
         "failures": peer.failures.load(Ordering::Relaxed),
         "last_probe": last_probe,
     });
-    if peer.backup {
+    if peer.role == crate::upstream::Role::Backup {
         v["backup"] = Value::Bool(true);
     }
     if peer.addr.scheme != crate::config::BackendScheme::Http {

@@ -40,10 +40,7 @@ impl ResponseBody {
     fn release(&mut self) {
         if let Some(conn) = self.conn.take() {
             if self.reusable {
-                let pool = &self.lease.pool;
-                pool.peers()[self.lease.peer]
-                    .idle
-                    .checkin(conn, pool.cfg.keepalive.idle_max);
+                self.lease.give_back(conn);
             }
         }
     }

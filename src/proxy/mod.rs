@@ -32,9 +32,10 @@ use crate::stats::{bump, COUNTERS};
 use crate::tunnel::{Opened, Tunnel};
 use crate::upstream::balancer::hash_bytes;
 use crate::upstream::conn::{BackendConn, Outgoing, SendError};
-use crate::upstream::dial::{self, DialError};
+use crate::upstream::connect::{ConnectError, Connection, Want};
+use crate::upstream::dial::DialError;
 use crate::upstream::h2;
-use crate::upstream::{FailureKind, Lease, Note, Pick, Pool, Tried, ALPN_H1, ALPN_H2};
+use crate::upstream::{FailureKind, Lease, Note, Pick, Pool, Tried};
 
 const BUSY: &str = "Server busy, retry in a moment\n";
 const NO_CAPACITY: &str = "Edge out of connection capacity toward this site, retry in a moment\n";
@@ -120,11 +121,7 @@ struct Dialed {
 }
 
 fn role_of(pool: &Pool, peer: usize) -> &'static str {
-    if pool.peers()[peer].backup {
-        "backup"
-    } else {
-        "primary"
-    }
+    pool.peers()[peer].role.as_str()
 }
 
 /// Step 1 to 4 for a plain request: a slot, then attempts until one answers or none
@@ -184,11 +181,7 @@ async fn attempts(
             }
             Attempt::Refused(resp) => return resp,
             Attempt::Unreachable(e) => {
-                // A dial another request made and counted already is not counted again.
-                if !matches!(e, DialError::Shared) {
-                    pool.peer_failed(i, e.kind(), &e);
-                    pool.failover_result(i, false, note);
-                }
+                pool.unreachable(i, &e, note);
                 // Not reached: the body is intact, so even a POST may go elsewhere.
                 Retry::Unreachable
             }
@@ -388,7 +381,6 @@ async fn upgrade(
     dialed.peer = Some(i);
     dialed.attempts = 1;
     let peer = &pool.peers()[i];
-    peer.selections.fetch_add(1, Ordering::Relaxed);
     let lease = Lease::new(pool.clone(), i, permit);
     headers::finish_request(
         &mut out.parts.headers,
@@ -396,21 +388,10 @@ async fn upgrade(
         peer.host_header.as_ref(),
         &client.values,
     );
-    if pool.state.scheme == BackendScheme::H2c {
-        // An h2c backend takes HTTP/2 only: an HTTP/1.1 upgrade cannot reach it.
-        tracing::info!(
-            "sluice: {}: cannot pass a websocket upgrade to {}: it speaks HTTP/2 only (h2c://)",
-            pool.name(),
-            peer.addr.text
-        );
-        bump(&COUNTERS.bad_gateway);
-        return local_response(StatusCode::BAD_GATEWAY, NO_UPGRADE);
-    }
     let mut conn = match dial_upgrade(pool, i, note).await {
         Ok(c) => c,
         Err(refusal) => return refusal,
     };
-    peer.passive.record_success();
     let head = match send(pool, i, &mut conn, &mut out).await {
         Ok(h) => h,
         Err(e) => return sent_and_failed(pool, i, e),
@@ -451,39 +432,23 @@ async fn admit_upgrade(
     Ok((permit, opened))
 }
 
-/// A fresh HTTP/1.1 connection for an upgrade (offered `http/1.1` only over TLS); a
-/// peer that cannot be reached is marked, and the answer is sluice's own.
+/// A fresh HTTP/1.1 connection for an upgrade; a peer that cannot be reached is
+/// marked, and the answer is sluice's own.
 async fn dial_upgrade(
     pool: &Pool,
     i: usize,
     note: &mut Note,
 ) -> Result<BackendConn, Response<Body>> {
-    let peer = &pool.peers()[i];
-    let dialed = Box::pin(dial::connect_peer(
-        &peer.addr.target,
-        pool.state.scheme,
-        pool.state.tls.as_deref(),
-        &pool.dest,
-        pool.cfg.connect_timeout,
-        true,
-        &peer.addr.text,
-    ))
-    .await;
-    match dialed {
-        Ok(dial::Dialed::H1(c)) => Ok(c),
-        Ok(dial::Dialed::H2(_)) => {
-            // Offered http/1.1 only: a backend that chose h2 anyway broke ALPN.
-            let e = DialError::Tls("the backend chose h2 though only http/1.1 was offered".into());
-            pool.peer_failed(i, FailureKind::Connect, &e);
+    match pool.connect(i, Want::Upgrade).await {
+        Ok(Connection::Http1 { conn, .. }) => Ok(conn),
+        Ok(Connection::Http2(_)) => unreachable!("an upgrade is never given an HTTP/2 stream"),
+        Err(ConnectError::Local(_)) => Err(out_of_capacity()),
+        Err(ConnectError::Unsupported) => {
             bump(&COUNTERS.bad_gateway);
-            Err(local_response(StatusCode::BAD_GATEWAY, UNREACHABLE))
+            Err(local_response(StatusCode::BAD_GATEWAY, NO_UPGRADE))
         }
-        Err(DialError::Local(e)) => Err(out_of_capacity(pool, i, e)),
-        Err(e) => {
-            if !matches!(e, DialError::Shared) {
-                pool.peer_failed(i, e.kind(), &e);
-                pool.failover_result(i, false, note);
-            }
+        Err(ConnectError::Unreachable(e)) => {
+            pool.unreachable(i, &e, note);
             bump(&COUNTERS.bad_gateway);
             Err(local_response(StatusCode::BAD_GATEWAY, UNREACHABLE))
         }
@@ -617,124 +582,46 @@ impl Answer {
 /// backend did not process it (a closed idle connection, a refused HTTP/2 stream).
 const NOT_SENT_AGAIN: u32 = 3;
 
-/// Step 2: one peer, on a connection its scheme says: an idle HTTP/1.1 connection, a
-/// stream on an HTTP/2 session with room, or a fresh connection. A request the
-/// connection never took goes out again on another (not a retry).
+/// Step 2: one peer, on the connection the pool gives ([`Pool::connect`]). A request
+/// the connection never took goes out again on another (not a retry): after an idle
+/// HTTP/1.1 connection that turned out closed, on a fresh one; after a refused HTTP/2
+/// stream, on another stream, a few times.
 async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>) -> Attempt {
-    let cfg = &pool.cfg;
     let peer = &pool.peers()[i];
-    peer.selections.fetch_add(1, Ordering::Relaxed);
     headers::finish_request(
         &mut out.parts.headers,
-        cfg,
+        &pool.cfg,
         peer.host_header.as_ref(),
         &client.values,
     );
     let mut again = 0;
-    let mut stale = false;
+    let mut fresh = false;
     loop {
-        // An `https://` peer whose choice is not known yet is tried as HTTP/2 first, so
-        // a burst of requests waits for one connection instead of opening one each.
-        let h2_first = match pool.state.scheme {
-            BackendScheme::Http => false,
-            BackendScheme::H2c => true,
-            BackendScheme::Https => peer.alpn.load(Ordering::Relaxed) != ALPN_H1,
-        };
-        // HTTP/2: a stream on a session with room, or wait for one being opened.
-        let mut opening = None;
-        if h2_first {
-            match peer.mux.take() {
-                h2::Take::Stream(st) => match Box::pin(send_h2(pool, i, &st, out)).await {
-                    Ok(resp) => return Attempt::Answered(Answer::H2(resp, st)),
-                    Err(SendError::NotSent) if again < NOT_SENT_AGAIN => {
-                        again += 1;
+        let sent = match pool.connect(i, Want::Request { fresh }).await {
+            Ok(Connection::Http2(st)) => match Box::pin(send_h2(pool, i, &st, out)).await {
+                Ok(resp) => return Attempt::Answered(Answer::H2(resp, st)),
+                Err(e) => e,
+            },
+            Ok(Connection::Http1 { mut conn, reused }) => {
+                match send(pool, i, &mut conn, out).await {
+                    Ok(head) => return Attempt::Answered(Answer::H1(conn, head)),
+                    Err(SendError::NotSent) if reused => {
+                        fresh = true;
                         continue;
                     }
                     Err(SendError::NotSent) => return not_taken(),
-                    Err(e) => return Attempt::Failed(e),
-                },
-                h2::Take::Wait(seen) => {
-                    if !peer.mux.wait_opened(seen, cfg.connect_timeout).await {
-                        return Attempt::Unreachable(DialError::Shared);
-                    }
-                    continue;
-                }
-                h2::Take::Open(guard) => opening = Some(guard),
-            }
-        }
-        // HTTP/1.1: an idle connection first — once: after one that turned out
-        // closed, a fresh one.
-        let idle = if opening.is_some() || stale {
-            None
-        } else {
-            peer.idle.checkout(cfg.keepalive.idle_timeout)
-        };
-        let fresh = idle.is_none();
-        let mut conn = match idle {
-            Some(c) => c,
-            None => {
-                // Boxed: the TLS and HTTP/2 handshakes make a large future, which would
-                // otherwise make every request's future as large (and copied as often).
-                let dialed = Box::pin(dial::connect_peer(
-                    &peer.addr.target,
-                    pool.state.scheme,
-                    pool.state.tls.as_deref(),
-                    &pool.dest,
-                    cfg.connect_timeout,
-                    false,
-                    &peer.addr.text,
-                ))
-                .await;
-                match dialed {
-                    Ok(dial::Dialed::H1(c)) => {
-                        if pool.state.scheme == BackendScheme::Https {
-                            peer.alpn.store(ALPN_H1, Ordering::Relaxed);
-                        }
-                        // Waiters look again, and find the peer speaks HTTP/1.1.
-                        drop(opening);
-                        peer.passive.record_success();
-                        c
-                    }
-                    Ok(dial::Dialed::H2(session)) => {
-                        peer.passive.record_success();
-                        peer.alpn.store(ALPN_H2, Ordering::Relaxed);
-                        let st = match opening {
-                            Some(guard) => guard.opened(session),
-                            None => peer.mux.adopt(session),
-                        };
-                        match Box::pin(send_h2(pool, i, &st, out)).await {
-                            Ok(resp) => return Attempt::Answered(Answer::H2(resp, st)),
-                            Err(SendError::NotSent) if again < NOT_SENT_AGAIN => {
-                                again += 1;
-                                continue;
-                            }
-                            Err(SendError::NotSent) => return not_taken(),
-                            Err(e) => return Attempt::Failed(e),
-                        }
-                    }
-                    Err(e) => {
-                        if let Some(guard) = opening {
-                            guard.failed();
-                        }
-                        if let DialError::Tls(why) = &e {
-                            tracing::warn!("sluice: {}: {}: {why}", pool.name(), peer.addr.text);
-                        }
-                        return match e {
-                            DialError::Local(e) => Attempt::Refused(out_of_capacity(pool, i, e)),
-                            e => Attempt::Unreachable(e),
-                        };
-                    }
+                    Err(e) => e,
                 }
             }
+            Err(ConnectError::Local(_)) => return Attempt::Refused(out_of_capacity()),
+            Err(ConnectError::Unreachable(e)) => return Attempt::Unreachable(e),
+            // Only upgrades ask for what a scheme cannot carry.
+            Err(ConnectError::Unsupported) => return not_taken(),
         };
-        match send(pool, i, &mut conn, out).await {
-            Ok(head) => return Attempt::Answered(Answer::H1(conn, head)),
-            Err(SendError::NotSent) if !fresh => {
-                stale = true;
-                continue;
-            }
-            Err(SendError::NotSent) => return not_taken(),
-            Err(e) => return Attempt::Failed(e),
+        match sent {
+            SendError::NotSent if again < NOT_SENT_AGAIN => again += 1,
+            SendError::NotSent => return not_taken(),
+            e => return Attempt::Failed(e),
         }
     }
 }
@@ -828,11 +715,7 @@ fn stream(
             .or_else(|| {
                 let backups = !pool.cfg.backups.is_empty();
                 backups
-                    .then(|| {
-                        pool.state
-                            .failover
-                            .take_pending(pool.peers()[served].backup)
-                    })
+                    .then(|| pool.state.failover.take_pending(pool.peers()[served].role))
                     .flatten()
             })
             .map_or("none", |t| t.as_str());
@@ -858,14 +741,9 @@ fn stream(
     Response::from_parts(parts, body)
 }
 
-/// 503 for local exhaustion (ports, descriptors): not the backend's fault.
-fn out_of_capacity(pool: &Pool, i: usize, e: std::io::Error) -> Response<Body> {
-    bump(&COUNTERS.out_of_ports);
-    tracing::warn!(
-        "sluice: {}: cannot dial {}: {e}; out of local capacity, backend state unchanged",
-        pool.name(),
-        pool.peers()[i].addr.text
-    );
+/// 503 for local exhaustion (ports, descriptors): not the backend's fault (the
+/// connector counted and logged it).
+fn out_of_capacity() -> Response<Body> {
     let mut resp = local_response(StatusCode::SERVICE_UNAVAILABLE, NO_CAPACITY);
     resp.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

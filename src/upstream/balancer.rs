@@ -10,7 +10,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::{Peer, Tried};
+use super::{Peer, Role, Tried};
 use crate::config::Policy;
 
 /// The peers as one attempt sees them.
@@ -23,8 +23,8 @@ pub struct Candidates<'a> {
     key: Option<u64>,
     /// `slow_start` in milliseconds; 0 when off.
     slow_start_ms: u64,
-    /// Failover: only backups (`Some(true)`) or only primaries (`Some(false)`).
-    role: Option<bool>,
+    /// Failover: only the peers of this role.
+    role: Option<Role>,
 }
 
 impl<'a> Candidates<'a> {
@@ -40,14 +40,14 @@ impl<'a> Candidates<'a> {
         }
     }
 
-    /// Only the backups (`Some(true)`) or only the primaries (`Some(false)`).
-    pub fn in_role(self, role: Option<bool>) -> Candidates<'a> {
+    /// Only the peers of `role` (every peer when `None`).
+    pub fn in_role(self, role: Option<Role>) -> Candidates<'a> {
         Candidates { role, ..self }
     }
 
     /// Whether peer `i` belongs to the role these candidates are drawn from.
     pub fn in_role_at(&self, i: usize) -> bool {
-        self.role.is_none_or(|b| self.peers[i].backup == b)
+        self.role.is_none_or(|r| self.peers[i].role == r)
     }
 
     pub fn with_slow_start(self, d: Option<std::time::Duration>) -> Candidates<'a> {
@@ -593,7 +593,7 @@ mod tests {
                 (1u32..20, proptest::bool::ANY, proptest::bool::ANY, proptest::bool::ANY, 0u32..5),
                 1..12,
             ),
-            role in proptest::option::of(proptest::bool::ANY),
+            role in proptest::option::of(proptest::sample::select(vec![Role::Primary, Role::Backup])),
             key in proptest::option::of(proptest::num::u64::ANY),
             ramping in proptest::bool::ANY,
             ignore_health in proptest::bool::ANY,
@@ -604,7 +604,7 @@ mod tests {
             let now = crate::upstream::passive::now_ms();
             let mut tried = Tried::default();
             for (i, &(_, backup, down, was_tried, load)) in shape.iter().enumerate() {
-                ps[i].backup = backup;
+                ps[i].role = if backup { Role::Backup } else { Role::Primary };
                 ps[i].in_flight.store(load, Ordering::Relaxed);
                 if down {
                     ps[i].passive.record_failure(1, std::time::Duration::from_secs(30));

@@ -62,8 +62,17 @@ pub struct State {
 }
 
 impl State {
-    pub fn on_backup(&self) -> bool {
+    fn on_backup(&self) -> bool {
         self.backup.load(Ordering::Relaxed)
+    }
+
+    /// The role requests go to now.
+    pub fn role(&self) -> super::Role {
+        if self.on_backup() {
+            super::Role::Backup
+        } else {
+            super::Role::Primary
+        }
     }
 
     fn hold_over(&self, f: &Failover, now: u64) -> bool {
@@ -196,10 +205,10 @@ impl State {
     /// The switch probes made, if no response has named it yet, for a response served
     /// by the role it switched to (one from the old role, racing the switch, does not
     /// take it).
-    pub fn take_pending(&self, served_by_backup: bool) -> Option<Transition> {
+    pub fn take_pending(&self, served_by: super::Role) -> Option<Transition> {
         let raw = self.pending.load(Ordering::Acquire);
         let t = Transition::from_u8(raw)?;
-        if t.to_backup() != served_by_backup {
+        if t.to_backup() != (served_by == super::Role::Backup) {
             return None;
         }
         self.pending
@@ -287,14 +296,18 @@ mod tests {
             Some(Transition::PrimaryRecoveryThreshold)
         );
         assert_eq!(
-            s.take_pending(true),
+            s.take_pending(crate::upstream::Role::Backup),
             None,
             "not on a response from the old role"
         );
         assert_eq!(
-            s.take_pending(false),
+            s.take_pending(crate::upstream::Role::Primary),
             Some(Transition::PrimaryRecoveryThreshold)
         );
-        assert_eq!(s.take_pending(false), None, "named once");
+        assert_eq!(
+            s.take_pending(crate::upstream::Role::Primary),
+            None,
+            "named once"
+        );
     }
 }

@@ -13,6 +13,7 @@
 pub mod balancer;
 pub mod budget;
 pub mod conn;
+pub mod connect;
 pub mod connpool;
 pub mod dial;
 pub mod failover;
@@ -41,8 +42,8 @@ pub struct Peer {
     pub addr: BackendAddr,
     /// The configured weight (1 when none is).
     pub weight: u32,
-    /// A `backup` address: used only while failover says so.
-    pub backup: bool,
+    /// A primary, or a `backup` address used only while failover says so.
+    pub role: Role,
     /// `Host` for `host upstream`: the address as written, `localhost` for a socket.
     pub host_header: Option<HeaderValue>,
     pub idle: connpool::Idle,
@@ -63,6 +64,30 @@ pub struct Peer {
     pub failures: AtomicU64,
     /// Failures by [`FailureKind`].
     pub failures_by_kind: [AtomicU64; FailureKind::COUNT],
+}
+
+/// Which side of active-passive failover a peer is on (DESIGN §8.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Primary,
+    Backup,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Primary => "primary",
+            Role::Backup => "backup",
+        }
+    }
+
+    /// The role failover switches to from this one.
+    pub fn other(self) -> Role {
+        match self {
+            Role::Primary => Role::Backup,
+            Role::Backup => Role::Primary,
+        }
+    }
 }
 
 pub const ALPN_UNKNOWN: u8 = 0;
@@ -103,7 +128,7 @@ impl Peer {
         Peer {
             ordinal,
             weight,
-            backup: false,
+            role: Role::Primary,
             host_header: host_header(&addr.target),
             addr,
             idle: Default::default(),
@@ -207,7 +232,7 @@ impl PoolState {
                 .enumerate()
                 .map(|(i, a)| Peer::new(i, a.clone(), cfg.weights.get(i).copied().unwrap_or(1)))
                 .chain(cfg.backups.iter().enumerate().map(|(k, a)| Peer {
-                    backup: true,
+                    role: Role::Backup,
                     ..Peer::new(cfg.backends.len() + k, a.clone(), 1)
                 }))
                 .collect(),
@@ -300,7 +325,7 @@ impl PoolState {
         let Some(f) = self.failover_cfg.load_full() else {
             return;
         };
-        if self.peers[i].backup {
+        if self.peers[i].role == Role::Backup {
             return;
         }
         if let Some(t) = self.failover.probe_result(passed, &f, passive::now_ms()) {
@@ -383,7 +408,7 @@ impl Pool {
             c = c.in_role(Some(self.role_for(now, note)));
             if note.trial {
                 // A trial that finds no primary to try goes to the backups.
-                if let Some(i) = self.balancer.pick(&c.in_role(Some(false))) {
+                if let Some(i) = self.balancer.pick(&c.in_role(Some(Role::Primary))) {
                     return Pick::Peer(i);
                 }
                 note.trial = false;
@@ -434,25 +459,19 @@ impl Pool {
 }
 
 impl Pool {
-    /// The role requests go to now (true: backup), switching first when every peer of
-    /// the current role is ineligible and one of the other is not; notes a trial.
-    fn role_for(&self, now: u64, note: &mut Note) -> bool {
+    /// The role requests go to now, switching first when every peer of the current
+    /// role is ineligible and one of the other is not; notes a trial.
+    fn role_for(&self, now: u64, note: &mut Note) -> Role {
         let st = &self.state.failover;
         let peers = self.peers();
-        let eligible = |backup: bool| {
-            peers
-                .iter()
-                .any(|p| p.backup == backup && p.is_eligible(now))
-        };
-        let switched = if st.on_backup() {
-            (!eligible(true) && eligible(false))
-                .then(|| st.backups_down(now))
-                .flatten()
-        } else {
-            (!eligible(false) && eligible(true))
-                .then(|| st.primaries_down(now))
-                .flatten()
-        };
+        let eligible = |role: Role| peers.iter().any(|p| p.role == role && p.is_eligible(now));
+        let active = st.role();
+        let switched = (!eligible(active) && eligible(active.other()))
+            .then(|| match active {
+                Role::Backup => st.backups_down(now),
+                Role::Primary => st.primaries_down(now),
+            })
+            .flatten();
         if let Some(t) = switched {
             let why = if t.to_backup() {
                 "every primary is ineligible"
@@ -462,14 +481,14 @@ impl Pool {
             log_switch(self.name(), t, why);
             note.transition = Some(t);
         }
-        let backup = st.on_backup();
+        let role = st.role();
         // Only a request's first attempt may be a trial; a trial that could not
         // connect is retried on the backups.
-        note.trial = backup
+        note.trial = role == Role::Backup
             && note.attempts == 0
             && st.is_trial(&self.cfg.failover, now, self.cfg.health.is_some());
         note.attempts += 1;
-        backup
+        role
     }
 
     /// After an attempt on peer `i` that never reached it: whether the pool now sends
@@ -484,11 +503,11 @@ impl Pool {
             attempts: 1,
             ..Note::default()
         };
-        let backup = self.role_for(passive::now_ms(), &mut probe);
+        let role = self.role_for(passive::now_ms(), &mut probe);
         if probe.transition.is_some() {
             note.transition = probe.transition;
         }
-        backup != self.peers()[i].backup
+        role != self.peers()[i].role
     }
 
     /// Counts an attempt's outcome as failover evidence (a pool with backups only).
@@ -498,8 +517,10 @@ impl Pool {
         }
         let (st, f, now) = (&self.state.failover, &self.cfg.failover, passive::now_ms());
         let peers = self.peers();
-        let t = if peers[i].backup {
-            let primary_eligible = peers.iter().any(|p| !p.backup && p.is_eligible(now));
+        let t = if peers[i].role == Role::Backup {
+            let primary_eligible = peers
+                .iter()
+                .any(|p| p.role == Role::Primary && p.is_eligible(now));
             st.backup_result(ok, f, now, primary_eligible)
         } else {
             st.primary_result(ok, f, now)
@@ -546,7 +567,8 @@ impl Pool {
     }
 }
 
-/// What one request holds on its pool until its response has been passed on.
+/// What one attempt holds on its pool until its response has been passed on: it
+/// counts as the peer's selection and in-flight request.
 pub struct Lease {
     pub pool: Arc<Pool>,
     pub peer: usize,
@@ -559,7 +581,9 @@ impl Lease {
         peer: usize,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Lease {
-        pool.peers()[peer].in_flight.fetch_add(1, Ordering::Relaxed);
+        let p = &pool.peers()[peer];
+        p.selections.fetch_add(1, Ordering::Relaxed);
+        p.in_flight.fetch_add(1, Ordering::Relaxed);
         Lease { pool, peer, permit }
     }
 }

@@ -1,0 +1,205 @@
+//! The upstream connector: the one way anything gets a connection to a peer.
+//!
+//! [`Pool::connect`] owns every rule of reaching a peer that is the pool's business
+//! (DESIGN §8.12): HTTP/2 first where the scheme allows it (so a burst of requests
+//! waits for one connection being opened instead of opening one each), an idle
+//! HTTP/1.1 connection before a fresh one, what ALPN chose last on an `https://`
+//! peer, and the success that brings a peer's breaker back. The proxy's attempts,
+//! WebSocket upgrades and L4 relays all come here; none of them touches a peer's idle
+//! list, HTTP/2 sessions or passive state. What an attempt's failure means for the
+//! request (retry, failover evidence) stays with the caller, through
+//! [`Pool::unreachable`].
+
+use std::io;
+use std::sync::atomic::Ordering;
+
+use super::conn::BackendConn;
+use super::dial::{self, DialError};
+use super::{h2, Lease, Note, Pool, ALPN_H1, ALPN_H2};
+use crate::config::BackendScheme;
+use crate::stats::{bump, COUNTERS};
+
+/// What a caller needs of a peer's connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// A request: a stream on an HTTP/2 session, or an HTTP/1.1 connection, idle
+    /// unless `fresh` (an idle one just turned out closed).
+    Request { fresh: bool },
+    /// An upgrade handshake: a fresh HTTP/1.1 connection (over TLS, `http/1.1` is the
+    /// only protocol offered), never pooled.
+    Upgrade,
+    /// An L4 relay: a fresh connection to the peer's address, bytes only.
+    Relay,
+}
+
+/// A connection to a peer, ready for what was wanted.
+pub enum Connection {
+    /// An HTTP/1.1 connection (or a bare one, for [`Want::Relay`]); `reused`: it came
+    /// from the idle list, so it may turn out closed before it takes a request.
+    Http1 { conn: BackendConn, reused: bool },
+    /// A stream on an HTTP/2 session.
+    Http2(h2::Stream),
+}
+
+/// Why no connection could be had.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// The peer could not be reached (see [`Pool::unreachable`]).
+    Unreachable(DialError),
+    /// This host is out of ports or descriptors: not the peer's fault, counted and
+    /// logged here, the peer's state unchanged.
+    Local(io::Error),
+    /// The pool's scheme cannot carry what was wanted (an upgrade to an `h2c://` peer,
+    /// which speaks HTTP/2 only): logged here.
+    Unsupported,
+}
+
+impl Pool {
+    /// A connection to peer `i` for `want`, by the pool's rules (see the module).
+    pub async fn connect(&self, i: usize, want: Want) -> Result<Connection, ConnectError> {
+        let peer = &self.peers()[i];
+        let scheme = self.state.scheme;
+        if want == Want::Upgrade && scheme == BackendScheme::H2c {
+            tracing::info!(
+                pool = self.name(),
+                peer = %peer.addr.text,
+                "sluice: {}: cannot pass a websocket upgrade to {}: it speaks HTTP/2 only (h2c://)",
+                self.name(),
+                peer.addr.text
+            );
+            return Err(ConnectError::Unsupported);
+        }
+        if want == Want::Relay {
+            return match dial::connect(&peer.addr.target, &self.dest, self.cfg.connect_timeout)
+                .await
+            {
+                Ok(conn) => {
+                    peer.passive.record_success();
+                    Ok(Connection::Http1 {
+                        conn,
+                        reused: false,
+                    })
+                }
+                Err(e) => Err(self.dial_failed(i, e)),
+            };
+        }
+        let fresh = !matches!(want, Want::Request { fresh: false });
+        loop {
+            // An `https://` peer whose choice is not known yet is tried as HTTP/2
+            // first.
+            let h2_first = want != Want::Upgrade
+                && match scheme {
+                    BackendScheme::Http => false,
+                    BackendScheme::H2c => true,
+                    BackendScheme::Https => peer.alpn.load(Ordering::Relaxed) != ALPN_H1,
+                };
+            let mut opening = None;
+            if h2_first {
+                match peer.mux.take() {
+                    h2::Take::Stream(st) => return Ok(Connection::Http2(st)),
+                    h2::Take::Wait(seen) => {
+                        if !peer.mux.wait_opened(seen, self.cfg.connect_timeout).await {
+                            return Err(ConnectError::Unreachable(DialError::Shared));
+                        }
+                        continue;
+                    }
+                    h2::Take::Open(guard) => opening = Some(guard),
+                }
+            }
+            if opening.is_none() && !fresh {
+                if let Some(conn) = peer.idle.checkout(self.cfg.keepalive.idle_timeout) {
+                    return Ok(Connection::Http1 { conn, reused: true });
+                }
+            }
+            // Boxed: the TLS and HTTP/2 handshakes make a large future, which would
+            // otherwise make every request's future as large (and copied as often).
+            let dialed = Box::pin(dial::connect_peer(
+                &peer.addr.target,
+                scheme,
+                self.state.tls.as_deref(),
+                &self.dest,
+                self.cfg.connect_timeout,
+                want == Want::Upgrade,
+                &peer.addr.text,
+            ))
+            .await;
+            return match dialed {
+                Ok(dial::Dialed::H1(conn)) => {
+                    if scheme == BackendScheme::Https && want != Want::Upgrade {
+                        peer.alpn.store(ALPN_H1, Ordering::Relaxed);
+                    }
+                    // Waiters look again, and find the peer speaks HTTP/1.1.
+                    drop(opening);
+                    peer.passive.record_success();
+                    Ok(Connection::Http1 {
+                        conn,
+                        reused: false,
+                    })
+                }
+                Ok(dial::Dialed::H2(session)) if want != Want::Upgrade => {
+                    peer.passive.record_success();
+                    peer.alpn.store(ALPN_H2, Ordering::Relaxed);
+                    Ok(Connection::Http2(match opening {
+                        Some(guard) => guard.opened(session),
+                        None => peer.mux.adopt(session),
+                    }))
+                }
+                Ok(dial::Dialed::H2(_)) => {
+                    // Offered http/1.1 only: a backend that chose h2 anyway broke ALPN.
+                    let why = "the backend chose h2 though only http/1.1 was offered";
+                    Err(self.dial_failed(i, DialError::Tls(why.into())))
+                }
+                Err(e) => {
+                    if let Some(guard) = opening {
+                        guard.failed();
+                    }
+                    Err(self.dial_failed(i, e))
+                }
+            };
+        }
+    }
+
+    /// A dial that failed: local exhaustion is counted and logged here; a TLS failure
+    /// is logged (its words say what an operator must fix).
+    fn dial_failed(&self, i: usize, e: DialError) -> ConnectError {
+        let peer = &self.peers()[i].addr.text;
+        match e {
+            DialError::Local(e) => {
+                bump(&COUNTERS.out_of_ports);
+                tracing::warn!(
+                    pool = self.name(),
+                    peer = %peer,
+                    "sluice: {}: cannot dial {peer}: {e}; out of local capacity, backend state unchanged",
+                    self.name(),
+                );
+                ConnectError::Local(e)
+            }
+            e => {
+                if let DialError::Tls(why) = &e {
+                    tracing::warn!(pool = self.name(), peer = %peer, "sluice: {}: {peer}: {why}", self.name());
+                }
+                ConnectError::Unreachable(e)
+            }
+        }
+    }
+
+    /// An attempt that could not reach peer `i`: the peer's failure and failover
+    /// evidence — unless another request's dial failed and counted it already.
+    pub fn unreachable(&self, i: usize, e: &DialError, note: &mut Note) {
+        if !matches!(e, DialError::Shared) {
+            self.peer_failed(i, e.kind(), e);
+            self.failover_result(i, false, note);
+        }
+    }
+}
+
+impl Lease {
+    /// A response that ended cleanly gives its HTTP/1.1 connection back for the next
+    /// request to this peer.
+    pub fn give_back(&self, conn: BackendConn) {
+        let pool = &self.pool;
+        pool.peers()[self.peer]
+            .idle
+            .checkin(conn, pool.cfg.keepalive.idle_max);
+    }
+}
