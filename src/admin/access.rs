@@ -76,8 +76,8 @@ pub struct Upstream<'a> {
     pub transition: &'static str,
 }
 
-impl<'a> From<&'a crate::proxy::Served> for Upstream<'a> {
-    fn from(s: &'a crate::proxy::Served) -> Upstream<'a> {
+impl<'a> From<&'a crate::upstream::Served> for Upstream<'a> {
+    fn from(s: &'a crate::upstream::Served) -> Upstream<'a> {
         Upstream {
             pool: s.pool_name(),
             peer: s.peer_address(),

@@ -24,6 +24,7 @@ use crate::route::path::{normalize, normalize_host};
 use crate::route::{Handler, Probe, Route};
 use crate::runtime::{Generation, Live};
 use crate::stats::{bump, COUNTERS};
+pub use crate::upstream::Served;
 
 /// What the connection tells the pipeline about its client, rendered once per
 /// connection.
@@ -69,7 +70,7 @@ impl ClientInfo {
 /// (when asked for), and an upgraded connection to join with the client's (a 101).
 pub struct Answer {
     pub resp: Response<Body>,
-    pub served: Option<proxy::Served>,
+    pub served: Option<Served>,
     pub tunnel: Option<Box<crate::tunnel::Tunnel>>,
 }
 
@@ -102,7 +103,7 @@ pub fn handle(live: &Live, req: Request<Body>, client: ClientInfo, offer: Offer)
 /// Where the handler leaves what the connection needs besides the response.
 #[derive(Default)]
 struct Slots {
-    served: std::sync::OnceLock<proxy::Served>,
+    served: std::sync::OnceLock<Served>,
     tunnel: std::sync::OnceLock<Box<crate::tunnel::Tunnel>>,
 }
 

@@ -13,9 +13,11 @@
 
 pub mod body;
 pub mod headers;
+mod refusal;
+mod retry;
 pub mod trace;
+mod upgrade;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
@@ -23,46 +25,21 @@ use http::{Request, Response, StatusCode, Uri, Version};
 use tokio::sync::OwnedSemaphorePermit;
 
 pub use self::body::ResponseBody;
-use crate::body::{Body, BodyError};
+use self::refusal::{out_of_capacity, peer_or_refusal, BUSY, UNREACHABLE};
+use self::retry::{is_idempotent, retry_sent, retry_to, retry_unreached, Retry};
+use crate::body::Body;
 use crate::config::template::Values;
 use crate::config::units::format_duration;
 use crate::config::{BackendScheme, HashKey, Policy};
 use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
-use crate::tunnel::{Opened, Tunnel};
+use crate::tunnel::Tunnel;
 use crate::upstream::balancer::hash_bytes;
 use crate::upstream::conn::{BackendConn, Outgoing, SendError};
 use crate::upstream::connect::{ConnectError, Connection, Want};
 use crate::upstream::dial::DialError;
 use crate::upstream::h2;
-use crate::upstream::{FailureKind, Lease, Note, Pick, Pool, Tried};
-
-const BUSY: &str = "Server busy, retry in a moment\n";
-const NO_CAPACITY: &str = "Edge out of connection capacity toward this site, retry in a moment\n";
-const UNREACHABLE: &str = "Bad gateway: no backend could be reached\n";
-const NO_UPGRADE: &str = "Bad gateway: the backend cannot take an upgrade\n";
-
-/// Which pool and peer served a response — or, for sluice's own 502/504, the last peer
-/// dialed — after how many attempts, with the failover role and transition (what
-/// `X-Sluice-Origin*` say): noted for the access log (only when it is on).
-#[derive(Clone)]
-pub struct Served {
-    pub pool: Arc<Pool>,
-    pub peer: usize,
-    pub attempts: u32,
-    pub role: &'static str,
-    pub transition: &'static str,
-}
-
-impl Served {
-    pub fn pool_name(&self) -> &str {
-        self.pool.name()
-    }
-
-    pub fn peer_address(&self) -> &str {
-        &self.pool.peers()[self.peer].addr.text
-    }
-}
+use crate::upstream::{Lease, Note, Pick, Pool, Served, Tried};
 
 /// The client-side facts the proxy needs, as plain values.
 pub struct Client<'a> {
@@ -88,10 +65,18 @@ pub struct Client<'a> {
 
 pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) -> Response<Body> {
     let mut dialed = Dialed::default();
-    let resp = match (client.tunnel, upgrade_protocol(&req)) {
+    let resp = match (client.tunnel, upgrade::upgrade_protocol(&req)) {
         // Boxed: rare, and inline its future would make every request's as large.
         (Some(slot), Some(protocol)) => {
-            Box::pin(upgrade(pool, req, client, slot, protocol, &mut dialed)).await
+            Box::pin(upgrade::upgrade(
+                pool,
+                req,
+                client,
+                slot,
+                protocol,
+                &mut dialed,
+            ))
+            .await
         }
         _ => attempts(pool, req, client, &mut dialed).await,
     };
@@ -143,339 +128,105 @@ async fn attempts(
     if replayable {
         out.keep_for_replay(cfg.retry_buffer);
     }
-    let mut tried = Tried::default();
-    let note = &mut dialed.note;
+    let mut sending = Sending {
+        out,
+        tried: Tried::default(),
+        key,
+        switch_retried: false,
+    };
     let mut next = None;
-    let mut switch_retried = false;
     loop {
+        let note = &mut dialed.note;
         let pick = next
             .take()
-            .map_or_else(|| pool.pick(&tried, key, note), Pick::Peer);
+            .map_or_else(|| pool.pick(&sending.tried, key, note), Pick::Peer);
         let i = match peer_or_refusal(pick) {
             Ok(i) => i,
             Err(refusal) => return *refusal,
         };
-        tried.add(i);
+        sending.tried.add(i);
         dialed.peer = Some(i);
-        dialed.attempts = tried.count as u32;
+        dialed.attempts = sending.tried.count as u32;
         let mut lease = Lease::new(pool.clone(), i, permit.take());
-        let why = match attempt(pool, i, &mut out, client).await {
+        let outcome = attempt(pool, i, &mut sending.out, client).await;
+        match sending.then(pool, i, outcome, &mut dialed.note) {
+            Then::Pass(answer) => {
+                let attempts = dialed.attempts;
+                return stream(pool, answer, lease, client, &dialed.note, attempts);
+            }
+            Then::Answer(resp) => return resp,
+            Then::Again(j) => {
+                permit = lease.permit.take();
+                next = j;
+            }
+        }
+    }
+}
+
+/// A request between its attempts: what goes out, where it went, and how.
+struct Sending {
+    out: Outgoing,
+    tried: Tried,
+    /// `lb hash`'s key.
+    key: Option<u64>,
+    /// The one attempt beyond `retries` on a new failover role was made.
+    switch_retried: bool,
+}
+
+/// What follows an attempt.
+enum Then {
+    /// The backend's answer, to pass on.
+    Pass(Answer),
+    /// Another attempt: on this peer (a retry that already picked one), or the next
+    /// pick.
+    Again(Option<usize>),
+    /// sluice's own answer.
+    Answer(Response<Body>),
+}
+
+impl Sending {
+    /// Judges attempt `outcome` on peer `i`: the peer's record and failover evidence,
+    /// then whether the request goes to another peer.
+    fn then(&mut self, pool: &Pool, i: usize, outcome: Attempt, note: &mut Note) -> Then {
+        let why = match outcome {
             Attempt::Answered(answer) => {
                 let code = answer.status().as_u16();
                 pool.record_answer(i, code);
                 pool.failover_result(i, code < 500, note);
-                if cfg.retry_on.status(code) {
-                    if let Some(j) = retry_to(pool, &tried, key, &mut out, Retry::Status, note) {
+                if pool.cfg.retry_on.status(code) {
+                    let (tried, key, out) = (&self.tried, self.key, &mut self.out);
+                    if let Some(j) = retry_to(pool, tried, key, out, Retry::Status, note) {
                         // The answer is dropped unread: its connection closes with it.
                         tracing::debug!(
                             "sluice: {}: {} answered {code}; retrying on another backend",
                             pool.name(),
                             pool.peers()[i].addr.text
                         );
-                        permit = lease.permit.take();
-                        next = Some(j);
-                        continue;
+                        return Then::Again(Some(j));
                     }
                 }
-                return stream(pool, answer, lease, client, note, tried.count as u32);
+                return Then::Pass(answer);
             }
-            Attempt::Refused(resp) => return resp,
+            Attempt::Refused(resp) => return Then::Answer(resp),
             Attempt::Unreachable(e) => {
                 pool.unreachable(i, &e, note);
                 // Not reached: the body is intact, so even a POST may go elsewhere.
                 Retry::Unreachable
             }
-            Attempt::Failed(e) => match retry_sent(pool, i, e, &tried, key, &mut out, note) {
-                Ok(j) => {
-                    next = Some(j);
-                    permit = lease.permit.take();
-                    continue;
-                }
-                Err(answer) => return *answer,
-            },
+            Attempt::Failed(e) => {
+                let (tried, key, out) = (&self.tried, self.key, &mut self.out);
+                return match retry_sent(pool, i, e, tried, key, out, note) {
+                    Ok(j) => Then::Again(Some(j)),
+                    Err(answer) => Then::Answer(*answer),
+                };
+            }
         };
-        permit = lease.permit.take();
-        drop(lease);
-        if !retry_unreached(pool, &tried, i, why, note, &mut switch_retried) {
-            bump(&COUNTERS.bad_gateway);
-            return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
+        if retry_unreached(pool, &self.tried, i, why, note, &mut self.switch_retried) {
+            return Then::Again(None);
         }
+        bump(&COUNTERS.bad_gateway);
+        Then::Answer(local_response(StatusCode::BAD_GATEWAY, UNREACHABLE))
     }
-}
-
-/// A request that reached peer `i` and then failed: the peer to send it to again
-/// (`retry_on reset|timeout`, within the rules of [`retry_to`]), or the answer.
-fn retry_sent(
-    pool: &Pool,
-    i: usize,
-    e: SendError,
-    tried: &Tried,
-    key: Option<u64>,
-    out: &mut Outgoing,
-    note: &mut Note,
-) -> Result<usize, Box<Response<Body>>> {
-    if matches!(
-        e,
-        SendError::TimedOut | SendError::Io(_) | SendError::ClosedEarly
-    ) {
-        // A timeout or a broken connection is failover evidence, retried or not.
-        pool.failover_result(i, false, note);
-    }
-    let why = match &e {
-        SendError::TimedOut if pool.cfg.retry_on.timeout => Retry::Timeout,
-        SendError::Io(_) | SendError::ClosedEarly if pool.cfg.retry_on.reset => Retry::Reset,
-        _ => return Err(Box::new(sent_and_failed(pool, i, e))),
-    };
-    if why == Retry::Reset {
-        pool.peer_failed(i, FailureKind::Broken, &e);
-    }
-    retry_to(pool, tried, key, out, why, note)
-        .ok_or_else(|| Box::new(sent_and_failed_counted(pool, i, e, why == Retry::Reset)))
-}
-
-/// The peer a pick named, or sluice's own answer when there is none.
-/// (Boxed: sluice's own answers are the rare path; the common one returns a word.)
-fn peer_or_refusal(pick: Pick) -> Result<usize, Box<Response<Body>>> {
-    match pick {
-        Pick::Peer(i) => Ok(i),
-        Pick::AllDown => Err(Box::new(local_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "No backend available\n",
-        ))),
-        Pick::Exhausted => {
-            bump(&COUNTERS.bad_gateway);
-            Err(Box::new(local_response(
-                StatusCode::BAD_GATEWAY,
-                UNREACHABLE,
-            )))
-        }
-    }
-}
-
-/// Whether a request that never reached peer `i` goes to another: within `retries`,
-/// or once on the new role when the failure made the pool switch (the request that
-/// causes the switch still succeeds when a backup can serve it, DESIGN §14, §17) —
-/// and within the retry budget either way.
-fn retry_unreached(
-    pool: &Pool,
-    tried: &Tried,
-    i: usize,
-    why: Retry,
-    note: &mut Note,
-    switch_retried: &mut bool,
-) -> bool {
-    let within = tried.count <= pool.cfg.retries as usize;
-    let on_new_role = !within && !*switch_retried && pool.switched_away_from(i, note);
-    *switch_retried |= on_new_role;
-    (within || on_new_role) && take_retry(pool, why)
-}
-
-/// Why a request goes to another backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Retry {
-    /// Not reached: always allowed (within `retries` and the budget).
-    Unreachable = 0,
-    Reset = 1,
-    Timeout = 2,
-    Status = 3,
-}
-
-/// Takes a retry from the pool's budget and counts it.
-fn take_retry(pool: &Pool, why: Retry) -> bool {
-    if !pool.state.budget.try_retry(pool.cfg.retry_budget) {
-        tracing::debug!(
-            "sluice: {}: retry budget exhausted, not retrying",
-            pool.name()
-        );
-        return false;
-    }
-    bump(&COUNTERS.retries);
-    pool.state.retries[why as usize].fetch_add(1, Ordering::Relaxed);
-    true
-}
-
-/// For a request that reached a backend: the peer to send it to again, if `retries`,
-/// the replay buffer, another untried peer and the budget all allow it (in that order,
-/// so the budget is spent only on a retry that happens).
-fn retry_to(
-    pool: &Pool,
-    tried: &Tried,
-    key: Option<u64>,
-    out: &mut Outgoing,
-    why: Retry,
-    note: &mut Note,
-) -> Option<usize> {
-    if tried.count > pool.cfg.retries as usize {
-        return None;
-    }
-    let Pick::Peer(j) = pool.pick(tried, key, note) else {
-        return None;
-    };
-    if !out.can_rewind() || !take_retry(pool, why) {
-        return None;
-    }
-    out.rewind();
-    Some(j)
-}
-
-/// Methods that may be sent twice (RFC 9110 §9.2.2), or a request that says so with
-/// `Idempotency-Key`.
-fn is_idempotent(req: &Request<Body>) -> bool {
-    use http::Method;
-    matches!(
-        *req.method(),
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    ) || req.headers().contains_key("idempotency-key")
-}
-
-/// The protocol an HTTP/1.1 request asks to switch to (`Upgrade`, with `upgrade` among
-/// its `Connection` tokens) when it is one sluice passes on: WebSocket only. Any other
-/// (`h2c` above all: a backend that switched would give the client a connection past
-/// every filter) goes as a plain request, its `Upgrade` dropped as hop-by-hop.
-fn upgrade_protocol(req: &Request<Body>) -> Option<HeaderValue> {
-    let asks = req
-        .headers()
-        .get_all(header::CONNECTION)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
-    if !asks {
-        return None;
-    }
-    let asked = req.headers().get(header::UPGRADE)?;
-    asked
-        .as_bytes()
-        .trim_ascii()
-        .eq_ignore_ascii_case(b"websocket")
-        .then(|| asked.clone())
-}
-
-/// An upgrade (WebSocket) handshake: a fresh connection to one peer (never pooled,
-/// never retried), a `limit` slot until the answer and a place under `max_tunnels`; a
-/// `101` answer gives the slot back and leaves the connection in `slot` for the server
-/// to join with the client's.
-async fn upgrade(
-    pool: &Arc<Pool>,
-    req: Request<Body>,
-    client: &Client<'_>,
-    slot: &std::sync::OnceLock<Box<Tunnel>>,
-    protocol: HeaderValue,
-    dialed: &mut Dialed,
-) -> Response<Body> {
-    let cfg = &pool.cfg;
-    let (permit, opened) = match admit_upgrade(pool, client).await {
-        Ok(admitted) => admitted,
-        Err(refusal) => return refusal,
-    };
-    let key = hash_key(&cfg.lb, &req, client);
-    let mut req = prepare(pool, req, client);
-    req.headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    req.headers_mut().insert(header::UPGRADE, protocol);
-    let mut out = Outgoing::new(req);
-    let note = &mut dialed.note;
-    let i = match peer_or_refusal(pool.pick(&Tried::default(), key, note)) {
-        Ok(i) => i,
-        Err(refusal) => return *refusal,
-    };
-    dialed.peer = Some(i);
-    dialed.attempts = 1;
-    let peer = &pool.peers()[i];
-    let lease = Lease::new(pool.clone(), i, permit);
-    headers::finish_request(
-        &mut out.parts.headers,
-        cfg,
-        peer.host_header.as_ref(),
-        &client.values,
-    );
-    let mut conn = match dial_upgrade(pool, i, note).await {
-        Ok(c) => c,
-        Err(refusal) => return refusal,
-    };
-    let head = match send(pool, i, &mut conn, &mut out).await {
-        Ok(h) => h,
-        Err(e) => return sent_and_failed(pool, i, e),
-    };
-    if head.parts.status != StatusCode::SWITCHING_PROTOCOLS {
-        // Any other answer passes through as a response; the connection was asked to
-        // switch, so it is never pooled.
-        let mut head = head;
-        head.reusable = false;
-        return stream(pool, Answer::H1(conn, head), lease, client, note, 1);
-    }
-    let tunnel = Tunnel {
-        conn,
-        lease,
-        opened,
-        drain: client.tunnel_drain,
-        idle: client.tunnel_idle,
-    };
-    switched(pool, head.parts, tunnel, client, slot)
-}
-
-/// Until the `101`, a handshake is a request like any other under `limit`; then a place
-/// under `max_tunnels`. The slot first, so one waiting for it holds no tunnel place.
-async fn admit_upgrade(
-    pool: &Pool,
-    client: &Client<'_>,
-) -> Result<(Option<OwnedSemaphorePermit>, Opened), Response<Body>> {
-    let permit = acquire_slot(pool).await?;
-    let Some(opened) = Opened::try_open(client.max_tunnels) else {
-        bump(&COUNTERS.limit_rejections);
-        tracing::warn!(
-            "sluice: {}: max_tunnels ({}) open, refused an upgrade",
-            pool.name(),
-            client.max_tunnels
-        );
-        return Err(local_response(StatusCode::SERVICE_UNAVAILABLE, BUSY));
-    };
-    Ok((permit, opened))
-}
-
-/// A fresh HTTP/1.1 connection for an upgrade; a peer that cannot be reached is
-/// marked, and the answer is sluice's own.
-async fn dial_upgrade(
-    pool: &Pool,
-    i: usize,
-    note: &mut Note,
-) -> Result<BackendConn, Response<Body>> {
-    match pool.connect(i, Want::Upgrade).await {
-        Ok(Connection::Http1 { conn, .. }) => Ok(conn),
-        Ok(Connection::Http2(_)) => unreachable!("an upgrade is never given an HTTP/2 stream"),
-        Err(ConnectError::Local(_)) => Err(out_of_capacity()),
-        Err(ConnectError::Unsupported) => {
-            bump(&COUNTERS.bad_gateway);
-            Err(local_response(StatusCode::BAD_GATEWAY, NO_UPGRADE))
-        }
-        Err(ConnectError::Unreachable(e)) => {
-            pool.unreachable(i, &e, note);
-            bump(&COUNTERS.bad_gateway);
-            Err(local_response(StatusCode::BAD_GATEWAY, UNREACHABLE))
-        }
-    }
-}
-
-/// The backend switched: the `101` for the client, and the tunnel left in `slot` for
-/// the server to join. From here the tunnel counts under `max_tunnels`, not `limit`.
-fn switched(
-    pool: &Pool,
-    mut parts: http::response::Parts,
-    mut tunnel: Tunnel,
-    client: &Client<'_>,
-    slot: &std::sync::OnceLock<Box<Tunnel>>,
-) -> Response<Body> {
-    drop(tunnel.lease.permit.take());
-    let switched_to = parts.headers.get(header::UPGRADE).cloned();
-    headers::response(&mut parts.headers, &pool.cfg, &client.values);
-    parts
-        .headers
-        .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    if let Some(p) = switched_to {
-        parts.headers.insert(header::UPGRADE, p);
-    }
-    tunnel.conn.keepalive();
-    let _ = slot.set(Box::new(tunnel));
-    Response::from_parts(parts, Body::Empty)
 }
 
 /// Step 1: a slot under the pool's `limit`, waiting up to its WAIT. `Err`: the 503.
@@ -739,67 +490,4 @@ fn stream(
         }
     }
     Response::from_parts(parts, body)
-}
-
-/// 503 for local exhaustion (ports, descriptors): not the backend's fault (the
-/// connector counted and logged it).
-fn out_of_capacity() -> Response<Body> {
-    let mut resp = local_response(StatusCode::SERVICE_UNAVAILABLE, NO_CAPACITY);
-    resp.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    resp
-}
-
-/// The request went out and then failed: never retried.
-fn sent_and_failed(pool: &Pool, peer: usize, e: SendError) -> Response<Body> {
-    sent_and_failed_counted(pool, peer, e, false)
-}
-
-/// As [`sent_and_failed`]; `counted`: the peer's failure was recorded already.
-fn sent_and_failed_counted(
-    pool: &Pool,
-    peer: usize,
-    e: SendError,
-    counted: bool,
-) -> Response<Body> {
-    match e {
-        SendError::TimedOut => local_response(StatusCode::GATEWAY_TIMEOUT, "Gateway timeout\n"),
-        SendError::Body(BodyError::TooLarge(_)) => {
-            bump(&COUNTERS.body_too_large);
-            local_response(StatusCode::PAYLOAD_TOO_LARGE, "Request body too large\n")
-        }
-        SendError::Unsendable(why) => {
-            crate::throttle::H2_UNSENDABLE.warn(format_args!(
-                "sluice: {}: {why}; answered 502 to that client ({} keeps its place in rotation)",
-                pool.name(),
-                pool.peers()[peer].addr.text
-            ));
-            bump(&COUNTERS.bad_gateway);
-            local_response(
-                StatusCode::BAD_GATEWAY,
-                "Bad gateway: the request cannot be sent over HTTP/2\n",
-            )
-        }
-        SendError::Body(other) => {
-            tracing::debug!("sluice: {}: request body failed: {other}", pool.name());
-            local_response(
-                StatusCode::BAD_REQUEST,
-                "Bad request: broken request body\n",
-            )
-        }
-        e => {
-            let kind = match e {
-                SendError::Invalid(_) => FailureKind::Invalid,
-                _ => FailureKind::Broken,
-            };
-            if !counted {
-                pool.peer_failed(peer, kind, &e);
-            }
-            bump(&COUNTERS.bad_gateway);
-            local_response(
-                StatusCode::BAD_GATEWAY,
-                "Bad gateway: the backend connection broke\n",
-            )
-        }
-    }
 }

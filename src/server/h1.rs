@@ -284,7 +284,7 @@ struct Exchange {
     /// The response's status and body bytes written, and who served it.
     status: u16,
     bytes: u64,
-    served: Option<crate::proxy::Served>,
+    served: Option<crate::pipeline::Served>,
     /// A backend connection that switched protocols, to join with this one.
     tunnel: Option<Box<crate::tunnel::Tunnel>>,
 }

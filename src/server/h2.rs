@@ -329,7 +329,7 @@ struct H2Logged {
     client: HeaderValue,
     status: u16,
     bytes: u64,
-    served: Option<crate::proxy::Served>,
+    served: Option<crate::pipeline::Served>,
 }
 
 impl Drop for H2Logged {

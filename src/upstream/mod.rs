@@ -596,6 +596,28 @@ impl Drop for Lease {
     }
 }
 
+/// Which pool and peer served a response — or, for sluice's own 502/504, the last peer
+/// dialed — after how many attempts, with the failover role and transition (what
+/// `X-Sluice-Origin*` say): noted for the access log (only when it is on).
+#[derive(Clone)]
+pub struct Served {
+    pub pool: Arc<Pool>,
+    pub peer: usize,
+    pub attempts: u32,
+    pub role: &'static str,
+    pub transition: &'static str,
+}
+
+impl Served {
+    pub fn pool_name(&self) -> &str {
+        self.pool.name()
+    }
+
+    pub fn peer_address(&self) -> &str {
+        &self.pool.peers()[self.peer].addr.text
+    }
+}
+
 /// What failover decided for one request: whether it is a trial of the primaries, and
 /// the switch its outcome caused (named on its response).
 #[derive(Debug, Default)]
