@@ -257,3 +257,112 @@ async fn old_generations_are_freed() {
         "twenty more generations kept no memory: {after_one} KiB after five reloads, {after_twenty} KiB after twenty-five"
     );
 }
+
+/// `limit N` holds across a reload: requests of the old generation keep their places,
+/// so the new one admits only what is left of N (a semaphore per generation let 2 × N
+/// through), and a reload that lowers N makes the new cap hold at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_holds_across_a_reload() {
+    let now = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let b = {
+        let (now, most, gate) = (now.clone(), most.clone(), gate.clone());
+        Backend::start(move |_req: Request<Incoming>| {
+            let (now, most, gate) = (now.clone(), most.clone(), gate.clone());
+            async move {
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(n, Ordering::SeqCst);
+                gate.acquire().await.unwrap().forget();
+                now.fetch_sub(1, Ordering::SeqCst);
+                Response::new(full("done"))
+            }
+        })
+        .await
+    };
+    let conf = |n: u32, timeout: &str| {
+        format!(
+            "site * {{ proxy {} {{ limit {n} 100ms\n timeout {timeout} }} }}",
+            b.addr
+        )
+    };
+    let r = Reloadable::start(&conf(3, "30s"));
+    let addr = r.s.addr;
+    let held: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(async move { get(addr, "/").await.status }))
+        .collect();
+    let waited = std::time::Instant::now();
+    while now.load(Ordering::SeqCst) < 3 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "3 requests reach the backend"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The same pool (a setting changed, not its identity): the three places stay taken.
+    r.reload(&conf(3, "29s"), "reloaded: revision 2", 1);
+    assert_eq!(
+        get(addr, "/").await.status,
+        503,
+        "3 in flight: the cap is full"
+    );
+    // Lowered to 2 while 3 are held: full until two of them end.
+    r.reload(&conf(2, "29s"), "reloaded: revision 3", 1);
+    gate.add_permits(1);
+    let waited = std::time::Instant::now();
+    while now.load(Ordering::SeqCst) > 2 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "one request ends"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(get(addr, "/").await.status, 503, "2 in flight, cap 2");
+    gate.add_permits(2);
+    for h in held {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    gate.add_permits(100);
+    let after: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(async move { get(addr, "/").await.status }))
+        .collect();
+    for h in after {
+        let status = h.await.unwrap();
+        assert!(status == 200 || status == 503, "{status}");
+    }
+    assert!(
+        most.load(Ordering::SeqCst) <= 3,
+        "never more than N at once"
+    );
+    assert_eq!(get(addr, "/").await.status, 200, "the places came back");
+}
+
+/// An in-memory `rate_limit` keeps its buckets across a reload that keeps the filter
+/// (same route, name, rate and store): a reload must not hand everyone a fresh budget.
+/// A changed rate is a new filter, with fresh buckets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_budget_survives_a_reload() {
+    let conf = |rate: &str, body: &str| {
+        format!("site * {{ rate_limit {rate} burst 2\n respond \"{body}\" }}")
+    };
+    let r = Reloadable::start(&conf("1/m", "one"));
+    let addr = r.s.addr;
+    assert_eq!(get(addr, "/").await.status, 200);
+    assert_eq!(get(addr, "/").await.status, 200);
+    assert_eq!(get(addr, "/").await.status, 429, "the burst of 2 is spent");
+    r.reload(&conf("1/m", "two"), "reloaded: revision 2", 1);
+    let after = get(addr, "/").await;
+    assert_eq!(
+        (after.status, after.header("ratelimit-policy").is_some()),
+        (429, true),
+        "the same filter after a reload: still spent"
+    );
+    assert_eq!(get(addr, "/").await.status, 429);
+    r.reload(&conf("2/m", "three"), "reloaded: revision 3", 1);
+    let fresh = get(addr, "/").await;
+    assert_eq!(
+        (fresh.status, fresh.text().as_str()),
+        (200, "three"),
+        "another rate is another filter"
+    );
+}

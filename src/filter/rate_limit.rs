@@ -47,16 +47,31 @@ pub struct RateLimit {
     burst: f64,
     policy: HeaderValue,
     store: Store,
-    /// One hasher for the filter's life: a key always lands in the same shard.
-    hasher: std::hash::RandomState,
     /// What tells this filter's keys apart in a shared Redis from another filter's:
     /// its name, else its route, and its rate.
     scope: String,
 }
 
 enum Store {
-    Memory(Box<[Mutex<Shard>]>),
+    Memory(Arc<Memory>),
     Redis(Arc<Redis>),
+}
+
+/// An in-memory store: the buckets, and the one hasher that places keys in them (a
+/// key always lands in the same shard). Handed to the next generation's filter of the
+/// same identity ([`RateLimit::identity`]), so a reload resets nobody's budget.
+pub struct Memory {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: std::hash::RandomState,
+}
+
+impl Memory {
+    fn new() -> Memory {
+        Memory {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: std::hash::RandomState::new(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -93,9 +108,30 @@ struct Bucket {
 }
 
 impl RateLimit {
+    /// What makes two generations' in-memory filters the same: route, name, rate,
+    /// burst and key (`None` for a Redis store, whose buckets outlive the process).
+    pub fn identity(cfg: &Config, name: Option<&str>, route: &str) -> Option<String> {
+        cfg.store.is_none().then(|| {
+            format!(
+                "{route}\n{name:?}\n{}/{}ms\n{}\n{:?}",
+                cfg.count,
+                cfg.window.as_millis(),
+                cfg.burst,
+                cfg.key_header
+            )
+        })
+    }
+
     /// `route`: the route's name, which (with the rate) scopes keys in Redis when the
-    /// filter has no `name`.
-    pub fn new(cfg: &Config, name: Option<&str>, route: &str, failure_open: bool) -> RateLimit {
+    /// filter has no `name`. `carried`: the buckets of the previous generation's filter
+    /// of the same identity.
+    pub fn new(
+        cfg: &Config,
+        name: Option<&str>,
+        route: &str,
+        failure_open: bool,
+        carried: Option<Arc<Memory>>,
+    ) -> RateLimit {
         let scope = format!(
             "{}:{}/{}ms:{}",
             name.unwrap_or(route),
@@ -108,7 +144,7 @@ impl RateLimit {
         let policy = HeaderValue::from_str(&format!("\"{name}\";q={};w={window}", cfg.count))
             .expect("a name of letters, digits, _ and - is a valid header value");
         let store = match &cfg.store {
-            None => Store::Memory((0..SHARDS).map(|_| Mutex::default()).collect()),
+            None => Store::Memory(carried.unwrap_or_else(|| Arc::new(Memory::new()))),
             Some(url) => {
                 let redis = Arc::new(Redis::new(url, failure_open));
                 // Connected before the first request, when Redis is there.
@@ -123,8 +159,15 @@ impl RateLimit {
             burst: f64::from(cfg.burst),
             policy,
             store,
-            hasher: std::hash::RandomState::new(),
             scope,
+        }
+    }
+
+    /// The in-memory buckets, for the next generation's filter of the same identity.
+    pub fn memory(&self) -> Option<Arc<Memory>> {
+        match &self.store {
+            Store::Memory(m) => Some(m.clone()),
+            Store::Redis(_) => None,
         }
     }
 }
@@ -152,8 +195,8 @@ impl Filter for RateLimit {
             .and_then(|h| req.headers().get(h))
             .map(HeaderValue::as_bytes);
         match &self.store {
-            Store::Memory(shards) => {
-                let mut h = self.hasher.build_hasher();
+            Store::Memory(memory) => {
+                let mut h = memory.hasher.build_hasher();
                 // A tag first: a header value never shares a bucket with an address.
                 match header {
                     Some(v) => {
@@ -174,7 +217,7 @@ impl Filter for RateLimit {
                 let key = h.finish();
                 let now = crate::upstream::passive::now_ms();
                 // The shard from middle bits: the map uses the low and the top ones.
-                let taken = shards[((key >> 32) % SHARDS as u64) as usize]
+                let taken = memory.shards[((key >> 32) % SHARDS as u64) as usize]
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .take(key, now, self.per_ms, self.burst);

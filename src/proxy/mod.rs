@@ -22,7 +22,6 @@ use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
-use tokio::sync::OwnedSemaphorePermit;
 
 pub use self::body::ResponseBody;
 use self::refusal::{out_of_capacity, peer_or_refusal, BUSY, UNREACHABLE};
@@ -39,6 +38,7 @@ use crate::upstream::conn::{BackendConn, Outgoing, SendError};
 use crate::upstream::connect::{ConnectError, Connection, Want};
 use crate::upstream::dial::DialError;
 use crate::upstream::h2;
+use crate::upstream::limit::Slot;
 use crate::upstream::{Lease, Note, Pick, Pool, Served, Tried};
 
 /// The client-side facts the proxy needs, as plain values.
@@ -230,23 +230,24 @@ impl Sending {
 }
 
 /// Step 1: a slot under the pool's `limit`, waiting up to its WAIT. `Err`: the 503.
-async fn acquire_slot(pool: &Pool) -> Result<Option<OwnedSemaphorePermit>, Response<Body>> {
-    let Some(sem) = &pool.limit else {
+async fn acquire_slot(pool: &Pool) -> Result<Option<Slot>, Response<Body>> {
+    let Some(limit) = &pool.limit else {
         return Ok(None);
     };
     // A free slot is taken without arming a timer.
-    if let Ok(p) = sem.clone().try_acquire_owned() {
-        return Ok(Some(p));
+    if let Some(slot) = limit.try_take() {
+        return Ok(Some(slot));
     }
     let wait = pool.cfg.limit.map(|l| l.wait).unwrap_or_default();
-    if let Ok(Ok(p)) = tokio::time::timeout(wait, sem.clone().acquire_owned()).await {
-        return Ok(Some(p));
+    if let Some(slot) = limit.take(wait).await {
+        return Ok(Some(slot));
     }
     bump(&COUNTERS.limit_rejections);
     tracing::debug!(
+        pool = pool.name(),
         "sluice: {}: limit of {} in flight reached, refused a request",
         pool.name(),
-        pool.cfg.limit.map_or(0, |l| l.max)
+        limit.max()
     );
     let mut r = local_response(StatusCode::SERVICE_UNAVAILABLE, BUSY);
     r.headers_mut()

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
-use tokio::sync::OwnedSemaphorePermit;
 
 use super::refusal::{out_of_capacity, peer_or_refusal, sent_and_failed, BUSY, UNREACHABLE};
 use super::{acquire_slot, hash_key, headers, prepare, send, stream, Answer, Client, Dialed};
@@ -17,6 +16,7 @@ use crate::stats::{bump, COUNTERS};
 use crate::tunnel::{Opened, Tunnel};
 use crate::upstream::conn::{BackendConn, Outgoing};
 use crate::upstream::connect::{ConnectError, Connection, Want};
+use crate::upstream::limit::Slot;
 use crate::upstream::{Lease, Note, Pool, Tried};
 
 const NO_UPGRADE: &str = "Bad gateway: the backend cannot take an upgrade\n";
@@ -111,7 +111,7 @@ pub(super) async fn upgrade(
 async fn admit_upgrade(
     pool: &Pool,
     client: &Client<'_>,
-) -> Result<(Option<OwnedSemaphorePermit>, Opened), Response<Body>> {
+) -> Result<(Option<Slot>, Opened), Response<Body>> {
     let permit = acquire_slot(pool).await?;
     let Some(opened) = Opened::try_open(client.max_tunnels) else {
         bump(&COUNTERS.limit_rejections);

@@ -17,7 +17,7 @@ use crate::filter::cond::{Condition, Test};
 use crate::filter::cors::Cors;
 use crate::filter::header_down::HeaderDown;
 use crate::filter::max_body::MaxBody;
-use crate::filter::rate_limit::RateLimit;
+use crate::filter::rate_limit::{self, RateLimit};
 use crate::filter::request_id::RequestId;
 use crate::filter::rewrite::Rewrite;
 use crate::filter::strip::Strip;
@@ -47,6 +47,9 @@ impl Generation {
             .cloned()
             .unwrap_or_else(|| Arc::new(Dns::new(&config.global.resolver)));
         let shared = Shared {
+            carried: &carried,
+            rates_before: previous.map(|g| &g.rate_memory),
+            rates: Default::default(),
             probe_slots: &probe_slots,
             dns: &dns,
             policy: Arc::new(config.safety_policy()),
@@ -54,11 +57,7 @@ impl Generation {
         };
         let mut sites = Sites::new();
         for s in &config.sites {
-            let routes = s
-                .routes
-                .iter()
-                .map(|r| route(r, &carried, &shared))
-                .collect();
+            let routes = s.routes.iter().map(|r| route(r, &shared)).collect();
             sites.add(
                 &s.hosts,
                 Site {
@@ -93,6 +92,7 @@ impl Generation {
             None
         };
         Generation {
+            rate_memory: shared.rates.into_inner(),
             tls,
             sites,
             tcp,
@@ -107,8 +107,14 @@ impl Generation {
     }
 }
 
-/// What every pool of one generation is built with.
+/// What every pool and filter of one generation is built with.
 struct Shared<'a> {
+    /// The previous generation's pool states, by identity.
+    carried: &'a HashMap<&'a PoolId, &'a Arc<PoolState>>,
+    /// The previous generation's in-memory `rate_limit` buckets, by identity.
+    rates_before: Option<&'a HashMap<String, Arc<rate_limit::Memory>>>,
+    /// This generation's, as its filters are built.
+    rates: std::cell::RefCell<HashMap<String, Arc<rate_limit::Memory>>>,
     probe_slots: &'a Arc<Semaphore>,
     dns: &'a Arc<Dns>,
     /// The destination policy strict pools share.
@@ -117,6 +123,31 @@ struct Shared<'a> {
 }
 
 impl Shared<'_> {
+    /// A `rate_limit` filter, with the buckets of the previous generation's filter of
+    /// the same identity (a second filter of one identity on a route gets its own).
+    fn rate_limit(
+        &self,
+        rl: &config::RateLimit,
+        line: &config::FilterLine,
+        route: &str,
+    ) -> RateLimit {
+        let name = line.name.as_deref();
+        let Some(base) = RateLimit::identity(rl, name, route) else {
+            return RateLimit::new(rl, name, route, line.failure_open, None);
+        };
+        let mut rates = self.rates.borrow_mut();
+        let id = (0..)
+            .map(|k| format!("{base}#{k}"))
+            .find(|id| !rates.contains_key(id))
+            .expect("an unused identity");
+        let carried = self.rates_before.and_then(|m| m.get(&id)).cloned();
+        let filter = RateLimit::new(rl, name, route, line.failure_open, carried);
+        if let Some(m) = filter.memory() {
+            rates.insert(id, m);
+        }
+        filter
+    }
+
     /// The resolver, and the policy when `p` is strict.
     fn dest(&self, p: &config::ProxyConfig) -> Dest {
         Dest {
@@ -126,8 +157,12 @@ impl Shared<'_> {
     }
 }
 
-fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared: &Shared) -> Route {
-    let mut filters: Vec<Stage> = r.filters.iter().map(|l| stage(l, &r.name)).collect();
+fn route(r: &config::Route, shared: &Shared) -> Route {
+    let mut filters: Vec<Stage> = r
+        .filters
+        .iter()
+        .map(|l| stage(l, &r.name, shared))
+        .collect();
     // A `compress` filter that runs decides; else the proxy's own setting; else on.
     let compress = match &r.handler {
         Some(config::Handler::Proxy(p)) => p.compress,
@@ -143,7 +178,7 @@ fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared:
                 ));
             }
             let id = PoolId::new(r.name.clone(), p);
-            let state = carried.get(&id).map(|s| Arc::clone(s));
+            let state = shared.carried.get(&id).map(|s| Arc::clone(s));
             Handler::Proxy(Pool::build(
                 id,
                 (**p).clone(),
@@ -198,7 +233,7 @@ fn route(r: &config::Route, carried: &HashMap<&PoolId, &Arc<PoolState>>, shared:
 }
 
 /// A filter line, compiled: its filter, condition, failure mode and branches.
-fn stage(line: &config::FilterLine, route: &str) -> Stage {
+fn stage(line: &config::FilterLine, route: &str, shared: &Shared) -> Stage {
     let filter: Box<dyn Filter> = match &line.filter {
         config::Filter::Strip(prefix) => Box::new(Strip {
             prefix: prefix.clone(),
@@ -219,12 +254,7 @@ fn stage(line: &config::FilterLine, route: &str) -> Stage {
             nets: nets.clone(),
             allow: false,
         }),
-        config::Filter::RateLimit(rl) => Box::new(RateLimit::new(
-            rl,
-            line.name.as_deref(),
-            route,
-            line.failure_open,
-        )),
+        config::Filter::RateLimit(rl) => Box::new(shared.rate_limit(rl, line, route)),
         config::Filter::BasicAuth(users) => Box::new(BasicAuth::new(users)),
         config::Filter::Cors(c) => Box::new(Cors::new(c)),
     };

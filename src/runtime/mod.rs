@@ -40,6 +40,9 @@ pub struct Generation {
     /// The resolver every dial of this generation uses, carried while `resolver` is
     /// unchanged.
     pub dns: Arc<crate::safety::Dns>,
+    /// The in-memory `rate_limit` buckets, by filter identity, for the next
+    /// generation to carry.
+    pub rate_memory: std::collections::HashMap<String, Arc<crate::filter::rate_limit::Memory>>,
 }
 
 impl Generation {

@@ -114,7 +114,8 @@ pub async fn run(state: Weak<PoolState>, retire: Arc<Notify>, slots: Arc<Semapho
             if s.is_retired() {
                 return;
             }
-            let Some(h) = s.health.load_full() else {
+            let settings = s.settings();
+            let Some(h) = settings.health.clone() else {
                 return;
             };
             (h, s.peers.len())
@@ -200,7 +201,7 @@ async fn probe_inner(state: &PoolState, peer: &Peer, h: &Health) -> Result<(), S
         &peer.addr.target,
         state.scheme,
         state.tls.as_deref(),
-        &state.dest(),
+        &state.settings().dest,
         h.timeout + Duration::from_secs(1),
         true,
         &peer.addr.text,

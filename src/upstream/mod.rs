@@ -19,6 +19,7 @@ pub mod dial;
 pub mod failover;
 pub mod h2;
 pub mod health;
+pub mod limit;
 pub mod outlier;
 pub mod passive;
 pub mod tls;
@@ -27,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
+use arc_swap::ArcSwap;
 use http::HeaderValue;
 use tokio::sync::{Notify, Semaphore};
 
@@ -192,28 +193,48 @@ pub struct PoolState {
     pub scheme: BackendScheme,
     /// The TLS client settings of an `https://` pool.
     pub tls: Option<Arc<tls::ClientTls>>,
-    /// The idle timeout the newest generation asked for (the reaper reads it).
-    idle_timeout_ms: AtomicU64,
+    /// What the newest generation asked of the pool's background tasks (the reaper and
+    /// the probes read it, each tick).
+    settings: ArcSwap<Settings>,
+    /// The in-flight cap (`limit`), carried so that it holds across a swap.
+    limit: std::sync::Mutex<Option<Arc<limit::Limit>>>,
     retired: AtomicBool,
     /// Wakes the state's tasks when it is retired; theirs to hold without holding it.
     retire: Arc<Notify>,
-    /// The newest generation's `health`, read by the probe task at each tick.
-    health: ArcSwapOption<Health>,
     /// The probe task runs.
     probing: AtomicBool,
     /// Retries of every kind against `retry_budget`.
     pub budget: budget::Budget,
     /// The failover role and its evidence.
     pub failover: failover::State,
-    /// The newest generation's `failover` settings, when the pool has backups (probes
-    /// read them).
-    failover_cfg: ArcSwapOption<Failover>,
     /// Retries by reason: [unreachable, reset, timeout, status].
     pub retries: [AtomicU64; 4],
     /// Time from the request going out to the response head.
     pub upstream_seconds: crate::stats::Histogram,
-    /// The newest generation's resolver and destination policy (probes read them).
-    dest: arc_swap::ArcSwap<dial::Dest>,
+}
+
+/// The newest generation's settings for a pool's background tasks: one handle, swapped
+/// whole on reload.
+pub struct Settings {
+    /// How long an idle connection is kept (the reaper).
+    pub idle_timeout: Duration,
+    /// `health`, when the pool has it (the probes).
+    pub health: Option<Health>,
+    /// `failover`, when the pool has backups (probe results decide recovery).
+    pub failover: Option<Failover>,
+    /// The resolver and destination policy (the probes dial through them).
+    pub dest: dial::Dest,
+}
+
+impl Settings {
+    fn new(cfg: &ProxyConfig, dest: &dial::Dest) -> Settings {
+        Settings {
+            idle_timeout: cfg.keepalive.idle_timeout,
+            health: cfg.health.clone(),
+            failover: (!cfg.backups.is_empty()).then_some(cfg.failover),
+            dest: dest.clone(),
+        }
+    }
 }
 
 impl PoolState {
@@ -239,17 +260,15 @@ impl PoolState {
             scheme: cfg.scheme(),
             tls: (cfg.scheme() == BackendScheme::Https)
                 .then(|| Arc::new(tls::ClientTls::new(&cfg.tls))),
-            idle_timeout_ms: AtomicU64::new(0),
+            settings: ArcSwap::from_pointee(Settings::new(cfg, dest)),
+            limit: Default::default(),
             retired: AtomicBool::new(false),
             retire: Arc::new(Notify::new()),
-            health: ArcSwapOption::empty(),
             probing: AtomicBool::new(false),
             budget: Default::default(),
             retries: Default::default(),
             failover: Default::default(),
-            failover_cfg: ArcSwapOption::empty(),
             upstream_seconds: Default::default(),
-            dest: arc_swap::ArcSwap::from_pointee(dest.clone()),
         });
         debug_assert_eq!(state.peers.len(), id.addresses.len() + id.backups.len());
         if let Some(h) = &cfg.health {
@@ -257,17 +276,52 @@ impl PoolState {
                 p.active.set_initial(h.initial_healthy);
             }
         }
-        state.set_idle_timeout(cfg.keepalive.idle_timeout);
         tokio::spawn(reap(Arc::downgrade(&state), state.retire.clone()));
-        state.set_health(id, cfg, probe_slots);
+        state.start_probing(id, cfg, probe_slots);
         state
     }
 
-    /// Takes this generation's `health`; starts probing if it was not already.
-    fn set_health(self: &Arc<Self>, id: &PoolId, cfg: &ProxyConfig, slots: &Arc<Semaphore>) {
-        self.health.store(cfg.health.clone().map(Arc::new));
-        self.failover_cfg
-            .store((!cfg.backups.is_empty()).then(|| Arc::new(cfg.failover)));
+    /// The newest generation's settings for the background tasks.
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings.load_full()
+    }
+
+    /// Takes the newest generation's settings: kept connections made under another
+    /// destination policy go (a changed policy must not be dodged by them), and
+    /// probing starts if `health` is new.
+    fn take_settings(
+        self: &Arc<Self>,
+        id: &PoolId,
+        cfg: &ProxyConfig,
+        dest: &dial::Dest,
+        slots: &Arc<Semaphore>,
+    ) {
+        let old = self.settings.swap(Arc::new(Settings::new(cfg, dest)));
+        if old.dest.policy.as_deref() != dest.policy.as_deref() {
+            for p in &self.peers {
+                p.idle.reap(Duration::ZERO);
+                p.mux.clear();
+            }
+        }
+        self.start_probing(id, cfg, slots);
+    }
+
+    /// The pool's `limit`, resized to this generation's N (see [`limit`]).
+    fn limit_for(&self, max: Option<u32>) -> Option<Arc<limit::Limit>> {
+        let mut held = self.limit.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(max) = max else {
+            *held = None;
+            return None;
+        };
+        match &*held {
+            Some(l) => l.resize(max as usize),
+            None => *held = Some(limit::Limit::new(max as usize)),
+        }
+        held.clone()
+    }
+
+    /// Starts the probe task if the pool has `health` and it does not run yet.
+    fn start_probing(self: &Arc<Self>, id: &PoolId, cfg: &ProxyConfig, slots: &Arc<Semaphore>) {
         if cfg.health.is_some() && !self.probing.swap(true, Ordering::Relaxed) {
             tokio::spawn(health::run(
                 Arc::downgrade(self),
@@ -276,20 +330,6 @@ impl PoolState {
                 id.name.clone(),
             ));
         }
-    }
-
-    /// The resolver and policy the newest generation gave this pool.
-    pub fn dest(&self) -> Arc<dial::Dest> {
-        self.dest.load_full()
-    }
-
-    fn set_idle_timeout(&self, d: Duration) {
-        self.idle_timeout_ms
-            .store(d.as_millis() as u64, Ordering::Relaxed);
-    }
-
-    fn idle_timeout(&self) -> Duration {
-        Duration::from_millis(self.idle_timeout_ms.load(Ordering::Relaxed))
     }
 
     /// The live generation dropped this pool: its background tasks stop now, and its
@@ -322,13 +362,14 @@ impl PoolState {
 
     /// A primary's probe result, for failover recovery; logs the switch it makes.
     pub fn probe_for_failover(&self, pool: &str, i: usize, passed: bool) {
-        let Some(f) = self.failover_cfg.load_full() else {
+        let settings = self.settings.load();
+        let Some(f) = &settings.failover else {
             return;
         };
         if self.peers[i].role == Role::Backup {
             return;
         }
-        if let Some(t) = self.failover.probe_result(passed, &f, passive::now_ms()) {
+        if let Some(t) = self.failover.probe_result(passed, f, passive::now_ms()) {
             log_switch(pool, t, "its primaries pass their health checks");
         }
     }
@@ -340,7 +381,8 @@ pub struct Pool {
     pub id: PoolId,
     pub state: Arc<PoolState>,
     pub balancer: Box<dyn Balancer>,
-    pub limit: Option<Arc<Semaphore>>,
+    /// The pool's `limit`, shared with the generations before (see [`limit`]).
+    pub limit: Option<Arc<limit::Limit>>,
     pub cfg: ProxyConfig,
     /// This generation's resolver and, for a strict pool, its destination policy.
     pub dest: dial::Dest,
@@ -358,24 +400,14 @@ impl Pool {
     ) -> Arc<Pool> {
         let state = match carried {
             Some(s) => {
-                s.set_idle_timeout(cfg.keepalive.idle_timeout);
-                // A changed destination policy must not be dodged by a connection made
-                // under the old one: kept connections go.
-                if s.dest.load().policy.as_deref() != dest.policy.as_deref() {
-                    for p in &s.peers {
-                        p.idle.reap(Duration::ZERO);
-                        p.mux.clear();
-                    }
-                }
-                s.dest.store(Arc::new(dest.clone()));
-                s.set_health(&id, &cfg, probe_slots);
+                s.take_settings(&id, &cfg, &dest, probe_slots);
                 s
             }
             None => PoolState::new(&id, &cfg, probe_slots, &dest),
         };
         Arc::new(Pool {
             balancer: balancer::for_policy(&cfg.lb, &state.peers, cfg.slow_start.is_some()),
-            limit: cfg.limit.map(|l| Arc::new(Semaphore::new(l.max as usize))),
+            limit: state.limit_for(cfg.limit.map(|l| l.max)),
             id,
             state,
             cfg,
@@ -572,15 +604,11 @@ impl Pool {
 pub struct Lease {
     pub pool: Arc<Pool>,
     pub peer: usize,
-    pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    pub permit: Option<limit::Slot>,
 }
 
 impl Lease {
-    pub fn new(
-        pool: Arc<Pool>,
-        peer: usize,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    ) -> Lease {
+    pub fn new(pool: Arc<Pool>, peer: usize, permit: Option<limit::Slot>) -> Lease {
         let p = &pool.peers()[peer];
         p.selections.fetch_add(1, Ordering::Relaxed);
         p.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -674,7 +702,7 @@ async fn reap(state: Weak<PoolState>, retire: Arc<Notify>) {
             if s.is_retired() {
                 return;
             }
-            let timeout = s.idle_timeout();
+            let timeout = s.settings.load().idle_timeout;
             for p in &s.peers {
                 p.idle.reap(timeout);
                 p.mux.reap(timeout);
