@@ -5,18 +5,21 @@
 //! filters (`filter`) and hands the request to its handler: `proxy`, which reaches a
 //! backend through `upstream`; the response flows back the same way. `config` turns
 //! the file into a model; `runtime` compiles it into the live generation. Imports
-//! point one way, down that list; `body`, `reply`, `stats` and `throttle` are leaves everyone uses.
+//! point one way, down that list; `body`, `clock`, `net`, `reply`, `stats` and
+//! `throttle` are leaves everyone uses.
 
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub(crate) mod body;
+pub(crate) mod clock;
 pub mod config;
 pub mod demo;
 pub(crate) mod fastcgi;
 pub(crate) mod files;
 pub(crate) mod filter;
 pub(crate) mod http1;
+pub(crate) mod net;
 pub(crate) mod pipeline;
 pub(crate) mod proxy;
 pub(crate) mod reply;

@@ -75,7 +75,7 @@ impl Tunnel {
         }
         let retired = lease.pool.state.retired();
         tokio::pin!(retired);
-        let last = AtomicU64::new(crate::upstream::passive::now_ms());
+        let last = AtomicU64::new(crate::clock::now_ms());
         let relay = async {
             let mut client = Stamped {
                 inner: client,
@@ -161,10 +161,10 @@ pub async fn relay_l4(
 /// ended or no byte moved either way for `idle`.
 async fn relay_idle(
     client: &mut tokio::net::TcpStream,
-    backend: crate::upstream::conn::Io,
+    backend: crate::net::stream::Stream,
     idle: Duration,
 ) {
-    let last = AtomicU64::new(crate::upstream::passive::now_ms());
+    let last = AtomicU64::new(crate::clock::now_ms());
     let (mut cr, mut cw) = client.split();
     let (mut br, mut bw) = tokio::io::split(backend);
     let both = async { tokio::join!(pump(&mut cr, &mut bw, &last), pump(&mut br, &mut cw, &last)) };
@@ -177,7 +177,7 @@ async fn relay_idle(
 /// Resolves once no byte moved (as `last` says, in `now_ms`) for `idle`.
 async fn idle_for(last: &AtomicU64, idle: Duration) {
     loop {
-        let since = crate::upstream::passive::now_ms().saturating_sub(last.load(Ordering::Relaxed));
+        let since = crate::clock::now_ms().saturating_sub(last.load(Ordering::Relaxed));
         let left = (idle.as_millis() as u64).saturating_sub(since);
         if left == 0 {
             return;
@@ -201,8 +201,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Stamped<'_, S> {
         let before = buf.filled().len();
         let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.last
-                .store(crate::upstream::passive::now_ms(), Ordering::Relaxed);
+            self.last.store(crate::clock::now_ms(), Ordering::Relaxed);
         }
         r
     }
@@ -253,7 +252,7 @@ async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(r: &mut R, w: &mut W,
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                last.store(crate::upstream::passive::now_ms(), Ordering::Relaxed);
+                last.store(crate::clock::now_ms(), Ordering::Relaxed);
                 if w.write_all(&buf[..n]).await.is_err() {
                     break;
                 }

@@ -38,7 +38,7 @@ pub fn render(gen: &Generation) -> String {
             }
         }
     };
-    let now = crate::upstream::passive::now_ms();
+    let now = crate::clock::now_ms();
     per_peer(
         o,
         "sluice_peer_healthy",

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::log::rfc3339;
 use crate::runtime::Generation;
-use crate::upstream::{passive, Peer, Pool};
+use crate::upstream::{Peer, Pool};
 
 pub fn status(gen: &Generation, revision: u64, listeners: &[String]) -> Value {
     let sites: Vec<&str> = gen.sites.list.iter().map(|s| s.name.as_str()).collect();
@@ -24,7 +24,7 @@ pub fn status(gen: &Generation, revision: u64, listeners: &[String]) -> Value {
 
 fn pool(p: &Pool) -> Value {
     let role = p.state.failover.role().as_str();
-    let now = passive::now_ms();
+    let now = crate::clock::now_ms();
     let peers: Vec<Value> = p.peers().iter().map(|peer| self::peer(peer, now)).collect();
     json!({
         "name": p.name(),
@@ -58,7 +58,7 @@ fn peer(peer: &Peer, now: u64) -> Value {
         } else {
             "fail"
         };
-        json!({"result": result, "at": rfc3339(passive::wall_clock(probed))})
+        json!({"result": result, "at": rfc3339(crate::clock::wall_clock(probed))})
     };
     let mut v = json!({
         "ordinal": peer.ordinal,

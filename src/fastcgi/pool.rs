@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -24,7 +24,8 @@ use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{FastCgiConfig, Target};
-use crate::upstream::conn::Io;
+use crate::net::stream::Stream;
+use crate::net::transport::Transport;
 
 /// How long a request may wait for its first byte before kept connections are let go.
 pub const STALL: Duration = Duration::from_millis(50);
@@ -46,7 +47,7 @@ pub struct Pool {
 
 /// A connection and its place under `max_conns`.
 pub struct Conn {
-    io: Io,
+    io: Stream,
     _place: OwnedSemaphorePermit,
     /// It carried a request before (it may have been closed while idle).
     pub reused: bool,
@@ -237,21 +238,12 @@ impl Pool {
 impl Conn {
     /// No byte and no close waiting on an idle connection.
     fn looks_open(&mut self) -> bool {
-        let mut cx = Context::from_waker(Waker::noop());
-        let mut probe = [0u8; 1];
-        let mut rb = ReadBuf::new(&mut probe);
-        let r = std::pin::Pin::new(&mut self.io).poll_read(&mut cx, &mut rb);
-        matches!(r, Poll::Pending)
+        crate::net::transport::is_quiet(&mut self.io)
     }
 
     /// Ready when the socket has bytes (or closed).
     pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        match &self.io {
-            Io::Tcp(s) => s.poll_read_ready(cx).map(|_| ()),
-            Io::Unix(s) => s.poll_read_ready(cx).map(|_| ()),
-            // The dialer makes no TLS connection for FastCGI.
-            Io::Tls(_) => Poll::Ready(()),
-        }
+        self.io.poll_read_ready(cx)
     }
 
     /// Writes all of `b`; `sent` counts what the socket took, so a failure can tell

@@ -65,7 +65,7 @@ impl Filter for BasicAuth {
         };
         let digest = ring::digest::digest(&ring::digest::SHA256, value.as_bytes());
         let key: [u8; 32] = digest.as_ref().try_into().expect("SHA-256 is 32 bytes");
-        let now = crate::upstream::passive::now_ms();
+        let now = crate::clock::now_ms();
         {
             let seen = self.verified.lock().unwrap_or_else(|e| e.into_inner());
             if seen.get(&key).is_some_and(|&until| until > now) {
@@ -103,7 +103,7 @@ impl Filter for BasicAuth {
             }
             let mut seen = verified.lock().unwrap_or_else(|e| e.into_inner());
             if seen.len() >= REMEMBERED {
-                let now = crate::upstream::passive::now_ms();
+                let now = crate::clock::now_ms();
                 seen.retain(|_, until| *until > now);
                 if seen.len() >= REMEMBERED {
                     seen.clear();

@@ -215,7 +215,7 @@ impl Filter for RateLimit {
                     },
                 }
                 let key = h.finish();
-                let now = crate::upstream::passive::now_ms();
+                let now = crate::clock::now_ms();
                 // The shard from middle bits: the map uses the low and the top ones.
                 let taken = memory.shards[((key >> 32) % SHARDS as u64) as usize]
                     .lock()

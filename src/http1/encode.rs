@@ -218,7 +218,8 @@ pub fn chunk_into(out: &mut Vec<u8>, data: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn hex_line(out: &mut [u8; 18], mut n: usize) -> usize {
+/// Writes the chunk-size line for `n` bytes (`1a\r\n`) into `out`; its length.
+pub fn hex_line(out: &mut [u8; 18], mut n: usize) -> usize {
     let mut digits = [0u8; 16];
     let mut i = 16;
     loop {

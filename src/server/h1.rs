@@ -22,7 +22,6 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, timeout_at, Instant};
 
 use super::drain::{Drain, Watch};
-use super::transport::Transport;
 use crate::admin::access::{AccessLog, Pending};
 use crate::body::{Body, BodyError};
 use crate::http1::decode::{self, Decoded, Decoder};
@@ -30,6 +29,7 @@ use crate::http1::encode::{self, Delimit};
 use crate::http1::head::{parse_request, Framing, HeadError, RequestHead};
 use crate::http1::scan::RequestScan;
 use crate::http1::{COALESCE, MAX_HEAD, READ_CHUNK};
+use crate::net::transport::Transport;
 use crate::pipeline::{self, ClientInfo};
 use crate::reply::date;
 use crate::runtime::Live;
@@ -484,7 +484,7 @@ impl Exchange {
 /// caller so the connection's task is small between requests.
 async fn wait_for_next<S: Transport>(stream: &S, watch: &mut Watch) -> Option<BytesMut> {
     tokio::select! {
-        r = super::transport::wait_first_bytes(stream) => r.ok(),
+        r = crate::net::transport::wait_first_bytes(stream) => r.ok(),
         _ = tokio::time::sleep(IDLE_TIMEOUT) => None,
         _ = watch.draining() => None,
     }

@@ -20,9 +20,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::drain::{Drain, RequestGuard, Watch};
 use super::stall::{Held, Stalls};
-use super::transport::Transport;
 use crate::body::{Body, BodyError};
 use crate::http1::{MAX_HEAD, MAX_HEADERS};
+use crate::net::transport::Transport;
 use crate::pipeline::{self, ClientInfo};
 use crate::reply::local_response;
 use crate::runtime::Live;

@@ -22,8 +22,8 @@ use tokio::net::TcpListener;
 use tokio::time::{timeout_at, Instant};
 
 use self::drain::Drain;
-use self::transport::{wait_first_bytes, Transport};
 use crate::config::Listen;
+use crate::net::transport::{wait_first_bytes, Transport};
 use crate::pipeline::{ClientInfo, Scheme};
 use crate::runtime::Live;
 
@@ -36,26 +36,7 @@ pub fn bind(listens: &[Listen]) -> anyhow::Result<Vec<TcpListener>> {
 }
 
 fn bind_one(l: &Listen) -> std::io::Result<TcpListener> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let open = |addr: SocketAddr| -> std::io::Result<TcpListener> {
-        let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-        if addr.is_ipv6() {
-            // `listen :PORT` takes both families on one socket.
-            s.set_only_v6(!l.dual_stack)?;
-        }
-        s.set_reuse_address(true)?;
-        s.set_nonblocking(true)?;
-        s.bind(&addr.into())?;
-        s.listen(1024)?;
-        TcpListener::from_std(s.into())
-    };
-    match open(l.addr) {
-        // A host without IPv6: `:PORT` still serves IPv4.
-        Err(e) if l.dual_stack && e.raw_os_error() == Some(97) => {
-            open(SocketAddr::from(([0, 0, 0, 0], l.addr.port())))
-        }
-        r => r,
-    }
+    crate::net::bind_tcp(l.addr, l.dual_stack)
 }
 
 /// Accepts on `listener` until shutdown starts or `close` is notified (a reload

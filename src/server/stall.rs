@@ -19,7 +19,7 @@ use http_body::{Body as _, Frame};
 
 use super::transport::SEND_TIMEOUT;
 use crate::body::{Body, BodyError};
-use crate::upstream::passive::now_ms;
+use crate::clock::now_ms;
 
 /// How often a connection with watched bodies looks at them.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);

@@ -601,7 +601,7 @@ mod tests {
             let ws: Vec<u32> = shape.iter().map(|s| s.0).collect();
             let mut ps = weighted(&ws);
             // The breaker's clock: a peer marked down is out until 30 s from now.
-            let now = crate::upstream::passive::now_ms();
+            let now = crate::clock::now_ms();
             let mut tried = Tried::default();
             for (i, &(_, backup, down, was_tried, load)) in shape.iter().enumerate() {
                 ps[i].role = if backup { Role::Backup } else { Role::Primary };

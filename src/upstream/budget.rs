@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::passive::now_ms;
+use crate::clock::now_ms;
 use crate::config::RetryBudget;
 
 /// The window, in one-second buckets.

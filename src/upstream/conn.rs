@@ -13,208 +13,31 @@
 
 use std::future::Future as _;
 use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use http::header;
-use http::{Method, Request};
-use http_body::Body as _;
-use http_body_util::BodyExt;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::{TcpStream, UnixStream};
+use http::Method;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::body::{Body, BodyError};
+pub use super::outgoing::{Outgoing, SendError};
+use super::upload::{upload, Upload};
 use crate::http1::decode::{Decoded, Decoder};
-use crate::http1::encode::{self, chunk, chunk_into, take_ready, BodyOut};
+use crate::http1::encode::{self, chunk_into, take_ready, BodyOut};
 use crate::http1::head::{parse_response, ResponseHead};
 use crate::http1::scan::ResponseScan;
 use crate::http1::{COALESCE, MAX_RESPONSE_HEAD, READ_CHUNK};
-
-pub enum Io {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-    /// HTTP/1.1 over TLS (an `https://` backend that chose `http/1.1`).
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
+use crate::net::stream::Stream;
+use crate::net::transport::{is_quiet, read_now, Transport};
 
 pub struct BackendConn {
-    io: Io,
+    io: Stream,
     buf: BytesMut,
     /// Where request heads are encoded; kept small between requests.
     wbuf: Vec<u8>,
 }
 
-/// A request on its way to a backend: its head, how its body is framed (decided once,
-/// before any of it is read), the body still to come, and the body frames already
-/// taken for a write that has not been known to go out, so that a connection found
-/// closed before the request left can hand it back whole.
-pub struct Outgoing {
-    pub parts: http::request::Parts,
-    pub body: Body,
-    framing: BodyOut,
-    /// Data frames taken from `body` for a write that has not gone out yet.
-    resend: Vec<Bytes>,
-    /// `body` ended while its frames were taken.
-    body_ended: bool,
-    /// The replay buffer, for a request that may be retried after it was sent.
-    kept: Option<Kept>,
-    /// Some of the body was handed to an HTTP/2 stream.
-    taken: bool,
-}
-
-/// Every body frame sent so far, up to a cap: past it, the request can no longer be
-/// sent again and the frames are let go.
-struct Kept {
-    frames: Vec<Bytes>,
-    bytes: u64,
-    limit: u64,
-    overflowed: bool,
-}
-
-impl Kept {
-    fn push(&mut self, data: Bytes) {
-        if self.overflowed || data.is_empty() {
-            return;
-        }
-        self.bytes += data.len() as u64;
-        if self.bytes > self.limit {
-            self.overflowed = true;
-            self.frames = Vec::new();
-        } else {
-            self.frames.push(data);
-        }
-    }
-}
-
-impl Outgoing {
-    pub fn new(req: Request<Body>) -> Outgoing {
-        let (parts, body) = req.into_parts();
-        let framing = if body.is_end_stream() {
-            BodyOut::Empty
-        } else if parts.headers.contains_key(header::CONTENT_LENGTH) {
-            BodyOut::Declared
-        } else if let Some(n) = body.size_hint().exact() {
-            BodyOut::Length(n)
-        } else {
-            BodyOut::Chunked
-        };
-        Outgoing {
-            parts,
-            body,
-            framing,
-            resend: Vec::new(),
-            body_ended: false,
-            kept: None,
-            taken: false,
-        }
-    }
-
-    /// Keeps the body as it is sent, up to `limit` bytes, so the request can go out
-    /// again after it reached a backend (`retry_on`).
-    pub fn keep_for_replay(&mut self, limit: u64) {
-        self.kept = Some(Kept {
-            frames: Vec::new(),
-            bytes: 0,
-            limit,
-            overflowed: false,
-        });
-    }
-
-    /// Whether [`Self::rewind`] would succeed.
-    pub fn can_rewind(&self) -> bool {
-        self.kept.as_ref().is_some_and(|k| !k.overflowed)
-    }
-
-    /// Makes the request ready to go out again from its start. `false`: it cannot (not
-    /// kept, or its body outgrew the replay buffer).
-    pub fn rewind(&mut self) -> bool {
-        match &mut self.kept {
-            Some(k) if !k.overflowed => {
-                self.resend = std::mem::take(&mut k.frames);
-                k.bytes = 0;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Nothing of a body to send: the request is its head alone.
-    pub fn nothing_to_send(&self) -> bool {
-        self.framing == BodyOut::Empty
-    }
-
-    /// The next body frame for an HTTP/2 stream (which buffers what it takes): frames
-    /// an earlier attempt left first, then the body's. Kept for replay as taken.
-    pub async fn next_frame(&mut self) -> Result<Option<http_body::Frame<Bytes>>, BodyError> {
-        if !self.resend.is_empty() {
-            let data = self.resend.remove(0);
-            self.taken = true;
-            self.sent(&data);
-            return Ok(Some(http_body::Frame::data(data)));
-        }
-        if self.body_ended || self.framing == BodyOut::Empty {
-            return Ok(None);
-        }
-        match self.body.frame().await {
-            None => {
-                self.body_ended = true;
-                Ok(None)
-            }
-            Some(Err(e)) => Err(e),
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    self.taken = true;
-                    let data = data.clone();
-                    self.sent(&data);
-                }
-                Ok(Some(frame))
-            }
-        }
-    }
-
-    /// After an HTTP/2 stream the backend never processed: whether the request can go
-    /// out again whole (nothing was taken, or the replay buffer has it all).
-    pub fn rewind_all(&mut self) -> bool {
-        !self.taken || self.rewind()
-    }
-
-    fn sent(&mut self, data: &Bytes) {
-        if let Some(k) = &mut self.kept {
-            k.push(data.clone());
-        }
-    }
-}
-
-/// Why sending a request or reading its answer failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SendError {
-    /// Not one byte of the request went out (a pooled connection the backend had
-    /// closed): the `Outgoing` still holds all of it, to go out on a fresh connection.
-    #[error("connection closed before the request went out")]
-    NotSent,
-    /// The client's body failed: its fault, not the backend's.
-    #[error("{0}")]
-    Body(BodyError),
-    /// The connection broke with the request on it.
-    #[error("{0}")]
-    Io(io::Error),
-    #[error("connection closed before a response")]
-    ClosedEarly,
-    /// The backend's response head breaks HTTP.
-    #[error("invalid response: {0}")]
-    Invalid(&'static str),
-    /// No response head within the pool's `timeout` (not the peer's failure).
-    #[error("no response head in time")]
-    TimedOut,
-    /// The HTTP/2 library refused the request before it had a stream (its fields break
-    /// HTTP/2): the request's fault, never the peer's.
-    #[error("the request cannot be sent over HTTP/2: {0}")]
-    Unsendable(String),
-}
-
 impl BackendConn {
-    pub fn new(io: Io) -> BackendConn {
+    pub fn new(io: Stream) -> BackendConn {
         BackendConn {
             io,
             buf: BytesMut::new(),
@@ -223,50 +46,21 @@ impl BackendConn {
     }
 
     /// Whether an idle connection can take a request. No syscall unless the socket
-    /// reported activity while idle (then a closed or chatty connection is dropped).
+    /// reported activity while idle (then a closed or chatty connection is dropped);
+    /// over TLS, a session ticket or close_notify is not data.
     pub fn is_reusable(&mut self) -> bool {
-        if !self.buf.is_empty() {
-            return false;
-        }
-        let mut cx = Context::from_waker(Waker::noop());
-        let ready = match &mut self.io {
-            Io::Tcp(s) => s.poll_read_ready(&mut cx),
-            Io::Unix(s) => s.poll_read_ready(&mut cx),
-            // Through the TLS layer: a session ticket or close_notify is not data.
-            Io::Tls(s) => {
-                let mut probe = [0u8; 1];
-                let mut rb = ReadBuf::new(&mut probe);
-                return matches!(Pin::new(s).poll_read(&mut cx, &mut rb), Poll::Pending);
-            }
-        };
-        match ready {
-            Poll::Pending => true,
-            Poll::Ready(Err(_)) => false,
-            Poll::Ready(Ok(())) => {
-                let mut probe = [0u8; 1];
-                let r = match &self.io {
-                    Io::Tcp(s) => s.try_read(&mut probe),
-                    Io::Unix(s) => s.try_read(&mut probe),
-                    Io::Tls(_) => return false,
-                };
-                matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-            }
-        }
+        self.buf.is_empty() && is_quiet(&mut self.io)
     }
 
     /// The stream and the bytes already read past the last response head (the start
     /// of an upgraded protocol).
-    pub fn into_parts(self) -> (Io, BytesMut) {
+    pub fn into_parts(self) -> (Stream, BytesMut) {
         (self.io, self.buf)
     }
 
     /// Turns on TCP keepalive, for a connection that will idle as a tunnel.
     pub fn keepalive(&self) {
-        match &self.io {
-            Io::Tcp(s) => tcp_keepalive(s),
-            Io::Tls(s) => tcp_keepalive(s.get_ref().0),
-            Io::Unix(_) => {}
-        }
+        self.io.keepalive();
     }
 
     /// Gives back buffer memory while the connection sits idle.
@@ -319,72 +113,19 @@ impl BackendConn {
                 Err(e) => return Err(SendError::Io(e)),
             }
         }
+        // Over TLS, records the session still holds go out now (a socket has none).
+        self.io.flush().await.map_err(SendError::Io)?;
         // Gone out: from here on the request is sent again only from the replay buffer.
         for data in std::mem::take(&mut out.resend) {
             out.sent(&data);
         }
         let mut early = false;
-        let mut body_done = out.body_ended;
         let mut write_failed = None;
-        if let Io::Tls(tls) = &mut self.io {
-            // One TLS session cannot be read and written from two futures at once: one
-            // poll loop does both (boxed: it is rare, and the request's future stays
-            // small).
-            let r = Box::pin(upload_tls(tls, &mut self.buf, out, chunked)).await?;
-            match r {
-                TlsUpload::Sent => body_done = true,
-                TlsUpload::Early => {
-                    early = true;
-                    body_done = true;
-                }
-                TlsUpload::WriteFailed(e) => write_failed = Some(e),
-            }
-        }
-        while !body_done {
-            let Some((mut rd, mut wr)) = self.io.split() else {
-                break;
-            };
-            tokio::select! {
-                biased;
-                r = wait_readable(&mut rd) => {
-                    r.map_err(SendError::Io)?;
-                    // Readiness is a hint: only bytes (or the close) mean the backend
-                    // answered before the upload ended.
-                    self.buf.reserve(READ_CHUNK);
-                    match rd.try_read_buf(&mut self.buf) {
-                        Ok(_) => {
-                            early = true;
-                            break;
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                        Err(e) => return Err(SendError::Io(e)),
-                    }
-                }
-                frame = out.body.frame() => match frame {
-                    None => {
-                        if chunked {
-                            if let Err(e) = wr.write_all(b"0\r\n\r\n").await {
-                                write_failed = Some(e);
-                                break;
-                            }
-                        }
-                        body_done = true;
-                        out.body_ended = true;
-                    }
-                    Some(Err(e)) => return Err(SendError::Body(e)),
-                    Some(Ok(frame)) => {
-                        let Ok(data) = frame.into_data() else { continue };
-                        if data.is_empty() {
-                            continue;
-                        }
-                        out.sent(&data);
-                        let w = if chunked { chunk(&mut wr, &data).await } else { wr.write_all(&data).await };
-                        if let Err(e) = w {
-                            write_failed = Some(e);
-                            break;
-                        }
-                    }
-                }
+        if !out.body_ended {
+            match upload(&mut self.io, &mut self.buf, out, chunked).await? {
+                Upload::Sent => {}
+                Upload::Early => early = true,
+                Upload::WriteFailed(e) => write_failed = Some(e),
             }
         }
         if let Some(e) = write_failed {
@@ -409,17 +150,7 @@ impl BackendConn {
     fn answer_already_here(&mut self, is_head: bool) -> Option<ResponseHead> {
         loop {
             self.buf.reserve(READ_CHUNK);
-            let r = match &mut self.io {
-                Io::Tcp(s) => s.try_read_buf(&mut self.buf),
-                Io::Unix(s) => s.try_read_buf(&mut self.buf),
-                Io::Tls(s) => {
-                    let mut cx = Context::from_waker(Waker::noop());
-                    match std::pin::pin!(s.read_buf(&mut self.buf)).poll(&mut cx) {
-                        Poll::Ready(r) => r,
-                        Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-                    }
-                }
-            };
+            let r = read_now(&mut self.io, &mut self.buf);
             if !matches!(r, Ok(n) if n > 0) || self.buf.len() > MAX_RESPONSE_HEAD {
                 break;
             }
@@ -497,92 +228,6 @@ impl BackendConn {
     }
 }
 
-/// The body of a request over TLS, with the backend's side read before each write, so
-/// a backend that answers before the upload ends (and stops reading) is heard at once,
-/// as over a plain socket.
-async fn upload_tls(
-    tls: &mut tokio_rustls::client::TlsStream<TcpStream>,
-    buf: &mut BytesMut,
-    out: &mut Outgoing,
-    chunked: bool,
-) -> Result<TlsUpload, SendError> {
-    let mut pending: Vec<u8> = Vec::new();
-    let mut written = 0;
-    std::future::poll_fn(|cx| {
-        loop {
-            // The backend spoke: its answer comes before the rest of the upload.
-            let mut first = [0u8; 4096];
-            let mut rb = ReadBuf::new(&mut first);
-            match Pin::new(&mut *tls).poll_read(cx, &mut rb) {
-                Poll::Ready(Ok(())) => {
-                    buf.extend_from_slice(rb.filled());
-                    return Poll::Ready(Ok(TlsUpload::Early));
-                }
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e))),
-                Poll::Pending => {}
-            }
-            if written < pending.len() {
-                match Pin::new(&mut *tls).poll_write(cx, &pending[written..]) {
-                    Poll::Ready(Ok(0)) => {
-                        return Poll::Ready(Ok(TlsUpload::WriteFailed(
-                            io::ErrorKind::WriteZero.into(),
-                        )))
-                    }
-                    Poll::Ready(Ok(n)) => {
-                        written += n;
-                        continue;
-                    }
-                    Poll::Ready(Err(e)) => return Poll::Ready(Ok(TlsUpload::WriteFailed(e))),
-                    Poll::Pending => return Poll::Pending,
-                }
-            }
-            if out.body_ended {
-                return match Pin::new(&mut *tls).poll_flush(cx) {
-                    Poll::Ready(Ok(())) => Poll::Ready(Ok(TlsUpload::Sent)),
-                    Poll::Ready(Err(e)) => Poll::Ready(Ok(TlsUpload::WriteFailed(e))),
-                    Poll::Pending => Poll::Pending,
-                };
-            }
-            pending.clear();
-            written = 0;
-            match Pin::new(&mut out.body).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => {
-                    out.body_ended = true;
-                    if chunked {
-                        pending.extend_from_slice(b"0\r\n\r\n");
-                    }
-                }
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(SendError::Body(e))),
-                Poll::Ready(Some(Ok(frame))) => {
-                    let Ok(data) = frame.into_data() else {
-                        continue;
-                    };
-                    if data.is_empty() {
-                        continue;
-                    }
-                    out.sent(&data);
-                    if chunked {
-                        chunk_into(&mut pending, &data);
-                    } else {
-                        pending.extend_from_slice(&data);
-                    }
-                }
-            }
-        }
-    })
-    .await
-}
-
-/// How an upload over TLS ended.
-enum TlsUpload {
-    /// The whole body went out.
-    Sent,
-    /// The backend answered (or closed) first; what it sent is in the buffer.
-    Early,
-    WriteFailed(io::Error),
-}
-
 fn is_closed_error(e: &io::Error) -> bool {
     matches!(
         e.kind(),
@@ -593,118 +238,12 @@ fn is_closed_error(e: &io::Error) -> bool {
     )
 }
 
-/// Resolves when the read side has something (data or EOF), without reading it.
-async fn wait_readable(rd: &mut IoRead<'_>) -> io::Result<()> {
-    std::future::poll_fn(|cx| match rd {
-        IoRead::Tcp(r) => r.as_ref().poll_read_ready(cx),
-        IoRead::Unix(r) => r.as_ref().poll_read_ready(cx),
-    })
-    .await
-}
-
-impl IoRead<'_> {
-    fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        match self {
-            IoRead::Tcp(r) => r.try_read_buf(buf),
-            IoRead::Unix(r) => r.try_read_buf(buf),
-        }
-    }
-}
-
-impl Io {
-    /// Borrowed halves of a socket; `None` for TLS, whose session is one.
-    fn split(&mut self) -> Option<(IoRead<'_>, IoWrite<'_>)> {
-        match self {
-            Io::Tcp(s) => {
-                let (r, w) = s.split();
-                Some((IoRead::Tcp(r), IoWrite::Tcp(w)))
-            }
-            Io::Unix(s) => {
-                let (r, w) = s.split();
-                Some((IoRead::Unix(r), IoWrite::Unix(w)))
-            }
-            Io::Tls(_) => None,
-        }
-    }
-}
-
-enum IoRead<'a> {
-    Tcp(tokio::net::tcp::ReadHalf<'a>),
-    Unix(tokio::net::unix::ReadHalf<'a>),
-}
-
-enum IoWrite<'a> {
-    Tcp(tokio::net::tcp::WriteHalf<'a>),
-    Unix(tokio::net::unix::WriteHalf<'a>),
-}
-
-macro_rules! delegate_write {
-    ($t:ty, $($v:ident),+) => {
-        impl AsyncWrite for $t {
-            fn poll_write(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                buf: &[u8],
-            ) -> Poll<io::Result<usize>> {
-                match self.get_mut() {
-                    $(Self::$v(s) => Pin::new(s).poll_write(cx, buf),)+
-                }
-            }
-            fn poll_write_vectored(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                bufs: &[io::IoSlice<'_>],
-            ) -> Poll<io::Result<usize>> {
-                match self.get_mut() {
-                    $(Self::$v(s) => Pin::new(s).poll_write_vectored(cx, bufs),)+
-                }
-            }
-            fn is_write_vectored(&self) -> bool {
-                true
-            }
-            fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                match self.get_mut() {
-                    $(Self::$v(s) => Pin::new(s).poll_flush(cx),)+
-                }
-            }
-            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                match self.get_mut() {
-                    $(Self::$v(s) => Pin::new(s).poll_shutdown(cx),)+
-                }
-            }
-        }
-    };
-}
-
-delegate_write!(Io, Tcp, Unix, Tls);
-delegate_write!(IoWrite<'_>, Tcp, Unix);
-
-impl AsyncRead for Io {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Unix(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-/// TCP keepalive for a socket that may idle for long as a tunnel's end: the first probe
-/// after 60 s of silence, then every 10 s, so a peer that vanished is noticed.
-pub fn tcp_keepalive(s: &tokio::net::TcpStream) {
-    let ka = socket2::TcpKeepalive::new()
-        .with_time(std::time::Duration::from_secs(60))
-        .with_interval(std::time::Duration::from_secs(10));
-    let _ = socket2::SockRef::from(s).set_tcp_keepalive(&ka);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::body::Body;
+    use http::{header, Request};
+    use tokio::net::UnixStream;
     use tokio::sync::mpsc;
 
     /// A body fed in `pieces`, with `Content-Length` when `declared`.
@@ -754,7 +293,7 @@ mod tests {
         let mut out = request(&["hello ", "wide ", "world"], declared);
         let (closed, gone) = UnixStream::pair().unwrap();
         drop(gone);
-        let mut stale = BackendConn::new(Io::Unix(closed));
+        let mut stale = BackendConn::new(Stream::Unix(closed));
         let r = stale.send(&mut out).await;
         assert!(
             matches!(r, Err(SendError::NotSent)),
@@ -770,7 +309,7 @@ mod tests {
                 s.ends_with("0\r\n\r\n")
             }
         }));
-        let mut conn = BackendConn::new(Io::Unix(fresh));
+        let mut conn = BackendConn::new(Stream::Unix(fresh));
         let head = conn.send(&mut out).await.expect("the resend succeeds");
         assert_eq!(head.parts.status, 200);
         String::from_utf8(reader.await.unwrap()).unwrap()
@@ -781,11 +320,11 @@ mod tests {
         let mut out = request(&["abc", "", "rest"], false);
         let (closed, gone) = UnixStream::pair().unwrap();
         drop(gone);
-        let r = BackendConn::new(Io::Unix(closed)).send(&mut out).await;
+        let r = BackendConn::new(Stream::Unix(closed)).send(&mut out).await;
         assert!(matches!(r, Err(SendError::NotSent)));
         let (fresh, peer) = UnixStream::pair().unwrap();
         let reader = tokio::spawn(serve_one(peer, |got: &[u8]| got.ends_with(b"0\r\n\r\n")));
-        BackendConn::new(Io::Unix(fresh))
+        BackendConn::new(Stream::Unix(fresh))
             .send(&mut out)
             .await
             .unwrap();

@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 
 use tokio::net::{TcpStream, UnixStream};
 
-use super::conn::{BackendConn, Io};
+use super::conn::BackendConn;
 use super::h2::{self, Session};
 use super::tls::ClientTls;
 use crate::config::{BackendScheme, Target};
+use crate::net::stream::Stream;
+use crate::net::tls::TlsConn;
+use crate::net::EADDRNOTAVAIL;
 use crate::safety::{self, Dns, Policy, Refusal};
-
-const EADDRNOTAVAIL: i32 = 99;
 
 /// Where a pool's connections may go and how its names resolve: this generation's
 /// resolver, and the destination policy when the pool is strict.
@@ -71,11 +72,10 @@ impl DialError {
     }
 
     fn from_io(e: io::Error) -> Self {
-        const EMFILE: i32 = 24;
-        const ENFILE: i32 = 23;
-        match e.raw_os_error() {
-            Some(EADDRNOTAVAIL | EMFILE | ENFILE) => DialError::Local(e),
-            _ => DialError::Connect(e),
+        if crate::net::is_local_exhaustion(&e) {
+            DialError::Local(e)
+        } else {
+            DialError::Connect(e)
         }
     }
 }
@@ -129,7 +129,9 @@ pub async fn connect_peer(
                         .map_err(DialError::H2)?;
                     return Ok(Dialed::H2(session));
                 }
-                Ok(Dialed::H1(BackendConn::new(Io::Tls(Box::new(s)))))
+                Ok(Dialed::H1(BackendConn::new(Stream::Tls(Box::new(
+                    TlsConn::new(s),
+                )))))
             }
             _ => connect_inner(target, dest, connect_timeout)
                 .await
@@ -223,14 +225,14 @@ async fn connect_inner(
     budget: Duration,
 ) -> Result<BackendConn, DialError> {
     match target {
-        Target::Tcp { host, port } => Ok(BackendConn::new(Io::Tcp(
+        Target::Tcp { host, port } => Ok(BackendConn::new(Stream::Tcp(
             tcp(host, *port, dest, budget).await?,
         ))),
         Target::Unix(path) => {
             let s = UnixStream::connect(path)
                 .await
                 .map_err(DialError::from_io)?;
-            Ok(BackendConn::new(Io::Unix(s)))
+            Ok(BackendConn::new(Stream::Unix(s)))
         }
     }
 }

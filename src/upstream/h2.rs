@@ -38,7 +38,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
 use super::conn::{Outgoing, SendError};
-use super::passive::now_ms;
+use crate::clock::now_ms;
 
 /// Per-stream and per-connection receive windows: enough for a fast backend to keep a
 /// link busy, small enough that a slow client costs bounded memory per stream.

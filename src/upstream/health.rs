@@ -20,7 +20,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
 use super::conn::Outgoing;
-use super::{dial, passive, Peer, PoolState};
+use super::{dial, Peer, PoolState};
 use crate::body::Body;
 use crate::config::{BackendScheme, Health, Probe};
 
@@ -78,7 +78,7 @@ impl Verdict {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         self.last_probe_ms
-            .store(passive::now_ms(), Ordering::Relaxed);
+            .store(crate::clock::now_ms(), Ordering::Relaxed);
         self.last_passed.store(passed, Ordering::Relaxed);
         let healthy = self.is_healthy();
         if passed == healthy {
@@ -175,7 +175,7 @@ fn report(pool: &str, peer: &Peer, h: &Health, result: Result<(), String>) {
             )
         }
         Some(Transition::BecameHealthy) => {
-            peer.returns_at(passive::now_ms());
+            peer.returns_at(crate::clock::now_ms());
             tracing::info!(
                 "sluice: {pool}: {} passes its health check again",
                 peer.addr.text

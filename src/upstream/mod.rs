@@ -20,9 +20,11 @@ pub mod failover;
 pub mod h2;
 pub mod health;
 pub mod limit;
+mod outgoing;
 pub mod outlier;
 pub mod passive;
 pub mod tls;
+mod upload;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -369,7 +371,10 @@ impl PoolState {
         if self.peers[i].role == Role::Backup {
             return;
         }
-        if let Some(t) = self.failover.probe_result(passed, f, passive::now_ms()) {
+        if let Some(t) = self
+            .failover
+            .probe_result(passed, f, crate::clock::now_ms())
+        {
             log_switch(pool, t, "its primaries pass their health checks");
         }
     }
@@ -427,7 +432,7 @@ impl Pool {
     /// `all_down` decides: `fail` refuses the request (if nothing was tried yet),
     /// `try` picks among all untried peers anyway.
     pub fn pick(&self, tried: &Tried, key: Option<u64>, note: &mut Note) -> Pick {
-        let now = passive::now_ms();
+        let now = crate::clock::now_ms();
         if tried.count == 0 {
             // A request's first pick: it counts toward the retry budget's share.
             self.state.budget.record_request(now);
@@ -535,7 +540,7 @@ impl Pool {
             attempts: 1,
             ..Note::default()
         };
-        let role = self.role_for(passive::now_ms(), &mut probe);
+        let role = self.role_for(crate::clock::now_ms(), &mut probe);
         if probe.transition.is_some() {
             note.transition = probe.transition;
         }
@@ -547,7 +552,11 @@ impl Pool {
         if self.cfg.backups.is_empty() {
             return;
         }
-        let (st, f, now) = (&self.state.failover, &self.cfg.failover, passive::now_ms());
+        let (st, f, now) = (
+            &self.state.failover,
+            &self.cfg.failover,
+            crate::clock::now_ms(),
+        );
         let peers = self.peers();
         let t = if peers[i].role == Role::Backup {
             let primary_eligible = peers
@@ -579,7 +588,7 @@ impl Pool {
     pub fn record_answer(&self, i: usize, status: u16) {
         let Some(o) = &self.cfg.outlier else { return };
         let peers = self.peers();
-        let now = passive::now_ms();
+        let now = crate::clock::now_ms();
         if let Some(until) = peers[i].outlier.record(
             status,
             o,

@@ -1,0 +1,141 @@
+//! The transport seam: what the connection code of either side needs of a stream, so
+//! the same code runs over TCP, Unix sockets and TLS (and, later, a QUIC stream).
+//!
+//! Beyond reading and writing, a connection needs to read and write at once within one
+//! task (a borrowed split: a backend may answer before an upload ends), to wait for a
+//! connection's first bytes without holding a buffer (readiness, then a non-blocking
+//! read into the stack), and to look at an idle connection without waiting. TLS, which
+//! may hold decrypted bytes the socket no longer shows, answers each of these through
+//! its session instead of the socket.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+
+pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    type Read<'a>: AsyncRead + Unpin + Send
+    where
+        Self: 'a;
+    type Write<'a>: AsyncWrite + Unpin + Send
+    where
+        Self: 'a;
+
+    /// Both halves, borrowed, for reading and writing within one task.
+    fn split(&mut self) -> (Self::Read<'_>, Self::Write<'_>);
+
+    /// The first bytes after an idle wait, in a fresh buffer; `Err` when the peer
+    /// closed. Allocates nothing until bytes are there.
+    fn poll_first_bytes(&self, cx: &mut Context<'_>) -> Poll<Result<BytesMut, Closed>>;
+
+    /// Ready once bytes (or the close) wait to be read, without reading them.
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<()>;
+
+    /// Turns on TCP keepalive where the stream has it, for a connection that becomes a
+    /// tunnel (which has no idle timeout of its own).
+    fn keepalive(&self) {}
+}
+
+/// The peer closed the stream (or it failed) before sending a byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed;
+
+/// How much the first read after an idle wait takes, into the stack: enough for a
+/// typical request head whole, so the head is parsed without a second read (one
+/// syscall a request) and a spurious wakeup allocates nothing.
+pub const FIRST_READ: usize = 2048;
+
+/// The bytes of a read into the stack, in a fresh buffer.
+pub fn first_bytes(first: &[u8]) -> BytesMut {
+    let mut buf = BytesMut::with_capacity(4096);
+    buf.extend_from_slice(first);
+    buf
+}
+
+/// Waits for the stream's first bytes (see [`Transport::poll_first_bytes`]).
+pub async fn wait_first_bytes<S: Transport>(stream: &S) -> Result<BytesMut, Closed> {
+    std::future::poll_fn(|cx| stream.poll_first_bytes(cx)).await
+}
+
+/// Whether an idle stream is quiet: nothing to read and not closed. Never waits; no
+/// syscall on a socket that reported no activity.
+pub fn is_quiet<S: AsyncRead + Unpin>(s: &mut S) -> bool {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut probe = [0u8; 1];
+    let mut rb = ReadBuf::new(&mut probe);
+    matches!(Pin::new(s).poll_read(&mut cx, &mut rb), Poll::Pending)
+}
+
+/// What can be read into `buf` now, without waiting: `WouldBlock` when nothing is
+/// there.
+pub fn read_now<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut) -> io::Result<usize> {
+    use std::future::Future as _;
+    use tokio::io::AsyncReadExt as _;
+    let mut cx = Context::from_waker(Waker::noop());
+    match std::pin::pin!(s.read_buf(buf)).poll(&mut cx) {
+        Poll::Ready(r) => r,
+        Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+    }
+}
+
+/// Readiness, then a non-blocking read into the stack, so a spurious wakeup allocates
+/// nothing.
+macro_rules! poll_first_bytes_of_socket {
+    ($s:expr, $cx:expr) => {{
+        loop {
+            match $s.poll_read_ready($cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(Closed)),
+                Poll::Ready(Ok(())) => {}
+            }
+            let mut first = [0u8; FIRST_READ];
+            match $s.try_read(&mut first) {
+                Ok(0) => return Poll::Ready(Err(Closed)),
+                Ok(n) => return Poll::Ready(Ok(first_bytes(&first[..n]))),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(_) => return Poll::Ready(Err(Closed)),
+            }
+        }
+    }};
+}
+
+impl Transport for TcpStream {
+    type Read<'a> = tokio::net::tcp::ReadHalf<'a>;
+    type Write<'a> = tokio::net::tcp::WriteHalf<'a>;
+
+    fn split(&mut self) -> (Self::Read<'_>, Self::Write<'_>) {
+        TcpStream::split(self)
+    }
+
+    fn poll_first_bytes(&self, cx: &mut Context<'_>) -> Poll<Result<BytesMut, Closed>> {
+        poll_first_bytes_of_socket!(self, cx)
+    }
+
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        TcpStream::poll_read_ready(self, cx).map(|_| ())
+    }
+
+    fn keepalive(&self) {
+        super::tcp_keepalive(self);
+    }
+}
+
+impl Transport for UnixStream {
+    type Read<'a> = tokio::net::unix::ReadHalf<'a>;
+    type Write<'a> = tokio::net::unix::WriteHalf<'a>;
+
+    fn split(&mut self) -> (Self::Read<'_>, Self::Write<'_>) {
+        UnixStream::split(self)
+    }
+
+    fn poll_first_bytes(&self, cx: &mut Context<'_>) -> Poll<Result<BytesMut, Closed>> {
+        poll_first_bytes_of_socket!(self, cx)
+    }
+
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        UnixStream::poll_read_ready(self, cx).map(|_| ())
+    }
+}

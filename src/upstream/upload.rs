@@ -1,0 +1,185 @@
+//! A request body on its way to a backend, with the backend heard while it goes: one
+//! poll loop reads before each write, so a backend that answers before the upload ends
+//! (a 413, a redirect) and stops reading is heard at once instead of when a write
+//! fails. The same loop serves every transport: a TLS session cannot be read and
+//! written from two futures at once, and a socket does not need to be.
+//!
+//! The body is never copied: each data frame is written from its own buffer, with the
+//! chunk-size line and the line end beside it in one vectored write.
+
+use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::task::Poll;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http_body::Body as _;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::outgoing::{Outgoing, SendError};
+use crate::http1::encode::hex_line;
+
+/// How an upload ended.
+pub(super) enum Upload {
+    /// The whole body went out.
+    Sent,
+    /// The backend answered (or closed) first; what it sent is in the buffer.
+    Early,
+    WriteFailed(io::Error),
+}
+
+/// What is left to write of one piece of the body: the chunk-size line, the data,
+/// and the line end (or, for the last chunk, the terminator).
+#[derive(Default)]
+struct Piece {
+    size: [u8; 18],
+    size_len: usize,
+    size_at: usize,
+    data: Bytes,
+    tail: &'static [u8],
+}
+
+impl Piece {
+    fn data(data: Bytes, chunked: bool) -> Piece {
+        let mut p = Piece {
+            data,
+            ..Piece::default()
+        };
+        if chunked {
+            p.size_len = hex_line(&mut p.size, p.data.len());
+            p.tail = b"\r\n";
+        }
+        p
+    }
+
+    fn last_chunk() -> Piece {
+        Piece {
+            tail: b"0\r\n\r\n",
+            ..Piece::default()
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.size_at == self.size_len && self.data.is_empty() && self.tail.is_empty()
+    }
+
+    fn slices(&self) -> [IoSlice<'_>; 3] {
+        [
+            IoSlice::new(&self.size[self.size_at..self.size_len]),
+            IoSlice::new(&self.data),
+            IoSlice::new(self.tail),
+        ]
+    }
+
+    fn advance(&mut self, mut n: usize) {
+        let size = (self.size_len - self.size_at).min(n);
+        self.size_at += size;
+        n -= size;
+        let data = self.data.len().min(n);
+        self.data.advance(data);
+        n -= data;
+        self.tail = &self.tail[n.min(self.tail.len())..];
+    }
+}
+
+/// Sends what is left of `out`'s body over `io` (see the module). Bytes the backend
+/// sends meanwhile go to `buf`.
+pub(super) async fn upload<T: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut T,
+    buf: &mut BytesMut,
+    out: &mut Outgoing,
+    chunked: bool,
+) -> Result<Upload, SendError> {
+    let mut piece = Piece::default();
+    std::future::poll_fn(|cx| loop {
+        // The backend spoke: its answer comes before the rest of the upload.
+        let mut first = [const { MaybeUninit::<u8>::uninit() }; 4096];
+        let mut rb = ReadBuf::uninit(&mut first);
+        match Pin::new(&mut *io).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => {
+                buf.extend_from_slice(rb.filled());
+                return Poll::Ready(Ok(Upload::Early));
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e))),
+            Poll::Pending => {}
+        }
+        if !piece.is_done() {
+            match Pin::new(&mut *io).poll_write_vectored(cx, &piece.slices()) {
+                Poll::Ready(Ok(0)) => {
+                    let e = io::ErrorKind::WriteZero.into();
+                    return Poll::Ready(Ok(Upload::WriteFailed(e)));
+                }
+                Poll::Ready(Ok(n)) => {
+                    piece.advance(n);
+                    continue;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Ok(Upload::WriteFailed(e))),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        if out.body_ended {
+            return match Pin::new(&mut *io).poll_flush(cx) {
+                Poll::Ready(Ok(())) => Poll::Ready(Ok(Upload::Sent)),
+                Poll::Ready(Err(e)) => Poll::Ready(Ok(Upload::WriteFailed(e))),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+        match Pin::new(&mut out.body).poll_frame(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => {
+                out.body_ended = true;
+                if chunked {
+                    piece = Piece::last_chunk();
+                }
+            }
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(SendError::Body(e))),
+            Poll::Ready(Some(Ok(frame))) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if !data.is_empty() {
+                    out.sent(&data);
+                    piece = Piece::data(data, chunked);
+                }
+            }
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// However a writer splits its progress, a piece writes exactly its bytes.
+        #[test]
+        fn a_piece_advances_to_exactly_its_bytes(
+            len in 0usize..300,
+            chunked: bool,
+            steps in proptest::collection::vec(1usize..40, 1..100),
+        ) {
+            let data = Bytes::from(vec![b'x'; len]);
+            let mut p = Piece::data(data.clone(), chunked);
+            let mut want = Vec::new();
+            if chunked {
+                want.extend_from_slice(format!("{len:x}\r\n").as_bytes());
+            }
+            want.extend_from_slice(&data);
+            if chunked {
+                want.extend_from_slice(b"\r\n");
+            }
+            let mut got = Vec::new();
+            for step in steps.into_iter().cycle() {
+                if p.is_done() {
+                    break;
+                }
+                let flat: Vec<u8> = p.slices().iter().flat_map(|s| s.to_vec()).collect();
+                let n = step.min(flat.len());
+                got.extend_from_slice(&flat[..n]);
+                p.advance(n);
+            }
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
+}
