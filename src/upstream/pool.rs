@@ -1,0 +1,336 @@
+//! One `proxy` line in one generation ([`Pool`]): picking a peer by policy and
+//! failover role, recording what attempts found, and what a request holds on the pool
+//! while it runs ([`Lease`]).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use super::balancer::{self, Balancer, Candidates};
+use super::failover::Transition;
+use super::peer::{FailureKind, Peer, Role};
+use super::state::{PoolId, PoolState};
+use super::{dial, limit};
+use crate::config::{AllDown, ProxyConfig};
+
+/// One `proxy` line in one generation: identity, carried state, and this generation's
+/// settings.
+pub struct Pool {
+    pub id: PoolId,
+    pub state: Arc<PoolState>,
+    pub balancer: Box<dyn Balancer>,
+    /// The pool's `limit`, shared with the generations before (see [`limit`]).
+    pub limit: Option<Arc<limit::Limit>>,
+    pub cfg: ProxyConfig,
+    /// This generation's resolver and, for a strict pool, its destination policy.
+    pub dest: dial::Dest,
+}
+
+impl Pool {
+    /// Builds this generation's pool, carrying `carried` state when the previous
+    /// generation had a pool of the same identity.
+    pub fn build(
+        id: PoolId,
+        cfg: ProxyConfig,
+        carried: Option<Arc<PoolState>>,
+        probe_slots: &Arc<Semaphore>,
+        dest: dial::Dest,
+    ) -> Arc<Pool> {
+        let state = match carried {
+            Some(s) => {
+                s.take_settings(&id, &cfg, &dest, probe_slots);
+                s
+            }
+            None => PoolState::new(&id, &cfg, probe_slots, &dest),
+        };
+        Arc::new(Pool {
+            balancer: balancer::for_policy(&cfg.lb, &state.peers, cfg.slow_start.is_some()),
+            limit: state.limit_for(cfg.limit.map(|l| l.max)),
+            id,
+            state,
+            cfg,
+            dest,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.id.name
+    }
+
+    pub fn peers(&self) -> &[Peer] {
+        &self.state.peers
+    }
+
+    /// The next peer to try, never one in `tried`. When no peer is eligible at all,
+    /// `all_down` decides: `fail` refuses the request (if nothing was tried yet),
+    /// `try` picks among all untried peers anyway.
+    pub fn pick(&self, tried: &Tried, key: Option<u64>, note: &mut Note) -> Pick {
+        let now = crate::clock::now_ms();
+        if tried.count == 0 {
+            // A request's first pick: it counts toward the retry budget's share.
+            self.state.budget.record_request(now);
+        }
+        let peers = self.peers();
+        let mut c = Candidates::new(peers, tried, now)
+            .with_key(key)
+            .with_slow_start(self.cfg.slow_start);
+        if !self.cfg.backups.is_empty() {
+            c = c.in_role(Some(self.role_for(now, note)));
+            if note.trial {
+                // A trial that finds no primary to try goes to the backups.
+                if let Some(i) = self.balancer.pick(&c.in_role(Some(Role::Primary))) {
+                    return Pick::Peer(i);
+                }
+                note.trial = false;
+            }
+        }
+        if let Some(i) = self.balancer.pick(&c) {
+            return Pick::Peer(i);
+        }
+        if (0..peers.len()).any(|i| c.in_role_at(i) && peers[i].is_eligible(now)) {
+            // Eligible peers exist, and every one was tried already.
+            return Pick::Exhausted;
+        }
+        match self.cfg.all_down {
+            AllDown::Fail if tried.count > 0 => Pick::Exhausted,
+            AllDown::Fail => Pick::AllDown,
+            // A health verdict can be wrong; a request never sent is certainly lost.
+            AllDown::Try => match self.balancer.pick(&c.ignoring_health()) {
+                Some(i) => Pick::Peer(i),
+                None => Pick::Exhausted,
+            },
+        }
+    }
+
+    /// Records a failure that is the peer's fault; logs when it leaves rotation.
+    pub fn peer_failed(&self, i: usize, kind: FailureKind, reason: &dyn std::fmt::Display) {
+        let peer = &self.peers()[i];
+        peer.failures.fetch_add(1, Ordering::Relaxed);
+        peer.failures_by_kind[kind as usize].fetch_add(1, Ordering::Relaxed);
+        if peer
+            .passive
+            .record_failure(self.cfg.breaker, self.cfg.fail_duration)
+        {
+            peer.returns_at(peer.passive.out_until());
+            tracing::warn!(
+                "sluice: {}: {} failed ({reason}), out of rotation for {}",
+                self.name(),
+                peer.addr.text,
+                crate::config::units::format_duration(self.cfg.fail_duration)
+            );
+        } else {
+            tracing::info!(
+                "sluice: {}: {} failed ({reason})",
+                self.name(),
+                peer.addr.text
+            );
+        }
+    }
+}
+
+impl Pool {
+    /// The role requests go to now, switching first when every peer of the current
+    /// role is ineligible and one of the other is not; notes a trial.
+    fn role_for(&self, now: u64, note: &mut Note) -> Role {
+        let st = &self.state.failover;
+        let peers = self.peers();
+        let eligible = |role: Role| peers.iter().any(|p| p.role == role && p.is_eligible(now));
+        let active = st.role();
+        let switched = (!eligible(active) && eligible(active.other()))
+            .then(|| match active {
+                Role::Backup => st.backups_down(now),
+                Role::Primary => st.primaries_down(now),
+            })
+            .flatten();
+        if let Some(t) = switched {
+            let why = if t.to_backup() {
+                "every primary is ineligible"
+            } else {
+                "every backup is ineligible"
+            };
+            log_switch(self.name(), t, why);
+            note.transition = Some(t);
+        }
+        let role = st.role();
+        // Only a request's first attempt may be a trial; a trial that could not
+        // connect is retried on the backups.
+        note.trial = role == Role::Backup
+            && note.attempts == 0
+            && st.is_trial(&self.cfg.failover, now, self.cfg.health.is_some());
+        note.attempts += 1;
+        role
+    }
+
+    /// After an attempt on peer `i` that never reached it: whether the pool now sends
+    /// requests to the other role (the failure made it switch, or left every peer of
+    /// `i`'s role ineligible, which switches it now). Such a request gets one more
+    /// attempt on the new role beyond `retries` (DESIGN §14).
+    pub fn switched_away_from(&self, i: usize, note: &mut Note) -> bool {
+        if self.cfg.backups.is_empty() {
+            return false;
+        }
+        let mut probe = Note {
+            attempts: 1,
+            ..Note::default()
+        };
+        let role = self.role_for(crate::clock::now_ms(), &mut probe);
+        if probe.transition.is_some() {
+            note.transition = probe.transition;
+        }
+        role != self.peers()[i].role
+    }
+
+    /// Counts an attempt's outcome as failover evidence (a pool with backups only).
+    pub fn failover_result(&self, i: usize, ok: bool, note: &mut Note) {
+        if self.cfg.backups.is_empty() {
+            return;
+        }
+        let (st, f, now) = (
+            &self.state.failover,
+            &self.cfg.failover,
+            crate::clock::now_ms(),
+        );
+        let peers = self.peers();
+        let t = if peers[i].role == Role::Backup {
+            let primary_eligible = peers
+                .iter()
+                .any(|p| p.role == Role::Primary && p.is_eligible(now));
+            st.backup_result(ok, f, now, primary_eligible)
+        } else {
+            st.primary_result(ok, f, now)
+        };
+        if let Some(t) = t {
+            let why = match t {
+                Transition::PrimaryFailureThreshold => {
+                    format!("{} failures of its primaries in a row", f.failure_threshold)
+                }
+                Transition::BackupFailure => {
+                    format!("{} failures of its backups in a row", f.failure_threshold)
+                }
+                Transition::PrimaryRecoveryThreshold => format!(
+                    "{} successes of its primaries in a row",
+                    f.recovery_threshold
+                ),
+            };
+            log_switch(self.name(), t, &why);
+            note.transition = Some(t);
+        }
+    }
+
+    /// Counts a backend's answer for outlier ejection (when configured).
+    pub fn record_answer(&self, i: usize, status: u16) {
+        let Some(o) = &self.cfg.outlier else { return };
+        let peers = self.peers();
+        let now = crate::clock::now_ms();
+        if let Some(until) = peers[i].outlier.record(
+            status,
+            o,
+            now,
+            || peers.iter().filter(|p| p.outlier.is_ejected(now)).count(),
+            peers.len(),
+        ) {
+            peers[i].returns_at(until);
+            tracing::warn!(
+                "sluice: {}: {} ejected for {} after {} 5xx answers in a row",
+                self.name(),
+                peers[i].addr.text,
+                crate::config::units::format_duration(Duration::from_millis(until - now)),
+                o.consecutive_5xx
+            );
+        }
+    }
+}
+
+/// What one attempt holds on its pool until its response has been passed on: it
+/// counts as the peer's selection and in-flight request.
+pub struct Lease {
+    pub pool: Arc<Pool>,
+    pub peer: usize,
+    pub permit: Option<limit::Slot>,
+}
+
+impl Lease {
+    pub fn new(pool: Arc<Pool>, peer: usize, permit: Option<limit::Slot>) -> Lease {
+        let p = &pool.peers()[peer];
+        p.selections.fetch_add(1, Ordering::Relaxed);
+        p.in_flight.fetch_add(1, Ordering::Relaxed);
+        Lease { pool, peer, permit }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.pool.peers()[self.peer]
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Which pool and peer served a response — or, for sluice's own 502/504, the last peer
+/// dialed — after how many attempts, with the failover role and transition (what
+/// `X-Sluice-Origin*` say): noted for the access log (only when it is on).
+#[derive(Clone)]
+pub struct Served {
+    pub pool: Arc<Pool>,
+    pub peer: usize,
+    pub attempts: u32,
+    pub role: &'static str,
+    pub transition: &'static str,
+}
+
+impl Served {
+    pub fn pool_name(&self) -> &str {
+        self.pool.name()
+    }
+
+    pub fn peer_address(&self) -> &str {
+        &self.pool.peers()[self.peer].addr.text
+    }
+}
+
+/// What failover decided for one request: whether it is a trial of the primaries, and
+/// the switch its outcome caused (named on its response).
+#[derive(Debug, Default)]
+pub struct Note {
+    pub trial: bool,
+    pub transition: Option<Transition>,
+    attempts: u32,
+}
+
+pub(super) fn log_switch(pool: &str, t: Transition, why: &str) {
+    let to = if t.to_backup() { "backup" } else { "primary" };
+    tracing::warn!("sluice: {pool}: switched to {to} ({}: {why})", t.as_str());
+}
+
+pub enum Pick {
+    Peer(usize),
+    /// No peer is eligible and `all_down fail` is set.
+    AllDown,
+    /// Every candidate was tried.
+    Exhausted,
+}
+
+/// Which peers a request already tried.
+#[derive(Default)]
+pub struct Tried {
+    bits: Vec<u64>,
+    pub count: usize,
+}
+
+impl Tried {
+    pub fn has(&self, i: usize) -> bool {
+        self.bits
+            .get(i / 64)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    pub fn add(&mut self, i: usize) {
+        if self.bits.len() <= i / 64 {
+            self.bits.resize(i / 64 + 1, 0);
+        }
+        self.bits[i / 64] |= 1 << (i % 64);
+        self.count += 1;
+    }
+}

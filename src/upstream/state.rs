@@ -1,0 +1,260 @@
+//! A pool's identity and carried state: what decides that two generations' pools are
+//! the same pool, and what such a pool keeps across a reload (peers, counters, the
+//! failover role, the retry budget, the `limit`), with the settings handle its
+//! background tasks (reaper, probes) read.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::sync::{Notify, Semaphore};
+
+use super::peer::{Peer, Role};
+use super::{budget, dial, failover, health, limit, tls};
+use crate::config::{BackendScheme, BackendTls, Failover, Health, Policy, ProxyConfig};
+
+/// What makes two generations' pools the same pool.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PoolId {
+    /// `SITE ROUTE`, or `SITE` for a site block's own proxy.
+    pub name: String,
+    /// The addresses as written, in order.
+    pub addresses: Vec<String>,
+    pub backups: Vec<String>,
+    pub weights: Vec<u32>,
+    pub policy: Policy,
+    /// How an `https://` pool trusts its backends: connections made under other rules
+    /// are never reused under these.
+    pub tls: Option<BackendTls>,
+}
+
+impl PoolId {
+    pub fn new(name: String, cfg: &ProxyConfig) -> PoolId {
+        PoolId {
+            name,
+            addresses: cfg.backends.iter().map(|b| b.text.clone()).collect(),
+            backups: cfg.backups.iter().map(|b| b.text.clone()).collect(),
+            weights: cfg.weights.clone(),
+            policy: cfg.lb.clone(),
+            tls: (cfg.scheme() == BackendScheme::Https).then(|| cfg.tls.clone()),
+        }
+    }
+}
+
+/// A pool's state, carried across generations by identity.
+pub struct PoolState {
+    pub peers: Vec<Peer>,
+    /// How the pool speaks to its peers (one scheme per pool).
+    pub scheme: BackendScheme,
+    /// The TLS client settings of an `https://` pool.
+    pub tls: Option<Arc<tls::ClientTls>>,
+    /// What the newest generation asked of the pool's background tasks (the reaper and
+    /// the probes read it, each tick).
+    settings: ArcSwap<Settings>,
+    /// The in-flight cap (`limit`), carried so that it holds across a swap.
+    limit: std::sync::Mutex<Option<Arc<limit::Limit>>>,
+    retired: AtomicBool,
+    /// Wakes the state's tasks when it is retired; theirs to hold without holding it.
+    retire: Arc<Notify>,
+    /// The probe task runs.
+    probing: AtomicBool,
+    /// Retries of every kind against `retry_budget`.
+    pub budget: budget::Budget,
+    /// The failover role and its evidence.
+    pub failover: failover::State,
+    /// Retries by reason: [unreachable, reset, timeout, status].
+    pub retries: [AtomicU64; 4],
+    /// Time from the request going out to the response head.
+    pub upstream_seconds: crate::stats::Histogram,
+}
+
+/// The newest generation's settings for a pool's background tasks: one handle, swapped
+/// whole on reload.
+pub struct Settings {
+    /// How long an idle connection is kept (the reaper).
+    pub idle_timeout: Duration,
+    /// `health`, when the pool has it (the probes).
+    pub health: Option<Health>,
+    /// `failover`, when the pool has backups (probe results decide recovery).
+    pub failover: Option<Failover>,
+    /// The resolver and destination policy (the probes dial through them).
+    pub dest: dial::Dest,
+}
+
+impl Settings {
+    fn new(cfg: &ProxyConfig, dest: &dial::Dest) -> Settings {
+        Settings {
+            idle_timeout: cfg.keepalive.idle_timeout,
+            health: cfg.health.clone(),
+            failover: (!cfg.backups.is_empty()).then_some(cfg.failover),
+            dest: dest.clone(),
+        }
+    }
+}
+
+impl PoolState {
+    /// Fresh state for `id`; starts the idle-connection reaper (and the probe task when
+    /// `cfg` has `health`). Must run inside the tokio runtime.
+    pub fn new(
+        id: &PoolId,
+        cfg: &ProxyConfig,
+        probe_slots: &Arc<Semaphore>,
+        dest: &dial::Dest,
+    ) -> Arc<PoolState> {
+        let state = Arc::new(PoolState {
+            peers: cfg
+                .backends
+                .iter()
+                .enumerate()
+                .map(|(i, a)| Peer::new(i, a.clone(), cfg.weights.get(i).copied().unwrap_or(1)))
+                .chain(cfg.backups.iter().enumerate().map(|(k, a)| Peer {
+                    role: Role::Backup,
+                    ..Peer::new(cfg.backends.len() + k, a.clone(), 1)
+                }))
+                .collect(),
+            scheme: cfg.scheme(),
+            tls: (cfg.scheme() == BackendScheme::Https)
+                .then(|| Arc::new(tls::ClientTls::new(&cfg.tls))),
+            settings: ArcSwap::from_pointee(Settings::new(cfg, dest)),
+            limit: Default::default(),
+            retired: AtomicBool::new(false),
+            retire: Arc::new(Notify::new()),
+            probing: AtomicBool::new(false),
+            budget: Default::default(),
+            retries: Default::default(),
+            failover: Default::default(),
+            upstream_seconds: Default::default(),
+        });
+        debug_assert_eq!(state.peers.len(), id.addresses.len() + id.backups.len());
+        if let Some(h) = &cfg.health {
+            for p in &state.peers {
+                p.active.set_initial(h.initial_healthy);
+            }
+        }
+        tokio::spawn(reap(Arc::downgrade(&state), state.retire.clone()));
+        state.start_probing(id, cfg, probe_slots);
+        state
+    }
+
+    /// The newest generation's settings for the background tasks.
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings.load_full()
+    }
+
+    /// Takes the newest generation's settings: kept connections made under another
+    /// destination policy go (a changed policy must not be dodged by them), and
+    /// probing starts if `health` is new.
+    pub(super) fn take_settings(
+        self: &Arc<Self>,
+        id: &PoolId,
+        cfg: &ProxyConfig,
+        dest: &dial::Dest,
+        slots: &Arc<Semaphore>,
+    ) {
+        let old = self.settings.swap(Arc::new(Settings::new(cfg, dest)));
+        if old.dest.policy.as_deref() != dest.policy.as_deref() {
+            for p in &self.peers {
+                p.idle.reap(Duration::ZERO);
+                p.mux.clear();
+            }
+        }
+        self.start_probing(id, cfg, slots);
+    }
+
+    /// The pool's `limit`, resized to this generation's N (see [`limit`]).
+    pub(super) fn limit_for(&self, max: Option<u32>) -> Option<Arc<limit::Limit>> {
+        let mut held = self.limit.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(max) = max else {
+            *held = None;
+            return None;
+        };
+        match &*held {
+            Some(l) => l.resize(max as usize),
+            None => *held = Some(limit::Limit::new(max as usize)),
+        }
+        held.clone()
+    }
+
+    /// Starts the probe task if the pool has `health` and it does not run yet.
+    fn start_probing(self: &Arc<Self>, id: &PoolId, cfg: &ProxyConfig, slots: &Arc<Semaphore>) {
+        if cfg.health.is_some() && !self.probing.swap(true, Ordering::Relaxed) {
+            tokio::spawn(health::run(
+                Arc::downgrade(self),
+                self.retire.clone(),
+                slots.clone(),
+                id.name.clone(),
+            ));
+        }
+    }
+
+    /// The live generation dropped this pool: its background tasks stop now, and its
+    /// idle connections close.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+        self.retire.notify_waiters();
+        for p in &self.peers {
+            p.idle.reap(Duration::ZERO);
+            p.mux.reap(Duration::ZERO);
+        }
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once the state is retired.
+    pub async fn retired(&self) {
+        loop {
+            let notified = self.retire.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_retired() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// A primary's probe result, for failover recovery; logs the switch it makes.
+    pub fn probe_for_failover(&self, pool: &str, i: usize, passed: bool) {
+        let settings = self.settings.load();
+        let Some(f) = &settings.failover else {
+            return;
+        };
+        if self.peers[i].role == Role::Backup {
+            return;
+        }
+        if let Some(t) = self
+            .failover
+            .probe_result(passed, f, crate::clock::now_ms())
+        {
+            super::pool::log_switch(pool, t, "its primaries pass their health checks");
+        }
+    }
+}
+
+/// Closes idle connections past their timeout, until the state is retired or dropped.
+async fn reap(state: Weak<PoolState>, retire: Arc<Notify>) {
+    loop {
+        let retired = retire.notified();
+        tokio::pin!(retired);
+        retired.as_mut().enable();
+        let every = {
+            let Some(s) = state.upgrade() else { return };
+            if s.is_retired() {
+                return;
+            }
+            let timeout = s.settings.load().idle_timeout;
+            for p in &s.peers {
+                p.idle.reap(timeout);
+                p.mux.reap(timeout);
+            }
+            (timeout / 2).max(Duration::from_millis(100))
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = retired => return,
+        }
+    }
+}
