@@ -255,18 +255,62 @@ fn count(n: usize, what: &str) -> String {
     }
 }
 
-/// Backend names that resolve to nothing now, as warnings (`check --strict`).
+/// Backend names that resolve to nothing now, as warnings (`check --strict`). The
+/// command asks the resolver, not `config`: loading a config never touches the
+/// network.
 fn unresolved_names(config: &Config) -> Vec<config::diag::Diagnostic> {
     match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
-        Ok(rt) => rt.block_on(config::validate::unresolved_names(config)),
+        Ok(rt) => rt.block_on(lookup_names(config)),
         Err(e) => {
             eprintln!("sluice check: cannot start the resolver: {e}");
             Vec::new()
         }
     }
+}
+
+/// Asks the config's resolver for every backend name at once, each within the DNS
+/// budget; a warning for each that gives no address. A name may be meant to appear
+/// later, so it is never an error.
+async fn lookup_names(config: &Config) -> Vec<config::diag::Diagnostic> {
+    use sluice::safety::{parse_ip, Dns, BUDGET};
+    let dns = std::sync::Arc::new(Dns::new(&config.global.resolver));
+    let mut seen = std::collections::HashSet::new();
+    let names: Vec<(&config::BackendAddr, &str)> = config
+        .pools()
+        .map(|(_, p)| p)
+        .chain(config.tcp.iter().map(|t| &t.proxy))
+        .flat_map(|p| p.backends.iter().chain(&p.backups))
+        .filter_map(|b| match &b.target {
+            config::Target::Tcp { host, .. } if parse_ip(host).is_none() => {
+                seen.insert(host.as_str()).then_some((b, host.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    // All at once: the wait is the slowest lookup's, not their sum.
+    let mut lookups = tokio::task::JoinSet::new();
+    for (i, (_, host)) in names.iter().enumerate() {
+        let (dns, host) = (dns.clone(), host.to_string());
+        lookups.spawn(async move { (i, dns.lookup(&host, BUDGET).await) });
+    }
+    let mut failed = Vec::new();
+    while let Some(Ok((i, answer))) = lookups.join_next().await {
+        if let Err(e) = answer {
+            failed.push((i, e));
+        }
+    }
+    failed.sort_by_key(|(i, _)| *i);
+    failed
+        .into_iter()
+        .map(|(i, e)| {
+            let b = names[i].0;
+            config::diag::Diagnostic::warning(b.span, format!("`{}`: {e}", b.text))
+                .with_hint("requests to it fail with 502 until the name resolves")
+        })
+        .collect()
 }
 
 /// `sluice reload`: POST /reload to the admin API; prints the new revision or the

@@ -78,50 +78,6 @@ pub fn check(config: &Config, listeners_declared: bool) -> (Vec<Diagnostic>, Vec
     (errors, warnings)
 }
 
-/// `sluice check --strict`: a warning for each backend name that resolves to nothing
-/// right now (asked of the config's resolver, all names at once, each within the DNS
-/// budget). A name may be meant to appear later, so it is never an error.
-pub async fn unresolved_names(config: &Config) -> Vec<Diagnostic> {
-    let dns = std::sync::Arc::new(crate::safety::Dns::new(&config.global.resolver));
-    let mut seen = std::collections::HashSet::new();
-    let names: Vec<(&BackendAddr, &str)> = config
-        .pools()
-        .map(|(_, p)| p)
-        .chain(config.tcp.iter().map(|t| &t.proxy))
-        .flat_map(|p| p.backends.iter().chain(&p.backups))
-        .filter_map(|b| match &b.target {
-            Target::Tcp { host, .. } if crate::safety::parse_ip(host).is_none() => {
-                seen.insert(host.as_str()).then_some((b, host.as_str()))
-            }
-            _ => None,
-        })
-        .collect();
-    // All at once: the wait is the slowest lookup's, not their sum.
-    let mut lookups = tokio::task::JoinSet::new();
-    for (i, (_, host)) in names.iter().enumerate() {
-        let (dns, host) = (dns.clone(), host.to_string());
-        lookups.spawn(async move { (i, dns.lookup(&host, crate::safety::BUDGET).await) });
-    }
-    let mut failed = Vec::new();
-    while let Some(Ok((i, answer))) = lookups.join_next().await {
-        if let Err(e) = answer {
-            failed.push((i, e));
-        }
-    }
-    failed.sort_by_key(|(i, _)| *i);
-    let mut warnings = Vec::new();
-    for (i, e) in failed {
-        let b = names[i].0;
-        {
-            warnings.push(
-                Diagnostic::warning(b.span, format!("`{}`: {e}", b.text))
-                    .with_hint("requests to it fail with 502 until the name resolves"),
-            );
-        }
-    }
-    warnings
-}
-
 /// A strict pool's literal addresses are judged at load: one it would refuse at every
 /// dial is an error where it is written. Names are judged at each dial.
 fn unsafe_literals(config: &Config, errors: &mut Vec<Diagnostic>) {

@@ -10,7 +10,6 @@
 //! generation. Background tasks of a pool's state stop when `runtime` retires it, the
 //! moment the live generation no longer has it — not when the last request ends.
 
-
 pub mod balancer;
 pub mod budget;
 pub mod conn;

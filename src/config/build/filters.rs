@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::{HeaderName, Method};
 
 use super::args::*;
-use super::route::{compress, compression};
+use super::route::{compression, on_off};
 use super::values::*;
 use super::Res;
 use crate::config::diag::Diagnostic;
@@ -455,7 +455,7 @@ fn cors(d: &Directive) -> Res<Cors> {
                     })
                     .collect::<Res<_>>()?;
             }
-            "credentials" => c.credentials = compress(i)?,
+            "credentials" => c.credentials = on_off(i)?,
             "max_age" => c.max_age = Some(duration(one_arg(i, "max_age 10m")?)?),
             _ => {
                 return Err(

@@ -5,7 +5,7 @@ use std::time::Duration;
 use http::HeaderValue;
 
 use super::args::*;
-use super::route::{compress, compression};
+use super::route::{compression, on_off};
 use super::values::*;
 use super::vocab::Place;
 use super::{Builder, Res, Seen};
@@ -266,7 +266,7 @@ impl Builder {
                 Ok(())
             }
             "tls_verify" => {
-                p.tls.verify = compress(d)?;
+                p.tls.verify = on_off(d)?;
                 Ok(())
             }
             "tls_server_name" => {

@@ -260,7 +260,7 @@ impl Builder {
                         Ok(())
                     }
                 }
-                "browse" => compress(item).map(|on| cfg.browse = on),
+                "browse" => on_off(item).map(|on| cfg.browse = on),
                 _ => Ok(()),
             };
             self.push(r);
@@ -461,8 +461,10 @@ impl Builder {
     }
 }
 
-pub(super) fn compress(d: &Directive) -> Res<bool> {
-    let w = one_arg(d, "compress on|off")?;
+/// `NAME on|off`, for any directive that is a switch; the error names `d`'s own
+/// directive.
+pub(super) fn on_off(d: &Directive) -> Res<bool> {
+    let w = one_arg(d, &format!("{} on|off", d.name.text))?;
     match w.text.as_str() {
         "on" => Ok(true),
         "off" => Ok(false),

@@ -309,3 +309,28 @@ fn resolver_spellings_and_cors_wildcards() {
     assert!(m.contains("exact origin"), "{m}");
     assert!(h.contains("without") || h.contains("no scheme"), "{h}");
 }
+
+/// Every `on|off` switch names itself in its usage, never another directive's.
+#[test]
+fn each_switch_names_its_own_directive() {
+    let cases = [
+        (
+            "site * { proxy https://127.0.0.1:1 { tls_verify } }",
+            "tls_verify on|off",
+        ),
+        (
+            "site * { cors { origins https://a.example; credentials } \n respond ok }",
+            "credentials on|off",
+        ),
+        ("site * { files /tmp { browse } }", "browse on|off"),
+        (
+            "site * { proxy 127.0.0.1:1 { compress } }",
+            "compress on|off",
+        ),
+    ];
+    for (text, usage) in cases {
+        let (_, _, message, hint) = err(text);
+        let said = format!("{message} {hint}");
+        assert!(said.contains(usage), "{text}: {said}");
+    }
+}
