@@ -258,27 +258,12 @@ pub enum BranchAction {
     Reject(StatusCode),
 }
 
+/// A route's or a filter's path pattern (matched in `route::path`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PathPattern {
     Exact(String),
     /// `/api/*` is `Prefix("/api")`: `/api`, `/api/` and below, not `/apix`. `/*` is `Prefix("")`.
     Prefix(String),
-}
-
-impl PathPattern {
-    pub fn matches(&self, path: &str) -> bool {
-        match self {
-            PathPattern::Exact(p) => path == p,
-            PathPattern::Prefix(p) => under_prefix(p, path),
-        }
-    }
-}
-
-/// Whether `path` is `prefix` or below it at a segment boundary (`/api` covers `/api`
-/// and `/api/x`, not `/apix`).
-pub fn under_prefix(prefix: &str, path: &str) -> bool {
-    path.starts_with(prefix)
-        && (path.len() == prefix.len() || path.as_bytes()[prefix.len()] == b'/')
 }
 
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@ use http::Request;
 
 use super::{Cx, Filter, Step};
 use crate::body::Body;
-use crate::config::under_prefix;
+use crate::config::PathPattern;
 
 pub struct Strip {
     pub prefix: String,
@@ -15,7 +15,7 @@ pub struct Strip {
 impl Filter for Strip {
     fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Step {
         let path = cx.path(req);
-        if under_prefix(&self.prefix, path) {
+        if PathPattern::is_under(&self.prefix, path) {
             let rest = &path[self.prefix.len()..];
             let new = if rest.is_empty() { "/" } else { rest };
             let new = new.to_string();

@@ -11,6 +11,8 @@
 
 use std::borrow::Cow;
 
+use crate::config::PathPattern;
+
 /// Why a path was refused (the client gets 400).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PathError {
@@ -197,6 +199,23 @@ fn lower(h: &str) -> Cow<'_, str> {
         Cow::Owned(h.to_ascii_lowercase())
     } else {
         Cow::Borrowed(h)
+    }
+}
+
+/// Path patterns are matched here, with the rest of routing, on normalised paths.
+impl PathPattern {
+    pub fn matches(&self, path: &str) -> bool {
+        match self {
+            PathPattern::Exact(p) => path == p,
+            PathPattern::Prefix(p) => PathPattern::is_under(p, path),
+        }
+    }
+
+    /// Whether `path` is `prefix` or below it at a segment boundary (`/api` covers
+    /// `/api` and `/api/x`, not `/apix`).
+    pub fn is_under(prefix: &str, path: &str) -> bool {
+        path.starts_with(prefix)
+            && (path.len() == prefix.len() || path.as_bytes()[prefix.len()] == b'/')
     }
 }
 

@@ -490,6 +490,23 @@ impl Builder {
         })
     }
 
+    /// Reads each item of `d`'s block that belongs in `place` and is not a repeat,
+    /// with `read`; its error is pushed and the next item read.
+    fn block_options(
+        &mut self,
+        d: &Directive,
+        place: Place,
+        mut read: impl FnMut(&Directive) -> Res<()>,
+    ) {
+        let mut seen = Seen::default();
+        for item in d.block.as_deref().unwrap_or(&[]) {
+            if self.known_here(item, place) && self.once(&mut seen, item) {
+                let r = read(item);
+                self.push(r);
+            }
+        }
+    }
+
     fn once(&mut self, seen: &mut Seen, d: &Directive) -> bool {
         // Directives that stack rather than replace.
         const REPEATABLE: &[&str] = &["header_up", "header_down", "trust", "env", "match"];

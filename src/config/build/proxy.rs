@@ -135,297 +135,280 @@ impl Builder {
     }
 
     pub(super) fn proxy_option(&mut self, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
-        match d.name.text.as_str() {
-            "lb" => {
-                p.lb = policy(d)?;
-                Ok(())
-            }
-            "weights" => {
-                if d.args.is_empty() {
-                    return Err(missing(d, "weights W...", "weights 5 1 1"));
-                }
-                no_block(d)?;
-                p.weights = d
-                    .args
-                    .iter()
-                    .map(|w| int_in(w, 1, 1000).map(|n| n as u32))
-                    .collect::<Res<Vec<_>>>()?;
-                Ok(())
-            }
-            "fail_duration" => {
-                p.fail_duration = duration(one_arg(d, "fail_duration 30s")?)?;
-                Ok(())
-            }
-            "breaker" => {
-                p.breaker = int_in(one_arg(d, "breaker N")?, 1, 100)? as u32;
-                Ok(())
-            }
-            "all_down" => {
-                let w = one_arg(d, "all_down try|fail")?;
-                p.all_down = match w.text.as_str() {
-                    "try" => AllDown::Try,
-                    "fail" => AllDown::Fail,
-                    _ => return Err(expected(w, "`try` or `fail`")),
-                };
-                Ok(())
-            }
-            "host" => {
-                let w = one_arg(d, "host keep|upstream|NAME")?;
-                p.host = match w.text.as_str() {
-                    "keep" => HostMode::Keep,
-                    "upstream" => HostMode::Upstream,
-                    name => HostMode::Name(HeaderValue::from_str(name).map_err(|_| {
-                        Diagnostic::error(w.span, format!("`{name}` cannot be a Host header"))
-                    })?),
-                };
-                Ok(())
-            }
-            "header_up" => {
-                let op = header_op(d, "header_up")?;
-                let name = match &op {
-                    HeaderOp::Set(n, _) | HeaderOp::Remove(n) => n,
-                };
-                // sluice frames the request and owns the connection: these fields are
-                // its own (a removed Content-Length would turn the body into a request).
-                const FRAMING: [&str; 8] = [
-                    "content-length",
-                    "transfer-encoding",
-                    "connection",
-                    "keep-alive",
-                    "proxy-connection",
-                    "te",
-                    "trailer",
-                    "upgrade",
-                ];
-                if FRAMING.contains(&name.as_str()) {
-                    let w = &d.args[0];
-                    return Err(Diagnostic::error(
-                        w.span,
-                        format!("`header_up` cannot change `{name}`"),
-                    )
-                    .with_hint("sluice sets the framing and connection fields itself"));
-                }
-                p.header_up.push(op);
-                Ok(())
-            }
-            "header_down" => {
-                p.header_down.push(header_op(d, "header_down")?);
-                Ok(())
-            }
-            "timeout" => {
-                p.timeout = positive(one_arg(d, "timeout 60s")?)?;
-                Ok(())
-            }
-            "connect_timeout" => {
-                p.connect_timeout = positive(one_arg(d, "connect_timeout 5s")?)?;
-                Ok(())
-            }
-            "limit" => {
-                match d.args.as_slice() {
-                    [w] if w.text == "off" => {
-                        self.warnings.push(
-                            Diagnostic::warning(
-                                w.span,
-                                "`limit off` lets a burst open backend connections without end",
-                            )
-                            .with_hint("keep a cap, e.g. limit 4096 3s"),
-                        );
-                        p.limit = None;
-                    }
-                    [n] | [n, _] => {
-                        let max = int_in(n, 1, 1_000_000)? as u32;
-                        let wait = match d.args.get(1) {
-                            Some(w) => duration(w)?,
-                            None => Duration::from_secs(3),
-                        };
-                        p.limit = Some(Limit { max, wait });
-                    }
-                    [] => return Err(missing(d, "limit N [WAIT] | off", "limit 1024 3s")),
-                    [_, _, x, ..] => return Err(extra(x, "limit takes N and an optional WAIT")),
-                }
-                Ok(())
-            }
-            "max_body" => {
-                p.max_body = Some(size(one_arg(d, "max_body SIZE")?)?);
-                Ok(())
-            }
-            "retries" => {
-                p.retries = int_in(one_arg(d, "retries N")?, 0, 2)? as u8;
-                Ok(())
-            }
-            "keepalive" => {
-                let (n, t) = two_args(d, "keepalive IDLE_MAX IDLE_TIMEOUT")?;
-                p.keepalive = Keepalive {
-                    idle_max: int_in(n, 0, 65_536)? as usize,
-                    idle_timeout: positive(t)?,
-                };
-                Ok(())
-            }
-            "compress" => {
-                p.compress = compression(d)?;
-                Ok(())
-            }
-            "tls_verify" => {
-                p.tls.verify = on_off(d)?;
-                Ok(())
-            }
-            "tls_server_name" => {
-                let w = one_arg(d, "tls_server_name NAME")?;
-                rustls::pki_types::ServerName::try_from(w.text.as_str()).map_err(|_| {
-                    expected(w, "a DNS name or an IP address")
-                        .with_hint("write the name the backend's certificate is issued for")
-                })?;
-                p.tls.server_name = Some(w.text.clone());
-                Ok(())
-            }
-            "safety" => {
-                p.safety = Some(strict_or_off(one_arg(d, "safety strict|off")?)?);
-                Ok(())
-            }
-            "tls_ca" => {
-                let w = one_arg(d, "tls_ca FILE")?;
-                let path = self.dir_of(d.span()).join(&w.text);
-                let roots = crate::config::certs::load_chain(&path).map_err(|e| {
-                    let hint = match e.problem {
-                        crate::config::certs::Problem::Unreadable => e.hint(),
-                        _ => "give the PEM certificate(s) of the CA that signed the backends' certificates",
-                    };
-                    Diagnostic::error(w.span, e.to_string()).with_hint(hint)
-                })?;
-                let mut store = rustls::RootCertStore::empty();
-                p.tls.ca_certs = roots.iter().map(|c| c.to_vec()).collect();
-                let (_, bad) = store.add_parsable_certificates(roots);
-                if bad > 0 || store.is_empty() {
-                    return Err(Diagnostic::error(
-                        w.span,
-                        format!(
-                            "{}: a certificate in the file cannot be a trust root",
-                            path.display()
-                        ),
-                    ));
-                }
-                p.tls.ca = Some(path);
-                Ok(())
-            }
-            "health" => {
-                p.health = Some(self.health(d)?);
-                Ok(())
-            }
-            "retry_on" => {
-                if d.args.is_empty() {
-                    return Err(missing(
-                        d,
-                        "retry_on reset|timeout|502|503|504...",
-                        "retry_on reset 503",
-                    ));
-                }
-                no_block(d)?;
-                for w in &d.args {
-                    let r = &mut p.retry_on;
-                    match w.text.as_str() {
-                        "reset" => r.reset = true,
-                        "timeout" => r.timeout = true,
-                        "502" => r.s502 = true,
-                        "503" => r.s503 = true,
-                        "504" => r.s504 = true,
-                        _ => return Err(expected(w, "reset, timeout, 502, 503 or 504")),
-                    }
-                }
-                Ok(())
-            }
-            "backup" => {
-                if d.args.is_empty() {
-                    return Err(missing(d, "backup ADDR...", "backup 10.0.1.5:80"));
-                }
-                no_block(d)?;
-                let base = self.dir_of(d.span());
-                p.backups = d
-                    .args
-                    .iter()
-                    .map(|w| backend_addr(w, &base))
-                    .collect::<Res<Vec<_>>>()?;
-                Ok(())
-            }
-            "failover" => {
-                no_args(d)?;
-                let mut seen = Seen::default();
-                for item in d.block.as_deref().unwrap_or(&[]) {
-                    if !self.known_here(item, Place::Failover) || !self.once(&mut seen, item) {
-                        continue;
-                    }
-                    let r = failover_option(item, &mut p.failover);
-                    self.push(r);
-                }
-                Ok(())
-            }
-            "origin_headers" => {
-                let w = one_arg(d, "origin_headers on|off")?;
-                p.origin_headers = match w.text.as_str() {
-                    "on" => true,
-                    "off" => false,
-                    _ => return Err(expected(w, "`on` or `off`")),
-                };
-                Ok(())
-            }
-            "slow_start" => {
-                p.slow_start = Some(positive(one_arg(d, "slow_start 30s")?)?);
-                Ok(())
-            }
-            "outlier" => {
-                no_args(d)?;
-                let mut o = Outlier::default();
-                let mut seen = Seen::default();
-                for item in d.block.as_deref().unwrap_or(&[]) {
-                    if !self.known_here(item, Place::Outlier) || !self.once(&mut seen, item) {
-                        continue;
-                    }
-                    let r = outlier_option(item, &mut o);
-                    self.push(r);
-                }
-                p.outlier = Some(o);
-                Ok(())
-            }
-            "retry_buffer" => {
-                p.retry_buffer = size(one_arg(d, "retry_buffer SIZE")?)?;
-                Ok(())
-            }
-            "retry_budget" => {
-                no_block(d)?;
-                let (pct, min) = match d.args.as_slice() {
-                    [p] => (p, None),
-                    [p, m] => (p, Some(m)),
-                    [] => {
-                        return Err(missing(
-                            d,
-                            "retry_budget PERCENT [MIN_PER_S]",
-                            "retry_budget 20% 3",
-                        ))
-                    }
-                    [_, _, x, ..] => {
-                        return Err(extra(
-                            x,
-                            "retry_budget takes PERCENT and an optional MIN_PER_S",
-                        ))
-                    }
-                };
-                let Some(number) = pct.text.strip_suffix('%') else {
-                    return Err(expected(pct, "a percentage like 20%"));
-                };
-                let percent = number
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| *n <= 100)
-                    .ok_or_else(|| expected(pct, "a percentage from 0% to 100%"))?;
-                let min_per_s = match min {
-                    Some(m) => int_in(m, 0, 10_000)? as u32,
-                    None => 3,
-                };
-                p.retry_budget = RetryBudget { percent, min_per_s };
-                Ok(())
-            }
-            _ => Err(unsupported(d)),
+        match PROXY_OPTIONS.iter().find(|(name, _)| *name == d.name.text) {
+            Some((_, parse)) => parse(self, d, p),
+            None => Err(unsupported(d)),
         }
     }
+}
+
+/// How one option of a `proxy { … }` block is read into the pool's settings.
+type ProxyOption = fn(&mut Builder, &Directive, &mut ProxyConfig) -> Res<()>;
+
+/// Every option of a `proxy { … }` block with its parser: one entry each, in the
+/// order the config reference lists them.
+static PROXY_OPTIONS: &[(&str, ProxyOption)] = &[
+    ("lb", |_, d, p| policy(d).map(|v| p.lb = v)),
+    ("weights", weights),
+    ("fail_duration", |_, d, p| {
+        duration(one_arg(d, "fail_duration 30s")?).map(|v| p.fail_duration = v)
+    }),
+    ("breaker", |_, d, p| {
+        int_in(one_arg(d, "breaker N")?, 1, 100).map(|n| p.breaker = n as u32)
+    }),
+    ("all_down", all_down),
+    ("host", host),
+    ("header_up", header_up),
+    ("header_down", |_, d, p| {
+        header_op(d, "header_down").map(|op| p.header_down.push(op))
+    }),
+    ("timeout", |_, d, p| {
+        positive(one_arg(d, "timeout 60s")?).map(|v| p.timeout = v)
+    }),
+    ("connect_timeout", |_, d, p| {
+        positive(one_arg(d, "connect_timeout 5s")?).map(|v| p.connect_timeout = v)
+    }),
+    ("limit", limit),
+    ("max_body", |_, d, p| {
+        size(one_arg(d, "max_body SIZE")?).map(|v| p.max_body = Some(v))
+    }),
+    ("retries", |_, d, p| {
+        int_in(one_arg(d, "retries N")?, 0, 2).map(|n| p.retries = n as u8)
+    }),
+    ("keepalive", |_, d, p| {
+        let (n, t) = two_args(d, "keepalive IDLE_MAX IDLE_TIMEOUT")?;
+        let idle_max = int_in(n, 0, 65_536)? as usize;
+        let idle_timeout = positive(t)?;
+        p.keepalive = Keepalive {
+            idle_max,
+            idle_timeout,
+        };
+        Ok(())
+    }),
+    ("compress", |_, d, p| compression(d).map(|v| p.compress = v)),
+    ("tls_verify", |_, d, p| on_off(d).map(|v| p.tls.verify = v)),
+    ("tls_server_name", tls_server_name),
+    ("safety", |_, d, p| {
+        strict_or_off(one_arg(d, "safety strict|off")?).map(|v| p.safety = Some(v))
+    }),
+    ("tls_ca", tls_ca),
+    ("health", |b, d, p| b.health(d).map(|h| p.health = Some(h))),
+    ("retry_on", retry_on),
+    ("backup", backup),
+    ("failover", |b, d, p| {
+        no_args(d)?;
+        b.block_options(d, Place::Failover, |item| {
+            failover_option(item, &mut p.failover)
+        });
+        Ok(())
+    }),
+    ("origin_headers", |_, d, p| {
+        on_off(d).map(|v| p.origin_headers = v)
+    }),
+    ("slow_start", |_, d, p| {
+        positive(one_arg(d, "slow_start 30s")?).map(|v| p.slow_start = Some(v))
+    }),
+    ("outlier", |b, d, p| {
+        no_args(d)?;
+        let mut o = Outlier::default();
+        b.block_options(d, Place::Outlier, |item| outlier_option(item, &mut o));
+        p.outlier = Some(o);
+        Ok(())
+    }),
+    ("retry_buffer", |_, d, p| {
+        size(one_arg(d, "retry_buffer SIZE")?).map(|v| p.retry_buffer = v)
+    }),
+    ("retry_budget", retry_budget),
+];
+
+fn weights(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
+    if d.args.is_empty() {
+        return Err(missing(d, "weights W...", "weights 5 1 1"));
+    }
+    no_block(d)?;
+    p.weights = d
+        .args
+        .iter()
+        .map(|w| int_in(w, 1, 1000).map(|n| n as u32))
+        .collect::<Res<Vec<_>>>()?;
+    Ok(())
+}
+
+fn all_down(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
+    let w = one_arg(d, "all_down try|fail")?;
+    p.all_down = match w.text.as_str() {
+        "try" => AllDown::Try,
+        "fail" => AllDown::Fail,
+        _ => return Err(expected(w, "`try` or `fail`")),
+    };
+    Ok(())
+}
+
+fn host(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
+    let w = one_arg(d, "host keep|upstream|NAME")?;
+    p.host =
+        match w.text.as_str() {
+            "keep" => HostMode::Keep,
+            "upstream" => HostMode::Upstream,
+            name => HostMode::Name(HeaderValue::from_str(name).map_err(|_| {
+                Diagnostic::error(w.span, format!("`{name}` cannot be a Host header"))
+            })?),
+        };
+    Ok(())
+}
+
+fn header_up(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
+    let op = header_op(d, "header_up")?;
+    let name = match &op {
+        HeaderOp::Set(n, _) | HeaderOp::Remove(n) => n,
+    };
+    // sluice frames the request and owns the connection: these fields are its own (a
+    // removed Content-Length would turn the body into a request).
+    const FRAMING: [&str; 8] = [
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+    ];
+    if FRAMING.contains(&name.as_str()) {
+        return Err(Diagnostic::error(
+            d.args[0].span,
+            format!("`header_up` cannot change `{name}`"),
+        )
+        .with_hint("sluice sets the framing and connection fields itself"));
+    }
+    p.header_up.push(op);
+    Ok(())
+}
+
+fn limit(b: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
+    match d.args.as_slice() {
+        [w] if w.text == "off" => {
+            b.warnings.push(
+                Diagnostic::warning(
+                    w.span,
+                    "`limit off` lets a burst open backend connections without end",
+                )
+                .with_hint("keep a cap, e.g. limit 4096 3s"),
+            );
+            p.limit = None;
+        }
+        [n] | [n, _] => {
+            let max = int_in(n, 1, 1_000_000)? as u32;
+            let wait = match d.args.get(1) {
+                Some(w) => duration(w)?,
+                None => Duration::from_secs(3),
+            };
+            p.limit = Some(Limit { max, wait });
+        }
+        [] => return Err(missing(d, "limit N [WAIT] | off", "limit 1024 3s")),
+        [_, _, x, ..] => return Err(extra(x, "limit takes N and an optional WAIT")),
+    }
+    Ok(())
+}
+
+fn tls_server_name(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
+    let w = one_arg(d, "tls_server_name NAME")?;
+    rustls::pki_types::ServerName::try_from(w.text.as_str()).map_err(|_| {
+        expected(w, "a DNS name or an IP address")
+            .with_hint("write the name the backend's certificate is issued for")
+    })?;
+    p.tls.server_name = Some(w.text.clone());
+    Ok(())
+}
+
+fn tls_ca(b: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
+    let w = one_arg(d, "tls_ca FILE")?;
+    let path = b.dir_of(d.span()).join(&w.text);
+    let roots = crate::config::certs::load_chain(&path).map_err(|e| {
+        let hint = match e.problem {
+            crate::config::certs::Problem::Unreadable => e.hint(),
+            _ => "give the PEM certificate(s) of the CA that signed the backends' certificates",
+        };
+        Diagnostic::error(w.span, e.to_string()).with_hint(hint)
+    })?;
+    let mut store = rustls::RootCertStore::empty();
+    p.tls.ca_certs = roots.iter().map(|c| c.to_vec()).collect();
+    let (_, bad) = store.add_parsable_certificates(roots);
+    if bad > 0 || store.is_empty() {
+        return Err(Diagnostic::error(
+            w.span,
+            format!(
+                "{}: a certificate in the file cannot be a trust root",
+                path.display()
+            ),
+        ));
+    }
+    p.tls.ca = Some(path);
+    Ok(())
+}
+
+fn retry_on(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
+    if d.args.is_empty() {
+        let usage = "retry_on reset|timeout|502|503|504...";
+        return Err(missing(d, usage, "retry_on reset 503"));
+    }
+    no_block(d)?;
+    for w in &d.args {
+        let r = &mut p.retry_on;
+        match w.text.as_str() {
+            "reset" => r.reset = true,
+            "timeout" => r.timeout = true,
+            "502" => r.s502 = true,
+            "503" => r.s503 = true,
+            "504" => r.s504 = true,
+            _ => return Err(expected(w, "reset, timeout, 502, 503 or 504")),
+        }
+    }
+    Ok(())
+}
+
+fn backup(b: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
+    if d.args.is_empty() {
+        return Err(missing(d, "backup ADDR...", "backup 10.0.1.5:80"));
+    }
+    no_block(d)?;
+    let base = b.dir_of(d.span());
+    p.backups = d
+        .args
+        .iter()
+        .map(|w| backend_addr(w, &base))
+        .collect::<Res<Vec<_>>>()?;
+    Ok(())
+}
+
+fn retry_budget(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
+    const USAGE: &str = "retry_budget PERCENT [MIN_PER_S]";
+    no_block(d)?;
+    let (pct, min) = match d.args.as_slice() {
+        [p] => (p, None),
+        [p, m] => (p, Some(m)),
+        [] => return Err(missing(d, USAGE, "retry_budget 20% 3")),
+        [_, _, x, ..] => {
+            return Err(extra(
+                x,
+                "retry_budget takes PERCENT and an optional MIN_PER_S",
+            ))
+        }
+    };
+    let Some(number) = pct.text.strip_suffix('%') else {
+        return Err(expected(pct, "a percentage like 20%"));
+    };
+    let percent = number
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n <= 100)
+        .ok_or_else(|| expected(pct, "a percentage from 0% to 100%"))?;
+    let min_per_s = match min {
+        Some(m) => int_in(m, 0, 10_000)? as u32,
+        None => 3,
+    };
+    p.retry_budget = RetryBudget { percent, min_per_s };
+    Ok(())
 }
 
 impl Builder {
