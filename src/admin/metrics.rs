@@ -5,6 +5,7 @@
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::runtime::Generation;
 use crate::stats::{COUNTERS, LATENCY_BOUNDS, STATUS};
@@ -12,7 +13,17 @@ use crate::upstream::{FailureKind, Pool};
 
 pub fn render(gen: &Generation) -> String {
     let mut out = String::with_capacity(8192);
-    let o = &mut out;
+    let pools: Vec<&Arc<Pool>> = gen.pools().collect();
+    responses(&mut out);
+    peers(&mut out, &pools);
+    pool_metrics(&mut out, &pools);
+    counters(&mut out);
+    process(&mut out);
+    out
+}
+
+/// Responses by status.
+fn responses(o: &mut String) {
     head(
         o,
         "sluice_requests_total",
@@ -25,14 +36,17 @@ pub fn render(gen: &Generation) -> String {
             let _ = writeln!(o, "sluice_requests_total{{status=\"{code}\"}} {n}");
         }
     }
-    let pools: Vec<&std::sync::Arc<Pool>> = gen.pools().collect();
+}
+
+/// Per peer: health, load, selections, probes, failures.
+fn peers(o: &mut String, pools: &[&Arc<Pool>]) {
     let per_peer = |o: &mut String,
                     name: &str,
                     kind: &str,
                     help: &str,
                     f: &dyn Fn(&crate::upstream::Peer) -> u64| {
         head(o, name, kind, help);
-        for p in &pools {
+        for p in pools {
             for peer in p.peers() {
                 let _ = writeln!(o, "{name}{{{}}} {}", labels(p, peer), f(peer));
             }
@@ -81,13 +95,18 @@ pub fn render(gen: &Generation) -> String {
         "outlier ejections",
         &|p| get(&p.outlier.total),
     );
+    peer_outcomes(o, pools);
+}
+
+/// Per peer: probes by result, failures by kind.
+fn peer_outcomes(o: &mut String, pools: &[&Arc<Pool>]) {
     head(
         o,
         "sluice_peer_probes_total",
         "counter",
         "health probes by result",
     );
-    for p in &pools {
+    for p in pools {
         for peer in p.peers() {
             let l = labels(p, peer);
             let _ = writeln!(
@@ -108,7 +127,7 @@ pub fn render(gen: &Generation) -> String {
         "counter",
         "failures counted against the peer, by kind",
     );
-    for p in &pools {
+    for p in pools {
         for peer in p.peers() {
             let l = labels(p, peer);
             for kind in [
@@ -127,13 +146,17 @@ pub fn render(gen: &Generation) -> String {
             }
         }
     }
+}
+
+/// Per pool: failover switches, retries by reason, upstream latency.
+fn pool_metrics(o: &mut String, pools: &[&Arc<Pool>]) {
     head(
         o,
         "sluice_failover_total",
         "counter",
         "switches between primary and backup",
     );
-    for p in &pools {
+    for p in pools {
         let _ = writeln!(
             o,
             "sluice_failover_total{{pool=\"{}\"}} {}",
@@ -147,7 +170,7 @@ pub fn render(gen: &Generation) -> String {
         "counter",
         "requests sent to another backend, by reason",
     );
-    for p in &pools {
+    for p in pools {
         for (i, reason) in ["unreachable", "reset", "timeout", "status"]
             .iter()
             .enumerate()
@@ -166,7 +189,7 @@ pub fn render(gen: &Generation) -> String {
         "histogram",
         "from the request going out to the response head",
     );
-    for p in &pools {
+    for p in pools {
         let h = &p.state.upstream_seconds;
         let pool = esc(p.name());
         let mut cumulative = 0;
@@ -193,6 +216,10 @@ pub fn render(gen: &Generation) -> String {
             get(&h.count)
         );
     }
+}
+
+/// Process-wide counters: tunnels, refusals by reason, the access log.
+fn counters(o: &mut String) {
     head(
         o,
         "sluice_tunnels_open",
@@ -265,8 +292,6 @@ pub fn render(gen: &Generation) -> String {
         "sluice_access_log_dropped_total {}",
         get(&super::access::DROPPED)
     );
-    process(o);
-    out
 }
 
 fn get(c: &AtomicU64) -> u64 {

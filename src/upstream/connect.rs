@@ -58,43 +58,23 @@ impl Pool {
     /// A connection to peer `i` for `want`, by the pool's rules (see the module).
     pub async fn connect(&self, i: usize, want: Want) -> Result<Connection, ConnectError> {
         let peer = &self.peers()[i];
-        let scheme = self.state.scheme;
-        if want == Want::Upgrade && scheme == BackendScheme::H2c {
-            tracing::info!(
-                pool = self.name(),
-                peer = %peer.addr.text,
-                "sluice: {}: cannot pass a websocket upgrade to {}: it speaks HTTP/2 only (h2c://)",
-                self.name(),
-                peer.addr.text
-            );
-            return Err(ConnectError::Unsupported);
+        match (want, self.state.scheme) {
+            (Want::Upgrade, BackendScheme::H2c) => {
+                tracing::info!(
+                    pool = self.name(),
+                    peer = %peer.addr.text,
+                    "sluice: {}: cannot pass a websocket upgrade to {}: it speaks HTTP/2 only (h2c://)",
+                    self.name(),
+                    peer.addr.text
+                );
+                return Err(ConnectError::Unsupported);
+            }
+            (Want::Relay, _) => return self.relay(i).await,
+            _ => {}
         }
-        if want == Want::Relay {
-            return match dial::connect(&peer.addr.target, &self.dest, self.cfg.connect_timeout)
-                .await
-            {
-                Ok(conn) => {
-                    peer.passive.record_success();
-                    Ok(Connection::Http1 {
-                        conn,
-                        reused: false,
-                    })
-                }
-                Err(e) => Err(self.dial_failed(i, e)),
-            };
-        }
-        let fresh = !matches!(want, Want::Request { fresh: false });
         loop {
-            // An `https://` peer whose choice is not known yet is tried as HTTP/2
-            // first.
-            let h2_first = want != Want::Upgrade
-                && match scheme {
-                    BackendScheme::Http => false,
-                    BackendScheme::H2c => true,
-                    BackendScheme::Https => peer.alpn.load(Ordering::Relaxed) != ALPN_H1,
-                };
             let mut opening = None;
-            if h2_first {
+            if want != Want::Upgrade && self.h2_first(i) {
                 match peer.mux.take() {
                     h2::Take::Stream(st) => return Ok(Connection::Http2(st)),
                     h2::Take::Wait(seen) => {
@@ -106,56 +86,95 @@ impl Pool {
                     h2::Take::Open(guard) => opening = Some(guard),
                 }
             }
-            if opening.is_none() && !fresh {
+            if opening.is_none() && want == (Want::Request { fresh: false }) {
                 if let Some(conn) = peer.idle.checkout(self.cfg.keepalive.idle_timeout) {
                     return Ok(Connection::Http1 { conn, reused: true });
                 }
             }
-            // Boxed: the TLS and HTTP/2 handshakes make a large future, which would
-            // otherwise make every request's future as large (and copied as often).
-            let dialed = Box::pin(dial::connect_peer(
-                &peer.addr.target,
-                scheme,
-                self.state.tls.as_deref(),
-                &self.dest,
-                self.cfg.connect_timeout,
-                want == Want::Upgrade,
-                &peer.addr.text,
-            ))
-            .await;
-            return match dialed {
-                Ok(dial::Dialed::H1(conn)) => {
-                    if scheme == BackendScheme::Https && want != Want::Upgrade {
-                        peer.alpn.store(ALPN_H1, Ordering::Relaxed);
-                    }
-                    // Waiters look again, and find the peer speaks HTTP/1.1.
-                    drop(opening);
-                    peer.passive.record_success();
-                    Ok(Connection::Http1 {
-                        conn,
-                        reused: false,
-                    })
+            return self.dial(i, want, opening).await;
+        }
+    }
+
+    /// Whether peer `i` is tried over HTTP/2 first: always for `h2c://`; for an
+    /// `https://` peer, unless ALPN chose `http/1.1` last time (so a burst of requests
+    /// to a peer whose choice is not known yet waits for one connection).
+    fn h2_first(&self, i: usize) -> bool {
+        match self.state.scheme {
+            BackendScheme::Http => false,
+            BackendScheme::H2c => true,
+            BackendScheme::Https => self.peers()[i].alpn.load(Ordering::Relaxed) != ALPN_H1,
+        }
+    }
+
+    /// A fresh connection to peer `i`; `opening`: this request opens the peer's next
+    /// HTTP/2 session, which the requests waiting for it learn the fate of.
+    async fn dial(
+        &self,
+        i: usize,
+        want: Want,
+        opening: Option<h2::Opening<'_>>,
+    ) -> Result<Connection, ConnectError> {
+        let peer = &self.peers()[i];
+        let scheme = self.state.scheme;
+        // Boxed: the TLS and HTTP/2 handshakes make a large future, which would
+        // otherwise make every request's future as large (and copied as often).
+        let dialed = Box::pin(dial::connect_peer(
+            &peer.addr.target,
+            scheme,
+            self.state.tls.as_deref(),
+            &self.dest,
+            self.cfg.connect_timeout,
+            want == Want::Upgrade,
+            &peer.addr.text,
+        ))
+        .await;
+        match dialed {
+            Ok(dial::Dialed::H1(conn)) => {
+                if scheme == BackendScheme::Https && want != Want::Upgrade {
+                    peer.alpn.store(ALPN_H1, Ordering::Relaxed);
                 }
-                Ok(dial::Dialed::H2(session)) if want != Want::Upgrade => {
-                    peer.passive.record_success();
-                    peer.alpn.store(ALPN_H2, Ordering::Relaxed);
-                    Ok(Connection::Http2(match opening {
-                        Some(guard) => guard.opened(session),
-                        None => peer.mux.adopt(session),
-                    }))
+                // Waiters look again, and find the peer speaks HTTP/1.1.
+                drop(opening);
+                peer.passive.record_success();
+                Ok(Connection::Http1 {
+                    conn,
+                    reused: false,
+                })
+            }
+            Ok(dial::Dialed::H2(session)) if want != Want::Upgrade => {
+                peer.passive.record_success();
+                peer.alpn.store(ALPN_H2, Ordering::Relaxed);
+                Ok(Connection::Http2(match opening {
+                    Some(guard) => guard.opened(session),
+                    None => peer.mux.adopt(session),
+                }))
+            }
+            Ok(dial::Dialed::H2(_)) => {
+                // Offered http/1.1 only: a backend that chose h2 anyway broke ALPN.
+                let why = "the backend chose h2 though only http/1.1 was offered";
+                Err(self.dial_failed(i, DialError::Tls(why.into())))
+            }
+            Err(e) => {
+                if let Some(guard) = opening {
+                    guard.failed();
                 }
-                Ok(dial::Dialed::H2(_)) => {
-                    // Offered http/1.1 only: a backend that chose h2 anyway broke ALPN.
-                    let why = "the backend chose h2 though only http/1.1 was offered";
-                    Err(self.dial_failed(i, DialError::Tls(why.into())))
-                }
-                Err(e) => {
-                    if let Some(guard) = opening {
-                        guard.failed();
-                    }
-                    Err(self.dial_failed(i, e))
-                }
-            };
+                Err(self.dial_failed(i, e))
+            }
+        }
+    }
+
+    /// A fresh bare connection to peer `i`, for an L4 relay.
+    async fn relay(&self, i: usize) -> Result<Connection, ConnectError> {
+        let peer = &self.peers()[i];
+        match dial::connect(&peer.addr.target, &self.dest, self.cfg.connect_timeout).await {
+            Ok(conn) => {
+                peer.passive.record_success();
+                Ok(Connection::Http1 {
+                    conn,
+                    reused: false,
+                })
+            }
+            Err(e) => Err(self.dial_failed(i, e)),
         }
     }
 
