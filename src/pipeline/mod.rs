@@ -17,7 +17,7 @@ use http::{Request, Response, StatusCode, Uri};
 
 use crate::body::Body;
 use crate::config::Compression;
-use crate::filter::{Action, Cx, Step, Vars};
+use crate::filter::{Action, Cx, Stage, Step, Vars};
 use crate::proxy;
 use crate::reply::{date, local_response};
 use crate::route::path::{normalize, normalize_host};
@@ -125,114 +125,13 @@ async fn run(
         client.addr.ip()
     };
     let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
-
-    // What compression needs of the request, before the handler takes it.
-    let accept = route
-        .may_compress
-        .then(|| req.headers().get(header::ACCEPT_ENCODING).cloned())
-        .flatten();
-    // Only a client that accepts a coding can get a compressed answer.
-    let authorized = accept.is_some() && req.headers().contains_key(header::AUTHORIZATION);
-    let is_head = req.method() == http::Method::HEAD;
+    let asked = Asked::of(route, &req);
     // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
     // target as received, before `strip`/`rewrite`.
     let received = matches!(route.handler, Handler::FastCgi(_) | Handler::Files(_))
         .then(|| req.uri().path_and_query().cloned())
         .flatten();
-    // Which filters ran their request phase (conditions and skips leave gaps): a route
-    // has at most `MAX_FILTERS` (checked at load).
-    let mut ran: u128 = 0;
-    let mut early = None;
-    let mut i = 0;
-    while let Some(st) = route.filters.get(i) {
-        if st.condition.as_ref().is_some_and(|c| !c.holds(&req, &cx)) {
-            i += 1;
-            continue;
-        }
-        ran |= 1 << i;
-        if let Some(cap) = st.filter.whole_body() {
-            let body = std::mem::replace(req.body_mut(), Body::Empty);
-            match crate::filter::read_whole(body, cap).await {
-                Ok(b) => *req.body_mut() = b,
-                Err(resp) => {
-                    early = Some(resp);
-                    break;
-                }
-            }
-        }
-        let mut step = st.filter.on_request(&mut req, &mut cx);
-        if let Step::Later(decided) = step {
-            step = match decided.await {
-                Step::Later(_) => Step::Error("a decision deferred twice".into()),
-                s => s,
-            };
-        }
-        let (refusal, branch) = match step {
-            Step::Pass | Step::Later(_) => (None, st.on_pass),
-            Step::Answer(resp) => (Some(*resp), st.on_refuse),
-            Step::Error(why) => {
-                bump(&COUNTERS.filter_failures);
-                if st.failure_open {
-                    tracing::debug!(
-                        "sluice: {}: {} (line {}) could not decide ({why}); failing open",
-                        route.name,
-                        st.name,
-                        st.line
-                    );
-                    // Let through: as if the filter had passed (its `passed` branch too).
-                    (None, st.on_pass)
-                } else {
-                    tracing::debug!(
-                        "sluice: {}: {} (line {}) could not decide ({why}); failing closed",
-                        route.name,
-                        st.name,
-                        st.line
-                    );
-                    early = Some(local_response(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "Internal server error\n",
-                    ));
-                    break;
-                }
-            }
-        };
-        match (branch, refusal) {
-            (Some(Action::SkipTo(j)), _) => {
-                i = j;
-                continue;
-            }
-            (Some(Action::Reject(code)), _) => {
-                early = Some(reject(code));
-                break;
-            }
-            (None, Some(resp)) => {
-                early = Some(resp);
-                break;
-            }
-            (None, None) => {}
-        }
-        i += 1;
-        // A path a filter produced (`rewrite` with placeholders, say) is decided on,
-        // and sent, only in its normal form.
-        if let Some(path) = cx.take_dirty() {
-            match normalize(path) {
-                Ok(std::borrow::Cow::Borrowed(_)) => {}
-                Ok(std::borrow::Cow::Owned(p)) => cx.normalized(p),
-                Err(why) => {
-                    bump(&COUNTERS.bad_request);
-                    tracing::debug!(
-                        "sluice: {}: a filter made an invalid path: {why}",
-                        route.name
-                    );
-                    early = Some(local_response(
-                        StatusCode::BAD_REQUEST,
-                        "Bad request: invalid path\n",
-                    ));
-                    break;
-                }
-            }
-        }
-    }
+    let (ran, early) = request_phase(route, &mut req, &mut cx).await;
     let mut resp = match early {
         Some(r) => r,
         None => {
@@ -251,11 +150,132 @@ async fn run(
         Compression::Off => resp,
         mode => crate::filter::compress::apply(
             resp,
-            accept.as_ref(),
-            is_head,
+            asked.accept.as_ref(),
+            asked.is_head,
             mode == Compression::Always,
-            authorized,
+            asked.authorized,
         ),
+    }
+}
+
+/// What compression needs of the request, taken before the handler takes it.
+struct Asked {
+    accept: Option<HeaderValue>,
+    /// Only a client that accepts a coding can get a compressed answer.
+    authorized: bool,
+    is_head: bool,
+}
+
+impl Asked {
+    fn of(route: &Route, req: &Request<Body>) -> Asked {
+        let accept = route
+            .may_compress
+            .then(|| req.headers().get(header::ACCEPT_ENCODING).cloned())
+            .flatten();
+        Asked {
+            authorized: accept.is_some() && req.headers().contains_key(header::AUTHORIZATION),
+            accept,
+            is_head: req.method() == http::Method::HEAD,
+        }
+    }
+}
+
+/// The request phase: each filter whose condition holds, in written order, until one
+/// answers. Which ran (a bit each: a route has at most `MAX_FILTERS`, checked at
+/// load), and the early answer if one came.
+async fn request_phase(
+    route: &Route,
+    req: &mut Request<Body>,
+    cx: &mut Cx<'_>,
+) -> (u128, Option<Response<Body>>) {
+    let mut ran: u128 = 0;
+    let mut i = 0;
+    while let Some(st) = route.filters.get(i) {
+        if st.condition.as_ref().is_some_and(|c| !c.holds(req, cx)) {
+            i += 1;
+            continue;
+        }
+        ran |= 1 << i;
+        match stage(route, st, req, cx).await {
+            Next::Stage(Some(j)) => i = j,
+            Next::Stage(None) => i += 1,
+            Next::Answer(resp) => return (ran, Some(resp)),
+        }
+        // A path a filter produced (`rewrite` with placeholders, say) is decided on,
+        // and sent, only in its normal form.
+        if let Some(path) = cx.take_dirty() {
+            match normalize(path) {
+                Ok(Cow::Borrowed(_)) => {}
+                Ok(Cow::Owned(p)) => cx.normalized(p),
+                Err(why) => {
+                    bump(&COUNTERS.bad_request);
+                    tracing::debug!(
+                        "sluice: {}: a filter made an invalid path: {why}",
+                        route.name
+                    );
+                    let bad =
+                        local_response(StatusCode::BAD_REQUEST, "Bad request: invalid path\n");
+                    return (ran, Some(bad));
+                }
+            }
+        }
+    }
+    (ran, None)
+}
+
+/// After one filter: the next to run (a branch's `skip_to`, else the following one),
+/// or the answer that ends the request phase.
+enum Next {
+    Stage(Option<usize>),
+    Answer(Response<Body>),
+}
+
+/// One filter's request phase, with its whole body read first if it asks, its
+/// deferred decision awaited, its failure mode and its branches applied.
+async fn stage(route: &Route, st: &Stage, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Next {
+    if let Some(cap) = st.filter.whole_body() {
+        let body = std::mem::replace(req.body_mut(), Body::Empty);
+        match crate::filter::read_whole(body, cap).await {
+            Ok(b) => *req.body_mut() = b,
+            Err(resp) => return Next::Answer(resp),
+        }
+    }
+    let mut step = st.filter.on_request(req, cx);
+    if let Step::Later(decided) = step {
+        step = match decided.await {
+            Step::Later(_) => Step::Error("a decision deferred twice".into()),
+            s => s,
+        };
+    }
+    let (refusal, branch) = match step {
+        Step::Pass | Step::Later(_) => (None, st.on_pass),
+        Step::Answer(resp) => (Some(*resp), st.on_refuse),
+        Step::Error(why) => {
+            bump(&COUNTERS.filter_failures);
+            let mode = if st.failure_open { "open" } else { "closed" };
+            tracing::debug!(
+                route = %route.name,
+                filter = st.name,
+                "sluice: {}: {} (line {}) could not decide ({why}); failing {mode}",
+                route.name,
+                st.name,
+                st.line
+            );
+            if !st.failure_open {
+                return Next::Answer(local_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Internal server error\n",
+                ));
+            }
+            // Let through: as if the filter had passed (its `passed` branch too).
+            (None, st.on_pass)
+        }
+    };
+    match (branch, refusal) {
+        (Some(Action::SkipTo(j)), _) => Next::Stage(Some(j)),
+        (Some(Action::Reject(code)), _) => Next::Answer(reject(code)),
+        (None, Some(resp)) => Next::Answer(resp),
+        (None, None) => Next::Stage(None),
     }
 }
 
