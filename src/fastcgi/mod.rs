@@ -203,60 +203,18 @@ async fn exchange(
     // one. Anything the application may have received is never sent again.
     let mut fresh_only = false;
     loop {
-        let mut conn = match f.pool.acquire(fresh_only).await {
-            Ok(c) => c,
-            Err(pool::AcquireError::Busy) => {
-                tracing::warn!(
-                    "sluice: fastcgi {}: all {} connections busy for {:?}; answered 503",
-                    f.name,
-                    f.cfg.max_conns,
-                    f.cfg.connect_timeout
-                );
-                crate::stats::bump(&crate::stats::COUNTERS.limit_rejections);
-                return Err(local_response(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "Server busy, retry in a moment\n",
-                ));
-            }
-            Err(pool::AcquireError::Dial(e)) => {
-                tracing::warn!(
-                    "sluice: fastcgi {}: cannot connect to {}: {e}",
-                    f.name,
-                    f.cfg.text
-                );
-                crate::stats::bump(&crate::stats::COUNTERS.bad_gateway);
-                return Err(local_response(
-                    StatusCode::BAD_GATEWAY,
-                    "Bad gateway: the application could not be reached\n",
-                ));
-            }
-        };
+        let mut conn = acquire(f, fresh_only).await?;
         let reused = conn.reused;
         let ticket = Ticket {
             pool: &f.pool,
             id: f.pool.sent(),
         };
-        let deadline = tokio::time::Instant::now() + f.cfg.timeout;
-        let stall = tokio::time::Instant::now() + pool::STALL;
-        let mut shed = false;
+        let mut clock = Clock::start(f);
         // The write too may wait for a worker (a large body into a connection the
         // application has not accepted yet): the same stall rule and deadline apply.
         let mut sent = 0u64;
-        let written = {
-            let write = spool::write_request(&mut conn, wire, file, &mut sent);
-            tokio::pin!(write);
-            loop {
-                tokio::select! {
-                    r = &mut write => break Some(r),
-                    _ = tokio::time::sleep_until(stall), if !shed => {
-                        shed = true;
-                        f.pool.shed_idle();
-                    }
-                    _ = tokio::time::sleep_until(deadline) => break None,
-                }
-            }
-        };
-        match written {
+        let write = spool::write_request(&mut conn, wire, file, &mut sent);
+        match clock.within(f, write).await {
             Some(Ok(())) => {}
             Some(Err(e)) => {
                 if reused && !fresh_only && sent == 0 {
@@ -277,87 +235,164 @@ async fn exchange(
             name: f.name.clone(),
             body_done: false,
         };
-        // The head: STDOUT until its empty line, within `timeout`.
-        let mut head_bytes = BytesMut::new();
-        let parsed = loop {
-            if !shed && head_bytes.is_empty() {
-                // No first byte yet: if none comes soon, the workers may all sit on idle
-                // connections; let those go.
-                match tokio::time::timeout_at(stall.min(deadline), state.ready()).await {
-                    Ok(()) => {}
-                    Err(_) => {
-                        shed = true;
-                        f.pool.shed_idle();
-                    }
-                }
-            }
-            let next = match tokio::time::timeout_at(deadline, state.next()).await {
-                Ok(n) => n,
-                Err(_) => {
-                    state.poison();
-                    return Err(timed_out(f));
-                }
-            };
-            // Something came back (or the connection closed): no longer waiting.
-            ticket.answered();
-            match next {
-                Ok(Some(Record::Stdout(b))) => {
-                    head_bytes.extend_from_slice(&b);
-                    // The head ends at a newline: parse again only when one arrives (or
-                    // the head outgrew its cap), not once per record.
-                    if !b.contains(&b'\n') && head_bytes.len() <= head::MAX_HEAD {
-                        continue;
-                    }
-                    match head::parse(&head_bytes) {
-                        Ok(Some(h)) => break h,
-                        Ok(None) => continue,
-                        Err(e) => {
-                            state.poison();
-                            return Err(broken(f, &format!("invalid response head: {e}")));
-                        }
-                    }
-                }
-                Ok(Some(Record::Stderr(_))) => unreachable!("kept by the reader"),
-                Ok(Some(Record::End { .. })) | Ok(None) => {
-                    // An application that ended without a head: the request went out
-                    // whole and may have run, so it is never sent again (DESIGN §17).
-                    state.poison();
-                    return Err(broken(f, "the application ended without a response head"));
-                }
-                Err(e) => {
-                    state.poison();
-                    return Err(broken(f, &e));
-                }
-            }
-        };
-        let (h, used) = parsed;
-        let rest = head_bytes.split_off(used).freeze();
-        let mut resp = Response::new(Body::Empty);
-        *resp.status_mut() = h.status;
-        *resp.headers_mut() = h.headers;
-        if !resp.headers().contains_key(header::DATE) {
-            resp.headers_mut().insert(header::DATE, date());
-        }
-        let no_body =
-            is_head || h.status == StatusCode::NO_CONTENT || h.status == StatusCode::NOT_MODIFIED;
-        let body = StdoutBody {
-            first: (!rest.is_empty()).then_some(rest),
-            reader: state,
-            discard: no_body,
-        };
-        if no_body {
-            // Read (and discard) what is left so the connection can be reused.
-            let mut body = body;
-            while let Some(frame) = body.frame().await {
-                if frame.is_err() {
-                    break;
-                }
-            }
-            return Ok(resp);
-        }
-        *resp.body_mut() = Body::stream(body);
-        return Ok(resp);
+        let (h, rest) = read_head(f, &mut state, &ticket, &mut clock).await?;
+        return Ok(response(h, rest, state, is_head).await);
     }
+}
+
+/// A connection from the pool, or sluice's answer when none can be had.
+async fn acquire(f: &FastCgi, fresh_only: bool) -> Result<pool::Conn, Response<Body>> {
+    match f.pool.acquire(fresh_only).await {
+        Ok(c) => Ok(c),
+        Err(pool::AcquireError::Busy) => {
+            tracing::warn!(
+                "sluice: fastcgi {}: all {} connections busy for {:?}; answered 503",
+                f.name,
+                f.cfg.max_conns,
+                f.cfg.connect_timeout
+            );
+            crate::stats::bump(&crate::stats::COUNTERS.limit_rejections);
+            Err(local_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Server busy, retry in a moment\n",
+            ))
+        }
+        Err(pool::AcquireError::Dial(e)) => {
+            tracing::warn!(
+                "sluice: fastcgi {}: cannot connect to {}: {e}",
+                f.name,
+                f.cfg.text
+            );
+            crate::stats::bump(&crate::stats::COUNTERS.bad_gateway);
+            Err(local_response(
+                StatusCode::BAD_GATEWAY,
+                "Bad gateway: the application could not be reached\n",
+            ))
+        }
+    }
+}
+
+/// One exchange's clock: the `timeout` deadline for the response head, and the stall
+/// point after which idle connections are let go once (the workers may all sit on
+/// them).
+struct Clock {
+    deadline: tokio::time::Instant,
+    stall: tokio::time::Instant,
+    shed: bool,
+}
+
+impl Clock {
+    fn start(f: &FastCgi) -> Clock {
+        let now = tokio::time::Instant::now();
+        Clock {
+            deadline: now + f.cfg.timeout,
+            stall: now + pool::STALL,
+            shed: false,
+        }
+    }
+
+    /// Lets the pool's idle connections go, once.
+    fn shed(&mut self, f: &FastCgi) {
+        if !self.shed {
+            self.shed = true;
+            f.pool.shed_idle();
+        }
+    }
+
+    /// `work` to its end, shedding at the stall point; `None` past the deadline.
+    async fn within<T>(
+        &mut self,
+        f: &FastCgi,
+        work: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                r = &mut work => return Some(r),
+                _ = tokio::time::sleep_until(self.stall), if !self.shed => self.shed(f),
+                _ = tokio::time::sleep_until(self.deadline) => return None,
+            }
+        }
+    }
+}
+
+/// The response head: STDOUT until its empty line, within `timeout`; with the STDOUT
+/// bytes that followed it.
+async fn read_head(
+    f: &FastCgi,
+    state: &mut Reader,
+    ticket: &Ticket<'_>,
+    clock: &mut Clock,
+) -> Result<(head::Head, Bytes), Response<Body>> {
+    let mut head_bytes = BytesMut::new();
+    loop {
+        if !clock.shed && head_bytes.is_empty() {
+            // No first byte yet: if none comes soon, the workers may all sit on idle
+            // connections; let those go.
+            let first = tokio::time::timeout_at(clock.stall.min(clock.deadline), state.ready());
+            if first.await.is_err() {
+                clock.shed(f);
+            }
+        }
+        let Ok(next) = tokio::time::timeout_at(clock.deadline, state.next()).await else {
+            state.poison();
+            return Err(timed_out(f));
+        };
+        // Something came back (or the connection closed): no longer waiting.
+        ticket.answered();
+        let why = match next {
+            Ok(Some(Record::Stdout(b))) => {
+                head_bytes.extend_from_slice(&b);
+                // The head ends at a newline: parse again only when one arrives (or the
+                // head outgrew its cap), not once per record.
+                if !b.contains(&b'\n') && head_bytes.len() <= head::MAX_HEAD {
+                    continue;
+                }
+                match head::parse(&head_bytes) {
+                    Ok(Some((h, used))) => return Ok((h, head_bytes.split_off(used).freeze())),
+                    Ok(None) => continue,
+                    Err(e) => format!("invalid response head: {e}"),
+                }
+            }
+            Ok(Some(Record::Stderr(_))) => unreachable!("kept by the reader"),
+            // An application that ended without a head: the request went out whole and
+            // may have run, so it is never sent again (DESIGN §17).
+            Ok(Some(Record::End { .. })) | Ok(None) => {
+                "the application ended without a response head".to_string()
+            }
+            Err(e) => e.to_string(),
+        };
+        state.poison();
+        return Err(broken(f, &why));
+    }
+}
+
+/// The response for a parsed head, its body streamed from the STDOUT records still to
+/// come (read and dropped when the response has none, so the connection is reused).
+async fn response(h: head::Head, rest: Bytes, state: Reader, is_head: bool) -> Response<Body> {
+    let mut resp = Response::new(Body::Empty);
+    *resp.status_mut() = h.status;
+    *resp.headers_mut() = h.headers;
+    if !resp.headers().contains_key(header::DATE) {
+        resp.headers_mut().insert(header::DATE, date());
+    }
+    let no_body =
+        is_head || h.status == StatusCode::NO_CONTENT || h.status == StatusCode::NOT_MODIFIED;
+    let mut body = StdoutBody {
+        first: (!rest.is_empty()).then_some(rest),
+        reader: state,
+        discard: no_body,
+    };
+    if no_body {
+        while let Some(frame) = body.frame().await {
+            if frame.is_err() {
+                break;
+            }
+        }
+        return resp;
+    }
+    *resp.body_mut() = Body::stream(body);
+    resp
 }
 
 fn timed_out(f: &FastCgi) -> Response<Body> {
