@@ -396,6 +396,27 @@ pub struct FastCgiConfig {
     pub max_body: u64,
 }
 
+impl FastCgiConfig {
+    /// The defaults for an application at `target` (`text` as written); `root` is
+    /// empty until given.
+    pub fn new(text: String, target: Target) -> FastCgiConfig {
+        FastCgiConfig {
+            text,
+            target,
+            root: std::path::PathBuf::new(),
+            suffix: vec![".php".to_string()],
+            index: vec!["index.php".to_string()],
+            fallback: None,
+            max_conns: 64,
+            connect_timeout: Duration::from_secs(5),
+            keepalive_timeout: Duration::from_secs(60),
+            timeout: Duration::from_secs(60),
+            env: Vec::new(),
+            max_body: 64 * 1024 * 1024,
+        }
+    }
+}
+
 /// `files DIR { index …; browse on|off }`.
 #[derive(Debug, Clone)]
 pub struct FilesConfig {

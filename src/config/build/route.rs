@@ -1,7 +1,5 @@
 //! A route's (or a site block's own) matchers, filters and its one handler.
 
-use std::path::PathBuf;
-
 use http::StatusCode;
 
 use super::args::*;
@@ -55,151 +53,171 @@ impl Builder {
         pattern: PathPattern,
         span: Span,
     ) -> Option<Route> {
-        let mut matchers = Vec::new();
-        let mut filters: Vec<FilterLine> = Vec::new();
-        // Skips to resolve once every filter's name is known: (filter, branch, NAME).
-        let mut skips: Vec<(usize, usize, &Word)> = Vec::new();
-        // The previous line was a filter (or a branch of it): `on` may follow.
-        let mut after_filter = false;
-        let mut handler: Option<(Handler, Span)> = None;
+        let mut parts = RouteParts::default();
         let mut failed = false;
         for d in items {
-            let name = d.name.text.as_str();
-            if name == "on" {
-                let at = filters.len().wrapping_sub(1);
-                let r = match filters.last_mut().filter(|_| after_filter) {
-                    None => Err(Diagnostic::error(
-                        d.span(),
-                        "`on` follows the filter it branches on",
-                    )
-                    .with_hint(
-                        "put it on the line right after the filter (or its other `on` lines)",
-                    )),
-                    Some(line) => branch(d, line).map(|(b, target)| {
-                        if let Some(t) = target {
-                            skips.push((at, line.branches.len(), t));
-                        }
-                        line.branches.push(b);
-                    }),
-                };
-                if let Err(e) = r {
-                    self.errors.push(e);
-                    failed = true;
-                }
-                continue;
-            }
-            after_filter = FILTERS.contains(&name);
-            if !after_filter {
-                if let Some(w) = d
-                    .args
-                    .iter()
-                    .find(|w| !w.quoted && matches!(w.text.as_str(), "when" | "unless" | "failure"))
-                {
-                    self.errors.push(
-                        Diagnostic::error(w.span, format!("`{}` goes on a filter's line", w.text))
-                            .with_hint(format!("`{name}` is not a filter; conditions and failure modes belong to filters (allow, rate_limit, header_down, ...)")),
-                    );
-                    failed = true;
-                    continue;
-                }
-            }
-            let r: Res<()> = match name {
-                "match" => matcher(d).map(|m| matchers.push(m)),
-                _ if after_filter => filter_line(d).and_then(|line| {
-                    if let Some(n) = &line.name {
-                        if let Some(prev) = filters.iter().find(|f| f.name.as_ref() == Some(n)) {
-                            return Err(Diagnostic::error(line.span, format!("a filter named `{n}` is already in this route"))
-                                .with_hint(format!("it is on line {}; names are what skip_to finds, so they are unique", prev.span.line)));
-                        }
-                    }
-                    filters.push(line);
-                    Ok(())
-                }),
-                "respond" | "redirect" | "proxy" | "files" | "fastcgi" => {
-                    let h = match name {
-                        "respond" => respond(d),
-                        "redirect" => redirect(d),
-                        "files" => self.files(d),
-                        "fastcgi" => self.fastcgi(d),
-                        _ => self.proxy(d),
-                    };
-                    match h {
-                        Ok(h) => {
-                            if let Some((_, first)) = &handler {
-                                Err(Diagnostic::error(d.span(), "a route has exactly one handler")
-                                    .with_hint(format!("the handler on line {} already answers this route; put the other in its own route", first.line)))
-                            } else {
-                                handler = Some((h, d.span()));
-                                Ok(())
-                            }
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
-                _ => Err(unsupported(d)),
-            };
-            if let Err(e) = r {
+            if let Err(e) = self.route_line(d, &mut parts) {
                 self.errors.push(e);
                 failed = true;
             }
         }
-        // The pipeline keeps which filters ran in 128 bits (the proxy's `max_body` may
-        // take one).
-        if filters.len() > 127 {
-            self.errors.push(
-                Diagnostic::error(filters[127].span, "more than 127 filters in one route")
-                    .with_hint("split the route, or merge filters (one allow with several CIDRs)"),
-            );
-            failed = true;
-        }
-        // Skips go forward only: loops are impossible by construction.
-        for (from, b, target) in skips {
-            match filters
-                .iter()
-                .position(|f| f.name.as_deref() == Some(target.text.as_str()))
-            {
-                Some(to) if to > from => {
-                    filters[from].branches[b].action = BranchAction::SkipTo(to)
-                }
-                Some(_) => {
-                    self.errors.push(
-                        Diagnostic::error(
-                            target.span,
-                            format!("`{}` is not after this filter", target.text),
-                        )
-                        .with_hint("skip_to goes forward only; move the named filter below"),
-                    );
-                    failed = true;
-                }
-                None => {
-                    let names: Vec<&str> =
-                        filters.iter().filter_map(|f| f.name.as_deref()).collect();
-                    self.errors.push(
-                        Diagnostic::error(
-                            target.span,
-                            format!("no filter named `{}` in this route", target.text),
-                        )
-                        .with_hint(if names.is_empty() {
-                            "name the target filter with `name NAME` at the end of its line"
-                                .to_string()
-                        } else {
-                            format!("named here: {}", names.join(", "))
-                        }),
-                    );
-                    failed = true;
-                }
-            }
-        }
+        let errors = parts.resolve();
+        failed |= !errors.is_empty();
+        self.errors.extend(errors);
         if failed {
             return None;
         }
         Some(Route {
             name,
             pattern,
-            matchers,
-            filters,
-            handler: handler.map(|h| h.0),
+            matchers: parts.matchers,
+            filters: parts.filters,
+            handler: parts.handler.map(|h| h.0),
             span,
+        })
+    }
+
+    /// One line of a route: a matcher, a filter, a branch of the filter before it, or
+    /// the handler.
+    fn route_line<'a>(&mut self, d: &'a Directive, parts: &mut RouteParts<'a>) -> Res<()> {
+        let name = d.name.text.as_str();
+        if name == "on" {
+            return parts.branch(d);
+        }
+        parts.after_filter = FILTERS.contains(&name);
+        if !parts.after_filter {
+            if let Some(w) = d
+                .args
+                .iter()
+                .find(|w| !w.quoted && matches!(w.text.as_str(), "when" | "unless" | "failure"))
+            {
+                return Err(
+                    Diagnostic::error(w.span, format!("`{}` goes on a filter's line", w.text))
+                        .with_hint(format!("`{name}` is not a filter; conditions and failure modes belong to filters (allow, rate_limit, header_down, ...)")),
+                );
+            }
+        }
+        match name {
+            "match" => matcher(d).map(|m| parts.matchers.push(m)),
+            _ if parts.after_filter => parts.filter(filter_line(d)?),
+            "respond" | "redirect" | "proxy" | "files" | "fastcgi" => {
+                let h = match name {
+                    "respond" => respond(d)?,
+                    "redirect" => redirect(d)?,
+                    "files" => self.files(d)?,
+                    "fastcgi" => self.fastcgi(d)?,
+                    _ => self.proxy(d)?,
+                };
+                if let Some((_, first)) = &parts.handler {
+                    return Err(Diagnostic::error(d.span(), "a route has exactly one handler")
+                        .with_hint(format!("the handler on line {} already answers this route; put the other in its own route", first.line)));
+                }
+                parts.handler = Some((h, d.span()));
+                Ok(())
+            }
+            _ => Err(unsupported(d)),
+        }
+    }
+}
+
+/// What a route's lines add up to while they are read.
+#[derive(Default)]
+struct RouteParts<'a> {
+    matchers: Vec<Matcher>,
+    filters: Vec<FilterLine>,
+    /// Skips to resolve once every filter's name is known: (filter, branch, NAME).
+    skips: Vec<(usize, usize, &'a Word)>,
+    /// The previous line was a filter (or a branch of it): `on` may follow.
+    after_filter: bool,
+    handler: Option<(Handler, Span)>,
+}
+
+impl<'a> RouteParts<'a> {
+    /// `on RESULT …`: a branch of the filter on the line before.
+    fn branch(&mut self, d: &'a Directive) -> Res<()> {
+        let at = self.filters.len().wrapping_sub(1);
+        let Some(line) = self.filters.last_mut().filter(|_| self.after_filter) else {
+            return Err(
+                Diagnostic::error(d.span(), "`on` follows the filter it branches on").with_hint(
+                    "put it on the line right after the filter (or its other `on` lines)",
+                ),
+            );
+        };
+        let (b, target) = branch(d, line)?;
+        if let Some(t) = target {
+            self.skips.push((at, line.branches.len(), t));
+        }
+        line.branches.push(b);
+        Ok(())
+    }
+
+    /// A filter line; its name, if it has one, is unique in the route.
+    fn filter(&mut self, line: FilterLine) -> Res<()> {
+        if let Some(n) = &line.name {
+            if let Some(prev) = self.filters.iter().find(|f| f.name.as_ref() == Some(n)) {
+                return Err(Diagnostic::error(
+                    line.span,
+                    format!("a filter named `{n}` is already in this route"),
+                )
+                .with_hint(format!(
+                    "it is on line {}; names are what skip_to finds, so they are unique",
+                    prev.span.line
+                )));
+            }
+        }
+        self.filters.push(line);
+        Ok(())
+    }
+
+    /// Once every line is read: the cap on filters, and each `skip_to NAME` turned
+    /// into the index of a later filter. The errors found.
+    fn resolve(&mut self) -> Vec<Diagnostic> {
+        let mut errors = Vec::new();
+        // The pipeline keeps which filters ran in 128 bits (the proxy's `max_body` may
+        // take one).
+        if self.filters.len() > 127 {
+            errors.push(
+                Diagnostic::error(self.filters[127].span, "more than 127 filters in one route")
+                    .with_hint("split the route, or merge filters (one allow with several CIDRs)"),
+            );
+        }
+        // Skips go forward only: loops are impossible by construction.
+        for (from, b, target) in std::mem::take(&mut self.skips) {
+            let to = self
+                .filters
+                .iter()
+                .position(|f| f.name.as_deref() == Some(target.text.as_str()));
+            match to {
+                Some(to) if to > from => {
+                    self.filters[from].branches[b].action = BranchAction::SkipTo(to)
+                }
+                Some(_) => errors.push(
+                    Diagnostic::error(
+                        target.span,
+                        format!("`{}` is not after this filter", target.text),
+                    )
+                    .with_hint("skip_to goes forward only; move the named filter below"),
+                ),
+                None => errors.push(self.no_such_filter(target)),
+            }
+        }
+        errors
+    }
+
+    fn no_such_filter(&self, target: &Word) -> Diagnostic {
+        let names: Vec<&str> = self
+            .filters
+            .iter()
+            .filter_map(|f| f.name.as_deref())
+            .collect();
+        Diagnostic::error(
+            target.span,
+            format!("no filter named `{}` in this route", target.text),
+        )
+        .with_hint(if names.is_empty() {
+            "name the target filter with `name NAME` at the end of its line".to_string()
+        } else {
+            format!("named here: {}", names.join(", "))
         })
     }
 }
@@ -297,15 +315,16 @@ impl Builder {
     /// `fastcgi ADDR { root DIR; suffix .php...; index NAME...; fallback /PATH;
     /// max_conns N; connect_timeout D; keepalive_timeout D; env NAME VALUE; max_body SIZE }`.
     pub(super) fn fastcgi(&mut self, d: &Directive) -> Res<Handler> {
+        const USAGE: &str = "fastcgi ADDR { root DIR }";
         let w = d.args.first().ok_or_else(|| {
             missing(
                 d,
-                "fastcgi ADDR { root DIR }",
+                USAGE,
                 "fastcgi unix:/run/php/php-fpm.sock { root /srv/app/public }",
             )
         })?;
         if let Some(x) = d.args.get(1) {
-            return Err(extra(x, "write: fastcgi ADDR { root DIR }"));
+            return Err(extra(x, &format!("write: {USAGE}")));
         }
         let base = self.dir_of(d.span());
         let addr = backend_addr(w, &base)?;
@@ -316,26 +335,13 @@ impl Builder {
             )
             .with_hint("write the address without a scheme"));
         }
-        let mut cfg = FastCgiConfig {
-            text: w.text.clone(),
-            target: addr.target,
-            root: PathBuf::new(),
-            suffix: vec![".php".to_string()],
-            index: vec!["index.php".to_string()],
-            fallback: None,
-            max_conns: 64,
-            connect_timeout: std::time::Duration::from_secs(5),
-            keepalive_timeout: std::time::Duration::from_secs(60),
-            timeout: std::time::Duration::from_secs(60),
-            env: Vec::new(),
-            max_body: 64 * 1024 * 1024,
-        };
-        let mut root = None;
+        let mut cfg = FastCgiConfig::new(w.text.clone(), addr.target);
         let mut seen = std::collections::HashSet::new();
         for item in d.block.as_deref().unwrap_or(&[]) {
             if !self.known_here(item, Place::FastCgi) {
                 continue;
             }
+            // `env` alone may be given more than once.
             if item.name.text != "env" && !seen.insert(item.name.text.clone()) {
                 self.errors.push(Diagnostic::error(
                     item.span(),
@@ -343,112 +349,18 @@ impl Builder {
                 ));
                 continue;
             }
-            let r: Res<()> = (|| match item.name.text.as_str() {
-                "root" => {
-                    let r = one_arg(item, "root DIR")?;
-                    let dir = base.join(&r.text);
-                    let canon = std::fs::canonicalize(&dir).map_err(|e| {
-                        Diagnostic::error(r.span, format!("{}: {e}", dir.display()))
-                            .with_hint("root is the application's existing folder")
-                    })?;
-                    if !canon.is_dir() {
-                        return Err(Diagnostic::error(
-                            r.span,
-                            format!("{} is not a folder", dir.display()),
-                        ));
-                    }
-                    root = Some(canon);
-                    Ok(())
-                }
-                "suffix" | "index" => {
-                    if item.args.is_empty() {
-                        return Err(missing(item, "suffix .php...", "suffix .php"));
-                    }
-                    no_block(item)?;
-                    if let Some(bad) = item
-                        .args
-                        .iter()
-                        .find(|a| a.text.contains('/') || a.text.is_empty())
-                    {
-                        return Err(expected(bad, "a name without /"));
-                    }
-                    let v = item.args.iter().map(|a| a.text.clone()).collect();
-                    if item.name.text == "suffix" {
-                        if let Some(bad) = item.args.iter().find(|a| !a.text.starts_with('.')) {
-                            return Err(expected(bad, "a suffix starting with a dot, like .php"));
-                        }
-                        cfg.suffix = v;
-                    } else {
-                        cfg.index = v;
-                    }
-                    Ok(())
-                }
-                "fallback" => {
-                    let f = one_arg(item, "fallback /index.php")?;
-                    if !f.text.starts_with('/') || f.text.contains("..") {
-                        return Err(expected(f, "a script path starting with /"));
-                    }
-                    cfg.fallback = Some(f.text.clone());
-                    Ok(())
-                }
-                "max_conns" => {
-                    cfg.max_conns = int_in(one_arg(item, "max_conns N")?, 1, 100_000)? as usize;
-                    Ok(())
-                }
-                "connect_timeout" => {
-                    cfg.connect_timeout = positive(one_arg(item, "connect_timeout 5s")?)?;
-                    Ok(())
-                }
-                "keepalive_timeout" => {
-                    cfg.keepalive_timeout = positive(one_arg(item, "keepalive_timeout 60s")?)?;
-                    Ok(())
-                }
-                "timeout" => {
-                    cfg.timeout = positive(one_arg(item, "timeout 60s")?)?;
-                    Ok(())
-                }
-                "max_body" => {
-                    cfg.max_body = size(one_arg(item, "max_body SIZE")?)?;
-                    Ok(())
-                }
-                "env" => {
-                    let (n, v) = two_args(item, "env NAME VALUE")?;
-                    let upper = n.text.to_ascii_uppercase();
-                    if PROTECTED.contains(&upper.as_str()) || upper.starts_with("HTTP_") {
-                        return Err(Diagnostic::error(
-                            n.span,
-                            format!(
-                                "`{}` is set by sluice from the request; env cannot override it",
-                                n.text
-                            ),
-                        )
-                        .with_hint(
-                            "protected: the CGI variables sluice derives and every HTTP_* variable",
-                        ));
-                    }
-                    if n.text.is_empty()
-                        || !n
-                            .text
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                    {
-                        return Err(expected(n, "a variable name of letters, digits and _"));
-                    }
-                    cfg.env.push((n.text.clone(), v.text.clone()));
-                    Ok(())
-                }
-                _ => Ok(()),
-            })();
-            self.push(r);
+            if let Some((_, read)) = FASTCGI_OPTIONS.iter().find(|(n, _)| *n == item.name.text) {
+                let r = read(item, &base, &mut cfg);
+                self.push(r);
+            }
         }
-        let Some(root) = root else {
+        if cfg.root.as_os_str().is_empty() {
             return Err(missing(
                 d,
-                "fastcgi ADDR { root DIR }",
+                USAGE,
                 "fastcgi 127.0.0.1:9000 { root /srv/app/public }",
             ));
-        };
-        cfg.root = root;
+        }
         if let Some(f) = &cfg.fallback {
             if !cfg.suffix.iter().any(|s| f.ends_with(s.as_str())) {
                 self.warnings.push(Diagnostic::warning(
@@ -459,6 +371,109 @@ impl Builder {
         }
         Ok(Handler::FastCgi(Box::new(cfg)))
     }
+}
+
+/// How one option of a `fastcgi { … }` block is read; `base` is the folder relative
+/// paths start from.
+type FastCgiOption = fn(&Directive, &std::path::Path, &mut FastCgiConfig) -> Res<()>;
+
+/// Every option of a `fastcgi { … }` block with its parser.
+static FASTCGI_OPTIONS: &[(&str, FastCgiOption)] = &[
+    ("root", fastcgi_root),
+    ("suffix", fastcgi_names),
+    ("index", fastcgi_names),
+    ("fallback", |d, _, cfg| {
+        let f = one_arg(d, "fallback /index.php")?;
+        if !f.text.starts_with('/') || f.text.contains("..") {
+            return Err(expected(f, "a script path starting with /"));
+        }
+        cfg.fallback = Some(f.text.clone());
+        Ok(())
+    }),
+    ("max_conns", |d, _, cfg| {
+        int_in(one_arg(d, "max_conns N")?, 1, 100_000).map(|n| cfg.max_conns = n as usize)
+    }),
+    ("connect_timeout", |d, _, cfg| {
+        positive(one_arg(d, "connect_timeout 5s")?).map(|t| cfg.connect_timeout = t)
+    }),
+    ("keepalive_timeout", |d, _, cfg| {
+        positive(one_arg(d, "keepalive_timeout 60s")?).map(|t| cfg.keepalive_timeout = t)
+    }),
+    ("timeout", |d, _, cfg| {
+        positive(one_arg(d, "timeout 60s")?).map(|t| cfg.timeout = t)
+    }),
+    ("max_body", |d, _, cfg| {
+        size(one_arg(d, "max_body SIZE")?).map(|n| cfg.max_body = n)
+    }),
+    ("env", fastcgi_env),
+];
+
+/// `root DIR`: the application's existing folder, canonical.
+fn fastcgi_root(d: &Directive, base: &std::path::Path, cfg: &mut FastCgiConfig) -> Res<()> {
+    let r = one_arg(d, "root DIR")?;
+    let dir = base.join(&r.text);
+    let canon = std::fs::canonicalize(&dir).map_err(|e| {
+        Diagnostic::error(r.span, format!("{}: {e}", dir.display()))
+            .with_hint("root is the application's existing folder")
+    })?;
+    if !canon.is_dir() {
+        return Err(Diagnostic::error(
+            r.span,
+            format!("{} is not a folder", dir.display()),
+        ));
+    }
+    cfg.root = canon;
+    Ok(())
+}
+
+/// `suffix .php...` and `index NAME...`.
+fn fastcgi_names(d: &Directive, _: &std::path::Path, cfg: &mut FastCgiConfig) -> Res<()> {
+    if d.args.is_empty() {
+        return Err(missing(d, "suffix .php...", "suffix .php"));
+    }
+    no_block(d)?;
+    if let Some(bad) = d
+        .args
+        .iter()
+        .find(|a| a.text.contains('/') || a.text.is_empty())
+    {
+        return Err(expected(bad, "a name without /"));
+    }
+    let v = d.args.iter().map(|a| a.text.clone()).collect();
+    if d.name.text == "suffix" {
+        if let Some(bad) = d.args.iter().find(|a| !a.text.starts_with('.')) {
+            return Err(expected(bad, "a suffix starting with a dot, like .php"));
+        }
+        cfg.suffix = v;
+    } else {
+        cfg.index = v;
+    }
+    Ok(())
+}
+
+/// `env NAME VALUE`: never one of the variables sluice derives from the request.
+fn fastcgi_env(d: &Directive, _: &std::path::Path, cfg: &mut FastCgiConfig) -> Res<()> {
+    let (n, v) = two_args(d, "env NAME VALUE")?;
+    let upper = n.text.to_ascii_uppercase();
+    if PROTECTED.contains(&upper.as_str()) || upper.starts_with("HTTP_") {
+        return Err(Diagnostic::error(
+            n.span,
+            format!(
+                "`{}` is set by sluice from the request; env cannot override it",
+                n.text
+            ),
+        )
+        .with_hint("protected: the CGI variables sluice derives and every HTTP_* variable"));
+    }
+    let name_ok = !n.text.is_empty()
+        && n.text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !name_ok {
+        return Err(expected(n, "a variable name of letters, digits and _"));
+    }
+    cfg.env.push((n.text.clone(), v.text.clone()));
+    Ok(())
 }
 
 /// `NAME on|off`, for any directive that is a switch; the error names `d`'s own
