@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
 use http::header::{self, HeaderValue};
-use http::{Method, Request, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::drain::{Drain, RequestGuard, Watch};
 use super::stall::{Held, Stalls};
+use crate::admin::access::AccessLog;
 use crate::body::{Body, BodyError};
 use crate::http1::{MAX_HEAD, MAX_HEADERS};
 use crate::net::transport::Transport;
@@ -43,123 +44,12 @@ pub async fn serve<S: Transport>(
     let addr = client.addr;
     let activity = Arc::new(Activity::new());
     let streams = activity.clone();
-    let svc = service_fn(move |mut req: Request<Incoming>| {
-        let live = live.clone();
-        let client = client.clone();
-        let guard = drain.request();
-        let stream = streams.open();
-        let log = access.load_full();
-        let client_addr = client.addr;
-        async move {
-            if req.headers().len() > MAX_HEADERS {
-                bump(&COUNTERS.head_too_large);
-                crate::stats::count_status(431);
-                let resp = local_response(
-                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                    "Request header fields too large\n",
-                );
-                return Ok::<_, ::h2::Error>(resp.map(|b| Guarded {
-                    body: Held::new(b),
-                    _guard: guard,
-                    _stream: stream,
-                    log: None,
-                }));
-            }
-            if let Some(p) = req.extensions().get::<hyper::ext::Protocol>() {
-                if !p.as_str().eq_ignore_ascii_case("websocket") {
-                    // No backend speaks it through us: the stream is reset, never passed.
-                    bump(&COUNTERS.bad_request);
-                    crate::throttle::H2_CONNECT_PROTOCOL.warn(format_args!(
-                        "sluice: client {client_addr} asked for an HTTP/2 extended CONNECT to `{}`; only websocket is offered, stream reset",
-                        String::from_utf8_lossy(p.as_str().as_bytes()).escape_debug()
-                    ));
-                    return Err(::h2::Error::from(::h2::Reason::PROTOCOL_ERROR));
-                }
-            }
-            let refused = host_from_authority(&mut req);
-            if let Some(why) = refused {
-                bump(&COUNTERS.bad_request);
-                crate::stats::count_status(400);
-                let resp = local_response(StatusCode::BAD_REQUEST, why);
-                return Ok(resp.map(|b| Guarded {
-                    body: Held::new(b),
-                    _guard: guard,
-                    _stream: stream,
-                    log: None,
-                }));
-            }
-            let logged = log.map(|log| H2Logged {
-                pending: crate::admin::access::Pending::new(
-                    log,
-                    req.method(),
-                    req.uri(),
-                    req.headers().get(header::HOST),
-                    req.version(),
-                ),
-                client: client.ip_value.clone(),
-                status: 0,
-                bytes: 0,
-                served: None,
-            });
-            let record = logged.is_some();
-            // A WebSocket over an h2 stream (RFC 8441) reaches the backend as an
-            // HTTP/1.1 upgrade; the stream becomes the tunnel's client side.
-            let websocket = extended_connect(&mut req);
-            let offer = pipeline::Offer {
-                record,
-                upgrade: websocket.is_some(),
-            };
-            let pipeline::Answer {
-                mut resp,
-                served,
-                tunnel,
-            } = pipeline::handle(&live, req.map(|b| Body::Incoming(b, None)), client, offer).await;
-            match (websocket, tunnel) {
-                (Some(on_upgrade), Some(tunnel)) => {
-                    accepted(&mut resp);
-                    // The tunnel keeps the connection busy for as long as it is open.
-                    let busy = stream.clone_open();
-                    tokio::spawn(async move {
-                        let _busy = busy;
-                        match on_upgrade.await {
-                            Ok(stream) => {
-                                tunnel.join(&mut TokioIo::new(stream), Bytes::new()).await
-                            }
-                            Err(e) => tracing::debug!(
-                                client = %client_addr,
-                                "sluice: h2 WebSocket stream ended before its tunnel opened: {e}"
-                            ),
-                        }
-                    });
-                }
-                // A 2xx to an extended CONNECT means "open": one from a backend that
-                // did not switch protocols must not reach the client as such.
-                (Some(_), None) if resp.status().is_success() => {
-                    crate::throttle::H2_WEBSOCKET_REFUSED.warn(format_args!(
-                        "sluice: the backend answered client {client_addr}'s WebSocket handshake with {} without switching protocols; sent 502",
-                        resp.status().as_u16()
-                    ));
-                    bump(&COUNTERS.bad_gateway);
-                    resp = local_response(
-                        StatusCode::BAD_GATEWAY,
-                        "The backend did not accept the WebSocket\n",
-                    );
-                }
-                _ => {}
-            }
-            crate::stats::count_status(resp.status().as_u16());
-            let logged = logged.map(|mut l| {
-                l.status = resp.status().as_u16();
-                l.served = served;
-                Box::new(l)
-            });
-            Ok(resp.map(|b| Guarded {
-                body: Held::new(b),
-                _guard: guard,
-                _stream: stream,
-                log: logged,
-            }))
-        }
+    let svc = service_fn(move |req: Request<Incoming>| {
+        let held = Holds {
+            guard: drain.request(),
+            stream: streams.open(),
+        };
+        one_stream(req, live.clone(), client.clone(), held, access.load_full())
     });
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
@@ -189,6 +79,137 @@ pub async fn serve<S: Transport>(
         // A stream the client stopped reading: closed, not waited for.
         _ = activity.stalls.sweep(addr) => {}
     }
+}
+
+/// What a stream holds until its response body is done: its place in the drain count
+/// and in the connection's open streams.
+struct Holds {
+    guard: RequestGuard,
+    stream: StreamOpen,
+}
+
+impl Holds {
+    /// The response, with the stream's holds and log line riding on its body.
+    fn on(self, resp: Response<Body>, log: Option<Box<H2Logged>>) -> Response<Guarded> {
+        resp.map(|b| Guarded {
+            body: Held::new(b),
+            _guard: self.guard,
+            _stream: self.stream,
+            log,
+        })
+    }
+}
+
+/// One stream: checked (header count, extended CONNECT protocol, `:authority`), run
+/// through the pipeline, and answered.
+async fn one_stream(
+    mut req: Request<Incoming>,
+    live: Arc<Live>,
+    client: ClientInfo,
+    held: Holds,
+    log: Option<Arc<AccessLog>>,
+) -> Result<Response<Guarded>, ::h2::Error> {
+    if let Some(refusal) = refusal(&mut req, client.addr)? {
+        return Ok(held.on(refusal, None));
+    }
+    let logged = log.map(|log| H2Logged {
+        pending: crate::admin::access::Pending::new(
+            log,
+            req.method(),
+            req.uri(),
+            req.headers().get(header::HOST),
+            req.version(),
+        ),
+        client: client.ip_value.clone(),
+        status: 0,
+        bytes: 0,
+        served: None,
+    });
+    // A WebSocket over an h2 stream (RFC 8441) reaches the backend as an HTTP/1.1
+    // upgrade; the stream becomes the tunnel's client side.
+    let websocket = extended_connect(&mut req);
+    let offer = pipeline::Offer {
+        record: logged.is_some(),
+        upgrade: websocket.is_some(),
+    };
+    let client_addr = client.addr;
+    let pipeline::Answer {
+        mut resp,
+        served,
+        tunnel,
+    } = pipeline::handle(&live, req.map(|b| Body::Incoming(b, None)), client, offer).await;
+    match (websocket, tunnel) {
+        (Some(on_upgrade), Some(tunnel)) => {
+            accepted(&mut resp);
+            // The tunnel keeps the connection busy for as long as it is open.
+            let busy = held.stream.clone_open();
+            tokio::spawn(async move {
+                let _busy = busy;
+                match on_upgrade.await {
+                    Ok(stream) => tunnel.join(&mut TokioIo::new(stream), Bytes::new()).await,
+                    Err(e) => tracing::debug!(
+                        client = %client_addr,
+                        "sluice: h2 WebSocket stream ended before its tunnel opened: {e}"
+                    ),
+                }
+            });
+        }
+        // A 2xx to an extended CONNECT means "open": one from a backend that did not
+        // switch protocols must not reach the client as such.
+        (Some(_), None) if resp.status().is_success() => {
+            crate::throttle::H2_WEBSOCKET_REFUSED.warn(format_args!(
+                "sluice: the backend answered client {client_addr}'s WebSocket handshake with {} without switching protocols; sent 502",
+                resp.status().as_u16()
+            ));
+            bump(&COUNTERS.bad_gateway);
+            resp = local_response(
+                StatusCode::BAD_GATEWAY,
+                "The backend did not accept the WebSocket\n",
+            );
+        }
+        _ => {}
+    }
+    crate::stats::count_status(resp.status().as_u16());
+    let logged = logged.map(|mut l| {
+        l.status = resp.status().as_u16();
+        l.served = served;
+        Box::new(l)
+    });
+    Ok(held.on(resp, logged))
+}
+
+/// A stream refused before the pipeline: too many header fields (431), an
+/// `:authority` that cannot be a host (400) — or reset, for an extended CONNECT to a
+/// protocol other than WebSocket.
+fn refusal(
+    req: &mut Request<Incoming>,
+    client: std::net::SocketAddr,
+) -> Result<Option<Response<Body>>, ::h2::Error> {
+    if req.headers().len() > MAX_HEADERS {
+        bump(&COUNTERS.head_too_large);
+        crate::stats::count_status(431);
+        return Ok(Some(local_response(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "Request header fields too large\n",
+        )));
+    }
+    if let Some(p) = req.extensions().get::<hyper::ext::Protocol>() {
+        if !p.as_str().eq_ignore_ascii_case("websocket") {
+            // No backend speaks it through us: the stream is reset, never passed.
+            bump(&COUNTERS.bad_request);
+            crate::throttle::H2_CONNECT_PROTOCOL.warn(format_args!(
+                "sluice: client {client} asked for an HTTP/2 extended CONNECT to `{}`; only websocket is offered, stream reset",
+                String::from_utf8_lossy(p.as_str().as_bytes()).escape_debug()
+            ));
+            return Err(::h2::Error::from(::h2::Reason::PROTOCOL_ERROR));
+        }
+    }
+    if let Some(why) = host_from_authority(req) {
+        bump(&COUNTERS.bad_request);
+        crate::stats::count_status(400);
+        return Ok(Some(local_response(StatusCode::BAD_REQUEST, why)));
+    }
+    Ok(None)
 }
 
 /// What an h2 connection is doing, for its idle timeout: streams open (a tunnel counts
