@@ -73,6 +73,61 @@ pub fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
         Err(httparse::Error::Version) => return Err(HeadError::Bad("unsupported HTTP version")),
         Err(_) => return Err(HeadError::Bad("malformed request head")),
     }
+    let (method, version, uri) = request_line(&req, &head)?;
+    // Room for the forwarding fields a proxy adds, so they do not regrow the map.
+    let mut headers = HeaderMap::with_capacity(req.headers.len() + 4);
+    let mut facts = RequestFacts::default();
+    for h in req.headers.iter() {
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| HeadError::Bad("invalid header name"))?;
+        let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
+            .map_err(|_| HeadError::Bad("invalid header value"))?;
+        if facts.note(&name, h.value)? {
+            headers.append(name, value);
+        }
+    }
+    if let (true, Some(n)) = (facts.length_rewritten, facts.content_length) {
+        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    match facts.hosts {
+        1 => {}
+        0 if version != Version::HTTP_11 => {}
+        0 => return Err(HeadError::Bad("missing Host")),
+        _ => return Err(HeadError::Bad("more than one Host")),
+    }
+    let framing = facts.framing()?;
+    if let Some(authority) = uri.authority() {
+        // Absolute form: the target's authority is the host, for routing and for the
+        // backend alike (RFC 9112 §3.2.2), so the two can never disagree.
+        if authority.as_str().contains('@') {
+            return Err(HeadError::Bad("user information in the request target"));
+        }
+        let v = HeaderValue::from_str(authority.as_str())
+            .map_err(|_| HeadError::Bad("invalid request target"))?;
+        headers.insert(header::HOST, v);
+    }
+    let keep_alive = match version {
+        Version::HTTP_11 => !facts.conn_close,
+        _ => facts.conn_keep_alive && !facts.conn_close,
+    };
+    let is_11 = version == Version::HTTP_11;
+    Ok(RequestHead {
+        method,
+        uri,
+        version,
+        headers,
+        framing,
+        keep_alive,
+        expect_continue: facts.expect_continue && is_11,
+        upgrade: facts.conn_upgrade && facts.upgrade_field && is_11,
+    })
+}
+
+/// The method, version and target of a parsed request line.
+fn request_line(
+    req: &httparse::Request<'_, '_>,
+    head: &Bytes,
+) -> Result<(Method, Version, Uri), HeadError> {
     let method = Method::from_bytes(req.method.unwrap_or("").as_bytes())
         .map_err(|_| HeadError::Bad("invalid method"))?;
     let version = match req.version {
@@ -88,109 +143,84 @@ pub fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
     if uri.path_and_query().is_none() && path != "*" {
         return Err(HeadError::Bad("invalid request target"));
     }
+    Ok((method, version, uri))
+}
 
-    // Room for the forwarding fields a proxy adds, so they do not regrow the map.
-    let mut headers = HeaderMap::with_capacity(req.headers.len() + 4);
-    let mut content_length: Option<u64> = None;
-    let mut te_seen = false;
-    let mut codings: Vec<&[u8]> = Vec::new();
-    let mut hosts = 0;
-    let mut conn_close = false;
-    let mut conn_keep_alive = false;
-    let mut conn_upgrade = false;
-    let mut upgrade_field = false;
-    let mut expect_continue = false;
-    let mut length_rewritten = false;
-    for h in req.headers.iter() {
-        let name = HeaderName::from_bytes(h.name.as_bytes())
-            .map_err(|_| HeadError::Bad("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
-            .map_err(|_| HeadError::Bad("invalid header value"))?;
+/// What a request's fields say about its framing and its connection, gathered as
+/// they are read.
+#[derive(Default)]
+struct RequestFacts<'h> {
+    content_length: Option<u64>,
+    te_seen: bool,
+    codings: Vec<&'h [u8]>,
+    hosts: u32,
+    conn_close: bool,
+    conn_keep_alive: bool,
+    conn_upgrade: bool,
+    upgrade_field: bool,
+    expect_continue: bool,
+    /// Content-Length was repeated or listed: one plain field replaces it.
+    length_rewritten: bool,
+}
+
+impl<'h> RequestFacts<'h> {
+    /// Notes one field; `Ok(false)`: it is not passed on as it came (a Content-Length
+    /// rewritten once at the end).
+    #[inline]
+    fn note(&mut self, name: &HeaderName, value: &'h [u8]) -> Result<bool, HeadError> {
         if name == http::header::CONTENT_LENGTH {
-            let first = content_length.is_none();
-            content_length = Some(length_field(h.value, content_length).map_err(HeadError::Bad)?);
-            if !first || !h.value.iter().all(u8::is_ascii_digit) {
+            let first = self.content_length.is_none();
+            self.content_length =
+                Some(length_field(value, self.content_length).map_err(HeadError::Bad)?);
+            if !first || !value.iter().all(u8::is_ascii_digit) {
                 // Equal repeats (`5`, `5, 5`): the backend gets one plain field.
-                length_rewritten = true;
-                continue;
+                self.length_rewritten = true;
+                return Ok(false);
             }
         } else if name == http::header::TRANSFER_ENCODING {
-            te_seen = true;
-            if h.value.iter().any(|&b| b.is_ascii_control() && b != b'\t') {
+            self.te_seen = true;
+            if value.iter().any(|&b| b.is_ascii_control() && b != b'\t') {
                 return Err(HeadError::Bad("control character in Transfer-Encoding"));
             }
-            codings.extend(
-                h.value
+            self.codings.extend(
+                value
                     .split(|&b| b == b',')
                     .map(trim)
                     .filter(|c| !c.is_empty()),
             );
         } else if name == http::header::HOST {
-            hosts += 1;
+            self.hosts += 1;
         } else if name == http::header::CONNECTION {
-            for token in h.value.split(|&b| b == b',').map(trim) {
-                conn_close |= token.eq_ignore_ascii_case(b"close");
-                conn_keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
-                conn_upgrade |= token.eq_ignore_ascii_case(b"upgrade");
+            for token in value.split(|&b| b == b',').map(trim) {
+                self.conn_close |= token.eq_ignore_ascii_case(b"close");
+                self.conn_keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                self.conn_upgrade |= token.eq_ignore_ascii_case(b"upgrade");
             }
         } else if name == http::header::UPGRADE {
-            upgrade_field = true;
+            self.upgrade_field = true;
         } else if name == http::header::EXPECT {
-            expect_continue = trim(h.value).eq_ignore_ascii_case(b"100-continue");
+            self.expect_continue = trim(value).eq_ignore_ascii_case(b"100-continue");
         }
-        headers.append(name, value);
+        Ok(true)
     }
-    if let (true, Some(n)) = (length_rewritten, content_length) {
-        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
-    }
-    if version == Version::HTTP_11 && hosts != 1 {
-        return Err(HeadError::Bad(if hosts == 0 {
-            "missing Host"
-        } else {
-            "more than one Host"
-        }));
-    }
-    if hosts > 1 {
-        return Err(HeadError::Bad("more than one Host"));
-    }
-    let framing = if te_seen {
-        if content_length.is_some() {
+
+    /// How the body is framed (RFC 9112 §6.3): chunked as the only coding, else the
+    /// one length; both at once, or any other coding, is refused.
+    fn framing(&self) -> Result<Framing, HeadError> {
+        if !self.te_seen {
+            return Ok(match self.content_length {
+                Some(0) | None => Framing::None,
+                Some(n) => Framing::Length(n),
+            });
+        }
+        if self.content_length.is_some() {
             return Err(HeadError::Bad("both Content-Length and Transfer-Encoding"));
         }
-        match codings.as_slice() {
-            [only] if only.eq_ignore_ascii_case(b"chunked") => Framing::Chunked,
-            _ => return Err(HeadError::Coding),
+        match self.codings.as_slice() {
+            [only] if only.eq_ignore_ascii_case(b"chunked") => Ok(Framing::Chunked),
+            _ => Err(HeadError::Coding),
         }
-    } else {
-        match content_length {
-            Some(0) | None => Framing::None,
-            Some(n) => Framing::Length(n),
-        }
-    };
-    if let Some(authority) = uri.authority() {
-        // Absolute form: the target's authority is the host, for routing and for the
-        // backend alike (RFC 9112 §3.2.2), so the two can never disagree.
-        if authority.as_str().contains('@') {
-            return Err(HeadError::Bad("user information in the request target"));
-        }
-        let v = HeaderValue::from_str(authority.as_str())
-            .map_err(|_| HeadError::Bad("invalid request target"))?;
-        headers.insert(header::HOST, v);
     }
-    let keep_alive = match version {
-        Version::HTTP_11 => !conn_close,
-        _ => conn_keep_alive && !conn_close,
-    };
-    Ok(RequestHead {
-        method,
-        uri,
-        version,
-        headers,
-        framing,
-        keep_alive,
-        expect_continue: expect_continue && version == Version::HTTP_11,
-        upgrade: conn_upgrade && upgrade_field && version == Version::HTTP_11,
-    })
 }
 
 /// Field lines must not fold and their names must be tokens right up to the colon.
@@ -299,74 +329,20 @@ pub fn parse_response(
         Version::HTTP_10
     };
     let mut headers = HeaderMap::with_capacity(resp.headers.len() + 2);
-    let mut length: Option<u64> = None;
-    let mut length_as_sent: Option<HeaderValue> = None;
-    let mut chunked = false;
-    let mut te = false;
-    let mut close = version == Version::HTTP_10;
-    let mut keep_alive = false;
+    let mut facts = ResponseFacts {
+        close: version == Version::HTTP_10,
+        ..ResponseFacts::default()
+    };
     for h in resp.headers.iter() {
         let name =
             HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| bad("invalid header name"))?;
-        if name == header::CONTENT_LENGTH {
-            // Set once below, as a single value, however the backend spelled it; a
-            // plain single field is passed on as it came, without a copy.
-            length_as_sent = match length {
-                None if !h.value.contains(&b',') => Some(
-                    HeaderValue::from_maybe_shared(head.slice_ref(h.value))
-                        .map_err(|_| bad("invalid Content-Length"))?,
-                ),
-                _ => None,
-            };
-            length = Some(length_field(h.value, length).map_err(bad)?);
-            continue;
-        } else if name == header::TRANSFER_ENCODING {
-            te = true;
-            chunked = h
-                .value
-                .split(|&b| b == b',')
-                .next_back()
-                .is_some_and(|c| trim(c).eq_ignore_ascii_case(b"chunked"));
-        } else if name == header::CONNECTION {
-            for t in h.value.split(|&b| b == b',').map(trim) {
-                close |= t.eq_ignore_ascii_case(b"close");
-                keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
-            }
+        if facts.note(&name, h.value, &head)? {
+            let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
+                .map_err(|_| bad("invalid header value"))?;
+            headers.append(name, value);
         }
-        let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
-            .map_err(|_| bad("invalid header value"))?;
-        headers.append(name, value);
     }
-    if version == Version::HTTP_10 && keep_alive {
-        close = false;
-    }
-    match length {
-        // Transfer-Encoding wins and the length is a lie or a smuggling attempt: it must
-        // not reach the client, and this connection's framing is not to be trusted again.
-        Some(_) if te => close = true,
-        Some(n) => {
-            let v = length_as_sent.unwrap_or_else(|| HeaderValue::from(n));
-            headers.insert(header::CONTENT_LENGTH, v);
-        }
-        None => {}
-    }
-    let no_body = is_head
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED
-        || status.is_informational();
-    let (decoder, delimited) = if no_body {
-        (Decoder::length(0), true)
-    } else if te {
-        if chunked {
-            (Decoder::chunked(), true)
-        } else {
-            (Decoder::until_close(), false)
-        }
-    } else if let Some(n) = length {
-        (Decoder::length(n), true)
-    } else {
-        (Decoder::until_close(), false)
-    };
+    let (decoder, reusable) = facts.framing(&mut headers, version, status, is_head);
     let mut builder = http::Response::builder().status(status).version(version);
     if let Some(h) = builder.headers_mut() {
         *h = headers;
@@ -378,8 +354,104 @@ pub fn parse_response(
     Ok(Some(ResponseHead {
         parts,
         decoder,
-        reusable: delimited && !close,
+        reusable,
     }))
+}
+
+/// What a response's fields say about its framing and its connection.
+#[derive(Default)]
+struct ResponseFacts {
+    length: Option<u64>,
+    /// The one Content-Length field as the backend sent it, when plain (passed on
+    /// without a copy).
+    length_as_sent: Option<HeaderValue>,
+    chunked: bool,
+    te: bool,
+    close: bool,
+    keep_alive: bool,
+}
+
+impl ResponseFacts {
+    /// Notes one field; `Ok(false)`: it is not passed on as it came (Content-Length,
+    /// set once by [`ResponseFacts::framing`]).
+    #[inline]
+    fn note(
+        &mut self,
+        name: &HeaderName,
+        value: &[u8],
+        head: &Bytes,
+    ) -> Result<bool, InvalidResponse> {
+        let bad = InvalidResponse;
+        if name == header::CONTENT_LENGTH {
+            // Set once, as a single value, however the backend spelled it; a plain
+            // single field is passed on as it came, without a copy.
+            self.length_as_sent = match self.length {
+                None if !value.contains(&b',') => Some(
+                    HeaderValue::from_maybe_shared(head.slice_ref(value))
+                        .map_err(|_| bad("invalid Content-Length"))?,
+                ),
+                _ => None,
+            };
+            self.length = Some(length_field(value, self.length).map_err(bad)?);
+            return Ok(false);
+        } else if name == header::TRANSFER_ENCODING {
+            self.te = true;
+            self.chunked = value
+                .split(|&b| b == b',')
+                .next_back()
+                .is_some_and(|c| trim(c).eq_ignore_ascii_case(b"chunked"));
+        } else if name == header::CONNECTION {
+            for t in value.split(|&b| b == b',').map(trim) {
+                self.close |= t.eq_ignore_ascii_case(b"close");
+                self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+        Ok(true)
+    }
+
+    /// The body's decoder, and whether the connection may carry another request once
+    /// it ends; sets the one Content-Length passed on.
+    fn framing(
+        self,
+        headers: &mut HeaderMap,
+        version: Version,
+        status: StatusCode,
+        is_head: bool,
+    ) -> (Decoder, bool) {
+        let mut close = self.close;
+        if version == Version::HTTP_10 && self.keep_alive {
+            close = false;
+        }
+        match self.length {
+            // Transfer-Encoding wins and the length is a lie or a smuggling attempt: it
+            // must not reach the client, and this connection's framing is not to be
+            // trusted again.
+            Some(_) if self.te => close = true,
+            Some(n) => {
+                let v = self.length_as_sent.unwrap_or_else(|| HeaderValue::from(n));
+                headers.insert(header::CONTENT_LENGTH, v);
+            }
+            None => {}
+        }
+        let no_body = is_head
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED
+            || status.is_informational();
+        let (decoder, delimited) = if no_body {
+            (Decoder::length(0), true)
+        } else if self.te {
+            if self.chunked {
+                (Decoder::chunked(), true)
+            } else {
+                (Decoder::until_close(), false)
+            }
+        } else if let Some(n) = self.length {
+            (Decoder::length(n), true)
+        } else {
+            (Decoder::until_close(), false)
+        };
+        (decoder, delimited && !close)
+    }
 }
 
 /// `TE` as a backend may receive it: exactly `trailers` when the client asked for
