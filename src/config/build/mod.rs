@@ -216,105 +216,9 @@ impl Builder {
             if !self.known_here(d, Place::Global) || !self.once(&mut seen, d) {
                 continue;
             }
-            let r = match d.name.text.as_str() {
-                "workers" => one_arg(d, "workers N").and_then(|w| {
-                    let n = int_in(w, 1, 1024)?;
-                    g.workers = Some(n as usize);
-                    Ok(())
-                }),
-                "grace" => one_arg(d, "grace 10s").and_then(|w| {
-                    g.grace = duration(w)?;
-                    Ok(())
-                }),
-                "probe_concurrency" => one_arg(d, "probe_concurrency N").and_then(|w| {
-                    g.probe_concurrency = int_in(w, 1, 10_000)? as usize;
-                    Ok(())
-                }),
-                "trust" => {
-                    if d.args.is_empty() {
-                        Err(missing(d, "trust CIDR...", "trust 10.0.0.0/8 192.168.1.5"))
-                    } else {
-                        d.args.iter().try_for_each(|w| {
-                            let net = cidr(w)?;
-                            if net.prefix_len() == 0 {
-                                self.warnings.push(
-                                    Diagnostic::warning(w.span, format!("`trust {}` believes forwarding headers from every client", w.text))
-                                        .with_hint("name only your own proxies' addresses"),
-                                );
-                            }
-                            g.trust.push(net);
-                            Ok(())
-                        })
-                    }
-                }
-                "access_log" => {
-                    const USAGE: &str = "access_log stdout|stderr|off|FILE [json|text]";
-                    let base = self.dir_of(d.span());
-                    no_block(d).and_then(|()| match d.args.as_slice() {
-                        [] => Err(missing(d, USAGE, "access_log stdout")),
-                        [t, rest @ ..] => {
-                            let json = match rest {
-                                [] => true,
-                                [f] if f.text == "json" => true,
-                                [f] if f.text == "text" => false,
-                                [f] => return Err(expected(f, "`json` or `text`")),
-                                [_, x, ..] => return Err(extra(x, USAGE)),
-                            };
-                            let target = match t.text.as_str() {
-                                "off" => {
-                                    g.access_log = None;
-                                    return Ok(());
-                                }
-                                "stdout" => LogTarget::Stdout,
-                                "stderr" => LogTarget::Stderr,
-                                file => LogTarget::File(base.join(file)),
-                            };
-                            g.access_log = Some(AccessLogConfig { target, json });
-                            Ok(())
-                        }
-                    })
-                }
-                "max_tunnels" => one_arg(d, "max_tunnels N").and_then(|w| {
-                    g.max_tunnels = int_in(w, 1, 10_000_000)?;
-                    Ok(())
-                }),
-                "tunnel_drain" => one_arg(d, "tunnel_drain 1h").and_then(|w| {
-                    g.tunnel_drain = duration(w)?;
-                    Ok(())
-                }),
-                "tunnel_idle" => one_arg(d, "tunnel_idle 1h").and_then(|w| {
-                    g.tunnel_idle = positive(w)?;
-                    Ok(())
-                }),
-                "tracing" => one_arg(d, "tracing on|off").and_then(|w| {
-                    g.tracing = match w.text.as_str() {
-                        "on" => true,
-                        "off" => false,
-                        _ => return Err(expected(w, "`on` or `off`")),
-                    };
-                    Ok(())
-                }),
-                "resolver" => no_block(d).and_then(|()| {
-                    if d.args.is_empty() {
-                        return Err(missing(
-                            d,
-                            "resolver ADDR...",
-                            "resolver 10.0.0.2 10.0.0.3:5353",
-                        ));
-                    }
-                    g.resolver = d.args.iter().map(dns_server).collect::<Res<_>>()?;
-                    Ok(())
-                }),
-                "safety" => self.global_safety(d, &mut g.safety),
-                "admin" => one_arg(d, "admin ADDR | off").and_then(|w| {
-                    g.admin = if w.text == "off" {
-                        None
-                    } else {
-                        Some(listen_addr(w)?.0)
-                    };
-                    Ok(())
-                }),
-                _ => Err(unsupported(d)),
+            let r = match GLOBAL_OPTIONS.iter().find(|(n, _)| *n == d.name.text) {
+                Some((_, read)) => read(self, d, g),
+                None => Err(unsupported(d)),
             };
             self.push(r);
         }
@@ -525,6 +429,107 @@ impl Builder {
 
 #[derive(Default)]
 struct Seen(HashMap<String, Span>);
+
+/// How one option of `global { … }` is read.
+type GlobalOption = fn(&mut Builder, &Directive, &mut Global) -> Res<()>;
+
+/// Every option of `global { … }` with its parser.
+static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
+    ("workers", |_, d, g| {
+        int_in(one_arg(d, "workers N")?, 1, 1024).map(|n| g.workers = Some(n as usize))
+    }),
+    ("grace", |_, d, g| {
+        duration(one_arg(d, "grace 10s")?).map(|t| g.grace = t)
+    }),
+    ("probe_concurrency", |_, d, g| {
+        int_in(one_arg(d, "probe_concurrency N")?, 1, 10_000)
+            .map(|n| g.probe_concurrency = n as usize)
+    }),
+    ("trust", trust),
+    ("access_log", access_log),
+    ("max_tunnels", |_, d, g| {
+        int_in(one_arg(d, "max_tunnels N")?, 1, 10_000_000).map(|n| g.max_tunnels = n)
+    }),
+    ("tunnel_drain", |_, d, g| {
+        duration(one_arg(d, "tunnel_drain 1h")?).map(|t| g.tunnel_drain = t)
+    }),
+    ("tunnel_idle", |_, d, g| {
+        positive(one_arg(d, "tunnel_idle 1h")?).map(|t| g.tunnel_idle = t)
+    }),
+    ("tracing", |_, d, g| {
+        route::on_off(d).map(|on| g.tracing = on)
+    }),
+    ("resolver", |_, d, g| {
+        no_block(d)?;
+        if d.args.is_empty() {
+            let usage = "resolver ADDR...";
+            return Err(missing(d, usage, "resolver 10.0.0.2 10.0.0.3:5353"));
+        }
+        g.resolver = d.args.iter().map(dns_server).collect::<Res<_>>()?;
+        Ok(())
+    }),
+    ("safety", |b, d, g| b.global_safety(d, &mut g.safety)),
+    ("admin", |_, d, g| {
+        let w = one_arg(d, "admin ADDR | off")?;
+        g.admin = if w.text == "off" {
+            None
+        } else {
+            Some(listen_addr(w)?.0)
+        };
+        Ok(())
+    }),
+];
+
+/// `trust CIDR...`: warned about when it believes every client.
+fn trust(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
+    if d.args.is_empty() {
+        return Err(missing(d, "trust CIDR...", "trust 10.0.0.0/8 192.168.1.5"));
+    }
+    for w in &d.args {
+        let net = cidr(w)?;
+        if net.prefix_len() == 0 {
+            b.warnings.push(
+                Diagnostic::warning(
+                    w.span,
+                    format!(
+                        "`trust {}` believes forwarding headers from every client",
+                        w.text
+                    ),
+                )
+                .with_hint("name only your own proxies' addresses"),
+            );
+        }
+        g.trust.push(net);
+    }
+    Ok(())
+}
+
+/// `access_log stdout|stderr|off|FILE [json|text]`.
+fn access_log(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
+    const USAGE: &str = "access_log stdout|stderr|off|FILE [json|text]";
+    no_block(d)?;
+    let [t, rest @ ..] = d.args.as_slice() else {
+        return Err(missing(d, USAGE, "access_log stdout"));
+    };
+    let json = match rest {
+        [] => true,
+        [f] if f.text == "json" => true,
+        [f] if f.text == "text" => false,
+        [f] => return Err(expected(f, "`json` or `text`")),
+        [_, x, ..] => return Err(extra(x, USAGE)),
+    };
+    let target = match t.text.as_str() {
+        "off" => {
+            g.access_log = None;
+            return Ok(());
+        }
+        "stdout" => LogTarget::Stdout,
+        "stderr" => LogTarget::Stderr,
+        file => LogTarget::File(b.dir_of(d.span()).join(file)),
+    };
+    g.access_log = Some(AccessLogConfig { target, json });
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests;
