@@ -168,6 +168,8 @@ pub struct Listen {
     /// `listen ADDR tls`: TLS with the sites' certificates, chosen by SNI.
     pub tls: bool,
     pub span: Span,
+    /// Where the address is written.
+    pub addr_span: Span,
 }
 
 #[derive(Debug, Clone)]
@@ -175,6 +177,8 @@ pub struct Site {
     /// The first host as written: the site's name in logs and pool names.
     pub name: String,
     pub hosts: Vec<HostPattern>,
+    /// Each host as written, and where.
+    pub host_words: Vec<(String, Span)>,
     pub routes: Vec<Route>,
     /// `tls CERT KEY`: served by SNI on `tls` listeners.
     pub tls: Option<SiteTls>,

@@ -3,8 +3,63 @@
 //! match, a route with filters but no handler. (`limit off` and `trust 0.0.0.0/0` are
 //! warned about where they are read.)
 
-use super::diag::{Diagnostic, Span};
+use super::diag::{Diagnostic, Sources, Span};
 use super::model::*;
+
+/// Addresses listened on twice, and hosts two sites name: an error at each repeat,
+/// naming where the first is (`line N`, or `FILE:N` in another file).
+pub fn duplicates(config: &Config, sources: &Sources) -> Vec<Diagnostic> {
+    let where_is = |here: Span, there: Span| {
+        if here.file == there.file {
+            format!("line {}", there.line)
+        } else {
+            format!("{}:{}", sources.name(there.file), there.line)
+        }
+    };
+    let mut errors = Vec::new();
+    // A `tcp` line's port 0 is never taken (each bind gets its own port); two `listen`
+    // lines of one address are a repeat even then.
+    let http = config.listeners.iter().map(|l| (l, false));
+    let tcp = config.tcp.iter().map(|t| (&t.listen, true));
+    let mut all: Vec<(&Listen, bool)> = http.chain(tcp).collect();
+    // In the order they are written: the later line is the repeat.
+    all.sort_by_key(|(l, _)| (l.addr_span.file, l.addr_span.line, l.addr_span.col));
+    for (i, &(l, is_tcp)) in all.iter().enumerate() {
+        let first = all[..i]
+            .iter()
+            .find(|(p, p_tcp)| p.addr == l.addr && (!(is_tcp || *p_tcp) || l.addr.port() != 0));
+        if let Some((prev, _)) = first {
+            let shown = if is_tcp {
+                l.text.clone()
+            } else {
+                l.addr.to_string()
+            };
+            errors.push(
+                Diagnostic::error(l.addr_span, format!("`{shown}` is already a listener"))
+                    .with_hint(format!(
+                        "it was first declared on {}",
+                        where_is(l.addr_span, prev.addr_span)
+                    )),
+            );
+        }
+    }
+    let mut seen: std::collections::HashMap<&HostPattern, Span> = Default::default();
+    for site in &config.sites {
+        for (h, (text, at)) in site.hosts.iter().zip(&site.host_words) {
+            let at = *at;
+            match seen.get(h) {
+                Some(&prev) => errors.push(
+                    Diagnostic::error(at, format!("host `{text}` already names another site"))
+                        .with_hint(format!("the other site is on {}", where_is(at, prev))),
+                ),
+                None => {
+                    seen.insert(h, at);
+                }
+            }
+        }
+    }
+    errors
+}
 
 /// Errors and warnings about `config` as a whole. `listeners_declared`: whether the
 /// file had a `listen` line (sluice adds a default one when not).

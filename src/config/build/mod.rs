@@ -35,6 +35,9 @@ pub fn build(
         ..Builder::default()
     };
     let config = b.top(tree);
+    // Structural, so sound on a config that had errors too.
+    b.errors
+        .extend(super::validate::duplicates(&config, sources));
     if b.errors.is_empty() {
         let (errors, warnings) = super::validate::check(&config, b.listeners_declared);
         b.errors.extend(errors);
@@ -59,16 +62,6 @@ struct Builder {
 }
 
 impl Builder {
-    /// Where `there` is, seen from `here`: `line N` in the same file, `FILE:N` in
-    /// another (an imported file's duplicate names the file it clashes with).
-    fn where_is(&self, here: Span, there: Span) -> String {
-        if here.file == there.file {
-            format!("line {}", there.line)
-        } else {
-            format!("{}:{}", self.sources.name(there.file), there.line)
-        }
-    }
-
     /// The folder of the file `span` is in: what its relative paths are relative to.
     fn dir_of(&self, span: Span) -> PathBuf {
         std::path::Path::new(self.sources.name(span.file))
@@ -125,7 +118,6 @@ impl Builder {
         let mut sites: Vec<Site> = Vec::new();
         let mut tcp: Vec<TcpProxy> = Vec::new();
         let mut global_seen: Option<Span> = None;
-        let mut hosts_seen: HashMap<HostPattern, Span> = HashMap::new();
         for d in tree {
             if !self.known_here(d, Place::Top) {
                 continue;
@@ -144,49 +136,17 @@ impl Builder {
                     }
                 }
                 "listen" => match listen(d) {
-                    Ok(l) => {
-                        if let Some(prev) = listeners.iter().find(|p| p.addr == l.addr) {
-                            self.errors.push(
-                                Diagnostic::error(
-                                    d.args[0].span,
-                                    format!("`{}` is already a listener", l.addr),
-                                )
-                                .with_hint(format!(
-                                    "it was first declared on {}",
-                                    self.where_is(d.args[0].span, prev.span)
-                                )),
-                            );
-                        } else {
-                            listeners.push(l);
-                        }
-                    }
+                    Ok(l) => listeners.push(l),
                     Err(e) => self.errors.push(e),
                 },
                 "site" => {
-                    if let Some(site) = self.site(d, &mut hosts_seen) {
+                    if let Some(site) = self.site(d) {
                         sites.push(site);
                     }
                 }
                 "tcp" => {
                     if let Some(t) = self.tcp(d) {
-                        let taken = listeners
-                            .iter()
-                            .map(|l| (l.addr, l.span))
-                            .chain(tcp.iter().map(|t| (t.listen.addr, t.listen.span)))
-                            .find(|(a, _)| *a == t.listen.addr && a.port() != 0);
-                        match taken {
-                            Some((_, at)) => self.errors.push(
-                                Diagnostic::error(
-                                    d.args[0].span,
-                                    format!("`{}` is already a listener", t.listen.text),
-                                )
-                                .with_hint(format!(
-                                    "it was first declared on {}",
-                                    self.where_is(d.args[0].span, at)
-                                )),
-                            ),
-                            None => tcp.push(t),
-                        }
+                        tcp.push(t);
                     }
                 }
                 _ => {}
@@ -200,6 +160,7 @@ impl Builder {
                 dual_stack: false,
                 tls: false,
                 span: Span::default(),
+                addr_span: Span::default(),
             });
         }
         Config {
@@ -271,7 +232,7 @@ impl Builder {
         Ok(())
     }
 
-    fn site(&mut self, d: &Directive, hosts_seen: &mut HashMap<HostPattern, Span>) -> Option<Site> {
+    fn site(&mut self, d: &Directive) -> Option<Site> {
         if d.args.is_empty() {
             self.errors.push(missing(
                 d,
@@ -288,24 +249,12 @@ impl Builder {
             }
         };
         let mut hosts = Vec::new();
+        let mut host_words = Vec::new();
         for w in &d.args {
             match host_pattern(w) {
                 Ok(h) => {
-                    if let Some(prev) = hosts_seen.get(&h) {
-                        self.errors.push(
-                            Diagnostic::error(
-                                w.span,
-                                format!("host `{}` already names another site", w.text),
-                            )
-                            .with_hint(format!(
-                                "the other site is on {}",
-                                self.where_is(w.span, *prev)
-                            )),
-                        );
-                    } else {
-                        hosts_seen.insert(h.clone(), w.span);
-                        hosts.push(h);
-                    }
+                    hosts.push(h);
+                    host_words.push((w.text.clone(), w.span));
                 }
                 Err(e) => self.errors.push(e),
             }
@@ -366,6 +315,7 @@ impl Builder {
         Some(Site {
             name,
             hosts,
+            host_words,
             routes,
             tls,
         })

@@ -641,6 +641,7 @@ impl Builder {
                     dual_stack,
                     tls: false,
                     span: d.span(),
+                    addr_span: w.span,
                 },
                 items,
             ))

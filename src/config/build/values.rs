@@ -126,6 +126,7 @@ pub(super) fn listen(d: &Directive) -> Res<Listen> {
         dual_stack,
         tls,
         span: d.span(),
+        addr_span: w.span,
     })
 }
 
