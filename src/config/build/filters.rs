@@ -392,60 +392,25 @@ fn cors(d: &Directive) -> Res<Cors> {
     for i in items {
         let name = i.name.text.as_str();
         no_block(i)?;
-        let need = |usage: &str, ex: &str| {
-            if i.args.is_empty() {
-                Err(missing(i, usage, ex))
-            } else {
-                Ok(())
-            }
+        let (usage, example) = match name {
+            "origins" => (
+                "origins ORIGIN|*.SUFFIX|*...",
+                "origins https://app.example.com *.example.com",
+            ),
+            "methods" => ("methods METHOD...", "methods GET POST PUT"),
+            "headers" => ("headers NAME...", "headers Content-Type Authorization"),
+            _ => ("", ""),
         };
+        if !usage.is_empty() && i.args.is_empty() {
+            return Err(missing(i, usage, example));
+        }
         match name {
             "origins" => {
-                need(
-                    "origins ORIGIN|*.SUFFIX|*...",
-                    "origins https://app.example.com *.example.com",
-                )?;
                 has_origins = true;
-                for w in &i.args {
-                    let o = w.text.to_ascii_lowercase();
-                    if o == "*" {
-                        c.any = true;
-                    } else if let Some(suffix) = o.strip_prefix("*.") {
-                        if suffix.is_empty() || suffix.contains(['/', ':']) {
-                            return Err(expected(w, "`*.` and a domain, like *.example.com"));
-                        }
-                        c.suffixes.push(format!(".{suffix}"));
-                    } else if o.contains('*') {
-                        return Err(expected(w, "an exact origin, *.DOMAIN or *")
-                            .with_hint("a wildcard has no scheme: *.example.com (it admits https origins only)"));
-                    } else if (o.starts_with("https://") || o.starts_with("http://"))
-                        && !o.split_once("://").unwrap().1.contains('/')
-                        && o.len() > 8
-                    {
-                        c.origins.push(o);
-                    } else {
-                        return Err(
-                            expected(w, "an origin (scheme://host[:port]), *.DOMAIN or *")
-                                .with_hint("an origin has no path: https://app.example.com"),
-                        );
-                    }
-                }
+                i.args.iter().try_for_each(|w| cors_origin(w, &mut c))?;
             }
-            "methods" => {
-                need("methods METHOD...", "methods GET POST PUT")?;
-                c.methods = i
-                    .args
-                    .iter()
-                    .map(|w| {
-                        if !w.text.bytes().all(|b| b.is_ascii_uppercase()) {
-                            return Err(expected(w, "an upper-case method like PUT"));
-                        }
-                        Method::from_bytes(w.text.as_bytes()).map_err(|_| expected(w, "a method"))
-                    })
-                    .collect::<Res<_>>()?;
-            }
+            "methods" => c.methods = i.args.iter().map(cors_method).collect::<Res<_>>()?,
             "headers" => {
-                need("headers NAME...", "headers Content-Type Authorization")?;
                 c.headers = i
                     .args
                     .iter()
@@ -453,7 +418,7 @@ fn cors(d: &Directive) -> Res<Cors> {
                         HeaderName::from_bytes(w.text.as_bytes())
                             .map_err(|_| expected(w, "a header name"))
                     })
-                    .collect::<Res<_>>()?;
+                    .collect::<Res<_>>()?
             }
             "credentials" => c.credentials = on_off(i)?,
             "max_age" => c.max_age = Some(duration(one_arg(i, "max_age 10m")?)?),
@@ -481,6 +446,41 @@ fn cors(d: &Directive) -> Res<Cors> {
         .with_hint("list the origins that may send credentials"));
     }
     Ok(c)
+}
+
+/// One word of `origins`: `*`, `*.DOMAIN`, or an exact origin without a path.
+fn cors_origin(w: &Word, c: &mut Cors) -> Res<()> {
+    let o = w.text.to_ascii_lowercase();
+    if o == "*" {
+        c.any = true;
+    } else if let Some(suffix) = o.strip_prefix("*.") {
+        if suffix.is_empty() || suffix.contains(['/', ':']) {
+            return Err(expected(w, "`*.` and a domain, like *.example.com"));
+        }
+        c.suffixes.push(format!(".{suffix}"));
+    } else if o.contains('*') {
+        return Err(expected(w, "an exact origin, *.DOMAIN or *")
+            .with_hint("a wildcard has no scheme: *.example.com (it admits https origins only)"));
+    } else if (o.starts_with("https://") || o.starts_with("http://"))
+        && !o.split_once("://").unwrap().1.contains('/')
+        && o.len() > 8
+    {
+        c.origins.push(o);
+    } else {
+        return Err(
+            expected(w, "an origin (scheme://host[:port]), *.DOMAIN or *")
+                .with_hint("an origin has no path: https://app.example.com"),
+        );
+    }
+    Ok(())
+}
+
+/// One word of `methods`: an upper-case method.
+fn cors_method(w: &Word) -> Res<Method> {
+    if !w.text.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(expected(w, "an upper-case method like PUT"));
+    }
+    Method::from_bytes(w.text.as_bytes()).map_err(|_| expected(w, "a method"))
 }
 
 /// `on RESULT skip_to NAME | reject CODE`, for the filter `line`. A skip's target is

@@ -248,17 +248,7 @@ impl Builder {
                 return None;
             }
         };
-        let mut hosts = Vec::new();
-        let mut host_words = Vec::new();
-        for w in &d.args {
-            match host_pattern(w) {
-                Ok(h) => {
-                    hosts.push(h);
-                    host_words.push((w.text.clone(), w.span));
-                }
-                Err(e) => self.errors.push(e),
-            }
-        }
+        let (hosts, host_words) = self.site_hosts(d);
         let name = d.args[0].text.to_ascii_lowercase();
         let mut routes = Vec::new();
         let mut own: Vec<&Directive> = Vec::new();
@@ -319,6 +309,23 @@ impl Builder {
             routes,
             tls,
         })
+    }
+
+    /// A site's hosts, and each as written with where; a host that cannot be one is an
+    /// error pushed.
+    fn site_hosts(&mut self, d: &Directive) -> (Vec<HostPattern>, Vec<(String, Span)>) {
+        let mut hosts = Vec::new();
+        let mut words = Vec::new();
+        for w in &d.args {
+            match host_pattern(w) {
+                Ok(h) => {
+                    hosts.push(h);
+                    words.push((w.text.clone(), w.span));
+                }
+                Err(e) => self.errors.push(e),
+            }
+        }
+        (hosts, words)
     }
 
     /// `tls CERT KEY`: both files read and checked now, so a bad pair fails the load.

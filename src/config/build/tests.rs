@@ -178,8 +178,14 @@ fn duplicates_are_errors() {
     assert!(m.contains("set twice"), "{m}");
     // A `tcp` listener on an HTTP listener's address, whichever line comes first.
     for (text, at) in [
-        ("listen 127.0.0.1:7\ntcp 127.0.0.1:7 { proxy 127.0.0.1:1 }\n", 5),
-        ("tcp 127.0.0.1:7 { proxy 127.0.0.1:1 }\nlisten 127.0.0.1:7\n", 8),
+        (
+            "listen 127.0.0.1:7\ntcp 127.0.0.1:7 { proxy 127.0.0.1:1 }\n",
+            5,
+        ),
+        (
+            "tcp 127.0.0.1:7 { proxy 127.0.0.1:1 }\nlisten 127.0.0.1:7\n",
+            8,
+        ),
     ] {
         let (l, col, m, h) = err(text);
         assert_eq!((l, col), (2, at), "{text}: the repeat's address");
