@@ -78,106 +78,97 @@ fn raise_open_file_limit() {
     }
 }
 
+/// Why sluice could not start serving.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Bind(#[from] super::BindError),
+    #[error("cannot listen on {addr} for the admin API: {source}; write `admin off` in `global` to run without it")]
+    Admin {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the access log: {0}")]
+    AccessLog(#[source] std::io::Error),
+}
+
 /// [`serve`] on a runtime the caller built (and may have started tasks on).
 pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> ExitCode {
     raise_open_file_limit();
     let code = rt.block_on(async move {
-        let bound = match bind_new(&wanted(&config), &HashMap::new()) {
-            Ok(b) => b,
+        match start(config, source).await {
+            Ok((server, commands)) => {
+                server.run(commands).await;
+                ExitCode::SUCCESS
+            }
             Err(e) => {
                 eprintln!("sluice: {e}");
-                return ExitCode::from(1);
-            }
-        };
-        let live = Live::new(Generation::compile(&config, None));
-        let revisions = Arc::new(Mutex::new(Revisions::default()));
-        revisions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .record(Origin::Start, source.text.clone());
-        let (commands_tx, mut commands) = mpsc::channel(8);
-        let admin_addr = match config.global.admin {
-            None => None,
-            Some(addr) => match TcpListener::bind(addr).await {
-                Ok(l) => {
-                    let local = l.local_addr().ok();
-                    tracing::info!(
-                        "sluice: admin API on http://{}",
-                        local.map(|a| a.to_string()).unwrap_or_default()
-                    );
-                    let api = admin::Api {
-                        live: live.clone(),
-                        revisions: revisions.clone(),
-                        commands: commands_tx,
-                    };
-                    tokio::spawn(admin::serve(l, api));
-                    local
-                }
-                Err(e) => {
-                    eprintln!("sluice: cannot listen on {addr} for the admin API: {e}; write `admin off` in `global` to run without it");
-                    return ExitCode::from(1);
-                }
-            },
-        };
-        let access: super::h1::Access = Arc::new(arc_swap::ArcSwapOption::empty());
-        if let Some(c) = &config.global.access_log {
-            match AccessLog::start(c.clone()) {
-                Ok(log) => access.store(Some(log)),
-                Err(e) => {
-                    eprintln!("sluice: cannot open the access log: {e}");
-                    return ExitCode::from(1);
-                }
+                ExitCode::from(1)
             }
         }
-        let mut server = Server {
-            access,
-            live,
-            drain: Drain::new(),
-            listeners: HashMap::new(),
-            revisions,
-            grace: config.global.grace,
-            source,
-            admin_addr,
-        };
-        // Signals first: once a listener is announced, a SIGHUP must reload, not kill
-        // (the default action) a process still setting up.
-        let mut signals = Signals::new();
-        tracing::info!("sluice: loaded revision 1: {}", config.summary());
-        server.start(bound);
-        tokio::spawn(watch_certificates(server.live.clone()));
-        loop {
-            tokio::select! {
-                s = signals.next() => match s {
-                    Signal::Reload => {
-                        let _ = server.reload();
-                    }
-                    Signal::Stop => break,
-                    Signal::Reopen => {
-                        if let Some(log) = server.access.load_full() {
-                            log.reopen();
-                        }
-                    }
-                },
-                Some(c) = commands.recv() => match c {
-                    Command::Reload(reply) => {
-                        let _ = reply.send(server.reload());
-                    }
-                    Command::Rollback(n, reply) => {
-                        let _ = reply.send(server.rollback(n));
-                    }
-                },
-            }
-        }
-        let access = server.access.clone();
-        server.stop(&mut signals).await;
-        if let Some(log) = access.swap(None) {
-            // Every line of the requests that finished reaches the file.
-            log.close();
-        }
-        ExitCode::SUCCESS
     });
     rt.shutdown_timeout(Duration::from_millis(100));
     code
+}
+
+/// Binds the listeners, compiles revision 1, starts the admin API and the access log,
+/// and starts accepting; the server, and where the admin API's commands arrive.
+async fn start(
+    config: Config,
+    source: Source,
+) -> Result<(Server, mpsc::Receiver<Command>), StartError> {
+    let bound = bind_new(&wanted(&config), &HashMap::new())?;
+    let live = Live::new(Generation::compile(&config, None));
+    let revisions = Arc::new(Mutex::new(Revisions::default()));
+    revisions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .record(Origin::Start, source.text.clone());
+    let (commands_tx, commands) = mpsc::channel(8);
+    let admin_addr = match config.global.admin {
+        None => None,
+        Some(addr) => {
+            let l = TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::Admin { addr, source })?;
+            let local = l.local_addr().ok();
+            tracing::info!(
+                "sluice: admin API on http://{}",
+                local.map(|a| a.to_string()).unwrap_or_default()
+            );
+            let api = admin::Api {
+                live: live.clone(),
+                revisions: revisions.clone(),
+                commands: commands_tx,
+            };
+            tokio::spawn(admin::serve(l, api));
+            local
+        }
+    };
+    let access: super::h1::Access = Arc::new(arc_swap::ArcSwapOption::empty());
+    if let Some(c) = &config.global.access_log {
+        access.store(Some(
+            AccessLog::start(c.clone()).map_err(StartError::AccessLog)?,
+        ));
+    }
+    let mut server = Server {
+        access,
+        live,
+        drain: Drain::new(),
+        listeners: HashMap::new(),
+        revisions,
+        grace: config.global.grace,
+        source,
+        admin_addr,
+        signals: Signals::new(),
+    };
+    // Signals first (above): once a listener is announced, a SIGHUP must reload, not
+    // kill (the default action) a process still setting up.
+    tracing::info!("sluice: loaded revision 1: {}", config.summary());
+    server.start(bound);
+    tokio::spawn(watch_certificates(server.live.clone()));
+    Ok((server, commands))
 }
 
 /// A listener is the same listener across reloads when its address, family mode and
@@ -215,13 +206,14 @@ struct Server {
     grace: Duration,
     source: Source,
     admin_addr: Option<SocketAddr>,
+    signals: Signals,
 }
 
 /// Binds the listeners of `wanted` that are not running already; all or none.
 fn bind_new(
     wanted: &[(Listen, bool)],
     running: &HashMap<ListenKey, Accepting>,
-) -> anyhow::Result<Vec<(ListenKey, TcpListener)>> {
+) -> Result<Vec<(ListenKey, TcpListener)>, super::BindError> {
     let fresh: Vec<&(Listen, bool)> = wanted
         .iter()
         .filter(|(l, tcp)| !running.contains_key(&key(l, *tcp)))
@@ -236,6 +228,40 @@ fn bind_new(
 }
 
 impl Server {
+    /// Serves until a stop signal: reloads, rollbacks and log reopens as they come;
+    /// then drains and closes the access log.
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        loop {
+            tokio::select! {
+                s = self.signals.next() => match s {
+                    Signal::Reload => {
+                        let _ = self.reload();
+                    }
+                    Signal::Stop => break,
+                    Signal::Reopen => {
+                        if let Some(log) = self.access.load_full() {
+                            log.reopen();
+                        }
+                    }
+                },
+                Some(c) = commands.recv() => match c {
+                    Command::Reload(reply) => {
+                        let _ = reply.send(self.reload());
+                    }
+                    Command::Rollback(n, reply) => {
+                        let _ = reply.send(self.rollback(n));
+                    }
+                },
+            }
+        }
+        let access = self.access.clone();
+        self.stop().await;
+        if let Some(log) = access.swap(None) {
+            // Every line of the requests that finished reaches the file.
+            log.close();
+        }
+    }
+
     fn start(&mut self, bound: Vec<(ListenKey, TcpListener)>) {
         for (k, l) in bound {
             let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
@@ -361,28 +387,45 @@ impl Server {
                 return Err(Refused::Invalid(e.to_string()));
             }
         };
-        let current = self.access.load_full();
-        if current.as_ref().map(|l| &l.config) != config.global.access_log.as_ref() {
-            match config
-                .global
-                .access_log
-                .clone()
-                .map(AccessLog::start)
-                .transpose()
-            {
-                Ok(log) => self.access.store(log),
-                Err(e) => {
-                    tracing::error!(
-                        "sluice: {} rejected, still serving revision {keep}: cannot open the access log: {e}",
-                        origin.as_str()
-                    );
-                    return Err(Refused::Invalid(format!("cannot open the access log: {e}")));
-                }
-            }
+        if let Err(e) = self.open_access_log(&config) {
+            tracing::error!(
+                "sluice: {} rejected, still serving revision {keep}: {e}",
+                origin.as_str()
+            );
+            return Err(Refused::Invalid(e.to_string()));
         }
         let next = Generation::compile(&config, Some(&self.live.load()));
         self.live.swap(next);
-        let wanted: Vec<ListenKey> = wanted(&config).iter().map(|(l, t)| key(l, *t)).collect();
+        self.close_unwanted(&config, origin);
+        self.start(bound);
+        self.grace = config.global.grace;
+        let revision = self
+            .revisions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(origin, text);
+        let verb = match origin {
+            Origin::Rollback => "rolled back",
+            _ => "reloaded",
+        };
+        tracing::info!("sluice: {verb}: revision {revision}: {}", config.summary());
+        Ok(revision)
+    }
+
+    /// Opens the access log `config` asks for, when it is not the one open now.
+    fn open_access_log(&self, config: &Config) -> Result<(), StartError> {
+        let current = self.access.load_full();
+        if current.as_ref().map(|l| &l.config) != config.global.access_log.as_ref() {
+            let log = config.global.access_log.clone().map(AccessLog::start);
+            self.access
+                .store(log.transpose().map_err(StartError::AccessLog)?);
+        }
+        Ok(())
+    }
+
+    /// Closes the listeners `config` no longer has (their connections go on).
+    fn close_unwanted(&mut self, config: &Config, origin: Origin) {
+        let wanted: Vec<ListenKey> = wanted(config).iter().map(|(l, t)| key(l, *t)).collect();
         let mut closed = Vec::new();
         self.listeners.retain(|k, a| {
             let kept = wanted.contains(k);
@@ -402,19 +445,6 @@ impl Server {
             .unwrap_or_else(|e| e.into_inner())
             .listeners
             .retain(|l| !closed.contains(l));
-        self.start(bound);
-        self.grace = config.global.grace;
-        let revision = self
-            .revisions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .record(origin, text);
-        let verb = match origin {
-            Origin::Rollback => "rolled back",
-            _ => "reloaded",
-        };
-        tracing::info!("sluice: {verb}: revision {revision}: {}", config.summary());
-        Ok(revision)
     }
 
     fn current(&self) -> u64 {
@@ -426,7 +456,7 @@ impl Server {
 
     /// Closes the listeners, then waits up to `grace` (or a second signal) for the
     /// requests in flight.
-    async fn stop(self, signals: &mut Signals) {
+    async fn stop(mut self) {
         // Stop accepting first: once the accept loops return, the listeners are closed.
         self.drain.start();
         for (_, a) in self.listeners {
@@ -445,7 +475,7 @@ impl Server {
                     Ok(()) => return,
                     Err(_) => break "after grace",
                 },
-                s = signals.next() => match s {
+                s = self.signals.next() => match s {
                     Signal::Stop => break "on a second signal",
                     // A reload asked for during the drain is moot.
                     Signal::Reload | Signal::Reopen => continue,

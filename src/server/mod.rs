@@ -27,11 +27,26 @@ use crate::net::transport::{wait_first_bytes, Transport};
 use crate::pipeline::{ClientInfo, Scheme};
 use crate::runtime::Live;
 
+/// A listener that could not be bound, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {source}")]
+pub struct BindError {
+    /// The address as written.
+    pub addr: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
 /// Binds every listener, or fails naming the address that could not be bound.
-pub fn bind(listens: &[Listen]) -> anyhow::Result<Vec<TcpListener>> {
+pub fn bind(listens: &[Listen]) -> Result<Vec<TcpListener>, BindError> {
     listens
         .iter()
-        .map(|l| bind_one(l).map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", l.text)))
+        .map(|l| {
+            bind_one(l).map_err(|source| BindError {
+                addr: l.text.clone(),
+                source,
+            })
+        })
         .collect()
 }
 
