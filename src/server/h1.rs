@@ -156,6 +156,45 @@ impl Conn {
             .await;
     }
 
+    /// Whether the first chunk-size line of a chunked body is sound; a bad one is
+    /// answered 400 here (a closed connection gets nothing).
+    async fn first_chunk_ok<S: Transport>(&mut self, stream: &mut S, buf: &mut BytesMut) -> bool {
+        match first_chunk_line(stream, buf, &mut self.watch).await {
+            Ok(()) => true,
+            Err(None) => false,
+            Err(Some(why)) => {
+                bump(&COUNTERS.bad_request);
+                count_status(400);
+                let msg = format!("Bad request: {why}\n");
+                let out = encode::simple(StatusCode::BAD_REQUEST, &msg, &[], true);
+                let _ = stream.write_all(&out).await;
+                false
+            }
+        }
+    }
+
+    /// A `101`: the head goes out, then the connection belongs to the tunnel; a reload
+    /// or a drain never cuts it (it ends when either side closes).
+    async fn switch<S: Transport>(
+        &self,
+        stream: &mut S,
+        buf: &mut BytesMut,
+        mut ex: Exchange,
+        resp: Response<Body>,
+        log: Option<Pending>,
+        tunnel: Box<crate::tunnel::Tunnel>,
+    ) {
+        let (parts, _) = resp.into_parts();
+        ex.switch(stream, parts.status, parts.headers).await;
+        if let Some(l) = &log {
+            ex.status = 101;
+            ex.log(l, &self.client);
+        }
+        let early = buf.split().freeze();
+        stream.keepalive();
+        tunnel.join(stream, early).await;
+    }
+
     /// One request and its response. Returns whether the connection may carry another.
     async fn serve_one<S: Transport>(
         &mut self,
@@ -174,26 +213,18 @@ impl Conn {
             upgrade,
         } = head;
         let is_head = method == Method::HEAD;
+        // Without Expect the first chunk-size line is normally here already: it is
+        // checked before anything is dispatched, so a bad one never reaches a backend.
+        if framing == Framing::Chunked
+            && !expect_continue
+            && !self.first_chunk_ok(stream, buf).await
+        {
+            return false;
+        }
         let (want, pump, body) = match framing {
             Framing::None => (None, None, Body::Empty),
             Framing::Length(n) => Pump::channel(Decoder::length(n), Some(n), expect_continue),
-            Framing::Chunked => {
-                // Without Expect the first chunk-size line is normally here already:
-                // check it before anything is dispatched, so a bad one never reaches a backend.
-                if !expect_continue {
-                    if let Err(e) = first_chunk_line(stream, buf, &mut self.watch).await {
-                        if let Some(why) = e {
-                            bump(&COUNTERS.bad_request);
-                            count_status(400);
-                            let msg = format!("Bad request: {why}\n");
-                            let out = encode::simple(StatusCode::BAD_REQUEST, &msg, &[], true);
-                            let _ = stream.write_all(&out).await;
-                        }
-                        return false;
-                    }
-                }
-                Pump::channel(Decoder::chunked(), None, expect_continue)
-            }
+            Framing::Chunked => Pump::channel(Decoder::chunked(), None, expect_continue),
         };
         let log = self
             .access
@@ -225,17 +256,7 @@ impl Conn {
         };
         ex.keep_alive &= !self.watch.is_draining();
         if let Some(tunnel) = ex.tunnel.take() {
-            // 101: the head goes out, then the connection belongs to the tunnel; a
-            // reload or a drain never cuts it (it ends when either side closes).
-            let (parts, _) = resp.into_parts();
-            ex.switch(stream, parts.status, parts.headers).await;
-            if let Some(l) = &log {
-                ex.status = 101;
-                ex.log(l, &self.client);
-            }
-            let early = buf.split().freeze();
-            stream.keepalive();
-            tunnel.join(stream, early).await;
+            self.switch(stream, buf, ex, resp, log, tunnel).await;
             return false;
         }
         let keep = ex.respond(stream, buf, resp).await;
