@@ -102,84 +102,104 @@ impl Decoder {
                 *rem -= n as u64;
                 Ok(Decoded::Data(buf.split_to(n).freeze()))
             }
-            Decoder::Chunked(state) => loop {
-                match *state {
-                    Chunk::Size => match size_line(buf)? {
-                        None => return Ok(Decoded::NeedMore),
-                        Some((len, 0)) => {
-                            buf.advance(len);
-                            *state = Chunk::Trailers {
-                                seen: 0,
-                                scanned: 0,
-                            };
-                        }
-                        Some((len, size)) => {
-                            buf.advance(len);
-                            *state = Chunk::Data(size);
-                        }
-                    },
-                    Chunk::Data(rem) => {
-                        if buf.is_empty() {
-                            return Ok(Decoded::NeedMore);
-                        }
-                        let n = rem.min(buf.len() as u64) as usize;
-                        *state = if rem == n as u64 {
-                            Chunk::DataEnd
-                        } else {
-                            Chunk::Data(rem - n as u64)
-                        };
-                        return Ok(Decoded::Data(buf.split_to(n).freeze()));
-                    }
-                    Chunk::DataEnd => {
-                        if buf.len() < 2 {
-                            if buf.first().is_some_and(|&b| b != b'\r') {
-                                return Err("chunk data not followed by CRLF");
-                            }
-                            return Ok(Decoded::NeedMore);
-                        }
-                        if &buf[..2] != b"\r\n" {
-                            return Err("chunk data not followed by CRLF");
-                        }
-                        buf.advance(2);
-                        *state = Chunk::Size;
-                    }
-                    Chunk::Trailers { seen, scanned } => {
-                        let Some(lf) = buf[scanned..]
-                            .iter()
-                            .position(|&b| b == b'\n')
-                            .map(|off| scanned + off)
-                        else {
-                            if seen + buf.len() > MAX_TRAILERS {
-                                return Err("trailers too large");
-                            }
-                            *state = Chunk::Trailers {
-                                seen,
-                                scanned: buf.len(),
-                            };
-                            return Ok(Decoded::NeedMore);
-                        };
-                        if lf == 0 || buf[lf - 1] != b'\r' {
-                            return Err("bare LF in trailers");
-                        }
-                        let empty = lf == 1;
-                        buf.advance(lf + 1);
-                        if empty {
-                            *state = Chunk::Done;
-                        } else {
-                            if seen + lf + 1 > MAX_TRAILERS {
-                                return Err("trailers too large");
-                            }
-                            *state = Chunk::Trailers {
-                                seen: seen + lf + 1,
-                                scanned: 0,
-                            };
-                        }
-                    }
-                    Chunk::Done => return Ok(Decoded::Done),
-                }
-            },
+            Decoder::Chunked(state) => chunked(state, buf),
         }
     }
+}
+
+/// The next piece of a chunked body: through size lines, data, line ends and
+/// trailers until data or the end is found, or more bytes are needed.
+fn chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, &'static str> {
+    loop {
+        match *state {
+            Chunk::Size => match size_line(buf)? {
+                None => return Ok(Decoded::NeedMore),
+                Some((len, 0)) => {
+                    buf.advance(len);
+                    *state = Chunk::Trailers {
+                        seen: 0,
+                        scanned: 0,
+                    };
+                }
+                Some((len, size)) => {
+                    buf.advance(len);
+                    *state = Chunk::Data(size);
+                }
+            },
+            Chunk::Data(rem) => {
+                if buf.is_empty() {
+                    return Ok(Decoded::NeedMore);
+                }
+                let n = rem.min(buf.len() as u64) as usize;
+                *state = if rem == n as u64 {
+                    Chunk::DataEnd
+                } else {
+                    Chunk::Data(rem - n as u64)
+                };
+                return Ok(Decoded::Data(buf.split_to(n).freeze()));
+            }
+            Chunk::DataEnd => {
+                if buf.len() < 2 {
+                    if buf.first().is_some_and(|&b| b != b'\r') {
+                        return Err("chunk data not followed by CRLF");
+                    }
+                    return Ok(Decoded::NeedMore);
+                }
+                if &buf[..2] != b"\r\n" {
+                    return Err("chunk data not followed by CRLF");
+                }
+                buf.advance(2);
+                *state = Chunk::Size;
+            }
+            Chunk::Trailers { seen, scanned } => {
+                if !trailer_line(state, seen, scanned, buf)? {
+                    return Ok(Decoded::NeedMore);
+                }
+            }
+            Chunk::Done => return Ok(Decoded::Done),
+        }
+    }
+}
+
+/// Takes one trailer line (`seen` bytes of trailers so far, `scanned` of `buf` looked
+/// at already); `false` when its end is not here yet. The empty line ends the body.
+fn trailer_line(
+    state: &mut Chunk,
+    seen: usize,
+    scanned: usize,
+    buf: &mut BytesMut,
+) -> Result<bool, &'static str> {
+    let Some(lf) = buf[scanned..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|off| scanned + off)
+    else {
+        if seen + buf.len() > MAX_TRAILERS {
+            return Err("trailers too large");
+        }
+        *state = Chunk::Trailers {
+            seen,
+            scanned: buf.len(),
+        };
+        return Ok(false);
+    };
+    if lf == 0 || buf[lf - 1] != b'\r' {
+        return Err("bare LF in trailers");
+    }
+    let empty = lf == 1;
+    buf.advance(lf + 1);
+    if empty {
+        *state = Chunk::Done;
+    } else {
+        if seen + lf + 1 > MAX_TRAILERS {
+            return Err("trailers too large");
+        }
+        *state = Chunk::Trailers {
+            seen: seen + lf + 1,
+            scanned: 0,
+        };
+    }
+    Ok(true)
 }
 
 /// Parses a chunk-size line at the start of `buf`: its length with CRLF, and the size.
