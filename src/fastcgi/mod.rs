@@ -623,41 +623,8 @@ fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
     };
     // The first segment that names a script splits SCRIPT_NAME from PATH_INFO.
     let segments: Vec<&std::ffi::OsStr> = rel.iter().collect();
-    let raw_segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     if let Some(i) = segments.iter().position(|s| is_script(s)) {
-        let script_rel: PathBuf = segments[..=i].iter().collect();
-        let script_name = format!(
-            "/{}",
-            segments[..=i]
-                .iter()
-                .map(|s| s.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join("/")
-        );
-        let path_info = if i + 1 < segments.len() {
-            let mut p = format!(
-                "/{}",
-                segments[i + 1..]
-                    .iter()
-                    .map(|s| s.to_string_lossy())
-                    .collect::<Vec<_>>()
-                    .join("/")
-            );
-            if path.ends_with('/') && raw_segments.len() > i + 1 {
-                p.push('/');
-            }
-            p
-        } else {
-            String::new()
-        };
-        if let Some(filename) = script_file(&cfg.root, &script_rel) {
-            return Target::Script {
-                script_name,
-                path_info,
-                filename,
-            };
-        }
-        return fallback(cfg);
+        return script_target(cfg, &segments, i, path);
     }
     let wanted = cfg.root.join(&rel);
     let real = match std::fs::canonicalize(&wanted) {
@@ -671,23 +638,7 @@ fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
         if !path.ends_with('/') {
             return Target::Redirect;
         }
-        for name in &cfg.index {
-            let rel_index = rel.join(name);
-            if let Some(filename) = script_file(&cfg.root, &rel_index) {
-                let mut script_name = String::from("/");
-                for s in &segments {
-                    script_name.push_str(&s.to_string_lossy());
-                    script_name.push('/');
-                }
-                script_name.push_str(name);
-                return Target::Script {
-                    script_name,
-                    path_info: String::new(),
-                    filename,
-                };
-            }
-        }
-        return fallback(cfg);
+        return folder_index(cfg, &rel, &segments);
     }
     if meta.is_file() {
         // A script reached by another name (a symlink), or asked for under another
@@ -697,6 +648,62 @@ fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
             return Target::NotFound;
         }
         return Target::Static(real);
+    }
+    fallback(cfg)
+}
+
+/// A path whose segment `i` names a script: the script, with what follows as
+/// PATH_INFO (its trailing slash kept), or the fallback when it is not a file.
+fn script_target(
+    cfg: &FastCgiConfig,
+    segments: &[&std::ffi::OsStr],
+    i: usize,
+    path: &str,
+) -> Target {
+    let joined = |segs: &[&std::ffi::OsStr]| {
+        segs.iter()
+            .map(|s| s.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let script_rel: PathBuf = segments[..=i].iter().collect();
+    let script_name = format!("/{}", joined(&segments[..=i]));
+    let path_info = if i + 1 < segments.len() {
+        let mut p = format!("/{}", joined(&segments[i + 1..]));
+        let raw_segments = path.split('/').filter(|s| !s.is_empty()).count();
+        if path.ends_with('/') && raw_segments > i + 1 {
+            p.push('/');
+        }
+        p
+    } else {
+        String::new()
+    };
+    match script_file(&cfg.root, &script_rel) {
+        Some(filename) => Target::Script {
+            script_name,
+            path_info,
+            filename,
+        },
+        None => fallback(cfg),
+    }
+}
+
+/// A folder asked for with its slash: its first `index` script, or the fallback.
+fn folder_index(cfg: &FastCgiConfig, rel: &Path, segments: &[&std::ffi::OsStr]) -> Target {
+    for name in &cfg.index {
+        if let Some(filename) = script_file(&cfg.root, &rel.join(name)) {
+            let mut script_name = String::from("/");
+            for s in segments {
+                script_name.push_str(&s.to_string_lossy());
+                script_name.push('/');
+            }
+            script_name.push_str(name);
+            return Target::Script {
+                script_name,
+                path_info: String::new(),
+                filename,
+            };
+        }
     }
     fallback(cfg)
 }
@@ -790,11 +797,16 @@ fn variables(
     for (name, value) in &cfg.env {
         set(name, value.as_bytes());
     }
-    // Request headers, as HTTP_*: names with `_` are skipped (one could pose as
-    // another), `Proxy` never becomes HTTP_PROXY (httpoxy), and the two that have
-    // CGI variables of their own are not repeated.
+    http_variables(&parts.headers, &mut v);
+    v
+}
+
+/// The request's header fields as `HTTP_*` variables: names with `_` are skipped (one
+/// could pose as another), `Proxy` never becomes HTTP_PROXY (httpoxy), and the two
+/// that have CGI variables of their own are not repeated.
+fn http_variables(headers: &http::HeaderMap, v: &mut Vec<(String, Vec<u8>)>) {
     let mut last: Option<&http::HeaderName> = None;
-    for (name, value) in &parts.headers {
+    for (name, value) in headers {
         let n = name.as_str();
         if n.contains('_')
             || n == "proxy"
@@ -815,7 +827,6 @@ fn variables(
         v.push((var, value.as_bytes().to_vec()));
         last = Some(name);
     }
-    v
 }
 
 fn split_host(host: &str) -> (&str, Option<&str>) {
