@@ -244,16 +244,7 @@ pub(crate) async fn file(
     }
     out.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     out.insert(header::DATE, date());
-    let not_modified = match header_str(header::IF_NONE_MATCH) {
-        Some(list) => none_match(list, &tag),
-        None => match (header_str(header::IF_MODIFIED_SINCE), mtime) {
-            (Some(since), Some(m)) => httpdate::parse_http_date(since).is_ok_and(|since| {
-                m.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-                    <= since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-            }),
-            _ => false,
-        },
-    };
+    let not_modified = not_modified(headers, &tag, mtime);
     if not_modified {
         let mut r = Response::new(Body::Empty);
         *r.status_mut() = StatusCode::NOT_MODIFIED;
@@ -310,6 +301,22 @@ pub(crate) async fn file(
     *r.status_mut() = status;
     *r.headers_mut() = out;
     r
+}
+
+/// Whether the client's copy is current (RFC 9110 §13.1): `If-None-Match` against
+/// the tag when sent, else `If-Modified-Since` against the file's time, to the second.
+fn not_modified(headers: &HeaderMap, tag: &str, mtime: Option<std::time::SystemTime>) -> bool {
+    let header_str = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    match header_str(header::IF_NONE_MATCH) {
+        Some(list) => none_match(list, tag),
+        None => match (header_str(header::IF_MODIFIED_SINCE), mtime) {
+            (Some(since), Some(m)) => httpdate::parse_http_date(since).is_ok_and(|since| {
+                m.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+                    <= since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+            }),
+            _ => false,
+        },
+    }
 }
 
 /// A file's bytes from `at`, `left` of them, read as the client takes them.

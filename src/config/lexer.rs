@@ -63,13 +63,7 @@ pub fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<Token>, D
                 break;
             }
             if c == ';' {
-                out.push(Token {
-                    kind: TokenKind::End,
-                    text: ";".into(),
-                    quoted: false,
-                    span: span_at(i),
-                    width: 1,
-                });
+                out.push(Token::punct(TokenKind::End, ";", span_at(i)));
                 i += 1;
                 continue;
             }
@@ -84,71 +78,102 @@ pub fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<Token>, D
                 }
                 (chars[start..i].iter().collect::<String>(), false)
             };
-            // Braces glued to a word (`{respond`, `/a{`, `x}`) open or close blocks, as
-            // nginx users write them; a `{…}` group inside a word stays (placeholders).
-            let (opens, core, closes) = if quoted {
-                (0, raw.as_str(), 0)
-            } else {
-                glued_braces(&raw)
+            let word = Raw {
+                text: &raw,
+                quoted,
+                start,
+                width: i - start,
             };
-            for k in 0..opens {
-                out.push(Token {
-                    kind: TokenKind::Open,
-                    text: "{".into(),
-                    quoted: false,
-                    span: span_at(start + k),
-                    width: 1,
-                });
-            }
-            let core_start = start + opens;
-            if quoted || !core.is_empty() {
-                let kind = match (quoted, core) {
-                    (false, "{") => TokenKind::Open,
-                    (false, "}") => TokenKind::Close,
-                    _ => TokenKind::Word,
-                };
-                let text = if kind == TokenKind::Word {
-                    expand_env(core, span_at(core_start), quoted, env)?
-                } else {
-                    core.to_string()
-                };
-                let width = if quoted {
-                    i - start
-                } else {
-                    core.chars().count()
-                };
-                out.push(Token {
-                    kind,
-                    text,
-                    quoted,
-                    span: span_at(core_start),
-                    width: width as u32,
-                });
-            }
-            let close_at = core_start + core.chars().count();
-            for (k, brace) in raw[raw.len() - closes..].chars().enumerate() {
-                out.push(Token {
-                    kind: if brace == '{' {
-                        TokenKind::Open
-                    } else {
-                        TokenKind::Close
-                    },
-                    text: brace.to_string(),
-                    quoted: false,
-                    span: span_at(close_at + k),
-                    width: 1,
-                });
-            }
+            word.tokens(&mut out, &span_at, env)?;
         }
         out.push(Token {
-            kind: TokenKind::End,
-            text: String::new(),
-            quoted: false,
-            span: span_at(chars.len()),
             width: 0,
+            ..Token::punct(TokenKind::End, "", span_at(chars.len()))
         });
     }
     Ok(out)
+}
+
+impl Token {
+    /// A one-character token: `;`, `{`, `}` (or the empty end of a line).
+    fn punct(kind: TokenKind, text: &str, span: Span) -> Token {
+        Token {
+            kind,
+            text: text.into(),
+            quoted: false,
+            span,
+            width: 1,
+        }
+    }
+}
+
+/// One word as read from a line, before its braces are split off.
+struct Raw<'a> {
+    text: &'a str,
+    quoted: bool,
+    /// Its first column (0-based) and its width in characters, quotes included.
+    start: usize,
+    width: usize,
+}
+
+impl Raw<'_> {
+    /// The word's tokens: braces glued to it (`{respond`, `/a{`, `x}`) open or close
+    /// blocks, as nginx users write them; a `{…}` group inside a word stays
+    /// (placeholders); the word itself with `{$ENV}` expanded.
+    fn tokens(
+        &self,
+        out: &mut Vec<Token>,
+        span_at: &dyn Fn(usize) -> Span,
+        env: &dyn Env,
+    ) -> Result<(), Diagnostic> {
+        let (opens, core, closes) = if self.quoted {
+            (0, self.text, 0)
+        } else {
+            glued_braces(self.text)
+        };
+        for k in 0..opens {
+            out.push(Token::punct(TokenKind::Open, "{", span_at(self.start + k)));
+        }
+        let core_start = self.start + opens;
+        if self.quoted || !core.is_empty() {
+            let kind = match (self.quoted, core) {
+                (false, "{") => TokenKind::Open,
+                (false, "}") => TokenKind::Close,
+                _ => TokenKind::Word,
+            };
+            let text = if kind == TokenKind::Word {
+                expand_env(core, span_at(core_start), self.quoted, env)?
+            } else {
+                core.to_string()
+            };
+            let width = if self.quoted {
+                self.width
+            } else {
+                core.chars().count()
+            };
+            out.push(Token {
+                kind,
+                text,
+                quoted: self.quoted,
+                span: span_at(core_start),
+                width: width as u32,
+            });
+        }
+        let close_at = core_start + core.chars().count();
+        for (k, brace) in self.text[self.text.len() - closes..].chars().enumerate() {
+            let kind = if brace == '{' {
+                TokenKind::Open
+            } else {
+                TokenKind::Close
+            };
+            out.push(Token::punct(
+                kind,
+                &brace.to_string(),
+                span_at(close_at + k),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Splits the braces glued to an unquoted word off it: leading `{`s with no `}` after
