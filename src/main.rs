@@ -1,12 +1,12 @@
 //! The `sluice` command: run, check, demo, proxy, version. The command line only: the
-//! server's life is `sluice::server::lifecycle`.
+//! server's life is `sluice::lifecycle`.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use sluice::config::{self, Config};
-use sluice::server::lifecycle;
+use sluice::lifecycle;
 
 #[derive(Parser)]
 #[command(
@@ -176,7 +176,7 @@ fn proxy(from: &str, to: &[String]) -> ExitCode {
 }
 
 fn init_logging() -> bool {
-    match sluice::admin::log::init() {
+    match sluice::init_logging() {
         Ok(()) => true,
         Err(e) => {
             eprintln!("sluice: {e}");
@@ -275,7 +275,7 @@ fn unresolved_names(config: &Config) -> Vec<config::diag::Diagnostic> {
 /// budget; a warning for each that gives no address. A name may be meant to appear
 /// later, so it is never an error.
 async fn lookup_names(config: &Config) -> Vec<config::diag::Diagnostic> {
-    use sluice::safety::{parse_ip, Dns, BUDGET};
+    use sluice::{parse_ip, Dns, DNS_BUDGET as BUDGET};
     let dns = std::sync::Arc::new(Dns::new(&config.global.resolver));
     let mut seen = std::collections::HashSet::new();
     let names: Vec<(&config::BackendAddr, &str)> = config

@@ -2,15 +2,15 @@
 //! model (`build`, `model`). Loading is all or nothing: any error rejects the whole file,
 //! and the caller keeps whatever it was running.
 
-pub mod build;
-pub mod certs;
+pub(crate) mod build;
+pub(crate) mod certs;
 pub mod diag;
-pub mod lexer;
+pub(crate) mod lexer;
 pub mod model;
-pub mod parser;
+pub(crate) mod parser;
 pub mod template;
-pub mod units;
-pub mod validate;
+pub(crate) mod units;
+pub(crate) mod validate;
 
 pub use diag::{Diagnostic, Report, Severity, Sources};
 pub use model::*;
