@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Why a body stopped before its end.
 #[derive(Debug, thiserror::Error)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     /// The body passed a `max_body` limit.
     #[error("request body is larger than the limit of {0} bytes")]
     TooLarge(u64),
@@ -32,16 +32,16 @@ pub enum BodyError {
 }
 
 /// A request body that stalls this long between reads fails (h1 and h2 alike).
-pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The timer of a body read that waits, made the first time one does.
-pub struct Stall {
+pub(crate) struct Stall {
     timer: Pin<Box<tokio::time::Sleep>>,
     /// A read is waiting now, and the timer runs for it.
     armed: bool,
 }
 
-pub enum Body {
+pub(crate) enum Body {
     Empty,
     Full(Option<Bytes>),
     /// An HTTP/2 client's request body, and the timer of a read that waits for it
@@ -67,19 +67,19 @@ impl std::fmt::Debug for Body {
 }
 
 /// State of a `max_body` check on a streamed body.
-pub struct LimitState {
+pub(crate) struct LimitState {
     pub limit: u64,
     pub seen: u64,
 }
 
 impl Body {
-    pub fn stream(
+    pub(crate) fn stream(
         b: impl http_body::Body<Data = Bytes, Error = BodyError> + Send + 'static,
     ) -> Body {
         Body::Boxed(Box::pin(b))
     }
 
-    pub fn full(b: impl Into<Bytes>) -> Body {
+    pub(crate) fn full(b: impl Into<Bytes>) -> Body {
         let b = b.into();
         if b.is_empty() {
             Body::Empty
@@ -89,7 +89,7 @@ impl Body {
     }
 
     /// Cuts the body off with `TooLarge` once more than `limit` bytes passed.
-    pub fn limited(self, limit: u64) -> Body {
+    pub(crate) fn limited(self, limit: u64) -> Body {
         Body::Limited(Box::new(self), LimitState { limit, seen: 0 })
     }
 }

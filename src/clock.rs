@@ -12,13 +12,13 @@ fn epoch() -> &'static (Instant, std::time::SystemTime) {
 }
 
 /// Milliseconds since the process started: a clock that fits in an atomic.
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     // Not `as_millis`: its u128 division costs more than reading the clock.
     let d = epoch().0.elapsed();
     d.as_secs() * 1000 + u64::from(d.subsec_millis()) + 1
 }
 
 /// The wall-clock time of a [`now_ms`] reading, for an operator to read.
-pub fn wall_clock(ms: u64) -> std::time::SystemTime {
+pub(crate) fn wall_clock(ms: u64) -> std::time::SystemTime {
     epoch().1 + Duration::from_millis(ms.saturating_sub(1))
 }

@@ -36,7 +36,7 @@ const CHUNK: usize = 64 * 1024;
 
 /// Serves `path` (normalised, percent-encoded) from `cfg.root`. `received`: the path
 /// as the client sent it (before `strip`), normalised, for the folder redirect.
-pub async fn serve(
+pub(crate) async fn serve(
     cfg: &FilesConfig,
     method: &Method,
     path: &str,

@@ -11,7 +11,7 @@ use http::{Response, StatusCode};
 use crate::body::Body;
 
 /// A short plain-text answer with `Date`.
-pub fn local_response(status: StatusCode, body: &'static str) -> Response<Body> {
+pub(crate) fn local_response(status: StatusCode, body: &'static str) -> Response<Body> {
     if status.as_u16() >= 400 {
         tracing::debug!("sluice: answered {} {}", status.as_u16(), body.trim_end());
     }
@@ -27,7 +27,7 @@ pub fn local_response(status: StatusCode, body: &'static str) -> Response<Body> 
 }
 
 /// The current time as an HTTP date (`Tue, 01 Dec 2026 10:41:29 GMT`).
-pub fn date() -> HeaderValue {
+pub(crate) fn date() -> HeaderValue {
     thread_local! {
         static CACHED: RefCell<(u64, HeaderValue)> =
             const { RefCell::new((0, HeaderValue::from_static(""))) };

@@ -118,7 +118,8 @@ impl Reason {
 }
 
 /// Refusals by [`Reason`], process-wide (the metrics endpoint reads them).
-pub static REFUSALS: [AtomicU64; Reason::COUNT] = [const { AtomicU64::new(0) }; Reason::COUNT];
+pub(crate) static REFUSALS: [AtomicU64; Reason::COUNT] =
+    [const { AtomicU64::new(0) }; Reason::COUNT];
 
 /// An address a strict policy will not dial, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,7 +216,7 @@ impl Policy {
 
 /// This host's interface addresses, for a policy whose listeners include a wildcard
 /// one (read when a generation is built; an interface added later is not seen).
-pub fn local_addresses() -> Vec<IpAddr> {
+pub(crate) fn local_addresses() -> Vec<IpAddr> {
     match if_addrs::get_if_addrs() {
         Ok(ifs) => ifs.into_iter().map(|i| i.ip()).collect(),
         Err(e) => {
@@ -380,18 +381,18 @@ fn number(part: &str) -> Option<u64> {
 }
 
 /// The most addresses one answer may carry: more fails the attempt.
-pub const MAX_RECORDS: usize = 64;
+pub(crate) const MAX_RECORDS: usize = 64;
 /// The longest a lookup may take, less when the pool's `connect_timeout` is smaller.
 pub const BUDGET: Duration = Duration::from_secs(3);
 /// TTL clamps: an answer is cached at least this long (so a TTL of 0 does not mean a
 /// query per connection) ...
-pub const MIN_TTL: Duration = Duration::from_secs(1);
+pub(crate) const MIN_TTL: Duration = Duration::from_secs(1);
 /// ... and at most this long (so a long TTL is still revisited).
-pub const MAX_TTL: Duration = Duration::from_secs(300);
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(300);
 /// A failed or empty answer is remembered this long at most.
-pub const MAX_NEGATIVE_TTL: Duration = Duration::from_secs(5);
+pub(crate) const MAX_NEGATIVE_TTL: Duration = Duration::from_secs(5);
 /// Names cached at once; the least recently used go first.
-pub const CACHE_ENTRIES: usize = 4096;
+pub(crate) const CACHE_ENTRIES: usize = 4096;
 
 /// Why a name gave no address to dial.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     /// 400 for a malformed request head or body framing.
     pub bad_request: AtomicU64,
     /// 408: a head not complete within its deadline.
@@ -41,7 +41,7 @@ pub struct Counters {
     pub filter_failures: AtomicU64,
 }
 
-pub static COUNTERS: Counters = Counters {
+pub(crate) static COUNTERS: Counters = Counters {
     bad_request: AtomicU64::new(0),
     head_timeout: AtomicU64::new(0),
     head_too_large: AtomicU64::new(0),
@@ -61,28 +61,28 @@ pub static COUNTERS: Counters = Counters {
     filter_failures: AtomicU64::new(0),
 };
 
-pub fn bump(c: &AtomicU64) {
+pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Responses by status code (100..=599), sluice's own and proxied alike.
-pub static STATUS: [AtomicU64; 600] = [const { AtomicU64::new(0) }; 600];
+pub(crate) static STATUS: [AtomicU64; 600] = [const { AtomicU64::new(0) }; 600];
 
 /// Counts a response with `status`.
-pub fn count_status(status: u16) {
+pub(crate) fn count_status(status: u16) {
     if let Some(c) = STATUS.get(usize::from(status)) {
         c.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// Upper bounds of the upstream latency histogram, in seconds.
-pub const LATENCY_BOUNDS: [f64; 11] = [
+pub(crate) const LATENCY_BOUNDS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// A latency histogram of atomics (Prometheus buckets are cumulative when printed).
 #[derive(Default)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     /// Observations per bucket, the last one for "over every bound".
     pub buckets: [AtomicU64; 12],
     pub sum_us: AtomicU64,
@@ -90,7 +90,7 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    pub fn observe(&self, d: std::time::Duration) {
+    pub(crate) fn observe(&self, d: std::time::Duration) {
         let secs = d.as_secs_f64();
         let i = LATENCY_BOUNDS
             .iter()

@@ -10,7 +10,7 @@ use std::time::Instant;
 const WINDOW_SECS: u64 = 60;
 
 /// One kind of client-caused line.
-pub struct Throttled {
+pub(crate) struct Throttled {
     /// Seconds since the process's first throttled line, plus one, of the last WARN
     /// (0: none yet).
     last: AtomicU64,
@@ -18,7 +18,7 @@ pub struct Throttled {
 }
 
 impl Throttled {
-    pub const fn new() -> Throttled {
+    pub(crate) const fn new() -> Throttled {
         Throttled {
             last: AtomicU64::new(0),
             folded: AtomicU64::new(0),
@@ -41,7 +41,7 @@ impl Throttled {
     }
 
     /// Writes `msg` as a WARN, unless one of this kind went out within the minute.
-    pub fn warn(&self, msg: std::fmt::Arguments<'_>) {
+    pub(crate) fn warn(&self, msg: std::fmt::Arguments<'_>) {
         static START: OnceLock<Instant> = OnceLock::new();
         let now = START.get_or_init(Instant::now).elapsed().as_secs() + 1;
         match self.allow(now) {
@@ -53,13 +53,13 @@ impl Throttled {
 }
 
 /// An HTTP/2 WebSocket handshake a backend answered without switching protocols.
-pub static H2_WEBSOCKET_REFUSED: Throttled = Throttled::new();
+pub(crate) static H2_WEBSOCKET_REFUSED: Throttled = Throttled::new();
 /// A request the HTTP/2 library refused to send to a backend (its fields break HTTP/2).
-pub static H2_UNSENDABLE: Throttled = Throttled::new();
+pub(crate) static H2_UNSENDABLE: Throttled = Throttled::new();
 /// A `tcp` listener at its `max_conns`.
-pub static TCP_MAX_CONNS: Throttled = Throttled::new();
+pub(crate) static TCP_MAX_CONNS: Throttled = Throttled::new();
 /// An extended CONNECT for a protocol other than WebSocket.
-pub static H2_CONNECT_PROTOCOL: Throttled = Throttled::new();
+pub(crate) static H2_CONNECT_PROTOCOL: Throttled = Throttled::new();
 
 #[cfg(test)]
 mod tests {

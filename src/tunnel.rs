@@ -17,14 +17,14 @@ use crate::upstream::conn::BackendConn;
 use crate::upstream::Lease;
 
 /// Tunnels open now, process-wide.
-pub static OPEN: AtomicU64 = AtomicU64::new(0);
+pub(crate) static OPEN: AtomicU64 = AtomicU64::new(0);
 
 /// Counts an open tunnel until dropped.
-pub struct Opened(());
+pub(crate) struct Opened(());
 
 impl Opened {
     /// Takes a place under `max`, or `None` when `max` tunnels are open.
-    pub fn try_open(max: u64) -> Option<Opened> {
+    pub(crate) fn try_open(max: u64) -> Option<Opened> {
         let mut n = OPEN.load(Ordering::Relaxed);
         loop {
             if n >= max {
@@ -45,7 +45,7 @@ impl Drop for Opened {
 }
 
 /// A backend connection that answered 101, waiting for the client side.
-pub struct Tunnel {
+pub(crate) struct Tunnel {
     pub conn: BackendConn,
     /// The peer's in-flight count, held while the tunnel is open.
     pub lease: Lease,
@@ -58,7 +58,11 @@ pub struct Tunnel {
 impl Tunnel {
     /// Relays between `client` and the backend until both directions end. `early`: bytes
     /// the client sent after its request head, which belong to the backend.
-    pub async fn join<C: AsyncRead + AsyncWrite + Unpin>(self, client: &mut C, early: Bytes) {
+    pub(crate) async fn join<C: AsyncRead + AsyncWrite + Unpin>(
+        self,
+        client: &mut C,
+        early: Bytes,
+    ) {
         let Tunnel {
             conn,
             lease,
@@ -112,7 +116,7 @@ impl Tunnel {
 /// client is accepted (protocols where the server speaks first work), a peer that
 /// cannot be reached is marked and the next one tried, and bytes are relayed both ways
 /// until both directions end or nothing moved for `idle`.
-pub async fn relay_l4(
+pub(crate) async fn relay_l4(
     mut client: tokio::net::TcpStream,
     pool: std::sync::Arc<crate::upstream::Pool>,
     idle: Duration,
@@ -140,7 +144,7 @@ pub async fn relay_l4(
             Ok(Connection::Http1 { conn, .. }) => break (conn, lease),
             Ok(Connection::Http2(_)) => unreachable!("a relay is never given an HTTP/2 stream"),
             // Counted and logged by the connector; no other peer would do better.
-            Err(ConnectError::Local(_) | ConnectError::Unsupported) => return,
+            Err(ConnectError::Local | ConnectError::Unsupported) => return,
             Err(ConnectError::Unreachable(e)) => pool.unreachable(i, &e, &mut note),
         }
     };

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 use libfuzzer_sys::fuzz_target;
-use sluice::safety::{classify, parse_ip, Reason};
+use sluice::fuzzing::{classify, parse_ip, Reason};
 
 /// `None` in a row: public. `Some(None)` marks the ranges judged by the IPv4 address
 /// they carry.

@@ -31,10 +31,10 @@ struct Flags {
 }
 
 /// Lines dropped because the writer fell behind, since start.
-pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+pub(crate) static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// One response, as the log records it.
-pub struct Entry<'a> {
+pub(crate) struct Entry<'a> {
     pub time: SystemTime,
     pub client: &'a str,
     pub host: &'a str,
@@ -54,7 +54,7 @@ pub struct Entry<'a> {
 
 /// A request the access log will record once its response is done: what it needs of
 /// the request, taken before the request is dispatched.
-pub struct Pending {
+pub(crate) struct Pending {
     log: Arc<AccessLog>,
     /// When the head was read: the line's time, and the start of its duration.
     time: SystemTime,
@@ -66,7 +66,7 @@ pub struct Pending {
 
 /// Who served a response (or, for a 502/504, the last peer dialed), for its line.
 #[derive(Clone, Copy)]
-pub struct Upstream<'a> {
+pub(crate) struct Upstream<'a> {
     pub pool: &'a str,
     pub peer: &'a str,
     pub attempts: u32,
@@ -89,7 +89,7 @@ impl<'a> From<&'a crate::upstream::Served> for Upstream<'a> {
 }
 
 /// How the access log names a request's protocol.
-pub fn protocol(v: http::Version) -> &'static str {
+pub(crate) fn protocol(v: http::Version) -> &'static str {
     match v {
         http::Version::HTTP_09 => "HTTP/0.9",
         http::Version::HTTP_10 => "HTTP/1.0",
@@ -100,7 +100,7 @@ pub fn protocol(v: http::Version) -> &'static str {
 }
 
 impl Pending {
-    pub fn new(
+    pub(crate) fn new(
         log: Arc<AccessLog>,
         method: &http::Method,
         uri: &http::Uri,
@@ -118,7 +118,13 @@ impl Pending {
     }
 
     /// Writes the line.
-    pub fn finish(&self, client: &str, status: u16, bytes: u64, upstream: Option<Upstream<'_>>) {
+    pub(crate) fn finish(
+        &self,
+        client: &str,
+        status: u16,
+        bytes: u64,
+        upstream: Option<Upstream<'_>>,
+    ) {
         self.log.record(&Entry {
             time: self.time,
             client,
@@ -142,7 +148,7 @@ impl Pending {
     }
 }
 
-pub struct AccessLog {
+pub(crate) struct AccessLog {
     pub config: AccessLogConfig,
     tx: mpsc::SyncSender<String>,
     flags: Arc<Flags>,
@@ -151,7 +157,7 @@ pub struct AccessLog {
 
 impl AccessLog {
     /// Starts the writer task. Must run inside the tokio runtime.
-    pub fn start(config: AccessLogConfig) -> std::io::Result<Arc<AccessLog>> {
+    pub(crate) fn start(config: AccessLogConfig) -> std::io::Result<Arc<AccessLog>> {
         // A preallocated ring: sending allocates nothing and wakes no one.
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let flags = Arc::new(Flags::default());
@@ -175,7 +181,7 @@ impl AccessLog {
     }
 
     /// Queues a line; drops it (counted) if the writer is behind.
-    pub fn record(&self, e: &Entry<'_>) {
+    pub(crate) fn record(&self, e: &Entry<'_>) {
         let line = if self.config.json { json(e) } else { text(e) };
         if self.tx.try_send(line).is_err() {
             DROPPED.fetch_add(1, Ordering::Relaxed);
@@ -184,12 +190,12 @@ impl AccessLog {
 
     /// Reopens the file (after rotation) before the next line; nothing for stdout and
     /// stderr.
-    pub fn reopen(&self) {
+    pub(crate) fn reopen(&self) {
         self.flags.reopen.store(true, Ordering::Relaxed);
     }
 
     /// Writes what is queued and stops the writer (at shutdown), waiting for it.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.flags.closing.store(true, Ordering::Relaxed);
         let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(w) = writer {

@@ -23,7 +23,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 const QUIET: [&str; 2] = ["h2", "hyper"];
 
 /// The filter `SLUICE_LOG` asks for (`None`: unset).
-pub fn parse_spec(spec: Option<&str>) -> Result<Targets, String> {
+pub(crate) fn parse_spec(spec: Option<&str>) -> Result<Targets, String> {
     let mut targets = Targets::new().with_default(LevelFilter::INFO);
     for t in QUIET {
         targets = targets.with_target(t, LevelFilter::ERROR);
@@ -102,7 +102,7 @@ where
 }
 
 /// `2026-12-01T09:30:00.123Z`: UTC, milliseconds.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs();
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);

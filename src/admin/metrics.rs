@@ -11,7 +11,7 @@ use crate::runtime::Generation;
 use crate::stats::{COUNTERS, LATENCY_BOUNDS, STATUS};
 use crate::upstream::{FailureKind, Pool};
 
-pub fn render(gen: &Generation) -> String {
+pub(crate) fn render(gen: &Generation) -> String {
     let mut out = String::with_capacity(8192);
     let pools: Vec<&Arc<Pool>> = gen.pools().collect();
     responses(&mut out);

@@ -9,11 +9,11 @@
 //! commands to the server's lifecycle, which alone changes what runs, so a reload by
 //! API, signal or rollback follows one path. Nothing here is on the request path.
 
-pub mod access;
-pub mod log;
-pub mod metrics;
-pub mod revisions;
-pub mod status;
+pub(crate) mod access;
+pub(crate) mod log;
+pub(crate) mod metrics;
+pub(crate) mod revisions;
+pub(crate) mod status;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -36,7 +36,7 @@ const DASHBOARD: &str = include_str!("dashboard.html");
 
 /// Why a reload or rollback was refused.
 #[derive(Debug)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// The config did not load: the rendered errors (`FILE:LINE:COL: …`).
     Invalid(String),
     /// No such revision is kept.
@@ -44,21 +44,21 @@ pub enum Refused {
 }
 
 /// What the API asks of the lifecycle; the answer is the new revision.
-pub enum Command {
+pub(crate) enum Command {
     Reload(oneshot::Sender<Result<u64, Refused>>),
     Rollback(u64, oneshot::Sender<Result<u64, Refused>>),
 }
 
 /// What the API handlers share.
 #[derive(Clone)]
-pub struct Api {
+pub(crate) struct Api {
     pub live: Arc<Live>,
     pub revisions: Arc<Mutex<Revisions>>,
     pub commands: mpsc::Sender<Command>,
 }
 
 /// Serves the admin API on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, api: Api) {
+pub(crate) async fn serve(listener: TcpListener, api: Api) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;

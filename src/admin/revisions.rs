@@ -7,17 +7,17 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 /// How many revisions are kept.
-pub const KEEP: usize = 20;
+pub(crate) const KEEP: usize = 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     Start,
     Reload,
     Rollback,
 }
 
 impl Origin {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Origin::Start => "start",
             Origin::Reload => "reload",
@@ -27,7 +27,7 @@ impl Origin {
 }
 
 #[derive(Debug, Clone)]
-pub struct Revision {
+pub(crate) struct Revision {
     pub number: u64,
     pub loaded_at: SystemTime,
     pub origin: Origin,
@@ -37,7 +37,7 @@ pub struct Revision {
 
 /// The revisions kept, and what the admin API shows besides.
 #[derive(Debug, Default)]
-pub struct Revisions {
+pub(crate) struct Revisions {
     list: VecDeque<Revision>,
     /// The addresses sluice listens on now, as bound.
     pub listeners: Vec<String>,
@@ -45,7 +45,7 @@ pub struct Revisions {
 
 impl Revisions {
     /// Records a good load; returns its number.
-    pub fn record(&mut self, origin: Origin, text: Arc<str>) -> u64 {
+    pub(crate) fn record(&mut self, origin: Origin, text: Arc<str>) -> u64 {
         let number = self.current() + 1;
         if self.list.len() == KEEP {
             self.list.pop_front();
@@ -60,15 +60,15 @@ impl Revisions {
     }
 
     /// The revision serving now (0 before the first load).
-    pub fn current(&self) -> u64 {
+    pub(crate) fn current(&self) -> u64 {
         self.list.back().map_or(0, |r| r.number)
     }
 
-    pub fn get(&self, number: u64) -> Option<&Revision> {
+    pub(crate) fn get(&self, number: u64) -> Option<&Revision> {
         self.list.iter().find(|r| r.number == number)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Revision> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Revision> {
         self.list.iter()
     }
 }

@@ -10,7 +10,7 @@ use super::log::rfc3339;
 use crate::runtime::Generation;
 use crate::upstream::{Peer, Pool};
 
-pub fn status(gen: &Generation, revision: u64, listeners: &[String]) -> Value {
+pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> Value {
     let sites: Vec<&str> = gen.sites.list.iter().map(|s| s.name.as_str()).collect();
     let pools: Vec<Value> = gen.pools().map(|p| pool(p)).collect();
     json!({
@@ -36,7 +36,7 @@ fn pool(p: &Pool) -> Value {
 
 /// The one word for a peer's state: a failing health check first, then an
 /// ejection, then passive health.
-pub fn state(peer: &Peer, now: u64) -> &'static str {
+pub(crate) fn state(peer: &Peer, now: u64) -> &'static str {
     if !peer.active.is_healthy() {
         "unhealthy"
     } else if peer.outlier.is_ejected(now) {

@@ -22,13 +22,13 @@ use rustls::sign::CertifiedKey;
 /// Why a certificate or key file was refused: the message (naming the file) and what
 /// kind of problem it is, which decides the hint an operator gets.
 #[derive(Debug)]
-pub struct CertError {
+pub(crate) struct CertError {
     pub message: String,
     pub problem: Problem,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Problem {
+pub(crate) enum Problem {
     /// The file is not there or cannot be read.
     Unreadable,
     /// Not PEM, or no block of the kind expected.
@@ -47,7 +47,7 @@ impl CertError {
     }
 
     /// What to do about it.
-    pub fn hint(&self) -> &'static str {
+    pub(crate) fn hint(&self) -> &'static str {
         match self.problem {
             Problem::Unreadable => "check the path and its permissions; a relative path is from this config file's folder",
             Problem::NotPem => "give a PEM certificate chain (leaf first) and its PEM private key (PKCS#8, RSA or EC)",
@@ -67,7 +67,7 @@ impl std::fmt::Display for CertError {
 
 /// Loads `cert` (a PEM chain, leaf first) and `key` (PKCS#8, PKCS#1 RSA or SEC1 EC) as
 /// one signing identity. The message names the file at fault.
-pub fn load_pair(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, CertError> {
+pub(crate) fn load_pair(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, CertError> {
     let chain = load_chain(cert)?;
     let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| match e {
         rustls::pki_types::pem::Error::NoItemsFound => CertError::new(
@@ -101,7 +101,7 @@ pub fn load_pair(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, CertError
 }
 
 /// The PEM certificates of `path`, leaf first.
-pub fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, CertError> {
+pub(crate) fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, CertError> {
     let chain = CertificateDer::pem_file_iter(path)
         .map_err(|e| pem_error(path, "", e))?
         .collect::<Result<Vec<_>, _>>()
@@ -171,7 +171,7 @@ fn check_validity(
 /// `notBefore` and `notAfter` of a DER certificate: Certificate ::= SEQUENCE {
 /// tbsCertificate SEQUENCE { [0] version OPTIONAL, serialNumber, signature, issuer,
 /// validity SEQUENCE { notBefore, notAfter }, ... }, ... }.
-pub fn validity(der: &[u8]) -> Option<(SystemTime, SystemTime)> {
+pub(crate) fn validity(der: &[u8]) -> Option<(SystemTime, SystemTime)> {
     let (tag, cert, _) = tlv(der)?;
     if tag != 0x30 {
         return None;

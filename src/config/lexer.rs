@@ -10,7 +10,7 @@
 use super::diag::{Diagnostic, FileId, Span};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenKind {
+pub(crate) enum TokenKind {
     Word,
     Open,
     Close,
@@ -19,7 +19,7 @@ pub enum TokenKind {
 }
 
 #[derive(Debug, Clone)]
-pub struct Token {
+pub(crate) struct Token {
     pub kind: TokenKind,
     pub text: String,
     pub quoted: bool,
@@ -34,7 +34,7 @@ pub trait Env {
     fn get(&self, name: &str) -> Option<String>;
 }
 
-pub struct ProcessEnv;
+pub(crate) struct ProcessEnv;
 
 impl Env for ProcessEnv {
     fn get(&self, name: &str) -> Option<String> {
@@ -42,7 +42,7 @@ impl Env for ProcessEnv {
     }
 }
 
-pub fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<Token>, Diagnostic> {
+pub(crate) fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<Token>, Diagnostic> {
     let mut out = Vec::new();
     for (idx, line) in text.lines().enumerate() {
         let line_no = idx as u32 + 1;

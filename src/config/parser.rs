@@ -11,7 +11,7 @@ use super::lexer::{tokenize, Env, Token, TokenKind};
 
 /// A word as written, after environment expansion.
 #[derive(Debug, Clone)]
-pub struct Word {
+pub(crate) struct Word {
     pub text: String,
     pub quoted: bool,
     pub span: Span,
@@ -21,7 +21,7 @@ pub struct Word {
 
 /// `name args... [{ block }]`.
 #[derive(Debug, Clone)]
-pub struct Directive {
+pub(crate) struct Directive {
     pub name: Word,
     pub args: Vec<Word>,
     pub block: Option<Vec<Directive>>,
@@ -30,12 +30,12 @@ pub struct Directive {
 }
 
 impl Directive {
-    pub fn span(&self) -> Span {
+    pub(crate) fn span(&self) -> Span {
         self.name.span
     }
 
     /// Where an error about a missing argument should point: just past the last word.
-    pub fn end_span(&self) -> Span {
+    pub(crate) fn end_span(&self) -> Span {
         let last = self.args.last().unwrap_or(&self.name);
         Span {
             col: last.span.col + last.width,
@@ -45,7 +45,7 @@ impl Directive {
 }
 
 /// Reads a config file and everything it imports.
-pub fn parse_file(
+pub(crate) fn parse_file(
     display: &str,
     sources: &mut Sources,
     env: &dyn Env,
@@ -62,7 +62,7 @@ pub fn parse_file(
 }
 
 /// Parses config text that did not come from a file (the embedded demo, tests).
-pub fn parse_text(
+pub(crate) fn parse_text(
     name: &str,
     text: &str,
     sources: &mut Sources,
@@ -76,7 +76,7 @@ pub fn parse_text(
 
 /// Parses text into directives without reading the files it imports (`import` stays a
 /// directive): what `parse_text` does before it expands them.
-pub fn parse_alone(
+pub(crate) fn parse_alone(
     name: &str,
     text: &str,
     sources: &mut Sources,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// Why a size or duration was refused, with a hint for the operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnitError {
+pub(crate) struct UnitError {
     pub message: String,
     pub hint: Option<String>,
 }
@@ -21,7 +21,7 @@ fn err(message: impl Into<String>, hint: Option<String>) -> UnitError {
     }
 }
 
-pub fn parse_size(text: &str) -> Result<u64, UnitError> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, UnitError> {
     let upper = text.to_ascii_uppercase();
     let body = upper.strip_suffix('B').unwrap_or(&upper);
     let (digits, mult) = match body.chars().last() {
@@ -66,7 +66,7 @@ fn fraction_hint(whole: &str, frac: &str, mult: u64) -> Option<String> {
     }
 }
 
-pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     let bad = || {
         err(
             format!("`{text}` is not a duration"),
@@ -125,7 +125,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
 }
 
 /// Renders a duration the way the config writes it (`30s`, `1m30s`, `500ms`).
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms == 0 {
         return "0s".into();

@@ -8,7 +8,7 @@ use super::model::*;
 
 /// Addresses listened on twice, and hosts two sites name: an error at each repeat,
 /// naming where the first is (`line N`, or `FILE:N` in another file).
-pub fn duplicates(config: &Config, sources: &Sources) -> Vec<Diagnostic> {
+pub(crate) fn duplicates(config: &Config, sources: &Sources) -> Vec<Diagnostic> {
     let where_is = |here: Span, there: Span| {
         if here.file == there.file {
             format!("line {}", there.line)
@@ -63,7 +63,10 @@ pub fn duplicates(config: &Config, sources: &Sources) -> Vec<Diagnostic> {
 
 /// Errors and warnings about `config` as a whole. `listeners_declared`: whether the
 /// file had a `listen` line (sluice adds a default one when not).
-pub fn check(config: &Config, listeners_declared: bool) -> (Vec<Diagnostic>, Vec<Diagnostic>) {
+pub(crate) fn check(
+    config: &Config,
+    listeners_declared: bool,
+) -> (Vec<Diagnostic>, Vec<Diagnostic>) {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     if config.sites.is_empty() && !listeners_declared {

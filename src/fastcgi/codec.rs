@@ -9,17 +9,17 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
-pub const VERSION: u8 = 1;
-pub const BEGIN_REQUEST: u8 = 1;
-pub const END_REQUEST: u8 = 3;
-pub const PARAMS: u8 = 4;
-pub const STDIN: u8 = 5;
-pub const STDOUT: u8 = 6;
-pub const STDERR: u8 = 7;
+pub(crate) const VERSION: u8 = 1;
+pub(crate) const BEGIN_REQUEST: u8 = 1;
+pub(crate) const END_REQUEST: u8 = 3;
+pub(crate) const PARAMS: u8 = 4;
+pub(crate) const STDIN: u8 = 5;
+pub(crate) const STDOUT: u8 = 6;
+pub(crate) const STDERR: u8 = 7;
 /// The one request id sluice uses: one request at a time on a connection.
-pub const REQUEST_ID: u16 = 1;
+pub(crate) const REQUEST_ID: u16 = 1;
 /// The most content one record carries.
-pub const MAX_CONTENT: usize = 65_535;
+pub(crate) const MAX_CONTENT: usize = 65_535;
 /// The most PARAMS content sluice puts in one record: with its padding to 8 bytes the
 /// record stays within 65,535 bytes, which php-fpm checks.
 const MAX_PARAMS_RECORD: usize = 65_528;
@@ -28,7 +28,7 @@ const KEEP_CONN: u8 = 1;
 
 /// Why a record stream or a PARAMS set is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     #[error("a FastCGI record of version {0}")]
     Version(u8),
     #[error("a record for request {0}, not ours")]
@@ -63,7 +63,7 @@ fn padding(out: &mut Vec<u8>, len: usize) {
 }
 
 /// BEGIN_REQUEST, role responder, keep the connection.
-pub fn begin_request(out: &mut Vec<u8>) {
+pub(crate) fn begin_request(out: &mut Vec<u8>) {
     header(out, BEGIN_REQUEST, 8);
     out.extend_from_slice(&[
         (RESPONDER >> 8) as u8,
@@ -79,7 +79,7 @@ pub fn begin_request(out: &mut Vec<u8>) {
 
 /// Name-value pairs as PARAMS records of at most [`MAX_CONTENT`] bytes each, then the
 /// empty PARAMS record. `cap`: the most encoded bytes in all (checked before writing).
-pub fn params(out: &mut Vec<u8>, pairs: &[(&[u8], &[u8])], cap: usize) -> Result<(), Error> {
+pub(crate) fn params(out: &mut Vec<u8>, pairs: &[(&[u8], &[u8])], cap: usize) -> Result<(), Error> {
     // Checked whole before anything is written.
     let mut total = 0;
     for (name, value) in pairs {
@@ -134,7 +134,7 @@ fn push_len(out: &mut Vec<u8>, n: usize) {
 }
 
 /// The request body as STDIN records, then the empty STDIN record.
-pub fn stdin(out: &mut Vec<u8>, body: &[u8]) {
+pub(crate) fn stdin(out: &mut Vec<u8>, body: &[u8]) {
     for piece in body.chunks(MAX_CONTENT) {
         stdin_piece(out, piece);
     }
@@ -142,20 +142,20 @@ pub fn stdin(out: &mut Vec<u8>, body: &[u8]) {
 }
 
 /// One STDIN record holding `piece` (at most [`MAX_CONTENT`] bytes).
-pub fn stdin_piece(out: &mut Vec<u8>, piece: &[u8]) {
+pub(crate) fn stdin_piece(out: &mut Vec<u8>, piece: &[u8]) {
     header(out, STDIN, piece.len());
     out.extend_from_slice(piece);
     padding(out, piece.len());
 }
 
 /// The empty STDIN record that ends the body.
-pub fn stdin_end(out: &mut Vec<u8>) {
+pub(crate) fn stdin_end(out: &mut Vec<u8>) {
     header(out, STDIN, 0);
 }
 
 /// One record's worth of what the application sent.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Record {
+pub(crate) enum Record {
     Stdout(Bytes),
     Stderr(Bytes),
     /// END_REQUEST: the application's exit status and the protocol status (0: the
@@ -169,7 +169,7 @@ pub enum Record {
 /// Reads records out of a buffer as bytes arrive; holds no more than one record's
 /// content.
 #[derive(Debug, Default)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     /// The current record: (type, content bytes still to come, padding still to come).
     current: Option<(u8, usize, usize)>,
     /// END_REQUEST's content, gathered.
@@ -179,7 +179,7 @@ pub struct Decoder {
 impl Decoder {
     /// The next record (or piece of a STDOUT/STDERR record's content) in `buf`;
     /// `Ok(None)` when more bytes are needed.
-    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Record>, Error> {
+    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Record>, Error> {
         loop {
             let Some((kind, left, pad)) = self.current else {
                 if buf.len() < 8 {
@@ -250,7 +250,7 @@ impl Decoder {
     }
 
     /// Between records: nothing half-read.
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.current.is_none()
     }
 }

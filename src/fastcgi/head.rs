@@ -7,10 +7,10 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
 
 /// The most a response head may take.
-pub const MAX_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HeadError {
+pub(crate) enum HeadError {
     #[error("two Status fields")]
     TwoStatus,
     #[error("a malformed Status field")]
@@ -24,7 +24,7 @@ pub enum HeadError {
 }
 
 #[derive(Debug)]
-pub struct Head {
+pub(crate) struct Head {
     pub status: StatusCode,
     pub headers: HeaderMap,
 }
@@ -41,7 +41,7 @@ const HOP_BY_HOP: &[&str] = &[
 
 /// The head at the start of `buf` and its length (terminator included), `Ok(None)`
 /// while it is incomplete.
-pub fn parse(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
+pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
     let mut headers = HeaderMap::new();
     let mut status: Option<StatusCode> = None;
     let mut at = 0;

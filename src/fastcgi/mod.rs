@@ -17,10 +17,10 @@
 //! - The connection ([`pool`]) goes back for reuse only after a clean END_REQUEST;
 //!   anything else closes it.
 
-pub mod codec;
-pub mod head;
-pub mod pool;
-pub mod spool;
+pub(crate) mod codec;
+pub(crate) mod head;
+pub(crate) mod pool;
+pub(crate) mod spool;
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -45,21 +45,21 @@ const STDERR_CAP: usize = 4096;
 const PARAMS_CAP: usize = 256 * 1024;
 
 /// One `fastcgi` line in one generation: its settings and its connection pool.
-pub struct FastCgi {
+pub(crate) struct FastCgi {
     pub name: String,
     pub cfg: FastCgiConfig,
     pub pool: Arc<Pool>,
 }
 
 impl FastCgi {
-    pub fn new(name: String, cfg: FastCgiConfig, dns: Arc<crate::safety::Dns>) -> FastCgi {
+    pub(crate) fn new(name: String, cfg: FastCgiConfig, dns: Arc<crate::safety::Dns>) -> FastCgi {
         let pool = Pool::new(&cfg, dns);
         FastCgi { name, cfg, pool }
     }
 }
 
 /// The request facts the handler needs besides the request itself.
-pub struct Facts<'a> {
+pub(crate) struct Facts<'a> {
     /// The normalised path routes decided on (after `strip`/`rewrite`).
     pub path: &'a str,
     /// The base of a folder redirect: the path as received, normalised.
@@ -84,7 +84,7 @@ enum Target {
     NotFound,
 }
 
-pub async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) -> Response<Body> {
+pub(crate) async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) -> Response<Body> {
     let target = resolve(&f.cfg, facts.path);
     let (script_name, path_info, filename) = match target {
         Target::Script {

@@ -28,9 +28,9 @@ use crate::net::stream::Stream;
 use crate::net::transport::Transport;
 
 /// How long a request may wait for its first byte before kept connections are let go.
-pub const STALL: Duration = Duration::from_millis(50);
+pub(crate) const STALL: Duration = Duration::from_millis(50);
 
-pub struct Pool {
+pub(crate) struct Pool {
     target: Target,
     /// The generation's resolver; FastCGI addresses are the operator's, so no policy.
     dest: crate::upstream::dial::Dest,
@@ -46,7 +46,7 @@ pub struct Pool {
 }
 
 /// A connection and its place under `max_conns`.
-pub struct Conn {
+pub(crate) struct Conn {
     io: Stream,
     _place: OwnedSemaphorePermit,
     /// It carried a request before (it may have been closed while idle).
@@ -54,7 +54,7 @@ pub struct Conn {
 }
 
 #[derive(Debug)]
-pub enum AcquireError {
+pub(crate) enum AcquireError {
     /// No place within the deadline: every connection is busy.
     Busy,
     Dial(String),
@@ -65,7 +65,7 @@ pub enum AcquireError {
 static POOLS: Mutex<Vec<std::sync::Weak<Pool>>> = Mutex::new(Vec::new());
 
 impl Pool {
-    pub fn new(cfg: &FastCgiConfig, dns: Arc<crate::safety::Dns>) -> Arc<Pool> {
+    pub(crate) fn new(cfg: &FastCgiConfig, dns: Arc<crate::safety::Dns>) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             target: cfg.target.clone(),
             dest: crate::upstream::dial::Dest { dns, policy: None },
@@ -84,7 +84,7 @@ impl Pool {
     }
 
     /// An idle connection (unless `fresh`), else a new one, within the deadline.
-    pub async fn acquire(&self, fresh: bool) -> Result<Conn, AcquireError> {
+    pub(crate) async fn acquire(&self, fresh: bool) -> Result<Conn, AcquireError> {
         let deadline = tokio::time::Instant::now() + self.connect_timeout;
         if !fresh {
             if let Some(c) = self.idle_conn() {
@@ -161,7 +161,7 @@ impl Pool {
     }
 
     /// A request sent: waiting for its first byte until [`Pool::answered`].
-    pub fn sent(&self) -> u64 {
+    pub(crate) fn sent(&self) -> u64 {
         let t = self
             .next_ticket
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -173,7 +173,7 @@ impl Pool {
     }
 
     /// The request with `ticket` got its first byte (or gave up).
-    pub fn answered(&self, ticket: u64) {
+    pub(crate) fn answered(&self, ticket: u64) {
         let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = w.iter().position(|(t, _)| *t == ticket) {
             w.swap_remove(i);
@@ -182,7 +182,7 @@ impl Pool {
 
     /// A request waited [`STALL`] for its first byte: the idle connections, and the
     /// application workers they hold, are let go.
-    pub fn shed_idle(&self) {
+    pub(crate) fn shed_idle(&self) {
         // Every pool to the same application: routes have pools of their own, and one
         // route's idle connections may hold the workers another route waits for.
         let pools: Vec<Arc<Pool>> = POOLS
@@ -216,7 +216,7 @@ impl Pool {
 
     /// A connection whose request ended cleanly, for the next one — unless a request
     /// is stalled waiting for a worker, which this connection then frees.
-    pub fn release(&self, conn: Conn) {
+    pub(crate) fn release(&self, conn: Conn) {
         if self.stalled() {
             drop(conn);
             self.released.notify_one();
@@ -228,11 +228,6 @@ impl Pool {
             .push_back((conn, Instant::now()));
         self.released.notify_one();
     }
-
-    /// Connections idle now (for tests).
-    pub fn idle_count(&self) -> usize {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
 }
 
 impl Conn {
@@ -242,13 +237,13 @@ impl Conn {
     }
 
     /// Ready when the socket has bytes (or closed).
-    pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.io.poll_read_ready(cx)
     }
 
     /// Writes all of `b`; `sent` counts what the socket took, so a failure can tell
     /// "nothing left" from "some of it reached the application".
-    pub async fn write_counted(&mut self, b: &[u8], sent: &mut u64) -> io::Result<()> {
+    pub(crate) async fn write_counted(&mut self, b: &[u8], sent: &mut u64) -> io::Result<()> {
         let mut at = 0;
         while at < b.len() {
             match self.io.write(&b[at..]).await? {
@@ -262,7 +257,7 @@ impl Conn {
         Ok(())
     }
 
-    pub fn poll_read_buf(
+    pub(crate) fn poll_read_buf(
         &mut self,
         cx: &mut Context<'_>,
         buf: &mut BytesMut,

@@ -18,24 +18,24 @@ use super::pool::Conn;
 use crate::body::{Body, BodyError};
 
 /// Bodies larger than this go to a temporary file instead of memory.
-pub const SPOOL_AT: usize = 1 << 20;
+pub(crate) const SPOOL_AT: usize = 1 << 20;
 
 /// A request body, read whole.
-pub enum Spooled {
+pub(crate) enum Spooled {
     Mem(Vec<u8>),
     /// An unlinked file (nothing is left behind, even after a crash) and its length.
     File(File, u64),
 }
 
 /// Why a body could not be read.
-pub enum SpoolError {
+pub(crate) enum SpoolError {
     Body(BodyError),
     /// The temporary file could not be made or written.
     File(io::Error),
 }
 
 impl Spooled {
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         match self {
             Spooled::Mem(b) => b.len() as u64,
             Spooled::File(_, n) => *n,
@@ -44,7 +44,7 @@ impl Spooled {
 }
 
 /// Reads `body` whole, up to `max` bytes (else `BodyError::TooLarge`).
-pub async fn collect(mut body: Body, max: u64) -> Result<Spooled, SpoolError> {
+pub(crate) async fn collect(mut body: Body, max: u64) -> Result<Spooled, SpoolError> {
     let mut mem = Vec::new();
     let mut file: Option<(File, u64)> = None;
     while let Some(frame) = body.frame().await {
@@ -109,7 +109,7 @@ fn temporary() -> io::Result<File> {
 
 /// Writes `wire` (BEGIN_REQUEST, PARAMS and, for a body in memory, STDIN) and then a
 /// spooled file's body as STDIN records. `sent` counts the bytes the socket took.
-pub async fn write_request(
+pub(crate) async fn write_request(
     conn: &mut Conn,
     wire: &[u8],
     file: Option<(&File, u64)>,

@@ -11,7 +11,7 @@ use crate::body::Body;
 use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
 
-pub struct Access {
+pub(crate) struct Access {
     pub nets: Vec<IpNet>,
     /// `allow`: only these; `deny`: all but these.
     pub allow: bool,

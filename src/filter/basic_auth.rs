@@ -25,7 +25,7 @@ use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
 
 /// How long a verified credential is remembered.
-pub const REMEMBER: Duration = Duration::from_secs(300);
+pub(crate) const REMEMBER: Duration = Duration::from_secs(300);
 /// The most credentials remembered at once.
 const REMEMBERED: usize = 4096;
 
@@ -34,7 +34,7 @@ const REMEMBERED: usize = 4096;
 /// without end.
 const WAITING_PER_CORE: usize = 32;
 
-pub struct BasicAuth {
+pub(crate) struct BasicAuth {
     users: Arc<[(String, String)]>,
     /// SHA-256 of an `Authorization` value that verified → when it stops counting.
     verified: Arc<Mutex<HashMap<[u8; 32], u64>>>,
@@ -45,7 +45,7 @@ pub struct BasicAuth {
 }
 
 impl BasicAuth {
-    pub fn new(users: &[(String, String)]) -> BasicAuth {
+    pub(crate) fn new(users: &[(String, String)]) -> BasicAuth {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         BasicAuth {
             users: users.iter().cloned().collect(),

@@ -25,7 +25,7 @@ use crate::body::{Body, BodyError};
 
 /// `compress on|off|always` as a filter line: when it runs, it decides whether this
 /// response is compressed (over the proxy's own `compress`).
-pub struct Compress {
+pub(crate) struct Compress {
     pub mode: crate::config::Compression,
 }
 
@@ -42,7 +42,7 @@ const MIN_LENGTH: u64 = 1024;
 const FLUSH_EVERY: usize = 16 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Coding {
+pub(crate) enum Coding {
     Zstd,
     Br,
     Gzip,
@@ -59,7 +59,7 @@ impl Coding {
 }
 
 /// The coding to use for `accept` (an `Accept-Encoding` value), if any.
-pub fn negotiate(accept: &[u8]) -> Option<Coding> {
+pub(crate) fn negotiate(accept: &[u8]) -> Option<Coding> {
     let mut best: Option<(u32, Coding)> = None;
     let mut star: Option<u32> = None;
     let mut named = [None::<u32>; 3];
@@ -137,7 +137,7 @@ fn compressible(h: &HeaderMap) -> bool {
 /// Applies compression to a response as the request (`accept`, `is_head`) allows.
 /// `secret`: the request carried `Authorization` or the response sets a cookie, and
 /// the mode is not `always` (BREACH): sent as it is.
-pub fn apply(
+pub(crate) fn apply(
     mut resp: Response<Body>,
     accept: Option<&HeaderValue>,
     is_head: bool,

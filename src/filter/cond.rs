@@ -11,12 +11,12 @@ use super::Cx;
 use crate::body::Body;
 use crate::config::PathPattern;
 
-pub struct Condition {
+pub(crate) struct Condition {
     pub negate: bool,
     pub test: Test,
 }
 
-pub enum Test {
+pub(crate) enum Test {
     Path(PathPattern),
     Method(Vec<Method>),
     /// Value `*`: any value of a present header.
@@ -28,7 +28,7 @@ pub enum Test {
 
 impl Condition {
     /// Whether the filter runs for this request.
-    pub fn holds(&self, req: &Request<Body>, cx: &Cx<'_>) -> bool {
+    pub(crate) fn holds(&self, req: &Request<Body>, cx: &Cx<'_>) -> bool {
         let passed = match &self.test {
             Test::Path(p) => p.matches(cx.path(req)),
             Test::Method(ms) => ms.contains(req.method()),
@@ -41,7 +41,7 @@ impl Condition {
 }
 
 /// Whether any value of `name` is `want` (or the header is present, for `*`).
-pub fn header_matches(headers: &HeaderMap, name: &HeaderName, want: &str) -> bool {
+pub(crate) fn header_matches(headers: &HeaderMap, name: &HeaderName, want: &str) -> bool {
     headers
         .get_all(name)
         .iter()
@@ -50,7 +50,7 @@ pub fn header_matches(headers: &HeaderMap, name: &HeaderName, want: &str) -> boo
 
 /// Whether the query has `name=want` (or `name` at all, for `*`), compared as an
 /// application decodes them (`%XX` and `+`), so `?debu%67=%31` is `debug=1`.
-pub fn query_matches(query: Option<&str>, name: &str, want: &str) -> bool {
+pub(crate) fn query_matches(query: Option<&str>, name: &str, want: &str) -> bool {
     query.is_some_and(|q| {
         q.split('&').any(|pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -86,7 +86,7 @@ fn hex(b: &u8) -> Option<u8> {
 }
 
 /// Whether `ip` is in one of `nets` (an IPv4-mapped IPv6 client counts as its IPv4).
-pub fn in_nets(nets: &[IpNet], ip: IpAddr) -> bool {
+pub(crate) fn in_nets(nets: &[IpNet], ip: IpAddr) -> bool {
     let ip = ip.to_canonical();
     nets.iter().any(|n| n.contains(&ip))
 }

@@ -12,7 +12,7 @@ use crate::body::Body;
 use crate::config::Cors as Config;
 use crate::reply::local_response;
 
-pub struct Cors {
+pub(crate) struct Cors {
     cfg: Config,
     /// `Access-Control-Allow-Methods` / `-Headers` / `-Max-Age`, rendered once.
     methods: HeaderValue,
@@ -21,7 +21,7 @@ pub struct Cors {
 }
 
 impl Cors {
-    pub fn new(cfg: &Config) -> Cors {
+    pub(crate) fn new(cfg: &Config) -> Cors {
         let join = |items: Vec<&str>| HeaderValue::from_str(&items.join(", ")).ok();
         Cors {
             methods: join(cfg.methods.iter().map(Method::as_str).collect())

@@ -7,7 +7,7 @@ use super::{Cx, Filter};
 use crate::body::Body;
 use crate::config::HeaderOp;
 
-pub struct HeaderDown {
+pub(crate) struct HeaderDown {
     pub op: HeaderOp,
 }
 

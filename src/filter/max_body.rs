@@ -12,7 +12,7 @@ use crate::body::Body;
 use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
 
-pub struct MaxBody {
+pub(crate) struct MaxBody {
     pub max: u64,
 }
 

@@ -7,17 +7,17 @@
 //! normalised path and the client's address after `trust`, never on the raw values. A
 //! filter never buffers a body; one that limits it wraps it.
 
-pub mod access;
-pub mod basic_auth;
-pub mod compress;
-pub mod cond;
-pub mod cors;
-pub mod header_down;
-pub mod max_body;
-pub mod rate_limit;
-pub mod request_id;
-pub mod rewrite;
-pub mod strip;
+pub(crate) mod access;
+pub(crate) mod basic_auth;
+pub(crate) mod compress;
+pub(crate) mod cond;
+pub(crate) mod cors;
+pub(crate) mod header_down;
+pub(crate) mod max_body;
+pub(crate) mod rate_limit;
+pub(crate) mod request_id;
+pub(crate) mod rewrite;
+pub(crate) mod strip;
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -29,7 +29,7 @@ use crate::body::Body;
 use crate::config::template::Values;
 
 /// What a filter's request phase decided.
-pub enum Step {
+pub(crate) enum Step {
     /// On to the next filter (the filter's "passed" result, for branches).
     Pass,
     /// Answer with this at once (the filter's refusal — 403, 429 — or its own answer,
@@ -45,13 +45,13 @@ pub enum Step {
 }
 
 impl Step {
-    pub fn answer(resp: Response<Body>) -> Step {
+    pub(crate) fn answer(resp: Response<Body>) -> Step {
         Step::Answer(Box::new(resp))
     }
 }
 
 /// One filter of a route, compiled at load.
-pub trait Filter: Send + Sync {
+pub(crate) trait Filter: Send + Sync {
     /// Request phase; see [`Step`].
     fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Step {
         let _ = (req, cx);
@@ -84,7 +84,7 @@ pub trait Filter: Send + Sync {
 
 /// Reads `body` whole, up to `cap` bytes: `Err(413)` past it, `Err(400)` when the body
 /// breaks off. What a [`Filter::whole_body`] filter gets.
-pub async fn read_whole(body: Body, cap: u64) -> Result<Body, Response<Body>> {
+pub(crate) async fn read_whole(body: Body, cap: u64) -> Result<Body, Response<Body>> {
     use http_body_util::BodyExt as _;
     let limited = body.limited(cap);
     match limited.collect().await {
@@ -108,7 +108,7 @@ pub async fn read_whole(body: Body, cap: u64) -> Result<Body, Response<Body>> {
 
 /// A filter line, compiled: the filter, when it runs, what its failure means, and
 /// where its results branch to.
-pub struct Stage {
+pub(crate) struct Stage {
     pub filter: Box<dyn Filter>,
     pub condition: Option<cond::Condition>,
     /// `failure open`: a filter that cannot decide lets the request through.
@@ -124,7 +124,7 @@ pub struct Stage {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub enum Action {
+pub(crate) enum Action {
     /// Continue at the route's filter with this index (always a later one).
     SkipTo(usize),
     /// Answer with this status (a short body of its reason).
@@ -133,7 +133,7 @@ pub enum Action {
 
 impl Stage {
     /// A stage that always runs, fails closed and branches nowhere.
-    pub fn plain(filter: Box<dyn Filter>, name: &'static str) -> Stage {
+    pub(crate) fn plain(filter: Box<dyn Filter>, name: &'static str) -> Stage {
         Stage {
             filter,
             condition: None,
@@ -145,7 +145,7 @@ impl Stage {
         }
     }
 
-    pub fn uses_client_ip(&self) -> bool {
+    pub(crate) fn uses_client_ip(&self) -> bool {
         self.filter.uses_client_ip()
             || self
                 .condition
@@ -157,7 +157,7 @@ impl Stage {
 /// What a request carries through the pipeline besides its head: the normalised path
 /// filters decide on (and may change), and the placeholder values of the request as
 /// received.
-pub struct Cx<'a> {
+pub(crate) struct Cx<'a> {
     /// The normalised path when it differs from the request target's path.
     path: Option<String>,
     /// A filter changed the path: the backend gets `path` instead of the target.
@@ -179,7 +179,11 @@ pub struct Cx<'a> {
 
 impl<'a> Cx<'a> {
     /// `normalized`: the normalised path when it differs from the target's.
-    pub fn new(normalized: Option<String>, vars: Option<&'a Vars>, client_ip: IpAddr) -> Cx<'a> {
+    pub(crate) fn new(
+        normalized: Option<String>,
+        vars: Option<&'a Vars>,
+        client_ip: IpAddr,
+    ) -> Cx<'a> {
         Cx {
             path: normalized,
             changed: false,
@@ -194,25 +198,25 @@ impl<'a> Cx<'a> {
 
     /// Placeholder values of the request as received (empty for a route that renders
     /// none).
-    pub fn values(&self) -> Values<'_> {
+    pub(crate) fn values(&self) -> Values<'_> {
         self.vars.map(Vars::values).unwrap_or_default()
     }
 
     /// The normalised path (as a filter left it).
-    pub fn path<'r>(&'r self, req: &'r Request<Body>) -> &'r str {
+    pub(crate) fn path<'r>(&'r self, req: &'r Request<Body>) -> &'r str {
         self.path.as_deref().unwrap_or_else(|| req.uri().path())
     }
 
     /// Sets the path the backend will receive; the pipeline normalises it before the
     /// next filter looks.
-    pub fn set_path(&mut self, path: String) {
+    pub(crate) fn set_path(&mut self, path: String) {
         self.path = Some(path);
         self.changed = true;
         self.dirty = true;
     }
 
     /// The path a filter set since the last call, to be normalised.
-    pub fn take_dirty(&mut self) -> Option<&str> {
+    pub(crate) fn take_dirty(&mut self) -> Option<&str> {
         if !std::mem::take(&mut self.dirty) {
             return None;
         }
@@ -220,12 +224,12 @@ impl<'a> Cx<'a> {
     }
 
     /// Replaces the path with its normalised form.
-    pub fn normalized(&mut self, path: String) {
+    pub(crate) fn normalized(&mut self, path: String) {
         self.path = Some(path);
     }
 
     /// The path a filter set, if any changed it.
-    pub fn changed_path(&self) -> Option<&str> {
+    pub(crate) fn changed_path(&self) -> Option<&str> {
         self.path.as_deref().filter(|_| self.changed)
     }
 }
@@ -233,7 +237,7 @@ impl<'a> Cx<'a> {
 /// Placeholder values of the request as received, kept only for routes that render
 /// them (`Vars::default()` otherwise).
 #[derive(Default)]
-pub struct Vars {
+pub(crate) struct Vars {
     pub host: String,
     pub uri: Uri,
     pub method: Method,
@@ -242,7 +246,7 @@ pub struct Vars {
 }
 
 impl Vars {
-    pub fn values(&self) -> Values<'_> {
+    pub(crate) fn values(&self) -> Values<'_> {
         Values {
             host: &self.host,
             path: self.uri.path(),

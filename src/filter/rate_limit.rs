@@ -30,15 +30,15 @@ use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
 
 /// The most keys one in-memory `rate_limit` remembers.
-pub const MAX_KEYS: usize = 100_000;
+pub(crate) const MAX_KEYS: usize = 100_000;
 const SHARDS: usize = 64;
 /// How long a Redis check may take before the filter's failure mode decides.
-pub const REDIS_BUDGET: Duration = Duration::from_millis(50);
+pub(crate) const REDIS_BUDGET: Duration = Duration::from_millis(50);
 
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
-pub struct RateLimit {
+pub(crate) struct RateLimit {
     /// The policy's name in the headers (`name NAME`, else `default`).
     name: String,
     key_header: Option<HeaderName>,
@@ -60,7 +60,7 @@ enum Store {
 /// An in-memory store: the buckets, and the one hasher that places keys in them (a
 /// key always lands in the same shard). Handed to the next generation's filter of the
 /// same identity ([`RateLimit::identity`]), so a reload resets nobody's budget.
-pub struct Memory {
+pub(crate) struct Memory {
     shards: Box<[Mutex<Shard>]>,
     hasher: std::hash::RandomState,
 }
@@ -110,7 +110,7 @@ struct Bucket {
 impl RateLimit {
     /// What makes two generations' in-memory filters the same: route, name, rate,
     /// burst and key (`None` for a Redis store, whose buckets outlive the process).
-    pub fn identity(cfg: &Config, name: Option<&str>, route: &str) -> Option<String> {
+    pub(crate) fn identity(cfg: &Config, name: Option<&str>, route: &str) -> Option<String> {
         cfg.store.is_none().then(|| {
             format!(
                 "{route}\n{name:?}\n{}/{}ms\n{}\n{:?}",
@@ -125,7 +125,7 @@ impl RateLimit {
     /// `route`: the route's name, which (with the rate) scopes keys in Redis when the
     /// filter has no `name`. `carried`: the buckets of the previous generation's filter
     /// of the same identity.
-    pub fn new(
+    pub(crate) fn new(
         cfg: &Config,
         name: Option<&str>,
         route: &str,
@@ -164,7 +164,7 @@ impl RateLimit {
     }
 
     /// The in-memory buckets, for the next generation's filter of the same identity.
-    pub fn memory(&self) -> Option<Arc<Memory>> {
+    pub(crate) fn memory(&self) -> Option<Arc<Memory>> {
         match &self.store {
             Store::Memory(m) => Some(m.clone()),
             Store::Redis(_) => None,

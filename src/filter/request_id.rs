@@ -14,9 +14,9 @@ use http::{HeaderValue, Request, Response};
 use super::{Cx, Filter, Step};
 use crate::body::Body;
 
-pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-pub struct RequestId;
+pub(crate) struct RequestId;
 
 impl Filter for RequestId {
     fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Step {

@@ -9,7 +9,7 @@ use super::{Cx, Filter, Step};
 use crate::body::Body;
 use crate::config::{PathPattern, Template};
 
-pub struct Rewrite {
+pub(crate) struct Rewrite {
     pub from: PathPattern,
     pub to: Template,
 }

@@ -8,7 +8,7 @@ use super::{Cx, Filter, Step};
 use crate::body::Body;
 use crate::config::PathPattern;
 
-pub struct Strip {
+pub(crate) struct Strip {
     pub prefix: String,
 }
 

@@ -14,14 +14,14 @@ const MAX_SIZE_LINE: usize = 4096;
 const MAX_TRAILERS: usize = 64 * 1024;
 
 #[derive(Debug, PartialEq, Eq)]
-pub enum Decoded {
+pub(crate) enum Decoded {
     Data(Bytes),
     NeedMore,
     Done,
 }
 
 #[derive(Debug)]
-pub enum Decoder {
+pub(crate) enum Decoder {
     Length(u64),
     Chunked(Chunk),
     /// A response body delimited by the connection closing; `true` once it has.
@@ -29,7 +29,7 @@ pub enum Decoder {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub enum Chunk {
+pub(crate) enum Chunk {
     Size,
     Data(u64),
     DataEnd,
@@ -43,19 +43,19 @@ pub enum Chunk {
 }
 
 impl Decoder {
-    pub fn length(n: u64) -> Self {
+    pub(crate) fn length(n: u64) -> Self {
         Decoder::Length(n)
     }
 
-    pub fn chunked() -> Self {
+    pub(crate) fn chunked() -> Self {
         Decoder::Chunked(Chunk::Size)
     }
 
-    pub fn until_close() -> Self {
+    pub(crate) fn until_close() -> Self {
         Decoder::UntilClose(false)
     }
 
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         matches!(
             self,
             Decoder::Length(0) | Decoder::Chunked(Chunk::Done) | Decoder::UntilClose(true)
@@ -63,19 +63,19 @@ impl Decoder {
     }
 
     /// Whether the end of the connection is the end of the body.
-    pub fn until_eof(&self) -> bool {
+    pub(crate) fn until_eof(&self) -> bool {
         matches!(self, Decoder::UntilClose(_))
     }
 
     /// The connection closed: a close-delimited body is complete.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if let Decoder::UntilClose(done) = self {
             *done = true;
         }
     }
 
     /// Bytes still to come, when the framing says.
-    pub fn remaining(&self) -> Option<u64> {
+    pub(crate) fn remaining(&self) -> Option<u64> {
         match self {
             Decoder::Length(n) => Some(*n),
             Decoder::Chunked(Chunk::Done) | Decoder::UntilClose(true) => Some(0),
@@ -84,7 +84,7 @@ impl Decoder {
     }
 
     /// Takes the next piece of body out of `buf`.
-    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, &'static str> {
+    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, &'static str> {
         match self {
             Decoder::UntilClose(true) => Ok(Decoded::Done),
             Decoder::UntilClose(false) => {
@@ -203,7 +203,7 @@ fn trailer_line(
 }
 
 /// Parses a chunk-size line at the start of `buf`: its length with CRLF, and the size.
-pub fn size_line(buf: &[u8]) -> Result<Option<(usize, u64)>, &'static str> {
+pub(crate) fn size_line(buf: &[u8]) -> Result<Option<(usize, u64)>, &'static str> {
     let Some(lf) = buf.iter().take(MAX_SIZE_LINE).position(|&b| b == b'\n') else {
         if buf.len() >= MAX_SIZE_LINE {
             return Err("chunk size line too long");

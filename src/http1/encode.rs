@@ -14,7 +14,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// How an outgoing response body is delimited on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Delimit {
+pub(crate) enum Delimit {
     /// No body may follow (HEAD, 1xx, 204, 304).
     None,
     Length,
@@ -23,7 +23,7 @@ pub enum Delimit {
     Close,
 }
 
-pub fn head(
+pub(crate) fn head(
     out: &mut Vec<u8>,
     status: StatusCode,
     headers: &HeaderMap,
@@ -93,7 +93,7 @@ fn request_fields(out: &mut Vec<u8>, headers: &HeaderMap) {
 /// How a request body going to a backend is framed: decided once, before any of the
 /// body is read, so a request sent again is framed the same way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyOut {
+pub(crate) enum BodyOut {
     /// No body.
     Empty,
     /// The request carries its own Content-Length field.
@@ -105,7 +105,7 @@ pub enum BodyOut {
 
 /// Writes a request head for a backend into `out` (cleared first); returns whether the
 /// body goes chunked. The target is the origin form: path and query.
-pub fn request_head(out: &mut Vec<u8>, parts: &http::request::Parts, body: BodyOut) -> bool {
+pub(crate) fn request_head(out: &mut Vec<u8>, parts: &http::request::Parts, body: BodyOut) -> bool {
     out.clear();
     out.extend_from_slice(parts.method.as_str().as_bytes());
     out.push(b' ');
@@ -144,7 +144,7 @@ fn itoa_u64(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
 }
 
 /// Writes one chunk (size line, data, CRLF) with a single vectored write when it can.
-pub async fn chunk<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> std::io::Result<()> {
+pub(crate) async fn chunk<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> std::io::Result<()> {
     let mut size = [0u8; 18];
     let n = hex_line(&mut size, data.len());
     let mut slices = [
@@ -161,7 +161,7 @@ pub async fn chunk<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> std::io::Re
 /// body leave in one write. `taken`, when given, keeps each data frame moved (a
 /// reference, not a copy), so the body can go out again if the write fails with
 /// nothing written. `counted` grows by the body bytes moved.
-pub fn take_ready(
+pub(crate) fn take_ready(
     body: &mut Body,
     chunked: bool,
     out: &mut Vec<u8>,
@@ -210,7 +210,7 @@ pub fn take_ready(
 }
 
 /// Appends one chunk (size line, data, CRLF) to `out`.
-pub fn chunk_into(out: &mut Vec<u8>, data: &[u8]) {
+pub(crate) fn chunk_into(out: &mut Vec<u8>, data: &[u8]) {
     let mut size = [0u8; 18];
     let n = hex_line(&mut size, data.len());
     out.extend_from_slice(&size[..n]);
@@ -219,7 +219,7 @@ pub fn chunk_into(out: &mut Vec<u8>, data: &[u8]) {
 }
 
 /// Writes the chunk-size line for `n` bytes (`1a\r\n`) into `out`; its length.
-pub fn hex_line(out: &mut [u8; 18], mut n: usize) -> usize {
+pub(crate) fn hex_line(out: &mut [u8; 18], mut n: usize) -> usize {
     let mut digits = [0u8; 16];
     let mut i = 16;
     loop {
@@ -236,7 +236,7 @@ pub fn hex_line(out: &mut [u8; 18], mut n: usize) -> usize {
     len + 2
 }
 
-pub async fn write_all_vectored<W: AsyncWrite + Unpin>(
+pub(crate) async fn write_all_vectored<W: AsyncWrite + Unpin>(
     w: &mut W,
     mut slices: &mut [IoSlice<'_>],
 ) -> std::io::Result<()> {
@@ -251,7 +251,12 @@ pub async fn write_all_vectored<W: AsyncWrite + Unpin>(
 }
 
 /// A short plain-text answer sluice makes itself (errors, refusals), as raw bytes.
-pub fn simple(status: StatusCode, body: &str, extra: &[(&str, &str)], close: bool) -> Vec<u8> {
+pub(crate) fn simple(
+    status: StatusCode,
+    body: &str,
+    extra: &[(&str, &str)],
+    close: bool,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(128 + body.len());
     out.extend_from_slice(
         format!(

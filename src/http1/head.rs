@@ -21,14 +21,14 @@ use super::{MAX_HEAD, MAX_HEADERS, MAX_RESPONSE_HEADERS};
 
 /// How a request body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub(crate) enum Framing {
     None,
     Length(u64),
     Chunked,
 }
 
 #[derive(Debug)]
-pub struct RequestHead {
+pub(crate) struct RequestHead {
     pub method: Method,
     pub uri: Uri,
     pub version: Version,
@@ -43,7 +43,7 @@ pub struct RequestHead {
 
 /// Why a head was refused, and so which status it gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeadError {
+pub(crate) enum HeadError {
     /// 400, with the reason for the log and the short body.
     Bad(&'static str),
     /// 431.
@@ -58,7 +58,7 @@ fn is_tchar(b: u8) -> bool {
 
 /// Parses a complete request head (as found by [`super::scan::RequestScan`], leading
 /// empty lines included).
-pub fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
+pub(crate) fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
     if head.len() > MAX_HEAD {
         return Err(HeadError::TooLarge);
     }
@@ -287,7 +287,7 @@ fn length_field(value: &[u8], prev: Option<u64>) -> Result<u64, &'static str> {
 }
 
 /// A backend's response head and how its body is framed on the connection.
-pub struct ResponseHead {
+pub(crate) struct ResponseHead {
     pub parts: http::response::Parts,
     pub decoder: Decoder,
     /// The connection may carry another request once this body ends.
@@ -297,11 +297,11 @@ pub struct ResponseHead {
 /// Why a backend's response head was refused (the client gets a 502).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct InvalidResponse(pub &'static str);
+pub(crate) struct InvalidResponse(pub &'static str);
 
 /// Parses the complete response head of `len` bytes at the front of `buf`, taking it
 /// off. `Ok(None)`: it was an interim (1xx) answer, skipped; look for the next head.
-pub fn parse_response(
+pub(crate) fn parse_response(
     buf: &mut BytesMut,
     len: usize,
     is_head: bool,
@@ -457,7 +457,7 @@ impl ResponseFacts {
 /// `TE` as a backend may receive it: exactly `trailers` when the client asked for
 /// trailers (in any case, among other codings) and they may pass, else nothing. HTTP/2
 /// refuses any other spelling, and a refusal must never look like the peer's fault.
-pub fn normalise_te(h: &mut http::HeaderMap, keep_trailers: bool) {
+pub(crate) fn normalise_te(h: &mut http::HeaderMap, keep_trailers: bool) {
     let trailers = keep_trailers
         && h.get_all(http::header::TE).iter().any(|v| {
             v.as_bytes().split(|&b| b == b',').any(|t| {

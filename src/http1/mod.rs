@@ -6,20 +6,20 @@
 //! Knows nothing of sockets, routes or pools: it turns bytes into heads and body pieces
 //! and back. Never buffers a body; never re-scans bytes it has already looked at.
 
-pub mod decode;
-pub mod encode;
-pub mod head;
-pub mod scan;
+pub(crate) mod decode;
+pub(crate) mod encode;
+pub(crate) mod head;
+pub(crate) mod scan;
 
 /// The largest request head accepted from a client: more is 431.
-pub const MAX_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
 /// The most header fields accepted from a client, Host included: more is 431.
-pub const MAX_HEADERS: usize = 100;
+pub(crate) const MAX_HEADERS: usize = 100;
 /// The largest response head accepted from a backend: more is a 502.
-pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// The most header fields accepted in a backend's response head.
-pub const MAX_RESPONSE_HEADERS: usize = 128;
+pub(crate) const MAX_RESPONSE_HEADERS: usize = 128;
 /// How much a socket read asks for at once.
-pub const READ_CHUNK: usize = 16 * 1024;
+pub(crate) const READ_CHUNK: usize = 16 * 1024;
 /// Bodies up to this size leave in the same write as their head.
-pub const COALESCE: usize = 16 * 1024;
+pub(crate) const COALESCE: usize = 16 * 1024;

@@ -11,7 +11,7 @@ use super::MAX_HEAD;
 /// seen, before the head is complete), empty lines before the request line tolerated
 /// (RFC 9112 §2.2).
 #[derive(Debug, Default)]
-pub struct RequestScan {
+pub(crate) struct RequestScan {
     /// Next byte to look at.
     pos: usize,
     /// Where the current line starts.
@@ -22,7 +22,7 @@ pub struct RequestScan {
 
 impl RequestScan {
     /// Where the head ends (one past its blank line), once it is complete.
-    pub fn find_end(&mut self, buf: &[u8]) -> Result<Option<usize>, HeadError> {
+    pub(crate) fn find_end(&mut self, buf: &[u8]) -> Result<Option<usize>, HeadError> {
         let start = match self.start {
             Some(s) => s,
             None => {
@@ -65,12 +65,12 @@ fn limit(len: usize) -> Result<(), HeadError> {
 /// The end of a response head from a backend. Backends get some leniency: a bare LF
 /// ends lines too.
 #[derive(Debug, Default)]
-pub struct ResponseScan {
+pub(crate) struct ResponseScan {
     pos: usize,
 }
 
 impl ResponseScan {
-    pub fn find_end(&mut self, buf: &[u8]) -> Option<usize> {
+    pub(crate) fn find_end(&mut self, buf: &[u8]) -> Option<usize> {
         while let Some(off) = buf[self.pos..].iter().position(|&b| b == b'\n') {
             let lf = self.pos + off;
             match (buf.get(lf + 1), buf.get(lf + 2)) {

@@ -8,9 +8,9 @@
 //! is the sum a pool's connections need: one pool may reach peers over TCP and Unix
 //! sockets, with or without TLS.
 
-pub mod stream;
-pub mod tls;
-pub mod transport;
+pub(crate) mod stream;
+pub(crate) mod tls;
+pub(crate) mod transport;
 
 use std::io;
 use std::net::SocketAddr;
@@ -21,18 +21,18 @@ use tokio::net::TcpListener;
 const ENFILE: i32 = 23;
 const EMFILE: i32 = 24;
 /// No local port (or address) left to connect from.
-pub const EADDRNOTAVAIL: i32 = 99;
+pub(crate) const EADDRNOTAVAIL: i32 = 99;
 /// The host has no such address family (no IPv6).
 const EAFNOSUPPORT: i32 = 97;
 
 /// Whether `e` says this host is out of ports or descriptors: never a peer's fault.
-pub fn is_local_exhaustion(e: &io::Error) -> bool {
+pub(crate) fn is_local_exhaustion(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(EADDRNOTAVAIL | EMFILE | ENFILE))
 }
 
 /// TCP keepalive for a socket that may idle for long as a tunnel's end: the first probe
 /// after 60 s of silence, then every 10 s, so a peer that vanished is noticed.
-pub fn tcp_keepalive(s: &tokio::net::TcpStream) {
+pub(crate) fn tcp_keepalive(s: &tokio::net::TcpStream) {
     let ka = socket2::TcpKeepalive::new()
         .with_time(Duration::from_secs(60))
         .with_interval(Duration::from_secs(10));
@@ -42,7 +42,7 @@ pub fn tcp_keepalive(s: &tokio::net::TcpStream) {
 /// A listening TCP socket on `addr` (address reuse on, backlog 1024). `dual_stack`:
 /// an IPv6 wildcard takes both families on one socket, and a host without IPv6 gets
 /// the IPv4 wildcard instead.
-pub fn bind_tcp(addr: SocketAddr, dual_stack: bool) -> io::Result<TcpListener> {
+pub(crate) fn bind_tcp(addr: SocketAddr, dual_stack: bool) -> io::Result<TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let open = |addr: SocketAddr| -> io::Result<TcpListener> {
         let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;

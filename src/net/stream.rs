@@ -14,7 +14,7 @@ use tokio::net::{TcpStream, UnixStream};
 use super::tls::{Half, TlsConn};
 use super::transport::{Closed, Transport};
 
-pub enum Stream {
+pub(crate) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
     /// TLS over TCP (an `https://` backend that chose `http/1.1`).
@@ -22,14 +22,14 @@ pub enum Stream {
 }
 
 /// The read half of a borrowed [`Stream`].
-pub enum ReadHalf<'a> {
+pub(crate) enum ReadHalf<'a> {
     Tcp(tokio::net::tcp::ReadHalf<'a>),
     Unix(tokio::net::unix::ReadHalf<'a>),
     Tls(Half<'a>),
 }
 
 /// The write half of a borrowed [`Stream`].
-pub enum WriteHalf<'a> {
+pub(crate) enum WriteHalf<'a> {
     Tcp(tokio::net::tcp::WriteHalf<'a>),
     Unix(tokio::net::unix::WriteHalf<'a>),
     Tls(Half<'a>),

@@ -20,26 +20,15 @@ use tokio_rustls::TlsStream;
 
 use super::transport::{first_bytes, Closed, Transport, FIRST_READ};
 
-pub struct TlsConn {
+pub(crate) struct TlsConn {
     inner: Mutex<TlsStream<TcpStream>>,
 }
 
 impl TlsConn {
-    pub fn new(stream: impl Into<TlsStream<TcpStream>>) -> TlsConn {
+    pub(crate) fn new(stream: impl Into<TlsStream<TcpStream>>) -> TlsConn {
         TlsConn {
             inner: Mutex::new(stream.into()),
         }
-    }
-
-    /// The protocol ALPN chose, if any.
-    pub fn alpn(&mut self) -> Option<Vec<u8>> {
-        let (_, session) = self.get_mut().get_ref();
-        session.alpn_protocol().map(<[u8]>::to_vec)
-    }
-
-    /// Whether ALPN chose HTTP/2.
-    pub fn is_h2(&mut self) -> bool {
-        self.get_mut().get_ref().1.alpn_protocol() == Some(b"h2")
     }
 
     fn lock(&self) -> MutexGuard<'_, TlsStream<TcpStream>> {
@@ -92,7 +81,7 @@ impl AsyncWrite for TlsConn {
 }
 
 /// One half of a [`TlsConn`], borrowed; locks the session for each poll.
-pub struct Half<'a>(&'a Mutex<TlsStream<TcpStream>>);
+pub(crate) struct Half<'a>(&'a Mutex<TlsStream<TcpStream>>);
 
 impl Half<'_> {
     fn lock(&self) -> MutexGuard<'_, TlsStream<TcpStream>> {

@@ -16,7 +16,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
-pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     type Read<'a>: AsyncRead + Unpin + Send
     where
         Self: 'a;
@@ -41,28 +41,28 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
 
 /// The peer closed the stream (or it failed) before sending a byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Closed;
+pub(crate) struct Closed;
 
 /// How much the first read after an idle wait takes, into the stack: enough for a
 /// typical request head whole, so the head is parsed without a second read (one
 /// syscall a request) and a spurious wakeup allocates nothing.
-pub const FIRST_READ: usize = 2048;
+pub(crate) const FIRST_READ: usize = 2048;
 
 /// The bytes of a read into the stack, in a fresh buffer.
-pub fn first_bytes(first: &[u8]) -> BytesMut {
+pub(crate) fn first_bytes(first: &[u8]) -> BytesMut {
     let mut buf = BytesMut::with_capacity(4096);
     buf.extend_from_slice(first);
     buf
 }
 
 /// Waits for the stream's first bytes (see [`Transport::poll_first_bytes`]).
-pub async fn wait_first_bytes<S: Transport>(stream: &S) -> Result<BytesMut, Closed> {
+pub(crate) async fn wait_first_bytes<S: Transport>(stream: &S) -> Result<BytesMut, Closed> {
     std::future::poll_fn(|cx| stream.poll_first_bytes(cx)).await
 }
 
 /// Whether an idle stream is quiet: nothing to read and not closed. Never waits; no
 /// syscall on a socket that reported no activity.
-pub fn is_quiet<S: AsyncRead + Unpin>(s: &mut S) -> bool {
+pub(crate) fn is_quiet<S: AsyncRead + Unpin>(s: &mut S) -> bool {
     let mut cx = Context::from_waker(Waker::noop());
     let mut probe = [0u8; 1];
     let mut rb = ReadBuf::new(&mut probe);
@@ -71,7 +71,7 @@ pub fn is_quiet<S: AsyncRead + Unpin>(s: &mut S) -> bool {
 
 /// What can be read into `buf` now, without waiting: `WouldBlock` when nothing is
 /// there.
-pub fn read_now<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut) -> io::Result<usize> {
+pub(crate) fn read_now<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut) -> io::Result<usize> {
     use std::future::Future as _;
     use tokio::io::AsyncReadExt as _;
     let mut cx = Context::from_waker(Waker::noop());

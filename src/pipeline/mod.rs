@@ -24,12 +24,12 @@ use crate::route::path::{normalize, normalize_host};
 use crate::route::{Handler, Probe, Route};
 use crate::runtime::{Generation, Live};
 use crate::stats::{bump, COUNTERS};
-pub use crate::upstream::Served;
+pub(crate) use crate::upstream::Served;
 
 /// What the connection tells the pipeline about its client, rendered once per
 /// connection.
 #[derive(Clone)]
-pub struct ClientInfo {
+pub(crate) struct ClientInfo {
     pub addr: SocketAddr,
     /// The address as a header value, for `X-Forwarded-For`.
     pub ip_value: HeaderValue,
@@ -37,13 +37,13 @@ pub struct ClientInfo {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
+pub(crate) enum Scheme {
     Http,
     Https,
 }
 
 impl Scheme {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Scheme::Http => "http",
             Scheme::Https => "https",
@@ -56,7 +56,7 @@ impl Scheme {
 }
 
 impl ClientInfo {
-    pub fn new(addr: SocketAddr, scheme: Scheme) -> ClientInfo {
+    pub(crate) fn new(addr: SocketAddr, scheme: Scheme) -> ClientInfo {
         let ip = addr.ip().to_canonical().to_string();
         ClientInfo {
             addr,
@@ -68,17 +68,17 @@ impl ClientInfo {
 
 /// What a request's journey ends with: the response, which pool and peer served it
 /// (when asked for), and an upgraded connection to join with the client's (a 101).
-pub struct Answer {
+pub(crate) struct Answer {
     pub resp: Response<Body>,
     pub served: Option<Served>,
     pub tunnel: Option<Box<crate::tunnel::Tunnel>>,
 }
 
-pub type ResponseFuture = Pin<Box<dyn Future<Output = Answer> + Send>>;
+pub(crate) type ResponseFuture = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
 /// What the connection can do with a request besides answer it.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Offer {
+pub(crate) struct Offer {
     /// Note which pool and peer served the response (the access log is on).
     pub record: bool,
     /// The connection can be handed over to an upgraded protocol (HTTP/1.1).
@@ -87,7 +87,12 @@ pub struct Offer {
 
 /// Serves one request on the current generation. Boxed so a connection's task stays
 /// small while it waits idle.
-pub fn handle(live: &Live, req: Request<Body>, client: ClientInfo, offer: Offer) -> ResponseFuture {
+pub(crate) fn handle(
+    live: &Live,
+    req: Request<Body>,
+    client: ClientInfo,
+    offer: Offer,
+) -> ResponseFuture {
     let gen = live.load();
     Box::pin(async move {
         let slots = Slots::default();

@@ -15,7 +15,7 @@ use crate::http1::decode::Decoder;
 use crate::upstream::conn::BackendConn;
 use crate::upstream::{FailureKind, Lease};
 
-pub struct ResponseBody {
+pub(crate) struct ResponseBody {
     conn: Option<BackendConn>,
     decoder: Decoder,
     reusable: bool,
@@ -23,7 +23,12 @@ pub struct ResponseBody {
 }
 
 impl ResponseBody {
-    pub fn new(conn: BackendConn, decoder: Decoder, reusable: bool, lease: Lease) -> ResponseBody {
+    pub(crate) fn new(
+        conn: BackendConn,
+        decoder: Decoder,
+        reusable: bool,
+        lease: Lease,
+    ) -> ResponseBody {
         let mut body = ResponseBody {
             conn: Some(conn),
             decoder,
@@ -99,13 +104,13 @@ impl http_body::Body for ResponseBody {
 
 /// A backend's HTTP/2 response body, holding the request's lease; a body that breaks
 /// off counts against the peer.
-pub struct H2ResponseBody {
+pub(crate) struct H2ResponseBody {
     inner: crate::upstream::h2::ResponseBody,
     lease: Lease,
 }
 
 impl H2ResponseBody {
-    pub fn new(inner: crate::upstream::h2::ResponseBody, lease: Lease) -> H2ResponseBody {
+    pub(crate) fn new(inner: crate::upstream::h2::ResponseBody, lease: Lease) -> H2ResponseBody {
         H2ResponseBody { inner, lease }
     }
 }

@@ -126,7 +126,7 @@ fn is_sluice(k: &HeaderName) -> bool {
 /// Everything but `Host` in upstream mode, which depends on the peer chosen.
 /// `client_ip` is the client's address as a header value, rendered once per connection;
 /// `scheme` is the connection's (`http` or `https`).
-pub fn request(
+pub(crate) fn request(
     h: &mut HeaderMap,
     client_ip: &HeaderValue,
     scheme: &HeaderValue,
@@ -168,7 +168,7 @@ pub fn request(
 }
 
 /// `Host` for upstream mode, then the `header_up` lines (which may override it).
-pub fn finish_request(
+pub(crate) fn finish_request(
     h: &mut HeaderMap,
     cfg: &ProxyConfig,
     peer_host: Option<&HeaderValue>,
@@ -180,7 +180,7 @@ pub fn finish_request(
     apply_all(h, &cfg.header_up, values);
 }
 
-pub fn response(h: &mut HeaderMap, cfg: &ProxyConfig, values: &Values<'_>) {
+pub(crate) fn response(h: &mut HeaderMap, cfg: &ProxyConfig, values: &Values<'_>) {
     scrub(h, false, false);
     apply_all(h, &cfg.header_down, values);
 }

@@ -11,11 +11,11 @@
 //! (`timeout`) never count against a peer. Never buffers a body. Knows no client socket:
 //! the client's address and scheme arrive as plain values.
 
-pub mod body;
-pub mod headers;
+pub(crate) mod body;
+pub(crate) mod headers;
 mod refusal;
 mod retry;
-pub mod trace;
+pub(crate) mod trace;
 mod upgrade;
 
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use std::sync::Arc;
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 
-pub use self::body::ResponseBody;
+pub(crate) use self::body::ResponseBody;
 use self::refusal::{out_of_capacity, peer_or_refusal, BUSY, UNREACHABLE};
 use self::retry::{is_idempotent, retry_sent, retry_to, retry_unreached, Retry};
 use crate::body::Body;
@@ -42,7 +42,7 @@ use crate::upstream::limit::Slot;
 use crate::upstream::{Lease, Note, Pick, Pool, Served, Tried};
 
 /// The client-side facts the proxy needs, as plain values.
-pub struct Client<'a> {
+pub(crate) struct Client<'a> {
     /// The client's address as a header value (for `X-Forwarded-For`).
     pub ip: &'a HeaderValue,
     /// `http` or `https`, as a header value (for `X-Forwarded-Proto`).
@@ -63,7 +63,11 @@ pub struct Client<'a> {
     pub tunnel_idle: std::time::Duration,
 }
 
-pub async fn forward(pool: &Arc<Pool>, req: Request<Body>, client: &Client<'_>) -> Response<Body> {
+pub(crate) async fn forward(
+    pool: &Arc<Pool>,
+    req: Request<Body>,
+    client: &Client<'_>,
+) -> Response<Body> {
     let mut dialed = Dialed::default();
     let resp = match (client.tunnel, upgrade::upgrade_protocol(&req)) {
         // Boxed: rare, and inline its future would make every request's as large.
@@ -316,7 +320,7 @@ enum Attempt {
 
 /// A backend's answer: over HTTP/1.1 (its connection and response head), or on an
 /// HTTP/2 stream.
-pub enum Answer {
+pub(crate) enum Answer {
     H1(BackendConn, crate::http1::head::ResponseHead),
     H2(Response<::h2::RecvStream>, h2::Stream),
 }
@@ -365,7 +369,7 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
                     Err(e) => e,
                 }
             }
-            Err(ConnectError::Local(_)) => return Attempt::Refused(out_of_capacity()),
+            Err(ConnectError::Local) => return Attempt::Refused(out_of_capacity()),
             Err(ConnectError::Unreachable(e)) => return Attempt::Unreachable(e),
             // Only upgrades ask for what a scheme cannot carry.
             Err(ConnectError::Unsupported) => return not_taken(),

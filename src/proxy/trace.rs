@@ -9,7 +9,7 @@ use crate::upstream::balancer::random;
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
 /// Sets the `traceparent` the backend receives.
-pub fn propagate(h: &mut HeaderMap) {
+pub(crate) fn propagate(h: &mut HeaderMap) {
     let incoming = h.get(&TRACEPARENT).and_then(|v| parse(v.as_bytes()));
     let (trace, flags) =
         incoming.unwrap_or_else(|| (format!("{:016x}{:016x}", random(), random()), "01".into()));

@@ -135,7 +135,7 @@ async fn dial_upgrade(
     match pool.connect(i, Want::Upgrade).await {
         Ok(Connection::Http1 { conn, .. }) => Ok(conn),
         Ok(Connection::Http2(_)) => unreachable!("an upgrade is never given an HTTP/2 stream"),
-        Err(ConnectError::Local(_)) => Err(out_of_capacity()),
+        Err(ConnectError::Local) => Err(out_of_capacity()),
         Err(ConnectError::Unsupported) => {
             bump(&COUNTERS.bad_gateway);
             Err(local_response(StatusCode::BAD_GATEWAY, NO_UPGRADE))

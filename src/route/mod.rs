@@ -6,7 +6,7 @@
 //! longest first, ties in file order; the first whose pattern and matchers all pass
 //! wins. The tables hold compiled filters and handlers; `runtime` builds them.
 
-pub mod path;
+pub(crate) mod path;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use crate::filter::cond::{header_matches, query_matches};
 use crate::filter::Stage;
 use crate::upstream::Pool;
 
-pub struct Sites {
+pub(crate) struct Sites {
     exact: HashMap<String, usize>,
     /// `(".example.com", site)`, longest suffix first.
     suffixes: Vec<(String, usize)>,
@@ -26,12 +26,12 @@ pub struct Sites {
     pub list: Vec<Site>,
 }
 
-pub struct Site {
+pub(crate) struct Site {
     pub name: String,
     pub routes: Vec<Route>,
 }
 
-pub struct Route {
+pub(crate) struct Route {
     pub name: String,
     pub pattern: PathPattern,
     pub matchers: Vec<Matcher>,
@@ -49,7 +49,7 @@ pub struct Route {
     pub may_compress: bool,
 }
 
-pub enum Matcher {
+pub(crate) enum Matcher {
     Method(Vec<Method>),
     /// Value `*` matches any value of a present header.
     Header(HeaderName, String),
@@ -57,7 +57,7 @@ pub enum Matcher {
     Query(String, String),
 }
 
-pub enum Handler {
+pub(crate) enum Handler {
     Proxy(Arc<Pool>),
     Respond {
         status: StatusCode,
@@ -74,7 +74,7 @@ pub enum Handler {
 }
 
 /// What a route's matchers look at.
-pub struct Probe<'a> {
+pub(crate) struct Probe<'a> {
     pub path: &'a str,
     pub method: &'a Method,
     pub headers: &'a HeaderMap,
@@ -82,7 +82,7 @@ pub struct Probe<'a> {
 }
 
 impl Sites {
-    pub fn new() -> Sites {
+    pub(crate) fn new() -> Sites {
         Sites {
             exact: HashMap::new(),
             suffixes: Vec::new(),
@@ -92,7 +92,7 @@ impl Sites {
     }
 
     /// Adds a site answering for `hosts` (lower-case; `*.suffix` as `.suffix`).
-    pub fn add(&mut self, hosts: &[crate::config::HostPattern], mut site: Site) {
+    pub(crate) fn add(&mut self, hosts: &[crate::config::HostPattern], mut site: Site) {
         use crate::config::HostPattern;
         let idx = self.list.len();
         for h in hosts {
@@ -115,7 +115,7 @@ impl Sites {
     }
 
     /// The site for a normalised host ([`path::normalize_host`]).
-    pub fn find(&self, host: &str) -> Option<&Site> {
+    pub(crate) fn find(&self, host: &str) -> Option<&Site> {
         if let Some(&i) = self.exact.get(host) {
             return Some(&self.list[i]);
         }
@@ -126,11 +126,11 @@ impl Sites {
             .or_else(|| self.any.map(|i| &self.list[i]))
     }
 
-    pub fn routes(&self) -> impl Iterator<Item = &Route> {
+    pub(crate) fn routes(&self) -> impl Iterator<Item = &Route> {
         self.list.iter().flat_map(|s| s.routes.iter())
     }
 
-    pub fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
+    pub(crate) fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
         self.routes().filter_map(|r| match &r.handler {
             Handler::Proxy(p) => Some(p),
             _ => None,
@@ -146,7 +146,7 @@ impl Default for Sites {
 
 impl Site {
     /// The first route whose pattern (on the normalised path) and matchers pass.
-    pub fn find(&self, probe: &Probe<'_>) -> Option<&Route> {
+    pub(crate) fn find(&self, probe: &Probe<'_>) -> Option<&Route> {
         self.routes
             .iter()
             .find(|r| r.pattern.matches(probe.path) && r.matchers.iter().all(|m| m.passes(probe)))

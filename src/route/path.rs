@@ -15,7 +15,7 @@ use crate::config::PathPattern;
 
 /// Why a path was refused (the client gets 400).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum PathError {
+pub(crate) enum PathError {
     #[error("the path climbs above the root")]
     AboveRoot,
     #[error("a NUL or control character in the path")]
@@ -31,7 +31,7 @@ pub enum PathError {
 }
 
 /// The normalised form of an origin-form path (no query).
-pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
+pub(crate) fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
     let b = path.as_bytes();
     if b.first() != Some(&b'/') {
         // `*` (OPTIONS) and the like route as themselves.
@@ -162,7 +162,7 @@ fn remove_dots(path: &str) -> Result<String, PathError> {
 
 /// The host routes are chosen by: lower-cased, without port, without one trailing dot
 /// (`App.Test.:80` is `app.test`). Borrows unless it must change the text.
-pub fn normalize_host(raw: &str) -> Cow<'_, str> {
+pub(crate) fn normalize_host(raw: &str) -> Cow<'_, str> {
     // One pass: where a port would start, and whether anything is upper case.
     let b = raw.as_bytes();
     let mut end = b.len();

@@ -23,7 +23,7 @@ use rustls::sign::CertifiedKey;
 use crate::config::{HostPattern, Site};
 
 /// One site's certificate pair, as the files are now (or were when they last loaded).
-pub struct CertSlot {
+pub(crate) struct CertSlot {
     /// The site's name, for log lines.
     pub site: String,
     pub cert: PathBuf,
@@ -59,13 +59,13 @@ impl CertSlot {
         }
     }
 
-    pub fn current(&self) -> Arc<CertifiedKey> {
+    pub(crate) fn current(&self) -> Arc<CertifiedKey> {
         self.current.load_full()
     }
 
     /// Reads the pair again if either file changed since it was last read. Blocking
     /// file I/O: run it off the runtime's workers.
-    pub fn refresh(&self) {
+    pub(crate) fn refresh(&self) {
         let now = Stamp::of(&self.cert, &self.key);
         {
             let mut seen = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
@@ -92,7 +92,7 @@ impl CertSlot {
 }
 
 /// The certificate for a handshake, by SNI.
-pub struct SniCerts {
+pub(crate) struct SniCerts {
     exact: HashMap<String, usize>,
     /// `(".example.com", slot)`, longest suffix first.
     suffixes: Vec<(String, usize)>,
@@ -135,7 +135,7 @@ impl SniCerts {
     }
 
     /// The slot serving `name` (an SNI host name, any case), or the `*` site's.
-    pub fn choose(&self, name: Option<&str>) -> Option<&Arc<CertSlot>> {
+    pub(crate) fn choose(&self, name: Option<&str>) -> Option<&Arc<CertSlot>> {
         let i = match name.map(|n| n.trim_end_matches('.').to_ascii_lowercase()) {
             Some(n) => self.exact.get(&n).copied().or_else(|| {
                 self.suffixes
@@ -157,7 +157,7 @@ impl ResolvesServerCert for SniCerts {
 }
 
 /// A generation's TLS server side: what its `tls` listeners hand to rustls.
-pub struct Tls {
+pub(crate) struct Tls {
     pub config: Arc<rustls::ServerConfig>,
     pub certs: Arc<SniCerts>,
 }
@@ -167,7 +167,7 @@ pub struct Tls {
 /// ALPN `h2` then `http/1.1`. The server's suite order decides (AES-256-GCM first), as
 /// scanners expect of a server: every suite offered is strong, so the choice is about
 /// predictability, not safety. `None` when no site has a certificate.
-pub fn build(sites: &[Site]) -> Option<Tls> {
+pub(crate) fn build(sites: &[Site]) -> Option<Tls> {
     let certs = Arc::new(SniCerts::new(sites));
     if certs.slots.is_empty() {
         return None;

@@ -29,7 +29,7 @@ use crate::upstream::{Pool, PoolId, PoolState};
 
 impl Generation {
     /// Compiles `config`; pools whose identity `previous` also has keep its state.
-    pub fn compile(config: &Config, previous: Option<&Generation>) -> Generation {
+    pub(crate) fn compile(config: &Config, previous: Option<&Generation>) -> Generation {
         let carried: HashMap<&PoolId, &Arc<PoolState>> = previous
             .into_iter()
             .flat_map(|g| g.pools())

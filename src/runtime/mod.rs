@@ -4,8 +4,8 @@
 //! to the end, so a swap never changes the rules under a request in flight. This module
 //! is data: it never calls the pipeline and knows no listener.
 
-pub mod certs;
-pub mod compile;
+pub(crate) mod certs;
+pub(crate) mod compile;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -17,14 +17,14 @@ use crate::route::Sites;
 use crate::upstream::Pool;
 
 /// An L4 listener's pool in one generation, found by the listener's address.
-pub struct TcpRoute {
+pub(crate) struct TcpRoute {
     pub addr: std::net::SocketAddr,
     pub pool: Arc<Pool>,
     pub idle_timeout: std::time::Duration,
     pub max_conns: u64,
 }
 
-pub struct Generation {
+pub(crate) struct Generation {
     pub sites: Sites,
     pub tcp: Vec<TcpRoute>,
     pub trust: Vec<IpNet>,
@@ -46,7 +46,7 @@ pub struct Generation {
 }
 
 impl Generation {
-    pub fn is_trusted(&self, client: IpAddr) -> bool {
+    pub(crate) fn is_trusted(&self, client: IpAddr) -> bool {
         if self.trust.is_empty() {
             return false;
         }
@@ -59,7 +59,7 @@ impl Generation {
     /// one when every address there is trusted. An entry that is not an address, met
     /// before an untrusted one, makes the client unknown: `0.0.0.0`, which no `allow`
     /// admits (never the trusted proxy's own address).
-    pub fn client_ip(&self, peer: IpAddr, headers: &http::HeaderMap) -> IpAddr {
+    pub(crate) fn client_ip(&self, peer: IpAddr, headers: &http::HeaderMap) -> IpAddr {
         let peer = peer.to_canonical();
         if !self.is_trusted(peer) {
             return peer;
@@ -78,12 +78,12 @@ impl Generation {
         client
     }
 
-    pub fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
+    pub(crate) fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
         self.sites.pools().chain(self.tcp.iter().map(|t| &t.pool))
     }
 
     /// The L4 route for a `tcp` listener's configured address.
-    pub fn tcp_route(&self, addr: std::net::SocketAddr) -> Option<&TcpRoute> {
+    pub(crate) fn tcp_route(&self, addr: std::net::SocketAddr) -> Option<&TcpRoute> {
         self.tcp.iter().find(|t| t.addr == addr)
     }
 }
@@ -102,26 +102,26 @@ fn forwarded_ip(entry: &[u8]) -> Option<IpAddr> {
     ip.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
 }
 
-pub struct Live {
+pub(crate) struct Live {
     current: ArcSwap<Generation>,
 }
 
 impl Live {
-    pub fn new(g: Generation) -> Arc<Live> {
+    pub(crate) fn new(g: Generation) -> Arc<Live> {
         Arc::new(Live {
             current: ArcSwap::from_pointee(g),
         })
     }
 
     /// The generation a new request runs on.
-    pub fn load(&self) -> Arc<Generation> {
+    pub(crate) fn load(&self) -> Arc<Generation> {
         self.current.load_full()
     }
 
     /// Makes `next` the live generation. Pools of the old one that `next` did not carry
     /// over are retired now: their background tasks stop and their idle connections
     /// close, while requests still running on the old generation finish on it.
-    pub fn swap(&self, next: Generation) {
+    pub(crate) fn swap(&self, next: Generation) {
         let old = self.current.swap(Arc::new(next));
         let now = self.current.load();
         for pool in old.pools() {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::{watch, Notify};
 
 #[derive(Clone)]
-pub struct Drain {
+pub(crate) struct Drain {
     inner: Arc<Inner>,
 }
 
@@ -25,7 +25,7 @@ impl Default for Drain {
 }
 
 impl Drain {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Drain {
             inner: Arc::new(Inner {
                 connections: AtomicUsize::new(0),
@@ -36,20 +36,20 @@ impl Drain {
         }
     }
 
-    pub fn watch(&self) -> Watch {
+    pub(crate) fn watch(&self) -> Watch {
         Watch {
             rx: self.inner.tx.subscribe(),
         }
     }
 
-    pub fn connection(&self) -> ConnectionGuard {
+    pub(crate) fn connection(&self) -> ConnectionGuard {
         self.inner.connections.fetch_add(1, Ordering::Relaxed);
         ConnectionGuard {
             inner: self.inner.clone(),
         }
     }
 
-    pub fn request(&self) -> RequestGuard {
+    pub(crate) fn request(&self) -> RequestGuard {
         self.inner.requests.fetch_add(1, Ordering::Relaxed);
         RequestGuard {
             inner: self.inner.clone(),
@@ -57,16 +57,16 @@ impl Drain {
     }
 
     /// Stop taking new work: listeners stop accepting, idle connections close.
-    pub fn start(&self) {
+    pub(crate) fn start(&self) {
         self.inner.tx.send_replace(true);
     }
 
-    pub fn requests_in_flight(&self) -> usize {
+    pub(crate) fn requests_in_flight(&self) -> usize {
         self.inner.requests.load(Ordering::Relaxed)
     }
 
     /// Resolves when no connection is open.
-    pub async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         loop {
             let notified = self.inner.idle.notified();
             if self.inner.connections.load(Ordering::Acquire) == 0 {
@@ -77,27 +77,27 @@ impl Drain {
     }
 }
 
-pub struct Watch {
+pub(crate) struct Watch {
     rx: watch::Receiver<bool>,
 }
 
 impl Watch {
-    pub fn is_draining(&self) -> bool {
+    pub(crate) fn is_draining(&self) -> bool {
         *self.rx.borrow()
     }
 
-    pub async fn draining(&mut self) {
+    pub(crate) async fn draining(&mut self) {
         let _ = self.rx.wait_for(|d| *d).await;
     }
 }
 
-pub struct ConnectionGuard {
+pub(crate) struct ConnectionGuard {
     inner: Arc<Inner>,
 }
 
 impl ConnectionGuard {
     /// The drain this connection is counted in.
-    pub fn drain(&self) -> Drain {
+    pub(crate) fn drain(&self) -> Drain {
         Drain {
             inner: self.inner.clone(),
         }
@@ -112,7 +112,7 @@ impl Drop for ConnectionGuard {
     }
 }
 
-pub struct RequestGuard {
+pub(crate) struct RequestGuard {
     inner: Arc<Inner>,
 }
 

@@ -37,12 +37,12 @@ use crate::stats::{bump, count_status, COUNTERS};
 
 /// A new connection's first head, and any later head once its first byte arrived,
 /// must be complete within this.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// A kept-alive connection with no byte of a next request closes after this.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-pub use crate::body::BODY_READ_TIMEOUT;
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) use crate::body::BODY_READ_TIMEOUT;
 
-pub struct Conn {
+pub(crate) struct Conn {
     pub client: ClientInfo,
     pub live: Arc<Live>,
     pub drain: Drain,
@@ -53,7 +53,7 @@ pub struct Conn {
 impl Conn {
     /// Serves requests on `stream` until the client leaves, a limit is hit or sluice
     /// shuts down. `buf` holds bytes already read (the protocol sniff).
-    pub async fn serve<S: Transport>(
+    pub(crate) async fn serve<S: Transport>(
         mut self,
         mut stream: S,
         mut buf: BytesMut,
@@ -311,7 +311,7 @@ struct Exchange {
 }
 
 /// The access log as the connections see it; a reload may swap it.
-pub type Access = Arc<arc_swap::ArcSwapOption<AccessLog>>;
+pub(crate) type Access = Arc<arc_swap::ArcSwapOption<AccessLog>>;
 
 impl Exchange {
     fn log(&self, l: &Pending, client: &ClientInfo) {

@@ -29,9 +29,9 @@ use crate::reply::local_response;
 use crate::runtime::Live;
 use crate::stats::{bump, COUNTERS};
 
-pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-pub async fn serve<S: Transport>(
+pub(crate) async fn serve<S: Transport>(
     stream: S,
     pre: Bytes,
     client: ClientInfo,

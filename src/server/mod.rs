@@ -5,13 +5,13 @@
 //! Never blocks the runtime; an accept error (out of descriptors) is logged and
 //! retried after a pause rather than spinning.
 
-pub mod drain;
-pub mod h1;
-pub mod h2;
+pub(crate) mod drain;
+pub(crate) mod h1;
+pub(crate) mod h2;
 pub mod lifecycle;
 mod stall;
-pub mod tls;
-pub mod transport;
+pub(crate) mod tls;
+pub(crate) mod transport;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,7 +38,7 @@ pub struct BindError {
 }
 
 /// Binds every listener, or fails naming the address that could not be bound.
-pub fn bind(listens: &[Listen]) -> Result<Vec<TcpListener>, BindError> {
+pub(crate) fn bind(listens: &[Listen]) -> Result<Vec<TcpListener>, BindError> {
     listens
         .iter()
         .map(|l| {
@@ -57,7 +57,7 @@ fn bind_one(l: &Listen) -> std::io::Result<TcpListener> {
 /// Accepts on `listener` until shutdown starts or `close` is notified (a reload
 /// removed it); then the listener is dropped, which closes it. Connections already
 /// accepted are not touched.
-pub async fn accept_loop(
+pub(crate) async fn accept_loop(
     listener: TcpListener,
     live: Arc<Live>,
     drain: Drain,
@@ -117,7 +117,7 @@ pub async fn accept_loop(
 
 /// Accepts on an L4 (`tcp`) listener until shutdown or `close`: each connection is
 /// relayed to the pool the current generation has for this listener's address.
-pub async fn tcp_accept_loop(
+pub(crate) async fn tcp_accept_loop(
     listener: TcpListener,
     live: Arc<Live>,
     drain: Drain,

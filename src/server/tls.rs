@@ -6,15 +6,15 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-pub use crate::net::tls::TlsConn;
+pub(crate) use crate::net::tls::TlsConn;
 use crate::runtime::certs::Tls;
 use crate::stats::{bump, COUNTERS};
 
 /// How long a client has to finish the handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the handshake agreed on that the connection loop needs.
-pub struct Handshaken {
+pub(crate) struct Handshaken {
     pub conn: TlsConn,
     /// ALPN chose HTTP/2.
     pub h2: bool,
@@ -23,7 +23,7 @@ pub struct Handshaken {
 /// Runs the server handshake with the generation's certificates. `None`: the client
 /// failed it, stalled past the deadline or left; counted, logged at debug only (a scan
 /// of the port must not flood the log).
-pub async fn accept(tls: &Tls, stream: TcpStream) -> Option<Handshaken> {
+pub(crate) async fn accept(tls: &Tls, stream: TcpStream) -> Option<Handshaken> {
     let peer = stream.peer_addr().ok();
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.clone());
     let r = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;

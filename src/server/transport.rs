@@ -9,13 +9,13 @@ use tokio::io::AsyncWrite;
 /// A response write that makes no progress this long ends the response (h1 writes and
 /// h2 streams alike): a client that stops reading must not hold its pool slot and
 /// backend connection for ever (nginx's `send_timeout` is the same rule).
-pub const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A writer whose writes fail with `TimedOut` once one has made no progress for
 /// [`SEND_TIMEOUT`]: the clock starts when a write cannot go on and restarts with each
 /// byte the socket takes, so a slow reader is never cut, only a stopped one. The timer
 /// is made the first time a write waits, never for writes that go straight through.
-pub struct SendTimeout<W> {
+pub(crate) struct SendTimeout<W> {
     inner: W,
     stall: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// The timer runs for the write that waits now.
@@ -23,7 +23,7 @@ pub struct SendTimeout<W> {
 }
 
 impl<W> SendTimeout<W> {
-    pub fn new(inner: W) -> SendTimeout<W> {
+    pub(crate) fn new(inner: W) -> SendTimeout<W> {
         SendTimeout {
             inner,
             stall: None,

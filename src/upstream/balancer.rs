@@ -14,7 +14,7 @@ use super::{Peer, Role, Tried};
 use crate::config::Policy;
 
 /// The peers as one attempt sees them.
-pub struct Candidates<'a> {
+pub(crate) struct Candidates<'a> {
     peers: &'a [Peer],
     tried: &'a Tried,
     now: u64,
@@ -28,7 +28,7 @@ pub struct Candidates<'a> {
 }
 
 impl<'a> Candidates<'a> {
-    pub fn new(peers: &'a [Peer], tried: &'a Tried, now: u64) -> Candidates<'a> {
+    pub(crate) fn new(peers: &'a [Peer], tried: &'a Tried, now: u64) -> Candidates<'a> {
         Candidates {
             peers,
             tried,
@@ -41,16 +41,16 @@ impl<'a> Candidates<'a> {
     }
 
     /// Only the peers of `role` (every peer when `None`).
-    pub fn in_role(self, role: Option<Role>) -> Candidates<'a> {
+    pub(crate) fn in_role(self, role: Option<Role>) -> Candidates<'a> {
         Candidates { role, ..self }
     }
 
     /// Whether peer `i` belongs to the role these candidates are drawn from.
-    pub fn in_role_at(&self, i: usize) -> bool {
+    pub(crate) fn in_role_at(&self, i: usize) -> bool {
         self.role.is_none_or(|r| self.peers[i].role == r)
     }
 
-    pub fn with_slow_start(self, d: Option<std::time::Duration>) -> Candidates<'a> {
+    pub(crate) fn with_slow_start(self, d: Option<std::time::Duration>) -> Candidates<'a> {
         Candidates {
             slow_start_ms: d.map_or(0, |d| d.as_millis() as u64),
             ..self
@@ -58,44 +58,40 @@ impl<'a> Candidates<'a> {
     }
 
     /// The same peers, with every untried one a candidate whatever its health.
-    pub fn ignoring_health(&self) -> Candidates<'a> {
+    pub(crate) fn ignoring_health(&self) -> Candidates<'a> {
         Candidates {
             ignore_health: true,
             ..*self
         }
     }
 
-    pub fn with_key(self, key: Option<u64>) -> Candidates<'a> {
+    pub(crate) fn with_key(self, key: Option<u64>) -> Candidates<'a> {
         Candidates { key, ..self }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.peers.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.peers.is_empty()
-    }
-
-    pub fn is_candidate(&self, i: usize) -> bool {
+    pub(crate) fn is_candidate(&self, i: usize) -> bool {
         !self.tried.has(i)
             && self.in_role_at(i)
             && (self.ignore_health || self.peers[i].is_eligible(self.now))
     }
 
     /// Requests in flight on peer `i`.
-    pub fn load(&self, i: usize) -> u32 {
+    pub(crate) fn load(&self, i: usize) -> u32 {
         self.peers[i].in_flight.load(Ordering::Relaxed)
     }
 
     /// Peer `i`'s effective weight, in hundredths: its weight, ramped from 10 % to
     /// 100 % over `slow_start` after it came (back) into rotation.
-    pub fn weight(&self, i: usize) -> u32 {
+    pub(crate) fn weight(&self, i: usize) -> u32 {
         self.peers[i].weight * self.ramp(i)
     }
 
     /// How far peer `i` is through its slow start, in percent (100 when off).
-    pub fn ramp(&self, i: usize) -> u32 {
+    pub(crate) fn ramp(&self, i: usize) -> u32 {
         let returned = self.peers[i].returned_ms.load(Ordering::Relaxed);
         if self.slow_start_ms == 0 || returned == 0 {
             return 100;
@@ -105,7 +101,7 @@ impl<'a> Candidates<'a> {
     }
 
     /// The request's hash key, for policies that ask for one.
-    pub fn key(&self) -> Option<u64> {
+    pub(crate) fn key(&self) -> Option<u64> {
         self.key
     }
 }
@@ -118,7 +114,7 @@ impl Clone for Candidates<'_> {
 
 impl Copy for Candidates<'_> {}
 
-pub trait Balancer: Send + Sync {
+pub(crate) trait Balancer: Send + Sync {
     /// Picks one candidate, or `None` if there is none.
     fn pick(&self, c: &Candidates<'_>) -> Option<usize>;
 }
@@ -128,7 +124,7 @@ pub trait Balancer: Send + Sync {
 /// ring is built from the addresses as written, so a peer keeps its keys across
 /// reloads. With `slow_start`, round robin turns into smooth weighted round robin over
 /// the ramping weights (with equal weights the two are the same rotation).
-pub fn for_policy(policy: &Policy, peers: &[Peer], slow_start: bool) -> Box<dyn Balancer> {
+pub(crate) fn for_policy(policy: &Policy, peers: &[Peer], slow_start: bool) -> Box<dyn Balancer> {
     let n = peers.len();
     match policy {
         Policy::First => Box::new(First),
@@ -143,7 +139,7 @@ pub fn for_policy(policy: &Policy, peers: &[Peer], slow_start: bool) -> Box<dyn 
 }
 
 /// The first candidate in address order: primary and standbys.
-pub struct First;
+pub(crate) struct First;
 
 impl Balancer for First {
     fn pick(&self, c: &Candidates<'_>) -> Option<usize> {
@@ -154,7 +150,7 @@ impl Balancer for First {
 /// Each candidate in turn; a peer out of rotation is skipped without its turn going
 /// to its neighbour twice (the turn is taken over the candidates, not all peers).
 #[derive(Default)]
-pub struct RoundRobin {
+pub(crate) struct RoundRobin {
     next: AtomicUsize,
 }
 
@@ -173,14 +169,14 @@ impl Balancer for RoundRobin {
 /// its running score, takes the highest, and takes the total off the winner, so
 /// weights 5 1 1 give a a b a c a a — no bursts. The scores are the pool's, behind a
 /// lock held for one pass over the peers (never across an await).
-pub struct SmoothWeighted {
+pub(crate) struct SmoothWeighted {
     current: Mutex<Vec<i64>>,
     /// Configured weights count (else every peer weighs the same, but for slow start).
     weighted: bool,
 }
 
 impl SmoothWeighted {
-    pub fn new(n: usize, weighted: bool) -> SmoothWeighted {
+    pub(crate) fn new(n: usize, weighted: bool) -> SmoothWeighted {
         SmoothWeighted {
             current: Mutex::new(vec![0; n]),
             weighted,
@@ -223,13 +219,13 @@ impl Balancer for SmoothWeighted {
 
 /// Fewest requests in flight (divided by weight when weighted); ties broken by smooth
 /// weighted round robin among the tied, so equal loads still rotate.
-pub struct LeastConn {
+pub(crate) struct LeastConn {
     ties: SmoothWeighted,
     weighted: bool,
 }
 
 impl LeastConn {
-    pub fn new(n: usize, weighted: bool) -> LeastConn {
+    pub(crate) fn new(n: usize, weighted: bool) -> LeastConn {
         LeastConn {
             ties: SmoothWeighted::new(n, weighted),
             weighted,
@@ -266,7 +262,7 @@ impl Balancer for LeastConn {
 
 /// Power of two choices: two distinct random candidates, the one with fewer requests
 /// in flight wins.
-pub struct P2c;
+pub(crate) struct P2c;
 
 impl Balancer for P2c {
     fn pick(&self, c: &Candidates<'_>) -> Option<usize> {
@@ -293,7 +289,7 @@ impl Balancer for P2c {
 /// address as written; a key goes to the first candidate at or after its own point.
 /// Removing one of N peers moves only the keys it owned (about 1/N); adding it back
 /// returns them. A request without a key is spread round robin.
-pub struct Ring {
+pub(crate) struct Ring {
     points: Vec<(u64, usize)>,
     fallback: RoundRobin,
 }
@@ -302,7 +298,7 @@ pub struct Ring {
 const VNODES: usize = 160;
 
 impl Ring {
-    pub fn new<'a>(addresses: impl Iterator<Item = &'a str>) -> Ring {
+    pub(crate) fn new<'a>(addresses: impl Iterator<Item = &'a str>) -> Ring {
         let mut points: Vec<(u64, usize)> = addresses
             .enumerate()
             .flat_map(|(i, a)| {
@@ -331,7 +327,7 @@ impl Balancer for Ring {
 
 /// A 64-bit hash with good dispersion for keys and ring points (FNV-1a, then the
 /// splitmix64 finaliser). Stable across runs and builds, unlike `std`'s.
-pub fn hash_bytes(b: &[u8]) -> u64 {
+pub(crate) fn hash_bytes(b: &[u8]) -> u64 {
     let mut h = b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
         (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3)
     });
@@ -343,7 +339,7 @@ pub fn hash_bytes(b: &[u8]) -> u64 {
 }
 
 /// A cheap per-thread random number (xorshift64*), for `p2c` and trace ids.
-pub fn random() -> u64 {
+pub(crate) fn random() -> u64 {
     thread_local! {
         static STATE: Cell<u64> = Cell::new(
             std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), 0u64) | 1,

@@ -20,7 +20,7 @@ struct Bucket {
 }
 
 #[derive(Default)]
-pub struct Budget {
+pub(crate) struct Budget {
     buckets: [Bucket; WINDOW_S as usize],
 }
 
@@ -41,14 +41,14 @@ impl Budget {
     }
 
     /// Counts a request (its first attempt) at `now` (`now_ms`).
-    pub fn record_request(&self, now: u64) {
+    pub(crate) fn record_request(&self, now: u64) {
         self.bucket(now / 1000)
             .requests
             .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Takes one retry from the budget if it allows one now.
-    pub fn try_retry(&self, b: RetryBudget) -> bool {
+    pub(crate) fn try_retry(&self, b: RetryBudget) -> bool {
         let second = now_ms() / 1000;
         let (mut requests, mut retries) = (0u64, 0u64);
         for bucket in &self.buckets {

@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use http::Method;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-pub use super::outgoing::{Outgoing, SendError};
+pub(crate) use super::outgoing::{Outgoing, SendError};
 use super::upload::{upload, Upload};
 use crate::http1::decode::{Decoded, Decoder};
 use crate::http1::encode::{self, chunk_into, take_ready, BodyOut};
@@ -29,7 +29,7 @@ use crate::http1::{COALESCE, MAX_RESPONSE_HEAD, READ_CHUNK};
 use crate::net::stream::Stream;
 use crate::net::transport::{is_quiet, read_now, Transport};
 
-pub struct BackendConn {
+pub(crate) struct BackendConn {
     io: Stream,
     buf: BytesMut,
     /// Where request heads are encoded; kept small between requests.
@@ -37,7 +37,7 @@ pub struct BackendConn {
 }
 
 impl BackendConn {
-    pub fn new(io: Stream) -> BackendConn {
+    pub(crate) fn new(io: Stream) -> BackendConn {
         BackendConn {
             io,
             buf: BytesMut::new(),
@@ -48,23 +48,23 @@ impl BackendConn {
     /// Whether an idle connection can take a request. No syscall unless the socket
     /// reported activity while idle (then a closed or chatty connection is dropped);
     /// over TLS, a session ticket or close_notify is not data.
-    pub fn is_reusable(&mut self) -> bool {
+    pub(crate) fn is_reusable(&mut self) -> bool {
         self.buf.is_empty() && is_quiet(&mut self.io)
     }
 
     /// The stream and the bytes already read past the last response head (the start
     /// of an upgraded protocol).
-    pub fn into_parts(self) -> (Stream, BytesMut) {
+    pub(crate) fn into_parts(self) -> (Stream, BytesMut) {
         (self.io, self.buf)
     }
 
     /// Turns on TCP keepalive, for a connection that will idle as a tunnel.
-    pub fn keepalive(&self) {
+    pub(crate) fn keepalive(&self) {
         self.io.keepalive();
     }
 
     /// Gives back buffer memory while the connection sits idle.
-    pub fn shrink(&mut self) {
+    pub(crate) fn shrink(&mut self) {
         if self.buf.is_empty() {
             self.buf = BytesMut::new();
         }
@@ -75,7 +75,7 @@ impl BackendConn {
 
     /// Sends the request and reads the response head. The request body streams while
     /// the head is awaited, so a backend may answer before the upload ends.
-    pub async fn send(&mut self, out: &mut Outgoing) -> Result<ResponseHead, SendError> {
+    pub(crate) async fn send(&mut self, out: &mut Outgoing) -> Result<ResponseHead, SendError> {
         let is_head = out.parts.method == Method::HEAD;
         let chunked = encode::request_head(&mut self.wbuf, &out.parts, out.framing);
         // Frames an earlier attempt took go first, then whatever else is ready.
@@ -193,7 +193,7 @@ impl BackendConn {
     }
 
     /// Reads the next piece of a response body into its decoder's output.
-    pub fn poll_body(
+    pub(crate) fn poll_body(
         &mut self,
         decoder: &mut Decoder,
         cx: &mut Context<'_>,

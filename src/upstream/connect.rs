@@ -10,7 +10,6 @@
 //! request (retry, failover evidence) stays with the caller, through
 //! [`Pool::unreachable`].
 
-use std::io;
 use std::sync::atomic::Ordering;
 
 use super::conn::BackendConn;
@@ -21,7 +20,7 @@ use crate::stats::{bump, COUNTERS};
 
 /// What a caller needs of a peer's connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Want {
+pub(crate) enum Want {
     /// A request: a stream on an HTTP/2 session, or an HTTP/1.1 connection, idle
     /// unless `fresh` (an idle one just turned out closed).
     Request { fresh: bool },
@@ -33,7 +32,7 @@ pub enum Want {
 }
 
 /// A connection to a peer, ready for what was wanted.
-pub enum Connection {
+pub(crate) enum Connection {
     /// An HTTP/1.1 connection (or a bare one, for [`Want::Relay`]); `reused`: it came
     /// from the idle list, so it may turn out closed before it takes a request.
     Http1 { conn: BackendConn, reused: bool },
@@ -43,12 +42,12 @@ pub enum Connection {
 
 /// Why no connection could be had.
 #[derive(Debug)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     /// The peer could not be reached (see [`Pool::unreachable`]).
     Unreachable(DialError),
     /// This host is out of ports or descriptors: not the peer's fault, counted and
-    /// logged here, the peer's state unchanged.
-    Local(io::Error),
+    /// logged here (with the system's words), the peer's state unchanged.
+    Local,
     /// The pool's scheme cannot carry what was wanted (an upgrade to an `h2c://` peer,
     /// which speaks HTTP/2 only): logged here.
     Unsupported,
@@ -56,7 +55,7 @@ pub enum ConnectError {
 
 impl Pool {
     /// A connection to peer `i` for `want`, by the pool's rules (see the module).
-    pub async fn connect(&self, i: usize, want: Want) -> Result<Connection, ConnectError> {
+    pub(crate) async fn connect(&self, i: usize, want: Want) -> Result<Connection, ConnectError> {
         let peer = &self.peers()[i];
         match (want, self.state.scheme) {
             (Want::Upgrade, BackendScheme::H2c) => {
@@ -191,7 +190,7 @@ impl Pool {
                     "sluice: {}: cannot dial {peer}: {e}; out of local capacity, backend state unchanged",
                     self.name(),
                 );
-                ConnectError::Local(e)
+                ConnectError::Local
             }
             e => {
                 if let DialError::Tls(why) = &e {
@@ -204,7 +203,7 @@ impl Pool {
 
     /// An attempt that could not reach peer `i`: the peer's failure and failover
     /// evidence — unless another request's dial failed and counted it already.
-    pub fn unreachable(&self, i: usize, e: &DialError, note: &mut Note) {
+    pub(crate) fn unreachable(&self, i: usize, e: &DialError, note: &mut Note) {
         if !matches!(e, DialError::Shared) {
             self.peer_failed(i, e.kind(), e);
             self.failover_result(i, false, note);
@@ -215,7 +214,7 @@ impl Pool {
 impl Lease {
     /// A response that ended cleanly gives its HTTP/1.1 connection back for the next
     /// request to this peer.
-    pub fn give_back(&self, conn: BackendConn) {
+    pub(crate) fn give_back(&self, conn: BackendConn) {
         let pool = &self.pool;
         pool.peers()[self.peer]
             .idle

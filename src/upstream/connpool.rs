@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use super::conn::BackendConn;
 
 #[derive(Default)]
-pub struct Idle {
+pub(crate) struct Idle {
     list: Mutex<Vec<(BackendConn, Instant)>>,
 }
 
 impl Idle {
     /// The most recently returned live connection, if one is fresh enough.
-    pub fn checkout(&self, idle_timeout: Duration) -> Option<BackendConn> {
+    pub(crate) fn checkout(&self, idle_timeout: Duration) -> Option<BackendConn> {
         loop {
             let mut conn = {
                 let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
@@ -34,7 +34,7 @@ impl Idle {
         }
     }
 
-    pub fn checkin(&self, mut sender: BackendConn, idle_max: usize) {
+    pub(crate) fn checkin(&self, mut sender: BackendConn, idle_max: usize) {
         if idle_max == 0 {
             return;
         }
@@ -46,7 +46,7 @@ impl Idle {
     }
 
     /// Closes connections idle for `idle_timeout` or more (the oldest are first).
-    pub fn reap(&self, idle_timeout: Duration) {
+    pub(crate) fn reap(&self, idle_timeout: Duration) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         let expired = list
             .iter()

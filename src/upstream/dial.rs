@@ -23,13 +23,13 @@ use crate::safety::{self, Dns, Policy, Refusal};
 /// Where a pool's connections may go and how its names resolve: this generation's
 /// resolver, and the destination policy when the pool is strict.
 #[derive(Clone)]
-pub struct Dest {
+pub(crate) struct Dest {
     pub dns: Arc<Dns>,
     pub policy: Option<Arc<Policy>>,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum DialError {
+pub(crate) enum DialError {
     #[error("{0}")]
     Connect(io::Error),
     #[error("connect timed out after {0:?}")]
@@ -56,14 +56,14 @@ pub enum DialError {
 }
 
 /// A connection to a peer, as its scheme (and ALPN) made it.
-pub enum Dialed {
+pub(crate) enum Dialed {
     H1(BackendConn),
     H2(Arc<Session>),
 }
 
 impl DialError {
     /// What kind of failure it counts as against the peer.
-    pub fn kind(&self) -> super::FailureKind {
+    pub(crate) fn kind(&self) -> super::FailureKind {
         match self {
             DialError::Resolve(_) => super::FailureKind::Dns,
             DialError::Unsafe(_) => super::FailureKind::Unsafe,
@@ -80,7 +80,7 @@ impl DialError {
     }
 }
 
-pub async fn connect(
+pub(crate) async fn connect(
     target: &Target,
     dest: &Dest,
     connect_timeout: Duration,
@@ -99,7 +99,7 @@ pub async fn connect(
 /// Connects to a peer the way its pool's scheme says: HTTP/1.1 in the clear, HTTP/2
 /// with prior knowledge (`h2c`), or TLS and then what ALPN chose. `h1_only`: offer only
 /// `http/1.1` over TLS (upgrades, probes).
-pub async fn connect_peer(
+pub(crate) async fn connect_peer(
     target: &Target,
     scheme: BackendScheme,
     tls: Option<&ClientTls>,

@@ -17,14 +17,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use crate::config::Failover;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transition {
+pub(crate) enum Transition {
     PrimaryFailureThreshold = 1,
     BackupFailure = 2,
     PrimaryRecoveryThreshold = 3,
 }
 
 impl Transition {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Transition::PrimaryFailureThreshold => "primary_failure_threshold",
             Transition::BackupFailure => "backup_failure",
@@ -42,13 +42,13 @@ impl Transition {
     }
 
     /// Whether the switch went to the backup.
-    pub fn to_backup(self) -> bool {
+    pub(crate) fn to_backup(self) -> bool {
         self == Transition::PrimaryFailureThreshold
     }
 }
 
 #[derive(Debug, Default)]
-pub struct State {
+pub(crate) struct State {
     backup: AtomicBool,
     primary_failures: AtomicU32,
     backup_failures: AtomicU32,
@@ -67,7 +67,7 @@ impl State {
     }
 
     /// The role requests go to now.
-    pub fn role(&self) -> super::Role {
+    pub(crate) fn role(&self) -> super::Role {
         if self.on_backup() {
             super::Role::Backup
         } else {
@@ -82,7 +82,7 @@ impl State {
 
     /// Whether this request is a trial of the primaries (every 10th once the hold is
     /// over, when no probes decide recovery).
-    pub fn is_trial(&self, f: &Failover, now: u64, probing: bool) -> bool {
+    pub(crate) fn is_trial(&self, f: &Failover, now: u64, probing: bool) -> bool {
         self.on_backup()
             && !probing
             && self.hold_over(f, now)
@@ -122,7 +122,7 @@ impl State {
     }
 
     /// Every primary is ineligible: to backup at once.
-    pub fn primaries_down(&self, now: u64) -> Option<Transition> {
+    pub(crate) fn primaries_down(&self, now: u64) -> Option<Transition> {
         if self.on_backup() {
             return None;
         }
@@ -130,7 +130,7 @@ impl State {
     }
 
     /// Every backup is ineligible while a primary is: back to primary.
-    pub fn backups_down(&self, now: u64) -> Option<Transition> {
+    pub(crate) fn backups_down(&self, now: u64) -> Option<Transition> {
         if !self.on_backup() {
             return None;
         }
@@ -138,7 +138,7 @@ impl State {
     }
 
     /// A primary's outcome (a request, or a trial while on backup).
-    pub fn primary_result(&self, ok: bool, f: &Failover, now: u64) -> Option<Transition> {
+    pub(crate) fn primary_result(&self, ok: bool, f: &Failover, now: u64) -> Option<Transition> {
         if !self.on_backup() {
             if ok {
                 self.primary_failures.store(0, Ordering::Relaxed);
@@ -168,7 +168,7 @@ impl State {
     }
 
     /// A backup's outcome while on backup.
-    pub fn backup_result(
+    pub(crate) fn backup_result(
         &self,
         ok: bool,
         f: &Failover,
@@ -191,7 +191,7 @@ impl State {
 
     /// A primary's probe: counts toward recovery once the hold is over. A switch it
     /// makes is named on the next response.
-    pub fn probe_result(&self, passed: bool, f: &Failover, now: u64) -> Option<Transition> {
+    pub(crate) fn probe_result(&self, passed: bool, f: &Failover, now: u64) -> Option<Transition> {
         if !self.on_backup() || !self.hold_over(f, now) {
             return None;
         }
@@ -205,7 +205,7 @@ impl State {
     /// The switch probes made, if no response has named it yet, for a response served
     /// by the role it switched to (one from the old role, racing the switch, does not
     /// take it).
-    pub fn take_pending(&self, served_by: super::Role) -> Option<Transition> {
+    pub(crate) fn take_pending(&self, served_by: super::Role) -> Option<Transition> {
         let raw = self.pending.load(Ordering::Acquire);
         let t = Transition::from_u8(raw)?;
         if t.to_backup() != (served_by == super::Role::Backup) {

@@ -46,7 +46,7 @@ const STREAM_WINDOW: u32 = 256 * 1024;
 const CONN_WINDOW: u32 = 1024 * 1024;
 
 /// A backend connection speaking HTTP/2.
-pub struct Session {
+pub(crate) struct Session {
     send: SendRequest<Bytes>,
     /// Streams open (taken and not yet finished).
     active: AtomicUsize,
@@ -75,7 +75,7 @@ impl Session {
 }
 
 /// A stream taken on a session; gives its place back when dropped.
-pub struct Stream {
+pub(crate) struct Stream {
     session: Arc<Session>,
 }
 
@@ -89,7 +89,7 @@ impl Drop for Stream {
 
 /// A peer's HTTP/2 sessions.
 #[derive(Default)]
-pub struct Mux {
+pub(crate) struct Mux {
     state: Mutex<MuxState>,
     /// A connection being opened finished (or failed, or was abandoned).
     opened: Notify,
@@ -106,7 +106,7 @@ struct MuxState {
 }
 
 /// What [`Mux::take`] found.
-pub enum Take<'a> {
+pub(crate) enum Take<'a> {
     /// A stream on an existing session.
     Stream(Stream),
     /// No room anywhere and nothing being opened: the caller opens a connection and
@@ -118,14 +118,14 @@ pub enum Take<'a> {
 }
 
 /// A connection being opened by one request, for the others to wait on.
-pub struct Opening<'a> {
+pub(crate) struct Opening<'a> {
     mux: &'a Mux,
     done: bool,
 }
 
 impl Opening<'_> {
     /// The connection is open: it joins the peer's sessions with the caller's stream.
-    pub fn opened(mut self, session: Arc<Session>) -> Stream {
+    pub(crate) fn opened(mut self, session: Arc<Session>) -> Stream {
         self.done = true;
         let stream = {
             let mut st = self.mux.lock();
@@ -140,7 +140,7 @@ impl Opening<'_> {
 
     /// The connection could not be opened: the waiters give up too (one dial failure
     /// is not retried by every request that was waiting for it).
-    pub fn failed(mut self) {
+    pub(crate) fn failed(mut self) {
         self.done = true;
         self.mux.failures.fetch_add(1, Ordering::AcqRel);
         self.mux.release();
@@ -168,7 +168,7 @@ impl Mux {
     }
 
     /// A stream on a session with room, or what to do instead.
-    pub fn take(&self) -> Take<'_> {
+    pub(crate) fn take(&self) -> Take<'_> {
         let mut st = self.lock();
         st.sessions.retain(|s| s.is_open());
         // The most loaded session with room first: connections fill before new ones
@@ -194,7 +194,7 @@ impl Mux {
 
     /// A session this peer's caller opened without asking (a TLS peer that chose h2),
     /// with the caller's stream on it.
-    pub fn adopt(&self, session: Arc<Session>) -> Stream {
+    pub(crate) fn adopt(&self, session: Arc<Session>) -> Stream {
         session.active.fetch_add(1, Ordering::AcqRel);
         self.lock().sessions.push(session.clone());
         self.opened.notify_waiters();
@@ -203,7 +203,7 @@ impl Mux {
 
     /// Waits until the connection being opened is done (or `limit` passes). `false`:
     /// it failed (`seen` is [`Take::Wait`]'s count); the caller should not dial again.
-    pub async fn wait_opened(&self, seen: u64, limit: Duration) -> bool {
+    pub(crate) async fn wait_opened(&self, seen: u64, limit: Duration) -> bool {
         let n = self.opened.notified();
         tokio::pin!(n);
         n.as_mut().enable();
@@ -214,7 +214,7 @@ impl Mux {
     }
 
     /// Closes sessions with no stream open for `idle` or more, and forgets closed ones.
-    pub fn reap(&self, idle: Duration) {
+    pub(crate) fn reap(&self, idle: Duration) {
         let now = now_ms();
         let mut st = self.lock();
         st.sessions.retain(|s| {
@@ -227,12 +227,12 @@ impl Mux {
 
     /// Forgets every session: no new stream goes on them; streams on them finish, and
     /// each closes when its last stream does.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.lock().sessions.clear();
     }
 
     /// Sessions open now (for the status page).
-    pub fn sessions(&self) -> usize {
+    pub(crate) fn sessions(&self) -> usize {
         self.lock().sessions.len()
     }
 }
@@ -240,7 +240,11 @@ impl Mux {
 /// Opens a session over `io` (a connected socket, or a TLS stream that chose `h2`):
 /// the handshake, the connection task, then the backend's SETTINGS, all within
 /// `limit`.
-pub async fn handshake<T>(io: T, limit: Duration, peer: String) -> Result<Arc<Session>, String>
+pub(crate) async fn handshake<T>(
+    io: T,
+    limit: Duration,
+    peer: String,
+) -> Result<Arc<Session>, String>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -313,7 +317,7 @@ where
 /// Sends `out` on `stream` and reads the response head. `scheme` is the request's
 /// `:scheme` (`http` for h2c, `https` over TLS). A request the backend never processed
 /// comes back as [`SendError::NotSent`] when it can go out again whole.
-pub async fn send(
+pub(crate) async fn send(
     stream: &Stream,
     out: &mut Outgoing,
     scheme: &'static str,
@@ -461,14 +465,14 @@ fn unprocessed_or(
 
 /// A backend's HTTP/2 response body on its way to the client; holds its stream's place
 /// and gives flow-control credit back as the client takes the data.
-pub struct ResponseBody {
+pub(crate) struct ResponseBody {
     recv: RecvStream,
     data_done: bool,
     _stream: Stream,
 }
 
 impl ResponseBody {
-    pub fn new(recv: RecvStream, stream: Stream) -> ResponseBody {
+    pub(crate) fn new(recv: RecvStream, stream: Stream) -> ResponseBody {
         ResponseBody {
             data_done: recv.is_end_stream(),
             recv,
@@ -519,7 +523,7 @@ const NO_GOAWAY: u32 = u32::MAX;
 
 /// What the frame watcher saw on a connection's read side, and what the connection
 /// task reports.
-pub struct Watch {
+pub(crate) struct Watch {
     /// The backend's first SETTINGS frame arrived, payload and all.
     settings: AtomicBool,
     /// The lowest last-stream-id of the GOAWAYs received, or [`NO_GOAWAY`].

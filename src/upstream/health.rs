@@ -26,7 +26,7 @@ use crate::config::{BackendScheme, Health, Probe};
 
 /// One peer's active health: the verdict and the streak that leads to the next one.
 #[derive(Debug)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     healthy: AtomicBool,
     /// Consecutive probes disagreeing with the verdict.
     streak: AtomicU32,
@@ -54,23 +54,23 @@ impl Default for Verdict {
 
 /// A change of verdict a probe caused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transition {
+pub(crate) enum Transition {
     BecameHealthy,
     BecameUnhealthy,
 }
 
 impl Verdict {
-    pub fn is_healthy(&self) -> bool {
+    pub(crate) fn is_healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
     }
 
-    pub fn set_initial(&self, healthy: bool) {
+    pub(crate) fn set_initial(&self, healthy: bool) {
         self.healthy.store(healthy, Ordering::Relaxed);
     }
 
     /// Counts one probe's result; returns the transition it completes, if any. Only the
     /// probe task writes, so plain loads and stores suffice.
-    pub fn record(&self, passed: bool, rise: u32, fall: u32) -> Option<Transition> {
+    pub(crate) fn record(&self, passed: bool, rise: u32, fall: u32) -> Option<Transition> {
         let counter = if passed {
             &self.probes_passed
         } else {
@@ -103,7 +103,12 @@ impl Verdict {
 }
 
 /// Probes the state's peers until it is retired or dropped.
-pub async fn run(state: Weak<PoolState>, retire: Arc<Notify>, slots: Arc<Semaphore>, name: String) {
+pub(crate) async fn run(
+    state: Weak<PoolState>,
+    retire: Arc<Notify>,
+    slots: Arc<Semaphore>,
+    name: String,
+) {
     let mut next = tokio::time::Instant::now();
     loop {
         let retired = retire.notified();

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The in-flight cap of one pool, shared by its generations.
-pub struct Limit {
+pub(crate) struct Limit {
     sem: Arc<Semaphore>,
     /// The N the newest generation asked for.
     max: AtomicUsize,
@@ -24,13 +24,13 @@ pub struct Limit {
 }
 
 /// One request's place under a [`Limit`], given back when dropped.
-pub struct Slot {
+pub(crate) struct Slot {
     permit: Option<OwnedSemaphorePermit>,
     limit: Arc<Limit>,
 }
 
 impl Limit {
-    pub fn new(max: usize) -> Arc<Limit> {
+    pub(crate) fn new(max: usize) -> Arc<Limit> {
         Arc::new(Limit {
             sem: Arc::new(Semaphore::new(max)),
             max: AtomicUsize::new(max),
@@ -39,12 +39,12 @@ impl Limit {
     }
 
     /// The N of the newest generation.
-    pub fn max(&self) -> usize {
+    pub(crate) fn max(&self) -> usize {
         self.max.load(Ordering::Relaxed)
     }
 
     /// Makes the cap `max` from now on (see the module).
-    pub fn resize(&self, max: usize) {
+    pub(crate) fn resize(&self, max: usize) {
         let old = self.max.swap(max, Ordering::AcqRel);
         if max > old {
             let grow = max - old;
@@ -64,13 +64,13 @@ impl Limit {
     }
 
     /// A free place, without waiting.
-    pub fn try_take(self: &Arc<Self>) -> Option<Slot> {
+    pub(crate) fn try_take(self: &Arc<Self>) -> Option<Slot> {
         let permit = self.sem.clone().try_acquire_owned().ok()?;
         Some(self.slot(permit))
     }
 
     /// A place, waiting up to `wait` for one.
-    pub async fn take(self: &Arc<Self>, wait: std::time::Duration) -> Option<Slot> {
+    pub(crate) async fn take(self: &Arc<Self>, wait: std::time::Duration) -> Option<Slot> {
         let acquire = self.sem.clone().acquire_owned();
         match tokio::time::timeout(wait, acquire).await {
             Ok(Ok(permit)) => Some(self.slot(permit)),
@@ -85,8 +85,9 @@ impl Limit {
         }
     }
 
-    /// Places taken now (for tests and the status page).
-    pub fn in_use(&self) -> usize {
+    /// Places taken now.
+    #[cfg(test)]
+    fn in_use(&self) -> usize {
         let free = self.sem.available_permits();
         (self.max() + self.debt.load(Ordering::Acquire)).saturating_sub(free)
     }

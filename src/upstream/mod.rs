@@ -10,25 +10,25 @@
 //! generation. Background tasks of a pool's state stop when `runtime` retires it, the
 //! moment the live generation no longer has it — not when the last request ends.
 
-pub mod balancer;
-pub mod budget;
-pub mod conn;
-pub mod connect;
-pub mod connpool;
-pub mod dial;
-pub mod failover;
-pub mod h2;
-pub mod health;
-pub mod limit;
+pub(crate) mod balancer;
+pub(crate) mod budget;
+pub(crate) mod conn;
+pub(crate) mod connect;
+pub(crate) mod connpool;
+pub(crate) mod dial;
+pub(crate) mod failover;
+pub(crate) mod h2;
+pub(crate) mod health;
+pub(crate) mod limit;
 mod outgoing;
-pub mod outlier;
-pub mod passive;
+pub(crate) mod outlier;
+pub(crate) mod passive;
 mod peer;
 mod pool;
 mod state;
-pub mod tls;
+pub(crate) mod tls;
 mod upload;
 
-pub use self::peer::{FailureKind, Peer, Role, ALPN_H1, ALPN_H2};
-pub use self::pool::{Lease, Note, Pick, Pool, Served, Tried};
-pub use self::state::{PoolId, PoolState};
+pub(crate) use self::peer::{FailureKind, Peer, Role, ALPN_H1, ALPN_H2};
+pub(crate) use self::pool::{Lease, Note, Pick, Pool, Served, Tried};
+pub(crate) use self::state::{PoolId, PoolState};

@@ -18,7 +18,7 @@ use crate::http1::encode::BodyOut;
 /// before any of it is read), the body still to come, and the body frames already
 /// taken for a write that has not been known to go out, so that a connection found
 /// closed before the request left can hand it back whole.
-pub struct Outgoing {
+pub(crate) struct Outgoing {
     pub parts: http::request::Parts,
     pub body: Body,
     pub(super) framing: BodyOut,
@@ -57,7 +57,7 @@ impl Kept {
 }
 
 impl Outgoing {
-    pub fn new(req: Request<Body>) -> Outgoing {
+    pub(crate) fn new(req: Request<Body>) -> Outgoing {
         let (parts, body) = req.into_parts();
         let framing = if body.is_end_stream() {
             BodyOut::Empty
@@ -81,7 +81,7 @@ impl Outgoing {
 
     /// Keeps the body as it is sent, up to `limit` bytes, so the request can go out
     /// again after it reached a backend (`retry_on`).
-    pub fn keep_for_replay(&mut self, limit: u64) {
+    pub(crate) fn keep_for_replay(&mut self, limit: u64) {
         self.kept = Some(Kept {
             frames: Vec::new(),
             bytes: 0,
@@ -91,13 +91,13 @@ impl Outgoing {
     }
 
     /// Whether [`Self::rewind`] would succeed.
-    pub fn can_rewind(&self) -> bool {
+    pub(crate) fn can_rewind(&self) -> bool {
         self.kept.as_ref().is_some_and(|k| !k.overflowed)
     }
 
     /// Makes the request ready to go out again from its start. `false`: it cannot (not
     /// kept, or its body outgrew the replay buffer).
-    pub fn rewind(&mut self) -> bool {
+    pub(crate) fn rewind(&mut self) -> bool {
         match &mut self.kept {
             Some(k) if !k.overflowed => {
                 self.resend = std::mem::take(&mut k.frames);
@@ -109,13 +109,15 @@ impl Outgoing {
     }
 
     /// Nothing of a body to send: the request is its head alone.
-    pub fn nothing_to_send(&self) -> bool {
+    pub(crate) fn nothing_to_send(&self) -> bool {
         self.framing == BodyOut::Empty
     }
 
     /// The next body frame for an HTTP/2 stream (which buffers what it takes): frames
     /// an earlier attempt left first, then the body's. Kept for replay as taken.
-    pub async fn next_frame(&mut self) -> Result<Option<http_body::Frame<Bytes>>, BodyError> {
+    pub(crate) async fn next_frame(
+        &mut self,
+    ) -> Result<Option<http_body::Frame<Bytes>>, BodyError> {
         if !self.resend.is_empty() {
             let data = self.resend.remove(0);
             self.taken = true;
@@ -144,7 +146,7 @@ impl Outgoing {
 
     /// After an HTTP/2 stream the backend never processed: whether the request can go
     /// out again whole (nothing was taken, or the replay buffer has it all).
-    pub fn rewind_all(&mut self) -> bool {
+    pub(crate) fn rewind_all(&mut self) -> bool {
         !self.taken || self.rewind()
     }
 
@@ -157,7 +159,7 @@ impl Outgoing {
 
 /// Why sending a request or reading its answer failed.
 #[derive(Debug, thiserror::Error)]
-pub enum SendError {
+pub(crate) enum SendError {
     /// Not one byte of the request went out (a pooled connection the backend had
     /// closed): the `Outgoing` still holds all of it, to go out on a fresh connection.
     #[error("connection closed before the request went out")]

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::config::Outlier;
 
 #[derive(Debug, Default)]
-pub struct Ejection {
+pub(crate) struct Ejection {
     consecutive: AtomicU32,
     until_ms: AtomicU64,
     /// Ejections in a row (each one doubles the next).
@@ -18,13 +18,13 @@ pub struct Ejection {
 }
 
 impl Ejection {
-    pub fn is_ejected(&self, now: u64) -> bool {
+    pub(crate) fn is_ejected(&self, now: u64) -> bool {
         self.until_ms.load(Ordering::Relaxed) > now
     }
 
     /// Counts an answer; returns when the peer comes back if this one ejects it.
     /// `ejected_now` counts the pool's peers ejected at this moment, of `pool_size`.
-    pub fn record(
+    pub(crate) fn record(
         &self,
         status: u16,
         o: &Outlier,

@@ -8,29 +8,29 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 #[derive(Default)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     consecutive: AtomicU32,
     out_until: AtomicU64,
 }
 
 impl Breaker {
-    pub fn is_available(&self, now: u64) -> bool {
+    pub(crate) fn is_available(&self, now: u64) -> bool {
         self.out_until.load(Ordering::Relaxed) <= now
     }
 
-    pub fn record_success(&self) {
+    pub(crate) fn record_success(&self) {
         if self.consecutive.load(Ordering::Relaxed) != 0 {
             self.consecutive.store(0, Ordering::Relaxed);
         }
     }
 
     /// When the peer is back in rotation (`now_ms`), if it is out now.
-    pub fn out_until(&self) -> u64 {
+    pub(crate) fn out_until(&self) -> u64 {
         self.out_until.load(Ordering::Relaxed)
     }
 
     /// Counts a failure; returns true when this one takes the peer out of rotation.
-    pub fn record_failure(&self, breaker: u32, fail_duration: Duration) -> bool {
+    pub(crate) fn record_failure(&self, breaker: u32, fail_duration: Duration) -> bool {
         if fail_duration.is_zero() {
             return false;
         }

@@ -9,7 +9,7 @@ use http::HeaderValue;
 use super::{connpool, h2, health, outlier, passive};
 use crate::config::{BackendAddr, Target};
 
-pub struct Peer {
+pub(crate) struct Peer {
     pub ordinal: usize,
     pub addr: BackendAddr,
     /// The configured weight (1 when none is).
@@ -40,13 +40,13 @@ pub struct Peer {
 
 /// Which side of active-passive failover a peer is on (DESIGN §8.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     Primary,
     Backup,
 }
 
 impl Role {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Role::Primary => "primary",
             Role::Backup => "backup",
@@ -54,7 +54,7 @@ impl Role {
     }
 
     /// The role failover switches to from this one.
-    pub fn other(self) -> Role {
+    pub(crate) fn other(self) -> Role {
         match self {
             Role::Primary => Role::Backup,
             Role::Backup => Role::Primary,
@@ -62,13 +62,13 @@ impl Role {
     }
 }
 
-pub const ALPN_UNKNOWN: u8 = 0;
-pub const ALPN_H2: u8 = 1;
-pub const ALPN_H1: u8 = 2;
+pub(super) const ALPN_UNKNOWN: u8 = 0;
+pub(crate) const ALPN_H2: u8 = 1;
+pub(crate) const ALPN_H1: u8 = 2;
 
 /// What kind of failure counted against a peer (the `kind` label of its metric).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureKind {
+pub(crate) enum FailureKind {
     /// The name did not resolve.
     Dns = 0,
     /// The connection was refused or timed out.
@@ -82,9 +82,9 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
-    pub const COUNT: usize = 5;
+    pub(crate) const COUNT: usize = 5;
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             FailureKind::Dns => "dns",
             FailureKind::Connect => "connect",
@@ -96,7 +96,7 @@ impl FailureKind {
 }
 
 impl Peer {
-    pub fn new(ordinal: usize, addr: BackendAddr, weight: u32) -> Peer {
+    pub(crate) fn new(ordinal: usize, addr: BackendAddr, weight: u32) -> Peer {
         Peer {
             ordinal,
             weight,
@@ -119,12 +119,12 @@ impl Peer {
     }
 
     /// Whether the peer may take requests now: the one rule every policy asks.
-    pub fn is_eligible(&self, now: u64) -> bool {
+    pub(crate) fn is_eligible(&self, now: u64) -> bool {
         self.passive.is_available(now) && self.active.is_healthy() && !self.outlier.is_ejected(now)
     }
 
     /// The peer comes back into rotation at `at` (`now_ms`): slow start counts from then.
-    pub fn returns_at(&self, at: u64) {
+    pub(crate) fn returns_at(&self, at: u64) {
         self.returned_ms.store(at, Ordering::Relaxed);
     }
 }

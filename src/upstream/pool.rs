@@ -17,7 +17,7 @@ use crate::config::{AllDown, ProxyConfig};
 
 /// One `proxy` line in one generation: identity, carried state, and this generation's
 /// settings.
-pub struct Pool {
+pub(crate) struct Pool {
     pub id: PoolId,
     pub state: Arc<PoolState>,
     pub balancer: Box<dyn Balancer>,
@@ -31,7 +31,7 @@ pub struct Pool {
 impl Pool {
     /// Builds this generation's pool, carrying `carried` state when the previous
     /// generation had a pool of the same identity.
-    pub fn build(
+    pub(crate) fn build(
         id: PoolId,
         cfg: ProxyConfig,
         carried: Option<Arc<PoolState>>,
@@ -55,18 +55,18 @@ impl Pool {
         })
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.id.name
     }
 
-    pub fn peers(&self) -> &[Peer] {
+    pub(crate) fn peers(&self) -> &[Peer] {
         &self.state.peers
     }
 
     /// The next peer to try, never one in `tried`. When no peer is eligible at all,
     /// `all_down` decides: `fail` refuses the request (if nothing was tried yet),
     /// `try` picks among all untried peers anyway.
-    pub fn pick(&self, tried: &Tried, key: Option<u64>, note: &mut Note) -> Pick {
+    pub(crate) fn pick(&self, tried: &Tried, key: Option<u64>, note: &mut Note) -> Pick {
         let now = crate::clock::now_ms();
         if tried.count == 0 {
             // A request's first pick: it counts toward the retry budget's share.
@@ -105,7 +105,7 @@ impl Pool {
     }
 
     /// Records a failure that is the peer's fault; logs when it leaves rotation.
-    pub fn peer_failed(&self, i: usize, kind: FailureKind, reason: &dyn std::fmt::Display) {
+    pub(crate) fn peer_failed(&self, i: usize, kind: FailureKind, reason: &dyn std::fmt::Display) {
         let peer = &self.peers()[i];
         peer.failures.fetch_add(1, Ordering::Relaxed);
         peer.failures_by_kind[kind as usize].fetch_add(1, Ordering::Relaxed);
@@ -167,7 +167,7 @@ impl Pool {
     /// requests to the other role (the failure made it switch, or left every peer of
     /// `i`'s role ineligible, which switches it now). Such a request gets one more
     /// attempt on the new role beyond `retries` (DESIGN §14).
-    pub fn switched_away_from(&self, i: usize, note: &mut Note) -> bool {
+    pub(crate) fn switched_away_from(&self, i: usize, note: &mut Note) -> bool {
         if self.cfg.backups.is_empty() {
             return false;
         }
@@ -183,7 +183,7 @@ impl Pool {
     }
 
     /// Counts an attempt's outcome as failover evidence (a pool with backups only).
-    pub fn failover_result(&self, i: usize, ok: bool, note: &mut Note) {
+    pub(crate) fn failover_result(&self, i: usize, ok: bool, note: &mut Note) {
         if self.cfg.backups.is_empty() {
             return;
         }
@@ -220,7 +220,7 @@ impl Pool {
     }
 
     /// Counts a backend's answer for outlier ejection (when configured).
-    pub fn record_answer(&self, i: usize, status: u16) {
+    pub(crate) fn record_answer(&self, i: usize, status: u16) {
         let Some(o) = &self.cfg.outlier else { return };
         let peers = self.peers();
         let now = crate::clock::now_ms();
@@ -245,14 +245,14 @@ impl Pool {
 
 /// What one attempt holds on its pool until its response has been passed on: it
 /// counts as the peer's selection and in-flight request.
-pub struct Lease {
+pub(crate) struct Lease {
     pub pool: Arc<Pool>,
     pub peer: usize,
     pub permit: Option<limit::Slot>,
 }
 
 impl Lease {
-    pub fn new(pool: Arc<Pool>, peer: usize, permit: Option<limit::Slot>) -> Lease {
+    pub(crate) fn new(pool: Arc<Pool>, peer: usize, permit: Option<limit::Slot>) -> Lease {
         let p = &pool.peers()[peer];
         p.selections.fetch_add(1, Ordering::Relaxed);
         p.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -272,7 +272,7 @@ impl Drop for Lease {
 /// dialed — after how many attempts, with the failover role and transition (what
 /// `X-Sluice-Origin*` say): noted for the access log (only when it is on).
 #[derive(Clone)]
-pub struct Served {
+pub(crate) struct Served {
     pub pool: Arc<Pool>,
     pub peer: usize,
     pub attempts: u32,
@@ -281,11 +281,11 @@ pub struct Served {
 }
 
 impl Served {
-    pub fn pool_name(&self) -> &str {
+    pub(crate) fn pool_name(&self) -> &str {
         self.pool.name()
     }
 
-    pub fn peer_address(&self) -> &str {
+    pub(crate) fn peer_address(&self) -> &str {
         &self.pool.peers()[self.peer].addr.text
     }
 }
@@ -293,7 +293,7 @@ impl Served {
 /// What failover decided for one request: whether it is a trial of the primaries, and
 /// the switch its outcome caused (named on its response).
 #[derive(Debug, Default)]
-pub struct Note {
+pub(crate) struct Note {
     pub trial: bool,
     pub transition: Option<Transition>,
     attempts: u32,
@@ -304,7 +304,7 @@ pub(super) fn log_switch(pool: &str, t: Transition, why: &str) {
     tracing::warn!("sluice: {pool}: switched to {to} ({}: {why})", t.as_str());
 }
 
-pub enum Pick {
+pub(crate) enum Pick {
     Peer(usize),
     /// No peer is eligible and `all_down fail` is set.
     AllDown,
@@ -314,19 +314,19 @@ pub enum Pick {
 
 /// Which peers a request already tried.
 #[derive(Default)]
-pub struct Tried {
+pub(crate) struct Tried {
     bits: Vec<u64>,
     pub count: usize,
 }
 
 impl Tried {
-    pub fn has(&self, i: usize) -> bool {
+    pub(crate) fn has(&self, i: usize) -> bool {
         self.bits
             .get(i / 64)
             .is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
-    pub fn add(&mut self, i: usize) {
+    pub(crate) fn add(&mut self, i: usize) {
         if self.bits.len() <= i / 64 {
             self.bits.resize(i / 64 + 1, 0);
         }

@@ -16,7 +16,7 @@ use crate::config::{BackendScheme, BackendTls, Failover, Health, Policy, ProxyCo
 
 /// What makes two generations' pools the same pool.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PoolId {
+pub(crate) struct PoolId {
     /// `SITE ROUTE`, or `SITE` for a site block's own proxy.
     pub name: String,
     /// The addresses as written, in order.
@@ -30,7 +30,7 @@ pub struct PoolId {
 }
 
 impl PoolId {
-    pub fn new(name: String, cfg: &ProxyConfig) -> PoolId {
+    pub(crate) fn new(name: String, cfg: &ProxyConfig) -> PoolId {
         PoolId {
             name,
             addresses: cfg.backends.iter().map(|b| b.text.clone()).collect(),
@@ -43,7 +43,7 @@ impl PoolId {
 }
 
 /// A pool's state, carried across generations by identity.
-pub struct PoolState {
+pub(crate) struct PoolState {
     pub peers: Vec<Peer>,
     /// How the pool speaks to its peers (one scheme per pool).
     pub scheme: BackendScheme,
@@ -71,7 +71,7 @@ pub struct PoolState {
 
 /// The newest generation's settings for a pool's background tasks: one handle, swapped
 /// whole on reload.
-pub struct Settings {
+pub(crate) struct Settings {
     /// How long an idle connection is kept (the reaper).
     pub idle_timeout: Duration,
     /// `health`, when the pool has it (the probes).
@@ -96,7 +96,7 @@ impl Settings {
 impl PoolState {
     /// Fresh state for `id`; starts the idle-connection reaper (and the probe task when
     /// `cfg` has `health`). Must run inside the tokio runtime.
-    pub fn new(
+    pub(crate) fn new(
         id: &PoolId,
         cfg: &ProxyConfig,
         probe_slots: &Arc<Semaphore>,
@@ -138,7 +138,7 @@ impl PoolState {
     }
 
     /// The newest generation's settings for the background tasks.
-    pub fn settings(&self) -> Arc<Settings> {
+    pub(crate) fn settings(&self) -> Arc<Settings> {
         self.settings.load_full()
     }
 
@@ -190,7 +190,7 @@ impl PoolState {
 
     /// The live generation dropped this pool: its background tasks stop now, and its
     /// idle connections close.
-    pub fn retire(&self) {
+    pub(crate) fn retire(&self) {
         self.retired.store(true, Ordering::Relaxed);
         self.retire.notify_waiters();
         for p in &self.peers {
@@ -199,12 +199,12 @@ impl PoolState {
         }
     }
 
-    pub fn is_retired(&self) -> bool {
+    pub(crate) fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Relaxed)
     }
 
     /// Resolves once the state is retired.
-    pub async fn retired(&self) {
+    pub(crate) async fn retired(&self) {
         loop {
             let notified = self.retire.notified();
             tokio::pin!(notified);
@@ -217,7 +217,7 @@ impl PoolState {
     }
 
     /// A primary's probe result, for failover recovery; logs the switch it makes.
-    pub fn probe_for_failover(&self, pool: &str, i: usize, passed: bool) {
+    pub(crate) fn probe_for_failover(&self, pool: &str, i: usize, passed: bool) {
         let settings = self.settings.load();
         let Some(f) = &settings.failover else {
             return;

@@ -23,7 +23,7 @@ use crate::config::{BackendTls, Target};
 
 /// A pool's TLS client settings: one for requests (ALPN h2, http/1.1), one for
 /// upgrades and health probes (ALPN http/1.1 only).
-pub struct ClientTls {
+pub(crate) struct ClientTls {
     pub any: Arc<ClientConfig>,
     pub h1: Arc<ClientConfig>,
     server_name: Option<ServerName<'static>>,
@@ -57,7 +57,7 @@ fn system_roots() -> Arc<RootCertStore> {
 }
 
 impl ClientTls {
-    pub fn new(t: &BackendTls) -> ClientTls {
+    pub(crate) fn new(t: &BackendTls) -> ClientTls {
         let builder = ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
             .expect("ring supports TLS 1.2 and 1.3");
@@ -103,7 +103,7 @@ impl ClientTls {
 
     /// The client handshake over a connected socket. `h1_only`: offer only
     /// `http/1.1`. The error says what failed, for the log line naming the peer.
-    pub async fn handshake(
+    pub(crate) async fn handshake(
         &self,
         tcp: TcpStream,
         target: &Target,

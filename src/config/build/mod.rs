@@ -26,7 +26,7 @@ use super::parser::Directive;
 type Res<T> = Result<T, Diagnostic>;
 
 /// Builds the model, returning it with its warnings, or every error found.
-pub fn build(
+pub(crate) fn build(
     tree: &[Directive],
     sources: &Sources,
 ) -> Result<(Config, Vec<Diagnostic>), Vec<Diagnostic>> {

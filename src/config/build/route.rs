@@ -288,7 +288,7 @@ impl Builder {
 }
 
 /// CGI variables sluice derives itself: never from `env` (a load error) or a header.
-pub const PROTECTED: &[&str] = &[
+pub(super) const PROTECTED: &[&str] = &[
     "GATEWAY_INTERFACE",
     "SERVER_SOFTWARE",
     "SERVER_PROTOCOL",
