@@ -1,6 +1,8 @@
 //! The `sluice` command: run, check, demo, proxy, version. The command line only: the
 //! server's life is `sluice::lifecycle`.
 
+#![forbid(unsafe_code)]
+
 use std::path::Path;
 use std::process::ExitCode;
 

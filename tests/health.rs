@@ -100,9 +100,10 @@ async fn rise_and_fall_are_counted_probe_by_probe() {
     let line = s.wait_log(&down);
     assert!(
         line.ends_with(&format!(
-            " WARN sluice: *: {down} (status 503); out of rotation until it passes"
+            " WARN sluice: *: {down} (status 503); out of rotation until it passes pool=* peer={} reason=health",
+            a.backend.addr
         )),
-        "the exact wording: {line}"
+        "the exact wording, then the fields an operator searches by: {line}"
     );
     assert_eq!(
         answers(&s, 4).await,
@@ -118,7 +119,14 @@ async fn rise_and_fall_are_counted_probe_by_probe() {
         a.probes.load(Ordering::SeqCst) <= k + 2,
         "rise 2: back after two passing probes"
     );
-    assert!(s.wait_log(&up).ends_with(&format!(" INFO sluice: *: {up}")));
+    let line = s.wait_log(&up);
+    assert!(
+        line.ends_with(&format!(
+            " INFO sluice: *: {up} pool=* peer={}",
+            a.backend.addr
+        )),
+        "{line}"
+    );
     let back = answers(&s, 4).await;
     assert_eq!(
         back.matches('a').count(),

@@ -1,5 +1,7 @@
-//! Log lines on stderr: `2026-12-01T09:30:00.123Z WARN sluice: …` — an RFC 3339 UTC
-//! timestamp, the level, the message.
+//! Log lines on stderr: `2026-12-01T09:30:00.123Z WARN sluice: … pool="site /api/*"
+//! peer=10.0.0.5:80` — an RFC 3339 UTC timestamp, the level, the message, then the
+//! line's fields as `key=value` (quoted when the value has a space or a quote), so an
+//! operator can search by pool, peer or reason.
 //!
 //! `SLUICE_LOG` sets the level (`error`, `warn`, `info` — the default —, `debug`,
 //! `trace`), optionally followed by `TARGET=LEVEL` pairs (`info,h2=debug`). An unknown
@@ -96,8 +98,43 @@ where
             rfc3339(SystemTime::now()),
             event.metadata().level()
         )?;
-        ctx.field_format().format_fields(w.by_ref(), event)?;
+        let _ = ctx;
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        w.write_str(&fields.message)?;
+        for (name, value) in &fields.rest {
+            if value.is_empty() || value.contains([' ', '"', '=']) {
+                write!(w, " {name}={value:?}")?;
+            } else {
+                write!(w, " {name}={value}")?;
+            }
+        }
         writeln!(w)
+    }
+}
+
+/// An event's message, and its other fields in the order written.
+#[derive(Default)]
+struct Fields {
+    message: String,
+    rest: Vec<(&'static str, String)>,
+}
+
+impl tracing::field::Visit for Fields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.message = value.to_string();
+        } else {
+            self.rest.push((field.name(), value.to_string()));
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
+        } else {
+            self.rest.push((field.name(), format!("{value:?}")));
+        }
     }
 }
 

@@ -430,6 +430,9 @@ async fn timed<T>(
         Err(_) => {
             bump(&COUNTERS.gateway_timeout);
             tracing::info!(
+                pool = pool.name(),
+                peer = %pool.peers()[i].addr.text,
+                reason = "timeout",
                 "sluice: {}: {} sent no response head within {}",
                 pool.name(),
                 pool.peers()[i].addr.text,

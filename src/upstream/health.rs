@@ -175,6 +175,9 @@ fn report(pool: &str, peer: &Peer, h: &Health, result: Result<(), String>) {
         Some(Transition::BecameUnhealthy) => {
             let why = result.err().unwrap_or_default();
             tracing::warn!(
+                pool,
+                peer = %peer.addr.text,
+                reason = "health",
                 "sluice: {pool}: {} failed its health check ({why}); out of rotation until it passes",
                 peer.addr.text
             )
@@ -182,6 +185,8 @@ fn report(pool: &str, peer: &Peer, h: &Health, result: Result<(), String>) {
         Some(Transition::BecameHealthy) => {
             peer.returns_at(crate::clock::now_ms());
             tracing::info!(
+                pool,
+                peer = %peer.addr.text,
                 "sluice: {pool}: {} passes its health check again",
                 peer.addr.text
             )

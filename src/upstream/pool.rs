@@ -115,6 +115,9 @@ impl Pool {
         {
             peer.returns_at(peer.passive.out_until());
             tracing::warn!(
+                pool = self.name(),
+                peer = %peer.addr.text,
+                reason = kind.as_str(),
                 "sluice: {}: {} failed ({reason}), out of rotation for {}",
                 self.name(),
                 peer.addr.text,
@@ -122,6 +125,9 @@ impl Pool {
             );
         } else {
             tracing::info!(
+                pool = self.name(),
+                peer = %peer.addr.text,
+                reason = kind.as_str(),
                 "sluice: {}: {} failed ({reason})",
                 self.name(),
                 peer.addr.text
@@ -233,6 +239,9 @@ impl Pool {
         ) {
             peers[i].returns_at(until);
             tracing::warn!(
+                pool = self.name(),
+                peer = %peers[i].addr.text,
+                reason = "outlier",
                 "sluice: {}: {} ejected for {} after {} 5xx answers in a row",
                 self.name(),
                 peers[i].addr.text,
@@ -301,7 +310,12 @@ pub(crate) struct Note {
 
 pub(super) fn log_switch(pool: &str, t: Transition, why: &str) {
     let to = if t.to_backup() { "backup" } else { "primary" };
-    tracing::warn!("sluice: {pool}: switched to {to} ({}: {why})", t.as_str());
+    tracing::warn!(
+        pool,
+        reason = t.as_str(),
+        "sluice: {pool}: switched to {to} ({}: {why})",
+        t.as_str()
+    );
 }
 
 pub(crate) enum Pick {
