@@ -170,6 +170,9 @@ pub struct Listen {
     pub span: Span,
     /// Where the address is written.
     pub addr_span: Span,
+    /// Its place among the `listen` and `tcp` lines as read (an import's where the
+    /// import stands): which of two lines of one address is the repeat.
+    pub seq: usize,
 }
 
 #[derive(Debug, Clone)]

@@ -22,8 +22,8 @@ pub(crate) fn duplicates(config: &Config, sources: &Sources) -> Vec<Diagnostic> 
     let http = config.listeners.iter().map(|l| (l, false));
     let tcp = config.tcp.iter().map(|t| (&t.listen, true));
     let mut all: Vec<(&Listen, bool)> = http.chain(tcp).collect();
-    // In the order they are written: the later line is the repeat.
-    all.sort_by_key(|(l, _)| (l.addr_span.file, l.addr_span.line, l.addr_span.col));
+    // In the order they are read: the later line is the repeat.
+    all.sort_by_key(|(l, _)| l.seq);
     for (i, &(l, is_tcp)) in all.iter().enumerate() {
         let first = all[..i]
             .iter()

@@ -50,6 +50,7 @@ impl Generation {
             carried: &carried,
             rates_before: previous.map(|g| &g.rate_memory),
             rates: Default::default(),
+            pool_ids: Default::default(),
             probe_slots: &probe_slots,
             dns: &dns,
             policy: Arc::new(config.safety_policy()),
@@ -70,7 +71,7 @@ impl Generation {
             .tcp
             .iter()
             .map(|t| {
-                let id = PoolId::new(format!("tcp {}", t.listen.text), &t.proxy);
+                let id = shared.pool_id(format!("tcp {}", t.listen.text), &t.proxy);
                 let state = carried.get(&id).map(|s| Arc::clone(s));
                 TcpRoute {
                     addr: t.listen.addr,
@@ -115,6 +116,8 @@ struct Shared<'a> {
     rates_before: Option<&'a HashMap<String, Arc<rate_limit::Memory>>>,
     /// This generation's, as its filters are built.
     rates: std::cell::RefCell<HashMap<String, Arc<rate_limit::Memory>>>,
+    /// How many pools of each identity this generation has so far.
+    pool_ids: std::cell::RefCell<HashMap<PoolId, usize>>,
     probe_slots: &'a Arc<Semaphore>,
     dns: &'a Arc<Dns>,
     /// The destination policy strict pools share.
@@ -123,6 +126,17 @@ struct Shared<'a> {
 }
 
 impl Shared<'_> {
+    /// The identity of a pool named `name`, told apart from this generation's other
+    /// pools that would otherwise share it.
+    fn pool_id(&self, name: String, cfg: &config::ProxyConfig) -> PoolId {
+        let mut id = PoolId::new(name, cfg);
+        let mut seen = self.pool_ids.borrow_mut();
+        let n = seen.entry(id.clone()).or_insert(0);
+        id.occurrence = *n;
+        *n += 1;
+        id
+    }
+
     /// A `rate_limit` filter, with the buckets of the previous generation's filter of
     /// the same identity (a second filter of one identity on a route gets its own).
     fn rate_limit(
@@ -177,7 +191,7 @@ fn route(r: &config::Route, shared: &Shared) -> Route {
                     "the proxy's max_body",
                 ));
             }
-            let id = PoolId::new(r.name.clone(), p);
+            let id = shared.pool_id(r.name.clone(), p);
             let state = shared.carried.get(&id).map(|s| Arc::clone(s));
             Handler::Proxy(Pool::build(
                 id,
@@ -344,5 +358,30 @@ mod tests {
             "the dropped pool is retired at the swap"
         );
         assert!(!state(&live.load(), "a /x/*").is_retired());
+    }
+
+    /// Two pools that would share an identity (one pattern, told apart by `match`
+    /// lines) each carry their own state to their own successor: health, counters
+    /// and `limit` are never merged by a reload.
+    #[tokio::test]
+    async fn alike_pools_keep_their_own_state_across_a_reload() {
+        let text = "site * {\n route /api/* { match method GET\n proxy 127.0.0.1:1 { limit 1 } }\n route /api/* { match method POST\n proxy 127.0.0.1:1 { limit 5 } }\n}\n";
+        let one = gen(text, None);
+        let two = gen(text, Some(&one));
+        let before: Vec<&Arc<Pool>> = one.pools().collect();
+        let after: Vec<&Arc<Pool>> = two.pools().collect();
+        assert_eq!(after.len(), 2);
+        assert!(!Arc::ptr_eq(&after[0].state, &after[1].state), "two states");
+        for (b, a) in before.iter().zip(&after) {
+            assert!(
+                Arc::ptr_eq(&b.state, &a.state),
+                "each carried to its successor"
+            );
+        }
+        let caps: Vec<usize> = after
+            .iter()
+            .map(|p| p.limit.as_ref().unwrap().max())
+            .collect();
+        assert_eq!(caps, [1, 5]);
     }
 }

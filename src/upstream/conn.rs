@@ -104,24 +104,33 @@ impl BackendConn {
             out.body_ended = true;
         }
         let mut written = 0;
+        let mut write_failed = None;
         while written < self.wbuf.len() {
             match self.io.write(&self.wbuf[written..]).await {
-                Ok(0) => return Err(SendError::Io(io::ErrorKind::WriteZero.into())),
+                Ok(0) => {
+                    write_failed = Some(io::ErrorKind::WriteZero.into());
+                    break;
+                }
                 Ok(n) => written += n,
                 // Nothing of the request was taken: it may go out on another connection.
                 Err(e) if written == 0 && is_closed_error(&e) => return Err(SendError::NotSent),
-                Err(e) => return Err(SendError::Io(e)),
+                Err(e) => {
+                    write_failed = Some(e);
+                    break;
+                }
             }
         }
-        // Over TLS, records the session still holds go out now (a socket has none).
-        self.io.flush().await.map_err(SendError::Io)?;
-        // Gone out: from here on the request is sent again only from the replay buffer.
+        // Some of the request went out: from here on it is sent again only from the
+        // replay buffer, which must hold every frame this write carried.
         for data in std::mem::take(&mut out.resend) {
             out.sent(&data);
         }
+        if write_failed.is_none() {
+            // Over TLS, records the session still holds go out now (a socket has none).
+            write_failed = self.io.flush().await.err();
+        }
         let mut early = false;
-        let mut write_failed = None;
-        if !out.body_ended {
+        if write_failed.is_none() && !out.body_ended {
             match upload(&mut self.io, &mut self.buf, out, chunked).await? {
                 Upload::Sent => {}
                 Upload::Early => early = true,
@@ -347,6 +356,44 @@ mod tests {
         assert!(
             sized.ends_with("\r\n\r\nhello wide world"),
             "sized body resent whole: {sized:?}"
+        );
+    }
+
+    /// A head write that broke after some of it went out: every body frame it carried
+    /// is in the replay buffer, so a retry sends the body whole (a large first frame,
+    /// a peer that reads a little and closes).
+    #[tokio::test]
+    async fn a_write_broken_midway_keeps_its_frames_for_the_replay() {
+        const BIG: usize = 4 << 20;
+        let big: &'static str = Box::leak("x".repeat(BIG).into_boxed_str());
+        let mut out = request(&[big, "tail"], true);
+        out.keep_for_replay(16 << 20);
+        let (first, mut peer) = UnixStream::pair().unwrap();
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 1000];
+            let _ = peer.read(&mut buf).await;
+            drop(peer);
+        });
+        let r = BackendConn::new(Stream::Unix(first)).send(&mut out).await;
+        reader.await.unwrap();
+        assert!(matches!(r, Err(SendError::Io(_))), "broken midway");
+        assert!(
+            out.can_rewind() && out.rewind(),
+            "the replay buffer holds it all"
+        );
+        let (fresh, peer) = UnixStream::pair().unwrap();
+        let reader = tokio::spawn(serve_one(peer, |got: &[u8]| got.ends_with(b"tail")));
+        let head = BackendConn::new(Stream::Unix(fresh))
+            .send(&mut out)
+            .await
+            .expect("the retry goes out");
+        assert_eq!(head.parts.status, 200);
+        let got = reader.await.unwrap();
+        let body_at = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert_eq!(
+            got.len() - body_at,
+            BIG + 4,
+            "the whole body, the big frame included"
         );
     }
 }

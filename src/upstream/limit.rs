@@ -60,6 +60,32 @@ impl Limit {
             let cut = old - max;
             let forgotten = self.sem.forget_permits(cut);
             self.debt.fetch_add(cut - forgotten, Ordering::AcqRel);
+            // A slot given back between the two lines above went to the semaphore, not
+            // to the debt: pay with it now, so the lower cap holds at once.
+            self.settle();
+        }
+    }
+
+    /// Pays what it can of the debt with permits free now. A slot dropped meanwhile
+    /// may pay too: what was forgotten beyond the debt is given back.
+    fn settle(&self) {
+        let owed = self.debt.load(Ordering::Acquire);
+        if owed == 0 {
+            return;
+        }
+        let forgotten = self.sem.forget_permits(owed);
+        if forgotten == 0 {
+            return;
+        }
+        let mut over = 0;
+        let _ = self
+            .debt
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| {
+                over = forgotten.saturating_sub(d);
+                Some(d.saturating_sub(forgotten))
+            });
+        if over > 0 {
+            self.sem.add_permits(over);
         }
     }
 

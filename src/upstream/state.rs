@@ -27,6 +27,9 @@ pub(crate) struct PoolId {
     /// How an `https://` pool trusts its backends: connections made under other rules
     /// are never reused under these.
     pub tls: Option<BackendTls>,
+    /// Which of a generation's pools with all of the above alike this is (routes of one
+    /// pattern told apart by `match` lines): each is carried to its own successor.
+    pub occurrence: usize,
 }
 
 impl PoolId {
@@ -38,6 +41,7 @@ impl PoolId {
             weights: cfg.weights.clone(),
             policy: cfg.lb.clone(),
             tls: (cfg.scheme() == BackendScheme::Https).then(|| cfg.tls.clone()),
+            occurrence: 0,
         }
     }
 }

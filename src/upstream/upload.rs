@@ -125,7 +125,15 @@ pub(super) async fn upload<T: AsyncRead + AsyncWrite + Unpin>(
             };
         }
         match Pin::new(&mut out.body).poll_frame(cx) {
-            Poll::Pending => return Poll::Pending,
+            // Nothing more to send yet: what the writer still holds (a TLS session's
+            // records) goes out now, not with the next piece — a backend may answer
+            // only once it has read everything so far.
+            Poll::Pending => {
+                return match Pin::new(&mut *io).poll_flush(cx) {
+                    Poll::Ready(Err(e)) => Poll::Ready(Ok(Upload::WriteFailed(e))),
+                    _ => Poll::Pending,
+                }
+            }
             Poll::Ready(None) => {
                 out.body_ended = true;
                 if chunked {

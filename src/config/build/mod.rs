@@ -136,7 +136,10 @@ impl Builder {
                     }
                 }
                 "listen" => match listen(d) {
-                    Ok(l) => listeners.push(l),
+                    Ok(l) => listeners.push(Listen {
+                        seq: listeners.len() + tcp.len(),
+                        ..l
+                    }),
                     Err(e) => self.errors.push(e),
                 },
                 "site" => {
@@ -145,7 +148,8 @@ impl Builder {
                     }
                 }
                 "tcp" => {
-                    if let Some(t) = self.tcp(d) {
+                    if let Some(mut t) = self.tcp(d) {
+                        t.listen.seq = listeners.len() + tcp.len();
                         tcp.push(t);
                     }
                 }
@@ -161,6 +165,7 @@ impl Builder {
                 tls: false,
                 span: Span::default(),
                 addr_span: Span::default(),
+                seq: 0,
             });
         }
         Config {

@@ -642,6 +642,7 @@ impl Builder {
                     tls: false,
                     span: d.span(),
                     addr_span: w.span,
+                    seq: 0,
                 },
                 items,
             ))

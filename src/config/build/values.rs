@@ -127,6 +127,7 @@ pub(super) fn listen(d: &Directive) -> Res<Listen> {
         tls,
         span: d.span(),
         addr_span: w.span,
+        seq: 0,
     })
 }
 
