@@ -74,8 +74,8 @@ async fn an_unreachable_backend_is_retried_on_another_with_the_body_intact() {
     );
     assert_eq!(
         rest,
-        format!("WARN sluice: *: {dead} failed (Connection refused (os error 111)), out of rotation for 30s"),
-        "the level, then the pool, the peer, the reason and what sluice did"
+        format!("WARN sluice: *: {dead} failed (Connection refused (os error 111)), out of rotation for 30s pool=* peer={dead} reason=connect"),
+        "the level, then the pool, the peer, the reason and what sluice did, then the fields to search by"
     );
 }
 
