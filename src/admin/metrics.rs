@@ -72,7 +72,7 @@ fn peers(o: &mut String, pools: &[&Arc<Pool>]) {
         "sluice_peer_h2_connections",
         "gauge",
         "HTTP/2 connections open to the peer (h2c:// and https:// peers that chose h2)",
-        &|p| p.mux.sessions() as u64,
+        &|p| p.h2_sessions() as u64,
     );
     per_peer(
         o,

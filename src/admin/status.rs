@@ -34,20 +34,6 @@ fn pool(p: &Pool) -> Value {
     })
 }
 
-/// The one word for a peer's state: a failing health check first, then an
-/// ejection, then passive health.
-pub(crate) fn state(peer: &Peer, now: u64) -> &'static str {
-    if !peer.active.is_healthy() {
-        "unhealthy"
-    } else if peer.outlier.is_ejected(now) {
-        "ejected"
-    } else if !peer.passive.is_available(now) {
-        "out"
-    } else {
-        "healthy"
-    }
-}
-
 fn peer(peer: &Peer, now: u64) -> Value {
     let probed = peer.active.last_probe_ms.load(Ordering::Relaxed);
     let last_probe = if probed == 0 {
@@ -63,7 +49,7 @@ fn peer(peer: &Peer, now: u64) -> Value {
     let mut v = json!({
         "ordinal": peer.ordinal,
         "address": peer.addr.text,
-        "state": state(peer, now),
+        "state": peer.state(now),
         "in_flight": peer.in_flight.load(Ordering::Relaxed),
         "selections": peer.selections.load(Ordering::Relaxed),
         "failures": peer.failures.load(Ordering::Relaxed),
@@ -73,7 +59,7 @@ fn peer(peer: &Peer, now: u64) -> Value {
         v["backup"] = Value::Bool(true);
     }
     if peer.addr.scheme != crate::config::BackendScheme::Http {
-        v["h2_connections"] = json!(peer.mux.sessions());
+        v["h2_connections"] = json!(peer.h2_sessions());
     }
     v
 }

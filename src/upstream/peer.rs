@@ -123,6 +123,25 @@ impl Peer {
         self.passive.is_available(now) && self.active.is_healthy() && !self.outlier.is_ejected(now)
     }
 
+    /// The one word for the peer's state (the status page): a failing health check
+    /// first, then an ejection, then passive health.
+    pub(crate) fn state(&self, now: u64) -> &'static str {
+        if !self.active.is_healthy() {
+            "unhealthy"
+        } else if self.outlier.is_ejected(now) {
+            "ejected"
+        } else if !self.passive.is_available(now) {
+            "out"
+        } else {
+            "healthy"
+        }
+    }
+
+    /// HTTP/2 sessions open to the peer now.
+    pub(crate) fn h2_sessions(&self) -> usize {
+        self.mux.sessions()
+    }
+
     /// The peer comes back into rotation at `at` (`now_ms`): slow start counts from then.
     pub(crate) fn returns_at(&self, at: u64) {
         self.returned_ms.store(at, Ordering::Relaxed);
