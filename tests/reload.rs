@@ -366,3 +366,64 @@ async fn a_rate_limit_budget_survives_a_reload() {
         "another rate is another filter"
     );
 }
+
+/// `health` removed by a reload returns the pool's peers to passive health at once (a
+/// peer failing its checks is no longer out of rotation for ever); put back, probing
+/// starts again and the failing peer leaves rotation again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_removed_and_added_back_by_reloads() {
+    let probes = Arc::new(AtomicUsize::new(0));
+    let b = {
+        let probes = probes.clone();
+        Backend::start(move |req: Request<Incoming>| {
+            let probes = probes.clone();
+            async move {
+                if req.uri().path() == "/healthz" {
+                    probes.fetch_add(1, Ordering::SeqCst);
+                    let mut r = Response::new(full("sick"));
+                    *r.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+                    return r;
+                }
+                Response::new(full("served"))
+            }
+        })
+        .await
+    };
+    let with = format!(
+        "site * {{ proxy {} {{ health /healthz {{ interval 1s; timeout 500ms; fall 1 }}\n all_down fail }} }}",
+        b.addr
+    );
+    let without = format!("site * {{ proxy {} {{ all_down fail }} }}", b.addr);
+    let r = Reloadable::start(&with);
+    let addr = r.s.addr;
+    r.s.wait_log("failed its health check");
+    assert_eq!(
+        get(addr, "/").await.status,
+        503,
+        "the only peer fails its checks"
+    );
+    r.reload(&without, "reloaded: revision 2", 1);
+    r.s.wait_log("health checks removed");
+    let back = get(addr, "/").await;
+    assert_eq!(
+        (back.status, back.text().as_str()),
+        (200, "served"),
+        "passive health only: the peer serves"
+    );
+    let seen = probes.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        probes.load(Ordering::SeqCst) <= seen + 1,
+        "probing stopped (one round may have been under way)"
+    );
+    r.reload(&with, "reloaded: revision 3", 1);
+    let waited = std::time::Instant::now();
+    while get(addr, "/").await.status != 503 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "probing starts again and takes the peer out"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(probes.load(Ordering::SeqCst) > seen, "probed again");
+}

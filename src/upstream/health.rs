@@ -64,6 +64,12 @@ impl Verdict {
         self.healthy.load(Ordering::Relaxed)
     }
 
+    /// Back to healthy with no streak: the verdict of a pool without `health`.
+    pub(crate) fn clear(&self) {
+        self.healthy.store(true, Ordering::Relaxed);
+        self.streak.store(0, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_initial(&self, healthy: bool) {
         self.healthy.store(healthy, Ordering::Relaxed);
     }
@@ -121,7 +127,10 @@ pub(crate) async fn run(
             }
             let settings = s.settings();
             let Some(h) = settings.health.clone() else {
-                return;
+                if s.stop_probing() {
+                    return;
+                }
+                continue;
             };
             (h, s.peers.len())
         };
@@ -141,6 +150,10 @@ pub(crate) async fn run(
                     None => break,
                     Some(Ok(Some((i, result)))) => {
                         let Some(s) = state.upgrade() else { return };
+                        if s.settings().health.is_none() {
+                            // Removed by a reload mid-round: the verdicts were cleared.
+                            continue;
+                        }
                         let passed = result.is_ok();
                         report(&name, &s.peers[i], &health, result);
                         s.probe_for_failover(&name, i, passed);

@@ -147,8 +147,9 @@ impl PoolState {
     }
 
     /// Takes the newest generation's settings: kept connections made under another
-    /// destination policy go (a changed policy must not be dodged by them), and
-    /// probing starts if `health` is new.
+    /// destination policy go (a changed policy must not be dodged by them); a pool
+    /// whose `health` left the config returns its peers to passive health at once (no
+    /// probe will ever clear a failing verdict), and probing starts if `health` is new.
     pub(super) fn take_settings(
         self: &Arc<Self>,
         id: &PoolId,
@@ -163,7 +164,24 @@ impl PoolState {
                 p.mux.clear();
             }
         }
+        if old.health.is_some() && cfg.health.is_none() {
+            for p in &self.peers {
+                p.active.clear();
+            }
+            tracing::info!(
+                pool = %id.name,
+                "sluice: {}: health checks removed; its peers are judged by passive health only",
+                id.name
+            );
+        }
         self.start_probing(id, cfg, slots);
+    }
+
+    /// The probe task stops: `health` left the config. `false`: a newer generation
+    /// brought it back meanwhile, and this task goes on probing.
+    pub(super) fn stop_probing(&self) -> bool {
+        self.probing.store(false, Ordering::SeqCst);
+        self.settings().health.is_none() || self.probing.swap(true, Ordering::SeqCst)
     }
 
     /// The pool's `limit`, resized to this generation's N (see [`limit`]).
@@ -182,7 +200,7 @@ impl PoolState {
 
     /// Starts the probe task if the pool has `health` and it does not run yet.
     fn start_probing(self: &Arc<Self>, id: &PoolId, cfg: &ProxyConfig, slots: &Arc<Semaphore>) {
-        if cfg.health.is_some() && !self.probing.swap(true, Ordering::Relaxed) {
+        if cfg.health.is_some() && !self.probing.swap(true, Ordering::SeqCst) {
             tokio::spawn(health::run(
                 Arc::downgrade(self),
                 self.retire.clone(),
