@@ -248,3 +248,44 @@ async fn probe_concurrency_caps_probes_across_the_process() {
         "probe_concurrency 1: one probe at a time across both pools"
     );
 }
+
+/// A probe this host cannot run (out of descriptors) is no verdict: the peer stays in
+/// rotation, the shortage is logged as sluice's own and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_without_a_local_descriptor_changes_no_verdict() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let b = Backend::text("up").await;
+    let s = Sluice::start_with_nofile(
+        &format!(
+            "site * {{ proxy {} {{ health /healthz {{ interval 1s; timeout 500ms; fall 1; rise 5 }}\n all_down fail }} }}",
+            b.addr
+        ),
+        48,
+    );
+    assert_eq!(get(s.addr, "/").await.text(), "up");
+    // Idle clients take every descriptor: one more is not even accepted.
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 512];
+        let answered = tokio::time::timeout(Duration::from_millis(700), c.read(&mut buf))
+            .await
+            .is_ok_and(|r| r.is_ok_and(|n| n > 0));
+        held.push(c);
+        if !answered {
+            break;
+        }
+    }
+    s.wait_log("cannot probe");
+    // Two more rounds while out of descriptors.
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !s.logs().contains("failed its health check"),
+        "no verdict from a probe that never ran:\n{}",
+        s.logs()
+    );
+    assert_eq!(get(s.addr, "/").await.text(), "up", "still in rotation");
+}

@@ -19,6 +19,7 @@ pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> V
         "sites": sites,
         "pools": pools,
         "tunnels_open": crate::tunnel::OPEN.load(Ordering::Relaxed),
+        "out_of_ports": crate::stats::COUNTERS.out_of_ports.load(Ordering::Relaxed),
     })
 }
 

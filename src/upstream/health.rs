@@ -154,6 +154,14 @@ pub(crate) async fn run(
                             // Removed by a reload mid-round: the verdicts were cleared.
                             continue;
                         }
+                        let result = match result {
+                            Err(ProbeError::Local(why)) => {
+                                not_run(&name, &s.peers[i], &why);
+                                continue;
+                            }
+                            Err(ProbeError::Failed(why)) => Err(why),
+                            Ok(()) => Ok(()),
+                        };
                         let passed = result.is_ok();
                         report(&name, &s.peers[i], &health, result);
                         s.probe_for_failover(&name, i, passed);
@@ -208,19 +216,52 @@ fn report(pool: &str, peer: &Peer, h: &Health, result: Result<(), String>) {
     }
 }
 
-/// One probe of `peer`, within the probe's timeout. `Err`: why it failed.
-async fn probe(state: &PoolState, peer: &Peer, h: &Health) -> Result<(), String> {
+/// Why a probe did not pass.
+enum ProbeError {
+    /// The peer failed it.
+    Failed(String),
+    /// This host could not run it (out of ports or descriptors): no verdict either way.
+    Local(String),
+}
+
+/// A probe this host could not run: counted with the dials refused for the same
+/// reason, logged (at most once a minute), and the peer's verdict left as it is.
+fn not_run(pool: &str, peer: &Peer, why: &str) {
+    crate::stats::bump(&crate::stats::COUNTERS.out_of_ports);
+    crate::throttle::PROBE_OUT_OF_CAPACITY.warn(format_args!(
+        "sluice: {pool}: cannot probe {}: {why}; out of local capacity, its health verdict unchanged",
+        peer.addr.text
+    ));
+}
+
+/// One probe of `peer`, within the probe's timeout.
+async fn probe(state: &PoolState, peer: &Peer, h: &Health) -> Result<(), ProbeError> {
     match tokio::time::timeout(h.timeout, probe_inner(state, peer, h)).await {
         Ok(r) => r,
-        Err(_) => Err(format!("no answer within {:?}", h.timeout)),
+        Err(_) => Err(ProbeError::Failed(format!(
+            "no answer within {:?}",
+            h.timeout
+        ))),
     }
 }
 
 /// A probe speaks the pool's scheme: HTTP/1.1 in the clear, over TLS (offering only
 /// `http/1.1`), or HTTP/2 with prior knowledge for `h2c://`.
-async fn probe_inner(state: &PoolState, peer: &Peer, h: &Health) -> Result<(), String> {
-    // The connect timeout is the probe's own: `timeout` bounds the whole probe.
-    let dialed = dial::connect_peer(
+async fn probe_inner(state: &PoolState, peer: &Peer, h: &Health) -> Result<(), ProbeError> {
+    let dialed = dial_probe(state, peer, h).await?;
+    exchange(state, peer, h, dialed)
+        .await
+        .map_err(ProbeError::Failed)
+}
+
+/// The probe's connection: its own connect timeout (`timeout` bounds the whole
+/// probe), `http/1.1` only over TLS.
+async fn dial_probe(
+    state: &PoolState,
+    peer: &Peer,
+    h: &Health,
+) -> Result<dial::Dialed, ProbeError> {
+    dial::connect_peer(
         &peer.addr.target,
         state.scheme,
         state.tls.as_deref(),
@@ -230,7 +271,19 @@ async fn probe_inner(state: &PoolState, peer: &Peer, h: &Health) -> Result<(), S
         &peer.addr.text,
     )
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| match e {
+        dial::DialError::Local(e) => ProbeError::Local(e.to_string()),
+        e => ProbeError::Failed(e.to_string()),
+    })
+}
+
+/// The probe's request on its connection, and the verdict on the answer's status.
+async fn exchange(
+    state: &PoolState,
+    peer: &Peer,
+    h: &Health,
+    dialed: dial::Dialed,
+) -> Result<(), String> {
     let Probe::Http {
         path,
         head,

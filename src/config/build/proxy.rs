@@ -475,9 +475,8 @@ fn health_option(d: &Directive, h: &mut Health) -> Res<()> {
             let w = one_arg(d, "interval 5s")?;
             let v = duration(w)?;
             if !(Duration::from_secs(1)..=Duration::from_secs(24 * 3600)).contains(&v) {
-                return Err(
-                    Diagnostic::error(w.span, "interval is out of range").with_hint("use 1s to 24h")
-                );
+                return Err(Diagnostic::error(w.span, "interval is out of range")
+                    .with_hint("use 1s to 24h"));
             }
             h.interval = v;
         }
