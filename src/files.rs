@@ -116,6 +116,7 @@ pub(crate) fn slash_redirect(folder: &str, query: Option<&str>) -> Response<Body
         r.headers_mut().insert(header::LOCATION, v);
     }
     r.headers_mut().insert(header::DATE, date());
+    crate::reply::server(r.headers_mut());
     r
 }
 
@@ -244,6 +245,7 @@ pub(crate) async fn file(
     }
     out.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     out.insert(header::DATE, date());
+    crate::reply::server(&mut out);
     let not_modified = not_modified(headers, &tag, mtime);
     if not_modified {
         let mut r = Response::new(Body::Empty);
@@ -411,6 +413,7 @@ async fn listing(dir: &Path, path: &str, head: bool) -> Response<Body> {
     r.headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from(html.len()));
     r.headers_mut().insert(header::DATE, date());
+    crate::reply::server(r.headers_mut());
     r
 }
 

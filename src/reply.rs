@@ -3,6 +3,7 @@
 //! thread, so a local answer costs no formatting.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::header::{self, HeaderValue};
@@ -10,7 +11,38 @@ use http::{Response, StatusCode};
 
 use crate::body::Body;
 
-/// A short plain-text answer with `Date`.
+/// `global { server_tokens }` of the live config: sluice's own answers say
+/// `Server: sluice` unless it is off. Process-wide, set when a config goes live.
+static SERVER_TOKENS: AtomicBool = AtomicBool::new(true);
+
+pub(crate) fn set_server_tokens(on: bool) {
+    SERVER_TOKENS.store(on, Ordering::Relaxed);
+}
+
+/// `Server: sluice`, for an answer sluice makes itself, when `server_tokens` is on (a
+/// backend's `Server` passes unchanged).
+pub(crate) fn server(h: &mut http::HeaderMap) {
+    if SERVER_TOKENS.load(Ordering::Relaxed) {
+        h.insert(header::SERVER, HeaderValue::from_static("sluice"));
+    }
+}
+
+/// The `Server` line of a head sluice writes itself, when `server_tokens` is on.
+pub(crate) fn server_line(out: &mut Vec<u8>) {
+    if SERVER_TOKENS.load(Ordering::Relaxed) {
+        out.extend_from_slice(b"server: sluice\r\n");
+    }
+}
+
+/// A backend's `X-Powered-By` tells the world its stack and version: dropped from
+/// every backend's answer (proxy and FastCGI; `header_down` may set one again). Its
+/// `Server` passes unchanged.
+pub(crate) fn drop_powered_by(h: &mut http::HeaderMap) {
+    static X_POWERED_BY: http::HeaderName = http::HeaderName::from_static("x-powered-by");
+    h.remove(&X_POWERED_BY);
+}
+
+/// A short plain-text answer with `Date` (and `Server`).
 pub(crate) fn local_response(status: StatusCode, body: &'static str) -> Response<Body> {
     if status.as_u16() >= 400 {
         tracing::debug!("sluice: answered {} {}", status.as_u16(), body.trim_end());
@@ -23,6 +55,7 @@ pub(crate) fn local_response(status: StatusCode, body: &'static str) -> Response
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     h.insert(header::DATE, date());
+    server(h);
     r
 }
 

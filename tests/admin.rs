@@ -67,7 +67,10 @@ async fn status_metrics_and_the_dashboard() {
     assert_eq!(st["listeners"][0], s.addr.to_string());
     assert_eq!(st["sites"], serde_json::json!(["app.test", "*"]));
     assert_eq!(st["tunnels_open"], 0);
-    assert_eq!(st["out_of_ports"], 0, "dials and probes refused for want of local ports");
+    assert_eq!(
+        st["out_of_ports"], 0,
+        "dials and probes refused for want of local ports"
+    );
     let pools = st["pools"].as_array().unwrap();
     let names: Vec<&str> = pools.iter().map(|p| p["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["app.test /x/*", "app.test"]);

@@ -533,3 +533,45 @@ async fn equal_content_lengths_are_forwarded_as_one() {
         assert_eq!(lines, ["content-length: 5"], "{fields:?}: {}", r.text());
     }
 }
+
+/// `Server` and `X-Powered-By`: a backend's `Server` passes unchanged, its
+/// `X-Powered-By` is dropped unless `header_down` sets one; every answer sluice makes
+/// itself (respond, a refusal, a bad request) says `Server: sluice`, unless
+/// `server_tokens off`.
+#[tokio::test]
+async fn server_tokens_and_powered_by() {
+    let b = Backend::start(|_req: Request<Incoming>| async move {
+        let mut r = Response::new(full("from the backend"));
+        r.headers_mut()
+            .insert("server", "backend-x/1.2".parse().unwrap());
+        r.headers_mut()
+            .insert("x-powered-by", "Express".parse().unwrap());
+        r
+    })
+    .await;
+    let routes = format!(
+        "site a {{ route /kept {{ proxy {0} {{ header_down X-Powered-By kept }} }}\n route /r {{ respond \"hi\" }}\n proxy {0} }}",
+        b.addr
+    );
+    let s = Sluice::start(&routes);
+    let p = get_host(s.addr, "a", "/p").await;
+    assert_eq!(p.header("server"), Some("backend-x/1.2"), "the backend's, unchanged");
+    assert_eq!(p.header("x-powered-by"), None, "dropped");
+    let kept = get_host(s.addr, "a", "/kept").await;
+    assert_eq!(kept.header("x-powered-by"), Some("kept"), "header_down sets it");
+    assert_eq!(get_host(s.addr, "a", "/r").await.header("server"), Some("sluice"));
+    let unknown = get_host(s.addr, "nowhere", "/").await;
+    assert_eq!((unknown.status, unknown.header("server")), (421, Some("sluice")));
+    let bad = String::from_utf8_lossy(&raw(s.addr, b"GET / HTTP/1.1\r\n\r\n").await).to_string();
+    assert!(bad.starts_with("HTTP/1.1 400") && bad.contains("server: sluice\r\n"), "{bad}");
+
+    let quiet = Sluice::start(&format!("global {{ server_tokens off }}\n{routes}"));
+    assert_eq!(get_host(quiet.addr, "a", "/r").await.header("server"), None);
+    let bad = String::from_utf8_lossy(&raw(quiet.addr, b"GET / HTTP/1.1\r\n\r\n").await).to_string();
+    assert!(bad.starts_with("HTTP/1.1 400") && !bad.contains("server:"), "{bad}");
+    assert_eq!(
+        get_host(quiet.addr, "a", "/p").await.header("server"),
+        Some("backend-x/1.2"),
+        "a backend's Server passes whatever server_tokens says"
+    );
+}

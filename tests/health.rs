@@ -267,7 +267,9 @@ async fn a_probe_without_a_local_descriptor_changes_no_verdict() {
     let mut held = Vec::new();
     for _ in 0..200 {
         let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
-        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
         let mut buf = [0u8; 512];
         let answered = tokio::time::timeout(Duration::from_millis(700), c.read(&mut buf))
             .await

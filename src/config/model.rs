@@ -102,6 +102,8 @@ pub struct Global {
     pub access_log: Option<AccessLogConfig>,
     /// `tracing on`: W3C `traceparent` to backends.
     pub tracing: bool,
+    /// `server_tokens on|off`: sluice's own answers say `Server: sluice` (on).
+    pub server_tokens: bool,
     /// The most upgraded connections (WebSockets) open at once.
     pub max_tunnels: u64,
     /// How long a tunnel of a pool a reload removed may stay open.
@@ -148,6 +150,7 @@ impl Default for Global {
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 2019))),
             access_log: None,
             tracing: false,
+            server_tokens: true,
             max_tunnels: 16_384,
             tunnel_drain: Duration::from_secs(3600),
             tunnel_idle: Duration::from_secs(3600),

@@ -373,6 +373,7 @@ async fn response(h: head::Head, rest: Bytes, state: Reader, is_head: bool) -> R
     let mut resp = Response::new(Body::Empty);
     *resp.status_mut() = h.status;
     *resp.headers_mut() = h.headers;
+    crate::reply::drop_powered_by(resp.headers_mut());
     if !resp.headers().contains_key(header::DATE) {
         resp.headers_mut().insert(header::DATE, date());
     }

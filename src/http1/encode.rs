@@ -276,6 +276,7 @@ pub(crate) fn simple(
     out.extend_from_slice(b"date: ");
     out.extend_from_slice(crate::reply::date().as_bytes());
     out.extend_from_slice(b"\r\n");
+    crate::reply::server_line(&mut out);
     for (k, v) in extra {
         out.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
     }

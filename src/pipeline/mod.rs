@@ -296,6 +296,7 @@ fn reject(code: StatusCode) -> Response<Body> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     r.headers_mut().insert(header::DATE, date());
+    crate::reply::server(r.headers_mut());
     r
 }
 
@@ -394,6 +395,7 @@ async fn call_handler(
                 );
             }
             r.headers_mut().insert(header::DATE, date());
+            crate::reply::server(r.headers_mut());
             r
         }
         Handler::Redirect { status, target } => {
@@ -403,6 +405,7 @@ async fn call_handler(
                 r.headers_mut().insert(header::LOCATION, v);
             }
             r.headers_mut().insert(header::DATE, date());
+            crate::reply::server(r.headers_mut());
             r
         }
         // Boxed, as the FastCGI call below: their futures are large, and inlined they

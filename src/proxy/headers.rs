@@ -182,6 +182,7 @@ pub(crate) fn finish_request(
 
 pub(crate) fn response(h: &mut HeaderMap, cfg: &ProxyConfig, values: &Values<'_>) {
     scrub(h, false, false);
+    crate::reply::drop_powered_by(h);
     apply_all(h, &cfg.header_down, values);
 }
 

@@ -119,6 +119,7 @@ async fn start(
     source: Source,
 ) -> Result<(Server, mpsc::Receiver<Command>), StartError> {
     let bound = bind_new(&wanted(&config), &HashMap::new())?;
+    crate::reply::set_server_tokens(config.global.server_tokens);
     let live = Live::new(Generation::compile(&config, None));
     let revisions = Arc::new(Mutex::new(Revisions::default()));
     revisions
@@ -394,6 +395,7 @@ impl Server {
             );
             return Err(Refused::Invalid(e.to_string()));
         }
+        crate::reply::set_server_tokens(config.global.server_tokens);
         let next = Generation::compile(&config, Some(&self.live.load()));
         self.live.swap(next);
         self.close_unwanted(&config, origin);

@@ -421,6 +421,9 @@ static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
     ("tracing", |_, d, g| {
         route::on_off(d).map(|on| g.tracing = on)
     }),
+    ("server_tokens", |_, d, g| {
+        route::on_off(d).map(|on| g.server_tokens = on)
+    }),
     ("resolver", |_, d, g| {
         no_block(d)?;
         if d.args.is_empty() {

@@ -33,6 +33,7 @@ impl Place {
                 "grace",
                 "access_log",
                 "tracing",
+                "server_tokens",
                 "probe_concurrency",
                 "safety",
                 "resolver",
