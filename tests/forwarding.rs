@@ -555,20 +555,41 @@ async fn server_tokens_and_powered_by() {
     );
     let s = Sluice::start(&routes);
     let p = get_host(s.addr, "a", "/p").await;
-    assert_eq!(p.header("server"), Some("backend-x/1.2"), "the backend's, unchanged");
+    assert_eq!(
+        p.header("server"),
+        Some("backend-x/1.2"),
+        "the backend's, unchanged"
+    );
     assert_eq!(p.header("x-powered-by"), None, "dropped");
     let kept = get_host(s.addr, "a", "/kept").await;
-    assert_eq!(kept.header("x-powered-by"), Some("kept"), "header_down sets it");
-    assert_eq!(get_host(s.addr, "a", "/r").await.header("server"), Some("sluice"));
+    assert_eq!(
+        kept.header("x-powered-by"),
+        Some("kept"),
+        "header_down sets it"
+    );
+    assert_eq!(
+        get_host(s.addr, "a", "/r").await.header("server"),
+        Some("sluice")
+    );
     let unknown = get_host(s.addr, "nowhere", "/").await;
-    assert_eq!((unknown.status, unknown.header("server")), (421, Some("sluice")));
+    assert_eq!(
+        (unknown.status, unknown.header("server")),
+        (421, Some("sluice"))
+    );
     let bad = String::from_utf8_lossy(&raw(s.addr, b"GET / HTTP/1.1\r\n\r\n").await).to_string();
-    assert!(bad.starts_with("HTTP/1.1 400") && bad.contains("server: sluice\r\n"), "{bad}");
+    assert!(
+        bad.starts_with("HTTP/1.1 400") && bad.contains("server: sluice\r\n"),
+        "{bad}"
+    );
 
     let quiet = Sluice::start(&format!("global {{ server_tokens off }}\n{routes}"));
     assert_eq!(get_host(quiet.addr, "a", "/r").await.header("server"), None);
-    let bad = String::from_utf8_lossy(&raw(quiet.addr, b"GET / HTTP/1.1\r\n\r\n").await).to_string();
-    assert!(bad.starts_with("HTTP/1.1 400") && !bad.contains("server:"), "{bad}");
+    let bad =
+        String::from_utf8_lossy(&raw(quiet.addr, b"GET / HTTP/1.1\r\n\r\n").await).to_string();
+    assert!(
+        bad.starts_with("HTTP/1.1 400") && !bad.contains("server:"),
+        "{bad}"
+    );
     assert_eq!(
         get_host(quiet.addr, "a", "/p").await.header("server"),
         Some("backend-x/1.2"),

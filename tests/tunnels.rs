@@ -549,3 +549,19 @@ async fn an_idle_tunnel_closes_after_tunnel_idle() {
     talking.write_all(b"still").await.unwrap();
     read_until(&mut talking, "STILL").await;
 }
+
+/// `websocket off` on a proxy: an upgrade handshake gets `403` from sluice and never
+/// reaches the backend; plain requests to the same pool pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_off_refuses_upgrades_with_403() {
+    let (b, _backend) = upgrading(false).await;
+    let s = Sluice::start(&format!(
+        "site * {{ route /ws {{ proxy {b} {{ websocket off }} }}\n respond \"other\" }}"
+    ));
+    let (_c, head) = open(s.addr, b"").await;
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    // A second handshake on a fresh connection: the backend (which would answer 101)
+    // was never asked.
+    let (_c, head) = open(s.addr, b"").await;
+    assert!(head.starts_with("HTTP/1.1 403") && !head.contains("101"), "{head}");
+}

@@ -459,6 +459,8 @@ pub struct ProxyConfig {
     pub failover: Failover,
     /// `X-Sluice-Origin` and `X-Sluice-Origin-Transition` on responses.
     pub origin_headers: bool,
+    /// `websocket on|off`: WebSocket upgrades pass to the backends (on) or get `403`.
+    pub websocket: bool,
     /// Compress responses the client accepts compressed (default on).
     pub compress: Compression,
     pub fail_duration: Duration,
@@ -504,6 +506,7 @@ impl ProxyConfig {
             backups: Vec::new(),
             failover: Failover::default(),
             origin_headers: false,
+            websocket: true,
             compress: Compression::On,
             fail_duration: Duration::from_secs(30),
             breaker: 1,

@@ -71,6 +71,8 @@ pub(crate) async fn forward(
     let mut dialed = Dialed::default();
     let resp = match (client.tunnel, upgrade::upgrade_protocol(&req)) {
         // Boxed: rare, and inline its future would make every request's as large.
+        // `websocket off`: the pool takes no upgrade.
+        (_, Some(_)) if !pool.cfg.websocket => refusal::no_websocket(pool),
         (Some(slot), Some(protocol)) => {
             Box::pin(upgrade::upgrade(
                 pool,

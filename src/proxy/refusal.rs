@@ -16,6 +16,19 @@ pub(super) const BUSY: &str = "Server busy, retry in a moment\n";
 const NO_CAPACITY: &str = "Edge out of connection capacity toward this site, retry in a moment\n";
 pub(super) const UNREACHABLE: &str = "Bad gateway: no backend could be reached\n";
 
+/// `403` to a WebSocket handshake for a pool with `websocket off`.
+pub(super) fn no_websocket(pool: &Pool) -> Response<Body> {
+    tracing::debug!(
+        pool = pool.name(),
+        "sluice: {}: refused a websocket upgrade (websocket off)",
+        pool.name()
+    );
+    local_response(
+        StatusCode::FORBIDDEN,
+        "Forbidden: WebSocket upgrades are off here\n",
+    )
+}
+
 /// The peer a pick named, or sluice's own answer when there is none.
 /// (Boxed: sluice's own answers are the rare path; the common one returns a word.)
 pub(super) fn peer_or_refusal(pick: Pick) -> Result<usize, Box<Response<Body>>> {

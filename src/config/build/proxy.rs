@@ -205,6 +205,7 @@ static PROXY_OPTIONS: &[(&str, ProxyOption)] = &[
     ("origin_headers", |_, d, p| {
         on_off(d).map(|v| p.origin_headers = v)
     }),
+    ("websocket", |_, d, p| on_off(d).map(|v| p.websocket = v)),
     ("slow_start", |_, d, p| {
         positive(one_arg(d, "slow_start 30s")?).map(|v| p.slow_start = Some(v))
     }),

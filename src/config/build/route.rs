@@ -328,6 +328,17 @@ impl Builder {
         }
         let base = self.dir_of(d.span());
         let addr = backend_addr(w, &base)?;
+        // FastCGI has no usual port: one is always written.
+        let has_port = w.text.rsplit_once(':').is_some_and(|(h, p)| {
+            !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && !h.ends_with(':')
+        });
+        if !w.text.starts_with("unix:") && !has_port {
+            return Err(Diagnostic::error(
+                w.span,
+                format!("`{}`: a FastCGI address needs a port", w.text),
+            )
+            .with_hint("write host:9000, or unix:/run/php/php-fpm.sock"));
+        }
         if addr.scheme != BackendScheme::Http || addr.text.starts_with("http://") {
             return Err(Diagnostic::error(
                 w.span,

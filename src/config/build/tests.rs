@@ -127,8 +127,26 @@ fn addresses_are_checked() {
     assert!(m.contains("no path"), "{m}");
     let (_, _, m, _) = err("site a { proxy user@host:80 }");
     assert!(m.contains("credentials"), "{m}");
-    let (_, _, m, _) = err("site a { proxy localhost }");
-    assert!(m.contains("needs a port"), "{m}");
+    let long = format!("site a {{ proxy {}.example:80 }}", "a".repeat(250));
+    let (_, _, m, _) = err(&long);
+    assert!(m.contains("at most 253"), "{m}");
+    // Without a port: the scheme's.
+    for (addr, port) in [
+        ("localhost", 80),
+        ("http://app.internal", 80),
+        ("https://app.internal", 443),
+        ("h2c://app.internal", 80),
+        ("[::1]", 80),
+        ("https://[::1]", 443),
+    ] {
+        let c = ok(&format!("site a {{ proxy {addr} {{ tls_verify off }} }}"));
+        let (_, p) = c.pools().next().unwrap();
+        assert!(
+            matches!(&p.backends[0].target, Target::Tcp { port: got, .. } if *got == port),
+            "{addr}: {:?}",
+            p.backends[0].target
+        );
+    }
     let (_, _, m, _) = err("site a { proxy ftp://x:21 }");
     assert!(m.contains("unknown scheme"), "{m}");
 }

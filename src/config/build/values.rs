@@ -423,20 +423,30 @@ pub(super) fn backend_addr(w: &Word, base: &Path) -> Res<BackendAddr> {
         return Err(bad("a backend address has no credentials")
             .with_hint("set an Authorization header with header_up instead"));
     }
+    // Without a port: the scheme's (443 for https://, else 80).
+    let default = if scheme == BackendScheme::Https {
+        "443"
+    } else {
+        "80"
+    };
     let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
-        let (ip, port) = v6
-            .split_once("]:")
-            .ok_or_else(|| bad("expected [v6]:port"))?;
+        let (ip, port) = match v6.split_once(']') {
+            Some((ip, "")) => (ip, default),
+            Some((ip, tail)) => (
+                ip,
+                tail.strip_prefix(':')
+                    .ok_or_else(|| bad("expected [v6] or [v6]:port"))?,
+            ),
+            None => return Err(bad("expected [v6] or [v6]:port")),
+        };
         ip.parse::<std::net::Ipv6Addr>()
             .map_err(|_| bad("not an IPv6 address"))?;
         (ip.to_string(), port)
     } else {
-        rest.rsplit_once(':')
-            .map(|(h, p)| (h.to_string(), p))
-            .ok_or_else(|| {
-                bad("a backend address needs a port")
-                    .with_hint(format!("write {rest}:80 or the port your app listens on"))
-            })?
+        match rest.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), p),
+            None => (rest.to_string(), default),
+        }
     };
     let port: u16 = port
         .parse()
@@ -445,6 +455,12 @@ pub(super) fn backend_addr(w: &Word, base: &Path) -> Res<BackendAddr> {
         .ok_or_else(|| bad("the port is not a number from 1 to 65535"))?;
     if host.is_empty() {
         return Err(bad("the address has no host"));
+    }
+    if host.len() > 253 {
+        return Err(bad(&format!(
+            "the host name has {} characters; a DNS name has at most 253",
+            host.len()
+        )));
     }
     Ok(BackendAddr {
         text: text.to_string(),

@@ -69,6 +69,7 @@ impl Place {
                 "tls_ca",
                 "compress",
                 "origin_headers",
+                "websocket",
             ],
             Place::FastCgi => &[
                 "root",
