@@ -563,5 +563,8 @@ async fn websocket_off_refuses_upgrades_with_403() {
     // A second handshake on a fresh connection: the backend (which would answer 101)
     // was never asked.
     let (_c, head) = open(s.addr, b"").await;
-    assert!(head.starts_with("HTTP/1.1 403") && !head.contains("101"), "{head}");
+    assert!(
+        head.starts_with("HTTP/1.1 403") && !head.contains("101"),
+        "{head}"
+    );
 }

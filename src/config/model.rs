@@ -104,6 +104,8 @@ pub struct Global {
     pub tracing: bool,
     /// `server_tokens on|off`: sluice's own answers say `Server: sluice` (on).
     pub server_tokens: bool,
+    /// `retries off`: no request is ever sent again, whatever the pools say.
+    pub retries_off: bool,
     /// The most upgraded connections (WebSockets) open at once.
     pub max_tunnels: u64,
     /// How long a tunnel of a pool a reload removed may stay open.
@@ -151,6 +153,7 @@ impl Default for Global {
             access_log: None,
             tracing: false,
             server_tokens: true,
+            retries_off: false,
             max_tunnels: 16_384,
             tunnel_drain: Duration::from_secs(3600),
             tunnel_idle: Duration::from_secs(3600),

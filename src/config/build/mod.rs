@@ -59,6 +59,11 @@ struct Builder {
     /// names them.
     sources: Sources,
     listeners_declared: bool,
+    /// `global { proxy_defaults { … } }`: options (each checked once, where written)
+    /// copied into every pool that does not set them.
+    proxy_defaults: Vec<Directive>,
+    /// `global { retries off }`.
+    retries_off: bool,
 }
 
 impl Builder {
@@ -118,23 +123,24 @@ impl Builder {
         let mut sites: Vec<Site> = Vec::new();
         let mut tcp: Vec<TcpProxy> = Vec::new();
         let mut global_seen: Option<Span> = None;
+        // `global` first, wherever it is written: the pools take its defaults.
+        for d in tree.iter().filter(|d| d.name.text == "global") {
+            if let Some(first) = global_seen {
+                self.errors.push(twice(d, first));
+                continue;
+            }
+            global_seen = Some(d.span());
+            match no_args(d).and_then(|_| block(d, "global {")) {
+                Ok(items) => self.global(items, &mut global),
+                Err(e) => self.errors.push(e),
+            }
+        }
         for d in tree {
             if !self.known_here(d, Place::Top) {
                 continue;
             }
             match d.name.text.as_str() {
-                "global" => {
-                    if let Some(first) = global_seen {
-                        self.errors.push(twice(d, first));
-                        continue;
-                    }
-                    global_seen = Some(d.span());
-                    let r = no_args(d).and_then(|_| block(d, "global {"));
-                    match r {
-                        Ok(items) => self.global(items, &mut global),
-                        Err(e) => self.errors.push(e),
-                    }
-                }
+                "global" => {}
                 "listen" => match listen(d) {
                     Ok(l) => listeners.push(Listen {
                         seq: listeners.len() + tcp.len(),
@@ -434,6 +440,18 @@ static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
         Ok(())
     }),
     ("safety", |b, d, g| b.global_safety(d, &mut g.safety)),
+    ("proxy_defaults", |b, d, _| b.proxy_defaults(d)),
+    ("retries", |b, d, g| {
+        let w = one_arg(d, "retries off")?;
+        if w.text != "off" {
+            return Err(expected(w, "`off`").with_hint(
+                "a pool's own count goes in its proxy block: proxy ADDR { retries 1 }",
+            ));
+        }
+        g.retries_off = true;
+        b.retries_off = true;
+        Ok(())
+    }),
     ("admin", |_, d, g| {
         let w = one_arg(d, "admin ADDR | off")?;
         g.admin = if w.text == "off" {

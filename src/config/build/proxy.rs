@@ -46,6 +46,7 @@ impl Builder {
             let r = self.proxy_option(item, &mut p);
             self.push(r);
         }
+        self.apply_defaults(&seen, &mut p);
         self.one_scheme(d, &p)?;
         if let Some(f) = failover_at.filter(|_| p.backups.is_empty()) {
             return Err(Diagnostic::error(
@@ -82,7 +83,72 @@ impl Builder {
                 );
             }
         }
+        if self.retries_off {
+            // `global { retries off }`: nothing is sent twice, the attempt on a new
+            // failover role included (its budget is empty).
+            p.retries = 0;
+            p.retry_on = RetryOn::default();
+            p.retry_budget = RetryBudget {
+                percent: 0,
+                min_per_s: 0,
+            };
+        }
         Ok(Handler::Proxy(Box::new(p)))
+    }
+
+    /// `global { proxy_defaults { … } }`: each option checked now, where it is written
+    /// (on a scratch pool), and kept for the pools. `weights` and `backup` describe one
+    /// pool's addresses and cannot be defaults.
+    pub(super) fn proxy_defaults(&mut self, d: &Directive) -> Res<()> {
+        no_args(d)?;
+        let mut scratch = ProxyConfig::new(Vec::new());
+        let mut seen = Seen::default();
+        for item in block(d, "proxy_defaults { timeout 30s }")? {
+            if !self.known_here(item, Place::Proxy) || !self.once(&mut seen, item) {
+                continue;
+            }
+            if matches!(item.name.text.as_str(), "weights" | "backup") {
+                self.errors.push(
+                    Diagnostic::error(
+                        item.span(),
+                        format!("`{}` cannot be a default", item.name.text),
+                    )
+                    .with_hint("it describes one pool's addresses: write it in that proxy block"),
+                );
+                continue;
+            }
+            let r = self.proxy_option(item, &mut scratch);
+            if r.is_ok() {
+                self.proxy_defaults.push(item.clone());
+            }
+            self.push(r);
+        }
+        Ok(())
+    }
+
+    /// The defaults this pool did not set itself (checked and warned about once, where
+    /// written). Default `header_up`/`header_down` lines go before the pool's own, so
+    /// its own win where both set one field.
+    fn apply_defaults(&mut self, own: &Seen, p: &mut ProxyConfig) {
+        let defaults = std::mem::take(&mut self.proxy_defaults);
+        let (errors, warnings) = (self.errors.len(), self.warnings.len());
+        let mut headers = ProxyConfig::new(Vec::new());
+        for item in &defaults {
+            match item.name.text.as_str() {
+                "header_up" | "header_down" => {
+                    let _ = self.proxy_option(item, &mut headers);
+                }
+                name if !own.0.contains_key(name) => {
+                    let _ = self.proxy_option(item, p);
+                }
+                _ => {}
+            }
+        }
+        p.header_up.splice(0..0, headers.header_up);
+        p.header_down.splice(0..0, headers.header_down);
+        self.errors.truncate(errors);
+        self.warnings.truncate(warnings);
+        self.proxy_defaults = defaults;
     }
 
     /// One scheme class per pool (§14): plain HTTP/1.1, TLS, or h2c. The TLS options

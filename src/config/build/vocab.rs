@@ -34,6 +34,8 @@ impl Place {
                 "access_log",
                 "tracing",
                 "server_tokens",
+                "proxy_defaults",
+                "retries",
                 "probe_concurrency",
                 "safety",
                 "resolver",
