@@ -278,3 +278,35 @@ async fn every_policy_serves_from_the_backups_when_the_primaries_die() {
         "the switch names the reason that happened"
     );
 }
+
+/// `/status` names the last switch (its reason and time) and, on the backups, when
+/// failback may come; the access log's `role` and `transition` say the same per request.
+#[tokio::test]
+async fn the_switch_shows_in_status() {
+    let dead = dead_addr().await;
+    let (b, _) = switchable("backup").await;
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0 }}\nsite * {{ proxy {dead} {{ backup {}\n {POLICY} }} }}",
+        b.addr
+    ));
+    let admin = s.admin();
+    let before: serde_json::Value =
+        serde_json::from_str(&get(admin, "/status").await.text()).unwrap();
+    let pool = &before["pools"][0];
+    assert_eq!(
+        (&pool["role"], &pool["last_switch"], &pool["failback_at"]),
+        (&"primary".into(), &serde_json::Value::Null, &serde_json::Value::Null)
+    );
+    assert_eq!(hit(&s).await.2, "backup");
+    let after: serde_json::Value =
+        serde_json::from_str(&get(admin, "/status").await.text()).unwrap();
+    let pool = &after["pools"][0];
+    assert_eq!(pool["role"], "backup");
+    assert_eq!(pool["last_switch"]["reason"], "primary_failure_threshold");
+    let at = pool["last_switch"]["at"].as_str().unwrap().to_string();
+    let failback = pool["failback_at"].as_str().unwrap().to_string();
+    assert!(at.len() == 24 && at.ends_with('Z'), "RFC 3339: {at}");
+    // hold_down 5s: failback no sooner than five seconds after the switch (fixed-width
+    // RFC 3339 strings compare as times).
+    assert!(failback > at, "{at} then {failback}");
+}

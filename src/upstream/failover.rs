@@ -59,6 +59,9 @@ pub(crate) struct State {
     /// A switch probes made, for the next response to name.
     pending: AtomicU8,
     pub switches: AtomicU64,
+    /// The last switch's transition (0: none yet) and when it happened (`now_ms`).
+    last: AtomicU8,
+    last_ms: AtomicU64,
 }
 
 impl State {
@@ -73,6 +76,21 @@ impl State {
         } else {
             super::Role::Primary
         }
+    }
+
+    /// The last switch, and when (`now_ms`); `None` before the first.
+    pub(crate) fn last_switch(&self) -> Option<(Transition, u64)> {
+        let t = Transition::from_u8(self.last.load(Ordering::Acquire))?;
+        Some((t, self.last_ms.load(Ordering::Relaxed)))
+    }
+
+    /// On backup: the earliest time (`now_ms`) requests may go back to the primaries
+    /// (the switch, or the hold's last restart, plus the longer of `hold_down` and
+    /// `failback_delay`). `None` on the primaries.
+    pub(crate) fn failback_at(&self, f: &Failover) -> Option<u64> {
+        let hold = f.hold_down.max(f.failback_delay).as_millis() as u64;
+        self.on_backup()
+            .then(|| self.since_ms.load(Ordering::Relaxed) + hold)
     }
 
     fn hold_over(&self, f: &Failover, now: u64) -> bool {
@@ -118,6 +136,8 @@ impl State {
         self.backup_failures.store(0, Ordering::Relaxed);
         self.recovery.store(0, Ordering::Relaxed);
         self.switches.fetch_add(1, Ordering::Relaxed);
+        self.last_ms.store(now, Ordering::Relaxed);
+        self.last.store(t as u8, Ordering::Release);
         Some(t)
     }
 
