@@ -126,10 +126,16 @@ pub(crate) async fn relay_l4(
     use crate::upstream::{Note, Pick, Tried};
     let mut tried = Tried::default();
     let mut note = Note::default();
+    // The relay's outcome is failover evidence once: its last failed dial, when every
+    // one failed.
+    let mut failed = None;
     let (conn, lease) = loop {
         let i = match pool.pick(&tried, None, &mut note) {
             Pick::Peer(i) => i,
             Pick::AllDown | Pick::Exhausted => {
+                if let Some(i) = failed {
+                    pool.failover_result(i, false, &mut note);
+                }
                 tracing::info!(
                     pool = pool.name(),
                     "sluice: {}: no backend could be reached; closed the client's connection",
@@ -145,7 +151,11 @@ pub(crate) async fn relay_l4(
             Ok(Connection::Http2(_)) => unreachable!("a relay is never given an HTTP/2 stream"),
             // Counted and logged by the connector; no other peer would do better.
             Err(ConnectError::Local | ConnectError::Unsupported) => return,
-            Err(ConnectError::Unreachable(e)) => pool.unreachable(i, &e, &mut note),
+            Err(ConnectError::Unreachable(e)) => {
+                if pool.unreachable(i, &e) {
+                    failed = Some(i);
+                }
+            }
         }
     };
     conn.keepalive();

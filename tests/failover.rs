@@ -295,7 +295,11 @@ async fn the_switch_shows_in_status() {
     let pool = &before["pools"][0];
     assert_eq!(
         (&pool["role"], &pool["last_switch"], &pool["failback_at"]),
-        (&"primary".into(), &serde_json::Value::Null, &serde_json::Value::Null)
+        (
+            &"primary".into(),
+            &serde_json::Value::Null,
+            &serde_json::Value::Null
+        )
     );
     assert_eq!(hit(&s).await.2, "backup");
     let after: serde_json::Value =
@@ -309,4 +313,34 @@ async fn the_switch_shows_in_status() {
     // hold_down 5s: failback no sooner than five seconds after the switch (fixed-width
     // RFC 3339 strings compare as times).
     assert!(failback > at, "{at} then {failback}");
+}
+
+/// Failover counts a request's final outcome once: a retry that succeeds records no
+/// failure (with `failure_threshold 1`, the request the retry saved does not switch the
+/// pool), and a request whose every attempt failed records one failure, not one per
+/// attempt.
+#[tokio::test]
+async fn failover_evidence_is_per_request() {
+    let (p1, p1_status) = switchable("p1").await;
+    let (p2, p2_status) = switchable("p2").await;
+    let (b, _) = switchable("backup").await;
+    let s = Sluice::start(&format!(
+        "site * {{ proxy {} {} {{ backup {}\n lb first\n retries 1\n retry_on 503\n failover {{ failure_threshold 2; hold_down 5s; failback_delay 5s }}\n origin_headers on }} }}",
+        p1.addr, p2.addr, b.addr
+    ));
+    p1_status.store(503, Ordering::SeqCst);
+    // p1 answers 503, the retry on p2 succeeds: three such requests, no switch.
+    for _ in 0..3 {
+        assert_eq!(hit(&s).await, t(200, "p2", "primary", "none"));
+    }
+    // Both primaries fail: each request is one failure, so the first stays on the
+    // primaries (its answer is p2's 503) and the second switches.
+    p2_status.store(503, Ordering::SeqCst);
+    assert_eq!(hit(&s).await, t(503, "p2", "primary", "none"));
+    assert_eq!(
+        hit(&s).await,
+        t(503, "p2", "primary", "primary_failure_threshold"),
+        "the second failed request reaches failure_threshold 2"
+    );
+    assert_eq!(hit(&s).await, t(200, "backup", "backup", "none"));
 }

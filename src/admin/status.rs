@@ -29,9 +29,10 @@ fn pool(p: &Pool) -> Value {
     let peers: Vec<Value> = p.peers().iter().map(|peer| self::peer(peer, now)).collect();
     let at = |ms: u64| Value::String(rfc3339(crate::clock::wall_clock(ms)));
     let failover = &p.state.failover;
-    let last_switch = failover
-        .last_switch()
-        .map_or(Value::Null, |(t, ms)| json!({"reason": t.as_str(), "at": at(ms)}));
+    let last_switch = failover.last_switch().map_or(
+        Value::Null,
+        |(t, ms)| json!({"reason": t.as_str(), "at": at(ms)}),
+    );
     let failback_at = failover
         .failback_at(&p.cfg.failover)
         .filter(|_| !p.cfg.backups.is_empty())

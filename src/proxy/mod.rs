@@ -139,6 +139,7 @@ async fn attempts(
         tried: Tried::default(),
         key,
         switch_retried: false,
+        evidence: Evidence::default(),
     };
     let mut next = None;
     loop {
@@ -148,7 +149,10 @@ async fn attempts(
             .map_or_else(|| pool.pick(&sending.tried, key, note), Pick::Peer);
         let i = match peer_or_refusal(pick) {
             Ok(i) => i,
-            Err(refusal) => return *refusal,
+            Err(refusal) => {
+                sending.evidence.record(pool, &mut dialed.note);
+                return *refusal;
+            }
         };
         sending.tried.add(i);
         dialed.peer = Some(i);
@@ -157,10 +161,14 @@ async fn attempts(
         let outcome = attempt(pool, i, &mut sending.out, client).await;
         match sending.then(pool, i, outcome, &mut dialed.note) {
             Then::Pass(answer) => {
+                sending.evidence.record(pool, &mut dialed.note);
                 let attempts = dialed.attempts;
                 return stream(pool, answer, lease, client, &dialed.note, attempts);
             }
-            Then::Answer(resp) => return resp,
+            Then::Answer(resp) => {
+                sending.evidence.record(pool, &mut dialed.note);
+                return resp;
+            }
             Then::Again(j) => {
                 permit = lease.permit.take();
                 next = j;
@@ -177,6 +185,27 @@ struct Sending {
     key: Option<u64>,
     /// The one attempt beyond `retries` on a new failover role was made.
     switch_retried: bool,
+    evidence: Evidence,
+}
+
+/// What the request tells failover, recorded once when it ends: its last attempt's
+/// outcome, so a retry that succeeded records no failure and a request whose every
+/// attempt failed records one (a peer's own breaker still counts each failed attempt).
+#[derive(Default)]
+pub(crate) struct Evidence(Option<(usize, bool)>);
+
+impl Evidence {
+    /// Peer `i` answered (`ok`: below 500) or failed (`false`).
+    pub(crate) fn note(&mut self, i: usize, ok: bool) {
+        self.0 = Some((i, ok));
+    }
+
+    /// The request ended: its outcome counts, once.
+    pub(crate) fn record(&mut self, pool: &Pool, note: &mut Note) {
+        if let Some((i, ok)) = self.0.take() {
+            pool.failover_result(i, ok, note);
+        }
+    }
 }
 
 /// What follows an attempt.
@@ -198,7 +227,7 @@ impl Sending {
             Attempt::Answered(answer) => {
                 let code = answer.status().as_u16();
                 pool.record_answer(i, code);
-                pool.failover_result(i, code < 500, note);
+                self.evidence.note(i, code < 500);
                 if pool.cfg.retry_on.status(code) {
                     let (tried, key, out) = (&self.tried, self.key, &mut self.out);
                     if let Some(j) = retry_to(pool, tried, key, out, Retry::Status, note) {
@@ -215,11 +244,21 @@ impl Sending {
             }
             Attempt::Refused(resp) => return Then::Answer(resp),
             Attempt::Unreachable(e) => {
-                pool.unreachable(i, &e, note);
+                if pool.unreachable(i, &e) {
+                    self.evidence.note(i, false);
+                }
                 // Not reached: the body is intact, so even a POST may go elsewhere.
                 Retry::Unreachable
             }
             Attempt::Failed(e) => {
+                // A timeout or a broken connection is failover evidence, retried or
+                // not (the request's last one counts).
+                if matches!(
+                    e,
+                    SendError::TimedOut | SendError::Io(_) | SendError::ClosedEarly
+                ) {
+                    self.evidence.note(i, false);
+                }
                 let (tried, key, out) = (&self.tried, self.key, &mut self.out);
                 return match retry_sent(pool, i, e, tried, key, out, note) {
                     Ok(j) => Then::Again(Some(j)),

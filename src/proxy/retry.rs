@@ -25,13 +25,6 @@ pub(super) fn retry_sent(
     out: &mut Outgoing,
     note: &mut Note,
 ) -> Result<usize, Box<Response<Body>>> {
-    if matches!(
-        e,
-        SendError::TimedOut | SendError::Io(_) | SendError::ClosedEarly
-    ) {
-        // A timeout or a broken connection is failover evidence, retried or not.
-        pool.failover_result(i, false, note);
-    }
     let why = match &e {
         SendError::TimedOut if pool.cfg.retry_on.timeout => Retry::Timeout,
         SendError::Io(_) | SendError::ClosedEarly if pool.cfg.retry_on.reset => Retry::Reset,

@@ -141,7 +141,9 @@ async fn dial_upgrade(
             Err(local_response(StatusCode::BAD_GATEWAY, NO_UPGRADE))
         }
         Err(ConnectError::Unreachable(e)) => {
-            pool.unreachable(i, &e, note);
+            if pool.unreachable(i, &e) {
+                pool.failover_result(i, false, note);
+            }
             bump(&COUNTERS.bad_gateway);
             Err(local_response(StatusCode::BAD_GATEWAY, UNREACHABLE))
         }

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 
 use super::conn::BackendConn;
 use super::dial::{self, DialError};
-use super::{h2, Lease, Note, Pool, ALPN_H1, ALPN_H2};
+use super::{h2, Lease, Pool, ALPN_H1, ALPN_H2};
 use crate::config::BackendScheme;
 use crate::stats::{bump, COUNTERS};
 
@@ -201,13 +201,15 @@ impl Pool {
         }
     }
 
-    /// An attempt that could not reach peer `i`: the peer's failure and failover
-    /// evidence — unless another request's dial failed and counted it already.
-    pub(crate) fn unreachable(&self, i: usize, e: &DialError, note: &mut Note) {
-        if !matches!(e, DialError::Shared) {
-            self.peer_failed(i, e.kind(), e);
-            self.failover_result(i, false, note);
+    /// An attempt that could not reach peer `i`: the peer's failure (its breaker) —
+    /// unless another request's dial failed and counted it already. Whether it is
+    /// failover evidence: the request's final outcome decides (see `Evidence`).
+    pub(crate) fn unreachable(&self, i: usize, e: &DialError) -> bool {
+        if matches!(e, DialError::Shared) {
+            return false;
         }
+        self.peer_failed(i, e.kind(), e);
+        true
     }
 }
 
