@@ -129,3 +129,71 @@ async fn max_conns_closes_the_connection_over_the_cap() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// What a client's connection shows: the backend's greeting, or nothing (closed at
+/// once).
+async fn greeting(addr: SocketAddr) -> String {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 6];
+    match tokio::time::timeout(WAIT, c.read(&mut buf)).await {
+        Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n]).to_string(),
+        _ => "<error>".to_string(),
+    }
+}
+
+/// `allow`, `deny` and `rate_limit` in a `tcp` block judge the client's address when
+/// the connection is accepted: a refused one is closed at once, never relayed, and
+/// counted like the HTTP filters' refusals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_listeners_take_allow_deny_and_rate_limit() {
+    let (b, _t) = echo().await;
+    let admin_of = |s: &Sluice| s.admin();
+    let denied = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0 }}\ntcp 127.0.0.1:0 {{ deny 127.0.0.0/8\n proxy {b} }}\nsite * {{ respond ok }}"
+    ));
+    assert_eq!(greeting(tcp_addr(&denied)).await, "", "closed at once");
+    let m = get(admin_of(&denied), "/metrics").await.text();
+    assert!(m.contains("sluice_access_denied_total 1\n"), "{m}");
+
+    let allowed = Sluice::start(&format!(
+        "tcp 127.0.0.1:0 {{ allow 127.0.0.0/8\n deny 127.0.0.2\n proxy {b} }}\nsite * {{ respond ok }}"
+    ));
+    assert_eq!(greeting(tcp_addr(&allowed)).await, "hello ");
+    let outside = Sluice::start(&format!(
+        "tcp 127.0.0.1:0 {{ allow 10.0.0.0/8\n proxy {b} }}\nsite * {{ respond ok }}"
+    ));
+    assert_eq!(greeting(tcp_addr(&outside)).await, "");
+
+    let limited = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0 }}\ntcp 127.0.0.1:0 {{ rate_limit 2/m burst 2\n proxy {b} }}\nsite * {{ respond ok }}"
+    ));
+    let addr = tcp_addr(&limited);
+    assert_eq!(greeting(addr).await, "hello ");
+    assert_eq!(greeting(addr).await, "hello ");
+    assert_eq!(
+        greeting(addr).await,
+        "",
+        "the third new connection in a minute"
+    );
+    let m = get(admin_of(&limited), "/metrics").await.text();
+    assert!(m.contains("sluice_rate_limited_total 1\n"), "{m}");
+}
+
+/// A `tcp` rate has no key and no store: it counts connections per client address.
+#[test]
+fn a_tcp_rate_limit_takes_no_key() {
+    let dir = TempDir::new();
+    let conf = dir.write(
+        "sluice.conf",
+        "tcp :5432 { rate_limit 5/s key header X-A\n proxy 127.0.0.1:1 }\n",
+    );
+    let out = std::process::Command::new(bin())
+        .args(["check", "-c", conf.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("per client address"),
+        "{err}"
+    );
+}

@@ -31,6 +31,9 @@ pub struct TcpProxy {
     pub idle_timeout: Duration,
     /// Connections relayed at once; one over it is closed as soon as accepted.
     pub max_conns: u64,
+    /// `allow`, `deny` and `rate_limit` lines, in written order: each judges a new
+    /// connection's client address; a refused connection is closed at once.
+    pub guards: Vec<Filter>,
 }
 
 impl Config {

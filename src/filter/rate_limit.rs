@@ -72,6 +72,42 @@ impl Memory {
             hasher: std::hash::RandomState::new(),
         }
     }
+
+    /// A token from the bucket of `header`'s value, else of `ip`; `Err`: the wait
+    /// until one is there, in milliseconds.
+    fn take(
+        &self,
+        header: Option<&[u8]>,
+        ip: std::net::IpAddr,
+        per_ms: f64,
+        burst: f64,
+    ) -> Result<(), u64> {
+        let mut h = self.hasher.build_hasher();
+        // A tag first: a header value never shares a bucket with an address.
+        match header {
+            Some(v) => {
+                h.write_u8(b'h');
+                h.write(v);
+            }
+            None => match client_key(ip) {
+                std::net::IpAddr::V4(v4) => {
+                    h.write_u8(4);
+                    h.write(&v4.octets());
+                }
+                std::net::IpAddr::V6(v6) => {
+                    h.write_u8(6);
+                    h.write(&v6.octets());
+                }
+            },
+        }
+        let key = h.finish();
+        let now = crate::clock::now_ms();
+        // The shard from middle bits: the map uses the low and the top ones.
+        self.shards[((key >> 32) % SHARDS as u64) as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(key, now, per_ms, burst)
+    }
 }
 
 #[derive(Default)]
@@ -163,6 +199,15 @@ impl RateLimit {
         }
     }
 
+    /// One new connection from `ip` (a `tcp` listener's `rate_limit`, which has no
+    /// key and no store): whether its bucket had a token.
+    pub(crate) fn admit(&self, ip: std::net::IpAddr) -> bool {
+        match &self.store {
+            Store::Memory(m) => m.take(None, ip, self.per_ms, self.burst).is_ok(),
+            Store::Redis(_) => true,
+        }
+    }
+
     /// The in-memory buckets, for the next generation's filter of the same identity.
     pub(crate) fn memory(&self) -> Option<Arc<Memory>> {
         match &self.store {
@@ -196,32 +241,7 @@ impl Filter for RateLimit {
             .map(HeaderValue::as_bytes);
         match &self.store {
             Store::Memory(memory) => {
-                let mut h = memory.hasher.build_hasher();
-                // A tag first: a header value never shares a bucket with an address.
-                match header {
-                    Some(v) => {
-                        h.write_u8(b'h');
-                        h.write(v);
-                    }
-                    None => match client_key(cx.client_ip) {
-                        std::net::IpAddr::V4(v4) => {
-                            h.write_u8(4);
-                            h.write(&v4.octets());
-                        }
-                        std::net::IpAddr::V6(v6) => {
-                            h.write_u8(6);
-                            h.write(&v6.octets());
-                        }
-                    },
-                }
-                let key = h.finish();
-                let now = crate::clock::now_ms();
-                // The shard from middle bits: the map uses the low and the top ones.
-                let taken = memory.shards[((key >> 32) % SHARDS as u64) as usize]
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .take(key, now, self.per_ms, self.burst);
-                match taken {
+                match memory.take(header, cx.client_ip, self.per_ms, self.burst) {
                     Ok(()) => Step::Pass,
                     Err(wait_ms) => Step::answer(refusal(&self.name, &self.policy, wait_ms)),
                 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use super::{certs, Generation, TcpRoute};
+use super::{certs, Generation, TcpGuard, TcpRoute};
 use crate::config::{self, Compression, Config};
 use crate::filter::access::Access;
 use crate::filter::basic_auth::BasicAuth;
@@ -84,6 +84,19 @@ impl Generation {
                     ),
                     idle_timeout: t.idle_timeout,
                     max_conns: t.max_conns,
+                    guards: t
+                        .guards
+                        .iter()
+                        .filter_map(|g| match g {
+                            config::Filter::Allow(n) => Some(TcpGuard::Allow(n.clone())),
+                            config::Filter::Deny(n) => Some(TcpGuard::Deny(n.clone())),
+                            config::Filter::RateLimit(rl) => {
+                                let route = format!("tcp {}", t.listen.text);
+                                Some(TcpGuard::Rate(shared.rate(rl, None, true, &route)))
+                            }
+                            _ => None,
+                        })
+                        .collect(),
                 }
             })
             .collect();
@@ -145,9 +158,19 @@ impl Shared<'_> {
         line: &config::FilterLine,
         route: &str,
     ) -> RateLimit {
-        let name = line.name.as_deref();
+        self.rate(rl, line.name.as_deref(), line.failure_open, route)
+    }
+
+    /// As [`Shared::rate_limit`], for a filter named `name` (if it is) on `route`.
+    fn rate(
+        &self,
+        rl: &config::RateLimit,
+        name: Option<&str>,
+        failure_open: bool,
+        route: &str,
+    ) -> RateLimit {
         let Some(base) = RateLimit::identity(rl, name, route) else {
-            return RateLimit::new(rl, name, route, line.failure_open, None);
+            return RateLimit::new(rl, name, route, failure_open, None);
         };
         let mut rates = self.rates.borrow_mut();
         let id = (0..)
@@ -155,7 +178,7 @@ impl Shared<'_> {
             .find(|id| !rates.contains_key(id))
             .expect("an unused identity");
         let carried = self.rates_before.and_then(|m| m.get(&id)).cloned();
-        let filter = RateLimit::new(rl, name, route, line.failure_open, carried);
+        let filter = RateLimit::new(rl, name, route, failure_open, carried);
         if let Some(m) = filter.memory() {
             rates.insert(id, m);
         }

@@ -22,6 +22,41 @@ pub(crate) struct TcpRoute {
     pub pool: Arc<Pool>,
     pub idle_timeout: std::time::Duration,
     pub max_conns: u64,
+    /// `allow`, `deny`, `rate_limit` of the `tcp` block, in written order.
+    pub guards: Vec<TcpGuard>,
+}
+
+/// One line judging a `tcp` listener's new connection by its client's address.
+pub(crate) enum TcpGuard {
+    Allow(Vec<IpNet>),
+    Deny(Vec<IpNet>),
+    Rate(crate::filter::rate_limit::RateLimit),
+}
+
+impl TcpRoute {
+    /// Whether a connection from `client` is relayed; refused ones are counted (as
+    /// the same filters on HTTP count them).
+    pub(crate) fn admits(&self, client: IpAddr) -> bool {
+        use crate::stats::{bump, COUNTERS};
+        for g in &self.guards {
+            let (ok, counter) = match g {
+                TcpGuard::Allow(nets) => (
+                    crate::filter::cond::in_nets(nets, client),
+                    &COUNTERS.access_denied,
+                ),
+                TcpGuard::Deny(nets) => (
+                    !crate::filter::cond::in_nets(nets, client),
+                    &COUNTERS.access_denied,
+                ),
+                TcpGuard::Rate(r) => (r.admit(client), &COUNTERS.rate_limited),
+            };
+            if !ok {
+                bump(counter);
+                return false;
+            }
+        }
+        true
+    }
 }
 
 pub(crate) struct Generation {

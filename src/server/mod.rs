@@ -145,6 +145,12 @@ pub(crate) async fn tcp_accept_loop(
         let Some(route) = gen.tcp_route(addr) else {
             continue;
         };
+        if !route.admits(peer.ip().to_canonical()) {
+            // `allow`/`deny`/`rate_limit` refused it: closed at once, counted.
+            tracing::debug!("sluice: tcp {addr}: refused a connection from {peer}");
+            drop(stream);
+            continue;
+        }
         if open.load(std::sync::atomic::Ordering::Relaxed) >= route.max_conns {
             // Closed at once, never relayed: a flood cannot pin a descriptor per client.
             crate::stats::bump(&crate::stats::COUNTERS.limit_rejections);

@@ -158,7 +158,7 @@ fn test(d: &Directive) -> Res<Test> {
 }
 
 /// The filter a line names, from its own arguments.
-fn filter(d: &Directive) -> Res<Filter> {
+pub(super) fn filter(d: &Directive) -> Res<Filter> {
     let name = d.name.text.as_str();
     if name != "basic_auth" && name != "cors" {
         no_block(d)?;

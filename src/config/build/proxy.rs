@@ -722,8 +722,16 @@ impl Builder {
         };
         let mut found = None;
         let mut max_conns = DEFAULT_TCP_MAX_CONNS;
+        let mut guards = Vec::new();
         for item in items {
             if !self.known_here(item, Place::Tcp) {
+                continue;
+            }
+            if matches!(item.name.text.as_str(), "allow" | "deny" | "rate_limit") {
+                match tcp_guard(item) {
+                    Ok(g) => guards.push(g),
+                    Err(e) => self.errors.push(e),
+                }
                 continue;
             }
             if item.name.text == "max_conns" {
@@ -755,6 +763,7 @@ impl Builder {
             proxy,
             idle_timeout,
             max_conns,
+            guards,
         })
     }
 
@@ -786,7 +795,11 @@ impl Builder {
         }
         let mut stripped = p.clone();
         stripped.block = Some(options);
-        let proxy = match self.proxy(&stripped) {
+        // `proxy_defaults` are HTTP pools' defaults.
+        let defaults = std::mem::take(&mut self.proxy_defaults);
+        let built = self.proxy(&stripped);
+        self.proxy_defaults = defaults;
+        let proxy = match built {
             Ok(Handler::Proxy(p)) => *p,
             Ok(_) => return None,
             Err(e) => {
@@ -894,4 +907,22 @@ fn policy(d: &Directive) -> Res<Policy> {
         return Err(extra(x, USAGE));
     }
     Ok(Policy::Hash(key))
+}
+
+/// `allow CIDR…`, `deny CIDR…` or `rate_limit N/s [burst N]` in a `tcp` block: judged
+/// on the client's address when a connection is accepted. A rate counts new
+/// connections per client address, in this process: no `key` or `store`, no
+/// conditions or branches.
+fn tcp_guard(d: &Directive) -> Res<Filter> {
+    let f = super::filters::filter(d)?;
+    if let Filter::RateLimit(r) = &f {
+        if r.key_header.is_some() || r.store.is_some() {
+            return Err(Diagnostic::error(
+                d.span(),
+                "a `tcp` rate_limit counts new connections per client address",
+            )
+            .with_hint("write rate_limit N/s [burst N], without key or store"));
+        }
+    }
+    Ok(f)
 }

@@ -86,7 +86,7 @@ impl Place {
                 "timeout",
             ],
             Place::Files => &["index", "browse"],
-            Place::Tcp => &["proxy", "max_conns"],
+            Place::Tcp => &["proxy", "max_conns", "allow", "deny", "rate_limit"],
             Place::Safety => &["default", "allow_private", "block"],
             Place::Failover => &[
                 "failure_threshold",
