@@ -58,10 +58,11 @@ const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
 const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-/// Removes hop-by-hop fields, those named in `Connection`, `X-Sluice-*`, and (for an
-/// untrusted client) the forwarding fields in any spelling. One pass over the names finds what is
-/// present; only those are removed, so a clean head costs no hash lookup at all.
-fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool) {
+/// Removes hop-by-hop fields, those named in `Connection`, `X-Sluice-*`, (for an
+/// untrusted client) the forwarding fields in any spelling, and (a backend's answer)
+/// `X-Powered-By`. One pass over the names finds what is present; only those are
+/// removed, so a clean head costs no hash lookup at all.
+fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool, answer: bool) {
     const TE_BIT: u32 = 1 << 31;
     let mut present: u32 = 0;
     let mut extra = false;
@@ -71,7 +72,9 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool) {
         } else if k == header::TE {
             present |= TE_BIT;
         } else {
-            extra |= is_sluice(k) || (drop_forwarding && is_forwarding(k));
+            extra |= is_sluice(k)
+                || (drop_forwarding && is_forwarding(k))
+                || (answer && is_powered_by(k));
         }
     }
     if present == 0 && !extra {
@@ -110,7 +113,11 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool) {
         // Rare: only a head that carries such fields pays for this pass.
         let ours: Vec<HeaderName> = h
             .keys()
-            .filter(|k| is_sluice(k) || (drop_forwarding && is_forwarding(k)))
+            .filter(|k| {
+                is_sluice(k)
+                    || (drop_forwarding && is_forwarding(k))
+                    || (answer && is_powered_by(k))
+            })
             .cloned()
             .collect();
         for n in ours {
@@ -121,6 +128,12 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool) {
 
 fn is_sluice(k: &HeaderName) -> bool {
     k.as_str().starts_with("x-sluice-")
+}
+
+/// A backend's `X-Powered-By` tells the world its stack and version: dropped
+/// (`header_down` may set one again). Its `Server` passes unchanged.
+fn is_powered_by(k: &HeaderName) -> bool {
+    k.as_str() == "x-powered-by"
 }
 
 /// Everything but `Host` in upstream mode, which depends on the peer chosen.
@@ -134,7 +147,7 @@ pub(crate) fn request(
     cfg: &ProxyConfig,
 ) {
     let original_host = h.get(header::HOST).cloned();
-    scrub(h, true, !trusted);
+    scrub(h, true, !trusted, false);
     let ip = client_ip.as_bytes();
     let xff = match h.get_all(&XFF).iter().count() {
         0 => Ok(client_ip.clone()),
@@ -181,8 +194,7 @@ pub(crate) fn finish_request(
 }
 
 pub(crate) fn response(h: &mut HeaderMap, cfg: &ProxyConfig, values: &Values<'_>) {
-    scrub(h, false, false);
-    crate::reply::drop_powered_by(h);
+    scrub(h, false, false, true);
     apply_all(h, &cfg.header_down, values);
 }
 
