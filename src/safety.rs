@@ -401,8 +401,24 @@ pub enum ResolveError {
     Failed { name: String, why: String },
     #[error("cannot resolve {name}: no answer within {budget:?}")]
     TimedOut { name: String, budget: Duration },
-    #[error("cannot resolve {name}: the answer has {count} addresses, more than {MAX_RECORDS}")]
+    #[error("cannot resolve {name}: the answer has {count} records, more than {MAX_RECORDS}")]
     TooMany { name: String, count: usize },
+}
+
+/// An empty answer for one family: no records with NOERROR or NXDOMAIN. No records
+/// with any other code (SERVFAIL, REFUSED) is a failure, not an empty answer.
+fn is_empty_answer(e: &hickory_resolver::ResolveError) -> bool {
+    use hickory_resolver::proto::op::ResponseCode;
+    use hickory_resolver::proto::ProtoErrorKind;
+    match e.proto().map(|p| p.kind()) {
+        Some(ProtoErrorKind::NoRecordsFound { response_code, .. }) => {
+            matches!(
+                response_code,
+                ResponseCode::NoError | ResponseCode::NXDomain
+            )
+        }
+        _ => false,
+    }
 }
 
 /// The resolver every dial uses: one per set of `resolver` addresses, kept across
@@ -468,33 +484,60 @@ impl Dns {
     /// The addresses of `name` (cached while their TTL lasts), within `budget`.
     pub async fn lookup(&self, name: &str, budget: Duration) -> Result<Vec<IpAddr>, ResolveError> {
         let budget = budget.min(BUDGET);
-        let answer = tokio::time::timeout(budget, self.resolver.lookup_ip(name))
-            .await
-            .map_err(|_| ResolveError::TimedOut {
-                name: name.to_string(),
-                budget,
-            })?
-            .map_err(|e| ResolveError::Failed {
-                name: name.to_string(),
-                why: if e.is_nx_domain() {
-                    "no such name (NXDOMAIN)".into()
-                } else if e.is_no_records_found() {
-                    "the name has no A or AAAA records".into()
-                } else {
-                    e.to_string()
-                },
-            })?;
-        let ips: Vec<IpAddr> = answer.iter().take(MAX_RECORDS + 1).collect();
-        if ips.len() > MAX_RECORDS {
+        // Both families at once, each judged on its own: an empty answer for one is
+        // fine, an error for either fails the lookup (a half answer is not served).
+        let both = async {
+            tokio::join!(
+                self.resolver.ipv4_lookup(name),
+                self.resolver.ipv6_lookup(name)
+            )
+        };
+        let (v4, v6) =
+            tokio::time::timeout(budget, both)
+                .await
+                .map_err(|_| ResolveError::TimedOut {
+                    name: name.to_string(),
+                    budget,
+                })?;
+        let failed = |family: &str, e: &hickory_resolver::ResolveError| ResolveError::Failed {
+            name: name.to_string(),
+            why: format!("{family}: {e}"),
+        };
+        let mut ips = Vec::new();
+        // The answer sections together, CNAME records included.
+        let mut records = 0;
+        let mut empty = Vec::new();
+        match v4 {
+            Ok(l) => {
+                records += l.as_lookup().records().len();
+                ips.extend(l.iter().map(|a| IpAddr::V4(a.0)));
+            }
+            Err(e) if is_empty_answer(&e) => empty.push(e),
+            Err(e) => return Err(failed("A", &e)),
+        }
+        match v6 {
+            Ok(l) => {
+                records += l.as_lookup().records().len();
+                ips.extend(l.iter().map(|a| IpAddr::V6(a.0)));
+            }
+            Err(e) if is_empty_answer(&e) => empty.push(e),
+            Err(e) => return Err(failed("AAAA", &e)),
+        }
+        if records > MAX_RECORDS {
             return Err(ResolveError::TooMany {
                 name: name.to_string(),
-                count: answer.iter().count(),
+                count: records,
             });
         }
         if ips.is_empty() {
+            let why = if empty.iter().any(|e| e.is_nx_domain()) {
+                "no such name (NXDOMAIN)"
+            } else {
+                "the name has no A or AAAA records"
+            };
             return Err(ResolveError::Failed {
                 name: name.to_string(),
-                why: "no addresses".into(),
+                why: why.into(),
             });
         }
         Ok(ips)

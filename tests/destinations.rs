@@ -242,7 +242,67 @@ async fn answers_are_capped_and_truncated_ones_retried_over_tcp() {
         StatusCode::BAD_GATEWAY
     );
     let line = s.wait_log("more than 64");
-    assert!(line.contains("65 addresses"), "{line}");
+    assert!(line.contains("65 records"), "{line}");
+}
+
+/// The answer sections count together, CNAME records included: one CNAME and 64
+/// addresses is one record too many; one CNAME and 62 addresses is served (its CNAME
+/// comes in the AAAA answer too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cname_records_count_toward_the_cap() {
+    let a = backend_on("127.0.0.1", 0, "a").await;
+    let port = a.addr.port();
+    let dns = DnsServer::start().await;
+    let addrs = |n: usize| -> Vec<String> {
+        let mut v: Vec<String> = (0..n).map(|i| format!("127.0.2.{}", i + 1)).collect();
+        v[0] = "127.0.0.1".into();
+        v
+    };
+    let (over, under) = (addrs(64), addrs(62));
+    dns.set(
+        "over.test",
+        &over.iter().map(String::as_str).collect::<Vec<_>>(),
+        60,
+    );
+    dns.set(
+        "under.test",
+        &under.iter().map(String::as_str).collect::<Vec<_>>(),
+        60,
+    );
+    dns.cnames("over.test", 1);
+    dns.cnames("under.test", 1);
+    let s = Sluice::start(&format!(
+        "global {{ resolver {} }}\nsite * {{\n route /over {{ proxy over.test:{port} {{ lb first }} }}\n route /under {{ proxy under.test:{port} {{ lb first }} }}\n}}\n",
+        dns.addr
+    ));
+    assert_eq!(get(s.addr, "/over").await.status, StatusCode::BAD_GATEWAY);
+    s.wait_log("more than 64");
+    let r = get(s.addr, "/under").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", s.logs());
+}
+
+/// A resolver error for one family fails the attempt even when the other family
+/// answers: half an answer is not served (an empty answer for one family is fine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_family_fails_the_attempt() {
+    let a = backend_on("127.0.0.1", 0, "a").await;
+    let port = a.addr.port();
+    let dns = DnsServer::start().await;
+    dns.set("half.test", &["127.0.0.1"], 60);
+    dns.set("v4only.test", &["127.0.0.1"], 60);
+    dns.fail("half.test", 28);
+    let s = Sluice::start(&format!(
+        "global {{ resolver {} }}\nsite * {{\n route /half {{ proxy half.test:{port} }}\n route /v4 {{ proxy v4only.test:{port} }}\n}}\n",
+        dns.addr
+    ));
+    assert_eq!(
+        get(s.addr, "/v4").await.text(),
+        "a",
+        "no AAAA records: fine"
+    );
+    assert_eq!(get(s.addr, "/half").await.status, StatusCode::BAD_GATEWAY);
+    let line = s.wait_log("cannot resolve half.test: AAAA:");
+    assert!(line.contains("failed"), "{line}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

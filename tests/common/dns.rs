@@ -18,6 +18,10 @@ struct Table {
     names: HashMap<String, (Vec<IpAddr>, u32)>,
     /// Queries by name, both types, both transports.
     queries: HashMap<String, usize>,
+    /// (name, query type) answered SERVFAIL.
+    failing: std::collections::HashSet<(String, u16)>,
+    /// Names answered with this many CNAME records before their addresses.
+    cnames: HashMap<String, usize>,
     tcp_queries: usize,
 }
 
@@ -107,6 +111,25 @@ impl DnsServer {
             .insert(name.to_ascii_lowercase(), (ips, ttl));
     }
 
+    /// Queries of type `qtype` (1: A, 28: AAAA) for `name` get SERVFAIL.
+    pub fn fail(&self, name: &str, qtype: u16) {
+        self.table
+            .lock()
+            .unwrap()
+            .failing
+            .insert((name.to_ascii_lowercase(), qtype));
+    }
+
+    /// `name`'s answers start with `n` CNAME records (`name` → `c1.name` → …), the
+    /// addresses owned by the last.
+    pub fn cnames(&self, name: &str, n: usize) {
+        self.table
+            .lock()
+            .unwrap()
+            .cnames
+            .insert(name.to_ascii_lowercase(), n);
+    }
+
     /// Queries for `name` so far (A and AAAA, UDP and TCP).
     pub fn queries(&self, name: &str) -> usize {
         let t = self.table.lock().unwrap();
@@ -141,11 +164,22 @@ fn answer(table: &Mutex<Table>, q: &[u8], limit: Option<usize>) -> Option<Vec<u8
     let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
     let question = &q[12..i + 4];
     let name = labels.join(".");
-    let (ips, ttl) = {
+    let (ips, ttl, failing, cnames) = {
         let mut t = table.lock().unwrap();
         *t.queries.entry(name.clone()).or_default() += 1;
-        t.names.get(&name).cloned().unwrap_or_default()
+        let (ips, ttl) = t.names.get(&name).cloned().unwrap_or_default();
+        let failing = t.failing.contains(&(name.clone(), qtype));
+        (ips, ttl, failing, t.cnames.get(&name).copied().unwrap_or(0))
     };
+    if failing {
+        let mut out = q[..12].to_vec();
+        out[2] = 0x80 | (q[2] & 0x01);
+        out[3] = 0x80 | 2;
+        out[6..12].copy_from_slice(&[0, 0, 0, 0, 0, 0]);
+        out.truncate(12);
+        out.extend_from_slice(question);
+        return Some(out);
+    }
     let records: Vec<Vec<u8>> = ips
         .iter()
         .filter_map(|ip| match (ip, qtype) {
@@ -161,11 +195,26 @@ fn answer(table: &Mutex<Table>, q: &[u8], limit: Option<usize>) -> Option<Vec<u8
     out.push(0x84 | (q[2] & 0x01));
     out.push(0x80 | rcode);
     out.extend_from_slice(&[0, 1]);
-    out.extend_from_slice(&(records.len() as u16).to_be_bytes());
+    let cnames = if records.is_empty() { 0 } else { cnames };
+    out.extend_from_slice(&((records.len() + cnames) as u16).to_be_bytes());
     out.extend_from_slice(&[0, 0, 0, 0]);
     out.extend_from_slice(question);
-    for rdata in &records {
+    // A chain name → c1.name → c2.name …: each CNAME's target is one label ("cK")
+    // before a pointer to the question's name; the addresses are the last target's.
+    let mut owner = 12u16;
+    for k in 1..=cnames {
+        out.extend_from_slice(&(0xc000 | owner).to_be_bytes());
+        out.extend_from_slice(&[0, 5, 0, 1]);
+        out.extend_from_slice(&ttl.to_be_bytes());
+        let label = format!("c{k}");
+        out.extend_from_slice(&((label.len() + 3) as u16).to_be_bytes());
+        owner = out.len() as u16;
+        out.push(label.len() as u8);
+        out.extend_from_slice(label.as_bytes());
         out.extend_from_slice(&[0xc0, 12]);
+    }
+    for rdata in &records {
+        out.extend_from_slice(&(0xc000 | owner).to_be_bytes());
         out.extend_from_slice(&qtype.to_be_bytes());
         out.extend_from_slice(&[0, 1]);
         out.extend_from_slice(&ttl.to_be_bytes());
