@@ -483,3 +483,26 @@ async fn a_stricter_reload_drops_kept_connections() {
     assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{}", s.logs());
     s.wait_log("refused to connect to 127.0.0.1:");
 }
+
+/// A lookup has its own budget — 3 s, or the pool's `timeout` when smaller — not a
+/// share of `connect_timeout`: a resolver that never answers fails the attempt after
+/// the pool's 1 s `timeout` (a 502), though `connect_timeout` is 300 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_has_its_own_budget() {
+    // A resolver that takes queries and never answers, over UDP and TCP alike.
+    let (udp, tcp) = loop {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = udp.local_addr().unwrap().port();
+        if let Ok(tcp) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            break (udp, tcp);
+        }
+    };
+    let silent = udp.local_addr().unwrap();
+    let s = Sluice::start(&format!(
+        "global {{ resolver {silent} }}\nsite * {{ proxy slow.test:80 {{ connect_timeout 300ms; timeout 1s }} }}\n"
+    ));
+    assert_eq!(get(s.addr, "/").await.status, StatusCode::BAD_GATEWAY);
+    let line = s.wait_log("cannot resolve slow.test");
+    assert!(line.contains("no answer within 1s"), "{line}");
+    drop((udp, tcp));
+}

@@ -68,7 +68,11 @@ impl Pool {
     pub(crate) fn new(cfg: &FastCgiConfig, dns: Arc<crate::safety::Dns>) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             target: cfg.target.clone(),
-            dest: crate::upstream::dial::Dest { dns, policy: None },
+            dest: crate::upstream::dial::Dest {
+                dns,
+                policy: None,
+                dns_budget: crate::safety::BUDGET.min(cfg.timeout),
+            },
             waiting: Mutex::new(Vec::new()),
             next_ticket: std::sync::atomic::AtomicU64::new(0),
             places: Arc::new(Semaphore::new(cfg.max_conns)),

@@ -190,6 +190,7 @@ impl Shared<'_> {
         Dest {
             dns: self.dns.clone(),
             policy: self.config.is_strict(p).then(|| self.policy.clone()),
+            dns_budget: crate::safety::BUDGET.min(p.timeout),
         }
     }
 }

@@ -26,6 +26,8 @@ use crate::safety::{self, Dns, Policy, Refusal};
 pub(crate) struct Dest {
     pub dns: Arc<Dns>,
     pub policy: Option<Arc<Policy>>,
+    /// How long a name may take to resolve: 3 s, or the pool's `timeout` when smaller.
+    pub dns_budget: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,12 +87,8 @@ pub(crate) async fn connect(
     dest: &Dest,
     connect_timeout: Duration,
 ) -> Result<BackendConn, DialError> {
-    match tokio::time::timeout(
-        connect_timeout,
-        connect_inner(target, dest, connect_timeout),
-    )
-    .await
-    {
+    let to = locate(target, dest).await?;
+    match tokio::time::timeout(connect_timeout, connect_to(&to, dest, connect_timeout)).await {
         Ok(r) => r,
         Err(_) => Err(DialError::Timeout(connect_timeout)),
     }
@@ -98,7 +96,8 @@ pub(crate) async fn connect(
 
 /// Connects to a peer the way its pool's scheme says: HTTP/1.1 in the clear, HTTP/2
 /// with prior knowledge (`h2c`), or TLS and then what ALPN chose. `h1_only`: offer only
-/// `http/1.1` over TLS (upgrades, probes).
+/// `http/1.1` over TLS (upgrades, probes). The name is resolved first, under the DNS
+/// budget; `connect_timeout` covers the connect and the handshakes.
 pub(crate) async fn connect_peer(
     target: &Target,
     scheme: BackendScheme,
@@ -108,17 +107,18 @@ pub(crate) async fn connect_peer(
     h1_only: bool,
     peer: &str,
 ) -> Result<Dialed, DialError> {
+    let to = locate(target, dest).await?;
     let dial = async {
-        match (scheme, target, tls) {
-            (BackendScheme::H2c, Target::Tcp { host, port }, _) => {
-                let s = tcp(host, *port, dest, connect_timeout).await?;
+        match (scheme, &to, tls) {
+            (BackendScheme::H2c, To::Tcp(a), _) => {
+                let s = tcp(a, dest, connect_timeout).await?;
                 let session = h2::handshake(s, connect_timeout, peer.to_string())
                     .await
                     .map_err(DialError::H2)?;
                 Ok(Dialed::H2(session))
             }
-            (BackendScheme::Https, Target::Tcp { host, port }, Some(tls)) => {
-                let s = tcp(host, *port, dest, connect_timeout).await?;
+            (BackendScheme::Https, To::Tcp(a), Some(tls)) => {
+                let s = tcp(a, dest, connect_timeout).await?;
                 let s = tls
                     .handshake(s, target, h1_only)
                     .await
@@ -133,9 +133,7 @@ pub(crate) async fn connect_peer(
                     TlsConn::new(s),
                 )))))
             }
-            _ => connect_inner(target, dest, connect_timeout)
-                .await
-                .map(Dialed::H1),
+            _ => connect_to(&to, dest, connect_timeout).await.map(Dialed::H1),
         }
     };
     match tokio::time::timeout(connect_timeout, dial).await {
@@ -144,42 +142,66 @@ pub(crate) async fn connect_peer(
     }
 }
 
-/// A TCP connection to `host:port`: a literal as it is, a name through `dest`'s
-/// resolver. A strict pool judges the whole answer first; one unsafe address fails the
-/// attempt with nothing dialed. The addresses are tried in turn from a rotating start,
-/// each with its share of what is left of `budget`, the next after a failure.
-async fn tcp(host: &str, port: u16, dest: &Dest, budget: Duration) -> Result<TcpStream, DialError> {
-    let start = Instant::now();
-    let literal;
-    let resolved;
-    let parsed = safety::parse_ip(host);
-    let is_literal = parsed.is_some();
-    let ips: &[IpAddr] = match parsed {
-        Some(ip) => {
-            literal = [ip];
-            &literal
-        }
+/// Where a dial goes: a TCP target's addresses, resolved and judged, or a socket.
+enum To<'a> {
+    Tcp(Addresses<'a>),
+    Unix(&'a std::path::Path),
+}
+
+/// A TCP target's addresses: the literal, or the resolver's answer.
+struct Addresses<'a> {
+    host: &'a str,
+    port: u16,
+    ips: Vec<IpAddr>,
+    literal: bool,
+}
+
+/// Resolves a TCP target's name (within the pool's DNS budget: its own, not carved out
+/// of `connect_timeout`; running out is a resolution failure) and, for a strict pool,
+/// judges the whole answer: one unsafe address fails the attempt with nothing dialed.
+async fn locate<'a>(target: &'a Target, dest: &Dest) -> Result<To<'a>, DialError> {
+    let (host, port) = match target {
+        Target::Unix(path) => return Ok(To::Unix(path)),
+        Target::Tcp { host, port } => (host.as_str(), *port),
+    };
+    let (ips, literal) = match safety::parse_ip(host) {
+        Some(ip) => (vec![ip], true),
         None => {
-            // A little under the dial's budget, so a slow answer is told as DNS's fault
-            // rather than racing the connect timeout.
-            resolved = dest
+            let ips = dest
                 .dns
-                .lookup(host, budget * 9 / 10)
+                .lookup(host, dest.dns_budget)
                 .await
                 .map_err(|e| DialError::Resolve(e.to_string()))?;
-            &resolved
+            (ips, false)
         }
     };
     if let Some(policy) = &dest.policy {
-        for &ip in ips {
+        for &ip in &ips {
             policy
                 .check(SocketAddr::new(ip, port))
                 .map_err(DialError::Unsafe)?;
         }
     }
+    Ok(To::Tcp(Addresses {
+        host,
+        port,
+        ips,
+        literal,
+    }))
+}
+
+/// A TCP connection to one of `a`'s addresses, tried in turn from a rotating start,
+/// each with its share of what is left of `budget`, the next after a failure.
+async fn tcp(a: &Addresses<'_>, dest: &Dest, budget: Duration) -> Result<TcpStream, DialError> {
+    let start = Instant::now();
+    let (ips, port) = (&a.ips, a.port);
     let n = ips.len();
-    let first = if n > 1 { dest.dns.first_of(host, n) } else { 0 };
-    let mut last = DialError::Resolve(format!("cannot resolve {host}: no addresses"));
+    let first = if n > 1 {
+        dest.dns.first_of(a.host, n)
+    } else {
+        0
+    };
+    let mut last = DialError::Resolve(format!("cannot resolve {}: no addresses", a.host));
     for k in 0..n {
         let addr = SocketAddr::new(ips[(first + k) % n], port);
         // An equal share of what is left, but never under a second (or what is left):
@@ -210,7 +232,7 @@ async fn tcp(host: &str, port: u16, dest: &Dest, budget: Duration) -> Result<Tcp
             DialError::Local(e) if e.raw_os_error() != Some(EADDRNOTAVAIL) => {
                 return Err(DialError::Local(e))
             }
-            DialError::Connect(e) if !is_literal => {
+            DialError::Connect(e) if !a.literal => {
                 DialError::Connect(io::Error::new(e.kind(), format!("{addr}: {e}")))
             }
             e => e,
@@ -219,16 +241,10 @@ async fn tcp(host: &str, port: u16, dest: &Dest, budget: Duration) -> Result<Tcp
     Err(last)
 }
 
-async fn connect_inner(
-    target: &Target,
-    dest: &Dest,
-    budget: Duration,
-) -> Result<BackendConn, DialError> {
-    match target {
-        Target::Tcp { host, port } => Ok(BackendConn::new(Stream::Tcp(
-            tcp(host, *port, dest, budget).await?,
-        ))),
-        Target::Unix(path) => {
+async fn connect_to(to: &To<'_>, dest: &Dest, budget: Duration) -> Result<BackendConn, DialError> {
+    match to {
+        To::Tcp(a) => Ok(BackendConn::new(Stream::Tcp(tcp(a, dest, budget).await?))),
+        To::Unix(path) => {
             let s = UnixStream::connect(path)
                 .await
                 .map_err(DialError::from_io)?;
