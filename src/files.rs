@@ -287,22 +287,31 @@ pub(crate) async fn file(
     let body = if head || count == 0 {
         Body::Empty
     } else {
-        match std::fs::File::open(path) {
-            Ok(f) => Body::stream(FileBody {
-                file: f,
-                at: start,
-                left: count,
-            }),
-            Err(e) => {
-                tracing::warn!("sluice: files: cannot open {}: {e}", path.display());
-                return not_found();
-            }
+        match file_body(path, start, count) {
+            Some(b) => b,
+            None => return not_found(),
         }
     };
     let mut r = Response::new(body);
     *r.status_mut() = status;
     *r.headers_mut() = out;
     r
+}
+
+/// `count` bytes of the file from `start`, read as the client takes them; `None`
+/// (logged): it cannot be opened.
+fn file_body(path: &Path, start: u64, count: u64) -> Option<Body> {
+    match std::fs::File::open(path) {
+        Ok(f) => Some(Body::stream(FileBody {
+            file: f,
+            at: start,
+            left: count,
+        })),
+        Err(e) => {
+            tracing::warn!("sluice: files: cannot open {}: {e}", path.display());
+            None
+        }
+    }
 }
 
 /// Whether the client's copy is current (RFC 9110 §13.1): `If-None-Match` against

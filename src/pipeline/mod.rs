@@ -16,7 +16,8 @@ use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
 
 use crate::body::Body;
-use crate::config::Compression;
+use crate::config::template::Values;
+use crate::config::{Compression, Template};
 use crate::filter::{Action, Cx, Stage, Step, Vars};
 use crate::proxy;
 use crate::reply::{date, local_response};
@@ -284,6 +285,33 @@ async fn stage(route: &Route, st: &Stage, req: &mut Request<Body>, cx: &mut Cx<'
     }
 }
 
+/// `respond [STATUS] [BODY]`: the rendered body (plain text when it has one).
+fn respond(status: StatusCode, body: &Template, values: &Values<'_>) -> Response<Body> {
+    let mut r = Response::new(Body::full(body.render(values)));
+    *r.status_mut() = status;
+    if !body.parts.is_empty() {
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+    }
+    r.headers_mut().insert(header::DATE, date());
+    crate::reply::server(r.headers_mut());
+    r
+}
+
+/// `redirect [STATUS] TARGET`: the rendered `Location`.
+fn redirect(status: StatusCode, target: &Template, values: &Values<'_>) -> Response<Body> {
+    let mut r = Response::new(Body::Empty);
+    *r.status_mut() = status;
+    if let Ok(v) = HeaderValue::from_str(&target.render(values)) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    r.headers_mut().insert(header::DATE, date());
+    crate::reply::server(r.headers_mut());
+    r
+}
+
 /// A branch's `reject CODE`: the status and its reason as the body.
 fn reject(code: StatusCode) -> Response<Body> {
     let mut r = Response::new(Body::full(format!(
@@ -385,29 +413,8 @@ async fn call_handler(
             };
             proxy::forward(pool, req, &c).await
         }
-        Handler::Respond { status, body } => {
-            let mut r = Response::new(Body::full(body.render(&values)));
-            *r.status_mut() = *status;
-            if !body.parts.is_empty() {
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; charset=utf-8"),
-                );
-            }
-            r.headers_mut().insert(header::DATE, date());
-            crate::reply::server(r.headers_mut());
-            r
-        }
-        Handler::Redirect { status, target } => {
-            let mut r = Response::new(Body::Empty);
-            *r.status_mut() = *status;
-            if let Ok(v) = HeaderValue::from_str(&target.render(&values)) {
-                r.headers_mut().insert(header::LOCATION, v);
-            }
-            r.headers_mut().insert(header::DATE, date());
-            crate::reply::server(r.headers_mut());
-            r
-        }
+        Handler::Respond { status, body } => respond(*status, body, &values),
+        Handler::Redirect { status, target } => redirect(*status, target, &values),
         // Boxed, as the FastCGI call below: their futures are large, and inlined they
         // would make every request's future (the proxy's too) as large.
         Handler::Files(f) => {

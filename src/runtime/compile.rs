@@ -84,19 +84,7 @@ impl Generation {
                     ),
                     idle_timeout: t.idle_timeout,
                     max_conns: t.max_conns,
-                    guards: t
-                        .guards
-                        .iter()
-                        .filter_map(|g| match g {
-                            config::Filter::Allow(n) => Some(TcpGuard::Allow(n.clone())),
-                            config::Filter::Deny(n) => Some(TcpGuard::Deny(n.clone())),
-                            config::Filter::RateLimit(rl) => {
-                                let route = format!("tcp {}", t.listen.text);
-                                Some(TcpGuard::Rate(shared.rate(rl, None, true, &route)))
-                            }
-                            _ => None,
-                        })
-                        .collect(),
+                    guards: shared.tcp_guards(t),
                 }
             })
             .collect();
@@ -159,6 +147,22 @@ impl Shared<'_> {
         route: &str,
     ) -> RateLimit {
         self.rate(rl, line.name.as_deref(), line.failure_open, route)
+    }
+
+    /// A `tcp` block's `allow`, `deny` and `rate_limit` lines, compiled.
+    fn tcp_guards(&self, t: &config::TcpProxy) -> Vec<TcpGuard> {
+        let route = format!("tcp {}", t.listen.text);
+        t.guards
+            .iter()
+            .filter_map(|g| match g {
+                config::Filter::Allow(n) => Some(TcpGuard::Allow(n.clone())),
+                config::Filter::Deny(n) => Some(TcpGuard::Deny(n.clone())),
+                config::Filter::RateLimit(rl) => {
+                    Some(TcpGuard::Rate(self.rate(rl, None, true, &route)))
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// As [`Shared::rate_limit`], for a filter named `name` (if it is) on `route`.

@@ -55,6 +55,28 @@ impl Builder {
             )
             .with_hint("add backup ADDR... to this proxy"));
         }
+        self.pool_checks(&p, retry_on_at, weights_at)?;
+        if self.retries_off {
+            // `global { retries off }`: nothing is sent twice, the attempt on a new
+            // failover role included (its budget is empty).
+            p.retries = 0;
+            p.retry_on = RetryOn::default();
+            p.retry_budget = RetryBudget {
+                percent: 0,
+                min_per_s: 0,
+            };
+        }
+        Ok(Handler::Proxy(Box::new(p)))
+    }
+
+    /// What only the whole pool shows: `retry_on` that can never retry, and
+    /// `weights` that do not match the addresses or the policy.
+    fn pool_checks(
+        &mut self,
+        p: &ProxyConfig,
+        retry_on_at: Option<&Directive>,
+        weights_at: Option<&Directive>,
+    ) -> Res<()> {
         if let Some(r) = retry_on_at.filter(|_| p.retries == 0) {
             self.warnings.push(
                 Diagnostic::warning(r.span(), "`retry_on` with `retries 0` never retries")
@@ -83,17 +105,7 @@ impl Builder {
                 );
             }
         }
-        if self.retries_off {
-            // `global { retries off }`: nothing is sent twice, the attempt on a new
-            // failover role included (its budget is empty).
-            p.retries = 0;
-            p.retry_on = RetryOn::default();
-            p.retry_budget = RetryBudget {
-                percent: 0,
-                min_per_s: 0,
-            };
-        }
-        Ok(Handler::Proxy(Box::new(p)))
+        Ok(())
     }
 
     /// `global { proxy_defaults { … } }`: each option checked now, where it is written

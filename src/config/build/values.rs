@@ -387,6 +387,28 @@ pub(super) fn status(w: &Word, range: std::ops::RangeInclusive<u16>) -> Res<Stat
 
 /// A backend address; a relative `unix:` path is resolved from `base`, the folder of
 /// the file that names it.
+/// `host[:port]` or `[v6][:port]`, the port `default` when left out; `Err`: what is
+/// wrong with it.
+fn host_and_port<'a>(rest: &'a str, default: &'a str) -> Result<(String, &'a str), &'static str> {
+    let Some(v6) = rest.strip_prefix('[') else {
+        return Ok(match rest.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), p),
+            None => (rest.to_string(), default),
+        });
+    };
+    let (ip, port) = match v6.split_once(']') {
+        Some((ip, "")) => (ip, default),
+        Some((ip, tail)) => (
+            ip,
+            tail.strip_prefix(':').ok_or("expected [v6] or [v6]:port")?,
+        ),
+        None => return Err("expected [v6] or [v6]:port"),
+    };
+    ip.parse::<std::net::Ipv6Addr>()
+        .map_err(|_| "not an IPv6 address")?;
+    Ok((ip.to_string(), port))
+}
+
 pub(super) fn backend_addr(w: &Word, base: &Path) -> Res<BackendAddr> {
     let text = w.text.as_str();
     let bad = |msg: &str| Diagnostic::error(w.span, format!("`{text}`: {msg}"));
@@ -429,25 +451,7 @@ pub(super) fn backend_addr(w: &Word, base: &Path) -> Res<BackendAddr> {
     } else {
         "80"
     };
-    let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
-        let (ip, port) = match v6.split_once(']') {
-            Some((ip, "")) => (ip, default),
-            Some((ip, tail)) => (
-                ip,
-                tail.strip_prefix(':')
-                    .ok_or_else(|| bad("expected [v6] or [v6]:port"))?,
-            ),
-            None => return Err(bad("expected [v6] or [v6]:port")),
-        };
-        ip.parse::<std::net::Ipv6Addr>()
-            .map_err(|_| bad("not an IPv6 address"))?;
-        (ip.to_string(), port)
-    } else {
-        match rest.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), p),
-            None => (rest.to_string(), default),
-        }
-    };
+    let (host, port) = host_and_port(rest, default).map_err(|why| bad(why))?;
     let port: u16 = port
         .parse()
         .ok()
