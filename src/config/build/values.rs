@@ -451,7 +451,7 @@ pub(super) fn backend_addr(w: &Word, base: &Path) -> Res<BackendAddr> {
     } else {
         "80"
     };
-    let (host, port) = host_and_port(rest, default).map_err(|why| bad(why))?;
+    let (host, port) = host_and_port(rest, default).map_err(&bad)?;
     let port: u16 = port
         .parse()
         .ok()
