@@ -418,7 +418,7 @@ async fn real_php_fpm_over_tcp_and_a_unix_socket() {
     );
     root.write(
         "err.php",
-        r#"<?php error_log('secret-stderr-text'); header('X-Made: by-php'); http_response_code(418); echo 'body';"#,
+        r#"<?php error_log('secret-stderr-text'); header('X-Made: by-php'); header('X-Powered-By: PHP/test'); http_response_code(418); echo 'body';"#,
     );
     root.write(
         "index.php",
@@ -521,6 +521,11 @@ async fn real_php_fpm_over_tcp_and_a_unix_socket() {
     // Status and headers from PHP; its error_log output stays out of the response.
     let r = get(s.addr, "/err.php").await;
     assert_eq!((r.status, r.header("x-made")), (418, Some("by-php")));
+    assert_eq!(
+        r.header("x-powered-by"),
+        None,
+        "the application's X-Powered-By is dropped"
+    );
     assert_eq!(r.text(), "body");
     s.wait_log("secret-stderr-text");
     // Static files beside the scripts; a script's source never.
