@@ -507,21 +507,17 @@ impl Dns {
         // The answer sections together, CNAME records included.
         let mut records = 0;
         let mut empty = Vec::new();
-        match v4 {
-            Ok(l) => {
-                records += l.as_lookup().records().len();
-                ips.extend(l.iter().map(|a| IpAddr::V4(a.0)));
+        let v4 = v4.map(|l| l.as_lookup().clone());
+        let v6 = v6.map(|l| l.as_lookup().clone());
+        for (family, answer) in [("A", v4), ("AAAA", v6)] {
+            match answer {
+                Ok(l) => {
+                    records += l.records().len();
+                    ips.extend(l.iter().filter_map(|r| r.ip_addr()));
+                }
+                Err(e) if is_empty_answer(&e) => empty.push(e),
+                Err(e) => return Err(failed(family, &e)),
             }
-            Err(e) if is_empty_answer(&e) => empty.push(e),
-            Err(e) => return Err(failed("A", &e)),
-        }
-        match v6 {
-            Ok(l) => {
-                records += l.as_lookup().records().len();
-                ips.extend(l.iter().map(|a| IpAddr::V6(a.0)));
-            }
-            Err(e) if is_empty_answer(&e) => empty.push(e),
-            Err(e) => return Err(failed("AAAA", &e)),
         }
         if records > MAX_RECORDS {
             return Err(ResolveError::TooMany {

@@ -138,17 +138,6 @@ impl Shared<'_> {
         id
     }
 
-    /// A `rate_limit` filter, with the buckets of the previous generation's filter of
-    /// the same identity (a second filter of one identity on a route gets its own).
-    fn rate_limit(
-        &self,
-        rl: &config::RateLimit,
-        line: &config::FilterLine,
-        route: &str,
-    ) -> RateLimit {
-        self.rate(rl, line.name.as_deref(), line.failure_open, route)
-    }
-
     /// A `tcp` block's `allow`, `deny` and `rate_limit` lines, compiled.
     fn tcp_guards(&self, t: &config::TcpProxy) -> Vec<TcpGuard> {
         let route = format!("tcp {}", t.listen.text);
@@ -165,7 +154,9 @@ impl Shared<'_> {
             .collect()
     }
 
-    /// As [`Shared::rate_limit`], for a filter named `name` (if it is) on `route`.
+    /// A `rate_limit` filter named `name` (if it is) on `route`, with the buckets of
+    /// the previous generation's filter of the same identity (a second filter of one
+    /// identity on a route gets its own).
     fn rate(
         &self,
         rl: &config::RateLimit,
@@ -296,7 +287,9 @@ fn stage(line: &config::FilterLine, route: &str, shared: &Shared) -> Stage {
             nets: nets.clone(),
             allow: false,
         }),
-        config::Filter::RateLimit(rl) => Box::new(shared.rate_limit(rl, line, route)),
+        config::Filter::RateLimit(rl) => {
+            Box::new(shared.rate(rl, line.name.as_deref(), line.failure_open, route))
+        }
         config::Filter::BasicAuth(users) => Box::new(BasicAuth::new(users)),
         config::Filter::Cors(c) => Box::new(Cors::new(c)),
     };
