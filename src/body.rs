@@ -26,6 +26,10 @@ pub(crate) enum BodyError {
     /// An HTTP/2 stream's body failed.
     #[error("body stream failed: {0}")]
     Stream(#[from] hyper::Error),
+    /// A filter that watches the body (`body_deny`) refused it after it began to
+    /// stream.
+    #[error("request body refused by a filter")]
+    Refused,
     /// The backend's body broke off.
     #[error("backend body failed: {0}")]
     Backend(std::io::Error),

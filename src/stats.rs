@@ -33,6 +33,8 @@ pub(crate) struct Counters {
     pub tls_handshake_failures: AtomicU64,
     /// 403 from `allow`/`deny`.
     pub access_denied: AtomicU64,
+    /// 403 from `body_deny`.
+    pub body_denied: AtomicU64,
     /// 429 from `rate_limit`.
     pub rate_limited: AtomicU64,
     /// 401 from `basic_auth`.
@@ -56,6 +58,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     retries: AtomicU64::new(0),
     tls_handshake_failures: AtomicU64::new(0),
     access_denied: AtomicU64::new(0),
+    body_denied: AtomicU64::new(0),
     rate_limited: AtomicU64::new(0),
     unauthorized: AtomicU64::new(0),
     filter_failures: AtomicU64::new(0),

@@ -249,6 +249,11 @@ fn counters(o: &mut String) {
             "requests refused 403 by allow/deny",
         ),
         (
+            "sluice_body_denied_total",
+            &COUNTERS.body_denied,
+            "requests refused 403 by body_deny",
+        ),
+        (
             "sluice_rate_limited_total",
             &COUNTERS.rate_limited,
             "requests refused 429 by rate_limit",

@@ -232,6 +232,9 @@ pub struct FilterLine {
     pub filter: Filter,
     /// `when …` / `unless …`: the filter runs only when this holds.
     pub condition: Option<Condition>,
+    /// `when status …` / `when response_header …`: the filter's response phase runs
+    /// only when this holds of the response (its result is then `matched`).
+    pub response: Option<ResponseCondition>,
     /// `failure open`: a filter that cannot decide lets the request through (default
     /// closed: 500).
     pub failure_open: bool,
@@ -259,7 +262,41 @@ pub enum Test {
     ClientIp(Vec<IpNet>),
 }
 
-/// `on RESULT skip_to NAME | reject CODE`.
+/// A filter line's test on the response.
+#[derive(Debug, Clone)]
+pub struct ResponseCondition {
+    /// `unless`: the response phase runs when the test fails.
+    pub negate: bool,
+    pub test: ResponseTest,
+}
+
+#[derive(Debug, Clone)]
+pub enum ResponseTest {
+    /// `status CODE|CLASS…`: any of these codes (`404`) or classes (`5xx`).
+    Status(Vec<StatusSet>),
+    /// `response_header NAME VALUE` (value `*`: present with any value).
+    Header(HeaderName, String),
+}
+
+/// One word of `when status`: a code, or a class of a hundred codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusSet {
+    Code(u16),
+    /// `5xx` is `Class(5)`.
+    Class(u16),
+}
+
+impl StatusSet {
+    pub fn contains(self, code: u16) -> bool {
+        match self {
+            StatusSet::Code(c) => c == code,
+            StatusSet::Class(k) => code / 100 == k,
+        }
+    }
+}
+
+/// `on RESULT skip_to NAME|handler | reject CODE`, or `on matched reject_response
+/// CODE ["BODY"]`.
 #[derive(Debug, Clone)]
 pub struct Branch {
     pub result: String,
@@ -269,9 +306,13 @@ pub struct Branch {
 
 #[derive(Debug, Clone)]
 pub enum BranchAction {
-    /// The filter at this index of the route's filters (always a later one).
+    /// The filter at this index of the route's filters (always a later one); the
+    /// number of filters for `skip_to handler`.
     SkipTo(usize),
     Reject(StatusCode),
+    /// `on matched reject_response CODE ["BODY"]`: the response is replaced (the body
+    /// is the status's reason when none is given).
+    RejectResponse(StatusCode, Option<String>),
 }
 
 /// A route's or a filter's path pattern (matched in `route::path`).
@@ -308,6 +349,8 @@ pub enum Filter {
     Deny(Vec<IpNet>),
     /// `basic_auth USER HASH` or `basic_auth { USER HASH; ... }`.
     BasicAuth(Vec<(String, String)>),
+    /// `body_deny "TEXT"`: a request body containing TEXT gets 403.
+    BodyDeny(String),
     Cors(Cors),
 }
 
@@ -325,6 +368,7 @@ impl Filter {
             Filter::Allow(_) => "allow",
             Filter::Deny(_) => "deny",
             Filter::BasicAuth(_) => "basic_auth",
+            Filter::BodyDeny(_) => "body_deny",
             Filter::Cors(_) => "cors",
         }
     }
@@ -332,7 +376,9 @@ impl Filter {
     /// The results a branch may name: (passed, refused), or none.
     pub fn results(&self) -> Option<(&'static str, &'static str)> {
         match self {
-            Filter::Allow(_) | Filter::Deny(_) => Some(("allowed", "denied")),
+            Filter::Allow(_) | Filter::Deny(_) | Filter::BodyDeny(_) => {
+                Some(("allowed", "denied"))
+            }
             Filter::RateLimit(_) => Some(("passed", "limited")),
             Filter::BasicAuth(_) => Some(("authorized", "unauthorized")),
             _ => None,

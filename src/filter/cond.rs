@@ -1,15 +1,16 @@
 //! `when …` / `unless …` on a filter line: tests on the normalised path, the method, a
 //! header, a query parameter or the client's address (after `trust`). The header and
-//! query tests are the ones a route's `match` lines use.
+//! query tests are the ones a route's `match` lines use. `when status …` and `when
+//! response_header …` test the response instead, and gate the filter's response phase.
 
 use std::net::IpAddr;
 
-use http::{HeaderMap, HeaderName, Method, Request};
+use http::{HeaderMap, HeaderName, Method, Request, Response};
 use ipnet::IpNet;
 
 use super::Cx;
 use crate::body::Body;
-use crate::config::PathPattern;
+use crate::config::{PathPattern, StatusSet};
 
 pub(crate) struct Condition {
     pub negate: bool,
@@ -35,6 +36,32 @@ impl Condition {
             Test::Header(name, want) => header_matches(req.headers(), name, want),
             Test::Query(name, want) => query_matches(req.uri().query(), name, want),
             Test::ClientIp(nets) => in_nets(nets, cx.client_ip),
+        };
+        passed != self.negate
+    }
+}
+
+/// A test on the response: its status or one of its fields.
+pub(crate) struct ResponseCondition {
+    pub negate: bool,
+    pub test: ResponseTest,
+}
+
+pub(crate) enum ResponseTest {
+    Status(Vec<StatusSet>),
+    /// Value `*`: any value of a present field.
+    Header(HeaderName, String),
+}
+
+impl ResponseCondition {
+    /// Whether the filter's response phase runs for this response.
+    pub(crate) fn holds(&self, resp: &Response<Body>) -> bool {
+        let passed = match &self.test {
+            ResponseTest::Status(sets) => {
+                let code = resp.status().as_u16();
+                sets.iter().any(|s| s.contains(code))
+            }
+            ResponseTest::Header(name, want) => header_matches(resp.headers(), name, want),
         };
         passed != self.negate
     }

@@ -5,14 +5,18 @@
 //! request phase ran (an early answer — 403, 413, 429 — included; a filter its
 //! condition skipped, or a branch skipped over, did not run). Filters decide on the
 //! normalised path and the client's address after `trust`, never on the raw values. A
-//! filter never buffers a body; one that limits it wraps it.
+//! filter sees the body in one of three ways it declares: not at all or wrapping the
+//! stream (most), whole under a cap ([`Filter::whole_body`]), or held until it
+//! releases it ([`Filter::hold_body`]).
 
 pub(crate) mod access;
 pub(crate) mod basic_auth;
+pub(crate) mod body_deny;
 pub(crate) mod compress;
 pub(crate) mod cond;
 pub(crate) mod cors;
 pub(crate) mod header_down;
+pub(crate) mod hold;
 pub(crate) mod max_body;
 pub(crate) mod rate_limit;
 pub(crate) mod request_id;
@@ -76,8 +80,14 @@ pub(crate) trait Filter: Send + Sync {
 
     /// A filter that must read the whole request body declares its cap: the pipeline
     /// reads the body first (`413` past the cap) and hands the filter a complete
-    /// body. Others (every built-in today) never touch it.
+    /// body. Others never touch it.
     fn whole_body(&self) -> Option<u64> {
+        None
+    }
+
+    /// A filter that looks at the body before any of it leaves ("buffer until
+    /// released", `body_deny`) gives, per request, what holds it: see [`hold`].
+    fn hold_body(&self) -> Option<hold::Hold> {
         None
     }
 }
@@ -89,21 +99,22 @@ pub(crate) async fn read_whole(body: Body, cap: u64) -> Result<Body, Response<Bo
     let limited = body.limited(cap);
     match limited.collect().await {
         Ok(all) => Ok(Body::full(all.to_bytes())),
-        Err(crate::body::BodyError::TooLarge(_)) => {
-            crate::stats::bump(&crate::stats::COUNTERS.body_too_large);
-            Err(crate::reply::local_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "Request body too large\n",
-            ))
-        }
-        Err(_) => {
-            crate::stats::bump(&crate::stats::COUNTERS.bad_request);
-            Err(crate::reply::local_response(
-                StatusCode::BAD_REQUEST,
-                "Bad request: the body broke off\n",
-            ))
-        }
+        Err(e) => Err(body_failed(e)),
     }
+}
+
+/// The answer to a request body that failed while the pipeline read it: 413 past a
+/// limit, 400 when it broke off.
+fn body_failed(e: crate::body::BodyError) -> Response<Body> {
+    if let crate::body::BodyError::TooLarge(_) = e {
+        crate::stats::bump(&crate::stats::COUNTERS.body_too_large);
+        return crate::reply::local_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Request body too large\n",
+        );
+    }
+    crate::stats::bump(&crate::stats::COUNTERS.bad_request);
+    crate::reply::local_response(StatusCode::BAD_REQUEST, "Bad request: the body broke off\n")
 }
 
 /// A filter line, compiled: the filter, when it runs, what its failure means, and
@@ -117,6 +128,12 @@ pub(crate) struct Stage {
     pub on_pass: Option<Action>,
     /// What replaces the filter's refusal.
     pub on_refuse: Option<Action>,
+    /// `when status …` / `when response_header …`: the response phase runs only when
+    /// this holds (the filter's result is then `matched`).
+    pub response: Option<cond::ResponseCondition>,
+    /// `on matched reject_response CODE ["BODY"]`: the status and body that replace a
+    /// response the condition matched.
+    pub on_matched: Option<(StatusCode, bytes::Bytes)>,
     /// How logs name it: the directive and its line (no string per stage: a big
     /// config has thousands).
     pub name: &'static str,
@@ -140,6 +157,8 @@ impl Stage {
             failure_open: false,
             on_pass: None,
             on_refuse: None,
+            response: None,
+            on_matched: None,
             name,
             line: 0,
         }
@@ -175,6 +194,9 @@ pub(crate) struct Cx<'a> {
     pub cors_origin: Option<HeaderValue>,
     /// `compress on|off` ran: it decides over the route's default.
     pub compress: Option<crate::config::Compression>,
+    /// Bodies a filter watches as they stream (`body_deny` past its hold): a refusal
+    /// there replaces the handler's answer.
+    pub body_watched: Vec<hold::Refused>,
 }
 
 impl<'a> Cx<'a> {
@@ -193,6 +215,7 @@ impl<'a> Cx<'a> {
             request_id: None,
             cors_origin: None,
             compress: None,
+            body_watched: Vec::new(),
         }
     }
 

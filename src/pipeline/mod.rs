@@ -18,6 +18,7 @@ use http::{Request, Response, StatusCode, Uri};
 use crate::body::Body;
 use crate::config::template::Values;
 use crate::config::{Compression, Template};
+use crate::filter::hold::Stopped;
 use crate::filter::{Action, Cx, Stage, Step, Vars};
 use crate::proxy;
 use crate::reply::{date, local_response};
@@ -144,14 +145,16 @@ async fn run(
             if let Some(path) = cx.changed_path() {
                 set_path(&mut req, path);
             }
-            call_handler(gen, route, req, client, &cx, slots, offer, received).await
+            let resp = call_handler(gen, route, req, client, &cx, slots, offer, received).await;
+            match cx.body_watched.iter().find(|w| w.happened()) {
+                // The body was cut off past the hold: whatever the handler made of
+                // that, the client gets the filter's refusal.
+                Some(w) => (w.refuse)(),
+                None => resp,
+            }
         }
     };
-    for (k, st) in route.filters.iter().enumerate().rev() {
-        if ran & (1 << k) != 0 {
-            st.filter.on_response(&mut resp, &cx);
-        }
-    }
+    response_phase(route, ran, &mut resp, &cx);
     match cx.compress.unwrap_or(route.compress) {
         Compression::Off => resp,
         mode => crate::filter::compress::apply(
@@ -229,6 +232,32 @@ async fn request_phase(
     (ran, None)
 }
 
+/// The response phase: in reverse order, each filter whose request phase ran and whose
+/// response condition (if any) holds; `on matched reject_response` replaces the
+/// response, which goes on through the filters before it.
+fn response_phase(route: &Route, ran: u128, resp: &mut Response<Body>, cx: &Cx<'_>) {
+    for (k, st) in route.filters.iter().enumerate().rev() {
+        if ran & (1 << k) == 0 {
+            continue;
+        }
+        if st.response.as_ref().is_some_and(|c| !c.holds(resp)) {
+            continue;
+        }
+        st.filter.on_response(resp, cx);
+        if let Some((code, body)) = &st.on_matched {
+            tracing::debug!(
+                "sluice: {}: {} (line {}) replaced a {} response with {}",
+                route.name,
+                st.name,
+                st.line,
+                resp.status().as_u16(),
+                code.as_u16()
+            );
+            *resp = reject(*code, body.clone());
+        }
+    }
+}
+
 /// After one filter: the next to run (a branch's `skip_to`, else the following one),
 /// or the answer that ends the request phase.
 enum Next {
@@ -246,7 +275,23 @@ async fn stage(route: &Route, st: &Stage, req: &mut Request<Body>, cx: &mut Cx<'
             Err(resp) => return Next::Answer(resp),
         }
     }
-    let mut step = st.filter.on_request(req, cx);
+    let mut held = None;
+    if let Some(h) = st.filter.hold_body().filter(|_| !http_body::Body::is_end_stream(req.body())) {
+        let refuse = h.refuse;
+        let body = std::mem::replace(req.body_mut(), Body::Empty);
+        match crate::filter::hold::hold(body, h).await {
+            Ok((b, watched)) => {
+                *req.body_mut() = b;
+                cx.body_watched.extend(watched);
+            }
+            Err(Stopped::Refused) => held = Some(Step::answer(refuse())),
+            Err(Stopped::Failed(resp)) => return Next::Answer(resp),
+        }
+    }
+    let mut step = match held {
+        Some(refused) => refused,
+        None => st.filter.on_request(req, cx),
+    };
     if let Step::Later(decided) = step {
         step = match decided.await {
             Step::Later(_) => Step::Error("a decision deferred twice".into()),
@@ -279,7 +324,10 @@ async fn stage(route: &Route, st: &Stage, req: &mut Request<Body>, cx: &mut Cx<'
     };
     match (branch, refusal) {
         (Some(Action::SkipTo(j)), _) => Next::Stage(Some(j)),
-        (Some(Action::Reject(code)), _) => Next::Answer(reject(code)),
+        (Some(Action::Reject(code)), _) => {
+            let reason = code.canonical_reason().unwrap_or("Rejected");
+            Next::Answer(reject(code, format!("{reason}\n").into()))
+        }
         (None, Some(resp)) => Next::Answer(resp),
         (None, None) => Next::Stage(None),
     }
@@ -312,12 +360,10 @@ fn redirect(status: StatusCode, target: &Template, values: &Values<'_>) -> Respo
     r
 }
 
-/// A branch's `reject CODE`: the status and its reason as the body.
-fn reject(code: StatusCode) -> Response<Body> {
-    let mut r = Response::new(Body::full(format!(
-        "{}\n",
-        code.canonical_reason().unwrap_or("Rejected")
-    )));
+/// A branch's `reject CODE` (the status and its reason as the body), or
+/// `reject_response CODE BODY`.
+fn reject(code: StatusCode, body: bytes::Bytes) -> Response<Body> {
+    let mut r = Response::new(Body::full(body));
     *r.status_mut() = code;
     r.headers_mut().insert(
         header::CONTENT_TYPE,

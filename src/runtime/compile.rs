@@ -13,9 +13,10 @@ use crate::config::{self, Compression, Config};
 use crate::filter::access::Access;
 use crate::filter::basic_auth::BasicAuth;
 use crate::filter::compress::Compress;
-use crate::filter::cond::{Condition, Test};
+use crate::filter::cond::{Condition, ResponseCondition, ResponseTest, Test};
 use crate::filter::cors::Cors;
 use crate::filter::header_down::HeaderDown;
+use crate::filter::body_deny::BodyDeny;
 use crate::filter::max_body::MaxBody;
 use crate::filter::rate_limit::{self, RateLimit};
 use crate::filter::request_id::RequestId;
@@ -292,19 +293,39 @@ fn stage(line: &config::FilterLine, route: &str, shared: &Shared) -> Stage {
         }
         config::Filter::BasicAuth(users) => Box::new(BasicAuth::new(users)),
         config::Filter::Cors(c) => Box::new(Cors::new(c)),
+        config::Filter::BodyDeny(text) => Box::new(BodyDeny::new(text.as_bytes())),
     };
     let (passed, refused) = line.filter.results().unwrap_or(("", ""));
     let branch = |result: &str| {
         line.branches
             .iter()
             .find(|b| b.result == result)
-            .map(|b| match b.action {
-                config::BranchAction::SkipTo(i) => Action::SkipTo(i),
-                config::BranchAction::Reject(code) => Action::Reject(code),
+            .and_then(|b| match b.action {
+                config::BranchAction::SkipTo(i) => Some(Action::SkipTo(i)),
+                config::BranchAction::Reject(code) => Some(Action::Reject(code)),
+                config::BranchAction::RejectResponse(..) => None,
             })
     };
+    let on_matched = line.branches.iter().find_map(|b| match &b.action {
+        config::BranchAction::RejectResponse(code, body) => {
+            let text = match body {
+                Some(t) => t.clone(),
+                None => format!("{}\n", code.canonical_reason().unwrap_or("Rejected")),
+            };
+            Some((*code, bytes::Bytes::from(text)))
+        }
+        _ => None,
+    });
     Stage {
         condition: line.condition.as_ref().map(condition),
+        response: line.response.as_ref().map(|r| ResponseCondition {
+            negate: r.negate,
+            test: match &r.test {
+                config::ResponseTest::Status(sets) => ResponseTest::Status(sets.clone()),
+                config::ResponseTest::Header(n, v) => ResponseTest::Header(n.clone(), v.clone()),
+            },
+        }),
+        on_matched,
         failure_open: line.failure_open,
         on_pass: branch(passed),
         on_refuse: branch(refused),

@@ -1,6 +1,7 @@
-//! Filter lines: the filter and its arguments, then `when|unless KIND ARGS`,
-//! `failure open|closed` and `name NAME` at the end of the line (DESIGN §14), and the
-//! `on RESULT skip_to NAME | reject CODE` lines after it.
+//! Filter lines: the filter and its arguments, then `when|unless KIND ARGS` (one on the
+//! request, one on the response), `failure open|closed` and `name NAME` at the end of
+//! the line (DESIGN §14, §17), and the `on RESULT skip_to NAME|handler | reject CODE`
+//! and `on matched reject_response CODE ["BODY"]` lines after it.
 
 use std::time::Duration;
 
@@ -30,6 +31,7 @@ pub(super) const FILTERS: &[&str] = &[
     "deny",
     "basic_auth",
     "cors",
+    "body_deny",
 ];
 
 /// One filter line, its clauses parsed.
@@ -47,6 +49,7 @@ pub(super) fn filter_line(d: &Directive) -> Res<FilterLine> {
     let mut line = FilterLine {
         filter,
         condition: None,
+        response: None,
         failure_open: false,
         name: None,
         branches: Vec::new(),
@@ -55,24 +58,25 @@ pub(super) fn filter_line(d: &Directive) -> Res<FilterLine> {
     let mut rest = &d.args[cut..];
     let mut seen: Vec<&str> = Vec::new();
     while let Some((kw, tail)) = rest.split_first() {
-        let key = if kw.text == "unless" {
-            "when"
-        } else {
-            kw.text.as_str()
-        };
-        if seen.contains(&key) {
-            return Err(Diagnostic::error(
-                kw.span,
-                format!("`{}` is given twice on this line", kw.text),
-            )
-            .with_hint("one condition, one failure mode and one name per filter"));
-        }
-        seen.push(key);
         let end = tail
             .iter()
             .position(|w| !w.quoted && CLAUSES.contains(&w.text.as_str()))
             .unwrap_or(tail.len());
         let (args, next) = tail.split_at(end);
+        let on_response = matches!(
+            args.first().map(|w| w.text.as_str()),
+            Some("status" | "response_header")
+        );
+        let key = match kw.text.as_str() {
+            "when" | "unless" if on_response => "a response condition",
+            "when" | "unless" => "a request condition",
+            other => other,
+        };
+        if seen.contains(&key) {
+            return Err(Diagnostic::error(kw.span, format!("{key} is given twice on this line"))
+                .with_hint("one request condition, one response condition, one failure mode and one name per filter"));
+        }
+        seen.push(key);
         match kw.text.as_str() {
             "when" | "unless" => {
                 let cond = Directive {
@@ -81,10 +85,14 @@ pub(super) fn filter_line(d: &Directive) -> Res<FilterLine> {
                     block: None,
                     block_span: None,
                 };
-                line.condition = Some(Condition {
-                    negate: kw.text == "unless",
-                    test: test(&cond)?,
-                });
+                let negate = kw.text == "unless";
+                if on_response {
+                    let test = response_test(&cond)?;
+                    line.response = Some(ResponseCondition { negate, test });
+                } else {
+                    let test = test(&cond)?;
+                    line.condition = Some(Condition { negate, test });
+                }
             }
             "failure" => match args {
                 [w] if w.text == "open" => line.failure_open = true,
@@ -101,6 +109,10 @@ pub(super) fn filter_line(d: &Directive) -> Res<FilterLine> {
                         .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
                     {
                         return Err(expected(w, "a name of letters, digits, `_` and `-`"));
+                    }
+                    if w.text == "handler" {
+                        return Err(Diagnostic::error(w.span, "`handler` is a reserved name")
+                            .with_hint("`skip_to handler` goes straight to the route's handler; name this filter otherwise"));
                     }
                     line.name = Some(w.text.clone());
                 }
@@ -157,6 +169,50 @@ fn test(d: &Directive) -> Res<Test> {
     }
 }
 
+/// `when|unless status CODE|CLASS... | response_header NAME VALUE`.
+fn response_test(d: &Directive) -> Res<ResponseTest> {
+    let lead = d.name.text.as_str();
+    let rest = &d.args[1..];
+    if d.args[0].text == "response_header" {
+        return match rest {
+            [n, v] => Ok(ResponseTest::Header(
+                HeaderName::from_bytes(n.text.as_bytes())
+                    .map_err(|_| expected(n, "a header name"))?,
+                v.text.clone(),
+            )),
+            [_, _, x, ..] => Err(extra(
+                x,
+                &format!("write: {lead} response_header NAME VALUE (quote a value with spaces)"),
+            )),
+            _ => Err(missing(
+                d,
+                &format!("{lead} response_header NAME VALUE"),
+                &format!("{lead} response_header Content-Type text/html"),
+            )),
+        };
+    }
+    if rest.is_empty() {
+        return Err(missing(
+            d,
+            &format!("{lead} status CODE|CLASS..."),
+            &format!("{lead} status 5xx 404"),
+        ));
+    }
+    rest.iter()
+        .map(|w| {
+            let t = w.text.as_bytes();
+            match t {
+                [k @ b'1'..=b'5', b'x' | b'X', b'x' | b'X'] if !w.quoted => {
+                    Ok(StatusSet::Class(u16::from(k - b'0')))
+                }
+                _ => status(w, 100..=599).map(|c| StatusSet::Code(c.as_u16())),
+            }
+            .map_err(|_| expected(w, "a status code (404) or class (5xx)"))
+        })
+        .collect::<Res<Vec<_>>>()
+        .map(ResponseTest::Status)
+}
+
 /// The filter a line names, from its own arguments.
 pub(super) fn filter(d: &Directive) -> Res<Filter> {
     let name = d.name.text.as_str();
@@ -209,6 +265,13 @@ pub(super) fn filter(d: &Directive) -> Res<Filter> {
         }
         "rate_limit" => rate_limit(d).map(Filter::RateLimit),
         "basic_auth" => basic_auth(d).map(Filter::BasicAuth),
+        "body_deny" => one_arg(d, "body_deny \"TEXT\"").and_then(|w| {
+            if w.text.is_empty() {
+                return Err(Diagnostic::error(w.span, "body_deny needs a text to look for")
+                    .with_hint("write the text a refused body contains: body_deny \"<script\""));
+            }
+            Ok(Filter::BodyDeny(w.text.clone()))
+        }),
         "cors" => cors(d).map(Filter::Cors),
         _ => Err(unsupported(d)),
     }
@@ -483,25 +546,38 @@ fn cors_method(w: &Word) -> Res<Method> {
     Method::from_bytes(w.text.as_bytes()).map_err(|_| expected(w, "a method"))
 }
 
-/// `on RESULT skip_to NAME | reject CODE`, for the filter `line`. A skip's target is
-/// resolved once the route's filters are all known: returned as the name's word.
+/// `on RESULT skip_to NAME|handler | reject CODE`, or `on matched reject_response CODE
+/// ["BODY"]`, for the filter `line`. A skip's target is resolved once the route's
+/// filters are all known: returned as the name's word.
 pub(super) fn branch<'a>(d: &'a Directive, line: &FilterLine) -> Res<(Branch, Option<&'a Word>)> {
-    const USAGE: &str = "on RESULT skip_to NAME, or on RESULT reject CODE";
-    let [result, action, arg] = d.args.as_slice() else {
-        return Err(match d.args.get(3) {
-            Some(x) => extra(x, USAGE),
-            None => missing(d, USAGE, "on denied reject 404"),
-        });
+    const USAGE: &str =
+        "on RESULT skip_to NAME, on RESULT reject CODE, or on matched reject_response CODE";
+    let (result, action, arg, body) = match d.args.as_slice() {
+        [r, a, c] => (r, a, c, None),
+        [r, a, c, b] if a.text == "reject_response" => (r, a, c, Some(b)),
+        [_, _, _, x, ..] => return Err(extra(x, USAGE)),
+        _ => return Err(missing(d, USAGE, "on denied reject 404")),
     };
     no_block(d)?;
-    let Some((pass, refuse)) = line.filter.results() else {
+    let results = line.filter.results();
+    let matched = line.response.is_some().then_some("matched");
+    if results.is_none() && matched.is_none() {
         return Err(
-            Diagnostic::error(d.span(), "this filter has no result to branch on")
-                .with_hint("branch after allow, deny, rate_limit or basic_auth"),
+            Diagnostic::error(d.span(), "this filter has no result to branch on").with_hint(
+                "branch after allow, deny, rate_limit, basic_auth or body_deny, or give the filter a response condition (when status 5xx) and branch on `matched`",
+            ),
         );
-    };
-    if result.text != pass && result.text != refuse {
-        return Err(expected(result, &format!("`{pass}` or `{refuse}`")));
+    }
+    let known = |r: &str| results.is_some_and(|(p, f)| r == p || r == f) || matched == Some(r);
+    if !known(&result.text) {
+        let mut names: Vec<&str> = results.map(|(p, f)| vec![p, f]).unwrap_or_default();
+        names.extend(matched);
+        let names: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+        let mut e = expected(result, &names.join(" or "));
+        if result.text == "matched" {
+            e = e.with_hint("`matched` is the result of a response condition: add `when status 5xx` (or `when response_header NAME VALUE`) to the filter's line");
+        }
+        return Err(e);
     }
     if let Some(first) = line.branches.iter().find(|b| b.result == result.text) {
         return Err(Diagnostic::error(
@@ -513,9 +589,28 @@ pub(super) fn branch<'a>(d: &'a Directive, line: &FilterLine) -> Res<(Branch, Op
             first.span.line
         )));
     }
+    let on_response = result.text == "matched";
     let (action, target) = match action.text.as_str() {
+        "reject_response" if on_response => {
+            let code = status(arg, 100..=599)?;
+            (
+                BranchAction::RejectResponse(code, body.map(|b| b.text.clone())),
+                None,
+            )
+        }
+        "skip_to" | "reject" if on_response => {
+            return Err(expected(action, "`reject_response`").with_hint(
+                "`matched` comes from the response phase, when the filters before the handler are done; it can only replace the response",
+            ))
+        }
+        "reject_response" => {
+            return Err(expected(action, "`skip_to` or `reject`").with_hint(
+                "reject_response replaces a response: branch on `matched`, with a response condition on the filter line",
+            ))
+        }
         "skip_to" => (BranchAction::SkipTo(usize::MAX), Some(arg)),
         "reject" => (BranchAction::Reject(status(arg, 400..=599)?), None),
+        _ if on_response => return Err(expected(action, "`reject_response`")),
         _ => return Err(expected(action, "`skip_to` or `reject`")),
     };
     Ok((

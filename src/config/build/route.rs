@@ -182,11 +182,16 @@ impl<'a> RouteParts<'a> {
             );
         }
         // Skips go forward only: loops are impossible by construction.
+        // `skip_to handler` lands past the last filter (on the proxy's own
+        // `max_body`, which the route runs last, so no skip passes it).
         for (from, b, target) in std::mem::take(&mut self.skips) {
-            let to = self
-                .filters
-                .iter()
-                .position(|f| f.name.as_deref() == Some(target.text.as_str()));
+            let to = match target.text.as_str() {
+                "handler" => Some(self.filters.len()),
+                name => self
+                    .filters
+                    .iter()
+                    .position(|f| f.name.as_deref() == Some(name)),
+            };
             match to {
                 Some(to) if to > from => {
                     self.filters[from].branches[b].action = BranchAction::SkipTo(to)

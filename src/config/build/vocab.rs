@@ -137,6 +137,7 @@ pub(super) const SITE: &[&str] = &[
     "allow",
     "deny",
     "basic_auth",
+    "body_deny",
     "compress",
     "max_body",
     "cors",
