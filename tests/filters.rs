@@ -4,7 +4,12 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use common::*;
 use hyper::StatusCode;
@@ -509,6 +514,15 @@ fn mistakes_in_filter_lines_are_load_errors() {
         ("site * { cors { origins * ; credentials on }\n respond ok }", "any site act as the user"),
         ("site * { respond ok when path /x }", "goes on a filter's line"),
         ("site * { on denied reject 403\n respond ok }", "follows the filter"),
+        ("site * { header_down X-A 1\n on matched reject_response 502\n respond ok }", "no result to branch on"),
+        ("site * { allow 10.0.0.0/8\n on matched reject_response 502\n respond ok }", "add `when status 5xx`"),
+        ("site * { header_down X-A 1 when status 5xx\n on matched skip_to handler\n respond ok }", "`reject_response`"),
+        ("site * { allow 10.0.0.0/8\n on denied reject_response 502\n respond ok }", "`skip_to` or `reject`"),
+        ("site * { header_down X-A 1 when status 6xx\n respond ok }", "a status code (404) or class (5xx)"),
+        ("site * { header_down X-A 1 when status 5xx unless status 404\n respond ok }", "a response condition is given twice"),
+        ("site * { header_down X-A 1 when response_header X-B\n respond ok }", "response_header NAME VALUE"),
+        ("site * { header_down X-A 1 name handler\n respond ok }", "reserved"),
+        ("site * { body_deny \"\"\n respond ok }", "needs a text"),
     ] {
         let path = dir.write("bad.conf", text);
         let out = std::process::Command::new(bin())
@@ -753,4 +767,228 @@ async fn basic_auth_refuses_past_its_verification_queue() {
         "past the queue: 503 at once ({denied} verified and refused)"
     );
     assert!(denied > 0, "the queue's own requests are verified");
+}
+
+/// A backend that answers `/…/status/NNN` with that status and `backend NNN`, and
+/// sets `X-Debug: on` when the path holds `debug`.
+async fn status_backend() -> Backend {
+    Backend::start(|req: hyper::Request<hyper::body::Incoming>| async move {
+        let path = req.uri().path().to_string();
+        let code: u16 = path
+            .rsplit('/')
+            .next()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(200);
+        let mut r = hyper::Response::new(full(format!("backend {code}")));
+        *r.status_mut() = StatusCode::from_u16(code).unwrap();
+        if path.contains("debug") {
+            r.headers_mut().insert("x-debug", "on".parse().unwrap());
+        }
+        r
+    })
+    .await
+}
+
+#[tokio::test]
+async fn response_conditions_gate_the_response_phase_and_replace_answers() {
+    let b = status_backend().await;
+    let dir = TempDir::new();
+    dir.write("www/index.html", "home");
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /mapped/* {{
+                request_id
+                header_down X-Errors mapped when status 5xx
+                on matched reject_response 502 \"upstream trouble\\n\"
+                proxy {a}
+            }}
+            route /tag/* {{
+                header_down X-Class picked when status 4xx 500
+                header_down X-Seen debug when response_header X-Debug on
+                header_down X-Quiet yes unless status 2xx
+                header_down X-Get yes when method GET unless status 404
+                proxy {a}
+            }}
+            route /fixed {{
+                header_down X-Never yes when status 2xx
+                on matched reject_response 500
+                respond 503 \"down for a while\"
+            }}
+            route /www/* {{
+                strip /www
+                header_down X-Missing yes when status 404
+                on matched reject_response 410 \"gone\\n\"
+                files {www}
+            }}
+        }}",
+        a = b.addr,
+        www = dir.0.join("www").display()
+    ));
+    // A backend's 5xx is replaced (body and all); the filter before still marks it.
+    let r = get(s.addr, "/mapped/status/503").await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(r.text(), "upstream trouble\n");
+    assert_eq!(r.header("server"), Some("sluice"));
+    assert!(r.header("x-request-id").is_some(), "request_id ran on the replacement");
+    for (path, status, body) in [
+        ("/mapped/status/200", 200, "backend 200"),
+        ("/mapped/status/404", 404, "backend 404"),
+    ] {
+        let r = get(s.addr, path).await;
+        assert_eq!(r.status, status, "{path}");
+        assert_eq!(r.text(), body, "{path}");
+        assert_eq!(r.header("x-errors"), None, "{path}");
+    }
+    // Codes, classes, response fields, `unless`, and a request condition beside a
+    // response one.
+    for (path, class, quiet, get_) in [
+        ("/tag/status/200", None, None, Some("yes")),
+        ("/tag/status/404", Some("picked"), Some("yes"), None),
+        ("/tag/status/418", Some("picked"), Some("yes"), Some("yes")),
+        ("/tag/status/500", Some("picked"), Some("yes"), Some("yes")),
+        ("/tag/status/502", None, Some("yes"), Some("yes")),
+    ] {
+        let r = get(s.addr, path).await;
+        assert_eq!(r.header("x-class"), class, "{path}");
+        assert_eq!(r.header("x-quiet"), quiet, "{path}");
+        assert_eq!(r.header("x-get"), get_, "{path}");
+        assert_eq!(r.header("x-seen"), None, "{path}");
+    }
+    let r = get(s.addr, "/tag/debug/status/200").await;
+    assert_eq!(r.header("x-seen"), Some("debug"));
+    let r = request(s.addr, "POST", "/tag/status/200", &[], b"").await;
+    assert_eq!(r.header("x-get"), None, "the request condition holds the filter back");
+    // sluice's own answers go through the response phase too: a fixed response and
+    // the file handler's 404.
+    let r = get(s.addr, "/fixed").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.text(), "down for a while");
+    let r = get(s.addr, "/www/nothing-here").await;
+    assert_eq!(r.status, StatusCode::GONE);
+    assert_eq!(r.text(), "gone\n");
+    assert_eq!(get(s.addr, "/www/index.html").await.text(), "home");
+}
+
+#[tokio::test]
+async fn skip_to_handler_ends_the_filters_but_not_the_proxys_own_limit() {
+    let b = Backend::text("ok").await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /skip {{
+                allow 127.0.0.0/8
+                on allowed skip_to handler
+                deny 127.0.0.0/8
+                header_down X-After ran
+                proxy {a} {{ max_body 10 }}
+            }}
+        }}",
+        a = b.addr
+    ));
+    let r = get(s.addr, "/skip").await;
+    assert_eq!(r.status, StatusCode::OK, "the deny after the skip never ran");
+    assert_eq!(r.text(), "ok");
+    assert_eq!(r.header("x-after"), None);
+    let r = request(s.addr, "POST", "/skip", &[], &[b'a'; 20]).await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+/// A backend that answers with the length of the body it read whole, and counts the
+/// bodies it began to read.
+async fn length_backend() -> (Backend, Arc<std::sync::atomic::AtomicUsize>) {
+    let began = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = began.clone();
+    let b = Backend::start(move |req: hyper::Request<hyper::body::Incoming>| {
+        let seen = seen.clone();
+        async move {
+            use http_body_util::BodyExt as _;
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            match req.into_body().collect().await {
+                Ok(all) => hyper::Response::new(full(format!("{}", all.to_bytes().len()))),
+                Err(_) => hyper::Response::new(full("broken")),
+            }
+        }
+    })
+    .await;
+    (b, began)
+}
+
+#[tokio::test]
+async fn body_deny_holds_the_body_until_it_has_looked() {
+    let (b, began) = length_backend().await;
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0 }}
+        site * {{
+            route /up {{
+                body_deny \"DROP TABLE\"
+                proxy {a}
+            }}
+            route /branch {{
+                body_deny \"DROP TABLE\"
+                on denied reject 422
+                proxy {a}
+            }}
+        }}",
+        a = b.addr
+    ));
+    let r = request(s.addr, "POST", "/up", &[], b"name=x; DROP TABLE users").await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = request(s.addr, "POST", "/branch", &[], b"DROP TABLE").await;
+    assert_eq!(r.status, 422);
+    // Split across chunks, sent apart: still found, and nothing went on.
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nxxDROP\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.write_all(b"7\r\n TABLEx\r\n0\r\n\r\n").await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut out)).await;
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    assert_eq!(began.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing reached the backend");
+    // A clean body goes on whole, chunked or not; no body at all passes at once.
+    let r = request(s.addr, "POST", "/up", &[], b"DROP  TABLE, drop table").await;
+    assert_eq!(r.text(), "23");
+    assert_eq!(get(s.addr, "/up").await.text(), "0");
+    // Past the 1 MiB hold the rest streams and is still checked: a late match cuts it
+    // off and the client gets 403; a clean 3 MiB body arrives whole.
+    let mut big = vec![b'a'; 3 << 20];
+    assert_eq!(request(s.addr, "POST", "/up", &[], &big).await.text(), (3 << 20).to_string());
+    let at = (2 << 20) + 17;
+    big[at..at + 10].copy_from_slice(b"DROP TABLE");
+    let r = request(s.addr, "POST", "/up", &[], &big).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let m = get(s.admin(), "/metrics").await.text();
+    assert!(m.contains("sluice_body_denied_total 4"), "{m}");
+}
+
+#[tokio::test]
+async fn body_deny_over_an_h2_front() {
+    use http_body_util::{BodyExt as _, Full};
+    let (b, began) = length_backend().await;
+    let s = Sluice::start(&format!(
+        "site * {{ body_deny \"<script\"\n proxy {a} }}",
+        a = b.addr
+    ));
+    let tcp = TcpStream::connect(s.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    for (body, status, text) in [
+        (&b"hello <script>alert(1)"[..], 403, "Forbidden: the request body is not allowed\n"),
+        (&b"hello <scrip t>"[..], 200, "15"),
+    ] {
+        let req = hyper::Request::post("http://localhost/")
+            .body(Full::new(Bytes::from_static(body)))
+            .unwrap();
+        let r = send.send_request(req).await.unwrap();
+        assert_eq!(r.status().as_u16(), status);
+        let got = r.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(got, text);
+    }
+    assert_eq!(began.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
