@@ -296,7 +296,7 @@ async fn lookup_names(config: &Config) -> Vec<config::diag::Diagnostic> {
     let mut lookups = tokio::task::JoinSet::new();
     for (i, (_, host)) in names.iter().enumerate() {
         let (dns, host) = (dns.clone(), host.to_string());
-        lookups.spawn(async move { (i, dns.lookup(&host, BUDGET).await) });
+        lookups.spawn(async move { (i, dns.lookup(&host, BUDGET).await.map(|a| a.ips)) });
     }
     let mut failed = Vec::new();
     while let Some(Ok((i, answer))) = lookups.join_next().await {

@@ -18,7 +18,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hickory_resolver::config::{
     LookupIpStrategy, NameServerConfig, NameServerConfigGroup, ResolverConfig, ResolverOpts,
@@ -394,6 +394,14 @@ pub(crate) const MAX_NEGATIVE_TTL: Duration = Duration::from_secs(5);
 /// Names cached at once; the least recently used go first.
 pub(crate) const CACHE_ENTRIES: usize = 4096;
 
+/// A name's addresses, and until when the resolver vouches for them (the soonest TTL
+/// of the answers, clamped as above).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub ips: Vec<IpAddr>,
+    pub valid_until: Instant,
+}
+
 /// Why a name gave no address to dial.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ResolveError {
@@ -482,7 +490,7 @@ impl Dns {
     }
 
     /// The addresses of `name` (cached while their TTL lasts), within `budget`.
-    pub async fn lookup(&self, name: &str, budget: Duration) -> Result<Vec<IpAddr>, ResolveError> {
+    pub async fn lookup(&self, name: &str, budget: Duration) -> Result<Answer, ResolveError> {
         let budget = budget.min(BUDGET);
         // Both families at once, each judged on its own: an empty answer for one is
         // fine, an error for either fails the lookup (a half answer is not served).
@@ -507,12 +515,15 @@ impl Dns {
         // The answer sections together, CNAME records included.
         let mut records = 0;
         let mut empty = Vec::new();
+        let mut valid_until: Option<Instant> = None;
         let v4 = v4.map(|l| l.as_lookup().clone());
         let v6 = v6.map(|l| l.as_lookup().clone());
         for (family, answer) in [("A", v4), ("AAAA", v6)] {
             match answer {
                 Ok(l) => {
                     records += l.records().len();
+                    let until = l.valid_until();
+                    valid_until = Some(valid_until.map_or(until, |v| v.min(until)));
                     ips.extend(l.iter().filter_map(|r| r.ip_addr()));
                 }
                 Err(e) if is_empty_answer(&e) => empty.push(e),
@@ -536,7 +547,10 @@ impl Dns {
                 why: why.into(),
             });
         }
-        Ok(ips)
+        Ok(Answer {
+            ips,
+            valid_until: valid_until.unwrap_or_else(|| Instant::now() + MIN_TTL),
+        })
     }
 
     /// Where to start in `name`'s answer of `n` addresses.

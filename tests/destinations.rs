@@ -506,3 +506,126 @@ async fn a_lookup_has_its_own_budget() {
     assert!(line.contains("no answer within 1s"), "{line}");
     drop((udp, tcp));
 }
+
+/// A keep-alive backend on `ip:port` answering `name`, over HTTP/1.1 or h2c: how many
+/// connections it accepted, and how many are open now.
+struct Kept {
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    open: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Kept {
+    fn count(n: &std::sync::atomic::AtomicUsize) -> usize {
+        n.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+async fn kept_on(l: TcpListener, name: &'static str, h2: bool) -> Kept {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let open = Arc::new(AtomicUsize::new(0));
+    let (a, o) = (accepted.clone(), open.clone());
+    let task = tokio::spawn(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            a.fetch_add(1, SeqCst);
+            o.fetch_add(1, SeqCst);
+            let o = o.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |_| async move {
+                    Ok::<_, std::convert::Infallible>(Response::new(full(name)))
+                });
+                let io = hyper_util::rt::TokioIo::new(tcp);
+                let _ = if h2 {
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(io, svc)
+                        .await
+                } else {
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, svc)
+                        .await
+                };
+                o.fetch_sub(1, SeqCst);
+            });
+        }
+    });
+    Kept {
+        accepted,
+        open,
+        task,
+    }
+}
+
+/// An attempt that would reuse a kept connection (HTTP/1.1 idle, or an HTTP/2
+/// session) to a named origin whose answer expired asks the name again first: the
+/// connection goes on while its address is still in the answer, and is closed once it
+/// is not, or once the answer is unsafe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_connections_follow_their_name_past_its_ttl() {
+    for h2 in [false, true] {
+        let (la, lb) = loop {
+            let la = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            if let Ok(lb) = TcpListener::bind(("127.0.0.2", la.local_addr().unwrap().port())).await
+            {
+                break (la, lb);
+            }
+        };
+        let port = la.local_addr().unwrap().port();
+        let (a, b) = (kept_on(la, "a", h2).await, kept_on(lb, "b", h2).await);
+        let dns = DnsServer::start().await;
+        dns.set("app.test", &["127.0.0.1"], 1);
+        let scheme = if h2 { "h2c" } else { "http" };
+        let s = Sluice::start(&config(
+            &dns,
+            "safety { default strict; allow_private 127.0.0.1/32 127.0.0.2/32 }",
+            &format!("{scheme}://app.test:{port}"),
+        ));
+        for _ in 0..3 {
+            assert_eq!(get(s.addr, "/").await.text(), "a", "{scheme}");
+        }
+        assert_eq!(Kept::count(&a.accepted), 1, "{scheme}: one kept connection");
+        // The answer expires and says the same: the connection goes on.
+        let asked = dns.queries("app.test");
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        assert_eq!(get(s.addr, "/").await.text(), "a", "{scheme}");
+        assert!(dns.queries("app.test") > asked, "{scheme}: asked again");
+        assert_eq!(
+            Kept::count(&a.accepted),
+            1,
+            "{scheme}: still the kept connection"
+        );
+        // The name moves: the very next request after the expiry goes to the new
+        // address, and the kept connection to the old one is closed.
+        dns.set("app.test", &["127.0.0.2"], 1);
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        assert_eq!(get(s.addr, "/").await.text(), "b", "{scheme}");
+        until(
+            "the old connection to close",
+            Duration::from_secs(5),
+            async || Kept::count(&a.open) == 0,
+        )
+        .await;
+        // The answer turns unsafe: the kept connection to a safe address of it is
+        // closed too, and nothing is sent.
+        assert_eq!(get(s.addr, "/").await.text(), "b", "{scheme}");
+        dns.set("app.test", &["127.0.0.2", "10.1.2.3"], 1);
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        assert_eq!(
+            get(s.addr, "/").await.status,
+            StatusCode::BAD_GATEWAY,
+            "{scheme}"
+        );
+        until(
+            "the unsafe answer's connection to close",
+            Duration::from_secs(5),
+            async || Kept::count(&b.open) == 0,
+        )
+        .await;
+    }
+}

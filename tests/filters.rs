@@ -829,7 +829,10 @@ async fn response_conditions_gate_the_response_phase_and_replace_answers() {
     assert_eq!(r.status, StatusCode::BAD_GATEWAY);
     assert_eq!(r.text(), "upstream trouble\n");
     assert_eq!(r.header("server"), Some("sluice"));
-    assert!(r.header("x-request-id").is_some(), "request_id ran on the replacement");
+    assert!(
+        r.header("x-request-id").is_some(),
+        "request_id ran on the replacement"
+    );
     for (path, status, body) in [
         ("/mapped/status/200", 200, "backend 200"),
         ("/mapped/status/404", 404, "backend 404"),
@@ -857,7 +860,11 @@ async fn response_conditions_gate_the_response_phase_and_replace_answers() {
     let r = get(s.addr, "/tag/debug/status/200").await;
     assert_eq!(r.header("x-seen"), Some("debug"));
     let r = request(s.addr, "POST", "/tag/status/200", &[], b"").await;
-    assert_eq!(r.header("x-get"), None, "the request condition holds the filter back");
+    assert_eq!(
+        r.header("x-get"),
+        None,
+        "the request condition holds the filter back"
+    );
     // sluice's own answers go through the response phase too: a fixed response and
     // the file handler's 404.
     let r = get(s.addr, "/fixed").await;
@@ -885,7 +892,11 @@ async fn skip_to_handler_ends_the_filters_but_not_the_proxys_own_limit() {
         a = b.addr
     ));
     let r = get(s.addr, "/skip").await;
-    assert_eq!(r.status, StatusCode::OK, "the deny after the skip never ran");
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "the deny after the skip never ran"
+    );
     assert_eq!(r.text(), "ok");
     assert_eq!(r.header("x-after"), None);
     let r = request(s.addr, "POST", "/skip", &[], &[b'a'; 20]).await;
@@ -936,16 +947,22 @@ async fn body_deny_holds_the_body_until_it_has_looked() {
     assert_eq!(r.status, 422);
     // Split across chunks, sent apart: still found, and nothing went on.
     let mut c = TcpStream::connect(s.addr).await.unwrap();
-    c.write_all(b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nxxDROP\r\n")
-        .await
-        .unwrap();
+    c.write_all(
+        b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nxxDROP\r\n",
+    )
+    .await
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     c.write_all(b"7\r\n TABLEx\r\n0\r\n\r\n").await.unwrap();
     let mut out = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut out)).await;
     let out = String::from_utf8_lossy(&out);
     assert!(out.starts_with("HTTP/1.1 403"), "{out}");
-    assert_eq!(began.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing reached the backend");
+    assert_eq!(
+        began.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing reached the backend"
+    );
     // A clean body goes on whole, chunked or not; no body at all passes at once.
     let r = request(s.addr, "POST", "/up", &[], b"DROP  TABLE, drop table").await;
     assert_eq!(r.text(), "23");
@@ -953,7 +970,10 @@ async fn body_deny_holds_the_body_until_it_has_looked() {
     // Past the 1 MiB hold the rest streams and is still checked: a late match cuts it
     // off and the client gets 403; a clean 3 MiB body arrives whole.
     let mut big = vec![b'a'; 3 << 20];
-    assert_eq!(request(s.addr, "POST", "/up", &[], &big).await.text(), (3 << 20).to_string());
+    assert_eq!(
+        request(s.addr, "POST", "/up", &[], &big).await.text(),
+        (3 << 20).to_string()
+    );
     let at = (2 << 20) + 17;
     big[at..at + 10].copy_from_slice(b"DROP TABLE");
     let r = request(s.addr, "POST", "/up", &[], &big).await;
@@ -979,7 +999,11 @@ async fn body_deny_over_an_h2_front() {
     .unwrap();
     tokio::spawn(conn);
     for (body, status, text) in [
-        (&b"hello <script>alert(1)"[..], 403, "Forbidden: the request body is not allowed\n"),
+        (
+            &b"hello <script>alert(1)"[..],
+            403,
+            "Forbidden: the request body is not allowed\n",
+        ),
         (&b"hello <scrip t>"[..], 200, "15"),
     ] {
         let req = hyper::Request::post("http://localhost/")

@@ -376,9 +376,7 @@ impl Filter {
     /// The results a branch may name: (passed, refused), or none.
     pub fn results(&self) -> Option<(&'static str, &'static str)> {
         match self {
-            Filter::Allow(_) | Filter::Deny(_) | Filter::BodyDeny(_) => {
-                Some(("allowed", "denied"))
-            }
+            Filter::Allow(_) | Filter::Deny(_) | Filter::BodyDeny(_) => Some(("allowed", "denied")),
             Filter::RateLimit(_) => Some(("passed", "limited")),
             Filter::BasicAuth(_) => Some(("authorized", "unauthorized")),
             _ => None,

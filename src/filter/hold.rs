@@ -72,10 +72,7 @@ pub(crate) enum Stopped {
 
 /// Reads `body` under `hold`. `Ok`: the body to go on with, and — when its end was not
 /// held — the flag a later refusal sets.
-pub(crate) async fn hold(
-    mut body: Body,
-    hold: Hold,
-) -> Result<(Body, Option<Refused>), Stopped> {
+pub(crate) async fn hold(mut body: Body, hold: Hold) -> Result<(Body, Option<Refused>), Stopped> {
     let Hold {
         cap,
         mut watch,
@@ -217,7 +214,11 @@ mod tests {
         for c in chunks {
             tx.try_send(Ok(Bytes::from_static(c))).unwrap();
         }
-        Body::Channel { rx, len, want: None }
+        Body::Channel {
+            rx,
+            len,
+            want: None,
+        }
     }
 
     fn nox(cap: u64) -> Hold {

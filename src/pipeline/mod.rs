@@ -276,7 +276,11 @@ async fn stage(route: &Route, st: &Stage, req: &mut Request<Body>, cx: &mut Cx<'
         }
     }
     let mut held = None;
-    if let Some(h) = st.filter.hold_body().filter(|_| !http_body::Body::is_end_stream(req.body())) {
+    if let Some(h) = st
+        .filter
+        .hold_body()
+        .filter(|_| !http_body::Body::is_end_stream(req.body()))
+    {
         let refuse = h.refuse;
         let body = std::mem::replace(req.body_mut(), Body::Empty);
         match crate::filter::hold::hold(body, h).await {

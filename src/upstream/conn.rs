@@ -34,6 +34,34 @@ pub(crate) struct BackendConn {
     buf: BytesMut,
     /// Where request heads are encoded; kept small between requests.
     wbuf: Vec<u8>,
+    /// A connection to a named origin: the address the name gave, and until when.
+    pub named: Option<Named>,
+}
+
+/// The address a name resolved to when a connection was opened, and until when the
+/// answer holds: past that, reusing the connection asks the name again first.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Named {
+    pub ip: std::net::IpAddr,
+    /// When the answer expires ([`now_ms`](crate::clock::now_ms)).
+    pub until_ms: u64,
+}
+
+impl Named {
+    /// `ip`, from an answer valid until `valid_until`.
+    pub(crate) fn new(ip: std::net::IpAddr, valid_until: std::time::Instant) -> Named {
+        let left = valid_until.saturating_duration_since(std::time::Instant::now());
+        Named {
+            ip,
+            until_ms: crate::clock::now_ms()
+                + left.as_secs() * 1000
+                + u64::from(left.subsec_millis()),
+        }
+    }
+
+    pub(crate) fn expired(&self) -> bool {
+        crate::clock::now_ms() >= self.until_ms
+    }
 }
 
 impl BackendConn {
@@ -42,6 +70,7 @@ impl BackendConn {
             io,
             buf: BytesMut::new(),
             wbuf: Vec::new(),
+            named: None,
         }
     }
 

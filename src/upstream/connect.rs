@@ -12,7 +12,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::conn::BackendConn;
+use super::conn::{BackendConn, Named};
 use super::dial::{self, DialError};
 use super::{h2, Lease, Pool, ALPN_H1, ALPN_H2};
 use crate::config::BackendScheme;
@@ -75,7 +75,19 @@ impl Pool {
             let mut opening = None;
             if want != Want::Upgrade && self.h2_first(i) {
                 match peer.mux.take() {
-                    h2::Take::Stream(st) => return Ok(Connection::Http2(st)),
+                    h2::Take::Stream(st) => {
+                        if let Some(named) = st.named().filter(Named::expired) {
+                            // Boxed: a lookup is a large future, and rare.
+                            match Box::pin(self.reconfirmed(i, named)).await {
+                                Some(renewed) => st.renew(renewed),
+                                None => {
+                                    st.retire();
+                                    continue;
+                                }
+                            }
+                        }
+                        return Ok(Connection::Http2(st));
+                    }
                     h2::Take::Wait(seen) => {
                         if !peer.mux.wait_opened(seen, self.cfg.connect_timeout).await {
                             return Err(ConnectError::Unreachable(DialError::Shared));
@@ -86,11 +98,38 @@ impl Pool {
                 }
             }
             if opening.is_none() && want == (Want::Request { fresh: false }) {
-                if let Some(conn) = peer.idle.checkout(self.cfg.keepalive.idle_timeout) {
+                while let Some(mut conn) = peer.idle.checkout(self.cfg.keepalive.idle_timeout) {
+                    if let Some(named) = conn.named.filter(Named::expired) {
+                        match Box::pin(self.reconfirmed(i, named)).await {
+                            Some(renewed) => conn.named = Some(renewed),
+                            None => continue,
+                        }
+                    }
                     return Ok(Connection::Http1 { conn, reused: true });
                 }
             }
             return self.dial(i, want, opening).await;
+        }
+    }
+
+    /// Whether a kept connection to peer `i`, whose name's answer expired, may take
+    /// another request (see [`dial::reconfirm`]): the renewed answer, or `None` — the
+    /// caller closes it, and the next kept one (or a dial) meets the new answer.
+    async fn reconfirmed(&self, i: usize, mut named: Named) -> Option<Named> {
+        let peer = &self.peers()[i];
+        match dial::reconfirm(&peer.addr.target, &self.dest, &mut named).await {
+            Ok(()) => Some(named),
+            Err(why) => {
+                tracing::debug!(
+                    pool = self.name(),
+                    peer = %peer.addr.text,
+                    "sluice: {}: closed a kept connection to {} ({}): {why}",
+                    self.name(),
+                    peer.addr.text,
+                    named.ip
+                );
+                None
+            }
         }
     }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::{TcpStream, UnixStream};
 
-use super::conn::BackendConn;
+use super::conn::{BackendConn, Named};
 use super::h2::{self, Session};
 use super::tls::ClientTls;
 use crate::config::{BackendScheme, Target};
@@ -111,27 +111,27 @@ pub(crate) async fn connect_peer(
     let dial = async {
         match (scheme, &to, tls) {
             (BackendScheme::H2c, To::Tcp(a), _) => {
-                let s = tcp(a, dest, connect_timeout).await?;
-                let session = h2::handshake(s, connect_timeout, peer.to_string())
+                let (s, ip) = tcp(a, dest, connect_timeout).await?;
+                let session = h2::handshake(s, connect_timeout, peer.to_string(), a.named(ip))
                     .await
                     .map_err(DialError::H2)?;
                 Ok(Dialed::H2(session))
             }
             (BackendScheme::Https, To::Tcp(a), Some(tls)) => {
-                let s = tcp(a, dest, connect_timeout).await?;
+                let (s, ip) = tcp(a, dest, connect_timeout).await?;
                 let s = tls
                     .handshake(s, target, h1_only)
                     .await
                     .map_err(DialError::Tls)?;
                 if s.get_ref().1.alpn_protocol() == Some(b"h2") {
-                    let session = h2::handshake(s, connect_timeout, peer.to_string())
+                    let session = h2::handshake(s, connect_timeout, peer.to_string(), a.named(ip))
                         .await
                         .map_err(DialError::H2)?;
                     return Ok(Dialed::H2(session));
                 }
-                Ok(Dialed::H1(BackendConn::new(Stream::Tls(Box::new(
-                    TlsConn::new(s),
-                )))))
+                let mut conn = BackendConn::new(Stream::Tls(Box::new(TlsConn::new(s))));
+                conn.named = a.named(ip);
+                Ok(Dialed::H1(conn))
             }
             _ => connect_to(&to, dest, connect_timeout).await.map(Dialed::H1),
         }
@@ -139,6 +139,32 @@ pub(crate) async fn connect_peer(
     match tokio::time::timeout(connect_timeout, dial).await {
         Ok(r) => r,
         Err(_) => Err(DialError::Timeout(connect_timeout)),
+    }
+}
+
+/// Whether a kept connection to a named origin may take another request. Within its
+/// answer's lifetime, yes at once; past it the name is asked again and the answer
+/// judged as for a dial, and the connection goes on only if its address is still in
+/// a safe answer (`named` then holds until the new answer expires). `Err`: why not —
+/// the caller closes the connection.
+pub(crate) async fn reconfirm(
+    target: &Target,
+    dest: &Dest,
+    named: &mut Named,
+) -> Result<(), String> {
+    if !named.expired() {
+        return Ok(());
+    }
+    match locate(target, dest).await {
+        Ok(To::Tcp(a)) if a.ips.contains(&named.ip) => {
+            if let Some(renewed) = a.named(named.ip) {
+                *named = renewed;
+            }
+            Ok(())
+        }
+        Ok(To::Tcp(a)) => Err(format!("{} no longer answers with {}", a.host, named.ip)),
+        Ok(To::Unix(_)) => Ok(()),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -153,7 +179,16 @@ struct Addresses<'a> {
     host: &'a str,
     port: u16,
     ips: Vec<IpAddr>,
-    literal: bool,
+    /// A name's answer holds until then; `None`: a literal address.
+    valid_until: Option<Instant>,
+}
+
+impl Addresses<'_> {
+    /// What a connection to `ip` remembers of the name it came from.
+    fn named(&self, ip: IpAddr) -> Option<Named> {
+        self.valid_until
+            .map(|valid_until| Named::new(ip, valid_until))
+    }
 }
 
 /// Resolves a TCP target's name (within the pool's DNS budget: its own, not carved out
@@ -164,15 +199,15 @@ async fn locate<'a>(target: &'a Target, dest: &Dest) -> Result<To<'a>, DialError
         Target::Unix(path) => return Ok(To::Unix(path)),
         Target::Tcp { host, port } => (host.as_str(), *port),
     };
-    let (ips, literal) = match safety::parse_ip(host) {
-        Some(ip) => (vec![ip], true),
+    let (ips, valid_until) = match safety::parse_ip(host) {
+        Some(ip) => (vec![ip], None),
         None => {
-            let ips = dest
+            let answer = dest
                 .dns
                 .lookup(host, dest.dns_budget)
                 .await
                 .map_err(|e| DialError::Resolve(e.to_string()))?;
-            (ips, false)
+            (answer.ips, Some(answer.valid_until))
         }
     };
     if let Some(policy) = &dest.policy {
@@ -186,13 +221,18 @@ async fn locate<'a>(target: &'a Target, dest: &Dest) -> Result<To<'a>, DialError
         host,
         port,
         ips,
-        literal,
+        valid_until,
     }))
 }
 
 /// A TCP connection to one of `a`'s addresses, tried in turn from a rotating start,
-/// each with its share of what is left of `budget`, the next after a failure.
-async fn tcp(a: &Addresses<'_>, dest: &Dest, budget: Duration) -> Result<TcpStream, DialError> {
+/// each with its share of what is left of `budget`, the next after a failure; and the
+/// address it reached.
+async fn tcp(
+    a: &Addresses<'_>,
+    dest: &Dest,
+    budget: Duration,
+) -> Result<(TcpStream, IpAddr), DialError> {
     let start = Instant::now();
     let (ips, port) = (&a.ips, a.port);
     let n = ips.len();
@@ -218,7 +258,7 @@ async fn tcp(a: &Addresses<'_>, dest: &Dest, budget: Duration) -> Result<TcpStre
         let e = match attempt {
             Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
-                return Ok(s);
+                return Ok((s, addr.ip()));
             }
             Ok(Err(e)) => DialError::from_io(e),
             Err(_) => DialError::Connect(io::Error::new(
@@ -232,7 +272,7 @@ async fn tcp(a: &Addresses<'_>, dest: &Dest, budget: Duration) -> Result<TcpStre
             DialError::Local(e) if e.raw_os_error() != Some(EADDRNOTAVAIL) => {
                 return Err(DialError::Local(e))
             }
-            DialError::Connect(e) if !a.literal => {
+            DialError::Connect(e) if a.valid_until.is_some() => {
                 DialError::Connect(io::Error::new(e.kind(), format!("{addr}: {e}")))
             }
             e => e,
@@ -243,7 +283,12 @@ async fn tcp(a: &Addresses<'_>, dest: &Dest, budget: Duration) -> Result<TcpStre
 
 async fn connect_to(to: &To<'_>, dest: &Dest, budget: Duration) -> Result<BackendConn, DialError> {
     match to {
-        To::Tcp(a) => Ok(BackendConn::new(Stream::Tcp(tcp(a, dest, budget).await?))),
+        To::Tcp(a) => {
+            let (s, ip) = tcp(a, dest, budget).await?;
+            let mut conn = BackendConn::new(Stream::Tcp(s));
+            conn.named = a.named(ip);
+            Ok(conn)
+        }
         To::Unix(path) => {
             let s = UnixStream::connect(path)
                 .await

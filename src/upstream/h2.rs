@@ -37,7 +37,7 @@ use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
-use super::conn::{Outgoing, SendError};
+use super::conn::{Named, Outgoing, SendError};
 use crate::clock::now_ms;
 
 /// Per-stream and per-connection receive windows: enough for a fast backend to keep a
@@ -56,6 +56,13 @@ pub(crate) struct Session {
     watch: Arc<Watch>,
     /// When the last stream finished (ms, [`now_ms`]), for the idle timeout.
     idle_since: AtomicU64,
+    /// A session to a named origin: the address the name gave.
+    named: Option<std::net::IpAddr>,
+    /// When that answer expires (ms, [`now_ms`]).
+    named_until: AtomicU64,
+    /// Takes no new stream (its name no longer points here): the streams open finish,
+    /// and the connection closes with the last.
+    retired: AtomicBool,
 }
 
 impl Session {
@@ -63,9 +70,10 @@ impl Session {
         self.watch.settled.load(Ordering::Acquire) && self.is_open()
     }
 
-    /// Not closed, no GOAWAY seen.
+    /// Not closed or retired, no GOAWAY seen.
     fn is_open(&self) -> bool {
         !self.watch.closed.load(Ordering::Acquire)
+            && !self.retired.load(Ordering::Relaxed)
             && self.watch.goaway.load(Ordering::Acquire) == NO_GOAWAY
     }
 
@@ -77,6 +85,28 @@ impl Session {
 /// A stream taken on a session; gives its place back when dropped.
 pub(crate) struct Stream {
     session: Arc<Session>,
+}
+
+impl Stream {
+    /// What the session's connection remembers of the name it came from.
+    pub(crate) fn named(&self) -> Option<Named> {
+        let s = &self.session;
+        s.named.map(|ip| Named {
+            ip,
+            until_ms: s.named_until.load(Ordering::Relaxed),
+        })
+    }
+
+    /// The name still points here, until `named.until_ms`.
+    pub(crate) fn renew(&self, named: Named) {
+        let s = &self.session;
+        s.named_until.store(named.until_ms, Ordering::Relaxed);
+    }
+
+    /// The name no longer points here: the session takes no new stream.
+    pub(crate) fn retire(&self) {
+        self.session.retired.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Stream {
@@ -244,6 +274,7 @@ pub(crate) async fn handshake<T>(
     io: T,
     limit: Duration,
     peer: String,
+    named: Option<Named>,
 ) -> Result<Arc<Session>, String>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -267,6 +298,9 @@ where
             active: AtomicUsize::new(0),
             watch: watch.clone(),
             idle_since: AtomicU64::new(now_ms()),
+            named: named.map(|n| n.ip),
+            named_until: AtomicU64::new(named.map_or(0, |n| n.until_ms)),
+            retired: AtomicBool::new(false),
         });
         let w = watch.clone();
         tokio::spawn(async move {

@@ -267,8 +267,10 @@ pub(super) fn filter(d: &Directive) -> Res<Filter> {
         "basic_auth" => basic_auth(d).map(Filter::BasicAuth),
         "body_deny" => one_arg(d, "body_deny \"TEXT\"").and_then(|w| {
             if w.text.is_empty() {
-                return Err(Diagnostic::error(w.span, "body_deny needs a text to look for")
-                    .with_hint("write the text a refused body contains: body_deny \"<script\""));
+                return Err(
+                    Diagnostic::error(w.span, "body_deny needs a text to look for")
+                        .with_hint("write the text a refused body contains: body_deny \"<script\""),
+                );
             }
             Ok(Filter::BodyDeny(w.text.clone()))
         }),
