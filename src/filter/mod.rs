@@ -194,9 +194,6 @@ pub(crate) struct Cx<'a> {
     pub cors_origin: Option<HeaderValue>,
     /// `compress on|off` ran: it decides over the route's default.
     pub compress: Option<crate::config::Compression>,
-    /// Bodies a filter watches as they stream (`body_deny` past its hold): a refusal
-    /// there replaces the handler's answer.
-    pub body_watched: Vec<hold::Refused>,
 }
 
 impl<'a> Cx<'a> {
@@ -215,7 +212,6 @@ impl<'a> Cx<'a> {
             request_id: None,
             cors_origin: None,
             compress: None,
-            body_watched: Vec::new(),
         }
     }
 

@@ -18,7 +18,7 @@ use http::{Request, Response, StatusCode, Uri};
 use crate::body::Body;
 use crate::config::template::Values;
 use crate::config::{Compression, Template};
-use crate::filter::hold::Stopped;
+use crate::filter::hold::{Refused, Stopped};
 use crate::filter::{Action, Cx, Stage, Step, Vars};
 use crate::proxy;
 use crate::reply::{date, local_response};
@@ -138,7 +138,10 @@ async fn run(
     let received = matches!(route.handler, Handler::FastCgi(_) | Handler::Files(_))
         .then(|| req.uri().path_and_query().cloned())
         .flatten();
-    let (ran, early) = request_phase(route, &mut req, &mut cx).await;
+    // Bodies a filter watches as they stream (`body_deny` past its hold): a refusal
+    // there replaces the handler's answer.
+    let mut watched = Vec::new();
+    let (ran, early) = request_phase(route, &mut req, &mut cx, &mut watched).await;
     let mut resp = match early {
         Some(r) => r,
         None => {
@@ -146,7 +149,7 @@ async fn run(
                 set_path(&mut req, path);
             }
             let resp = call_handler(gen, route, req, client, &cx, slots, offer, received).await;
-            match cx.body_watched.iter().find(|w| w.happened()) {
+            match watched.iter().find(|w| w.happened()) {
                 // The body was cut off past the hold: whatever the handler made of
                 // that, the client gets the filter's refusal.
                 Some(w) => (w.refuse)(),
@@ -154,7 +157,9 @@ async fn run(
             }
         }
     };
-    response_phase(route, ran, &mut resp, &cx);
+    if ran != 0 {
+        response_phase(route, ran, &mut resp, &cx);
+    }
     match cx.compress.unwrap_or(route.compress) {
         Compression::Off => resp,
         mode => crate::filter::compress::apply(
@@ -196,6 +201,7 @@ async fn request_phase(
     route: &Route,
     req: &mut Request<Body>,
     cx: &mut Cx<'_>,
+    watched: &mut Vec<Refused>,
 ) -> (u128, Option<Response<Body>>) {
     let mut ran: u128 = 0;
     let mut i = 0;
@@ -205,7 +211,7 @@ async fn request_phase(
             continue;
         }
         ran |= 1 << i;
-        match stage(route, st, req, cx).await {
+        match stage(route, st, req, cx, watched).await {
             Next::Stage(Some(j)) => i = j,
             Next::Stage(None) => i += 1,
             Next::Answer(resp) => return (ran, Some(resp)),
@@ -267,7 +273,13 @@ enum Next {
 
 /// One filter's request phase, with its whole body read first if it asks, its
 /// deferred decision awaited, its failure mode and its branches applied.
-async fn stage(route: &Route, st: &Stage, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Next {
+async fn stage(
+    route: &Route,
+    st: &Stage,
+    req: &mut Request<Body>,
+    cx: &mut Cx<'_>,
+    watched: &mut Vec<Refused>,
+) -> Next {
     if let Some(cap) = st.filter.whole_body() {
         let body = std::mem::replace(req.body_mut(), Body::Empty);
         match crate::filter::read_whole(body, cap).await {
@@ -283,10 +295,12 @@ async fn stage(route: &Route, st: &Stage, req: &mut Request<Body>, cx: &mut Cx<'
     {
         let refuse = h.refuse;
         let body = std::mem::replace(req.body_mut(), Body::Empty);
-        match crate::filter::hold::hold(body, h).await {
-            Ok((b, watched)) => {
+        // Boxed: a held body's read is a large future, which would otherwise make
+        // every request's future (and its copies) as large.
+        match Box::pin(crate::filter::hold::hold(body, h)).await {
+            Ok((b, refused)) => {
                 *req.body_mut() = b;
-                cx.body_watched.extend(watched);
+                watched.extend(refused);
             }
             Err(Stopped::Refused) => held = Some(Step::answer(refuse())),
             Err(Stopped::Failed(resp)) => return Next::Answer(resp),

@@ -34,8 +34,10 @@ pub(crate) struct BackendConn {
     buf: BytesMut,
     /// Where request heads are encoded; kept small between requests.
     wbuf: Vec<u8>,
-    /// A connection to a named origin: the address the name gave, and until when.
-    pub named: Option<Named>,
+    /// A connection to a named origin: the address the name gave, and until when
+    /// (boxed: a connection to a literal address, the common case, stays small to
+    /// move).
+    pub named: Option<Box<Named>>,
 }
 
 /// The address a name resolved to when a connection was opened, and until when the

@@ -98,17 +98,43 @@ impl Pool {
                 }
             }
             if opening.is_none() && want == (Want::Request { fresh: false }) {
-                while let Some(mut conn) = peer.idle.checkout(self.cfg.keepalive.idle_timeout) {
-                    if let Some(named) = conn.named.filter(Named::expired) {
-                        match Box::pin(self.reconfirmed(i, named)).await {
-                            Some(renewed) => conn.named = Some(renewed),
-                            None => continue,
-                        }
+                if let Some(conn) = peer.idle.checkout(self.cfg.keepalive.idle_timeout) {
+                    if conn.named.as_ref().is_none_or(|n| !n.expired()) {
+                        return Ok(Connection::Http1 { conn, reused: true });
                     }
-                    return Ok(Connection::Http1 { conn, reused: true });
+                    // Boxed: a lookup is a large future, and rare.
+                    return Box::pin(self.reuse_renamed(i, conn)).await;
                 }
             }
             return self.dial(i, want, opening).await;
+        }
+    }
+
+    /// A kept HTTP/1.1 connection to peer `i` whose name's answer expired: reused if
+    /// the name still points at it; else closed, and so on down the idle list, then a
+    /// fresh connection.
+    async fn reuse_renamed(
+        &self,
+        i: usize,
+        mut conn: BackendConn,
+    ) -> Result<Connection, ConnectError> {
+        let peer = &self.peers()[i];
+        loop {
+            if let Some(named) = conn.named.as_deref_mut() {
+                if named.expired() {
+                    match self.reconfirmed(i, *named).await {
+                        Some(renewed) => *named = renewed,
+                        None => match peer.idle.checkout(self.cfg.keepalive.idle_timeout) {
+                            Some(next) => {
+                                conn = next;
+                                continue;
+                            }
+                            None => return self.dial(i, Want::Request { fresh: true }, None).await,
+                        },
+                    }
+                }
+            }
+            return Ok(Connection::Http1 { conn, reused: true });
         }
     }
 

@@ -130,7 +130,7 @@ pub(crate) async fn connect_peer(
                     return Ok(Dialed::H2(session));
                 }
                 let mut conn = BackendConn::new(Stream::Tls(Box::new(TlsConn::new(s))));
-                conn.named = a.named(ip);
+                conn.named = a.named(ip).map(Box::new);
                 Ok(Dialed::H1(conn))
             }
             _ => connect_to(&to, dest, connect_timeout).await.map(Dialed::H1),
@@ -286,7 +286,7 @@ async fn connect_to(to: &To<'_>, dest: &Dest, budget: Duration) -> Result<Backen
         To::Tcp(a) => {
             let (s, ip) = tcp(a, dest, budget).await?;
             let mut conn = BackendConn::new(Stream::Tcp(s));
-            conn.named = a.named(ip);
+            conn.named = a.named(ip).map(Box::new);
             Ok(conn)
         }
         To::Unix(path) => {

@@ -101,28 +101,33 @@ pub(super) fn filter_line(d: &Directive) -> Res<FilterLine> {
                 [] => return Err(missing_after(kw, "failure open|closed")),
                 [_, x, ..] => return Err(extra(x, "write: failure open|closed")),
             },
-            _ => match args {
-                [w] => {
-                    if !w
-                        .text
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-                    {
-                        return Err(expected(w, "a name of letters, digits, `_` and `-`"));
-                    }
-                    if w.text == "handler" {
-                        return Err(Diagnostic::error(w.span, "`handler` is a reserved name")
-                            .with_hint("`skip_to handler` goes straight to the route's handler; name this filter otherwise"));
-                    }
-                    line.name = Some(w.text.clone());
-                }
-                [] => return Err(missing_after(kw, "name NAME")),
-                [_, x, ..] => return Err(extra(x, "write: name NAME")),
-            },
+            _ => line.name = Some(filter_name(kw, args)?),
         }
         rest = next;
     }
     Ok(line)
+}
+
+/// `name NAME`: letters, digits, `_` and `-`; `handler` is reserved.
+fn filter_name(kw: &Word, args: &[Word]) -> Res<String> {
+    match args {
+        [w] => {
+            if !w
+                .text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            {
+                return Err(expected(w, "a name of letters, digits, `_` and `-`"));
+            }
+            if w.text == "handler" {
+                return Err(Diagnostic::error(w.span, "`handler` is a reserved name")
+                    .with_hint("`skip_to handler` goes straight to the route's handler; name this filter otherwise"));
+            }
+            Ok(w.text.clone())
+        }
+        [] => Err(missing_after(kw, "name NAME")),
+        [_, x, ..] => Err(extra(x, "write: name NAME")),
+    }
 }
 
 fn missing_after(kw: &Word, usage: &str) -> Diagnostic {
