@@ -35,6 +35,8 @@ pub(crate) struct Counters {
     pub access_denied: AtomicU64,
     /// 403 from `body_deny`.
     pub body_denied: AtomicU64,
+    /// Answers of a site or route in maintenance.
+    pub maintenance_answers: AtomicU64,
     /// 429 from `rate_limit`.
     pub rate_limited: AtomicU64,
     /// 401 from `basic_auth`.
@@ -59,6 +61,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     tls_handshake_failures: AtomicU64::new(0),
     access_denied: AtomicU64::new(0),
     body_denied: AtomicU64::new(0),
+    maintenance_answers: AtomicU64::new(0),
     rate_limited: AtomicU64::new(0),
     unauthorized: AtomicU64::new(0),
     filter_failures: AtomicU64::new(0),

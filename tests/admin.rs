@@ -65,7 +65,13 @@ async fn status_metrics_and_the_dashboard() {
     let st = json(&admin_get(admin, "/status").await);
     assert_eq!(st["revision"], 1);
     assert_eq!(st["listeners"][0], s.addr.to_string());
-    assert_eq!(st["sites"], serde_json::json!(["app.test", "*"]));
+    assert_eq!(
+        st["sites"],
+        serde_json::json!([
+            {"name": "app.test", "maintenance": false},
+            {"name": "*", "maintenance": false}
+        ])
+    );
     assert_eq!(st["tunnels_open"], 0);
     assert_eq!(
         st["out_of_ports"], 0,

@@ -199,6 +199,16 @@ async fn the_dashboard_renders_in_a_real_browser() {
     let admin = s.admin();
     // The first peer of the site's pool is down: one request takes it out of rotation.
     assert_eq!(get_host(s.addr, "shop.test", "/").await.text(), "up");
+    let on = br#"{"site": "shop.test", "on": true}"#;
+    let r = request(
+        admin,
+        "POST",
+        "/maintenance",
+        &[("Content-Type", "application/json")],
+        on,
+    )
+    .await;
+    assert_eq!(r.status, 200);
     let dir = TempDir::new();
     let shot = dir.0.join("dashboard.png");
     let url = format!("http://{admin}/");
@@ -237,6 +247,7 @@ async fn the_dashboard_renders_in_a_real_browser() {
         "the down peer shows as down:\n{dom}"
     );
     assert!(dom.contains("revision 1"), "{dom}");
+    assert!(dom.contains("sites: shop.test (maintenance)"), "{dom}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

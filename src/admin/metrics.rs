@@ -218,6 +218,55 @@ fn pool_metrics(o: &mut String, pools: &[&Arc<Pool>]) {
     }
 }
 
+/// The process-wide counters of refusals and limits: name, counter, help.
+static REFUSALS: &[(&str, &AtomicU64, &str)] = &[
+    (
+        "sluice_out_of_ports_total",
+        &COUNTERS.out_of_ports,
+        "dials refused for want of local ports or descriptors",
+    ),
+    (
+        "sluice_limit_rejections_total",
+        &COUNTERS.limit_rejections,
+        "requests refused at a pool's limit",
+    ),
+    (
+        "sluice_tls_handshake_failures_total",
+        &COUNTERS.tls_handshake_failures,
+        "client TLS handshakes that failed or timed out",
+    ),
+    (
+        "sluice_access_denied_total",
+        &COUNTERS.access_denied,
+        "requests refused 403 by allow/deny",
+    ),
+    (
+        "sluice_maintenance_answers_total",
+        &COUNTERS.maintenance_answers,
+        "requests answered by a site or route in maintenance",
+    ),
+    (
+        "sluice_body_denied_total",
+        &COUNTERS.body_denied,
+        "requests refused 403 by body_deny",
+    ),
+    (
+        "sluice_rate_limited_total",
+        &COUNTERS.rate_limited,
+        "requests refused 429 by rate_limit",
+    ),
+    (
+        "sluice_unauthorized_total",
+        &COUNTERS.unauthorized,
+        "requests refused 401 by basic_auth",
+    ),
+    (
+        "sluice_filter_failures_total",
+        &COUNTERS.filter_failures,
+        "filters that could not decide (their failure mode applied)",
+    ),
+];
+
 /// Process-wide counters: tunnels, refusals by reason, the access log.
 fn counters(o: &mut String) {
     head(
@@ -227,48 +276,7 @@ fn counters(o: &mut String) {
         "open upgraded connections",
     );
     let _ = writeln!(o, "sluice_tunnels_open {}", get(&crate::tunnel::OPEN));
-    for (name, c, help) in [
-        (
-            "sluice_out_of_ports_total",
-            &COUNTERS.out_of_ports,
-            "dials refused for want of local ports or descriptors",
-        ),
-        (
-            "sluice_limit_rejections_total",
-            &COUNTERS.limit_rejections,
-            "requests refused at a pool's limit",
-        ),
-        (
-            "sluice_tls_handshake_failures_total",
-            &COUNTERS.tls_handshake_failures,
-            "client TLS handshakes that failed or timed out",
-        ),
-        (
-            "sluice_access_denied_total",
-            &COUNTERS.access_denied,
-            "requests refused 403 by allow/deny",
-        ),
-        (
-            "sluice_body_denied_total",
-            &COUNTERS.body_denied,
-            "requests refused 403 by body_deny",
-        ),
-        (
-            "sluice_rate_limited_total",
-            &COUNTERS.rate_limited,
-            "requests refused 429 by rate_limit",
-        ),
-        (
-            "sluice_unauthorized_total",
-            &COUNTERS.unauthorized,
-            "requests refused 401 by basic_auth",
-        ),
-        (
-            "sluice_filter_failures_total",
-            &COUNTERS.filter_failures,
-            "filters that could not decide (their failure mode applied)",
-        ),
-    ] {
+    for &(name, c, help) in REFUSALS {
         head(o, name, "counter", help);
         let _ = writeln!(o, "{name} {}", get(c));
     }

@@ -1,6 +1,7 @@
 //! What sluice shows an operator: the admin API on its own listener (never a site
 //! listener; `admin ADDR`, default 127.0.0.1:2019, `admin off`), with `GET /status`,
-//! `GET /metrics`, `POST /reload`, `GET /revisions`, `POST /rollback/N` and the
+//! `GET /metrics`, `POST /reload`, `GET /revisions`, `POST /rollback/N`,
+//! `POST /maintenance` and the
 //! dashboard at `GET /`; and the log lines (`log`).
 //!
 //! Every request must name the API by its own address or a loopback name (`421`
@@ -166,18 +167,56 @@ async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
             )
         }
         (&Method::POST, "/reload") => command(api, Command::Reload).await,
+        (&Method::POST, "/maintenance") => maintenance(api, req).await,
         (&Method::POST, p) if p.starts_with("/rollback/") => {
             match p["/rollback/".len()..].parse::<u64>() {
                 Ok(n) => command(api, |tx| Command::Rollback(n, tx)).await,
                 Err(_) => json_reply(StatusCode::NOT_FOUND, &json!({"error": "no such revision"})),
             }
         }
-        (_, "/" | "/status" | "/metrics" | "/revisions" | "/reload") => json_reply(
-            StatusCode::METHOD_NOT_ALLOWED,
-            &json!({"error": "method not allowed"}),
-        ),
+        (_, "/" | "/status" | "/metrics" | "/revisions" | "/reload" | "/maintenance") => {
+            json_reply(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &json!({"error": "method not allowed"}),
+            )
+        }
         _ => json_reply(StatusCode::NOT_FOUND, &json!({"error": "not found"})),
     }
+}
+
+/// `POST /maintenance {"site": HOST, "on": bool}`: switches a site's maintenance on
+/// or off until the next reload (any of the site's names, as written, finds it).
+async fn maintenance(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    use http_body_util::BodyExt as _;
+    let bad = |why: &str| json_reply(StatusCode::BAD_REQUEST, &json!({ "error": why }));
+    let Ok(body) = http_body_util::Limited::new(req.into_body(), 64 * 1024)
+        .collect()
+        .await
+    else {
+        return bad("the body could not be read (at most 64 KiB)");
+    };
+    let asked: serde_json::Value = match serde_json::from_slice(&body.to_bytes()) {
+        Ok(v) => v,
+        Err(e) => return bad(&format!("the body is not JSON: {e}")),
+    };
+    let (Some(host), Some(on)) = (asked["site"].as_str(), asked["on"].as_bool()) else {
+        return bad(r#"write {"site": "HOST", "on": true|false}"#);
+    };
+    let gen = api.live.load();
+    let host = host.to_ascii_lowercase();
+    let Some(site) = gen.sites.list.iter().find(|s| s.hosts.contains(&host)) else {
+        return json_reply(
+            StatusCode::NOT_FOUND,
+            &json!({"error": format!("no site is named {host}")}),
+        );
+    };
+    site.maintenance.set(on);
+    tracing::info!(
+        "sluice: site {}: maintenance switched {} through the admin API (until the next reload)",
+        site.name,
+        if on { "on" } else { "off" }
+    );
+    json_reply(StatusCode::OK, &json!({"site": host, "on": on}))
 }
 
 async fn command(

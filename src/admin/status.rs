@@ -11,7 +11,12 @@ use crate::runtime::Generation;
 use crate::upstream::{Peer, Pool};
 
 pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> Value {
-    let sites: Vec<&str> = gen.sites.list.iter().map(|s| s.name.as_str()).collect();
+    let sites: Vec<Value> = gen
+        .sites
+        .list
+        .iter()
+        .map(|s| json!({"name": s.name, "maintenance": s.in_maintenance()}))
+        .collect();
     let pools: Vec<Value> = gen.pools().map(|p| pool(p)).collect();
     json!({
         "revision": revision,

@@ -194,6 +194,90 @@ pub struct Site {
     pub routes: Vec<Route>,
     /// `tls CERT KEY`: served by SNI on `tls` listeners.
     pub tls: Option<SiteTls>,
+    /// `maintenance …` on the site: its routes answer it (a route's own wins).
+    pub maintenance: Option<Maintenance>,
+    /// `https_redirect [CODE]`: plain-listener requests are sent to `https://`.
+    pub https_redirect: Option<HttpsRedirect>,
+    /// `hsts MAX_AGE [subdomains] [preload]`: on every response over TLS.
+    pub hsts: Option<Hsts>,
+    /// `http_versions 1.1 2 [3]` (default all).
+    pub versions: HttpVersions,
+}
+
+/// `maintenance [CODE] [BODY | file FILE] [allow CIDR...]`.
+#[derive(Debug, Clone)]
+pub struct Maintenance {
+    /// 400..=599 (default 503).
+    pub status: StatusCode,
+    pub body: bytes::Bytes,
+    /// `text/plain; charset=utf-8` for a written body, by extension for a file.
+    pub content_type: String,
+    /// Clients (after `trust`) served as usual.
+    pub allow: Vec<IpNet>,
+    pub span: Span,
+}
+
+impl Maintenance {
+    /// `POST /maintenance` on a site that has no `maintenance` line: 503, the default
+    /// body, nobody let through.
+    pub fn default_answer() -> Maintenance {
+        Maintenance {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            body: bytes::Bytes::from_static(b"Down for maintenance\n"),
+            content_type: "text/plain; charset=utf-8".into(),
+            allow: Vec::new(),
+            span: Span::default(),
+        }
+    }
+}
+
+/// `https_redirect [301|302|307|308]`, with the port the redirect names.
+#[derive(Debug, Clone)]
+pub struct HttpsRedirect {
+    pub status: StatusCode,
+    /// The first `tls` listener's port (left out of the URL when 443).
+    pub port: u16,
+    pub span: Span,
+}
+
+/// `hsts MAX_AGE [subdomains] [preload]`.
+#[derive(Debug, Clone)]
+pub struct Hsts {
+    pub max_age: Duration,
+    pub subdomains: bool,
+    pub preload: bool,
+}
+
+impl Hsts {
+    /// The `Strict-Transport-Security` value.
+    pub fn value(&self) -> String {
+        let mut v = format!("max-age={}", self.max_age.as_secs());
+        if self.subdomains {
+            v.push_str("; includeSubDomains");
+        }
+        if self.preload {
+            v.push_str("; preload");
+        }
+        v
+    }
+}
+
+/// `http_versions 1.1 2 [3]`: what a site is served over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpVersions {
+    pub h1: bool,
+    pub h2: bool,
+    pub h3: bool,
+}
+
+impl Default for HttpVersions {
+    fn default() -> Self {
+        HttpVersions {
+            h1: true,
+            h2: true,
+            h3: true,
+        }
+    }
 }
 
 /// A site's certificate pair, checked and loaded when the config is.
@@ -223,6 +307,8 @@ pub struct Route {
     pub matchers: Vec<Matcher>,
     pub filters: Vec<FilterLine>,
     pub handler: Option<Handler>,
+    /// `maintenance …` in the route (wins over the site's).
+    pub maintenance: Option<Maintenance>,
     pub span: Span,
 }
 

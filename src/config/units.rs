@@ -70,7 +70,9 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     let bad = || {
         err(
             format!("`{text}` is not a duration"),
-            Some("write a whole number with ms, s, m or h, like 500ms, 30s or 1m30s".into()),
+            Some(
+                "write a whole number with ms, s, m, h or d, like 500ms, 30s, 1m30s or 365d".into(),
+            ),
         )
     };
     if text.is_empty() {
@@ -107,6 +109,8 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, UnitError> {
             (1, Duration::from_secs(60))
         } else if rest.starts_with('h') {
             (1, Duration::from_secs(3600))
+        } else if rest.starts_with('d') {
+            (1, Duration::from_secs(86_400))
         } else if rest.starts_with('.') {
             return Err(err(
                 format!("duration `{text}` has a fraction"),

@@ -23,10 +23,13 @@ use crate::filter::{Action, Cx, Stage, Step, Vars};
 use crate::proxy;
 use crate::reply::{date, local_response};
 use crate::route::path::{normalize, normalize_host};
-use crate::route::{Handler, Probe, Route};
+use crate::route::{Handler, Probe, Route, Site};
 use crate::runtime::{Generation, Live};
 use crate::stats::{bump, COUNTERS};
 pub(crate) use crate::upstream::Served;
+
+mod controls;
+pub(crate) use controls::Http11Required;
 
 /// What the connection tells the pipeline about its client, rendered once per
 /// connection.
@@ -116,15 +119,36 @@ struct Slots {
 
 async fn run(
     gen: &Generation,
+    req: Request<Body>,
+    client: &ClientInfo,
+    slots: &Slots,
+    offer: Offer,
+) -> Response<Body> {
+    let Some(site) = find_site(gen, &req) else {
+        bump(&COUNTERS.unknown_site);
+        return local_response(StatusCode::MISDIRECTED_REQUEST, "unknown site\n");
+    };
+    let mut resp = in_site(gen, site, req, client, slots, offer).await;
+    controls::hsts(site, client, &mut resp);
+    resp
+}
+
+/// A request for `site`: its controls, its route's filters and handler.
+async fn in_site(
+    gen: &Generation,
+    site: &Site,
     mut req: Request<Body>,
     client: &ClientInfo,
     slots: &Slots,
     offer: Offer,
 ) -> Response<Body> {
-    let (route, normalized) = match find_route(gen, &req) {
+    let (route, normalized) = match find_route(gen, site, &req, client) {
         Ok(found) => found,
-        Err((status, body)) => return local_response(status, body),
+        Err(resp) => return *resp,
     };
+    if let Some(resp) = controls::maintenance(gen, site, Some(route), &req, client) {
+        return resp;
+    }
     let vars = route.uses_placeholders.then(|| vars(&req, client));
     let client_ip = if route.uses_client_ip {
         gen.client_ip(client.addr.ip(), req.headers())
@@ -250,7 +274,9 @@ fn response_phase(route: &Route, ran: u128, resp: &mut Response<Body>, cx: &Cx<'
             continue;
         }
         st.filter.on_response(resp, cx);
-        if let Some((code, body)) = &st.on_matched {
+        // A `101` is not replaced: the connection is already another protocol's.
+        let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+        if let Some((code, body)) = st.on_matched.as_ref().filter(|_| !switching) {
             tracing::debug!(
                 "sluice: {}: {} (line {}) replaced a {} response with {}",
                 route.name,
@@ -392,30 +418,42 @@ fn reject(code: StatusCode, body: bytes::Bytes) -> Response<Body> {
     r
 }
 
-/// The route for the request's normalised host and path, and the normalised path when
-/// it differs from the target's. `Err`: the status and body of sluice's own answer
-/// (400, 421, 404).
-fn find_route<'g>(
-    gen: &'g Generation,
-    req: &Request<Body>,
-) -> Result<(&'g Route, Option<String>), (StatusCode, &'static str)> {
-    let raw_host = req
-        .headers()
+/// The site for the request's normalised host.
+fn find_site<'g>(gen: &'g Generation, req: &Request<Body>) -> Option<&'g Site> {
+    gen.sites.find(&normalize_host(host_of(req)))
+}
+
+fn host_of(req: &Request<Body>) -> &str {
+    req.headers()
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let Some(site) = gen.sites.find(&normalize_host(raw_host)) else {
-        bump(&COUNTERS.unknown_site);
-        return Err((StatusCode::MISDIRECTED_REQUEST, "unknown site\n"));
-    };
+        .unwrap_or("")
+}
+
+/// The route in `site` for the request's normalised path, and the normalised path when
+/// it differs from the target's. `Err`: sluice's own answer (400, 404), or the site's
+/// controls' (a version it is not served over, the redirect to HTTPS, maintenance).
+fn find_route<'g>(
+    gen: &'g Generation,
+    site: &'g Site,
+    req: &Request<Body>,
+    client: &ClientInfo,
+) -> Result<(&'g Route, Option<String>), Box<Response<Body>>> {
     let path = match normalize(req.uri().path()) {
         Ok(p) => p,
         Err(why) => {
             bump(&COUNTERS.bad_request);
             tracing::debug!("sluice: refused path {:?}: {why}", req.uri().path());
-            return Err((StatusCode::BAD_REQUEST, "Bad request: invalid path\n"));
+            return Err(Box::new(local_response(
+                StatusCode::BAD_REQUEST,
+                "Bad request: invalid path\n",
+            )));
         }
     };
+    let host = normalize_host(host_of(req));
+    if let Some(early) = controls::before_route(site, req, &path, &host, client) {
+        return Err(Box::new(early));
+    }
     let probe = Probe {
         path: &path,
         method: req.method(),
@@ -423,8 +461,14 @@ fn find_route<'g>(
         query: req.uri().query(),
     };
     let Some(route) = site.find(&probe) else {
+        if let Some(m) = controls::maintenance(gen, site, None, req, client) {
+            return Err(Box::new(m));
+        }
         bump(&COUNTERS.no_route);
-        return Err((StatusCode::NOT_FOUND, "Not found\n"));
+        return Err(Box::new(local_response(
+            StatusCode::NOT_FOUND,
+            "Not found\n",
+        )));
     };
     let normalized = match path {
         std::borrow::Cow::Owned(p) => Some(p),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, Method, StatusCode};
 
-use crate::config::{PathPattern, Template};
+use crate::config::{Maintenance, PathPattern, Template};
 use crate::filter::cond::{header_matches, query_matches};
 use crate::filter::Stage;
 use crate::upstream::Pool;
@@ -28,7 +28,38 @@ pub(crate) struct Sites {
 
 pub(crate) struct Site {
     pub name: String,
+    /// Every name of the site as written, lower case (`*`, `*.example.com` too).
+    pub hosts: Vec<String>,
     pub routes: Vec<Route>,
+    /// `POST /maintenance` for this site since the last reload.
+    pub maintenance: Toggle,
+    /// The site's own `maintenance` (what routes without their own answer).
+    pub own_maintenance: Option<Arc<Maintenance>>,
+    /// `https_redirect`: the status and the TLS port.
+    pub https_redirect: Option<(StatusCode, u16)>,
+    /// `hsts`: the `Strict-Transport-Security` value for responses over TLS.
+    pub hsts: Option<http::HeaderValue>,
+    pub versions: crate::config::HttpVersions,
+}
+
+/// A site's maintenance switch at run time: as configured, or forced on or off by the
+/// admin API until the next reload.
+#[derive(Default)]
+pub(crate) struct Toggle(std::sync::atomic::AtomicU8);
+
+const AS_CONFIGURED: u8 = 0;
+const FORCED_ON: u8 = 1;
+const FORCED_OFF: u8 = 2;
+
+impl Toggle {
+    pub(crate) fn set(&self, on: bool) {
+        let v = if on { FORCED_ON } else { FORCED_OFF };
+        self.0.store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn get(&self) -> u8 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 pub(crate) struct Route {
@@ -47,6 +78,8 @@ pub(crate) struct Route {
     pub compress: crate::config::Compression,
     /// `compress` or a `compress on` filter: the request's `Accept-Encoding` is kept.
     pub may_compress: bool,
+    /// The route's `maintenance`, else its site's.
+    pub maintenance: Option<Arc<Maintenance>>,
 }
 
 pub(crate) enum Matcher {
@@ -145,6 +178,36 @@ impl Default for Sites {
 }
 
 impl Site {
+    /// What `route` answers while in maintenance, if it is (`None`: no route
+    /// matched): its own or the site's setting; forced on without one, the default
+    /// answer; forced off, nothing.
+    pub(crate) fn maintenance_for<'s>(
+        &'s self,
+        route: Option<&'s Route>,
+    ) -> Option<&'s Maintenance> {
+        static DEFAULT: std::sync::OnceLock<Maintenance> = std::sync::OnceLock::new();
+        let configured = match route {
+            Some(r) => r.maintenance.as_deref(),
+            None => self.own_maintenance.as_deref(),
+        };
+        match self.maintenance.get() {
+            AS_CONFIGURED => configured,
+            FORCED_ON => {
+                Some(configured.unwrap_or_else(|| DEFAULT.get_or_init(Maintenance::default_answer)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the site is in maintenance as `/status` shows it: forced, or by its own
+    /// `maintenance` line.
+    pub(crate) fn in_maintenance(&self) -> bool {
+        match self.maintenance.get() {
+            AS_CONFIGURED => self.own_maintenance.is_some(),
+            v => v == FORCED_ON,
+        }
+    }
+
     /// The first route whose pattern (on the normalised path) and matchers pass.
     pub(crate) fn find(&self, probe: &Probe<'_>) -> Option<&Route> {
         self.routes

@@ -98,6 +98,8 @@ pub(crate) struct SniCerts {
     suffixes: Vec<(String, usize)>,
     any: Option<usize>,
     pub slots: Vec<Arc<CertSlot>>,
+    /// Each slot's site's `http_versions`.
+    versions: Vec<crate::config::HttpVersions>,
 }
 
 impl std::fmt::Debug for SniCerts {
@@ -115,11 +117,13 @@ impl SniCerts {
             suffixes: Vec::new(),
             any: None,
             slots: Vec::new(),
+            versions: Vec::new(),
         };
         for site in sites {
             let Some(t) = &site.tls else { continue };
             let i = c.slots.len();
             c.slots.push(Arc::new(CertSlot::new(&site.name, t)));
+            c.versions.push(site.versions);
             for h in &site.hosts {
                 match h {
                     HostPattern::Exact(name) => {
@@ -136,6 +140,17 @@ impl SniCerts {
 
     /// The slot serving `name` (an SNI host name, any case), or the `*` site's.
     pub(crate) fn choose(&self, name: Option<&str>) -> Option<&Arc<CertSlot>> {
+        self.slots.get(self.index(name)?)
+    }
+
+    /// The `http_versions` of the site serving `name` (all, for no site).
+    pub(crate) fn versions(&self, name: Option<&str>) -> crate::config::HttpVersions {
+        self.index(name)
+            .and_then(|i| self.versions.get(i).copied())
+            .unwrap_or_default()
+    }
+
+    fn index(&self, name: Option<&str>) -> Option<usize> {
         let i = match name.map(|n| n.trim_end_matches('.').to_ascii_lowercase()) {
             Some(n) => self.exact.get(&n).copied().or_else(|| {
                 self.suffixes
@@ -146,7 +161,7 @@ impl SniCerts {
             }),
             None => self.any,
         }?;
-        self.slots.get(i)
+        Some(i)
     }
 }
 
@@ -160,6 +175,28 @@ impl ResolvesServerCert for SniCerts {
 pub(crate) struct Tls {
     pub config: Arc<rustls::ServerConfig>,
     pub certs: Arc<SniCerts>,
+    /// When a site limits its `http_versions`: the configs offering only `http/1.1`
+    /// and only `h2`, chosen by SNI after the ClientHello is read.
+    pub narrowed: Option<Narrowed>,
+}
+
+pub(crate) struct Narrowed {
+    pub h1: Arc<rustls::ServerConfig>,
+    pub h2: Arc<rustls::ServerConfig>,
+}
+
+impl Tls {
+    /// The config for a handshake whose ClientHello names `sni`.
+    pub(crate) fn config_for(&self, sni: Option<&str>) -> &Arc<rustls::ServerConfig> {
+        let (Some(n), v) = (&self.narrowed, self.certs.versions(sni)) else {
+            return &self.config;
+        };
+        match (v.h1, v.h2) {
+            (true, false) => &n.h1,
+            (false, true) => &n.h2,
+            _ => &self.config,
+        }
+    }
 }
 
 /// TLS 1.3 and 1.2 with ring's default suites (AES-GCM and ChaCha20-Poly1305 with
@@ -180,8 +217,23 @@ pub(crate) fn build(sites: &[Site]) -> Option<Tls> {
         .with_cert_resolver(certs.clone());
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     config.ignore_client_order = true;
+    let narrowed = sites
+        .iter()
+        .any(|s| s.tls.is_some() && !(s.versions.h1 && s.versions.h2))
+        .then(|| {
+            let only = |alpn: &[u8]| {
+                let mut c = config.clone();
+                c.alpn_protocols = vec![alpn.to_vec()];
+                Arc::new(c)
+            };
+            Narrowed {
+                h1: only(b"http/1.1"),
+                h2: only(b"h2"),
+            }
+        });
     Some(Tls {
         config: Arc::new(config),
         certs,
+        narrowed,
     })
 }

@@ -59,14 +59,7 @@ impl Generation {
         };
         let mut sites = Sites::new();
         for s in &config.sites {
-            let routes = s.routes.iter().map(|r| route(r, &shared)).collect();
-            sites.add(
-                &s.hosts,
-                Site {
-                    name: s.name.clone(),
-                    routes,
-                },
-            );
+            sites.add(&s.hosts, site(s, &shared));
         }
         let tcp = config
             .tcp
@@ -191,18 +184,9 @@ impl Shared<'_> {
     }
 }
 
-fn route(r: &config::Route, shared: &Shared) -> Route {
-    let mut filters: Vec<Stage> = r
-        .filters
-        .iter()
-        .map(|l| stage(l, &r.name, shared))
-        .collect();
-    // A `compress` filter that runs decides; else the proxy's own setting; else on.
-    let compress = match &r.handler {
-        Some(config::Handler::Proxy(p)) => p.compress,
-        _ => Compression::On,
-    };
-    let handler = match &r.handler {
+/// A route's handler; a proxy's own `max_body` joins `filters` as the last.
+fn handler(r: &config::Route, shared: &Shared, filters: &mut Vec<Stage>) -> Handler {
+    match &r.handler {
         Some(config::Handler::Proxy(p)) => {
             // The proxy's own `max_body` runs as the route's last filter: one place.
             if let Some(max) = p.max_body {
@@ -234,8 +218,59 @@ fn route(r: &config::Route, shared: &Shared) -> Route {
             crate::fastcgi::FastCgi::new(r.name.clone(), (**c).clone(), shared.dns.clone()),
         )),
         None => Handler::None,
+    }
+}
+
+/// A site: its routes, and its controls (maintenance, redirect, HSTS, versions).
+fn site(s: &config::Site, shared: &Shared) -> Site {
+    let own = s.maintenance.clone().map(Arc::new);
+    let routes = s
+        .routes
+        .iter()
+        .map(|r| route(r, shared, own.as_ref()))
+        .collect();
+    Site {
+        name: s.name.clone(),
+        hosts: s
+            .host_words
+            .iter()
+            .map(|(w, _)| w.to_ascii_lowercase())
+            .collect(),
+        routes,
+        maintenance: Default::default(),
+        own_maintenance: own,
+        https_redirect: s.https_redirect.as_ref().map(|r| (r.status, r.port)),
+        hsts: s
+            .hsts
+            .as_ref()
+            .and_then(|h| http::HeaderValue::from_str(&h.value()).ok()),
+        versions: s.versions,
+    }
+}
+
+/// `site_maintenance`: the site's own `maintenance`, for a route without one.
+fn route(
+    r: &config::Route,
+    shared: &Shared,
+    site_maintenance: Option<&Arc<config::Maintenance>>,
+) -> Route {
+    let mut filters: Vec<Stage> = r
+        .filters
+        .iter()
+        .map(|l| stage(l, &r.name, shared))
+        .collect();
+    // A `compress` filter that runs decides; else the proxy's own setting; else on.
+    let compress = match &r.handler {
+        Some(config::Handler::Proxy(p)) => p.compress,
+        _ => Compression::On,
     };
-    let uses_client_ip = filters.iter().any(Stage::uses_client_ip);
+    let handler = handler(r, shared, &mut filters);
+    let maintenance = match &r.maintenance {
+        Some(m) => Some(Arc::new(m.clone())),
+        None => site_maintenance.cloned(),
+    };
+    let uses_client_ip = filters.iter().any(Stage::uses_client_ip)
+        || maintenance.as_ref().is_some_and(|m| !m.allow.is_empty());
     let may_compress = compress != Compression::Off
         || r.filters
             .iter()
@@ -263,6 +298,7 @@ fn route(r: &config::Route, shared: &Shared) -> Route {
         handler,
         uses_placeholders,
         compress,
+        maintenance,
     }
 }
 

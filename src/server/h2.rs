@@ -138,9 +138,36 @@ async fn one_stream(
         served,
         tunnel,
     } = pipeline::handle(&live, req.map(|b| Body::Incoming(b, None)), client, offer).await;
+    websocket_answer(websocket, tunnel, &mut resp, &held, client_addr);
+    if resp
+        .extensions()
+        .get::<pipeline::Http11Required>()
+        .is_some()
+    {
+        // The site is not served over HTTP/2: the client retries over HTTP/1.1.
+        return Err(::h2::Error::from(::h2::Reason::HTTP_1_1_REQUIRED));
+    }
+    crate::stats::count_status(resp.status().as_u16());
+    let logged = logged.map(|mut l| {
+        l.status = resp.status().as_u16();
+        l.served = served;
+        Box::new(l)
+    });
+    Ok(held.on(resp, logged))
+}
+
+/// An extended CONNECT's answer: a tunnel joined to the stream once it upgrades, or a
+/// 502 for a backend that answered 2xx without switching protocols.
+fn websocket_answer(
+    websocket: Option<hyper::upgrade::OnUpgrade>,
+    tunnel: Option<Box<crate::tunnel::Tunnel>>,
+    resp: &mut Response<Body>,
+    held: &Holds,
+    client_addr: std::net::SocketAddr,
+) {
     match (websocket, tunnel) {
         (Some(on_upgrade), Some(tunnel)) => {
-            accepted(&mut resp);
+            accepted(resp);
             // The tunnel keeps the connection busy for as long as it is open.
             let busy = held.stream.clone_open();
             tokio::spawn(async move {
@@ -162,20 +189,13 @@ async fn one_stream(
                 resp.status().as_u16()
             ));
             bump(&COUNTERS.bad_gateway);
-            resp = local_response(
+            *resp = local_response(
                 StatusCode::BAD_GATEWAY,
                 "The backend did not accept the WebSocket\n",
             );
         }
         _ => {}
     }
-    crate::stats::count_status(resp.status().as_u16());
-    let logged = logged.map(|mut l| {
-        l.status = resp.status().as_u16();
-        l.served = served;
-        Box::new(l)
-    });
-    Ok(held.on(resp, logged))
 }
 
 /// A stream refused before the pipeline: too many header fields (431), an

@@ -20,13 +20,29 @@ pub(crate) struct Handshaken {
     pub h2: bool,
 }
 
+/// The handshake, with the one config — or, when a site limits its `http_versions`,
+/// with the config whose ALPN offer is that site's, chosen by the ClientHello's SNI.
+async fn handshake(
+    tls: &Tls,
+    stream: TcpStream,
+) -> std::io::Result<tokio_rustls::server::TlsStream<TcpStream>> {
+    if tls.narrowed.is_none() {
+        return tokio_rustls::TlsAcceptor::from(tls.config.clone())
+            .accept(stream)
+            .await;
+    }
+    let acceptor = rustls::server::Acceptor::default();
+    let start = tokio_rustls::LazyConfigAcceptor::new(acceptor, stream).await?;
+    let config = tls.config_for(start.client_hello().server_name()).clone();
+    start.into_stream(config).await
+}
+
 /// Runs the server handshake with the generation's certificates. `None`: the client
 /// failed it, stalled past the deadline or left; counted, logged at debug only (a scan
 /// of the port must not flood the log).
 pub(crate) async fn accept(tls: &Tls, stream: TcpStream) -> Option<Handshaken> {
     let peer = stream.peer_addr().ok();
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.clone());
-    let r = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+    let r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(tls, stream)).await;
     let why = match r {
         Ok(Ok(s)) => {
             let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2");

@@ -6,6 +6,7 @@
 //! ignored. Warnings are collected beside errors; `--strict` makes them fatal.
 
 mod args;
+mod controls;
 mod filters;
 mod proxy;
 mod route;
@@ -64,6 +65,55 @@ struct Builder {
     proxy_defaults: Vec<Directive>,
     /// `global { retries off }`.
     retries_off: bool,
+}
+
+/// A site block's own settings (its certificate and controls), each at most once, with where it was set.
+#[derive(Default)]
+struct SiteControls {
+    tls: Option<(SiteTls, Span)>,
+    maintenance: Option<(Maintenance, Span)>,
+    https_redirect: Option<(HttpsRedirect, Span)>,
+    hsts: Option<(Hsts, Span)>,
+    versions: Option<(HttpVersions, Span)>,
+}
+
+impl SiteControls {
+    fn site(
+        self,
+        name: String,
+        hosts: Vec<HostPattern>,
+        host_words: Vec<(String, Span)>,
+        routes: Vec<Route>,
+    ) -> Site {
+        Site {
+            name,
+            hosts,
+            host_words,
+            routes,
+            tls: self.tls.map(|t| t.0),
+            maintenance: self.maintenance.map(|m| m.0),
+            https_redirect: self.https_redirect.map(|r| r.0),
+            hsts: self.hsts.map(|h| h.0),
+            versions: self.versions.map_or_else(HttpVersions::default, |v| v.0),
+        }
+    }
+
+    fn read(&mut self, b: &Builder, d: &Directive) -> Res<()> {
+        fn set<T>(slot: &mut Option<(T, Span)>, d: &Directive, v: Res<T>) -> Res<()> {
+            if let Some((_, first)) = slot {
+                return Err(twice(d, *first));
+            }
+            *slot = Some((v?, d.span()));
+            Ok(())
+        }
+        match d.name.text.as_str() {
+            "tls" => set(&mut self.tls, d, b.site_tls(d)),
+            "maintenance" => set(&mut self.maintenance, d, b.maintenance(d)),
+            "https_redirect" => set(&mut self.https_redirect, d, controls::https_redirect(d)),
+            "hsts" => set(&mut self.hsts, d, controls::hsts(d)),
+            _ => set(&mut self.versions, d, controls::http_versions(d)),
+        }
+    }
 }
 
 impl Builder {
@@ -174,11 +224,30 @@ impl Builder {
                 seq: 0,
             });
         }
+        self.redirect_ports(&listeners, &mut sites);
         Config {
             global,
             listeners,
             sites,
             tcp,
+        }
+    }
+
+    /// `https_redirect` names the first `tls` listener's port; a site with it and no
+    /// `tls` listener cannot be redirected anywhere.
+    fn redirect_ports(&mut self, listeners: &[Listen], sites: &mut [Site]) {
+        let port = listeners.iter().find(|l| l.tls).map(|l| l.addr.port());
+        for r in sites.iter_mut().filter_map(|s| s.https_redirect.as_mut()) {
+            match port {
+                Some(p) => r.port = p,
+                None => self.errors.push(
+                    Diagnostic::error(
+                        r.span,
+                        "https_redirect needs a `tls` listener to send clients to",
+                    )
+                    .with_hint("add one: listen :443 tls (and a `tls CERT KEY` for the site)"),
+                ),
+            }
         }
     }
 
@@ -263,7 +332,7 @@ impl Builder {
         let name = d.args[0].text.to_ascii_lowercase();
         let mut routes = Vec::new();
         let mut own: Vec<&Directive> = Vec::new();
-        let mut tls: Option<SiteTls> = None;
+        let mut controls = SiteControls::default();
         // Whether the item before was one of the site's own (an `on` line must follow
         // its filter directly, not across a `route` or `tls` line).
         let mut after_own = false;
@@ -271,7 +340,10 @@ impl Builder {
             if !self.known_here(item, Place::Site) {
                 continue;
             }
-            let own_item = !matches!(item.name.text.as_str(), "route" | "tls");
+            let own_item = !matches!(
+                item.name.text.as_str(),
+                "route" | "tls" | "maintenance" | "https_redirect" | "hsts" | "http_versions"
+            );
             if item.name.text == "on" && !after_own {
                 self.errors.push(
                     Diagnostic::error(item.span(), "`on` follows the filter it branches on")
@@ -288,15 +360,9 @@ impl Builder {
                         routes.push(r);
                     }
                 }
-                "tls" => {
-                    if let Some(first) = &tls {
-                        self.errors.push(twice(item, first.span));
-                        continue;
-                    }
-                    match self.site_tls(item) {
-                        Ok(t) => tls = Some(t),
-                        Err(e) => self.errors.push(e),
-                    }
+                "tls" | "maintenance" | "https_redirect" | "hsts" | "http_versions" => {
+                    let r = controls.read(self, item);
+                    self.push(r);
                 }
                 _ => own.push(item),
             }
@@ -313,13 +379,7 @@ impl Builder {
                 routes.push(r);
             }
         }
-        Some(Site {
-            name,
-            hosts,
-            host_words,
-            routes,
-            tls,
-        })
+        Some(controls.site(name, hosts, host_words, routes))
     }
 
     /// A site's hosts, and each as written with where; a host that cannot be one is an
@@ -340,7 +400,7 @@ impl Builder {
     }
 
     /// `tls CERT KEY`: both files read and checked now, so a bad pair fails the load.
-    fn site_tls(&mut self, d: &Directive) -> Res<SiteTls> {
+    fn site_tls(&self, d: &Directive) -> Res<SiteTls> {
         if d.args.len() != 2 {
             return Err(missing(
                 d,

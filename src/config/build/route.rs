@@ -73,6 +73,7 @@ impl Builder {
             matchers: parts.matchers,
             filters: parts.filters,
             handler: parts.handler.map(|h| h.0),
+            maintenance: parts.maintenance.map(|m| m.0),
             span,
         })
     }
@@ -99,6 +100,13 @@ impl Builder {
         }
         match name {
             "match" => matcher(d).map(|m| parts.matchers.push(m)),
+            "maintenance" => {
+                if let Some((_, first)) = &parts.maintenance {
+                    return Err(twice(d, *first));
+                }
+                parts.maintenance = Some((self.maintenance(d)?, d.span()));
+                Ok(())
+            }
             _ if parts.after_filter => parts.filter(filter_line(d)?),
             "respond" | "redirect" | "proxy" | "files" | "fastcgi" => {
                 let h = match name {
@@ -130,6 +138,7 @@ struct RouteParts<'a> {
     /// The previous line was a filter (or a branch of it): `on` may follow.
     after_filter: bool,
     handler: Option<(Handler, Span)>,
+    maintenance: Option<(Maintenance, Span)>,
 }
 
 impl<'a> RouteParts<'a> {

@@ -1,0 +1,137 @@
+//! A site's operator controls (DESIGN §15.2, §15.8), decided before any filter: the
+//! HTTP versions the site is served over, the redirect of plain requests to HTTPS,
+//! maintenance; and HSTS on every response over TLS on the way out. A site without
+//! them pays a few flag tests.
+
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode, Version};
+
+use super::{ClientInfo, Scheme};
+use crate::body::Body;
+use crate::reply::{date, local_response};
+use crate::route::{Route, Site};
+use crate::runtime::Generation;
+use crate::stats::{bump, COUNTERS};
+
+/// Marks a response the HTTP/2 server turns into `RST_STREAM(HTTP_1_1_REQUIRED)`:
+/// the site is not served over HTTP/2.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Http11Required;
+
+/// Where ACME HTTP-01 challenges are asked: never redirected.
+const ACME_CHALLENGES: &str = "/.well-known/acme-challenge/";
+
+/// Before the route is found: a request over an HTTP version the site excludes, or
+/// on a plain listener of a site that redirects to HTTPS. `path` is normalised.
+pub(super) fn before_route(
+    site: &Site,
+    req: &Request<Body>,
+    path: &str,
+    host: &str,
+    client: &ClientInfo,
+) -> Option<Response<Body>> {
+    let v = site.versions;
+    if !v.h1 && req.version() <= Version::HTTP_11 {
+        return Some(local_response(
+            StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+            "HTTP version not supported: this site is served over HTTP/2\n",
+        ));
+    }
+    if !v.h2 && req.version() == Version::HTTP_2 {
+        let mut r = local_response(
+            StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+            "HTTP/1.1 required\n",
+        );
+        r.extensions_mut().insert(Http11Required);
+        return Some(r);
+    }
+    let (status, port) = site.https_redirect?;
+    if client.scheme == Scheme::Https || path.starts_with(ACME_CHALLENGES) {
+        return None;
+    }
+    Some(to_https(status, port, host, req))
+}
+
+/// `https://HOST[:PORT]` and the path and query as received.
+fn to_https(status: StatusCode, port: u16, host: &str, req: &Request<Body>) -> Response<Body> {
+    let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    let location = match port {
+        443 => format!("https://{host}{pq}"),
+        p => format!("https://{host}:{p}{pq}"),
+    };
+    let mut r = Response::new(Body::Empty);
+    *r.status_mut() = status;
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    r.headers_mut().insert(header::DATE, date());
+    crate::reply::server(r.headers_mut());
+    r
+}
+
+/// The maintenance answer for `route` (`None`: no route matched), unless the site is
+/// not in maintenance or the client (after `trust`) is let through.
+pub(super) fn maintenance(
+    gen: &Generation,
+    site: &Site,
+    route: Option<&Route>,
+    req: &Request<Body>,
+    client: &ClientInfo,
+) -> Option<Response<Body>> {
+    let m = site.maintenance_for(route)?;
+    if !m.allow.is_empty() {
+        let ip = gen.client_ip(client.addr.ip(), req.headers());
+        if crate::filter::cond::in_nets(&m.allow, ip) {
+            return None;
+        }
+    }
+    bump(&COUNTERS.maintenance_answers);
+    let mut r = Response::new(Body::full(m.body.clone()));
+    *r.status_mut() = m.status;
+    let h = r.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&m.content_type) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    h.insert(header::RETRY_AFTER, HeaderValue::from_static("120"));
+    h.insert(header::DATE, date());
+    crate::reply::server(h);
+    Some(r)
+}
+
+/// `hsts`: every response over TLS carries it, sluice's own answers included.
+pub(super) fn hsts(site: &Site, client: &ClientInfo, resp: &mut Response<Body>) {
+    if client.scheme != Scheme::Https {
+        return;
+    }
+    if let Some(v) = &site.hsts {
+        resp.headers_mut()
+            .insert(header::STRICT_TRANSPORT_SECURITY, v.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn location(port: u16, host: &str, target: &str) -> String {
+        let req = Request::get(target).body(Body::Empty).unwrap();
+        let r = to_https(StatusCode::PERMANENT_REDIRECT, port, host, &req);
+        r.headers()[header::LOCATION].to_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn the_https_url_names_the_port_unless_443_and_brackets_ipv6() {
+        assert_eq!(location(443, "app.test", "/a?b"), "https://app.test/a?b");
+        assert_eq!(location(8443, "app.test", "/"), "https://app.test:8443/");
+        assert_eq!(location(443, "::1", "/x"), "https://[::1]/x");
+        assert_eq!(
+            location(8443, "2001:db8::1", "/x"),
+            "https://[2001:db8::1]:8443/x"
+        );
+    }
+}
