@@ -22,12 +22,26 @@ pub(crate) struct Http11Required;
 const ACME_CHALLENGES: &str = "/.well-known/acme-challenge/";
 
 /// Before the route is found: a request over an HTTP version the site excludes, or
-/// on a plain listener of a site that redirects to HTTPS. `path` is normalised.
+/// on a plain listener of a site that redirects to HTTPS (to the normalised Host).
+/// `path` is normalised.
+#[inline]
 pub(super) fn before_route(
     site: &Site,
     req: &Request<Body>,
     path: &str,
-    host: &str,
+    client: &ClientInfo,
+) -> Option<Response<Body>> {
+    if !site.early_controls {
+        return None;
+    }
+    early(site, req, path, client)
+}
+
+#[inline(never)]
+fn early(
+    site: &Site,
+    req: &Request<Body>,
+    path: &str,
     client: &ClientInfo,
 ) -> Option<Response<Body>> {
     let v = site.versions;
@@ -49,7 +63,8 @@ pub(super) fn before_route(
     if client.scheme == Scheme::Https || path.starts_with(ACME_CHALLENGES) {
         return None;
     }
-    Some(to_https(status, port, host, req))
+    let host = crate::route::path::normalize_host(super::host_of(req));
+    Some(to_https(status, port, &host, req))
 }
 
 /// `https://HOST[:PORT]` and the path and query as received.
@@ -76,6 +91,7 @@ fn to_https(status: StatusCode, port: u16, host: &str, req: &Request<Body>) -> R
 
 /// The maintenance answer for `route` (`None`: no route matched), unless the site is
 /// not in maintenance or the client (after `trust`) is let through.
+#[inline]
 pub(super) fn maintenance(
     gen: &Generation,
     site: &Site,
@@ -84,6 +100,16 @@ pub(super) fn maintenance(
     client: &ClientInfo,
 ) -> Option<Response<Body>> {
     let m = site.maintenance_for(route)?;
+    answer_maintenance(gen, m, req, client)
+}
+
+#[inline(never)]
+fn answer_maintenance(
+    gen: &Generation,
+    m: &crate::config::Maintenance,
+    req: &Request<Body>,
+    client: &ClientInfo,
+) -> Option<Response<Body>> {
     if !m.allow.is_empty() {
         let ip = gen.client_ip(client.addr.ip(), req.headers());
         if crate::filter::cond::in_nets(&m.allow, ip) {
@@ -104,14 +130,15 @@ pub(super) fn maintenance(
 }
 
 /// `hsts`: every response over TLS carries it, sluice's own answers included.
-pub(super) fn hsts(site: &Site, client: &ClientInfo, resp: &mut Response<Body>) {
-    if client.scheme != Scheme::Https {
-        return;
+#[inline]
+pub(super) fn hsts(site: &Site, client: &ClientInfo, mut resp: Response<Body>) -> Response<Body> {
+    if client.scheme == Scheme::Https {
+        if let Some(v) = &site.hsts {
+            resp.headers_mut()
+                .insert(header::STRICT_TRANSPORT_SECURITY, v.clone());
+        }
     }
-    if let Some(v) = &site.hsts {
-        resp.headers_mut()
-            .insert(header::STRICT_TRANSPORT_SECURITY, v.clone());
-    }
+    resp
 }
 
 #[cfg(test)]

@@ -119,7 +119,7 @@ struct Slots {
 
 async fn run(
     gen: &Generation,
-    req: Request<Body>,
+    mut req: Request<Body>,
     client: &ClientInfo,
     slots: &Slots,
     offer: Offer,
@@ -128,26 +128,13 @@ async fn run(
         bump(&COUNTERS.unknown_site);
         return local_response(StatusCode::MISDIRECTED_REQUEST, "unknown site\n");
     };
-    let mut resp = in_site(gen, site, req, client, slots, offer).await;
-    controls::hsts(site, client, &mut resp);
-    resp
-}
-
-/// A request for `site`: its controls, its route's filters and handler.
-async fn in_site(
-    gen: &Generation,
-    site: &Site,
-    mut req: Request<Body>,
-    client: &ClientInfo,
-    slots: &Slots,
-    offer: Offer,
-) -> Response<Body> {
+    // Not a nested async fn: awaiting one moves its whole (large) future once more.
     let (route, normalized) = match find_route(gen, site, &req, client) {
         Ok(found) => found,
-        Err(resp) => return *resp,
+        Err(resp) => return controls::hsts(site, client, *resp),
     };
     if let Some(resp) = controls::maintenance(gen, site, Some(route), &req, client) {
-        return resp;
+        return controls::hsts(site, client, resp);
     }
     let vars = route.uses_placeholders.then(|| vars(&req, client));
     let client_ip = if route.uses_client_ip {
@@ -184,7 +171,7 @@ async fn in_site(
     if ran != 0 {
         response_phase(route, ran, &mut resp, &cx);
     }
-    match cx.compress.unwrap_or(route.compress) {
+    let resp = match cx.compress.unwrap_or(route.compress) {
         Compression::Off => resp,
         mode => crate::filter::compress::apply(
             resp,
@@ -193,7 +180,8 @@ async fn in_site(
             mode == Compression::Always,
             asked.authorized,
         ),
-    }
+    };
+    controls::hsts(site, client, resp)
 }
 
 /// What compression needs of the request, taken before the handler takes it.
@@ -423,7 +411,7 @@ fn find_site<'g>(gen: &'g Generation, req: &Request<Body>) -> Option<&'g Site> {
     gen.sites.find(&normalize_host(host_of(req)))
 }
 
-fn host_of(req: &Request<Body>) -> &str {
+pub(super) fn host_of(req: &Request<Body>) -> &str {
     req.headers()
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
@@ -450,8 +438,7 @@ fn find_route<'g>(
             )));
         }
     };
-    let host = normalize_host(host_of(req));
-    if let Some(early) = controls::before_route(site, req, &path, &host, client) {
+    if let Some(early) = controls::before_route(site, req, &path, client) {
         return Err(Box::new(early));
     }
     let probe = Probe {

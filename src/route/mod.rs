@@ -40,6 +40,8 @@ pub(crate) struct Site {
     /// `hsts`: the `Strict-Transport-Security` value for responses over TLS.
     pub hsts: Option<http::HeaderValue>,
     pub versions: crate::config::HttpVersions,
+    /// A version excluded or `https_redirect`: checked before the route is found.
+    pub early_controls: bool,
 }
 
 /// A site's maintenance switch at run time: as configured, or forced on or off by the
@@ -181,6 +183,7 @@ impl Site {
     /// What `route` answers while in maintenance, if it is (`None`: no route
     /// matched): its own or the site's setting; forced on without one, the default
     /// answer; forced off, nothing.
+    #[inline]
     pub(crate) fn maintenance_for<'s>(
         &'s self,
         route: Option<&'s Route>,

@@ -245,6 +245,7 @@ fn site(s: &config::Site, shared: &Shared) -> Site {
             .as_ref()
             .and_then(|h| http::HeaderValue::from_str(&h.value()).ok()),
         versions: s.versions,
+        early_controls: s.https_redirect.is_some() || !(s.versions.h1 && s.versions.h2),
     }
 }
 
