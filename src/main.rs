@@ -52,9 +52,17 @@ enum Command {
     },
     /// Ask a running sluice to reload its config file (POST /reload on its admin API).
     Reload {
-        /// The admin API's address.
-        #[arg(long, default_value = "127.0.0.1:2019")]
-        admin: String,
+        /// The admin API's address (default: the `admin` of --config, else
+        /// 127.0.0.1:2019).
+        #[arg(long)]
+        admin: Option<String>,
+        /// A file holding the admin API's token (else $SLUICE_ADMIN_TOKEN, else the
+        /// token of --config's admin block).
+        #[arg(long)]
+        token_file: Option<String>,
+        /// The running config file, for its admin address and token.
+        #[arg(short, long)]
+        config: Option<String>,
     },
     /// A one-line reverse proxy with no config file.
     Proxy {
@@ -106,7 +114,17 @@ fn main() -> ExitCode {
             }
             demo(&listen, &admin)
         }
-        Command::Reload { admin } => reload(&admin),
+        Command::Reload {
+            admin,
+            token_file,
+            config,
+        } => match reload_target(admin, token_file, config) {
+            Ok((admin, token)) => reload(&admin, token.as_deref()),
+            Err(why) => {
+                eprintln!("sluice reload: {why}");
+                ExitCode::from(1)
+            }
+        },
     }
 }
 
@@ -317,7 +335,39 @@ async fn lookup_names(config: &Config) -> Vec<config::diag::Diagnostic> {
 
 /// `sluice reload`: POST /reload to the admin API; prints the new revision or the
 /// errors; exit 1 when the config is rejected or sluice cannot be reached.
-fn reload(admin: &str) -> ExitCode {
+/// Where `sluice reload` sends its request, and the token it sends: `--admin` and
+/// `--token-file` first, then `$SLUICE_ADMIN_TOKEN`, then `--config`'s admin block.
+fn reload_target(
+    admin: Option<String>,
+    token_file: Option<String>,
+    config: Option<String>,
+) -> Result<(String, Option<String>), String> {
+    let loaded = match &config {
+        Some(path) => Some(config::load_file(path).map_err(|r| r.to_string())?.config),
+        None => None,
+    };
+    let admin = admin
+        .or_else(|| {
+            let c = loaded.as_ref()?;
+            c.global.admin.map(|a| a.to_string())
+        })
+        .unwrap_or_else(|| "127.0.0.1:2019".to_string());
+    let token = match token_file {
+        Some(f) => Some(
+            std::fs::read_to_string(&f)
+                .map_err(|e| format!("--token-file {f}: {e}"))?
+                .trim_end_matches(['\n', '\r'])
+                .to_string(),
+        ),
+        None => std::env::var("SLUICE_ADMIN_TOKEN").ok().or_else(|| {
+            let c = loaded.as_ref()?;
+            c.global.admin_token.as_ref().map(|t| t.0.clone())
+        }),
+    };
+    Ok((admin, token))
+}
+
+fn reload(admin: &str, token: Option<&str>) -> ExitCode {
     use std::io::{Read, Write};
     let addr = if admin.starts_with(':') {
         format!("127.0.0.1{admin}")
@@ -336,8 +386,9 @@ fn reload(admin: &str) -> ExitCode {
     let host = stream
         .peer_addr()
         .map_or_else(|_| addr.clone(), |a| a.to_string());
+    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
     let req = format!(
-        "POST /reload HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+        "POST /reload HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
     );
     let mut out = Vec::new();
     if let Err(e) = stream
@@ -350,6 +401,15 @@ fn reload(admin: &str) -> ExitCode {
     let text = String::from_utf8_lossy(&out);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let ok = head.starts_with("HTTP/1.1 200");
+    if head.starts_with("HTTP/1.1 401") {
+        let why = if token.is_some() {
+            "refused the token given"
+        } else {
+            "needs a token"
+        };
+        eprintln!("sluice reload: the admin API at {addr} {why}: pass --token-file FILE, set SLUICE_ADMIN_TOKEN, or -c the running config file");
+        return ExitCode::from(1);
+    }
     let value: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
     if ok {
         println!("sluice reload: revision {}", value["revision"]);

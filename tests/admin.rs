@@ -127,7 +127,7 @@ async fn status_metrics_and_the_dashboard() {
         .unwrap()
         .starts_with("text/html"));
     assert!(
-        page.text().contains("fetch('/status')"),
+        page.text().contains("fetch('/status'"),
         "the dashboard reads /status live"
     );
 
@@ -304,4 +304,180 @@ async fn cross_site_requests_are_refused() {
         "a JSON POST from a loopback Host: {}",
         r.text()
     );
+}
+
+/// With a token, every admin request but the dashboard page needs `Authorization:
+/// Bearer TOKEN` (`401` otherwise); `sluice reload` finds the token in `--token-file`,
+/// `$SLUICE_ADMIN_TOKEN` or the config's admin block; a reload that changes the
+/// token file changes the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_guards_every_endpoint_but_the_page() {
+    let dir = TempDir::new();
+    let token = dir.write("admin.token", "s3cret-Token_1\n");
+    let text = "listen 127.0.0.1:0\nglobal { admin 127.0.0.1:0 { token_file admin.token } }\nsite * { respond one }\n";
+    let path = dir.write("sluice.conf", text);
+    let p = path.to_str().unwrap().to_string();
+    let tok = token.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let admin = s.admin();
+    let with = |t: &'static str| [("Authorization", t)];
+    let page = admin_get(admin, "/").await;
+    assert_eq!(page.status, 200, "the page itself asks for the token");
+    for path in ["/status", "/metrics", "/revisions"] {
+        let r = admin_get(admin, path).await;
+        assert_eq!(r.status, 401, "{path}");
+        assert_eq!(
+            r.header("www-authenticate"),
+            Some("Bearer realm=\"sluice admin\"")
+        );
+        for wrong in [
+            "Bearer s3cret-Token_",
+            "Bearer s3cret-Token_1x",
+            "Basic s3cret-Token_1",
+            "s3cret-Token_1",
+        ] {
+            let r = request(admin, "GET", path, &[("Authorization", wrong)], b"").await;
+            assert_eq!(r.status, 401, "{path} {wrong}");
+        }
+        let r = request(admin, "GET", path, &with("Bearer s3cret-Token_1"), b"").await;
+        assert_eq!(r.status, 200, "{path}");
+    }
+    assert_eq!(admin_post(admin, "/reload").await.status, 401);
+    let maint = br#"{"site": "*", "on": true}"#;
+    let r = request(
+        admin,
+        "POST",
+        "/maintenance",
+        &[("Content-Type", "application/json")],
+        maint,
+    )
+    .await;
+    assert_eq!(r.status, 401);
+    assert_eq!(get(s.addr, "/").await.text(), "one", "nothing was switched");
+    // sluice reload: no token, then each way of giving it.
+    let reload = |args: &[&str], env: Option<&str>| {
+        let mut c = Command::new(bin());
+        c.arg("reload").args(args).env_remove("SLUICE_ADMIN_TOKEN");
+        if let Some(v) = env {
+            c.env("SLUICE_ADMIN_TOKEN", v);
+        }
+        c.output().unwrap()
+    };
+    let a = admin.to_string();
+    let out = reload(&["--admin", &a], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs a token"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = reload(&["--admin", &a], Some("wrong"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refused the token"));
+    for (args, env) in [
+        (
+            vec!["--admin", a.as_str(), "--token-file", tok.as_str()],
+            None,
+        ),
+        (vec!["--admin", a.as_str()], Some("s3cret-Token_1")),
+    ] {
+        let out = reload(&args, env);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A new token in the file, and a reload (by the config's own admin block, whose
+    // address is port 0 here: so give --admin): the old token stops working.
+    std::fs::write(&token, "n3w-token\n").unwrap();
+    let out = reload(&["--admin", &a, "-c", &p], None);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "-c reads the new token, which the running API does not have yet"
+    );
+    let out = reload(
+        &["--admin", &a, "--token-file", &tok],
+        Some("s3cret-Token_1"),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "--token-file wins over the environment"
+    );
+    let out = reload(&["--admin", &a], Some("s3cret-Token_1"));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(admin_get(admin, "/status").await.status, 401);
+    let r = request(admin, "GET", "/status", &with("Bearer s3cret-Token_1"), b"").await;
+    assert_eq!(r.status, 401, "the old token no longer works");
+    let r = request(admin, "GET", "/status", &with("Bearer n3w-token"), b"").await;
+    assert_eq!(r.status, 200);
+    let out = reload(&["--admin", &a, "-c", &p], None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn admin_tokens_are_checked_at_load() {
+    let dir = TempDir::new();
+    dir.write("empty.token", "\n");
+    for (text, want) in [
+        ("global { admin 0.0.0.0:2019 }\nsite * { respond ok }", "(off loopback) has no token"),
+        ("global { admin [::]:2019 }\nsite * { respond ok }", "(off loopback) has no token"),
+        ("global { admin 127.0.0.1:2019 { token_file nope.token } }\nsite * { respond ok }", "nope.token"),
+        ("global { admin 127.0.0.1:2019 { token_file empty.token } }\nsite * { respond ok }", "one word of visible ASCII"),
+        ("global { admin 127.0.0.1:2019 { token \"a b\" } }\nsite * { respond ok }", "one word of visible ASCII"),
+        ("global { admin 127.0.0.1:2019 { token abc\n token_file empty.token } }\nsite * { respond ok }", "one token"),
+        ("global { admin 127.0.0.1:2019 { tokn abc } }\nsite * { respond ok }", "tokn"),
+    ] {
+        let path = dir.write("bad.conf", text);
+        let out = Command::new(bin())
+            .args(["check", "-c", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{text}: {err}");
+        assert!(err.contains(want), "{text}:\n{err}");
+        assert!(err.contains("bad.conf:"), "{err}");
+    }
+    // A token written in the file loads, with a warning; one from the environment
+    // does not warn; an admin off loopback with a token loads.
+    for (text, warns) in [
+        (
+            "global { admin 127.0.0.1:2019 { token abc } }\nsite * { respond ok }",
+            true,
+        ),
+        (
+            "global { admin 127.0.0.1:2019 { token {$SLUICE_TEST_TOKEN} } }\nsite * { respond ok }",
+            false,
+        ),
+        (
+            "global { admin 0.0.0.0:2019 { token {$SLUICE_TEST_TOKEN} } }\nsite * { respond ok }",
+            false,
+        ),
+    ] {
+        let path = dir.write("ok.conf", text);
+        let out = Command::new(bin())
+            .args(["check", "-c", path.to_str().unwrap()])
+            .env("SLUICE_TEST_TOKEN", "from-env")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{text}: {err}");
+        assert_eq!(
+            err.contains("the admin token is written in the config file"),
+            warns,
+            "{text}: {err}"
+        );
+    }
 }

@@ -508,3 +508,123 @@ fn openssl_s_client_sees_tls13_and_the_site_certificate() {
         .unwrap();
     assert!(conv.stdout == der, "s_client saw another certificate");
 }
+
+/// Evaluates `expr` in the page behind a DevTools websocket; the value as JSON.
+async fn evaluate<S>(ws: &mut S, id: u64, expr: &str) -> serde_json::Value
+where
+    S: futures_util::Sink<tokio_tungstenite::tungstenite::Message>
+        + futures_util::Stream<
+            Item = Result<
+                tokio_tungstenite::tungstenite::Message,
+                tokio_tungstenite::tungstenite::Error,
+            >,
+        > + Unpin,
+    <S as futures_util::Sink<tokio_tungstenite::tungstenite::Message>>::Error: std::fmt::Debug,
+{
+    use futures_util::{SinkExt, StreamExt};
+    let call = serde_json::json!({
+        "id": id,
+        "method": "Runtime.evaluate",
+        "params": {"expression": expr, "returnByValue": true},
+    });
+    ws.send(tokio_tungstenite::tungstenite::Message::text(
+        call.to_string(),
+    ))
+    .await
+    .unwrap();
+    loop {
+        let msg = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("DevTools answers")
+            .unwrap()
+            .unwrap();
+        let Ok(text) = msg.to_text() else { continue };
+        let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+        if v["id"] == id {
+            return v["result"]["result"]["value"].clone();
+        }
+    }
+}
+
+/// With an admin token, the dashboard asks for it in the page (a form), keeps it in
+/// the page's memory only, and shows the state once it is given — in a real browser,
+/// driven over the DevTools protocol.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_asks_for_the_admin_token() {
+    let Some(chromium) = program("chromium") else {
+        return;
+    };
+    let dir = TempDir::new();
+    dir.write("admin.token", "page-token-42\n");
+    let path = dir.write(
+        "sluice.conf",
+        "listen 127.0.0.1:0\nglobal { admin 127.0.0.1:0 { token_file admin.token } }\nsite shop.test { respond up }\n",
+    );
+    let p = path.to_str().unwrap().to_string();
+    let profile = dir.0.join("profile");
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let admin = s.admin();
+    let port = StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = Command::new(&chromium);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        &format!("--remote-debugging-port={port}"),
+        &format!("--user-data-dir={}", profile.display()),
+        &format!("http://{admin}/"),
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let _browser = Group::spawn(cmd).expect("chromium starts");
+    // The page's DevTools socket, once the browser lists it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ws_url = loop {
+        assert!(Instant::now() < deadline, "chromium never listed the page");
+        let (code, out) = curl(&[&format!("http://127.0.0.1:{port}/json/list")]);
+        let list: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        let page = list.as_array().and_then(|l| {
+            l.iter().find(|t| {
+                t["type"] == "page"
+                    && t["url"]
+                        .as_str()
+                        .is_some_and(|u| u.contains(&admin.to_string()))
+            })
+        });
+        if let (0, Some(url)) = (code, page.and_then(|p| p["webSocketDebuggerUrl"].as_str())) {
+            break url.to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url.as_str())
+        .await
+        .unwrap();
+    let mut id = 0;
+    let mut until = async |ws: &mut _, expr: &str| {
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            id += 1;
+            let v = evaluate(ws, id, expr).await;
+            if v == true {
+                return;
+            }
+            assert!(Instant::now() < end, "the page never showed: {expr}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    until(&mut ws, "!document.getElementById('login').hidden && document.getElementById('meta').textContent === 'token needed'").await;
+    until(&mut ws, "document.getElementById('token').value = 'wrong'; document.getElementById('login').requestSubmit(); true").await;
+    until(
+        &mut ws,
+        "document.getElementById('meta').textContent === 'that token was refused'",
+    )
+    .await;
+    until(&mut ws, "document.getElementById('token').value = 'page-token-42'; document.getElementById('login').requestSubmit(); true").await;
+    until(&mut ws, "document.getElementById('meta').textContent.includes('revision 1') && document.getElementById('login').hidden").await;
+    // Nowhere but the page's memory: not in the URL, not in storage, not in the field.
+    until(&mut ws, "!location.href.includes('page-token') && localStorage.length === 0 && sessionStorage.length === 0 && document.getElementById('token').value === ''").await;
+}

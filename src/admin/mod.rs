@@ -5,8 +5,9 @@
 //! dashboard at `GET /`; and the log lines (`log`).
 //!
 //! Every request must name the API by its own address or a loopback name (`421`
-//! otherwise) and every POST must be JSON (`415`): a web page cannot then drive it
-//! across sites. The API reads the live generation and the revisions; reloads and rollbacks are
+//! otherwise), carry the bearer token when one is configured (`401`; the dashboard
+//! page itself excepted, which asks for it), and every POST must be JSON (`415`): a
+//! web page cannot then drive it across sites. The API reads the live generation and the revisions; reloads and rollbacks are
 //! commands to the server's lifecycle, which alone changes what runs, so a reload by
 //! API, signal or rollback follows one path. Nothing here is on the request path.
 
@@ -50,12 +51,16 @@ pub(crate) enum Command {
     Rollback(u64, oneshot::Sender<Result<u64, Refused>>),
 }
 
+/// The admin API's bearer token, replaced by a reload that changes it.
+pub(crate) type Token = Arc<arc_swap::ArcSwapOption<crate::config::AdminToken>>;
+
 /// What the API handlers share.
 #[derive(Clone)]
 pub(crate) struct Api {
     pub live: Arc<Live>,
     pub revisions: Arc<Mutex<Revisions>>,
     pub commands: mpsc::Sender<Command>,
+    pub token: Token,
 }
 
 /// Serves the admin API on `listener` until the task is dropped.
@@ -92,6 +97,18 @@ async fn checked(api: &Api, local: SocketAddr, req: Request<Incoming>) -> Respon
             &json!({"error": "Host must be the admin API's own address or localhost"}),
         );
     }
+    let page = req.method() == Method::GET && req.uri().path() == "/";
+    if !page && !authorized(&api.token, req.headers()) {
+        let mut r = json_reply(
+            StatusCode::UNAUTHORIZED,
+            &json!({"error": "this admin API needs Authorization: Bearer TOKEN"}),
+        );
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            http::HeaderValue::from_static("Bearer realm=\"sluice admin\""),
+        );
+        return r;
+    }
     if req.method() == Method::POST && !is_json(req.headers()) {
         return json_reply(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -123,6 +140,24 @@ fn host_is_ours(host: Option<&http::HeaderValue>, local: SocketAddr) -> bool {
         _ => (host.as_str(), None),
     };
     matches!(name, "localhost" | "127.0.0.1" | "[::1]") && p.is_none_or(|p| p == port)
+}
+
+/// No token configured, or `Authorization: Bearer TOKEN` with the token (compared in
+/// time that does not depend on where the two differ).
+fn authorized(token: &Token, h: &http::HeaderMap) -> bool {
+    let Some(want) = token.load_full() else {
+        return true;
+    };
+    let given = h
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .unwrap_or(b"");
+    same_secret(given, want.0.as_bytes())
+}
+
+/// Whether `a` is `b`, in time that depends on their lengths only.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 fn is_json(h: &http::HeaderMap) -> bool {

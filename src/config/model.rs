@@ -101,6 +101,9 @@ pub struct Global {
     pub probe_concurrency: usize,
     /// The admin API's address; `None` with `admin off`.
     pub admin: Option<SocketAddr>,
+    /// `admin ADDR { token_file FILE | token VALUE }`: every admin request but the
+    /// dashboard page needs `Authorization: Bearer TOKEN`.
+    pub admin_token: Option<AdminToken>,
     /// `access_log`; `None` when off (the default).
     pub access_log: Option<AccessLogConfig>,
     /// `tracing on`: W3C `traceparent` to backends.
@@ -153,6 +156,7 @@ impl Default for Global {
             grace: Duration::from_secs(10),
             probe_concurrency: 16,
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 2019))),
+            admin_token: None,
             access_log: None,
             tracing: false,
             server_tokens: true,
@@ -202,6 +206,16 @@ pub struct Site {
     pub hsts: Option<Hsts>,
     /// `http_versions 1.1 2 [3]` (default all).
     pub versions: HttpVersions,
+}
+
+/// The admin API's bearer token. Its `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken(pub String);
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(…)")
+    }
 }
 
 /// `maintenance [CODE] [BODY | file FILE] [allow CIDR...]`.

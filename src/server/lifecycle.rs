@@ -127,6 +127,8 @@ async fn start(
         .unwrap_or_else(|e| e.into_inner())
         .record(Origin::Start, source.text.clone());
     let (commands_tx, commands) = mpsc::channel(8);
+    let admin_token = admin::Token::default();
+    admin_token.store(config.global.admin_token.clone().map(Arc::new));
     let admin_addr = match config.global.admin {
         None => None,
         Some(addr) => {
@@ -142,6 +144,7 @@ async fn start(
                 live: live.clone(),
                 revisions: revisions.clone(),
                 commands: commands_tx,
+                token: admin_token.clone(),
             };
             tokio::spawn(admin::serve(l, api));
             local
@@ -162,6 +165,7 @@ async fn start(
         grace: config.global.grace,
         source,
         admin_addr,
+        admin_token,
         signals: Signals::new(),
     };
     // Signals first (above): once a listener is announced, a SIGHUP must reload, not
@@ -207,6 +211,8 @@ struct Server {
     grace: Duration,
     source: Source,
     admin_addr: Option<SocketAddr>,
+    /// The admin API's token, which a reload may change.
+    admin_token: admin::Token,
     signals: Signals,
 }
 
@@ -396,6 +402,8 @@ impl Server {
             return Err(Refused::Invalid(e.to_string()));
         }
         crate::reply::set_server_tokens(config.global.server_tokens);
+        self.admin_token
+            .store(config.global.admin_token.clone().map(Arc::new));
         let next = Generation::compile(&config, Some(&self.live.load()));
         self.live.swap(next);
         self.close_unwanted(&config, origin);

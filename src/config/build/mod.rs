@@ -117,6 +117,43 @@ impl SiteControls {
 }
 
 impl Builder {
+    /// `token_file FILE` (its one line, the trailing newline trimmed) or `token VALUE`
+    /// (warned about unless it comes from the environment: a secret in the file).
+    fn admin_token(&mut self, d: &Directive) -> Res<AdminToken> {
+        no_block(d)?;
+        let w = one_arg(d, &format!("{} VALUE", d.name.text))?;
+        let text = if d.name.text == "token_file" {
+            let path = self.dir_of(d.span()).join(&w.text);
+            let raw = std::fs::read_to_string(&path).map_err(|e| {
+                Diagnostic::error(w.span, format!("{}: {e}", path.display()))
+                    .with_hint("write the token in that file (one line), readable by sluice only")
+            })?;
+            raw.trim_end_matches(['\n', '\r']).to_string()
+        } else {
+            let line = self
+                .sources
+                .text(d.span().file)
+                .lines()
+                .nth(d.span().line.saturating_sub(1) as usize)
+                .unwrap_or("");
+            if !line.contains("{$") {
+                self.warnings.push(
+                    Diagnostic::warning(w.span, "the admin token is written in the config file")
+                        .with_hint("anyone who can read the file can drive the API: use token_file FILE, or token {$SLUICE_ADMIN_TOKEN}"),
+                );
+            }
+            w.text.clone()
+        };
+        if text.is_empty() || text.bytes().any(|b| !(0x21..=0x7e).contains(&b)) {
+            return Err(Diagnostic::error(
+                w.span,
+                "an admin token is one word of visible ASCII characters",
+            )
+            .with_hint("make one with: head -c 32 /dev/urandom | base64"));
+        }
+        Ok(AdminToken(text))
+    }
+
     /// The folder of the file `span` is in: what its relative paths are relative to.
     fn dir_of(&self, span: Span) -> PathBuf {
         std::path::Path::new(self.sources.name(span.file))
@@ -512,16 +549,50 @@ static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
         b.retries_off = true;
         Ok(())
     }),
-    ("admin", |_, d, g| {
-        let w = one_arg(d, "admin ADDR | off")?;
-        g.admin = if w.text == "off" {
-            None
-        } else {
-            Some(listen_addr(w)?.0)
-        };
-        Ok(())
-    }),
+    ("admin", admin),
 ];
+
+/// `admin ADDR [{ token_file FILE | token VALUE }] | off`. An address off loopback
+/// without a token is an error: the API can reload the config.
+fn admin(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
+    const USAGE: &str = "admin ADDR [{ token_file FILE }] | admin off";
+    let [w] = d.args.as_slice() else {
+        return Err(match d.args.get(1) {
+            Some(x) => extra(x, USAGE),
+            None => missing(d, USAGE, "admin 127.0.0.1:2019"),
+        });
+    };
+    if w.text == "off" {
+        no_block(d)?;
+        g.admin = None;
+        return Ok(());
+    }
+    let addr = listen_addr(w)?.0;
+    let mut token = None;
+    for item in d.block.as_deref().unwrap_or(&[]) {
+        if !b.known_here(item, Place::Admin) {
+            continue;
+        }
+        if token.is_some() {
+            return Err(
+                Diagnostic::error(item.span(), "the admin API has one token")
+                    .with_hint("keep one of token_file and token"),
+            );
+        }
+        token = Some(b.admin_token(item)?);
+    }
+    let loopback = addr.ip().to_canonical().is_loopback();
+    if token.is_none() && !loopback {
+        return Err(Diagnostic::error(
+            w.span,
+            format!("the admin API on {} (off loopback) has no token", w.text),
+        )
+        .with_hint("anyone who reaches it could reload or switch sites off: add { token_file /etc/sluice/admin.token }, or keep it on 127.0.0.1"));
+    }
+    g.admin = Some(addr);
+    g.admin_token = token;
+    Ok(())
+}
 
 /// `trust CIDR...`: warned about when it believes every client.
 fn trust(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {

@@ -17,6 +17,7 @@ pub(super) enum Place {
     Failover,
     Health,
     Outlier,
+    Admin,
 }
 
 impl Place {
@@ -70,6 +71,7 @@ impl Place {
                 "method", "interval", "timeout", "rise", "fall", "expect", "host", "initial",
             ],
             Place::Outlier => &["consecutive_5xx", "ejection", "max_ejected"],
+            Place::Admin => &["token_file", "token"],
         }
     }
 
@@ -87,6 +89,7 @@ impl Place {
             Place::Failover => "a `failover` block",
             Place::Health => "a `health` block",
             Place::Outlier => "an `outlier` block",
+            Place::Admin => "an `admin` block",
         }
     }
 }
@@ -153,7 +156,7 @@ pub(super) const SITE: &[&str] = &[
     "on",
 ];
 
-pub(super) const ALL_PLACES: [Place; 12] = [
+pub(super) const ALL_PLACES: [Place; 13] = [
     Place::Top,
     Place::Global,
     Place::Site,
@@ -166,6 +169,7 @@ pub(super) const ALL_PLACES: [Place; 12] = [
     Place::Failover,
     Place::Health,
     Place::Outlier,
+    Place::Admin,
 ];
 
 /// Directives sluice knows but cannot run yet, with what to do meanwhile: refused at
