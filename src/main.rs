@@ -28,6 +28,10 @@ enum Command {
         /// The config file.
         #[arg(short, long, default_value = "sluice.conf")]
         config: String,
+        /// A minisign public key: every config file read (at start, reload and
+        /// rollback) needs a valid FILE.minisig by it.
+        #[arg(long)]
+        verify_key: Option<String>,
     },
     /// Check a config file: print errors and warnings, and a summary when it loads.
     Check {
@@ -37,6 +41,9 @@ enum Command {
         /// Treat warnings as errors.
         #[arg(long)]
         strict: bool,
+        /// A minisign public key: every config file needs a valid FILE.minisig by it.
+        #[arg(long)]
+        verify_key: Option<String>,
     },
     /// Run the embedded demo: two built-in backends behind one pool, and the dashboard.
     ///
@@ -63,6 +70,10 @@ enum Command {
         /// The running config file, for its admin address and token.
         #[arg(short, long)]
         config: Option<String>,
+        /// Check --config's signatures with this minisign public key before asking
+        /// (the server checks with its own key regardless).
+        #[arg(long)]
+        verify_key: Option<String>,
     },
     /// A one-line reverse proxy with no config file.
     Proxy {
@@ -85,18 +96,31 @@ fn main() -> ExitCode {
             println!("sluice {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
-        Command::Check { config, strict } => check(&config, strict),
-        Command::Run { config } => {
+        Command::Check {
+            config,
+            strict,
+            verify_key,
+        } => match key(verify_key.as_deref(), "check") {
+            Ok(k) => check(&config, strict, k.as_deref()),
+            Err(code) => code,
+        },
+        Command::Run { config, verify_key } => {
             if !init_logging() {
                 return ExitCode::from(1);
             }
-            match load(&config) {
-                Some((c, text)) => lifecycle::serve(
+            let key = match key(verify_key.as_deref(), "run") {
+                Ok(k) => k,
+                Err(code) => return code,
+            };
+            match load(&config, key.as_deref()) {
+                Some((c, text, signed_by)) => lifecycle::serve(
                     c,
                     lifecycle::Source {
                         file: Some(config),
                         text,
                         banner: None,
+                        verify_key: key,
+                        signed_by,
                     },
                 ),
                 None => ExitCode::from(1),
@@ -118,7 +142,8 @@ fn main() -> ExitCode {
             admin,
             token_file,
             config,
-        } => match reload_target(admin, token_file, config) {
+            verify_key,
+        } => match reload_target(admin, token_file, config, verify_key) {
             Ok((admin, token)) => reload(&admin, token.as_deref()),
             Err(why) => {
                 eprintln!("sluice reload: {why}");
@@ -207,18 +232,34 @@ fn init_logging() -> bool {
 
 /// Loads a config file for `run`, printing what went wrong if it cannot; returns it
 /// with the file's text (revision 1's).
-fn load(path: &str) -> Option<(Config, std::sync::Arc<str>)> {
+/// `--verify-key FILE`, read; `Err`: the exit after saying why it cannot be.
+type Key = Option<std::sync::Arc<config::signed::VerifyKey>>;
+
+fn key(path: Option<&str>, command: &str) -> Result<Key, ExitCode> {
+    match path.map(config::signed::VerifyKey::from_file).transpose() {
+        Ok(k) => Ok(k),
+        Err(why) => {
+            eprintln!("sluice {command}: --verify-key {why}");
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+fn load(
+    path: &str,
+    key: Option<&config::signed::VerifyKey>,
+) -> Option<(Config, std::sync::Arc<str>, Option<String>)> {
     if !Path::new(path).is_file() {
         eprintln!("sluice: cannot read config file {path}: no such file");
         return None;
     }
-    match config::load_file(path) {
+    match config::load_file_verified(path, key) {
         Ok(l) => {
             for w in l.warnings.warnings() {
                 eprintln!("{}", w.render(&l.warnings.sources));
             }
             let text = std::sync::Arc::from(l.warnings.sources.text(0));
-            Some((l.config, text))
+            Some((l.config, text, l.signed_by))
         }
         Err(r) => {
             eprintln!("{r}");
@@ -231,12 +272,12 @@ fn load(path: &str) -> Option<(Config, std::sync::Arc<str>)> {
     }
 }
 
-fn check(path: &str, strict: bool) -> ExitCode {
+fn check(path: &str, strict: bool, key: Option<&config::signed::VerifyKey>) -> ExitCode {
     if !Path::new(path).is_file() {
         eprintln!("sluice check: cannot read config file {path}: no such file");
         return ExitCode::from(1);
     }
-    match config::load_file(path) {
+    match config::load_file_verified(path, key) {
         Ok(l) => {
             let mut warnings: Vec<_> = l.warnings.warnings().cloned().collect();
             if strict {
@@ -341,9 +382,20 @@ fn reload_target(
     admin: Option<String>,
     token_file: Option<String>,
     config: Option<String>,
+    verify_key: Option<String>,
 ) -> Result<(String, Option<String>), String> {
+    let key = verify_key
+        .map(|k| config::signed::VerifyKey::from_file(&k).map_err(|e| format!("--verify-key {e}")))
+        .transpose()?;
+    if key.is_some() && config.is_none() {
+        return Err("--verify-key checks the file -c names: give -c FILE too".into());
+    }
     let loaded = match &config {
-        Some(path) => Some(config::load_file(path).map_err(|r| r.to_string())?.config),
+        Some(path) => Some(
+            config::load_file_verified(path, key.as_deref())
+                .map_err(|r| format!("{r}\nsluice reload: {path} is refused here; nothing was asked of the server"))?
+                .config,
+        ),
         None => None,
     };
     let admin = admin
@@ -446,6 +498,8 @@ fn demo(listen: &str, admin: &str) -> ExitCode {
                 file: None,
                 text: text.as_str().into(),
                 banner: Some("sluice demo".into()),
+                verify_key: None,
+                signed_by: None,
             },
         ),
         Err(r) => {

@@ -534,3 +534,161 @@ async fn the_one_line_proxy_takes_ports_and_speaks_of_its_flags() {
         }
     }
 }
+
+/// `minisign` in `dir`: `args`, with no password (keys made with -W).
+fn minisign(dir: &std::path::Path, args: &[&str]) -> bool {
+    Command::new("minisign")
+        .current_dir(dir)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Signed configs with the real `minisign` tool: every file read needs its signature
+/// by the `--verify-key` key (prehashed or legacy), for check, run and reload; a
+/// missing, damaged or foreign signature refuses the load and the running revision
+/// stays; `/revisions` shows the key id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_configs_are_verified_on_every_load() {
+    let have = Command::new("minisign").arg("-v").output().is_ok();
+    if !have {
+        assert!(
+            !common::require_interop(),
+            "minisign is required (SLUICE_INTEROP=require) but not installed"
+        );
+        eprintln!("skipping: minisign is not installed");
+        return;
+    }
+    let dir = TempDir::new();
+    let d = dir.0.clone();
+    assert!(minisign(&d, &["-G", "-W", "-p", "k.pub", "-s", "k.sec"]));
+    assert!(minisign(
+        &d,
+        &["-G", "-W", "-p", "other.pub", "-s", "other.sec"]
+    ));
+    let main = dir.write(
+        "main.conf",
+        "listen 127.0.0.1:0\nglobal { admin 127.0.0.1:0 }\nimport sites/*\n",
+    );
+    dir.write("sites/a.conf", "site * { respond one }\n");
+    assert!(minisign(&d, &["-S", "-s", "k.sec", "-m", "main.conf"]));
+    assert!(
+        minisign(&d, &["-S", "-l", "-s", "k.sec", "-m", "sites/a.conf"]),
+        "a legacy signature"
+    );
+    let pubkey = d.join("k.pub").display().to_string();
+    let m = main.display().to_string();
+    let ok = sluice(&["check", "--verify-key", &pubkey, "-c", &m]);
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    // An import that is not signed; one changed since it was signed; another key.
+    let check_fails = |want: &str| {
+        let out = sluice(&["check", "--verify-key", &pubkey, "-c", &m]);
+        assert_eq!(out.code, 1, "{want}: {}", out.stderr);
+        assert!(out.stderr.contains(want), "{want}:\n{}", out.stderr);
+    };
+    dir.write("sites/b.conf", "site b.test { respond two }\n");
+    check_fails(&format!(
+        "{}: signature: {}.minisig is missing",
+        d.join("sites/b.conf").display(),
+        d.join("sites/b.conf").display()
+    ));
+    assert!(minisign(
+        &d,
+        &["-S", "-s", "other.sec", "-m", "sites/b.conf"]
+    ));
+    check_fails("was made with another key than");
+    assert!(minisign(&d, &["-S", "-s", "k.sec", "-m", "sites/b.conf"]));
+    let ok = sluice(&["check", "--verify-key", &pubkey, "-c", &m]);
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    std::fs::write(d.join("sites/b.conf"), "site b.test { respond TWO }\n").unwrap();
+    check_fails("does not match the file");
+    assert!(minisign(&d, &["-S", "-s", "k.sec", "-m", "sites/b.conf"]));
+    // A refused start exits 1.
+    std::fs::write(
+        &main,
+        "listen 127.0.0.1:0\nglobal { admin 127.0.0.1:0 }\nimport sites/*\n# changed\n",
+    )
+    .unwrap();
+    let out = sluice(&["run", "--verify-key", &pubkey, "-c", &m]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("main.conf: signature:"),
+        "{}",
+        out.stderr
+    );
+    assert!(minisign(&d, &["-S", "-s", "k.sec", "-m", "main.conf"]));
+    // Running: a signed change reloads, an unsigned one is refused and the revision stays.
+    let s = Sluice::spawn(&["run", "--verify-key", &pubkey, "-c", &m], TempDir::new());
+    assert_eq!(get(s.addr, "/").await.text(), "one");
+    let admin = s.admin();
+    std::fs::write(d.join("sites/a.conf"), "site * { respond changed }\n").unwrap();
+    let out = sluice(&["reload", "--admin", &admin.to_string()]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("a.conf: signature:"), "{}", out.stderr);
+    assert_eq!(
+        get(s.addr, "/").await.text(),
+        "one",
+        "the running revision stays"
+    );
+    let out = sluice(&[
+        "reload",
+        "--admin",
+        &admin.to_string(),
+        "--verify-key",
+        &pubkey,
+        "-c",
+        &m,
+    ]);
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr.contains("nothing was asked of the server"),
+        "{}",
+        out.stderr
+    );
+    assert!(minisign(&d, &["-S", "-s", "k.sec", "-m", "sites/a.conf"]));
+    let out = sluice(&[
+        "reload",
+        "--admin",
+        &admin.to_string(),
+        "--verify-key",
+        &pubkey,
+        "-c",
+        &m,
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(get(s.addr, "/").await.text(), "changed");
+    let revs: serde_json::Value =
+        serde_json::from_str(&get(admin, "/revisions").await.text()).unwrap();
+    let pub_line = std::fs::read_to_string(d.join("k.pub")).unwrap();
+    let printed = pub_line
+        .lines()
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let id = revs["revisions"][1]["signed_by"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(id.len(), 16, "{id}");
+    assert_eq!(
+        id.trim_start_matches('0'),
+        printed.trim_start_matches('0'),
+        "the id minisign printed"
+    );
+    assert_eq!(
+        revs["revisions"][0]["signed_by"],
+        revs["revisions"][1]["signed_by"]
+    );
+    // The key cannot come from the file it verifies.
+    let (out, _) = check("global { verify_key k.pub }\nsite * { respond x }");
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr.contains("cannot be in the config it verifies"),
+        "{}",
+        out.stderr
+    );
+}

@@ -193,6 +193,7 @@ async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
                         "revision": rev.number,
                         "loaded_at": log::rfc3339(rev.loaded_at),
                         "origin": rev.origin.as_str(),
+                        "signed_by": rev.signed_by,
                     })
                 })
                 .collect();

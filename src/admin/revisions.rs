@@ -33,6 +33,8 @@ pub(crate) struct Revision {
     pub origin: Origin,
     /// The main file's text (imports are read again from disk on a rollback).
     pub text: Arc<str>,
+    /// The id of the key its files were verified with (`--verify-key`).
+    pub signed_by: Option<String>,
 }
 
 /// The revisions kept, and what the admin API shows besides.
@@ -45,7 +47,12 @@ pub(crate) struct Revisions {
 
 impl Revisions {
     /// Records a good load; returns its number.
-    pub(crate) fn record(&mut self, origin: Origin, text: Arc<str>) -> u64 {
+    pub(crate) fn record(
+        &mut self,
+        origin: Origin,
+        text: Arc<str>,
+        signed_by: Option<String>,
+    ) -> u64 {
         let number = self.current() + 1;
         if self.list.len() == KEEP {
             self.list.pop_front();
@@ -55,6 +62,7 @@ impl Revisions {
             loaded_at: SystemTime::now(),
             origin,
             text,
+            signed_by,
         });
         number
     }
@@ -81,7 +89,7 @@ mod tests {
     fn keeps_the_last_twenty() {
         let mut r = Revisions::default();
         for _ in 0..25 {
-            r.record(Origin::Reload, Arc::from("x"));
+            r.record(Origin::Reload, Arc::from("x"), None);
         }
         assert_eq!(r.current(), 25);
         assert!(r.get(5).is_none());

@@ -37,6 +37,15 @@ impl Sources {
             .unwrap_or("<unknown>")
     }
 
+    /// How many files were read.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
     pub fn text(&self, id: FileId) -> &str {
         self.files.get(id).map(|f| &*f.1).unwrap_or("")
     }
@@ -92,14 +101,24 @@ impl Diagnostic {
             Severity::Error => "",
             Severity::Warning => "warning: ",
         };
-        out.push_str(&format!(
-            "{}:{}:{}: {}{}",
-            sources.name(self.span.file),
-            self.span.line,
-            self.span.col,
-            kind,
-            self.message
-        ));
+        if self.span.line == 0 {
+            // About a whole file (its signature), not a place in it.
+            out.push_str(&format!(
+                "{}: {}{}",
+                sources.name(self.span.file),
+                kind,
+                self.message
+            ));
+        } else {
+            out.push_str(&format!(
+                "{}:{}:{}: {}{}",
+                sources.name(self.span.file),
+                self.span.line,
+                self.span.col,
+                kind,
+                self.message
+            ));
+        }
         if let Some(line) = sources.line(self.span) {
             let pad: String = line
                 .chars()

@@ -8,6 +8,7 @@ pub mod diag;
 pub(crate) mod lexer;
 pub mod model;
 pub(crate) mod parser;
+pub mod signed;
 pub mod template;
 pub(crate) mod units;
 pub(crate) mod validate;
@@ -22,11 +23,61 @@ use lexer::{Env, ProcessEnv};
 pub struct Loaded {
     pub config: Config,
     pub warnings: Report,
+    /// The id of the key every file was verified with (`--verify-key`).
+    pub signed_by: Option<String>,
 }
 
 /// Loads `path` and everything it imports, with the process environment.
 pub fn load_file(path: &str) -> Result<Loaded, Report> {
     load_with(|sources| parser::parse_file(path, sources, &ProcessEnv))
+}
+
+/// As [`load_file`]; with `key`, every file read must carry a valid signature
+/// (`FILE.minisig`) by it, else the load fails with `FILE: signature: …`.
+pub fn load_file_verified(path: &str, key: Option<&signed::VerifyKey>) -> Result<Loaded, Report> {
+    verified(load_file(path), key, 0)
+}
+
+/// A rollback's text (checked when it was first loaded) with its imports re-read and,
+/// with `key`, verified.
+pub fn load_text_verified(
+    name: &str,
+    text: &str,
+    key: Option<&signed::VerifyKey>,
+) -> Result<Loaded, Report> {
+    verified(load_text(name, text), key, 1)
+}
+
+fn verified(
+    loaded: Result<Loaded, Report>,
+    key: Option<&signed::VerifyKey>,
+    first: usize,
+) -> Result<Loaded, Report> {
+    let Some(key) = key else {
+        return loaded;
+    };
+    let sources = match &loaded {
+        Ok(l) => &l.warnings.sources,
+        Err(r) => &r.sources,
+    };
+    let errors = signed::verify(sources, key, first);
+    match loaded {
+        Ok(_) if !errors.is_empty() => Err(Report {
+            diagnostics: errors,
+            sources: sources.clone(),
+        }),
+        Ok(mut l) => {
+            l.signed_by = Some(key.id().to_string());
+            Ok(l)
+        }
+        // A file that does not load and is not signed either: the signature first.
+        Err(mut r) => {
+            let mut all = errors;
+            all.append(&mut r.diagnostics);
+            r.diagnostics = all;
+            Err(r)
+        }
+    }
 }
 
 /// Loads config text that is not in a file (the demo, `sluice proxy`, tests).
@@ -64,6 +115,7 @@ fn load_with(
                 diagnostics: warnings,
                 sources,
             },
+            signed_by: None,
         }),
         Err(diagnostics) => Err(Report {
             diagnostics,

@@ -150,7 +150,11 @@ fn expand_imports(
                 let paths = glob::glob(&joined_text).map_err(|e| {
                     Diagnostic::error(target.span, format!("bad import pattern: {}", e.msg))
                 })?;
-                let mut v: Vec<PathBuf> = paths.filter_map(Result::ok).collect();
+                // A signature beside a config file is not a config file.
+                let mut v: Vec<PathBuf> = paths
+                    .filter_map(Result::ok)
+                    .filter(|p| p.extension().is_none_or(|e| e != "minisig"))
+                    .collect();
                 v.sort();
                 v
             } else {

@@ -46,6 +46,10 @@ pub fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtim
 pub struct Source {
     pub file: Option<String>,
     pub text: Arc<str>,
+    /// `--verify-key`: every file a reload or rollback reads must be signed by it.
+    pub verify_key: Option<Arc<crate::config::signed::VerifyKey>>,
+    /// The key id the start's files were verified with.
+    pub signed_by: Option<String>,
     /// Printed on stdout with each listening address (the demo's banner).
     pub banner: Option<String>,
 }
@@ -122,10 +126,11 @@ async fn start(
     crate::reply::set_server_tokens(config.global.server_tokens);
     let live = Live::new(Generation::compile(&config, None));
     let revisions = Arc::new(Mutex::new(Revisions::default()));
-    revisions
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .record(Origin::Start, source.text.clone());
+    revisions.lock().unwrap_or_else(|e| e.into_inner()).record(
+        Origin::Start,
+        source.text.clone(),
+        source.signed_by.clone(),
+    );
     let (commands_tx, commands) = mpsc::channel(8);
     let admin_token = admin::Token::default();
     admin_token.store(config.global.admin_token.clone().map(Arc::new));
@@ -333,7 +338,7 @@ impl Server {
                 "sluice was started without a config file: nothing to re-read".into(),
             ));
         };
-        let loaded = config::load_file(&file);
+        let loaded = config::load_file_verified(&file, self.source.verify_key.as_deref());
         self.apply(loaded, Origin::Reload)
     }
 
@@ -341,9 +346,10 @@ impl Server {
     fn rollback(&mut self, n: u64) -> Result<u64, Refused> {
         let text = {
             let r = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
-            r.get(n).map(|rev| rev.text.clone())
+            r.get(n)
+                .map(|rev| (rev.text.clone(), rev.signed_by.clone()))
         };
-        let Some(text) = text else {
+        let Some((text, signed_by)) = text else {
             return Err(Refused::NoRevision(n));
         };
         // Imports resolve from the config file's folder, as they did.
@@ -352,7 +358,12 @@ impl Server {
             .file
             .clone()
             .unwrap_or_else(|| format!("revision {n}"));
-        let loaded = config::load_text(&name, &text);
+        let loaded = config::load_text_verified(&name, &text, self.source.verify_key.as_deref())
+            .map(|mut l| {
+                // The restored text was verified when it was first loaded.
+                l.signed_by = signed_by;
+                l
+            });
         self.apply(loaded, Origin::Rollback)
     }
 
@@ -377,6 +388,7 @@ impl Server {
             tracing::warn!("{}", w.render(&loaded.warnings.sources));
         }
         let text: Arc<str> = Arc::from(loaded.warnings.sources.text(0));
+        let signed_by = loaded.signed_by;
         let config = loaded.config;
         if config.global.admin != self.admin_addr
             && config.global.admin.is_some()
@@ -413,7 +425,7 @@ impl Server {
             .revisions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .record(origin, text);
+            .record(origin, text, signed_by);
         let verb = match origin {
             Origin::Rollback => "rolled back",
             _ => "reloaded",

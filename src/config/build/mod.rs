@@ -550,6 +550,10 @@ static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
         Ok(())
     }),
     ("admin", admin),
+    ("verify_key", |_, d, _| {
+        Err(Diagnostic::error(d.span(), "`verify_key` cannot be in the config it verifies")
+            .with_hint("anyone who can change the file could change the key too: pass it on the command line, sluice run --verify-key FILE"))
+    }),
 ];
 
 /// `admin ADDR [{ token_file FILE | token VALUE }] | off`. An address off loopback

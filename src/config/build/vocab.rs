@@ -40,6 +40,7 @@ impl Place {
                 "probe_concurrency",
                 "safety",
                 "resolver",
+                "verify_key",
             ],
             Place::Site => SITE,
             // A route takes what a site does but its certificate, routes and the
