@@ -481,3 +481,125 @@ fn admin_tokens_are_checked_at_load() {
         );
     }
 }
+
+/// `POST /origin-test`: one request to a pool's first peer of a role, reported (a
+/// redirect is its status, never followed), failures by stable name; unknown pools and
+/// ids are 404, a bad role 400; one at a time and six a minute per pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_tests_report_one_request_to_a_role() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let b = Backend::start(move |req: hyper::Request<hyper::body::Incoming>| {
+        let log = log.clone();
+        async move {
+            log.lock().unwrap().push(format!(
+                "{} {} {}",
+                req.method(),
+                req.uri(),
+                req.headers()
+                    .get("host")
+                    .and_then(|h| h.to_str().ok())
+                    .unwrap_or("")
+            ));
+            if req.uri().path() == "/slow" {
+                tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+            }
+            let mut r = hyper::Response::new(full("moved"));
+            *r.status_mut() = hyper::StatusCode::FOUND;
+            r.headers_mut()
+                .insert("location", "http://elsewhere.test/".parse().unwrap());
+            r
+        }
+    })
+    .await;
+    let dead = dead_addr().await;
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0 }}
+        site app.test {{
+            route /slow/* {{ proxy {b} {{ health /slow {{ host probe.test }} }} }}
+            proxy {b} {{ backup {dead} }}
+        }}",
+        b = b.addr
+    ));
+    let admin = s.admin();
+    let t = origin_test(admin, "app.test", "primary").await;
+    assert_eq!(t["status"], 302, "{t}");
+    assert_eq!(t["address"], b.addr.to_string());
+    assert_eq!(t["tls_result"], "none");
+    assert_eq!(t["failure"], serde_json::Value::Null);
+    assert!(t["latency_ms"].is_u64());
+    assert_eq!(
+        seen.lock().unwrap().last().unwrap(),
+        &format!("GET / {}", b.addr),
+        "the peer's own Host; the redirect not followed"
+    );
+    let t = origin_test(admin, "app.test", "backup").await;
+    assert_eq!(
+        (t["failure"].as_str(), t["address"].as_str()),
+        (Some("connect"), Some(dead.to_string().as_str())),
+        "{t}"
+    );
+    assert_eq!(t["status"], serde_json::Value::Null);
+    // The health path and its Host; one at a time per pool.
+    let first = post(
+        admin,
+        "/origin-test",
+        r#"{"pool": "app.test /slow/*", "role": "primary"}"#,
+    )
+    .await;
+    assert_eq!(first.status, 202);
+    let busy = post(
+        admin,
+        "/origin-test",
+        r#"{"pool": "app.test /slow/*", "role": "primary"}"#,
+    )
+    .await;
+    assert_eq!(busy.status, 429);
+    assert!(busy.header("retry-after").is_some());
+    for (body, status) in [
+        (r#"{"pool": "nope", "role": "primary"}"#, 404),
+        (r#"{"pool": "app.test", "role": "leader"}"#, 400),
+        (r#"{"pool": "app.test /slow/*", "role": "backup"}"#, 400),
+        (r#"{"role": "primary"}"#, 400),
+    ] {
+        assert_eq!(
+            post(admin, "/origin-test", body).await.status,
+            status,
+            "{body}"
+        );
+    }
+    assert_eq!(admin_get(admin, "/origin-test/zzz").await.status, 404);
+    tokio::time::sleep(std::time::Duration::from_millis(900)).await;
+    assert!(
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|l| l == "GET /slow probe.test"),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    // Six a minute: two ran on the main pool; four more, then 429.
+    for _ in 0..4 {
+        origin_test(admin, "app.test", "primary").await;
+    }
+    let r = post(
+        admin,
+        "/origin-test",
+        r#"{"pool": "app.test", "role": "primary"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+}
+
+async fn post(admin: SocketAddr, path: &str, body: &str) -> Resp {
+    request(
+        admin,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    )
+    .await
+}

@@ -629,3 +629,44 @@ async fn kept_connections_follow_their_name_past_its_ttl() {
         .await;
     }
 }
+
+/// An origin test resolves and judges like a request: a name that does not resolve is
+/// `dns`, an unsafe answer `unsafe` (nothing dialed), a peer that never answers
+/// `timeout` within the pool's `timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_tests_resolve_and_judge_like_requests() {
+    let (a, _b) = pair().await;
+    let dns = DnsServer::start().await;
+    dns.set("app.test", &["127.0.0.1"], 1);
+    dns.set("unsafe.test", &["10.1.2.3"], 1);
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = a.addr.port();
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0\n resolver {}\n safety {{ default strict; allow_private 127.0.0.1/32 }} }}
+        site * {{
+            route /ok/* {{ proxy app.test:{port} }}
+            route /gone/* {{ proxy nowhere.test:{port} }}
+            route /unsafe/* {{ proxy unsafe.test:{port} }}
+            route /silent/* {{ proxy {silent} {{ timeout 300ms }} }}
+        }}",
+        dns.addr,
+        silent = silent.local_addr().unwrap()
+    ));
+    let admin = s.admin();
+    let t = origin_test(admin, "* /ok/*", "primary").await;
+    assert_eq!(
+        (t["status"].as_u64(), t["address"].as_str()),
+        (Some(200), Some(format!("127.0.0.1:{port}").as_str())),
+        "{t}"
+    );
+    for (pool, failure) in [
+        ("* /gone/*", "dns"),
+        ("* /unsafe/*", "unsafe"),
+        ("* /silent/*", "timeout"),
+    ] {
+        let t = origin_test(admin, pool, "primary").await;
+        assert_eq!(t["failure"], failure, "{pool}: {t}");
+        assert_eq!(t["status"], serde_json::Value::Null, "{pool}");
+    }
+    drop(silent);
+}

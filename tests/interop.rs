@@ -554,11 +554,12 @@ async fn the_dashboard_asks_for_the_admin_token() {
     let Some(chromium) = program("chromium") else {
         return;
     };
+    let live = Backend::text("up").await;
     let dir = TempDir::new();
     dir.write("admin.token", "page-token-42\n");
     let path = dir.write(
         "sluice.conf",
-        "listen 127.0.0.1:0\nglobal { admin 127.0.0.1:0 { token_file admin.token } }\nsite shop.test { respond up }\n",
+        &format!("listen 127.0.0.1:0\nglobal {{ admin 127.0.0.1:0 {{ token_file admin.token }} }}\nsite shop.test {{ proxy {} }}\n", live.addr),
     );
     let p = path.to_str().unwrap().to_string();
     let profile = dir.0.join("profile");
@@ -627,4 +628,19 @@ async fn the_dashboard_asks_for_the_admin_token() {
     until(&mut ws, "document.getElementById('meta').textContent.includes('revision 1') && document.getElementById('login').hidden").await;
     // Nowhere but the page's memory: not in the URL, not in storage, not in the field.
     until(&mut ws, "!location.href.includes('page-token') && localStorage.length === 0 && sessionStorage.length === 0 && document.getElementById('token').value === ''").await;
+    // The pool's "test primary" button runs an origin test and shows what it found,
+    // and the result stays through the page's refreshes.
+    until(&mut ws, "document.querySelector('button.test[data-pool=\"shop.test\"][data-role=\"primary\"]').click(); true").await;
+    let found = format!("200 from {} in ", live.addr);
+    until(
+        &mut ws,
+        &format!("document.querySelector('.result').textContent.startsWith('{found}')"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    until(
+        &mut ws,
+        &format!("document.querySelector('.result').textContent.startsWith('{found}')"),
+    )
+    .await;
 }

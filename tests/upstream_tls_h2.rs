@@ -287,7 +287,8 @@ async fn https_backends_verify_against_a_custom_ca_and_follow_alpn() {
     let h1 = Upstream::start(tls_opts(ca.leaf(&["127.0.0.1"]), &[b"http/1.1"])).await;
     let named = Upstream::start(tls_opts(ca.leaf(&["backend.test"]), &[b"h2"])).await;
     let sluice = Sluice::start(&format!(
-        "site * {{
+        "global {{ admin 127.0.0.1:0 }}
+         site * {{
            route /h2/* {{ proxy https://{h2} {{ tls_ca {ca} }} }}
            route /h1/* {{ proxy https://{h1} {{ tls_ca {ca} }} }}
            route /untrusted/* {{ proxy https://{h2} }}
@@ -335,6 +336,21 @@ async fn https_backends_verify_against_a_custom_ca_and_follow_alpn() {
     let r = get(sluice.addr, "/named/x").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(get(sluice.addr, "/misnamed/x").await.status, 502);
+    // Origin tests report the TLS the pool would use: verified, not verified, failed.
+    let admin = sluice.admin();
+    for (pool, tls, failure) in [
+        ("* /h1/*", "verified", None),
+        ("* /h2/*", "verified", None),
+        ("* /noverify/*", "unverified", None),
+        ("* /untrusted/*", "none", Some("tls")),
+    ] {
+        let t = origin_test(admin, pool, "primary").await;
+        assert_eq!(t["tls_result"], tls, "{pool}: {t}");
+        assert_eq!(t["failure"].as_str(), failure, "{pool}: {t}");
+        if failure.is_none() {
+            assert_eq!(t["status"], 200, "{pool}: {t}");
+        }
+    }
 }
 
 // Multi-threaded: the backend must run while the test blocks reading sluice's log.

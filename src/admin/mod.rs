@@ -1,7 +1,7 @@
 //! What sluice shows an operator: the admin API on its own listener (never a site
 //! listener; `admin ADDR`, default 127.0.0.1:2019, `admin off`), with `GET /status`,
 //! `GET /metrics`, `POST /reload`, `GET /revisions`, `POST /rollback/N`,
-//! `POST /maintenance` and the
+//! `POST /maintenance`, `POST /origin-test` and `GET /origin-test/ID`, and the
 //! dashboard at `GET /`; and the log lines (`log`).
 //!
 //! Every request must name the API by its own address or a loopback name (`421`
@@ -14,6 +14,7 @@
 pub(crate) mod access;
 pub(crate) mod log;
 pub(crate) mod metrics;
+pub(crate) mod origin_test;
 pub(crate) mod revisions;
 pub(crate) mod status;
 
@@ -61,6 +62,7 @@ pub(crate) struct Api {
     pub revisions: Arc<Mutex<Revisions>>,
     pub commands: mpsc::Sender<Command>,
     pub token: Token,
+    pub origin_tests: Arc<origin_test::OriginTests>,
 }
 
 /// Serves the admin API on `listener` until the task is dropped.
@@ -204,6 +206,13 @@ async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
         }
         (&Method::POST, "/reload") => command(api, Command::Reload).await,
         (&Method::POST, "/maintenance") => maintenance(api, req).await,
+        (&Method::POST, "/origin-test") => origin_test(api, req).await,
+        (&Method::GET, p) if p.starts_with("/origin-test/") => {
+            match api.origin_tests.get(&p["/origin-test/".len()..]) {
+                Some(v) => json_reply(StatusCode::OK, &v),
+                None => json_reply(StatusCode::NOT_FOUND, &json!({"error": "no such test"})),
+            }
+        }
         (&Method::POST, p) if p.starts_with("/rollback/") => {
             match p["/rollback/".len()..].parse::<u64>() {
                 Ok(n) => command(api, |tx| Command::Rollback(n, tx)).await,
@@ -220,20 +229,66 @@ async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
     }
 }
 
-/// `POST /maintenance {"site": HOST, "on": bool}`: switches a site's maintenance on
-/// or off until the next reload (any of the site's names, as written, finds it).
-async fn maintenance(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
+/// A POST's JSON body (at most 64 KiB); `Err`: the 400 to answer.
+async fn json_body(req: Request<Incoming>) -> Result<serde_json::Value, Response<Full<Bytes>>> {
     use http_body_util::BodyExt as _;
-    let bad = |why: &str| json_reply(StatusCode::BAD_REQUEST, &json!({ "error": why }));
+    let bad = |why: String| json_reply(StatusCode::BAD_REQUEST, &json!({ "error": why }));
     let Ok(body) = http_body_util::Limited::new(req.into_body(), 64 * 1024)
         .collect()
         .await
     else {
-        return bad("the body could not be read (at most 64 KiB)");
+        return Err(bad("the body could not be read (at most 64 KiB)".into()));
     };
-    let asked: serde_json::Value = match serde_json::from_slice(&body.to_bytes()) {
+    serde_json::from_slice(&body.to_bytes()).map_err(|e| bad(format!("the body is not JSON: {e}")))
+}
+
+/// `POST /origin-test {"pool": NAME, "role": "primary|backup"}`: `202 {"id"}`.
+async fn origin_test(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let asked = match json_body(req).await {
         Ok(v) => v,
-        Err(e) => return bad(&format!("the body is not JSON: {e}")),
+        Err(r) => return r,
+    };
+    let bad = |why: &str| json_reply(StatusCode::BAD_REQUEST, &json!({ "error": why }));
+    let Some(name) = asked["pool"].as_str() else {
+        return bad(r#"write {"pool": "SITE ROUTE", "role": "primary|backup"}"#);
+    };
+    let role = match asked["role"].as_str().unwrap_or("primary") {
+        "primary" => crate::upstream::Role::Primary,
+        "backup" => crate::upstream::Role::Backup,
+        _ => return bad(r#""role" is "primary" or "backup""#),
+    };
+    let gen = api.live.load();
+    let Some(pool) = gen.sites.pools().find(|p| p.name() == name).cloned() else {
+        return json_reply(
+            StatusCode::NOT_FOUND,
+            &json!({"error": format!("no pool is named {name}")}),
+        );
+    };
+    if !pool.has_role(role) {
+        return bad(&format!("pool {name} has no {} peer", role.as_str()));
+    }
+    match api.origin_tests.start(pool, role) {
+        Ok(id) => json_reply(StatusCode::ACCEPTED, &json!({ "id": id })),
+        Err(origin_test::Refused::Busy(wait)) => {
+            let mut r = json_reply(
+                StatusCode::TOO_MANY_REQUESTS,
+                &json!({"error": format!("pool {name}: one test at a time, at most 6 a minute")}),
+            );
+            if let Ok(v) = http::HeaderValue::from_str(&wait.to_string()) {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            r
+        }
+    }
+}
+
+/// `POST /maintenance {"site": HOST, "on": bool}`: switches a site's maintenance on
+/// or off until the next reload (any of the site's names, as written, finds it).
+async fn maintenance(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let bad = |why: &str| json_reply(StatusCode::BAD_REQUEST, &json!({ "error": why }));
+    let asked = match json_body(req).await {
+        Ok(v) => v,
+        Err(r) => return r,
     };
     let (Some(host), Some(on)) = (asked["site"].as_str(), asked["on"].as_bool()) else {
         return bad(r#"write {"site": "HOST", "on": true|false}"#);

@@ -150,6 +150,7 @@ async fn start(
                 revisions: revisions.clone(),
                 commands: commands_tx,
                 token: admin_token.clone(),
+                origin_tests: Default::default(),
             };
             tokio::spawn(admin::serve(l, api));
             local

@@ -108,37 +108,102 @@ pub(crate) async fn connect_peer(
     peer: &str,
 ) -> Result<Dialed, DialError> {
     let to = locate(target, dest).await?;
-    let dial = async {
-        match (scheme, &to, tls) {
-            (BackendScheme::H2c, To::Tcp(a), _) => {
-                let (s, ip) = tcp(a, dest, connect_timeout).await?;
-                let session = h2::handshake(s, connect_timeout, peer.to_string(), a.named(ip))
-                    .await
-                    .map_err(DialError::H2)?;
-                Ok(Dialed::H2(session))
-            }
-            (BackendScheme::Https, To::Tcp(a), Some(tls)) => {
-                let (s, ip) = tcp(a, dest, connect_timeout).await?;
-                let s = tls
-                    .handshake(s, target, h1_only)
-                    .await
-                    .map_err(DialError::Tls)?;
-                if s.get_ref().1.alpn_protocol() == Some(b"h2") {
-                    let session = h2::handshake(s, connect_timeout, peer.to_string(), a.named(ip))
-                        .await
-                        .map_err(DialError::H2)?;
-                    return Ok(Dialed::H2(session));
-                }
-                let mut conn = BackendConn::new(Stream::Tls(Box::new(TlsConn::new(s))));
-                conn.named = a.named(ip).map(Box::new);
-                Ok(Dialed::H1(conn))
-            }
-            _ => connect_to(&to, dest, connect_timeout).await.map(Dialed::H1),
-        }
-    };
+    let dial = dial_to(
+        &to,
+        target,
+        scheme,
+        tls,
+        dest,
+        connect_timeout,
+        h1_only,
+        peer,
+    );
     match tokio::time::timeout(connect_timeout, dial).await {
         Ok(r) => r,
         Err(_) => Err(DialError::Timeout(connect_timeout)),
+    }
+}
+
+/// The connection and handshakes of [`connect_peer`], to addresses already judged.
+#[allow(clippy::too_many_arguments)]
+async fn dial_to(
+    to: &To<'_>,
+    target: &Target,
+    scheme: BackendScheme,
+    tls: Option<&ClientTls>,
+    dest: &Dest,
+    connect_timeout: Duration,
+    h1_only: bool,
+    peer: &str,
+) -> Result<Dialed, DialError> {
+    match (scheme, to, tls) {
+        (BackendScheme::H2c, To::Tcp(a), _) => {
+            let (s, ip) = tcp(a, dest, connect_timeout).await?;
+            let session = h2::handshake(s, connect_timeout, peer.to_string(), a.named(ip))
+                .await
+                .map_err(DialError::H2)?;
+            Ok(Dialed::H2(session))
+        }
+        (BackendScheme::Https, To::Tcp(a), Some(tls)) => {
+            let (s, ip) = tcp(a, dest, connect_timeout).await?;
+            let s = tls
+                .handshake(s, target, h1_only)
+                .await
+                .map_err(DialError::Tls)?;
+            if s.get_ref().1.alpn_protocol() == Some(b"h2") {
+                let session = h2::handshake(s, connect_timeout, peer.to_string(), a.named(ip))
+                    .await
+                    .map_err(DialError::H2)?;
+                return Ok(Dialed::H2(session));
+            }
+            let mut conn = BackendConn::new(Stream::Tls(Box::new(TlsConn::new(s))));
+            conn.named = a.named(ip).map(Box::new);
+            Ok(Dialed::H1(conn))
+        }
+        _ => connect_to(to, dest, connect_timeout).await.map(Dialed::H1),
+    }
+}
+
+/// An origin test's connection (admin `POST /origin-test`): the name resolved and the
+/// answer judged as for a request, then exactly one address of it (the first) dialed
+/// the way the pool's scheme says, offering only `http/1.1` over TLS. `Err`: the
+/// address tried (when one was), and the failure's stable name.
+pub(crate) async fn reach_one(
+    target: &Target,
+    scheme: BackendScheme,
+    tls: Option<&ClientTls>,
+    dest: &Dest,
+    connect_timeout: Duration,
+) -> Result<(Dialed, String), (Option<String>, &'static str)> {
+    let to = locate(target, dest).await.map_err(|e| {
+        let failure = match e {
+            DialError::Unsafe(_) => "unsafe",
+            DialError::Resolve(_) => "dns",
+            _ => "connect",
+        };
+        (None, failure)
+    })?;
+    let (to, address) = match to {
+        To::Tcp(mut a) => {
+            a.ips.truncate(1);
+            let addr = SocketAddr::new(a.ips[0], a.port).to_string();
+            (To::Tcp(a), addr)
+        }
+        To::Unix(p) => (To::Unix(p), format!("unix:{}", p.display())),
+    };
+    let peer = address.clone();
+    let dial = dial_to(&to, target, scheme, tls, dest, connect_timeout, true, &peer);
+    match tokio::time::timeout(connect_timeout, dial).await {
+        Err(_) | Ok(Err(DialError::Timeout(_))) => Err((Some(address), "timeout")),
+        Ok(Err(e)) => {
+            let failure = match e {
+                DialError::Tls(_) => "tls",
+                DialError::H2(_) => "protocol",
+                _ => "connect",
+            };
+            Err((Some(address), failure))
+        }
+        Ok(Ok(d)) => Ok((d, address)),
     }
 }
 

@@ -293,11 +293,30 @@ async fn exchange(
     else {
         return Ok(());
     };
+    let method = if *head { Method::HEAD } else { Method::GET };
+    let code = ask(state, peer, dialed, method, path, host.clone()).await?;
+    if (expect.0..=expect.1).contains(&code) {
+        Ok(())
+    } else {
+        Err(format!("status {code}"))
+    }
+}
+
+/// Sends `METHOD path` on a fresh connection to `peer`, with `host` (else the peer's
+/// own `Host` rule) and `Connection: close`: the response's status. Only the head is
+/// read; the connection is dropped with whatever body follows.
+pub(super) async fn ask(
+    state: &PoolState,
+    peer: &Peer,
+    dialed: dial::Dialed,
+    method: Method,
+    path: &str,
+    host: Option<HeaderValue>,
+) -> Result<u16, String> {
     let mut req = Request::new(Body::Empty);
-    *req.method_mut() = if *head { Method::HEAD } else { Method::GET };
+    *req.method_mut() = method;
     *req.uri_mut() = path.parse().map_err(|_| format!("bad probe path {path}"))?;
     let host = host
-        .clone()
         .or_else(|| peer.host_header.clone())
         .unwrap_or(HeaderValue::from_static("localhost"));
     let headers = req.headers_mut();
@@ -308,11 +327,10 @@ async fn exchange(
     );
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     let mut out = Outgoing::new(req);
-    // Only the head is read; the connection is dropped with whatever body follows.
-    let code = match dialed {
+    match dialed {
         dial::Dialed::H1(mut conn) => {
             let resp = conn.send(&mut out).await.map_err(|e| e.to_string())?;
-            resp.parts.status.as_u16()
+            Ok(resp.parts.status.as_u16())
         }
         dial::Dialed::H2(session) => {
             let mux = super::h2::Mux::default();
@@ -325,13 +343,8 @@ async fn exchange(
             let resp = super::h2::send(&stream, &mut out, scheme)
                 .await
                 .map_err(|e| e.to_string())?;
-            resp.status().as_u16()
+            Ok(resp.status().as_u16())
         }
-    };
-    if (expect.0..=expect.1).contains(&code) {
-        Ok(())
-    } else {
-        Err(format!("status {code}"))
     }
 }
 

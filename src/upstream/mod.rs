@@ -20,6 +20,7 @@ pub(crate) mod failover;
 pub(crate) mod h2;
 pub(crate) mod health;
 pub(crate) mod limit;
+pub(crate) mod origin;
 mod outgoing;
 pub(crate) mod outlier;
 pub(crate) mod passive;

@@ -619,3 +619,31 @@ impl Drop for Group {
         let _ = self.0.wait();
     }
 }
+
+/// Runs an origin test through the admin API (`POST /origin-test`, then
+/// `GET /origin-test/ID` until done, bounded): the result.
+pub async fn origin_test(admin: SocketAddr, pool: &str, role: &str) -> serde_json::Value {
+    let body = serde_json::json!({"pool": pool, "role": role}).to_string();
+    let r = request(
+        admin,
+        "POST",
+        "/origin-test",
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 202, "{pool} {role}: {}", r.text());
+    let started: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+    let id = started["id"].as_str().unwrap().to_string();
+    let end = Instant::now() + WAIT;
+    loop {
+        let t = get(admin, &format!("/origin-test/{id}")).await;
+        assert_eq!(t.status, 200);
+        let v: serde_json::Value = serde_json::from_str(&t.text()).unwrap();
+        if v["state"] == "done" {
+            return v;
+        }
+        assert!(Instant::now() < end, "origin test {id} never finished");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
