@@ -487,38 +487,38 @@ fn admin_tokens_are_checked_at_load() {
 /// ids are 404, a bad role 400; one at a time and six a minute per pool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origin_tests_report_one_request_to_a_role() {
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let log = seen.clone();
-    let b = Backend::start(move |req: hyper::Request<hyper::body::Incoming>| {
-        let log = log.clone();
-        async move {
-            log.lock().unwrap().push(format!(
-                "{} {} {}",
-                req.method(),
-                req.uri(),
-                req.headers()
-                    .get("host")
-                    .and_then(|h| h.to_str().ok())
-                    .unwrap_or("")
-            ));
-            if req.uri().path() == "/slow" {
-                tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    use std::sync::{Arc, Mutex};
+    /// A backend answering 302 (after `delay`), logging `METHOD PATH HOST` per request.
+    async fn logging(delay: u64) -> (Backend, Arc<Mutex<Vec<String>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let b = Backend::start(move |req: hyper::Request<hyper::body::Incoming>| {
+            let log = log.clone();
+            async move {
+                let host = req.headers().get("host").and_then(|h| h.to_str().ok());
+                let line = format!("{} {} {}", req.method(), req.uri(), host.unwrap_or(""));
+                log.lock().unwrap().push(line);
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                let mut r = hyper::Response::new(full("moved"));
+                *r.status_mut() = hyper::StatusCode::FOUND;
+                r.headers_mut()
+                    .insert("location", "http://elsewhere.test/".parse().unwrap());
+                r
             }
-            let mut r = hyper::Response::new(full("moved"));
-            *r.status_mut() = hyper::StatusCode::FOUND;
-            r.headers_mut()
-                .insert("location", "http://elsewhere.test/".parse().unwrap());
-            r
-        }
-    })
-    .await;
+        })
+        .await;
+        (b, seen)
+    }
+    let (b, seen) = logging(0).await;
+    let (slow, slow_seen) = logging(800).await;
     let dead = dead_addr().await;
     let s = Sluice::start(&format!(
         "global {{ admin 127.0.0.1:0 }}
         site app.test {{
-            route /slow/* {{ proxy {b} {{ health /slow {{ host probe.test }} }} }}
+            route /slow/* {{ proxy {slow} {{ health /slow {{ host probe.test; interval 1h; expect 302 }} }} }}
             proxy {b} {{ backup {dead} }}
         }}",
+        slow = slow.addr,
         b = b.addr
     ));
     let admin = s.admin();
@@ -529,9 +529,9 @@ async fn origin_tests_report_one_request_to_a_role() {
     assert_eq!(t["failure"], serde_json::Value::Null);
     assert!(t["latency_ms"].is_u64());
     assert_eq!(
-        seen.lock().unwrap().last().unwrap(),
-        &format!("GET / {}", b.addr),
-        "the peer's own Host; the redirect not followed"
+        *seen.lock().unwrap(),
+        [format!("GET / {}", b.addr)],
+        "one request, with the peer's own Host; the redirect not followed"
     );
     let t = origin_test(admin, "app.test", "backup").await;
     assert_eq!(
@@ -540,7 +540,16 @@ async fn origin_tests_report_one_request_to_a_role() {
         "{t}"
     );
     assert_eq!(t["status"], serde_json::Value::Null);
-    // The health path and its Host; one at a time per pool.
+    // The health path and its Host (after the pool's own first probe); one test at a
+    // time per pool.
+    let end = std::time::Instant::now() + WAIT;
+    while slow_seen.lock().unwrap().len() < 1 {
+        assert!(
+            std::time::Instant::now() < end,
+            "the first probe never came"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let first = post(
         admin,
         "/origin-test",
@@ -569,14 +578,17 @@ async fn origin_tests_report_one_request_to_a_role() {
         );
     }
     assert_eq!(admin_get(admin, "/origin-test/zzz").await.status, 404);
-    tokio::time::sleep(std::time::Duration::from_millis(900)).await;
-    assert!(
-        seen.lock()
-            .unwrap()
-            .iter()
-            .any(|l| l == "GET /slow probe.test"),
-        "{:?}",
-        seen.lock().unwrap()
+    while slow_seen.lock().unwrap().len() < 2 {
+        assert!(
+            std::time::Instant::now() < end,
+            "the test's request never came"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        *slow_seen.lock().unwrap(),
+        ["GET /slow probe.test", "GET /slow probe.test"],
+        "the probe, then the test"
     );
     // Six a minute: two ran on the main pool; four more, then 429.
     for _ in 0..4 {
