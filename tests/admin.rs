@@ -543,7 +543,7 @@ async fn origin_tests_report_one_request_to_a_role() {
     // The health path and its Host (after the pool's own first probe); one test at a
     // time per pool.
     let end = std::time::Instant::now() + WAIT;
-    while slow_seen.lock().unwrap().len() < 1 {
+    while slow_seen.lock().unwrap().is_empty() {
         assert!(
             std::time::Instant::now() < end,
             "the first probe never came"
