@@ -550,14 +550,14 @@ async fn origin_tests_report_one_request_to_a_role() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let first = post(
+    let first = post_json(
         admin,
         "/origin-test",
         r#"{"pool": "app.test /slow/*", "role": "primary"}"#,
     )
     .await;
     assert_eq!(first.status, 202);
-    let busy = post(
+    let busy = post_json(
         admin,
         "/origin-test",
         r#"{"pool": "app.test /slow/*", "role": "primary"}"#,
@@ -572,7 +572,7 @@ async fn origin_tests_report_one_request_to_a_role() {
         (r#"{"role": "primary"}"#, 400),
     ] {
         assert_eq!(
-            post(admin, "/origin-test", body).await.status,
+            post_json(admin, "/origin-test", body).await.status,
             status,
             "{body}"
         );
@@ -594,7 +594,7 @@ async fn origin_tests_report_one_request_to_a_role() {
     for _ in 0..4 {
         origin_test(admin, "app.test", "primary").await;
     }
-    let r = post(
+    let r = post_json(
         admin,
         "/origin-test",
         r#"{"pool": "app.test", "role": "primary"}"#,
@@ -603,15 +603,4 @@ async fn origin_tests_report_one_request_to_a_role() {
     assert_eq!(r.status, 429, "{}", r.text());
     let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=60).contains(&wait), "{wait}");
-}
-
-async fn post(admin: SocketAddr, path: &str, body: &str) -> Resp {
-    request(
-        admin,
-        "POST",
-        path,
-        &[("Content-Type", "application/json")],
-        body.as_bytes(),
-    )
-    .await
 }

@@ -25,17 +25,6 @@ fn at(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-async fn post_json(admin: SocketAddr, path: &str, body: &str) -> Resp {
-    request(
-        admin,
-        "POST",
-        path,
-        &[("Content-Type", "application/json")],
-        body.as_bytes(),
-    )
-    .await
-}
-
 async fn status_sites(admin: SocketAddr) -> serde_json::Value {
     let st: serde_json::Value = serde_json::from_str(&get(admin, "/status").await.text()).unwrap();
     st["sites"].clone()

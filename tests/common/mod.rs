@@ -620,18 +620,23 @@ impl Drop for Group {
     }
 }
 
+/// A JSON POST to the admin API (`Content-Type: application/json`).
+pub async fn post_json(admin: SocketAddr, path: &str, body: &str) -> Resp {
+    request(
+        admin,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    )
+    .await
+}
+
 /// Runs an origin test through the admin API (`POST /origin-test`, then
 /// `GET /origin-test/ID` until done, bounded): the result.
 pub async fn origin_test(admin: SocketAddr, pool: &str, role: &str) -> serde_json::Value {
     let body = serde_json::json!({"pool": pool, "role": role}).to_string();
-    let r = request(
-        admin,
-        "POST",
-        "/origin-test",
-        &[("Content-Type", "application/json")],
-        body.as_bytes(),
-    )
-    .await;
+    let r = post_json(admin, "/origin-test", &body).await;
     assert_eq!(r.status, 202, "{pool} {role}: {}", r.text());
     let started: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
     let id = started["id"].as_str().unwrap().to_string();
