@@ -604,3 +604,37 @@ async fn origin_tests_report_one_request_to_a_role() {
     let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=60).contains(&wait), "{wait}");
 }
+
+/// The API keeps its address until the next start: a reload whose config has no token
+/// is refused while that address is off loopback (the token stays in force).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_cannot_drop_the_token_of_an_api_off_loopback() {
+    let dir = TempDir::new();
+    dir.write("admin.token", "keep-me\n");
+    let with = "listen 127.0.0.1:0\nglobal { admin 0.0.0.0:0 { token_file admin.token } }\nsite * { respond one }\n";
+    let path = dir.write("sluice.conf", with);
+    let p = path.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let admin = s.admin();
+    let port = admin.port();
+    let admin = SocketAddr::from(([127, 0, 0, 1], port));
+    let auth = [
+        ("Authorization", "Bearer keep-me"),
+        ("Content-Type", "application/json"),
+    ];
+    for text in [
+        "listen 127.0.0.1:0\nglobal { admin off }\nsite * { respond two }\n",
+        "listen 127.0.0.1:0\nglobal { admin 127.0.0.1:0 }\nsite * { respond two }\n",
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let r = request(admin, "POST", "/reload", &auth, b"{}").await;
+        assert_eq!(r.status, 422, "{}", r.text());
+        assert!(r.text().contains("off loopback"), "{}", r.text());
+        assert_eq!(
+            admin_get(admin, "/status").await.status,
+            401,
+            "the token still holds"
+        );
+        assert_eq!(get(s.addr, "/").await.text(), "one");
+    }
+}

@@ -240,7 +240,13 @@ async fn plain_requests_go_to_https_which_carries_hsts() {
             https_redirect 301
             route /only {{ respond \"only\" }}
         }}
-        site plain.test {{ proxy {a} }}",
+        site plain.test {{ proxy {a} }}
+        site h2only.test {{
+            tls {c} {k}
+            https_redirect
+            http_versions 2
+            respond \"h2\"
+        }}",
         c = cert.display(),
         k = key.display(),
         a = b.addr
@@ -304,6 +310,25 @@ async fn plain_requests_go_to_https_which_carries_hsts() {
     )
     .await;
     assert_eq!(r.status, 308);
+    // An HTTP/2-only site still sends an HTTP/1.1 visitor to HTTPS, and serves ACME
+    // challenges on plain HTTP.
+    let r = request(at(plain), "GET", "/x", &[("Host", "h2only.test")], b"").await;
+    assert_eq!(r.status, 308);
+    let r = request(
+        at(plain),
+        "GET",
+        "/.well-known/acme-challenge/t",
+        &[("Host", "h2only.test")],
+        b"",
+    )
+    .await;
+    assert_eq!((r.status, r.text().as_str()), (200, "h2"));
+    // A Host that is not one never reaches a site (nor a Location).
+    for host in ["evil.test/.app.test", "evil.test?.app.test", "a@app.test"] {
+        let r = request(at(plain), "GET", "/p", &[("Host", host)], b"").await;
+        assert_eq!(r.status, 400, "{host}");
+        assert_eq!(r.header("location"), None);
+    }
     // A site without it is served on plain HTTP.
     assert_eq!(
         request(at(plain), "GET", "/", &[("Host", "plain.test")], b"")

@@ -522,6 +522,8 @@ fn mistakes_in_filter_lines_are_load_errors() {
         ("site * { header_down X-A 1 when status 5xx unless status 404\n respond ok }", "a response condition is given twice"),
         ("site * { header_down X-A 1 when response_header X-B\n respond ok }", "response_header NAME VALUE"),
         ("site * { header_down X-A 1 name handler\n respond ok }", "reserved"),
+        ("site * { header_down X-A 1 when status 5xx\n on matched reject_response 100\n respond ok }", "a status code from 200 to 599"),
+        ("site * { header_down X-A 1 when status 5xx\n on matched reject_response 204 \"x\"\n respond ok }", "carries no body"),
         ("site * { body_deny \"\"\n respond ok }", "needs a text"),
     ] {
         let path = dir.write("bad.conf", text);
@@ -938,6 +940,13 @@ async fn body_deny_holds_the_body_until_it_has_looked() {
                 on denied reject 422
                 proxy {a}
             }}
+            route /flag {{
+                body_deny \"DROP TABLE\"
+                on denied skip_to flag
+                header_down X-Checked yes
+                header_down X-Seen yes name flag
+                proxy {a}
+            }}
         }}",
         a = b.addr
     ));
@@ -945,6 +954,14 @@ async fn body_deny_holds_the_body_until_it_has_looked() {
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     let r = request(s.addr, "POST", "/branch", &[], b"DROP TABLE").await;
     assert_eq!(r.status, 422);
+    // A branch that goes on sends the whole body, as declared (never a shortened one
+    // under the client's Content-Length), and the backend connection stays in step.
+    let r = request(s.addr, "POST", "/flag", &[], b"1234 DROP TABLE 56").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "18"));
+    assert_eq!(r.header("x-checked"), None, "skipped");
+    assert_eq!(r.header("x-seen"), Some("yes"));
+    assert_eq!(get(s.addr, "/flag").await.text(), "0");
+    let began_before = began.load(std::sync::atomic::Ordering::SeqCst);
     // Split across chunks, sent apart: still found, and nothing went on.
     let mut c = TcpStream::connect(s.addr).await.unwrap();
     c.write_all(
@@ -960,7 +977,7 @@ async fn body_deny_holds_the_body_until_it_has_looked() {
     assert!(out.starts_with("HTTP/1.1 403"), "{out}");
     assert_eq!(
         began.load(std::sync::atomic::Ordering::SeqCst),
-        0,
+        began_before,
         "nothing reached the backend"
     );
     // A clean body goes on whole, chunked or not; no body at all passes at once.
@@ -979,7 +996,7 @@ async fn body_deny_holds_the_body_until_it_has_looked() {
     let r = request(s.addr, "POST", "/up", &[], &big).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     let m = get(s.admin(), "/metrics").await.text();
-    assert!(m.contains("sluice_body_denied_total 4"), "{m}");
+    assert!(m.contains("sluice_body_denied_total 5"), "{m}");
 }
 
 #[tokio::test]

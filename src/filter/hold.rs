@@ -64,8 +64,10 @@ impl Refused {
 
 /// Why [`hold`] stopped the request.
 pub(crate) enum Stopped {
-    /// The watch refused the body (answer with the filter's refusal, or its branch).
-    Refused,
+    /// The watch refused the body: answer with the filter's refusal — or, when a
+    /// branch goes on instead, with the whole body as it came (what was held, then the
+    /// rest, unwatched), never a shortened one.
+    Refused(Body),
     /// The body broke off or passed a limit: 400 or 413.
     Failed(Response<Body>),
 }
@@ -96,15 +98,30 @@ pub(crate) async fn hold(mut body: Body, hold: Hold) -> Result<(Body, Option<Ref
             Some(Err(e)) => return Err(Stopped::Failed(super::body_failed(e))),
             Some(Ok(f)) => f,
         };
-        if let Some(d) = frame.data_ref() {
-            size += d.len() as u64;
-            match watch.chunk(d) {
-                Verdict::Hold => {}
-                Verdict::Release => watching = false,
-                Verdict::Refuse => return Err(Stopped::Refused),
+        let verdict = match frame.data_ref() {
+            Some(d) => {
+                size += d.len() as u64;
+                watch.chunk(d)
+            }
+            None => Verdict::Hold,
+        };
+        held.push_back(frame);
+        match verdict {
+            Verdict::Hold => {}
+            Verdict::Release => watching = false,
+            Verdict::Refuse => {
+                let whole = Held {
+                    frames: held,
+                    rest: Some(Rest {
+                        body,
+                        watch: None,
+                        flag: None,
+                    }),
+                    left: declared,
+                };
+                return Err(Stopped::Refused(Body::stream(whole)));
             }
         }
-        held.push_back(frame);
     }
     let refused = watching.then(|| Refused {
         flag: Arc::new(AtomicBool::new(false)),
@@ -242,8 +259,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_refusal_inside_the_cap_answers_at_once() {
-        let r = hold(streamed(&[b"ab", b"cx"], Some(4)), nox(100)).await;
-        assert!(matches!(r, Err(Stopped::Refused)));
+        let r = hold(streamed(&[b"ab", b"cx", b"yz"], Some(6)), nox(100)).await;
+        let Err(Stopped::Refused(b)) = r else {
+            panic!("refused")
+        };
+        // A branch that goes on gets the whole body, not what is left of it.
+        assert_eq!(b.size_hint().exact(), Some(6));
+        assert_eq!(b.collect().await.unwrap().to_bytes(), "abcxyz");
     }
 
     #[tokio::test]

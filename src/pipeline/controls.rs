@@ -21,9 +21,10 @@ pub(crate) struct Http11Required;
 /// Where ACME HTTP-01 challenges are asked: never redirected.
 const ACME_CHALLENGES: &str = "/.well-known/acme-challenge/";
 
-/// Before the route is found: a request over an HTTP version the site excludes, or
-/// on a plain listener of a site that redirects to HTTPS (to the normalised Host).
-/// `path` is normalised.
+/// Before the route is found: on a plain listener of a site that redirects to HTTPS,
+/// the redirect (to the normalised Host); then a request over an HTTP version the site
+/// excludes. ACME challenges (`path` is normalised) are neither redirected nor refused
+/// for HTTP/1.1.
 #[inline]
 pub(super) fn before_route(
     site: &Site,
@@ -44,8 +45,17 @@ fn early(
     path: &str,
     client: &ClientInfo,
 ) -> Option<Response<Body>> {
+    let acme = path.starts_with(ACME_CHALLENGES);
+    // On plain HTTP the redirect comes first: a site served over HTTP/2 only still
+    // sends an HTTP/1.1 visitor to HTTPS, and ACME challenges stay reachable.
+    if client.scheme == Scheme::Http && !acme {
+        if let Some((status, port)) = site.https_redirect {
+            let host = crate::route::path::normalize_host(super::host_of(req));
+            return Some(to_https(status, port, &host, req));
+        }
+    }
     let v = site.versions;
-    if !v.h1 && req.version() <= Version::HTTP_11 {
+    if !v.h1 && req.version() <= Version::HTTP_11 && !acme {
         return Some(local_response(
             StatusCode::HTTP_VERSION_NOT_SUPPORTED,
             "HTTP version not supported: this site is served over HTTP/2\n",
@@ -59,12 +69,7 @@ fn early(
         r.extensions_mut().insert(Http11Required);
         return Some(r);
     }
-    let (status, port) = site.https_redirect?;
-    if client.scheme == Scheme::Https || path.starts_with(ACME_CHALLENGES) {
-        return None;
-    }
-    let host = crate::route::path::normalize_host(super::host_of(req));
-    Some(to_https(status, port, &host, req))
+    None
 }
 
 /// `https://HOST[:PORT]` and the path and query as received.

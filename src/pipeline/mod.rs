@@ -124,6 +124,10 @@ async fn run(
     slots: &Slots,
     offer: Offer,
 ) -> Response<Body> {
+    if !crate::route::path::valid_host(host_of(&req)) {
+        bump(&COUNTERS.bad_request);
+        return local_response(StatusCode::BAD_REQUEST, "Bad request: invalid Host\n");
+    }
     let Some(site) = find_site(gen, &req) else {
         bump(&COUNTERS.unknown_site);
         return local_response(StatusCode::MISDIRECTED_REQUEST, "unknown site\n");
@@ -316,7 +320,10 @@ async fn stage(
                 *req.body_mut() = b;
                 watched.extend(refused);
             }
-            Err(Stopped::Refused) => held = Some(Step::answer(refuse())),
+            Err(Stopped::Refused(whole)) => {
+                *req.body_mut() = whole;
+                held = Some(Step::answer(refuse()));
+            }
             Err(Stopped::Failed(resp)) => return Next::Answer(resp),
         }
     }

@@ -160,6 +160,44 @@ fn remove_dots(path: &str) -> Result<String, PathError> {
     Ok(out)
 }
 
+/// Whether a `Host` value can be one (RFC 3986 `host [":" port]`): a registered name
+/// of unreserved, sub-delimiter and `%` characters, or a bracketed IPv6 literal, then
+/// an optional port of digits. `evil.test/.example.com` is not a host — as a suffix
+/// match it would reach `*.example.com` and come back in a `Location`. Empty is left
+/// to routing (it matches `*` only).
+pub(crate) fn valid_host(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    let (name, port) = match b.first() {
+        Some(b'[') => match raw.find(']') {
+            Some(close) => {
+                let inner = &b[1..close];
+                if inner.is_empty()
+                    || !inner
+                        .iter()
+                        .all(|c| c.is_ascii_hexdigit() || b":.".contains(c))
+                {
+                    return false;
+                }
+                (&b[..0], &b[close + 1..])
+            }
+            None => return false,
+        },
+        _ => match raw.rfind(':') {
+            Some(colon) => (&b[..colon], &b[colon..]),
+            None => (b, &b[b.len()..]),
+        },
+    };
+    let port_ok = match port.split_first() {
+        None => true,
+        Some((b':', digits)) => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+        Some(_) => false,
+    };
+    port_ok
+        && name
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(c))
+}
+
 /// The host routes are chosen by: lower-cased, without port, without one trailing dot
 /// (`App.Test.:80` is `app.test`). Borrows unless it must change the text.
 pub(crate) fn normalize_host(raw: &str) -> Cow<'_, str> {
@@ -222,6 +260,40 @@ impl PathPattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_are_names_or_literals_with_a_port() {
+        for ok in [
+            "",
+            "localhost",
+            "App.Test",
+            "app.test.",
+            "app.test:8080",
+            "127.0.0.1:80",
+            "[::1]",
+            "[::1]:8443",
+            "[2001:db8::1]",
+            "xn--bcher-kva.example",
+            "a_b.test",
+        ] {
+            assert!(valid_host(ok), "{ok:?}");
+        }
+        for bad in [
+            "evil.test/.example.com",
+            "evil.test?.example.com",
+            "a@b.test",
+            "a b.test",
+            "a.test:80x",
+            "a.test:123456",
+            "[::1",
+            "[zz::1]",
+            "[::1]x",
+            "a.test#x",
+            "a.test\\b",
+        ] {
+            assert!(!valid_host(bad), "{bad:?}");
+        }
+    }
 
     fn n(p: &str) -> Result<String, PathError> {
         normalize(p).map(Cow::into_owned)

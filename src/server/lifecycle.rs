@@ -397,6 +397,18 @@ impl Server {
         {
             tracing::warn!("sluice: a new `admin` address takes effect at the next start");
         }
+        // The API keeps the address it was bound to until the next start: a config
+        // without a token cannot leave it open off loopback.
+        if let Some(bound) = self.admin_addr {
+            if !bound.ip().to_canonical().is_loopback() && config.global.admin_token.is_none() {
+                let why = format!("the admin API stays on {bound} (off loopback) until the next start, and this config gives it no token; keep the token, or restart to move the API to loopback");
+                tracing::error!(
+                    "sluice: {} rejected, still serving revision {keep}: {why}",
+                    origin.as_str()
+                );
+                return Err(Refused::Invalid(why));
+            }
+        }
         let bound = match bind_new(&wanted(&config), &self.listeners) {
             Ok(b) => b,
             Err(e) => {

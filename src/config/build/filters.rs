@@ -599,7 +599,13 @@ pub(super) fn branch<'a>(d: &'a Directive, line: &FilterLine) -> Res<(Branch, Op
     let on_response = result.text == "matched";
     let (action, target) = match action.text.as_str() {
         "reject_response" if on_response => {
-            let code = status(arg, 100..=599)?;
+            // Not 1xx: an interim answer as the final one would leave the client
+            // waiting.
+            let code = status(arg, 200..=599)?;
+            if body.is_some() && matches!(code.as_u16(), 204 | 304) {
+                return Err(Diagnostic::error(d.span(), format!("a {} response carries no body", code.as_u16()))
+                    .with_hint("drop the body, or answer with another status"));
+            }
             (
                 BranchAction::RejectResponse(code, body.map(|b| b.text.clone())),
                 None,
