@@ -37,6 +37,8 @@ pub(crate) struct Counters {
     pub body_denied: AtomicU64,
     /// Answers of a site or route in maintenance.
     pub maintenance_answers: AtomicU64,
+    /// 503: the process-wide budget of held request bodies was spent.
+    pub body_hold_refusals: AtomicU64,
     /// 429 from `rate_limit`.
     pub rate_limited: AtomicU64,
     /// 401 from `basic_auth`.
@@ -62,6 +64,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     access_denied: AtomicU64::new(0),
     body_denied: AtomicU64::new(0),
     maintenance_answers: AtomicU64::new(0),
+    body_hold_refusals: AtomicU64::new(0),
     rate_limited: AtomicU64::new(0),
     unauthorized: AtomicU64::new(0),
     filter_failures: AtomicU64::new(0),

@@ -62,6 +62,8 @@ pub(crate) static TCP_MAX_CONNS: Throttled = Throttled::new();
 pub(crate) static PROBE_OUT_OF_CAPACITY: Throttled = Throttled::new();
 /// An extended CONNECT for a protocol other than WebSocket.
 pub(crate) static H2_CONNECT_PROTOCOL: Throttled = Throttled::new();
+/// Request bodies held for `body_deny` reached their process-wide budget.
+pub(crate) static BODY_HOLD_FULL: Throttled = Throttled::new();
 
 #[cfg(test)]
 mod tests {

@@ -601,6 +601,14 @@ async fn signed_configs_are_verified_on_every_load() {
     assert!(minisign(&d, &["-S", "-s", "k.sec", "-m", "sites/b.conf"]));
     let ok = sluice(&["check", "--verify-key", &pubkey, "-c", &m]);
     assert_eq!(ok.code, 0, "{}", ok.stderr);
+    // One signed file cannot stand in for another: the signature names its file.
+    let b_conf = std::fs::read(d.join("sites/b.conf")).unwrap();
+    let b_sig = std::fs::read(d.join("sites/b.conf.minisig")).unwrap();
+    std::fs::write(d.join("sites/c.conf"), &b_conf).unwrap();
+    std::fs::write(d.join("sites/c.conf.minisig"), &b_sig).unwrap();
+    check_fails("is the signature of b.conf, not of c.conf");
+    std::fs::remove_file(d.join("sites/c.conf")).unwrap();
+    std::fs::remove_file(d.join("sites/c.conf.minisig")).unwrap();
     std::fs::write(d.join("sites/b.conf"), "site b.test { respond TWO }\n").unwrap();
     check_fails("does not match the file");
     assert!(minisign(&d, &["-S", "-s", "k.sec", "-m", "sites/b.conf"]));

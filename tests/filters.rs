@@ -1033,3 +1033,74 @@ async fn body_deny_over_an_h2_front() {
     }
     assert_eq!(began.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// Held bodies share one process-wide budget (64 MiB): a request that would hold more
+/// gets 503 with Retry-After, counted; the budget comes back when held bodies end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_bodies_share_one_budget() {
+    let (b, _began) = length_backend().await;
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0 }}\nsite * {{ body_deny \"NEEDLE\"\n proxy {a} }}",
+        a = b.addr
+    ));
+    // 70 clients each send 1,000,000 bytes of a 2,000,000-byte body and wait: each is
+    // held (under the 1 MiB cap), 70 MB in all, past the 64 MiB budget.
+    let chunk = vec![b'a'; 1_000_000];
+    let mut conns = Vec::new();
+    for _ in 0..70 {
+        let mut c = TcpStream::connect(s.addr).await.unwrap();
+        c.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n")
+            .await
+            .unwrap();
+        let _ = c.write_all(&chunk).await;
+        conns.push(c);
+    }
+    let admin = s.admin();
+    let counted = |m: &str| -> u64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix("sluice_body_hold_refusals_total "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while counted(&get(admin, "/metrics").await.text()) < 1 {
+        assert!(Instant::now() < end, "no request was refused");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut refused = 0;
+    for c in &mut conns {
+        let mut buf = [0u8; 256];
+        if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(20), c.read(&mut buf)).await {
+            let head = String::from_utf8_lossy(&buf[..n]);
+            if head.starts_with("HTTP/1.1 503") {
+                assert!(
+                    head.to_ascii_lowercase().contains("retry-after: 1"),
+                    "{head}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    let total = counted(&get(admin, "/metrics").await.text());
+    assert!((1..=10).contains(&total), "{total} of 70 refused");
+    assert!(
+        refused >= 1 && refused <= total,
+        "{refused} answers seen, {total} counted"
+    );
+    // The clients go away: their held bytes come back.
+    drop(conns);
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = request(s.addr, "POST", "/", &[], &vec![b'b'; 500_000]).await;
+        if r.status == 200 {
+            assert_eq!(r.text(), "500000");
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the budget never came back: {}",
+            r.status
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -246,6 +246,11 @@ static REFUSALS: &[(&str, &AtomicU64, &str)] = &[
         "requests answered by a site or route in maintenance",
     ),
     (
+        "sluice_body_hold_refusals_total",
+        &COUNTERS.body_hold_refusals,
+        "requests refused 503: the budget of request bodies held for checking was spent",
+    ),
+    (
         "sluice_body_denied_total",
         &COUNTERS.body_denied,
         "requests refused 403 by body_deny",

@@ -144,22 +144,33 @@ fn host_is_ours(host: Option<&http::HeaderValue>, local: SocketAddr) -> bool {
     matches!(name, "localhost" | "127.0.0.1" | "[::1]") && p.is_none_or(|p| p == port)
 }
 
-/// No token configured, or `Authorization: Bearer TOKEN` with the token (compared in
-/// time that does not depend on where the two differ).
+/// No token configured, or `Authorization: Bearer TOKEN` (the scheme in any case)
+/// with the token: compared by digest, in time that depends on neither where a guess
+/// differs nor its length.
 fn authorized(token: &Token, h: &http::HeaderMap) -> bool {
     let Some(want) = token.load_full() else {
         return true;
     };
-    let given = h
+    let value = h
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .map(|v| v.as_bytes())
         .unwrap_or(b"");
+    let given = match value.split_at_checked(7) {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case(b"bearer ") => rest,
+        _ => b"",
+    };
     same_secret(given, want.0.as_bytes())
 }
 
-/// Whether `a` is `b`, in time that depends on their lengths only.
+/// Whether `a` is `b`: their SHA-256 digests compared in constant time.
 fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+    use ring::digest::{digest, SHA256};
+    let (da, db) = (digest(&SHA256, a), digest(&SHA256, b));
+    da.as_ref()
+        .iter()
+        .zip(db.as_ref())
+        .fold(0u8, |d, (x, y)| d | (x ^ y))
+        == 0
 }
 
 fn is_json(h: &http::HeaderMap) -> bool {

@@ -33,6 +33,22 @@ struct Inner {
     pools: HashMap<String, (bool, VecDeque<Instant>)>,
 }
 
+/// Lets the pool's next test start when a test ends — also one that panicked or was
+/// dropped, which would otherwise hold the pool at `429` until restart.
+struct Done {
+    tests: Arc<OriginTests>,
+    pool: String,
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        let mut inner = self.tests.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((running, _)) = inner.pools.get_mut(&self.pool) {
+            *running = false;
+        }
+    }
+}
+
 /// Why a test was not started.
 pub(crate) enum Refused {
     /// One runs for this pool now, or six started in the last minute: seconds to wait.
@@ -68,14 +84,14 @@ impl OriginTests {
         }
         inner.results.push_back((id.clone(), slot.clone()));
         drop(inner);
-        let tests = self.clone();
+        let done = Done {
+            tests: self.clone(),
+            pool: pool.name().to_string(),
+        };
         tokio::spawn(async move {
+            let _done = done;
             let report = pool.test_origin(role).await;
             *slot.lock().unwrap_or_else(|e| e.into_inner()) = report;
-            let mut inner = tests.inner.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((running, _)) = inner.pools.get_mut(pool.name()) {
-                *running = false;
-            }
         });
         Ok(id)
     }

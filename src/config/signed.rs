@@ -84,12 +84,48 @@ fn check_one(name: &str, bytes: &[u8], key: &VerifyKey) -> Result<(), String> {
             key.id
         ),
         e => format!("{sig_path} does not match the file ({e}): it changed since it was signed, or the signature is damaged"),
-    })
+    })?;
+    // Checked after the signature: the trusted comment is covered by it.
+    signed_name(name, sig.trusted_comment())
+}
+
+/// The signature was made for a file of this name: `minisign` records the signed
+/// file's base name in the trusted comment (`file:NAME`), which the signature covers —
+/// so one signed file cannot stand in for another.
+fn signed_name(name: &str, trusted: &str) -> Result<(), String> {
+    let base = std::path::Path::new(name)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match trusted.split('\t').find_map(|f| f.strip_prefix("file:")) {
+        Some(signed) if signed == base => Ok(()),
+        Some(signed) => Err(format!(
+            "{name}.minisig is the signature of {signed}, not of {base}"
+        )),
+        None => Err(format!(
+            "{name}.minisig names no file (sign without -t, so minisign records the file's name)"
+        )),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_signature_names_its_file() {
+        let t = "timestamp:1796225383\tfile:main.conf\thashed";
+        assert!(signed_name("/etc/sluice/main.conf", t).is_ok());
+        assert!(signed_name("main.conf", "timestamp:1\tfile:main.conf").is_ok());
+        let e = signed_name("/etc/sluice/sites/a.conf", t).unwrap_err();
+        assert!(
+            e.contains("is the signature of main.conf, not of a.conf"),
+            "{e}"
+        );
+        assert!(signed_name("main.conf", "release 42")
+            .unwrap_err()
+            .contains("names no file"));
+    }
 
     #[test]
     fn key_ids_read_as_minisign_prints_them() {

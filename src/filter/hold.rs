@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
@@ -21,6 +21,58 @@ use http_body::{Body as _, Frame, SizeHint};
 use http_body_util::BodyExt as _;
 
 use crate::body::{Body, BodyError};
+
+/// The most request-body bytes held at once by the whole process: past it a request
+/// that would hold more gets `503` (and `Retry-After: 1`) rather than memory without
+/// bound (counted in `sluice_body_hold_refusals_total`).
+pub(crate) const HOLD_BUDGET: u64 = 64 << 20;
+
+/// Bytes held now, process-wide.
+static HELD: AtomicU64 = AtomicU64::new(0);
+
+/// A share of [`HOLD_BUDGET`], given back when dropped.
+#[derive(Default)]
+struct Reserved(u64);
+
+impl Reserved {
+    /// Takes `n` more bytes of the budget; `false` when that would pass it.
+    fn grow(&mut self, n: u64) -> bool {
+        let before = HELD.fetch_add(n, Ordering::AcqRel);
+        if before + n > HOLD_BUDGET {
+            HELD.fetch_sub(n, Ordering::AcqRel);
+            return false;
+        }
+        self.0 += n;
+        true
+    }
+
+    fn release(&mut self) {
+        HELD.fetch_sub(std::mem::take(&mut self.0), Ordering::AcqRel);
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+fn budget_spent() -> Response<Body> {
+    crate::stats::bump(&crate::stats::COUNTERS.body_hold_refusals);
+    crate::throttle::BODY_HOLD_FULL.warn(format_args!(
+        "sluice: request bodies held for checking reached {} MiB; answered 503",
+        HOLD_BUDGET >> 20
+    ));
+    let mut r = crate::reply::local_response(
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        "Service unavailable: too many request bodies are being checked\n",
+    );
+    r.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    r
+}
 
 /// What a filter holds the body for.
 pub(crate) struct Hold {
@@ -84,12 +136,14 @@ pub(crate) async fn hold(mut body: Body, hold: Hold) -> Result<(Body, Option<Ref
     let mut held = VecDeque::new();
     let mut size = 0u64;
     let mut watching = true;
+    let mut reserved = Reserved::default();
     while size < cap && watching {
         let frame = match body.frame().await {
             None => {
                 // The end is here: what is held is the whole body.
                 let whole = Held {
                     frames: held,
+                    reserved,
                     rest: None,
                     left: Some(size),
                 };
@@ -100,6 +154,9 @@ pub(crate) async fn hold(mut body: Body, hold: Hold) -> Result<(Body, Option<Ref
         };
         let verdict = match frame.data_ref() {
             Some(d) => {
+                if !reserved.grow(d.len() as u64) {
+                    return Err(Stopped::Failed(budget_spent()));
+                }
                 size += d.len() as u64;
                 watch.chunk(d)
             }
@@ -112,6 +169,7 @@ pub(crate) async fn hold(mut body: Body, hold: Hold) -> Result<(Body, Option<Ref
             Verdict::Refuse => {
                 let whole = Held {
                     frames: held,
+                    reserved,
                     rest: Some(Rest {
                         body,
                         watch: None,
@@ -134,6 +192,7 @@ pub(crate) async fn hold(mut body: Body, hold: Hold) -> Result<(Body, Option<Ref
     };
     let held = Held {
         frames: held,
+        reserved,
         rest: Some(rest),
         left: declared,
     };
@@ -143,6 +202,8 @@ pub(crate) async fn hold(mut body: Body, hold: Hold) -> Result<(Body, Option<Ref
 /// The held frames, then the rest of the body (watched) if it did not end.
 struct Held {
     frames: VecDeque<Frame<Bytes>>,
+    /// The budget the held frames take, given back once they are all sent.
+    reserved: Reserved,
     rest: Option<Rest>,
     /// Bytes still to come, when known (a declared length, or a body held whole).
     left: Option<u64>,
@@ -164,7 +225,12 @@ impl http_body::Body for Held {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
         let frame = match this.frames.pop_front() {
-            Some(f) => f,
+            Some(f) => {
+                if this.frames.is_empty() {
+                    this.reserved.release();
+                }
+                f
+            }
             None => {
                 let Some(rest) = this.rest.as_mut() else {
                     return Poll::Ready(None);
