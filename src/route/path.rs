@@ -369,6 +369,18 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// A host that passes is one a URL can carry: nothing that ends the authority
+        /// or starts userinfo, and its normal form (the site lookup's key) passes too.
+        #[test]
+        fn a_valid_host_cannot_leave_the_authority(host in "[a-zA-Z0-9.:\\[\\]/?#@%_~ -]{0,24}") {
+            if valid_host(&host) {
+                proptest::prop_assert!(!host.contains(['/', '?', '#', '@', ' ']), "{host:?}");
+                let n = normalize_host(&host);
+                let bracketed = if n.contains(':') { format!("[{n}]") } else { n.to_string() };
+                proptest::prop_assert!(valid_host(&bracketed), "{host:?} -> {bracketed:?}");
+            }
+        }
+
         /// Any path built from segments, dots, slashes, escapes and odd bytes: the
         /// normal form is normal (idempotent), starts with one `/`, never has a `.` or
         /// `..` segment or `//`, and a path whose `..` would climb above the root is
