@@ -446,15 +446,7 @@ fn admin_tokens_are_checked_at_load() {
         ("global { admin 127.0.0.1:2019 { token abc\n token_file empty.token } }\nsite * { respond ok }", "one token"),
         ("global { admin 127.0.0.1:2019 { tokn abc } }\nsite * { respond ok }", "tokn"),
     ] {
-        let path = dir.write("bad.conf", text);
-        let out = Command::new(bin())
-            .args(["check", "-c", path.to_str().unwrap()])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{text}: {err}");
-        assert!(err.contains(want), "{text}:\n{err}");
-        assert!(err.contains("bad.conf:"), "{err}");
+        assert_check_fails(&dir, text, want);
     }
     // A token written in the file loads, with a warning; one from the environment
     // does not warn; an admin off loopback with a token loads.

@@ -481,14 +481,6 @@ fn mistakes_in_controls_are_load_errors() {
         ),
         ("site * { route /x { hsts 1d\n respond ok } }", "hsts"),
     ] {
-        let path = dir.write("bad.conf", text);
-        let out = std::process::Command::new(bin())
-            .args(["check", "-c", path.to_str().unwrap()])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{text}: {err}");
-        assert!(err.contains(want), "{text}:\n{err}");
-        assert!(err.contains("bad.conf:"), "{err}");
+        assert_check_fails(&dir, text, want);
     }
 }

@@ -620,6 +620,20 @@ impl Drop for Group {
     }
 }
 
+/// Writes `text` as `bad.conf` in `dir` and runs `sluice check` on it: it must fail
+/// (exit 1) with `want` in its errors, at a place in `bad.conf`.
+pub fn assert_check_fails(dir: &TempDir, text: &str, want: &str) {
+    let path = dir.write("bad.conf", text);
+    let out = Command::new(bin())
+        .args(["check", "-c", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}: {err}");
+    assert!(err.contains(want), "{text}:\n{err}");
+    assert!(err.contains("bad.conf:"), "{err}");
+}
+
 /// A JSON POST to the admin API (`Content-Type: application/json`).
 pub async fn post_json(admin: SocketAddr, path: &str, body: &str) -> Resp {
     request(
