@@ -124,11 +124,12 @@ async fn run(
     slots: &Slots,
     offer: Offer,
 ) -> Response<Body> {
-    if !crate::route::path::valid_host(host_of(&req)) {
+    let host = host_of(&req);
+    if !crate::route::path::valid_host(host) {
         bump(&COUNTERS.bad_request);
         return local_response(StatusCode::BAD_REQUEST, "Bad request: invalid Host\n");
     }
-    let Some(site) = find_site(gen, &req) else {
+    let Some(site) = gen.sites.find(&normalize_host(host)) else {
         bump(&COUNTERS.unknown_site);
         return local_response(StatusCode::MISDIRECTED_REQUEST, "unknown site\n");
     };
@@ -411,11 +412,6 @@ fn reject(code: StatusCode, body: bytes::Bytes) -> Response<Body> {
     r.headers_mut().insert(header::DATE, date());
     crate::reply::server(r.headers_mut());
     r
-}
-
-/// The site for the request's normalised host.
-fn find_site<'g>(gen: &'g Generation, req: &Request<Body>) -> Option<&'g Site> {
-    gen.sites.find(&normalize_host(host_of(req)))
 }
 
 pub(super) fn host_of(req: &Request<Body>) -> &str {

@@ -167,36 +167,68 @@ fn remove_dots(path: &str) -> Result<String, PathError> {
 /// to routing (it matches `*` only).
 pub(crate) fn valid_host(raw: &str) -> bool {
     let b = raw.as_bytes();
-    let (name, port) = match b.first() {
-        Some(b'[') => match raw.find(']') {
-            Some(close) => {
-                let inner = &b[1..close];
-                if inner.is_empty()
-                    || !inner
-                        .iter()
-                        .all(|c| c.is_ascii_hexdigit() || b":.".contains(c))
-                {
-                    return false;
-                }
-                (&b[..0], &b[close + 1..])
-            }
-            None => return false,
-        },
-        _ => match raw.rfind(':') {
-            Some(colon) => (&b[..colon], &b[colon..]),
-            None => (b, &b[b.len()..]),
-        },
-    };
-    let port_ok = match port.split_first() {
+    if b.first() == Some(&b'[') {
+        return valid_ipv6_host(b);
+    }
+    // One pass over the name; what stops it must be the port's colon.
+    let name = b.iter().take_while(|&&c| NAME[usize::from(c)]).count();
+    match b.get(name) {
         None => true,
-        Some((b':', digits)) => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+        Some(b':') => valid_port(&b[name + 1..]),
         Some(_) => false,
-    };
-    port_ok
-        && name
-            .iter()
-            .all(|c| c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(c))
+    }
 }
+
+fn valid_ipv6_host(b: &[u8]) -> bool {
+    let Some(close) = b.iter().position(|&c| c == b']') else {
+        return false;
+    };
+    let inner = &b[1..close];
+    let literal = !inner.is_empty()
+        && inner
+            .iter()
+            .all(|c| c.is_ascii_hexdigit() || *c == b':' || *c == b'.');
+    literal
+        && match b.get(close + 1) {
+            None => true,
+            Some(b':') => valid_port(&b[close + 2..]),
+            Some(_) => false,
+        }
+}
+
+fn valid_port(p: &[u8]) -> bool {
+    p.len() <= 5 && p.iter().all(u8::is_ascii_digit)
+}
+
+/// The bytes of a registered name: unreserved, sub-delimiters and `%`.
+static NAME: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        t[c] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b'%'
+            );
+        c += 1;
+    }
+    t
+};
 
 /// The host routes are chosen by: lower-cased, without port, without one trailing dot
 /// (`App.Test.:80` is `app.test`). Borrows unless it must change the text.
