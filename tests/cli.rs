@@ -639,15 +639,9 @@ async fn signed_configs_are_verified_on_every_load() {
         "one",
         "the running revision stays"
     );
-    let out = sluice(&[
-        "reload",
-        "--admin",
-        &admin.to_string(),
-        "--verify-key",
-        &pubkey,
-        "-c",
-        &m,
-    ]);
+    let a = admin.to_string();
+    let checked_reload = || sluice(&["reload", "--admin", &a, "--verify-key", &pubkey, "-c", &m]);
+    let out = checked_reload();
     assert_eq!(out.code, 1);
     assert!(
         out.stderr.contains("nothing was asked of the server"),
@@ -655,15 +649,7 @@ async fn signed_configs_are_verified_on_every_load() {
         out.stderr
     );
     assert!(minisign(&d, &["-S", "-s", "k.sec", "-m", "sites/a.conf"]));
-    let out = sluice(&[
-        "reload",
-        "--admin",
-        &admin.to_string(),
-        "--verify-key",
-        &pubkey,
-        "-c",
-        &m,
-    ]);
+    let out = checked_reload();
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(get(s.addr, "/").await.text(), "changed");
     let revs: serde_json::Value =

@@ -108,8 +108,34 @@ pub(crate) async fn connect_peer(
     peer: &str,
 ) -> Result<Dialed, DialError> {
     let to = locate(target, dest).await?;
-    let dial = dial_to(
+    dial_to(
         &to,
+        target,
+        scheme,
+        tls,
+        dest,
+        connect_timeout,
+        h1_only,
+        peer,
+    )
+    .await
+}
+
+/// The connection and handshakes of [`connect_peer`], to addresses already judged,
+/// within `connect_timeout`.
+#[allow(clippy::too_many_arguments)]
+async fn dial_to(
+    to: &To<'_>,
+    target: &Target,
+    scheme: BackendScheme,
+    tls: Option<&ClientTls>,
+    dest: &Dest,
+    connect_timeout: Duration,
+    h1_only: bool,
+    peer: &str,
+) -> Result<Dialed, DialError> {
+    let dial = handshakes(
+        to,
         target,
         scheme,
         tls,
@@ -124,9 +150,8 @@ pub(crate) async fn connect_peer(
     }
 }
 
-/// The connection and handshakes of [`connect_peer`], to addresses already judged.
 #[allow(clippy::too_many_arguments)]
-async fn dial_to(
+async fn handshakes(
     to: &To<'_>,
     target: &Target,
     scheme: BackendScheme,
@@ -192,18 +217,17 @@ pub(crate) async fn reach_one(
         To::Unix(p) => (To::Unix(p), format!("unix:{}", p.display())),
     };
     let peer = address.clone();
-    let dial = dial_to(&to, target, scheme, tls, dest, connect_timeout, true, &peer);
-    match tokio::time::timeout(connect_timeout, dial).await {
-        Err(_) | Ok(Err(DialError::Timeout(_))) => Err((Some(address), "timeout")),
-        Ok(Err(e)) => {
+    match dial_to(&to, target, scheme, tls, dest, connect_timeout, true, &peer).await {
+        Ok(d) => Ok((d, address)),
+        Err(e) => {
             let failure = match e {
+                DialError::Timeout(_) => "timeout",
                 DialError::Tls(_) => "tls",
                 DialError::H2(_) => "protocol",
                 _ => "connect",
             };
             Err((Some(address), failure))
         }
-        Ok(Ok(d)) => Ok((d, address)),
     }
 }
 

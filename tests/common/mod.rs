@@ -621,7 +621,7 @@ impl Drop for Group {
 }
 
 /// Writes `text` as `bad.conf` in `dir` and runs `sluice check` on it: it must fail
-/// (exit 1) with `want` in its errors, at a place in `bad.conf`.
+/// (exit 1) with `want` in its errors, at a line of `bad.conf`.
 pub fn assert_check_fails(dir: &TempDir, text: &str, want: &str) {
     let path = dir.write("bad.conf", text);
     let out = Command::new(bin())
@@ -631,7 +631,10 @@ pub fn assert_check_fails(dir: &TempDir, text: &str, want: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{text}: {err}");
     assert!(err.contains(want), "{text}:\n{err}");
-    assert!(err.contains("bad.conf:"), "{err}");
+    let at_a_line = err
+        .match_indices("bad.conf:")
+        .any(|(i, m)| err[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()));
+    assert!(at_a_line, "the error names a line of bad.conf: {err}");
 }
 
 /// A JSON POST to the admin API (`Content-Type: application/json`).
