@@ -347,7 +347,7 @@ pub fn condition(
         "listen 127.0.0.1:1\nsite * {{\n  header_down X-F 1 when {cond}\n  respond 200\n}}\n"
     );
     let loaded = crate::config::load_alone("fuzz.conf", &text, &OneVar).ok()?;
-    let model = loaded.config.sites[0].routes[0].filters[0]
+    let model = loaded.config.sites[0].filters[0]
         .condition
         .clone()
         .expect("a condition");

@@ -1097,3 +1097,68 @@ async fn held_bodies_share_one_budget() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Filters written in the site block guard every route (DESIGN §16): a site's
+/// `basic_auth` and `deny` reach `route /admin/*`, they run before the route's own
+/// filters (their response phase after), a site `rate_limit` is one bucket for all the
+/// routes, and a site filter's `skip_to handler` passes the route's filters too.
+#[tokio::test]
+async fn site_filters_guard_every_route() {
+    let hash = bcrypt::hash("pw", 4).unwrap();
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            allow 127.0.0.0/8 when header X-Skip yes
+            on allowed skip_to handler
+            deny 127.0.0.0/8 when path /private/*
+            basic_auth alice \"{hash}\"
+            header_down X-Order site
+            rate_limit 5/s burst 5 key header X-Rl when header X-Rl *
+            route /admin/* {{
+                header_down X-Order route
+                header_down X-Route admin
+                proxy {a}
+            }}
+            route /exact {{
+                respond 200 \"exact\"
+            }}
+            route /private/* {{
+                respond 200 \"private\"
+            }}
+            respond 200 \"own\"
+        }}",
+        a = b.addr
+    ));
+    use base64::Engine as _;
+    let auth = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("alice:pw")
+    );
+    for path in ["/admin/panel", "/admin", "/exact", "/", "/other"] {
+        let r = get(s.addr, path).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{path}");
+        let r = req(&s, "GET", path, &[("Authorization", &auth)]).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}");
+        // The site's response phase runs after the route's: its value is the last.
+        assert_eq!(r.header("x-order"), Some("site"), "{path}");
+    }
+    let r = req(&s, "GET", "/admin/panel", &[("Authorization", &auth)]).await;
+    assert_eq!(r.header("x-route"), Some("admin"));
+    // A spelling trick does not pass the site's `deny`.
+    for path in ["/private/x", "/%70rivate/x", "/public/../private/x"] {
+        let r = req(&s, "GET", path, &[("Authorization", &auth)]).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}");
+    }
+    // `skip_to handler` from the site passes the site's and the route's later filters.
+    let r = req(&s, "GET", "/admin/x", &[("X-Skip", "yes")]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("x-order"), None);
+    assert_eq!(r.header("x-route"), None);
+    // One bucket for the site: 5 requests spread over two routes use it up.
+    let mut codes = Vec::new();
+    for path in ["/admin/a", "/exact", "/admin/b", "/", "/exact", "/admin/c"] {
+        let r = req(&s, "GET", path, &[("Authorization", &auth), ("X-Rl", "k")]).await;
+        codes.push(r.status);
+    }
+    assert_eq!(codes, [200, 200, 200, 200, 200, 429]);
+}

@@ -196,6 +196,9 @@ pub struct Site {
     /// Each host as written, and where.
     pub host_words: Vec<(String, Span)>,
     pub routes: Vec<Route>,
+    /// The filters written in the site block: every route runs them before its own
+    /// (and their response phase after its own).
+    pub filters: Vec<FilterLine>,
     /// `tls CERT KEY`: served by SNI on `tls` listeners.
     pub tls: Option<SiteTls>,
     /// `maintenance …` on the site: its routes answer it (a route's own wins).

@@ -12,11 +12,13 @@ use super::Cx;
 use crate::body::Body;
 use crate::config::{PathPattern, StatusSet};
 
+#[derive(Clone)]
 pub(crate) struct Condition {
     pub negate: bool,
     pub test: Test,
 }
 
+#[derive(Clone)]
 pub(crate) enum Test {
     Path(PathPattern),
     Method(Vec<Method>),
@@ -42,11 +44,13 @@ impl Condition {
 }
 
 /// A test on the response: its status or one of its fields.
+#[derive(Clone)]
 pub(crate) struct ResponseCondition {
     pub negate: bool,
     pub test: ResponseTest,
 }
 
+#[derive(Clone)]
 pub(crate) enum ResponseTest {
     Status(Vec<StatusSet>),
     /// Value `*`: any value of a present field.

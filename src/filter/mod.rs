@@ -26,6 +26,7 @@ pub(crate) mod strip;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use http::{HeaderValue, Method, Request, Response, StatusCode, Uri};
 
@@ -119,8 +120,10 @@ fn body_failed(e: crate::body::BodyError) -> Response<Body> {
 
 /// A filter line, compiled: the filter, when it runs, what its failure means, and
 /// where its results branch to.
+#[derive(Clone)]
 pub(crate) struct Stage {
-    pub filter: Box<dyn Filter>,
+    /// Shared by every route of a site when the line is the site's.
+    pub filter: Arc<dyn Filter>,
     pub condition: Option<cond::Condition>,
     /// `failure open`: a filter that cannot decide lets the request through.
     pub failure_open: bool,
@@ -150,7 +153,7 @@ pub(crate) enum Action {
 
 impl Stage {
     /// A stage that always runs, fails closed and branches nowhere.
-    pub(crate) fn plain(filter: Box<dyn Filter>, name: &'static str) -> Stage {
+    pub(crate) fn plain(filter: Arc<dyn Filter>, name: &'static str) -> Stage {
         Stage {
             filter,
             condition: None,

@@ -191,7 +191,7 @@ fn handler(r: &config::Route, shared: &Shared, filters: &mut Vec<Stage>) -> Hand
             // The proxy's own `max_body` runs as the route's last filter: one place.
             if let Some(max) = p.max_body {
                 filters.push(Stage::plain(
-                    Box::new(MaxBody { max }),
+                    Arc::new(MaxBody { max }),
                     "the proxy's max_body",
                 ));
             }
@@ -224,10 +224,15 @@ fn handler(r: &config::Route, shared: &Shared, filters: &mut Vec<Stage>) -> Hand
 /// A site: its routes, and its controls (maintenance, redirect, HSTS, versions).
 fn site(s: &config::Site, shared: &Shared) -> Site {
     let own = s.maintenance.clone().map(Arc::new);
+    // Compiled once: a site's `rate_limit` is one set of buckets for all its routes.
+    let first = SiteFilters {
+        stages: s.filters.iter().map(|l| stage(l, &s.name, shared)).collect(),
+        lines: &s.filters,
+    };
     let routes = s
         .routes
         .iter()
-        .map(|r| route(r, shared, own.as_ref()))
+        .map(|r| route(r, shared, own.as_ref(), &first))
         .collect();
     Site {
         name: s.name.clone(),
@@ -249,17 +254,51 @@ fn site(s: &config::Site, shared: &Shared) -> Site {
     }
 }
 
+/// A site's filters, which each of its routes runs before its own.
+struct SiteFilters<'a> {
+    stages: Vec<Stage>,
+    lines: &'a [config::FilterLine],
+}
+
+impl SiteFilters<'_> {
+    /// The site's stages, then `own` (a route's), with every `skip_to` renumbered for
+    /// the joined list: a site filter's `skip_to handler` passes the route's filters
+    /// too; a route filter's target moves past the site's.
+    fn join(&self, own: Vec<Stage>) -> Vec<Stage> {
+        let (site, all) = (self.stages.len(), self.stages.len() + own.len());
+        let renumber = |st: &mut Stage, f: &dyn Fn(usize) -> usize| {
+            for a in [&mut st.on_pass, &mut st.on_refuse].into_iter().flatten() {
+                if let Action::SkipTo(i) = a {
+                    *i = f(*i);
+                }
+            }
+        };
+        let mut joined = Vec::with_capacity(all + 1);
+        for mut st in self.stages.iter().cloned() {
+            renumber(&mut st, &|i| if i == site { all } else { i });
+            joined.push(st);
+        }
+        for mut st in own {
+            renumber(&mut st, &|i| i + site);
+            joined.push(st);
+        }
+        joined
+    }
+}
+
 /// `site_maintenance`: the site's own `maintenance`, for a route without one.
 fn route(
     r: &config::Route,
     shared: &Shared,
     site_maintenance: Option<&Arc<config::Maintenance>>,
+    site: &SiteFilters<'_>,
 ) -> Route {
-    let mut filters: Vec<Stage> = r
+    let own: Vec<Stage> = r
         .filters
         .iter()
         .map(|l| stage(l, &r.name, shared))
         .collect();
+    let mut filters = site.join(own);
     // A `compress` filter that runs decides; else the proxy's own setting; else on.
     let compress = match &r.handler {
         Some(config::Handler::Proxy(p)) => p.compress,
@@ -273,8 +312,10 @@ fn route(
     let uses_client_ip = filters.iter().any(Stage::uses_client_ip)
         || maintenance.as_ref().is_some_and(|m| !m.allow.is_empty());
     let may_compress = compress != Compression::Off
-        || r.filters
+        || site
+            .lines
             .iter()
+            .chain(&r.filters)
             .any(|l| matches!(l.filter, config::Filter::Compress(m) if m != Compression::Off));
     let uses_placeholders = filters.iter().any(|f| f.filter.uses_placeholders())
         || match &handler {
@@ -305,32 +346,32 @@ fn route(
 
 /// A filter line, compiled: its filter, condition, failure mode and branches.
 fn stage(line: &config::FilterLine, route: &str, shared: &Shared) -> Stage {
-    let filter: Box<dyn Filter> = match &line.filter {
-        config::Filter::Strip(prefix) => Box::new(Strip {
+    let filter: Arc<dyn Filter> = match &line.filter {
+        config::Filter::Strip(prefix) => Arc::new(Strip {
             prefix: prefix.clone(),
         }),
-        config::Filter::Rewrite { from, to } => Box::new(Rewrite {
+        config::Filter::Rewrite { from, to } => Arc::new(Rewrite {
             from: from.clone(),
             to: to.clone(),
         }),
-        config::Filter::HeaderDown(op) => Box::new(HeaderDown { op: op.clone() }),
-        config::Filter::MaxBody(max) => Box::new(MaxBody { max: *max }),
-        config::Filter::Compress(mode) => Box::new(Compress { mode: *mode }),
-        config::Filter::RequestId => Box::new(RequestId),
-        config::Filter::Allow(nets) => Box::new(Access {
+        config::Filter::HeaderDown(op) => Arc::new(HeaderDown { op: op.clone() }),
+        config::Filter::MaxBody(max) => Arc::new(MaxBody { max: *max }),
+        config::Filter::Compress(mode) => Arc::new(Compress { mode: *mode }),
+        config::Filter::RequestId => Arc::new(RequestId),
+        config::Filter::Allow(nets) => Arc::new(Access {
             nets: nets.clone(),
             allow: true,
         }),
-        config::Filter::Deny(nets) => Box::new(Access {
+        config::Filter::Deny(nets) => Arc::new(Access {
             nets: nets.clone(),
             allow: false,
         }),
         config::Filter::RateLimit(rl) => {
-            Box::new(shared.rate(rl, line.name.as_deref(), line.failure_open, route))
+            Arc::new(shared.rate(rl, line.name.as_deref(), line.failure_open, route))
         }
-        config::Filter::BasicAuth(users) => Box::new(BasicAuth::new(users)),
-        config::Filter::Cors(c) => Box::new(Cors::new(c)),
-        config::Filter::BodyDeny(text) => Box::new(BodyDeny::new(text.as_bytes())),
+        config::Filter::BasicAuth(users) => Arc::new(BasicAuth::new(users)),
+        config::Filter::Cors(c) => Arc::new(Cors::new(c)),
+        config::Filter::BodyDeny(text) => Arc::new(BodyDeny::new(text.as_bytes())),
     };
     let (passed, refused) = line.filter.results().unwrap_or(("", ""));
     let branch = |result: &str| {

@@ -84,12 +84,14 @@ impl SiteControls {
         hosts: Vec<HostPattern>,
         host_words: Vec<(String, Span)>,
         routes: Vec<Route>,
+        filters: Vec<FilterLine>,
     ) -> Site {
         Site {
             name,
             hosts,
             host_words,
             routes,
+            filters,
             tls: self.tls.map(|t| t.0),
             maintenance: self.maintenance.map(|m| m.0),
             https_redirect: self.https_redirect.map(|r| r.0),
@@ -404,19 +406,24 @@ impl Builder {
                 _ => own.push(item),
             }
         }
+        // The site's own lines are its `/*` route (matchers, handler), whose filters
+        // become the site's: every route runs them first.
+        let mut filters = Vec::new();
         if !own.is_empty() {
             let owned: Vec<Directive> = own.into_iter().cloned().collect();
             let span = owned[0].span();
-            if let Some(r) = self.route_body(
+            if let Some(mut r) = self.route_body(
                 &owned,
                 name.clone(),
                 PathPattern::Prefix(String::new()),
                 span,
             ) {
+                filters = std::mem::take(&mut r.filters);
                 routes.push(r);
             }
         }
-        Some(controls.site(name, hosts, host_words, routes))
+        self.filter_cap(&filters, &routes);
+        Some(controls.site(name, hosts, host_words, routes, filters))
     }
 
     /// A site's hosts, and each as written with where; a host that cannot be one is an

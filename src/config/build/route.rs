@@ -45,6 +45,30 @@ impl Builder {
         self.route_body(&items, name, pat, d.span())
     }
 
+    /// The cap on filters a request runs, with the site's first: an error at each
+    /// route that goes over it with them (alone, its own lines are judged already).
+    pub(super) fn filter_cap(&mut self, site: &[FilterLine], routes: &[Route]) {
+        if site.is_empty() {
+            return;
+        }
+        for r in routes {
+            let n = site.len() + r.filters.len();
+            if n > MAX_FILTERS && r.filters.len() <= MAX_FILTERS {
+                self.errors.push(
+                    Diagnostic::error(
+                        r.span,
+                        format!(
+                            "route `{}` runs {n} filters with its site's {}: more than {MAX_FILTERS}",
+                            r.name,
+                            site.len()
+                        ),
+                    )
+                    .with_hint("move filters into the routes that need them, or merge them"),
+                );
+            }
+        }
+    }
+
     /// Matchers, filters (in order) and the one handler of a route or a site block.
     pub(super) fn route_body(
         &mut self,
@@ -128,6 +152,10 @@ impl Builder {
     }
 }
 
+/// The most filters one request runs (the site's and its route's): the pipeline keeps
+/// which ran in 128 bits, and the proxy's own `max_body` may take one.
+const MAX_FILTERS: usize = 127;
+
 /// What a route's lines add up to while they are read.
 #[derive(Default)]
 struct RouteParts<'a> {
@@ -182,11 +210,9 @@ impl<'a> RouteParts<'a> {
     /// into the index of a later filter. The errors found.
     fn resolve(&mut self) -> Vec<Diagnostic> {
         let mut errors = Vec::new();
-        // The pipeline keeps which filters ran in 128 bits (the proxy's `max_body` may
-        // take one).
-        if self.filters.len() > 127 {
+        if self.filters.len() > MAX_FILTERS {
             errors.push(
-                Diagnostic::error(self.filters[127].span, "more than 127 filters in one route")
+                Diagnostic::error(self.filters[MAX_FILTERS].span, "more than 127 filters in one route")
                     .with_hint("split the route, or merge filters (one allow with several CIDRs)"),
             );
         }
