@@ -314,6 +314,7 @@ pub fn template(text: &str, values: [Option<&str>; 6]) -> Result<String, String>
         method: values[3].unwrap_or(""),
         client_ip: values[4].unwrap_or(""),
         scheme: values[5].unwrap_or(""),
+        captures: None,
     };
     Ok(t.render(&v))
 }

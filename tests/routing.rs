@@ -260,3 +260,99 @@ async fn listen_on_a_bare_port_takes_both_families() {
         assert_eq!(get(addr, "/").await.text(), "both", "reached over {ip}");
     }
 }
+
+/// Regex routes (DESIGN §16): nginx's order (exact, regexes in file order, then the
+/// longest prefix), matched on the normalised path, with their groups in `rewrite ~`,
+/// `redirect`, `header_up` and `header_down`.
+#[tokio::test]
+async fn regex_routes_match_in_nginx_order_with_their_groups() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!(
+        r#"site * {{
+            route /v1/exact {{ respond "exact" }}
+            route /v1/long/enough/prefix/* {{ respond "prefix" }}
+            route ~ "^/v(?P<ver>\d+)/(\w+)" {{
+                header_down X-Version "{{re.ver}}"
+                header_down X-Whole "{{re.0}}"
+                rewrite ~ "^/v\d+/(.*)$" "/api/{{re.1}}"
+                proxy {a} {{
+                    header_up X-Api-Version "v{{re.1}}-{{re.2}}"
+                }}
+            }}
+            route ~ "^/v1/" {{ respond "second regex" }}
+            route ~ "^(/.*)\.php$" {{ redirect 301 "/legacy{{re.1}}.html" }}
+            route /* {{ respond "fallback" }}
+        }}"#,
+        a = b.addr
+    ));
+    assert_eq!(get(s.addr, "/v1/exact").await.text(), "exact");
+    // The first regex in file order wins over a longer prefix.
+    let r = get(s.addr, "/v1/long/enough/prefix/x").await;
+    assert!(
+        r.text().starts_with("GET /api/long/enough/prefix/x"),
+        "{}",
+        r.text()
+    );
+    let r = get(s.addr, "/v12/users/7?q=1").await;
+    let head = r.text();
+    assert!(head.starts_with("GET /api/users/7?q=1"), "{head}");
+    assert!(head.contains("x-api-version: v12-users"), "{head}");
+    assert_eq!(r.header("x-version"), Some("12"));
+    assert_eq!(r.header("x-whole"), Some("/v12/users"));
+    // Matched on the normalised path: an escaped `v` and a dot-segment still match.
+    let r = get(s.addr, "/%761/a/../users").await;
+    assert!(r.text().starts_with("GET /api/users"), "{}", r.text());
+    // `\w+` needs a second segment: the next regex takes it.
+    assert_eq!(get(s.addr, "/v1/").await.text(), "second regex");
+    let r = get(s.addr, "/x/index.php").await;
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("/legacy/x/index.html"));
+    assert_eq!(get(s.addr, "/other").await.text(), "fallback");
+}
+
+#[test]
+fn regex_routes_are_checked_at_load() {
+    let dir = TempDir::new();
+    for (text, want) in [
+        (
+            "site * {\n  route ~ \"^/(a\" { respond x }\n}\n",
+            "bad.conf:2:11: invalid regex `^/(a`: unclosed group",
+        ),
+        (
+            "site * {\n  route ~ \"^/(a)\" { respond \"{re.2}\" }\n}\n",
+            "`{re.2}`: `^/(a)` has no such group",
+        ),
+        (
+            "site * {\n  route ~ \"^/(a)\" { header_down X \"{re.name}\"\n respond x }\n}\n",
+            "`{re.name}`: `^/(a)` has no such group",
+        ),
+        (
+            "site * {\n  route /a/* { redirect \"/b{re.1}\" }\n}\n",
+            "`{re.1}` has no regex here",
+        ),
+        (
+            "site * {\n  header_down X \"{re.0}\"\n  respond x\n}\n",
+            "`{re.0}` has no regex here",
+        ),
+        ("site * {\n  route ~ { respond x }\n}\n", "route PATTERN"),
+    ] {
+        assert_check_fails(&dir, text, want);
+    }
+    // Elsewhere `\d` is an unknown escape; after `~` it reaches the regex.
+    assert_check_fails(&dir, "site * {\n  respond \"\\d\"\n}\n", "unknown escape");
+    let path = dir.write(
+        "warn.conf",
+        "site * {\n  route /api/ { respond x }\n  route ~ \"^/v\\d+/\" { respond y }\n}\n",
+    );
+    let out = std::process::Command::new(bin())
+        .args(["check", "-c", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("warn.conf:2:9: warning: `route /api/` matches only the path /api/ itself"),
+        "{err}"
+    );
+    assert!(err.contains("did you mean /api/*?"), "{err}");
+}

@@ -1,7 +1,8 @@
 //! Turns config text into words, with positions.
 //!
 //! A word is a run of characters up to white space, `;` or a line end, or a `"…"`
-//! string (escapes `\"`, `\\`, `\n`). `{` and `}` are block delimiters when they stand
+//! string (escapes `\"`, `\\`, `\n`; in the string after a `~` word, a regex, any other
+//! backslash is kept as written, so `"^/v\d+/"` reaches the regex as it reads). `{` and `}` are block delimiters when they stand
 //! alone or are glued to the edge of a word (`route /a {respond "x"}`), while a
 //! `{…}` group inside a word stays in it, so `{$PORT}` and `{host}` are not blocks. `#` at the
 //! start of a word comments out the rest of the line. `{$NAME}` / `{$NAME:default}` are
@@ -69,7 +70,10 @@ pub(crate) fn tokenize(file: FileId, text: &str, env: &dyn Env) -> Result<Vec<To
             }
             let start = i;
             let (raw, quoted) = if c == '"' {
-                let (s, next) = quoted_string(&chars, i, span_at)?;
+                let regex = out.last().is_some_and(|t: &Token| {
+                    t.kind == TokenKind::Word && !t.quoted && t.text == "~"
+                });
+                let (s, next) = quoted_string(&chars, i, regex, span_at)?;
                 i = next;
                 (s, true)
             } else {
@@ -265,10 +269,11 @@ fn expand_env(word: &str, span: Span, quoted: bool, env: &dyn Env) -> Result<Str
 }
 
 /// The string whose opening quote is at `chars[open]`, unescaped, and the index just
-/// past its closing quote.
+/// past its closing quote. In a `regex`, an unknown escape is kept as written.
 fn quoted_string(
     chars: &[char],
     open: usize,
+    regex: bool,
     span_at: impl Fn(usize) -> Span,
 ) -> Result<(String, usize), Diagnostic> {
     let mut i = open + 1;
@@ -284,7 +289,11 @@ fn quoted_string(
                 match chars.get(i + 1) {
                     Some('"') => s.push('"'),
                     Some('\\') => s.push('\\'),
-                    Some('n') => s.push('\n'),
+                    Some('n') if !regex => s.push('\n'),
+                    Some(&c) if regex => {
+                        s.push('\\');
+                        s.push(c);
+                    }
                     other => {
                         let shown = other.map(|c| c.to_string()).unwrap_or_default();
                         return Err(Diagnostic::error(
@@ -383,5 +392,18 @@ mod tests {
         assert_eq!(err.span.col, 9);
         let err = tokenize(0, "respond \"a\\qb\"", &env).unwrap_err();
         assert!(err.message.contains("escape"));
+    }
+
+    /// After a `~` word the string is a regex: `\"` and `\\` unescape, any other
+    /// backslash stays (`\d`, `\.`, `\n`); a quoted `"~"` does not make the next one raw.
+    #[test]
+    fn strings_after_a_tilde_keep_regex_escapes() {
+        assert_eq!(
+            words(r#"route ~ "^/v\d+/\.x\n\"q\"\\" {"#),
+            ["route", "~", r#"^/v\d+/\.x\n"q"\"#, "{", "⏎"]
+        );
+        let env = MapEnv(HashMap::new());
+        assert!(tokenize(0, r#"x "~" "\d""#, &env).is_err());
+        assert!(tokenize(0, "x ~\ny \"\\d\"", &env).is_err());
     }
 }

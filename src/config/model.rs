@@ -424,7 +424,22 @@ pub enum PathPattern {
     Exact(String),
     /// `/api/*` is `Prefix("/api")`: `/api`, `/api/` and below, not `/apix`. `/*` is `Prefix("")`.
     Prefix(String),
+    /// `~ "REGEX"`: a regular expression anywhere in the path (anchor it with `^`/`$`).
+    Regex(PathRegex),
 }
+
+/// A compiled `~ "REGEX"` (the `regex` crate: linear time in the path's length),
+/// compared by its text.
+#[derive(Debug, Clone)]
+pub struct PathRegex(pub regex::Regex);
+
+impl PartialEq for PathRegex {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+impl Eq for PathRegex {}
 
 #[derive(Debug, Clone)]
 pub enum Matcher {

@@ -1,7 +1,9 @@
 //! Placeholders: `{host}`, `{path}`, `{query}`, `{uri}`, `{client_ip}`, `{scheme}` and
 //! `{method}` in `respond`, `redirect`, `rewrite`, `header_up` and `header_down`
-//! values. Split into parts once at load (an unknown placeholder is a load error);
-//! rendered per request from plain values, so this module knows no request type.
+//! values, and a regex's groups `{re.N}` / `{re.NAME}`. Split into parts once at load
+//! (an unknown placeholder is a load error; a group's name becomes its number once the
+//! route's regex is known, [`Template::resolve_groups`]); rendered per request from
+//! plain values, so this module knows no request type.
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
@@ -42,6 +44,44 @@ impl Placeholder {
 pub enum TemplatePart {
     Text(String),
     Value(Placeholder),
+    /// `{re.N}` / `{re.NAME}`: a group of the regex the template belongs to.
+    Group(Group),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Group {
+    Index(usize),
+    /// Until [`Template::resolve_groups`] turns it into its index.
+    Name(String),
+}
+
+/// The groups a regex matched in one path: what `{re.N}` renders to.
+#[derive(Debug, Clone, Default)]
+pub struct Captures {
+    text: String,
+    spans: Vec<Option<(usize, usize)>>,
+}
+
+impl Captures {
+    /// The groups of `re`'s first match in `text`, if it matches.
+    pub fn of(re: &regex::Regex, text: &str) -> Option<Captures> {
+        let caps = re.captures(text)?;
+        Some(Captures {
+            text: text.to_string(),
+            spans: caps
+                .iter()
+                .map(|m| m.map(|m| (m.start(), m.end())))
+                .collect(),
+        })
+    }
+
+    /// Group `i`'s text; empty when it did not take part in the match.
+    pub fn get(&self, i: usize) -> &str {
+        match self.spans.get(i) {
+            Some(Some((a, b))) => &self.text[*a..*b],
+            _ => "",
+        }
+    }
 }
 
 /// What placeholders render to, for one request.
@@ -53,6 +93,8 @@ pub struct Values<'a> {
     pub method: &'a str,
     pub client_ip: &'a str,
     pub scheme: &'a str,
+    /// The groups of the regex the rendered template belongs to.
+    pub captures: Option<&'a Captures>,
 }
 
 /// Why a template was refused at load: the unknown placeholder's name.
@@ -78,13 +120,20 @@ impl Template {
                 continue;
             }
             let name = &rest[open + 1..open + close];
-            match Placeholder::ALL.iter().find(|(n, _)| *n == name) {
-                Some((_, p)) => {
+            let part = match name.strip_prefix("re.") {
+                Some(g) => Some(group(g).ok_or_else(|| UnknownPlaceholder(name.to_string()))?),
+                None => Placeholder::ALL
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, p)| TemplatePart::Value(*p)),
+            };
+            match part {
+                Some(part) => {
                     lit.push_str(&rest[..open]);
                     if !lit.is_empty() {
                         parts.push(TemplatePart::Text(std::mem::take(&mut lit)));
                     }
-                    parts.push(TemplatePart::Value(*p));
+                    parts.push(part);
                 }
                 None if !name.is_empty()
                     && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') =>
@@ -112,7 +161,39 @@ impl Template {
     pub fn has_placeholders(&self) -> bool {
         self.parts
             .iter()
-            .any(|p| matches!(p, TemplatePart::Value(_)))
+            .any(|p| matches!(p, TemplatePart::Value(_) | TemplatePart::Group(_)))
+    }
+
+    /// Turns each `{re.NAME}` into its group's number in `re` (the regex the template
+    /// belongs to), and checks every group exists; `Err` is the first that does not
+    /// (`None` when there is no regex at all).
+    pub fn resolve_groups(&mut self, re: Option<&regex::Regex>) -> Result<(), String> {
+        for part in &mut self.parts {
+            let TemplatePart::Group(g) = part else {
+                continue;
+            };
+            let shown = match g {
+                Group::Index(i) => i.to_string(),
+                Group::Name(n) => n.clone(),
+            };
+            let Some(re) = re else {
+                return Err(format!("`{{re.{shown}}}` has no regex here"));
+            };
+            let index = match g {
+                Group::Index(i) => Some(*i).filter(|i| *i < re.captures_len()),
+                Group::Name(n) => re.capture_names().position(|c| c == Some(n.as_str())),
+            };
+            match index {
+                Some(i) => *g = Group::Index(i),
+                None => {
+                    return Err(format!(
+                        "`{{re.{shown}}}`: `{}` has no such group",
+                        re.as_str()
+                    ))
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn render(&self, v: &Values<'_>) -> String {
@@ -135,10 +216,26 @@ impl Template {
                     Placeholder::Scheme => out.push_str(v.scheme),
                     Placeholder::Method => out.push_str(v.method),
                 },
+                TemplatePart::Group(Group::Index(i)) => {
+                    out.push_str(v.captures.map_or("", |c| c.get(*i)))
+                }
+                TemplatePart::Group(Group::Name(_)) => {}
             }
         }
         out
     }
+}
+
+/// `N` or `NAME` of `{re.…}`.
+fn group(g: &str) -> Option<TemplatePart> {
+    if !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()) {
+        return g.parse().ok().map(|i| TemplatePart::Group(Group::Index(i)));
+    }
+    let name_like = g
+        .bytes()
+        .enumerate()
+        .all(|(k, b)| b == b'_' || b.is_ascii_alphabetic() || (k > 0 && b.is_ascii_digit()));
+    (!g.is_empty() && name_like).then(|| TemplatePart::Group(Group::Name(g.to_string())))
 }
 
 /// A `header_up` / `header_down` line.
@@ -156,6 +253,14 @@ pub enum HeaderTemplate {
 }
 
 impl HeaderOp {
+    /// The template to render, if the value has placeholders.
+    pub fn template_mut(&mut self) -> Option<&mut Template> {
+        match self {
+            HeaderOp::Set(_, HeaderTemplate::Render(t)) => Some(t),
+            _ => None,
+        }
+    }
+
     pub fn has_placeholders(&self) -> bool {
         matches!(self, HeaderOp::Set(_, HeaderTemplate::Render(_)))
     }
@@ -201,6 +306,7 @@ mod tests {
             method: "GET",
             client_ip: "10.0.0.1",
             scheme: "http",
+            captures: None,
         };
         assert_eq!(t.render(&v), "https://a.test/p?q=1 10.0.0.1 GET http {x");
         let uri = Template::parse("{uri}").unwrap();

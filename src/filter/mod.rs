@@ -265,6 +265,8 @@ pub(crate) struct Vars {
     pub method: Method,
     pub client_ip: String,
     pub scheme: &'static str,
+    /// A regex route's groups in the normalised path it matched.
+    pub captures: crate::config::template::Captures,
 }
 
 impl Vars {
@@ -276,6 +278,7 @@ impl Vars {
             method: self.method.as_str(),
             client_ip: &self.client_ip,
             scheme: self.scheme,
+            captures: Some(&self.captures),
         }
     }
 }

@@ -1,12 +1,14 @@
 //! `rewrite FROM TO`: on the normalised path. `rewrite /old /new` replaces a matching
 //! path; `rewrite /old/* /new/*` replaces the prefix and keeps the rest. The target may
-//! hold placeholders (of the request as received). A target with `?` replaces the
-//! query; one without keeps the request's.
+//! hold placeholders (of the request as received). `rewrite ~ "REGEX" TO` replaces a
+//! path the regex matches with TO, whose `{re.N}` are the regex's groups. A target with
+//! `?` replaces the query; one without keeps the request's.
 
 use http::Request;
 
 use super::{Cx, Filter, Step};
 use crate::body::Body;
+use crate::config::template::{Captures, Values};
 use crate::config::{PathPattern, Template};
 
 pub(crate) struct Rewrite {
@@ -17,10 +19,18 @@ pub(crate) struct Rewrite {
 impl Rewrite {
     /// The new path (and query, when the target names one) for `path`, if it matches.
     fn target(&self, path: &str, cx: &Cx<'_>) -> Option<String> {
-        if !self.from.matches(path) {
-            return None;
-        }
-        let rendered = self.to.render(&cx.values());
+        let rendered = match &self.from {
+            PathPattern::Regex(re) => {
+                let own = Captures::of(&re.0, path)?;
+                let values = Values {
+                    captures: Some(&own),
+                    ..cx.values()
+                };
+                self.to.render(&values)
+            }
+            from if from.matches(path) => self.to.render(&cx.values()),
+            _ => return None,
+        };
         let mut target = match (&self.from, rendered.strip_suffix("/*")) {
             (PathPattern::Prefix(p), Some(new_prefix)) => {
                 format!("{new_prefix}{}", &path[p.len()..])

@@ -141,7 +141,9 @@ async fn run(
     if let Some(resp) = controls::maintenance(gen, site, Some(route), &req, client) {
         return controls::hsts(site, client, resp);
     }
-    let vars = route.uses_placeholders.then(|| vars(&req, client));
+    let vars = route
+        .uses_placeholders
+        .then(|| vars(&req, client, route, normalized.as_deref()));
     let client_ip = if route.uses_client_ip {
         gen.client_ip(client.addr.ip(), req.headers())
     } else {
@@ -467,7 +469,16 @@ fn find_route<'g>(
     Ok((route, normalized))
 }
 
-fn vars(req: &Request<Body>, client: &ClientInfo) -> Vars {
+/// Placeholder values of the request as received; a regex route's groups are taken
+/// from the normalised path it matched (`normalized`, else the target's).
+fn vars(req: &Request<Body>, client: &ClientInfo, route: &Route, normalized: Option<&str>) -> Vars {
+    let captures = match &route.pattern {
+        crate::config::PathPattern::Regex(re) => {
+            let path = normalized.unwrap_or_else(|| req.uri().path());
+            crate::config::template::Captures::of(&re.0, path).unwrap_or_default()
+        }
+        _ => Default::default(),
+    };
     let host = req
         .headers()
         .get(header::HOST)
@@ -479,6 +490,7 @@ fn vars(req: &Request<Body>, client: &ClientInfo) -> Vars {
         method: req.method().clone(),
         client_ip: client.ip_value.to_str().unwrap_or("").to_string(),
         scheme: client.scheme.as_str(),
+        captures,
     }
 }
 

@@ -2,8 +2,8 @@
 //! normalised host and path (`path`).
 //!
 //! Sites: exact host (a hash lookup), then the longest `*.suffix`, then `*`. Routes
-//! within a site are sorted when the table is built: exact paths first, then prefixes
-//! longest first, ties in file order; the first whose pattern and matchers all pass
+//! within a site are sorted when the table is built: exact paths first, then regexes,
+//! then prefixes longest first, ties in file order (nginx's order); the first whose pattern and matchers all pass
 //! wins. The tables hold compiled filters and handlers; `runtime` builds them.
 
 pub(crate) mod path;
@@ -142,7 +142,8 @@ impl Sites {
         // Stable: ties keep file order.
         site.routes.sort_by_key(|r| match &r.pattern {
             PathPattern::Exact(_) => (0, 0),
-            PathPattern::Prefix(p) => (1, usize::MAX - p.len()),
+            PathPattern::Regex(_) => (1, 0),
+            PathPattern::Prefix(p) => (2, usize::MAX - p.len()),
         });
         self.suffixes
             .sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));

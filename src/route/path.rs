@@ -278,6 +278,7 @@ impl PathPattern {
         match self {
             PathPattern::Exact(p) => path == p,
             PathPattern::Prefix(p) => PathPattern::is_under(p, path),
+            PathPattern::Regex(re) => re.0.is_match(path),
         }
     }
 

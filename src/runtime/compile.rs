@@ -226,7 +226,11 @@ fn site(s: &config::Site, shared: &Shared) -> Site {
     let own = s.maintenance.clone().map(Arc::new);
     // Compiled once: a site's `rate_limit` is one set of buckets for all its routes.
     let first = SiteFilters {
-        stages: s.filters.iter().map(|l| stage(l, &s.name, shared)).collect(),
+        stages: s
+            .filters
+            .iter()
+            .map(|l| stage(l, &s.name, shared))
+            .collect(),
         lines: &s.filters,
     };
     let routes = s

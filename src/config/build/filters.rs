@@ -237,18 +237,7 @@ pub(super) fn filter(d: &Directive) -> Res<Filter> {
             normal_form(w, prefix)?;
             Ok(Filter::Strip(prefix.to_string()))
         }),
-        "rewrite" => two_args(d, "rewrite FROM TO").and_then(|(from, to)| {
-            let from_pat = path_pattern(from)?;
-            let to_t = template(to)?;
-            if !to.text.starts_with('/') {
-                return Err(Diagnostic::error(to.span, "a rewrite target is a path")
-                    .with_hint("write a path starting with /, like rewrite /old /new"));
-            }
-            Ok(Filter::Rewrite {
-                from: from_pat,
-                to: to_t,
-            })
-        }),
+        "rewrite" => rewrite(d),
         "header_down" => header_op(d, "header_down").map(Filter::HeaderDown),
         "max_body" => one_arg(d, "max_body SIZE").and_then(|w| Ok(Filter::MaxBody(size(w)?))),
         "compress" => compression(d).map(Filter::Compress),
@@ -634,4 +623,25 @@ pub(super) fn branch<'a>(d: &'a Directive, line: &FilterLine) -> Res<(Branch, Op
         },
         target,
     ))
+}
+
+/// `rewrite FROM TO` or `rewrite ~ "REGEX" TO`.
+fn rewrite(d: &Directive) -> Res<Filter> {
+    const USAGE: &str = "rewrite FROM TO  or  rewrite ~ \"REGEX\" TO";
+    no_block(d)?;
+    let Some((from, used)) = pattern_words(&d.args) else {
+        return Err(missing(d, USAGE, "rewrite /old/* /new/*"));
+    };
+    let to = match &d.args[used..] {
+        [to] => to,
+        [_, x, ..] => return Err(extra(x, &format!("write: {USAGE}"))),
+        [] => return Err(missing(d, USAGE, "rewrite /old/* /new/*")),
+    };
+    let from = from?;
+    let to_t = template(to)?;
+    if !to.text.starts_with('/') {
+        return Err(Diagnostic::error(to.span, "a rewrite target is a path")
+            .with_hint("write a path starting with /, like rewrite /old /new"));
+    }
+    Ok(Filter::Rewrite { from, to: to_t })
 }

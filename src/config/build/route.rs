@@ -13,15 +13,21 @@ use crate::config::parser::{Directive, Word};
 
 impl Builder {
     pub(super) fn route(&mut self, d: &Directive, site: &str) -> Option<Route> {
-        let [pattern] = d.args.as_slice() else {
-            self.errors.push(if d.args.is_empty() {
-                missing(d, "route PATTERN {", "route /api/* {")
-            } else {
-                Diagnostic::error(d.args[1].span, "`route` takes one path pattern")
-                    .with_hint("add matchers inside the block: match method GET")
-            });
+        let Some((pat, used)) = pattern_words(&d.args) else {
+            self.errors.push(missing(
+                d,
+                "route PATTERN {",
+                "route /api/* {  or  route ~ \"^/v\\d+/\" {",
+            ));
             return None;
         };
+        if let Some(x) = d.args.get(used) {
+            self.errors.push(
+                Diagnostic::error(x.span, "`route` takes one path pattern")
+                    .with_hint("add matchers inside the block: match method GET"),
+            );
+            return None;
+        }
         let items = match block(d, "route /api/* {") {
             Ok(b) => b,
             Err(e) => {
@@ -29,14 +35,31 @@ impl Builder {
                 return None;
             }
         };
-        let pat = match path_pattern(pattern) {
+        let pat = match pat {
             Ok(p) => p,
             Err(e) => {
                 self.errors.push(e);
                 return None;
             }
         };
-        let name = format!("{site} {}", pattern.text);
+        if let PathPattern::Exact(p) = &pat {
+            if p.len() > 1 && p.ends_with('/') {
+                self.warnings.push(
+                    Diagnostic::warning(
+                        d.args[0].span,
+                        format!("`route {p}` matches only the path {p} itself"),
+                    )
+                    .with_hint(format!(
+                        "did you mean {p}*? (a prefix is written /prefix/*)"
+                    )),
+                );
+            }
+        }
+        let shown = match &pat {
+            PathPattern::Regex(re) => format!("~{}", re.0.as_str()),
+            _ => d.args[0].text.clone(),
+        };
+        let name = format!("{site} {shown}");
         let items: Vec<Directive> = items
             .iter()
             .filter(|i| self.known_here(i, Place::Route))
@@ -85,7 +108,12 @@ impl Builder {
                 failed = true;
             }
         }
-        let errors = parts.resolve();
+        let mut errors = parts.resolve();
+        let route_re = match &pattern {
+            PathPattern::Regex(re) => Some(&re.0),
+            _ => None,
+        };
+        errors.extend(parts.resolve_groups(route_re));
         failed |= !errors.is_empty();
         self.errors.extend(errors);
         if failed {
@@ -212,8 +240,11 @@ impl<'a> RouteParts<'a> {
         let mut errors = Vec::new();
         if self.filters.len() > MAX_FILTERS {
             errors.push(
-                Diagnostic::error(self.filters[MAX_FILTERS].span, "more than 127 filters in one route")
-                    .with_hint("split the route, or merge filters (one allow with several CIDRs)"),
+                Diagnostic::error(
+                    self.filters[MAX_FILTERS].span,
+                    "more than 127 filters in one route",
+                )
+                .with_hint("split the route, or merge filters (one allow with several CIDRs)"),
             );
         }
         // Skips go forward only: loops are impossible by construction.
@@ -239,6 +270,53 @@ impl<'a> RouteParts<'a> {
                     .with_hint("skip_to goes forward only; move the named filter below"),
                 ),
                 None => errors.push(self.no_such_filter(target)),
+            }
+        }
+        errors
+    }
+
+    /// Each `{re.N}` / `{re.NAME}` checked against the regex it belongs to: a
+    /// `rewrite ~`'s own, otherwise the route's (`route_re`).
+    fn resolve_groups(&mut self, route_re: Option<&regex::Regex>) -> Vec<Diagnostic> {
+        let mut errors = Vec::new();
+        let mut check = |t: &mut Template, re: Option<&regex::Regex>, at: Span| {
+            if let Err(why) = t.resolve_groups(re) {
+                errors.push(Diagnostic::error(at, why).with_hint(
+                    "groups come from `route ~ \"REGEX\"` or the line's own `rewrite ~ \"REGEX\"`; {re.0} is the whole match",
+                ));
+            }
+        };
+        for line in &mut self.filters {
+            match &mut line.filter {
+                Filter::Rewrite { from, to } => {
+                    let re = match from {
+                        PathPattern::Regex(r) => Some(&r.0),
+                        _ => route_re,
+                    };
+                    check(to, re, line.span);
+                }
+                Filter::HeaderDown(op) => {
+                    if let Some(t) = op.template_mut() {
+                        check(t, route_re, line.span);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some((h, at)) = &mut self.handler {
+            match h {
+                Handler::Respond { body: t, .. } | Handler::Redirect { target: t, .. } => {
+                    check(t, route_re, *at)
+                }
+                Handler::Proxy(p) => {
+                    let p = &mut **p;
+                    for op in p.header_up.iter_mut().chain(p.header_down.iter_mut()) {
+                        if let Some(t) = op.template_mut() {
+                            check(t, route_re, *at);
+                        }
+                    }
+                }
+                Handler::Files(_) | Handler::FastCgi(_) => {}
             }
         }
         errors

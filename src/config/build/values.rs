@@ -221,6 +221,34 @@ pub(super) fn path_pattern(w: &Word) -> Res<PathPattern> {
     .with_hint("patterns are /exact or /prefix/*"))
 }
 
+/// `~ "REGEX"`: compiled now, so a bad one is a load error at its column.
+pub(super) fn path_regex(w: &Word) -> Res<PathPattern> {
+    regex::RegexBuilder::new(&w.text)
+        .size_limit(1 << 20)
+        .build()
+        .map(|re| PathPattern::Regex(PathRegex(re)))
+        .map_err(|e| {
+            // The crate's message ends with its own one-line summary.
+            let why = e.to_string();
+            let last = why.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+            let last = last.trim();
+            let last = last.strip_prefix("error: ").unwrap_or(last);
+            Diagnostic::error(w.span, format!("invalid regex `{}`: {last}", w.text))
+                .with_hint("the regex crate's syntax: no look-around or backreferences; quote it, e.g. route ~ \"^/v\\d+/\"")
+        })
+}
+
+/// A route's or `rewrite`'s pattern: `~ "REGEX"` (two words) or one path pattern.
+/// The words it took.
+pub(super) fn pattern_words(args: &[Word]) -> Option<(Res<PathPattern>, usize)> {
+    match args {
+        [tilde, re, ..] if tilde.text == "~" && !tilde.quoted => Some((path_regex(re), 2)),
+        [tilde] if tilde.text == "~" && !tilde.quoted => None,
+        [w, ..] => Some((path_pattern(w), 1)),
+        [] => None,
+    }
+}
+
 /// A path in a pattern or prefix must be in the normal form requests are decided in
 /// (route/path.rs): no `//`, `.` or `..` segments, no escape of an unreserved
 /// character, escapes in upper case, nothing outside the URL path alphabet. Otherwise
@@ -362,8 +390,10 @@ pub(super) fn template(w: &Word) -> Res<Template> {
             .iter()
             .map(|(n, _)| format!("{{{n}}}"))
             .collect();
-        Diagnostic::error(w.span, format!("unknown placeholder `{{{}}}`", e.0))
-            .with_hint(format!("placeholders are {}", names.join(", ")))
+        Diagnostic::error(w.span, format!("unknown placeholder `{{{}}}`", e.0)).with_hint(format!(
+            "placeholders are {}, and a regex's groups {{re.N}}, {{re.NAME}}",
+            names.join(", ")
+        ))
     })
 }
 
