@@ -42,6 +42,17 @@ pub(crate) fn drop_powered_by(h: &mut http::HeaderMap) {
     h.remove(&X_POWERED_BY);
 }
 
+/// Marks a response as sluice's own (a refusal or an error, not a backend's or a
+/// `respond` line's): what `error_page` replaces, and how a subrequest tells "the
+/// service could not be reached" from "the service answered 502".
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Own;
+
+/// Whether sluice made `resp` itself ([`Own`]).
+pub(crate) fn is_own(resp: &Response<Body>) -> bool {
+    resp.extensions().get::<Own>().is_some()
+}
+
 /// A short plain-text answer with `Date` (and `Server`).
 pub(crate) fn local_response(status: StatusCode, body: &'static str) -> Response<Body> {
     if status.as_u16() >= 400 {
@@ -56,6 +67,7 @@ pub(crate) fn local_response(status: StatusCode, body: &'static str) -> Response
     );
     h.insert(header::DATE, date());
     server(h);
+    r.extensions_mut().insert(Own);
     r
 }
 

@@ -525,6 +525,11 @@ fn mistakes_in_filter_lines_are_load_errors() {
         ("site * { header_down X-A 1 when status 5xx\n on matched reject_response 100\n respond ok }", "a status code from 200 to 599"),
         ("site * { header_down X-A 1 when status 5xx\n on matched reject_response 204 \"x\"\n respond ok }", "carries no body"),
         ("site * { body_deny \"\"\n respond ok }", "needs a text"),
+        ("site * { forward_auth 127.0.0.1:9/auth\n respond ok }", "an http:// or https:// URL"),
+        ("site * { forward_auth http://127.0.0.1:9/auth { cache 1m }\n respond ok }", "not a forward_auth setting"),
+        ("site * { forward_auth http://127.0.0.1:9/auth { timeout 0s }\n respond ok }", "timeout is zero"),
+        ("site * { forward_auth http://127.0.0.1:99999/auth\n respond ok }", "port"),
+        ("site * { forward_auth\n respond ok }", "forward_auth URL"),
     ] {
         // Every text has at most four lines: any line named is one of them.
         assert_check_fails(&dir, text, want);
@@ -1161,4 +1166,133 @@ async fn site_filters_guard_every_route() {
         codes.push(r.status);
     }
     assert_eq!(codes, [200, 200, 200, 200, 200, 429]);
+}
+
+/// `forward_auth` (DESIGN §16): every request is asked of the auth service (a `GET`
+/// with the client's fields and the forwarding ones, no body) over kept-alive
+/// connections; a 2xx lets it on with `copy_headers` replaced, any other answer goes
+/// back as the service sent it, and no answer is `503` (or a pass with `failure open`).
+#[tokio::test]
+async fn forward_auth_asks_a_service_for_every_request() {
+    let seen = Arc::new(std::sync::Mutex::new(String::new()));
+    let log = seen.clone();
+    let auth = Backend::start(move |req: hyper::Request<hyper::body::Incoming>| {
+        let log = log.clone();
+        async move {
+            let mut head = format!("{} {}\n", req.method(), req.uri());
+            for (k, v) in req.headers() {
+                head.push_str(&format!("{}: {}\n", k, v.to_str().unwrap_or("?")));
+            }
+            *log.lock().unwrap() = head;
+            let token = req
+                .headers()
+                .get("authorization")
+                .map(|v| v.to_str().unwrap().to_string());
+            match token.as_deref() {
+                Some("Bearer good") => hyper::Response::builder()
+                    .header("X-User", "alice")
+                    .header("X-Groups", "a")
+                    .header("X-Groups", "b")
+                    .body(full("ok"))
+                    .unwrap(),
+                Some("Bearer slow") => {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    hyper::Response::new(full("late"))
+                }
+                _ => hyper::Response::builder()
+                    .status(401)
+                    .header("WWW-Authenticate", "Bearer realm=\"app\"")
+                    .body(full("login first\n"))
+                    .unwrap(),
+            }
+        }
+    })
+    .await;
+    let b = Backend::echo_head().await;
+    let dead = dead_addr().await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /app/* {{
+                forward_auth http://{auth}/check?app=1 {{
+                    copy_headers X-User X-Groups X-Missing
+                    timeout 500ms
+                }}
+                proxy {b}
+            }}
+            route /closed/* {{
+                forward_auth http://{dead}/check
+                proxy {b}
+            }}
+            route /open/* {{
+                forward_auth http://{dead}/check failure open
+                proxy {b}
+            }}
+        }}",
+        auth = auth.addr,
+        b = b.addr
+    ));
+    let good = [
+        ("Authorization", "Bearer good"),
+        ("Cookie", "c=1"),
+        ("X-User", "forged"),
+        ("X-Missing", "forged"),
+        ("X-Forwarded-Uri", "/forged"),
+    ];
+    let r = req(&s, "GET", "/app/x?y=1", &good).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let at_backend = r.text();
+    assert!(at_backend.contains("x-user: alice\n"), "{at_backend}");
+    assert!(
+        at_backend.contains("x-groups: a\nx-groups: b\n"),
+        "{at_backend}"
+    );
+    assert!(!at_backend.contains("x-missing"), "{at_backend}");
+    let asked = seen.lock().unwrap().clone();
+    assert!(asked.starts_with("GET /check?app=1\n"), "{asked}");
+    for line in [
+        "x-forwarded-method: GET\n",
+        "x-forwarded-uri: /app/x?y=1\n",
+        "x-forwarded-host: localhost\n",
+        "x-forwarded-proto: http\n",
+        "x-forwarded-for: 127.0.0.1\n",
+        "cookie: c=1\n",
+        &format!("host: {}\n", auth.addr),
+    ] {
+        assert!(asked.contains(line), "{line} in:\n{asked}");
+    }
+    // A body stays with the request; the service is asked without it.
+    let r = request(s.addr, "POST", "/app/form", &good, b"name=x").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.text().starts_with("POST /app/form\n"));
+    let asked = seen.lock().unwrap().clone();
+    assert!(asked.starts_with("GET /check?app=1\n"), "{asked}");
+    assert!(asked.contains("x-forwarded-method: POST\n"), "{asked}");
+    assert!(!asked.contains("content-length"), "{asked}");
+    // Every request asks, over one kept-alive connection.
+    assert_eq!(auth.requests.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(
+        auth.connections.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    // Refused: the service's answer, as it sent it; the backend is never asked.
+    let before = b.requests.load(std::sync::atomic::Ordering::SeqCst);
+    let r = get(s.addr, "/app/x").await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer realm=\"app\""));
+    assert_eq!(r.text(), "login first\n");
+    assert_eq!(b.requests.load(std::sync::atomic::Ordering::SeqCst), before);
+    // No answer in time, or no service at all: closed is 503, open lets it through.
+    let t = Instant::now();
+    let r = req(&s, "GET", "/app/x", &[("Authorization", "Bearer slow")]).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert_eq!(
+        get(s.addr, "/closed/x").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(get(s.addr, "/open/x").await.status, StatusCode::OK);
+    assert_eq!(
+        b.requests.load(std::sync::atomic::Ordering::SeqCst),
+        before + 1
+    );
 }

@@ -470,6 +470,24 @@ pub enum Filter {
     /// `body_deny "TEXT"`: a request body containing TEXT gets 403.
     BodyDeny(String),
     Cors(Cors),
+    /// `forward_auth URL { copy_headers NAME...; timeout D }`.
+    ForwardAuth(Box<ForwardAuth>),
+}
+
+/// `forward_auth URL { … }`: each request is first asked of an auth service.
+#[derive(Debug, Clone)]
+pub struct ForwardAuth {
+    /// The URL as written, for logs.
+    pub url: String,
+    /// The service: one backend, `Host` its own, `timeout` as below, no retry of an
+    /// answered request.
+    pub pool: Box<ProxyConfig>,
+    /// The URL's path and query, as written.
+    pub path: http::uri::PathAndQuery,
+    /// Fields of a 2xx answer that replace the client's of that name.
+    pub copy_headers: Vec<HeaderName>,
+    /// The whole exchange (default 5 s): over it, the service counts as unreachable.
+    pub timeout: Duration,
 }
 
 impl Filter {
@@ -488,6 +506,7 @@ impl Filter {
             Filter::BasicAuth(_) => "basic_auth",
             Filter::BodyDeny(_) => "body_deny",
             Filter::Cors(_) => "cors",
+            Filter::ForwardAuth(_) => "forward_auth",
         }
     }
 
@@ -496,7 +515,7 @@ impl Filter {
         match self {
             Filter::Allow(_) | Filter::Deny(_) | Filter::BodyDeny(_) => Some(("allowed", "denied")),
             Filter::RateLimit(_) => Some(("passed", "limited")),
-            Filter::BasicAuth(_) => Some(("authorized", "unauthorized")),
+            Filter::BasicAuth(_) | Filter::ForwardAuth(_) => Some(("authorized", "unauthorized")),
             _ => None,
         }
     }

@@ -41,9 +41,16 @@ pub(crate) enum Step {
     /// like a CORS preflight): later filters and the handler do not run. Boxed: the
     /// common `Pass` stays a word or two to move.
     Answer(Box<Response<Body>>),
-    /// The filter could not decide (its store is down): its `failure` mode decides.
-    /// The filter has logged what it needed to (once per outage, not per request).
+    /// On to the next filter after replacing these request fields (an empty list of
+    /// values removes the field): what an auth service answered, say.
+    Amend(Vec<(http::HeaderName, Vec<HeaderValue>)>),
+    /// The filter could not decide (its store is down): its `failure` mode decides
+    /// (closed: `500`). The filter has logged what it needed to (once per outage, not
+    /// per request).
     Error(String),
+    /// The service the filter asks could not be reached or did not answer in time:
+    /// as `Error`, but closed is `503`.
+    Unreachable(String),
     /// Decided off the request path: a remote store's answer, a password hash checked
     /// on a blocking thread. Resolves to one of the above.
     Later(Pin<Box<dyn Future<Output = Step> + Send>>),

@@ -342,27 +342,26 @@ async fn stage(
     }
     let (refusal, branch) = match step {
         Step::Pass | Step::Later(_) => (None, st.on_pass),
-        Step::Answer(resp) => (Some(*resp), st.on_refuse),
-        Step::Error(why) => {
-            bump(&COUNTERS.filter_failures);
-            let mode = if st.failure_open { "open" } else { "closed" };
-            tracing::debug!(
-                route = %route.name,
-                filter = st.name,
-                "sluice: {}: {} (line {}) could not decide ({why}); failing {mode}",
-                route.name,
-                st.name,
-                st.line
-            );
-            if !st.failure_open {
-                return Next::Answer(local_response(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "Internal server error\n",
-                ));
+        Step::Amend(fields) => {
+            let h = req.headers_mut();
+            for (name, values) in fields {
+                h.remove(&name);
+                for v in values {
+                    h.append(name.clone(), v);
+                }
             }
-            // Let through: as if the filter had passed (its `passed` branch too).
             (None, st.on_pass)
         }
+        Step::Answer(resp) => (Some(*resp), st.on_refuse),
+        Step::Error(why) => match undecided(route, st, &why, StatusCode::INTERNAL_SERVER_ERROR) {
+            Some(closed) => return Next::Answer(closed),
+            None => (None, st.on_pass),
+        },
+        Step::Unreachable(why) => match undecided(route, st, &why, StatusCode::SERVICE_UNAVAILABLE)
+        {
+            Some(closed) => return Next::Answer(closed),
+            None => (None, st.on_pass),
+        },
     };
     match (branch, refusal) {
         (Some(Action::SkipTo(j)), _) => Next::Stage(Some(j)),
@@ -373,6 +372,30 @@ async fn stage(
         (None, Some(resp)) => Next::Answer(resp),
         (None, None) => Next::Stage(None),
     }
+}
+
+/// A filter that could not decide: counted and logged; failing closed, the answer
+/// (`closed`: 500 for a broken store, 503 for a service out of reach); failing open,
+/// `None` (as if the filter had passed, its `passed` branch too).
+fn undecided(route: &Route, st: &Stage, why: &str, closed: StatusCode) -> Option<Response<Body>> {
+    bump(&COUNTERS.filter_failures);
+    let mode = if st.failure_open { "open" } else { "closed" };
+    tracing::debug!(
+        route = %route.name,
+        filter = st.name,
+        "sluice: {}: {} (line {}) could not decide ({why}); failing {mode}",
+        route.name,
+        st.name,
+        st.line
+    );
+    if st.failure_open {
+        return None;
+    }
+    Some(if closed == StatusCode::SERVICE_UNAVAILABLE {
+        local_response(closed, "Service unavailable\n")
+    } else {
+        local_response(closed, "Internal server error\n")
+    })
 }
 
 /// `respond [STATUS] [BODY]`: the rendered body (plain text when it has one).

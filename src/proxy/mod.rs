@@ -11,6 +11,7 @@
 //! (`timeout`) never count against a peer. Never buffers a body. Knows no client socket:
 //! the client's address and scheme arrive as plain values.
 
+pub(crate) mod auth;
 pub(crate) mod body;
 pub(crate) mod headers;
 mod refusal;

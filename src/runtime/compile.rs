@@ -174,6 +174,14 @@ impl Shared<'_> {
         filter
     }
 
+    /// A pool named `name`, with the state of the previous generation's pool of its
+    /// identity.
+    fn pool(&self, name: String, cfg: &config::ProxyConfig) -> Arc<Pool> {
+        let id = self.pool_id(name, cfg);
+        let state = self.carried.get(&id).map(|s| Arc::clone(s));
+        Pool::build(id, cfg.clone(), state, self.probe_slots, self.dest(cfg))
+    }
+
     /// The resolver, and the policy when `p` is strict.
     fn dest(&self, p: &config::ProxyConfig) -> Dest {
         Dest {
@@ -195,15 +203,7 @@ fn handler(r: &config::Route, shared: &Shared, filters: &mut Vec<Stage>) -> Hand
                     "the proxy's max_body",
                 ));
             }
-            let id = shared.pool_id(r.name.clone(), p);
-            let state = shared.carried.get(&id).map(|s| Arc::clone(s));
-            Handler::Proxy(Pool::build(
-                id,
-                (**p).clone(),
-                state,
-                shared.probe_slots,
-                shared.dest(p),
-            ))
+            Handler::Proxy(shared.pool(r.name.clone(), p))
         }
         Some(config::Handler::Respond { status, body }) => Handler::Respond {
             status: *status,
@@ -376,6 +376,11 @@ fn stage(line: &config::FilterLine, route: &str, shared: &Shared) -> Stage {
         config::Filter::BasicAuth(users) => Arc::new(BasicAuth::new(users)),
         config::Filter::Cors(c) => Arc::new(Cors::new(c)),
         config::Filter::BodyDeny(text) => Arc::new(BodyDeny::new(text.as_bytes())),
+        config::Filter::ForwardAuth(f) => {
+            let name = format!("{route} forward_auth");
+            let pool = shared.pool(name, &f.pool);
+            Arc::new(crate::proxy::auth::ForwardAuth::new(f, pool))
+        }
     };
     let (passed, refused) = line.filter.results().unwrap_or(("", ""));
     let branch = |result: &str| {

@@ -32,6 +32,7 @@ pub(super) const FILTERS: &[&str] = &[
     "basic_auth",
     "cors",
     "body_deny",
+    "forward_auth",
 ];
 
 /// One filter line, its clauses parsed.
@@ -221,7 +222,7 @@ fn response_test(d: &Directive) -> Res<ResponseTest> {
 /// The filter a line names, from its own arguments.
 pub(super) fn filter(d: &Directive) -> Res<Filter> {
     let name = d.name.text.as_str();
-    if name != "basic_auth" && name != "cors" {
+    if !matches!(name, "basic_auth" | "cors" | "forward_auth") {
         no_block(d)?;
     }
     match name {
@@ -269,6 +270,7 @@ pub(super) fn filter(d: &Directive) -> Res<Filter> {
             Ok(Filter::BodyDeny(w.text.clone()))
         }),
         "cors" => cors(d).map(Filter::Cors),
+        "forward_auth" => forward_auth(d).map(|f| Filter::ForwardAuth(Box::new(f))),
         _ => Err(unsupported(d)),
     }
 }
@@ -644,4 +646,82 @@ fn rewrite(d: &Directive) -> Res<Filter> {
             .with_hint("write a path starting with /, like rewrite /old /new"));
     }
     Ok(Filter::Rewrite { from, to: to_t })
+}
+
+/// `forward_auth URL { copy_headers NAME...; timeout D }`: URL is `http://` or
+/// `https://`, with the path (and query) the service is asked at.
+fn forward_auth(d: &Directive) -> Res<ForwardAuth> {
+    const USAGE: &str = "forward_auth URL { copy_headers NAME...; timeout D }";
+    let w = d.args.first().ok_or_else(|| missing(d, USAGE, USAGE))?;
+    if let Some(x) = d.args.get(1) {
+        return Err(extra(x, &format!("write: {USAGE}")));
+    }
+    if !w.text.starts_with("http://") && !w.text.starts_with("https://") {
+        return Err(expected(w, "an http:// or https:// URL")
+            .with_hint("forward_auth http://127.0.0.1:9091/auth"));
+    }
+    let after = w.text.find("://").map_or(0, |i| i + 3);
+    let (base, path) = match w.text[after..].find(['/', '?']) {
+        Some(i) => w.text.split_at(after + i),
+        None => (w.text.as_str(), "/"),
+    };
+    let path = if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path.to_string()
+    };
+    let path = http::uri::PathAndQuery::try_from(path.as_str())
+        .map_err(|_| expected(w, "a URL whose path and query can be sent"))?;
+    let base_word = Word {
+        text: base.to_string(),
+        ..w.clone()
+    };
+    let addr = backend_addr(&base_word, std::path::Path::new("/"))?;
+    let mut f = ForwardAuth {
+        url: w.text.clone(),
+        pool: Box::new(ProxyConfig::new(vec![addr])),
+        path,
+        copy_headers: Vec::new(),
+        timeout: Duration::from_secs(5),
+    };
+    for i in d.block.as_deref().unwrap_or(&[]) {
+        no_block(i)?;
+        match i.name.text.as_str() {
+            "copy_headers" => {
+                if i.args.is_empty() {
+                    return Err(missing(
+                        i,
+                        "copy_headers NAME...",
+                        "copy_headers X-User X-Groups",
+                    ));
+                }
+                for a in &i.args {
+                    f.copy_headers.push(
+                        HeaderName::from_bytes(a.text.as_bytes())
+                            .map_err(|_| expected(a, "a header name"))?,
+                    );
+                }
+            }
+            "timeout" => f.timeout = duration(one_arg(i, "timeout 5s")?)?,
+            other => {
+                return Err(Diagnostic::error(
+                    i.span(),
+                    format!("`{other}` is not a forward_auth setting"),
+                )
+                .with_hint("a forward_auth block takes: copy_headers, timeout"))
+            }
+        }
+    }
+    if f.timeout.is_zero() {
+        return Err(
+            Diagnostic::error(d.span(), "forward_auth's timeout is zero")
+                .with_hint("give the auth service time to answer: timeout 5s"),
+        );
+    }
+    // The service's own name in `Host`; sluice's timeouts bound the whole exchange.
+    f.pool.host = HostMode::Upstream;
+    f.pool.timeout = f.timeout;
+    f.pool.connect_timeout = f.pool.connect_timeout.min(f.timeout);
+    f.pool.retry_on = RetryOn::default();
+    Ok(f)
 }

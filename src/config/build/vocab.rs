@@ -151,6 +151,7 @@ pub(super) const SITE: &[&str] = &[
     "deny",
     "basic_auth",
     "body_deny",
+    "forward_auth",
     "compress",
     "max_body",
     "cors",
