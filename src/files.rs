@@ -54,50 +54,145 @@ pub(crate) async fn serve(
     let Some(rel) = decode(path) else {
         return not_found();
     };
-    let wanted = cfg.root.join(&rel);
-    // Canonical: symlinks resolved, so a link out of the root is seen for what it is.
-    let Ok(real) = std::fs::canonicalize(&wanted) else {
+    if !cfg.dotfiles && hidden(&rel) {
         return not_found();
+    }
+    match find(cfg, &rel, path) {
+        Found::File(real, meta) => send(cfg, &real, &meta, headers, head).await,
+        Found::Folder => slash_redirect(received, query),
+        Found::Listing(real) => listing(&real, path, head).await,
+        Found::Nothing => match cfg.fallback.as_deref().and_then(|f| fallback(cfg, f)) {
+            Some((real, meta)) => send(cfg, &real, &meta, headers, head).await,
+            None => not_found(),
+        },
+    }
+}
+
+/// What a path names under the root.
+enum Found {
+    /// A file (canonical, under the root), or a folder's index.
+    File(PathBuf, std::fs::Metadata),
+    /// A folder asked for without its trailing `/`.
+    Folder,
+    /// A folder without an index, under `browse on`.
+    Listing(PathBuf),
+    Nothing,
+}
+
+/// The file `rel` names under the root: itself, or for a folder its first index.
+fn find(cfg: &FilesConfig, rel: &Path, path: &str) -> Found {
+    let wanted = cfg.root.join(rel);
+    // Canonical: symlinks resolved, so a link out of the root is seen for what it is.
+    let Some((real, meta)) = under_root(cfg, &wanted) else {
+        return Found::Nothing;
     };
+    if meta.is_file() {
+        return Found::File(real, meta);
+    }
+    if !meta.is_dir() {
+        return Found::Nothing;
+    }
+    if !path.ends_with('/') {
+        // The folder's own links resolve against the slashed path.
+        return Found::Folder;
+    }
+    for name in &cfg.index {
+        // The index must lie under the root too (it may be a symlink).
+        if let Some((c, m)) = under_root(cfg, &real.join(name)).filter(|(_, m)| m.is_file()) {
+            return Found::File(c, m);
+        }
+    }
+    if cfg.browse {
+        return Found::Listing(real);
+    }
+    Found::Nothing
+}
+
+/// `path`'s canonical form and metadata, when it exists and lies under the root.
+fn under_root(cfg: &FilesConfig, path: &Path) -> Option<(PathBuf, std::fs::Metadata)> {
+    let real = std::fs::canonicalize(path).ok()?;
     if !real.starts_with(&cfg.root) {
         tracing::debug!(
             "sluice: files: {} resolves outside {}, refused",
-            wanted.display(),
+            path.display(),
             cfg.root.display()
         );
-        return not_found();
+        return None;
     }
-    let Ok(meta) = std::fs::metadata(&real) else {
-        return not_found();
-    };
-    if meta.is_dir() {
-        if !path.ends_with('/') {
-            // The folder's own links resolve against the slashed path.
-            return slash_redirect(received, query);
+    let meta = std::fs::metadata(&real).ok()?;
+    Some((real, meta))
+}
+
+/// Whether a segment of `rel` starts with `.` (`.well-known` first is not hidden).
+fn hidden(rel: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    rel.iter()
+        .enumerate()
+        .any(|(k, seg)| seg.as_bytes().first() == Some(&b'.') && !(k == 0 && seg == ".well-known"))
+}
+
+/// `fallback FILE`: the file, when it exists under the root.
+fn fallback(cfg: &FilesConfig, file: &str) -> Option<(PathBuf, std::fs::Metadata)> {
+    let rel = decode(file)?;
+    under_root(cfg, &cfg.root.join(rel)).filter(|(_, m)| m.is_file())
+}
+
+/// Sends `real`, or under `precompressed` the sibling the client accepts best (its own
+/// `ETag`, the original's type, `Content-Encoding`), with `Vary: Accept-Encoding`
+/// whenever the file has a sibling at all.
+async fn send(
+    cfg: &FilesConfig,
+    real: &Path,
+    meta: &std::fs::Metadata,
+    headers: &HeaderMap,
+    head: bool,
+) -> Response<Body> {
+    if cfg.precompressed.is_empty() {
+        return file(real, meta, headers, head).await;
+    }
+    let mut present = Vec::new();
+    for c in &cfg.precompressed {
+        let mut sibling = real.as_os_str().to_owned();
+        sibling.push(c.suffix());
+        if let Some(found) = under_root(cfg, Path::new(&sibling)).filter(|(_, m)| m.is_file()) {
+            present.push((coding(*c), found));
         }
-        for name in &cfg.index {
-            let candidate = real.join(name);
-            if let Ok(m) = std::fs::metadata(&candidate) {
-                if m.is_file() {
-                    // The index must lie under the root too (it may be a symlink).
-                    match std::fs::canonicalize(&candidate) {
-                        Ok(c) if c.starts_with(&cfg.root) => {
-                            return file(&c, &m, headers, head).await
-                        }
-                        _ => continue,
-                    }
-                }
+    }
+    if present.is_empty() {
+        return file(real, meta, headers, head).await;
+    }
+    let accept = headers
+        .get(header::ACCEPT_ENCODING)
+        .map_or(&b""[..], |v| v.as_bytes());
+    let chosen =
+        crate::filter::compress::negotiate_among(accept, |c| present.iter().any(|(p, _)| *p == c))
+            .and_then(|c| present.iter().find(|(p, _)| *p == c));
+    let mut r = match chosen {
+        Some((c, (path, m))) => {
+            let mut r = file_as(path, m, headers, head, Some((real, c.token()))).await;
+            if matches!(r.status(), StatusCode::OK | StatusCode::PARTIAL_CONTENT) {
+                r.headers_mut().insert(
+                    header::CONTENT_ENCODING,
+                    HeaderValue::from_static(c.token()),
+                );
             }
+            r
         }
-        if cfg.browse {
-            return listing(&real, path, head).await;
-        }
-        return not_found();
+        None => file(real, meta, headers, head).await,
+    };
+    r.headers_mut()
+        .append(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+    r
+}
+
+fn coding(c: crate::config::Precompressed) -> crate::filter::compress::Coding {
+    use crate::config::Precompressed as P;
+    use crate::filter::compress::Coding;
+    match c {
+        P::Zstd => Coding::Zstd,
+        P::Br => Coding::Br,
+        P::Gzip => Coding::Gzip,
     }
-    if !meta.is_file() {
-        return not_found();
-    }
-    file(&real, &meta, headers, head).await
 }
 
 /// `301` to `folder` (the received path, normalised) plus `/`, the query kept. Never
@@ -158,13 +253,18 @@ pub(crate) fn decode(path: &str) -> Option<PathBuf> {
     Some(out)
 }
 
-/// `"<mtime seconds hex>-<size hex>"`, the way nginx spells it.
-fn etag(meta: &std::fs::Metadata) -> (String, Option<SystemTime>) {
+/// `"<mtime seconds hex>-<size hex>"`, the way nginx spells it; a precompressed
+/// sibling's has its coding after (`"…-br"`), so it never equals the file's.
+fn etag(meta: &std::fs::Metadata, coding: Option<&str>) -> (String, Option<SystemTime>) {
     let mtime = meta.modified().ok();
     let secs = mtime
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_secs());
-    (format!("\"{secs:x}-{:x}\"", meta.len()), mtime)
+    let tag = match coding {
+        Some(c) => format!("\"{secs:x}-{:x}-{c}\"", meta.len()),
+        None => format!("\"{secs:x}-{:x}\"", meta.len()),
+    };
+    (tag, mtime)
 }
 
 /// Whether an `If-None-Match` list names `tag` (weak comparison: `W/` ignored).
@@ -229,8 +329,20 @@ pub(crate) async fn file(
     headers: &HeaderMap,
     head: bool,
 ) -> Response<Body> {
+    file_as(path, meta, headers, head, None).await
+}
+
+/// `path`'s bytes; a precompressed `variant` names the original (whose type it
+/// takes) and its coding (in its `ETag`).
+async fn file_as(
+    path: &Path,
+    meta: &std::fs::Metadata,
+    headers: &HeaderMap,
+    head: bool,
+    variant: Option<(&Path, &str)>,
+) -> Response<Body> {
     let len = meta.len();
-    let (tag, mtime) = etag(meta);
+    let (tag, mtime) = etag(meta, variant.map(|v| v.1));
     let last_modified = mtime.map(httpdate::fmt_http_date);
     let header_str = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let mut out = HeaderMap::new();
@@ -253,7 +365,7 @@ pub(crate) async fn file(
         *r.headers_mut() = out;
         return r;
     }
-    let mime = mime_guess::from_path(path).first_or_octet_stream();
+    let mime = mime_guess::from_path(variant.map_or(path, |v| v.0)).first_or_octet_stream();
     if let Ok(v) = HeaderValue::from_str(mime.as_ref()) {
         out.insert(header::CONTENT_TYPE, v);
     }

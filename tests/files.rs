@@ -282,3 +282,160 @@ fn a_missing_folder_fails_the_check() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains(":2:9") && err.contains("nowhere"), "{err}");
 }
+
+/// A single-page app (DESIGN §16): `fallback` answers `200` with the app's page for
+/// any path that is no file, after the path itself and a folder's index.
+#[tokio::test]
+async fn fallback_serves_a_single_page_app() {
+    let root = TempDir::new();
+    root.write("index.html", "<app>");
+    root.write("assets/app.js", "js()");
+    root.write("docs/index.html", "docs home");
+    root.write("empty/.keep", "");
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /plain/* {{ strip /plain; files {r} }}
+            files {r} {{ fallback /index.html }}
+        }}",
+        r = root.0.display()
+    ));
+    for path in ["/", "/users/7/edit", "/missing.js", "/empty/", "/assets/"] {
+        let r = get(s.addr, path).await;
+        assert_eq!((r.status, r.text().as_str()), (200, "<app>"), "{path}");
+        assert_eq!(r.header("content-type"), Some("text/html"), "{path}");
+    }
+    assert_eq!(get(s.addr, "/assets/app.js").await.text(), "js()");
+    assert_eq!(get(s.addr, "/docs/").await.text(), "docs home");
+    // A folder without its slash is still redirected, as it exists.
+    assert_eq!(get(s.addr, "/docs").await.status, 301);
+    // The fallback is a file like any: validators hold.
+    let tag = get(s.addr, "/x").await.header("etag").unwrap().to_string();
+    let r = request(s.addr, "GET", "/y", &[("If-None-Match", &tag)], b"").await;
+    assert_eq!(r.status, 304);
+    // Without it: 404.
+    assert_eq!(get(s.addr, "/plain/users/7").await.status, 404);
+    assert_eq!(get(s.addr, "/plain/").await.text(), "<app>");
+}
+
+/// `precompressed zstd br gzip` (DESIGN §16): a sibling the client accepts is sent
+/// with its coding, the original's type and its own ETag; `Vary` whenever a sibling
+/// exists; the route's own compression leaves it alone.
+#[tokio::test]
+async fn precompressed_siblings_are_chosen_like_compression() {
+    let root = TempDir::new();
+    root.write("app.js", "plain js");
+    root.write("app.js.br", "BROTLI BYTES");
+    root.write("app.js.gz", "GZIP BYTES");
+    root.write("only.css", &"a{} ".repeat(500));
+    let s = Sluice::start(&format!(
+        "site * {{ files {} {{ precompressed zstd br gzip }} }}",
+        root.0.display()
+    ));
+    let ask = |accept: &'static str| {
+        let addr = s.addr;
+        async move { request(addr, "GET", "/app.js", &[("Accept-Encoding", accept)], b"").await }
+    };
+    let mut tags = Vec::new();
+    for (accept, body, coding) in [
+        ("br", "BROTLI BYTES", Some("br")),
+        ("gzip, br", "GZIP BYTES", Some("gzip")),
+        ("zstd, br;q=0.5, gzip;q=0.4", "BROTLI BYTES", Some("br")),
+        ("gzip;q=0.9, br;q=0.5", "GZIP BYTES", Some("gzip")),
+        ("zstd", "plain js", None),
+        ("identity", "plain js", None),
+        ("br;q=0, gzip;q=0", "plain js", None),
+    ] {
+        let r = ask(accept).await;
+        assert_eq!(r.status, 200, "{accept}");
+        assert_eq!(r.text(), body, "{accept}");
+        assert_eq!(r.header("content-encoding"), coding, "{accept}");
+        assert_eq!(r.header("vary"), Some("Accept-Encoding"), "{accept}");
+        assert!(
+            r.header("content-type").unwrap().contains("javascript"),
+            "{accept}"
+        );
+        tags.push(r.header("etag").unwrap().to_string());
+    }
+    assert!(tags[0].ends_with("-br\""), "{tags:?}");
+    assert_ne!(tags[0], tags[1]);
+    assert_ne!(tags[0], tags[4]);
+    let r = request(
+        s.addr,
+        "GET",
+        "/app.js",
+        &[("Accept-Encoding", "br"), ("If-None-Match", &tags[0])],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 304);
+    assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+    // No sibling: the route compresses as usual.
+    let r = request(
+        s.addr,
+        "GET",
+        "/only.css",
+        &[("Accept-Encoding", "br")],
+        b"",
+    )
+    .await;
+    assert_eq!(r.header("content-encoding"), Some("br"));
+}
+
+/// Dotfiles are `404` unless `dotfiles allow`, in any spelling; `/.well-known/` at the
+/// root is always served.
+#[tokio::test]
+async fn dotfiles_are_hidden_unless_allowed() {
+    let root = TempDir::new();
+    root.write(".env", "SECRET=1");
+    root.write(".git/config", "[core]");
+    root.write("app/.htpasswd", "x:y");
+    root.write(".well-known/security.txt", "Contact: x");
+    root.write(".well-known/.hidden", "no");
+    root.write("ok.txt", "ok");
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /open/* {{ strip /open; files {r} {{ dotfiles allow }} }}
+            files {r} {{ fallback /ok.txt }}
+        }}",
+        r = root.0.display()
+    ));
+    for path in [
+        "/.env",
+        "/%2eenv",
+        "/.git/config",
+        "/x/../.git/config",
+        "/app/.htpasswd",
+        "/.well-known/.hidden",
+    ] {
+        let r = get(s.addr, path).await;
+        assert_eq!(r.status, 404, "{path}");
+        assert!(!r.text().contains("SECRET"), "{path}");
+    }
+    assert_eq!(
+        get(s.addr, "/.well-known/security.txt").await.text(),
+        "Contact: x"
+    );
+    assert_eq!(get(s.addr, "/open/.env").await.text(), "SECRET=1");
+    assert_eq!(get(s.addr, "/open/app/.htpasswd").await.text(), "x:y");
+}
+
+#[test]
+fn files_options_are_checked_at_load() {
+    let dir = TempDir::new();
+    let root = dir.0.display().to_string();
+    for (opts, want) in [
+        ("fallback index.html", "a file's path under the folder"),
+        ("fallback /app/", "a file's path under the folder"),
+        ("fallback /a/../index.html", "not in normal form"),
+        ("precompressed lz4", "`zstd`, `br` or `gzip`"),
+        ("precompressed br br", "named twice"),
+        ("precompressed", "precompressed CODING"),
+        ("dotfiles maybe", "`allow` or `deny`"),
+    ] {
+        assert_check_fails(
+            &dir,
+            &format!("site * {{\n files {root} {{\n {opts}\n }}\n}}\n"),
+            want,
+        );
+    }
+}

@@ -623,6 +623,34 @@ pub struct FilesConfig {
     pub index: Vec<String>,
     /// List a directory that has no index file.
     pub browse: bool,
+    /// `fallback /index.html`: served with `200` for a path that is no file (the
+    /// path under the root, in normal form).
+    pub fallback: Option<String>,
+    /// `precompressed zstd br gzip`: sibling files `FILE.zst`/`.br`/`.gz` served
+    /// when present and accepted (the codings named, tokens as in `Accept-Encoding`).
+    pub precompressed: Vec<Precompressed>,
+    /// `dotfiles allow`: serve paths with a segment starting with `.` (default `404`;
+    /// `/.well-known/` is always served).
+    pub dotfiles: bool,
+}
+
+/// A coding a `files` handler may find precompressed beside a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precompressed {
+    Zstd,
+    Br,
+    Gzip,
+}
+
+impl Precompressed {
+    /// The sibling file's suffix.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Precompressed::Zstd => ".zst",
+            Precompressed::Br => ".br",
+            Precompressed::Gzip => ".gz",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -60,6 +60,12 @@ impl Coding {
 
 /// The coding to use for `accept` (an `Accept-Encoding` value), if any.
 pub(crate) fn negotiate(accept: &[u8]) -> Option<Coding> {
+    negotiate_among(accept, |_| true)
+}
+
+/// The coding to use for `accept` among those `offered` (precompressed files that
+/// exist, say), chosen the same way.
+pub(crate) fn negotiate_among(accept: &[u8], offered: impl Fn(Coding) -> bool) -> Option<Coding> {
     let mut best: Option<(u32, Coding)> = None;
     let mut star: Option<u32> = None;
     let mut named = [None::<u32>; 3];
@@ -91,7 +97,7 @@ pub(crate) fn negotiate(accept: &[u8]) -> Option<Coding> {
     // Ties go to the first of zstd, gzip, br (DESIGN §14).
     for (slot, coding) in [(0, Coding::Zstd), (2, Coding::Gzip), (1, Coding::Br)] {
         let q = named[slot].or(star).unwrap_or(0);
-        if q > 0 && best.is_none_or(|(bq, _)| q > bq) {
+        if q > 0 && offered(coding) && best.is_none_or(|(bq, _)| q > bq) {
             best = Some((q, coding));
         }
     }

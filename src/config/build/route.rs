@@ -368,6 +368,9 @@ impl Builder {
             root,
             index: vec!["index.html".to_string()],
             browse: false,
+            fallback: None,
+            precompressed: Vec::new(),
+            dotfiles: false,
         };
         let mut seen = std::collections::HashSet::new();
         for item in d.block.as_deref().unwrap_or(&[]) {
@@ -397,6 +400,26 @@ impl Builder {
                     }
                 }
                 "browse" => on_off(item).map(|on| cfg.browse = on),
+                "fallback" => one_arg(item, "fallback /index.html").and_then(|w| {
+                    if !w.text.starts_with('/') || w.text.ends_with('/') {
+                        return Err(expected(
+                            w,
+                            "a file's path under the folder, like /index.html",
+                        ));
+                    }
+                    normal_form(w, &w.text)?;
+                    cfg.fallback = Some(w.text.clone());
+                    Ok(())
+                }),
+                "precompressed" => precompressed(item).map(|p| cfg.precompressed = p),
+                "dotfiles" => one_arg(item, "dotfiles allow|deny").and_then(|w| {
+                    match w.text.as_str() {
+                        "allow" => cfg.dotfiles = true,
+                        "deny" => cfg.dotfiles = false,
+                        _ => return Err(expected(w, "`allow` or `deny`")),
+                    }
+                    Ok(())
+                }),
                 _ => Ok(()),
             };
             self.push(r);
@@ -669,4 +692,32 @@ pub(super) fn redirect(d: &Directive) -> Res<Handler> {
         status,
         target: template(target)?,
     })
+}
+
+/// `precompressed zstd br gzip`: the codings, each once.
+fn precompressed(d: &Directive) -> Res<Vec<Precompressed>> {
+    if d.args.is_empty() {
+        return Err(missing(
+            d,
+            "precompressed CODING...",
+            "precompressed zstd br gzip",
+        ));
+    }
+    let mut out = Vec::new();
+    for w in &d.args {
+        let c = match w.text.as_str() {
+            "zstd" => Precompressed::Zstd,
+            "br" => Precompressed::Br,
+            "gzip" => Precompressed::Gzip,
+            _ => return Err(expected(w, "`zstd`, `br` or `gzip`")),
+        };
+        if out.contains(&c) {
+            return Err(Diagnostic::error(
+                w.span,
+                format!("`{}` is named twice", w.text),
+            ));
+        }
+        out.push(c);
+    }
+    Ok(out)
 }

@@ -59,7 +59,7 @@ impl Place {
                 "max_body",
                 "timeout",
             ],
-            Place::Files => &["index", "browse"],
+            Place::Files => &["index", "browse", "fallback", "precompressed", "dotfiles"],
             Place::Tcp => &["proxy", "max_conns", "allow", "deny", "rate_limit"],
             Place::Safety => &["default", "allow_private", "block"],
             Place::Failover => &[
