@@ -384,44 +384,7 @@ impl Builder {
                 ));
                 continue;
             }
-            let r: Res<()> = match item.name.text.as_str() {
-                "index" => {
-                    if item.args.is_empty() {
-                        Err(missing(item, "index NAME...", "index index.html index.htm"))
-                    } else if let Some(bad) = item
-                        .args
-                        .iter()
-                        .find(|a| a.text.contains('/') || a.text == "." || a.text == "..")
-                    {
-                        Err(expected(bad, "a file name without /"))
-                    } else {
-                        cfg.index = item.args.iter().map(|a| a.text.clone()).collect();
-                        Ok(())
-                    }
-                }
-                "browse" => on_off(item).map(|on| cfg.browse = on),
-                "fallback" => one_arg(item, "fallback /index.html").and_then(|w| {
-                    if !w.text.starts_with('/') || w.text.ends_with('/') {
-                        return Err(expected(
-                            w,
-                            "a file's path under the folder, like /index.html",
-                        ));
-                    }
-                    normal_form(w, &w.text)?;
-                    cfg.fallback = Some(w.text.clone());
-                    Ok(())
-                }),
-                "precompressed" => precompressed(item).map(|p| cfg.precompressed = p),
-                "dotfiles" => one_arg(item, "dotfiles allow|deny").and_then(|w| {
-                    match w.text.as_str() {
-                        "allow" => cfg.dotfiles = true,
-                        "deny" => cfg.dotfiles = false,
-                        _ => return Err(expected(w, "`allow` or `deny`")),
-                    }
-                    Ok(())
-                }),
-                _ => Ok(()),
-            };
+            let r = files_option(item, &mut cfg);
             self.push(r);
         }
         Ok(Handler::Files(cfg))
@@ -720,4 +683,46 @@ fn precompressed(d: &Directive) -> Res<Vec<Precompressed>> {
         out.push(c);
     }
     Ok(out)
+}
+
+/// One line of a `files` block, into `cfg`.
+fn files_option(item: &Directive, cfg: &mut FilesConfig) -> Res<()> {
+    match item.name.text.as_str() {
+        "index" => {
+            if item.args.is_empty() {
+                Err(missing(item, "index NAME...", "index index.html index.htm"))
+            } else if let Some(bad) = item
+                .args
+                .iter()
+                .find(|a| a.text.contains('/') || a.text == "." || a.text == "..")
+            {
+                Err(expected(bad, "a file name without /"))
+            } else {
+                cfg.index = item.args.iter().map(|a| a.text.clone()).collect();
+                Ok(())
+            }
+        }
+        "browse" => on_off(item).map(|on| cfg.browse = on),
+        "fallback" => one_arg(item, "fallback /index.html").and_then(|w| {
+            if !w.text.starts_with('/') || w.text.ends_with('/') {
+                return Err(expected(
+                    w,
+                    "a file's path under the folder, like /index.html",
+                ));
+            }
+            normal_form(w, &w.text)?;
+            cfg.fallback = Some(w.text.clone());
+            Ok(())
+        }),
+        "precompressed" => precompressed(item).map(|p| cfg.precompressed = p),
+        "dotfiles" => one_arg(item, "dotfiles allow|deny").and_then(|w| {
+            match w.text.as_str() {
+                "allow" => cfg.dotfiles = true,
+                "deny" => cfg.dotfiles = false,
+                _ => return Err(expected(w, "`allow` or `deny`")),
+            }
+            Ok(())
+        }),
+        _ => Ok(()),
+    }
 }
