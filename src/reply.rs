@@ -91,3 +91,48 @@ pub(crate) fn date() -> HeaderValue {
         c.1.clone()
     })
 }
+
+/// `error_page` lines, compiled for one route (its own, then its site's for the codes
+/// it lacks) or for a site's requests no route takes.
+pub(crate) struct ErrorPages(Vec<ErrorPage>);
+
+pub(crate) struct ErrorPage {
+    pub codes: Vec<StatusCode>,
+    pub body: bytes::Bytes,
+    pub content_type: HeaderValue,
+    /// The backend's answers with these codes too, not only sluice's own.
+    pub backend: bool,
+}
+
+impl ErrorPages {
+    /// `None` when there are none: a route without pays nothing.
+    pub(crate) fn new(pages: Vec<ErrorPage>) -> Option<std::sync::Arc<ErrorPages>> {
+        (!pages.is_empty()).then(|| std::sync::Arc::new(ErrorPages(pages)))
+    }
+
+    /// `resp`, with its body replaced when a page takes its status: sluice's own
+    /// answers keep their other fields; a backend's (under `backend`) lose only those
+    /// that described the old body (length, type, coding, range, validators).
+    pub(crate) fn apply(&self, resp: Response<Body>) -> Response<Body> {
+        let status = resp.status();
+        let Some(page) = self.0.iter().find(|p| p.codes.contains(&status)) else {
+            return resp;
+        };
+        if !page.backend && !is_own(&resp) {
+            return resp;
+        }
+        let (mut parts, _replaced) = resp.into_parts();
+        let h = &mut parts.headers;
+        for name in [
+            header::CONTENT_LENGTH,
+            header::CONTENT_ENCODING,
+            header::CONTENT_RANGE,
+            header::ETAG,
+            header::LAST_MODIFIED,
+        ] {
+            h.remove(name);
+        }
+        h.insert(header::CONTENT_TYPE, page.content_type.clone());
+        Response::from_parts(parts, Body::full(page.body.clone()))
+    }
+}

@@ -356,3 +356,118 @@ fn regex_routes_are_checked_at_load() {
     );
     assert!(err.contains("did you mean /api/*?"), "{err}");
 }
+
+/// `error_page` (DESIGN §16): sluice's own answers with the codes take the page's body
+/// (their other fields kept), a route's page wins over its site's, requests no route
+/// takes get the site's, and with `backend` the backend's answers too.
+#[tokio::test]
+async fn error_pages_replace_bodies_of_own_answers() {
+    let dir = TempDir::new();
+    dir.write("errors/404.html", "<h1>nothing here</h1>");
+    let b = Backend::start(|req: hyper::Request<hyper::body::Incoming>| async move {
+        let status = req
+            .uri()
+            .path()
+            .trim_start_matches("/api/")
+            .parse()
+            .unwrap_or(200);
+        hyper::Response::builder()
+            .status(status)
+            .header("X-App", "yes")
+            .header("Content-Type", "application/json")
+            .body(full("{\"backend\":true}"))
+            .unwrap()
+    })
+    .await;
+    let dead = dead_addr().await;
+    let hash = bcrypt::hash("pw", 4).unwrap();
+    let conf = dir.write(
+        "sluice.conf",
+        &without_admin(&format!(
+            r#"listen 127.0.0.1:0
+site * {{
+    error_page 404 errors/404.html
+    error_page 403 500 "site says no"
+    route /api/* {{
+        error_page 404 "api: no such thing" backend
+        proxy {b}
+    }}
+    route /down/* {{
+        error_page 502 503 504 "down for a moment"
+        proxy {dead}
+    }}
+    route /private/* {{
+        basic_auth alice "{hash}"
+        error_page 401 "please log in"
+        respond "secret"
+    }}
+    route /office/* {{
+        allow 10.0.0.0/8
+        on denied reject 403
+        respond "office"
+    }}
+    route /static/* {{
+        files errors
+    }}
+}}
+"#,
+            b = b.addr
+        )),
+    );
+    let s = Sluice::spawn(&["run", "-c", conf.to_str().unwrap()], dir);
+    let r = get(s.addr, "/nowhere").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (404, "<h1>nothing here</h1>")
+    );
+    assert_eq!(r.header("content-type"), Some("text/html"));
+    let r = get(s.addr, "/static/missing.png").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (404, "<h1>nothing here</h1>")
+    );
+    // The route's page for 404 wins, for the backend's 404 too (its fields kept but
+    // those of the old body).
+    let r = get(s.addr, "/api/404").await;
+    assert_eq!((r.status, r.text().as_str()), (404, "api: no such thing"));
+    assert_eq!(r.header("x-app"), Some("yes"));
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+    // Without `backend`, a backend's answer passes as it is.
+    let r = get(s.addr, "/api/500").await;
+    assert_eq!((r.status, r.text().as_str()), (500, "{\"backend\":true}"));
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let r = get(s.addr, "/down/x").await;
+    assert_eq!((r.status, r.text().as_str()), (502, "down for a moment"));
+    // A filter's refusal keeps its fields.
+    let r = get(s.addr, "/private/x").await;
+    assert_eq!((r.status, r.text().as_str()), (401, "please log in"));
+    assert!(r.header("www-authenticate").unwrap().starts_with("Basic"));
+    let r = get(s.addr, "/office/x").await;
+    assert_eq!((r.status, r.text().as_str()), (403, "site says no"));
+}
+
+#[test]
+fn error_pages_are_checked_at_load() {
+    let dir = TempDir::new();
+    for (text, want) in [
+        (
+            "site * {\n  error_page 404 nope.html\n  respond x\n}\n",
+            "nope.html",
+        ),
+        ("site * {\n  error_page 302 \"x\"\n  respond x\n}\n", "400"),
+        (
+            "site * {\n  error_page \"x\"\n  respond x\n}\n",
+            "a status code first",
+        ),
+        (
+            "site * {\n  error_page 404\n  respond x\n}\n",
+            "error_page CODE",
+        ),
+        (
+            "site * {\n  error_page 404 \"a\"\n  error_page 500 404 \"b\"\n  respond x\n}\n",
+            "`error_page 404` is given twice",
+        ),
+    ] {
+        assert_check_fails(&dir, text, want);
+    }
+}

@@ -199,6 +199,9 @@ pub struct Site {
     /// The filters written in the site block: every route runs them before its own
     /// (and their response phase after its own).
     pub filters: Vec<FilterLine>,
+    /// `error_page` lines in the site block: for every route, and for requests no
+    /// route takes.
+    pub error_pages: Vec<ErrorPage>,
     /// `tls CERT KEY`: served by SNI on `tls` listeners.
     pub tls: Option<SiteTls>,
     /// `maintenance …` on the site: its routes answer it (a route's own wins).
@@ -326,6 +329,20 @@ pub struct Route {
     pub handler: Option<Handler>,
     /// `maintenance …` in the route (wins over the site's).
     pub maintenance: Option<Maintenance>,
+    /// `error_page` lines in the route (win over the site's for their codes).
+    pub error_pages: Vec<ErrorPage>,
+    pub span: Span,
+}
+
+/// `error_page CODE... FILE|"BODY" [backend]`: the body that replaces sluice's own
+/// answers with these codes (and with `backend`, the backend's).
+#[derive(Debug, Clone)]
+pub struct ErrorPage {
+    pub codes: Vec<StatusCode>,
+    pub body: bytes::Bytes,
+    /// By FILE's extension; `text/plain; charset=utf-8` for a BODY.
+    pub content_type: http::HeaderValue,
+    pub backend: bool,
     pub span: Span,
 }
 

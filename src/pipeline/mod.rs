@@ -136,7 +136,7 @@ async fn run(
     // Not a nested async fn: awaiting one moves its whole (large) future once more.
     let (route, normalized) = match find_route(gen, site, &req, client) {
         Ok(found) => found,
-        Err(resp) => return controls::hsts(site, client, *resp),
+        Err(resp) => return no_route(site, client, *resp),
     };
     if let Some(resp) = controls::maintenance(gen, site, Some(route), &req, client) {
         return controls::hsts(site, client, resp);
@@ -178,6 +178,9 @@ async fn run(
     if ran != 0 {
         response_phase(route, ran, &mut resp, &cx);
     }
+    if let Some(pages) = &route.error_pages {
+        resp = pages.apply(resp);
+    }
     let resp = match cx.compress.unwrap_or(route.compress) {
         Compression::Off => resp,
         mode => crate::filter::compress::apply(
@@ -187,6 +190,16 @@ async fn run(
             mode == Compression::Always,
             asked.authorized,
         ),
+    };
+    controls::hsts(site, client, resp)
+}
+
+/// The site's answer when no route took the request (or a control answered first):
+/// its error page, if it has one for the status, and HSTS.
+fn no_route(site: &Site, client: &ClientInfo, resp: Response<Body>) -> Response<Body> {
+    let resp = match &site.error_pages {
+        Some(pages) => pages.apply(resp),
+        None => resp,
     };
     controls::hsts(site, client, resp)
 }
@@ -429,6 +442,7 @@ fn redirect(status: StatusCode, target: &Template, values: &Values<'_>) -> Respo
 /// `reject_response CODE BODY`.
 fn reject(code: StatusCode, body: bytes::Bytes) -> Response<Body> {
     let mut r = Response::new(Body::full(body));
+    r.extensions_mut().insert(crate::reply::Own);
     *r.status_mut() = code;
     r.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -42,6 +42,8 @@ pub(crate) struct Site {
     pub versions: crate::config::HttpVersions,
     /// A version excluded or `https_redirect`: checked before the route is found.
     pub early_controls: bool,
+    /// The site's `error_page` lines, for requests no route takes.
+    pub error_pages: Option<Arc<crate::reply::ErrorPages>>,
 }
 
 /// A site's maintenance switch at run time: as configured, or forced on or off by the
@@ -82,6 +84,8 @@ pub(crate) struct Route {
     pub may_compress: bool,
     /// The route's `maintenance`, else its site's.
     pub maintenance: Option<Arc<Maintenance>>,
+    /// The route's `error_page` lines, then its site's for the codes it lacks.
+    pub error_pages: Option<Arc<crate::reply::ErrorPages>>,
 }
 
 pub(crate) enum Matcher {

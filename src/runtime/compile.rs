@@ -225,13 +225,14 @@ fn handler(r: &config::Route, shared: &Shared, filters: &mut Vec<Stage>) -> Hand
 fn site(s: &config::Site, shared: &Shared) -> Site {
     let own = s.maintenance.clone().map(Arc::new);
     // Compiled once: a site's `rate_limit` is one set of buckets for all its routes.
-    let first = SiteFilters {
+    let first = FromSite {
         stages: s
             .filters
             .iter()
             .map(|l| stage(l, &s.name, shared))
             .collect(),
         lines: &s.filters,
+        error_pages: &s.error_pages,
     };
     let routes = s
         .routes
@@ -255,16 +256,45 @@ fn site(s: &config::Site, shared: &Shared) -> Site {
             .and_then(|h| http::HeaderValue::from_str(&h.value()).ok()),
         versions: s.versions,
         early_controls: s.https_redirect.is_some() || !(s.versions.h1 && s.versions.h2),
+        error_pages: error_pages(&[], &s.error_pages),
     }
 }
 
-/// A site's filters, which each of its routes runs before its own.
-struct SiteFilters<'a> {
-    stages: Vec<Stage>,
-    lines: &'a [config::FilterLine],
+/// A route's `error_page` lines, then its site's for the codes it has no page for.
+fn error_pages(
+    own: &[config::ErrorPage],
+    site: &[config::ErrorPage],
+) -> Option<Arc<crate::reply::ErrorPages>> {
+    let page = |p: &config::ErrorPage, codes: Vec<http::StatusCode>| crate::reply::ErrorPage {
+        codes,
+        body: p.body.clone(),
+        content_type: p.content_type.clone(),
+        backend: p.backend,
+    };
+    let mut pages: Vec<_> = own.iter().map(|p| page(p, p.codes.clone())).collect();
+    for p in site {
+        let codes: Vec<_> = p
+            .codes
+            .iter()
+            .filter(|c| !own.iter().any(|o| o.codes.contains(c)))
+            .copied()
+            .collect();
+        if !codes.is_empty() {
+            pages.push(page(p, codes));
+        }
+    }
+    crate::reply::ErrorPages::new(pages)
 }
 
-impl SiteFilters<'_> {
+/// What a site gives each of its routes: its filters (run before the route's own)
+/// and its error pages.
+struct FromSite<'a> {
+    stages: Vec<Stage>,
+    lines: &'a [config::FilterLine],
+    error_pages: &'a [config::ErrorPage],
+}
+
+impl FromSite<'_> {
     /// The site's stages, then `own` (a route's), with every `skip_to` renumbered for
     /// the joined list: a site filter's `skip_to handler` passes the route's filters
     /// too; a route filter's target moves past the site's.
@@ -295,7 +325,7 @@ fn route(
     r: &config::Route,
     shared: &Shared,
     site_maintenance: Option<&Arc<config::Maintenance>>,
-    site: &SiteFilters<'_>,
+    site: &FromSite<'_>,
 ) -> Route {
     let own: Vec<Stage> = r
         .filters
@@ -345,6 +375,7 @@ fn route(
         uses_placeholders,
         compress,
         maintenance,
+        error_pages: error_pages(&r.error_pages, site.error_pages),
     }
 }
 

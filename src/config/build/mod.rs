@@ -84,7 +84,7 @@ impl SiteControls {
         hosts: Vec<HostPattern>,
         host_words: Vec<(String, Span)>,
         routes: Vec<Route>,
-        filters: Vec<FilterLine>,
+        (filters, error_pages): (Vec<FilterLine>, Vec<ErrorPage>),
     ) -> Site {
         Site {
             name,
@@ -92,6 +92,7 @@ impl SiteControls {
             host_words,
             routes,
             filters,
+            error_pages,
             tls: self.tls.map(|t| t.0),
             maintenance: self.maintenance.map(|m| m.0),
             https_redirect: self.https_redirect.map(|r| r.0),
@@ -409,6 +410,7 @@ impl Builder {
         // The site's own lines are its `/*` route (matchers, handler), whose filters
         // become the site's: every route runs them first.
         let mut filters = Vec::new();
+        let mut error_pages = Vec::new();
         if !own.is_empty() {
             let owned: Vec<Directive> = own.into_iter().cloned().collect();
             let span = owned[0].span();
@@ -419,11 +421,12 @@ impl Builder {
                 span,
             ) {
                 filters = std::mem::take(&mut r.filters);
+                error_pages = std::mem::take(&mut r.error_pages);
                 routes.push(r);
             }
         }
         self.filter_cap(&filters, &routes);
-        Some(controls.site(name, hosts, host_words, routes, filters))
+        Some(controls.site(name, hosts, host_words, routes, (filters, error_pages)))
     }
 
     /// A site's hosts, and each as written with where; a host that cannot be one is an

@@ -126,6 +126,7 @@ impl Builder {
             filters: parts.filters,
             handler: parts.handler.map(|h| h.0),
             maintenance: parts.maintenance.map(|m| m.0),
+            error_pages: parts.error_pages,
             span,
         })
     }
@@ -152,6 +153,24 @@ impl Builder {
         }
         match name {
             "match" => matcher(d).map(|m| parts.matchers.push(m)),
+            "error_page" => {
+                let page = self.error_page(d)?;
+                if let Some((c, first)) = page.codes.iter().find_map(|c| {
+                    parts
+                        .error_pages
+                        .iter()
+                        .find(|p| p.codes.contains(c))
+                        .map(|p| (c, p.span))
+                }) {
+                    return Err(Diagnostic::error(
+                        d.span(),
+                        format!("`error_page {}` is given twice here", c.as_u16()),
+                    )
+                    .with_hint(format!("line {} has it already", first.line)));
+                }
+                parts.error_pages.push(page);
+                Ok(())
+            }
             "maintenance" => {
                 if let Some((_, first)) = &parts.maintenance {
                     return Err(twice(d, *first));
@@ -195,6 +214,7 @@ struct RouteParts<'a> {
     after_filter: bool,
     handler: Option<(Handler, Span)>,
     maintenance: Option<(Maintenance, Span)>,
+    error_pages: Vec<ErrorPage>,
 }
 
 impl<'a> RouteParts<'a> {
@@ -340,7 +360,69 @@ impl<'a> RouteParts<'a> {
     }
 }
 
+/// An error page's body is kept in memory for every answer it replaces.
+const ERROR_PAGE_MAX: u64 = 1 << 20;
+
 impl Builder {
+    /// `error_page CODE... FILE|"BODY" [backend]`: FILE is read now (relative to the
+    /// config file), so a missing one fails the load.
+    fn error_page(&self, d: &Directive) -> Res<ErrorPage> {
+        const USAGE: &str = "error_page CODE... FILE|\"BODY\" [backend]";
+        no_block(d)?;
+        let mut args = d.args.as_slice();
+        let backend = match args.split_last() {
+            Some((last, rest)) if !last.quoted && last.text == "backend" => {
+                args = rest;
+                true
+            }
+            _ => false,
+        };
+        let n = args.iter().take_while(|w| status_word(w).is_some()).count();
+        let (codes, what) = args.split_at(n);
+        let [what] = what else {
+            return Err(match what.get(1) {
+                Some(x) => extra(x, &format!("write: {USAGE}")),
+                None => missing(d, USAGE, "error_page 502 503 504 errors/5xx.html"),
+            });
+        };
+        if codes.is_empty() {
+            return Err(expected(what, "a status code first").with_hint(format!("write: {USAGE}")));
+        }
+        let codes = codes
+            .iter()
+            .map(|w| status(w, 400..=599))
+            .collect::<Res<Vec<_>>>()?;
+        let (body, content_type) = if what.quoted {
+            (
+                bytes::Bytes::from(what.text.clone()),
+                "text/plain; charset=utf-8".to_string(),
+            )
+        } else {
+            let path = self.dir_of(d.span()).join(&what.text);
+            let fail = |e: String| {
+                Diagnostic::error(what.span, format!("{}: {e}", path.display()))
+                    .with_hint("error_page reads FILE at load, relative to the config file; quote a text to use it as the body")
+            };
+            let len = std::fs::metadata(&path)
+                .map_err(|e| fail(e.to_string()))?
+                .len();
+            if len > ERROR_PAGE_MAX {
+                return Err(fail("larger than 1 MiB".into()));
+            }
+            let body = std::fs::read(&path).map_err(|e| fail(e.to_string()))?;
+            let mime = mime_guess::from_path(&path).first_or_text_plain();
+            (bytes::Bytes::from(body), mime.to_string())
+        };
+        Ok(ErrorPage {
+            codes,
+            body,
+            content_type: http::HeaderValue::from_str(&content_type)
+                .unwrap_or(http::HeaderValue::from_static("text/plain")),
+            backend,
+            span: d.span(),
+        })
+    }
+
     /// `files DIR { index NAME...; browse on|off }`: DIR must be a folder now.
     pub(super) fn files(&mut self, d: &Directive) -> Res<Handler> {
         let w = d

@@ -137,6 +137,7 @@ pub(super) const SITE: &[&str] = &[
     "http_versions",
     "maintenance",
     "match",
+    "error_page",
     "proxy",
     "fastcgi",
     "files",
