@@ -315,6 +315,7 @@ pub fn template(text: &str, values: [Option<&str>; 6]) -> Result<String, String>
         client_ip: values[4].unwrap_or(""),
         scheme: values[5].unwrap_or(""),
         captures: None,
+        client_cert: None,
     };
     Ok(t.render(&v))
 }

@@ -336,3 +336,165 @@ async fn the_handshake_and_the_head_each_have_10s() {
         "head deadline: {slow_for:?}"
     );
 }
+
+/// One request over a fresh TLS connection to `sni` with `config`; `None` when the
+/// handshake or the request failed (a TLS 1.3 server refuses a client certificate
+/// after the client thinks the handshake is done: the refusal shows on the read).
+async fn over_tls(
+    addr: std::net::SocketAddr,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    sni: &str,
+    host: &str,
+) -> Option<Resp> {
+    let mut s = connect(addr, config, Some(sni)).await.ok()?;
+    let req = format!("GET /who HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some((resp, _)) = parse_response(&buf) {
+            return Some(resp);
+        }
+        let mut chunk = [0u8; 4096];
+        match tokio::time::timeout_at(deadline.into(), s.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => return None,
+        }
+    }
+}
+
+/// mTLS (DESIGN §16): `client_ca` with `client_auth require|optional` and
+/// `client_crl`, per site by SNI; the verified identity as placeholders and `when
+/// client_cert`; expired, revoked and foreign certificates fail the handshake under
+/// both modes; a connection made for another site's name never reaches an mTLS site.
+#[tokio::test]
+async fn client_certificates_are_verified_per_site() {
+    let ca = Ca::new();
+    let clients = Ca::new();
+    let stranger = Ca::new();
+    let dir = TempDir::new();
+    let later = time::OffsetDateTime::now_utc() + time::Duration::days(30);
+    let alice = clients.client_leaf(
+        "alice",
+        &["alice.example", "email:alice@example.com"],
+        11,
+        later,
+    );
+    let revoked = clients.client_leaf("mallory", &[], 12, later);
+    let expired = clients.client_leaf(
+        "old",
+        &[],
+        13,
+        time::OffsetDateTime::now_utc() - time::Duration::days(1),
+    );
+    let foreign = stranger.client_leaf("alice", &[], 11, later);
+    dir.write("clients.pem", &clients.pem());
+    dir.write("clients.crl", &clients.crl(&[12]));
+    let mut conf = String::from("listen 127.0.0.1:0 tls\n");
+    for (name, block) in [
+        (
+            "secure.test",
+            "{ client_ca clients.pem; client_crl clients.crl }",
+        ),
+        (
+            "opt.test",
+            "{ client_ca clients.pem; client_auth optional; client_crl clients.crl }",
+        ),
+        ("public.test", ""),
+    ] {
+        let (c, k) = write_pair(&dir, name, &ca.leaf(&[name]));
+        conf.push_str(&format!(
+            "site {name} {{
+                tls {c} {k} {block}
+                header_down X-Cert yes when client_cert
+                respond \"{name}|{{tls_client_subject}}|{{tls_client_san}}|{{tls_client_fingerprint}}\"
+            }}\n"
+        ));
+    }
+    let path = dir.write("sluice.conf", &without_admin(&conf));
+    let s = Sluice::spawn(&["run", "-c", path.to_str().unwrap()], dir);
+    let fp: String = ring::digest::digest(&ring::digest::SHA256, &alice.der)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    for site in ["secure.test", "opt.test"] {
+        let r = over_tls(s.addr, ca.client_with(Some(&alice)), site, site)
+            .await
+            .expect("a valid certificate is served");
+        assert_eq!(r.status, 200, "{site}");
+        assert_eq!(
+            r.text(),
+            // RFC 4514 reverses the DER order (rcgen writes CN, then O).
+            format!("{site}|O=Example,CN=alice|alice.example,alice@example.com|{fp}")
+        );
+        assert_eq!(r.header("x-cert"), Some("yes"));
+        for (who, bad) in [
+            ("revoked", &revoked),
+            ("expired", &expired),
+            ("foreign", &foreign),
+        ] {
+            let r = over_tls(s.addr, ca.client_with(Some(bad)), site, site).await;
+            assert!(
+                r.is_none(),
+                "{site}: a {who} certificate got {:?}",
+                r.map(|r| r.status)
+            );
+        }
+    }
+    // No certificate: required fails, optional serves with empty placeholders.
+    assert!(
+        over_tls(s.addr, ca.client_with(None), "secure.test", "secure.test")
+            .await
+            .is_none()
+    );
+    let r = over_tls(s.addr, ca.client_with(None), "opt.test", "opt.test")
+        .await
+        .unwrap();
+    assert_eq!((r.status, r.text().as_str()), (200, "opt.test|||"));
+    assert_eq!(r.header("x-cert"), None);
+    // SNI for the public site, Host for the secure one: refused, never served.
+    let r = over_tls(s.addr, ca.client_with(None), "public.test", "secure.test")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 421);
+    let r = over_tls(s.addr, ca.client_with(None), "public.test", "public.test")
+        .await
+        .unwrap();
+    assert_eq!((r.status, r.text().as_str()), (200, "public.test|||"));
+}
+
+#[test]
+fn client_certificate_settings_are_checked_at_load() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (c, k) = write_pair(&dir, "site", &ca.leaf(&["a.test"]));
+    dir.write("ca.pem", &ca.pem());
+    dir.write("empty.crl", "");
+    let ca_path = dir.0.join("ca.pem").display().to_string();
+    let crl_path = dir.0.join("empty.crl").display().to_string();
+    for (block, want) in [
+        ("{ client_auth optional }", "need `client_ca FILE`"),
+        ("{ client_ca /nonexistent/ca.pem }", "/nonexistent/ca.pem"),
+        (
+            &format!("{{ client_ca {ca_path}; client_auth maybe }}") as &str,
+            "`require` or `optional`",
+        ),
+        (
+            &format!("{{ client_ca {ca_path}; client_crl {crl_path} }}"),
+            "no revocation list",
+        ),
+        (
+            &format!("{{ client_ca {ca_path}; verify_depth 2 }}"),
+            "not a tls setting",
+        ),
+    ] {
+        assert_check_fails(
+            &dir,
+            &format!(
+                "listen 127.0.0.1:0 tls\nsite a.test {{\n tls {c} {k} {block}\n respond x\n}}\n"
+            ),
+            want,
+        );
+    }
+}

@@ -100,6 +100,58 @@ pub(crate) fn load_pair(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, Ce
     Ok(Arc::new(ck))
 }
 
+/// The verifier of client certificates for `client_ca` (PEM roots) and `client_crl`
+/// (PEM revocation lists): a certificate must chain to a root, be valid now and not
+/// be revoked; `required` or not, one that is shown and fails fails the handshake.
+pub(crate) fn client_verifier(
+    ca: &Path,
+    crls: &[std::path::PathBuf],
+    required: bool,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, CertError> {
+    use rustls::pki_types::CertificateRevocationListDer;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in load_chain(ca)? {
+        roots.add(cert).map_err(|e| {
+            CertError::new(
+                Problem::NotPem,
+                format!("{}: not a usable CA certificate ({e})", ca.display()),
+            )
+        })?;
+    }
+    let mut lists = Vec::new();
+    for path in crls {
+        let found = CertificateRevocationListDer::pem_file_iter(path)
+            .map_err(|e| pem_error(path, "", e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| pem_error(path, "", e))?;
+        if found.is_empty() {
+            return Err(CertError::new(
+                Problem::NotPem,
+                format!(
+                    "{}: no revocation list in the file (expected PEM `X509 CRL` blocks)",
+                    path.display()
+                ),
+            ));
+        }
+        lists.extend(found);
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut builder =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+            .with_crls(lists)
+            // A CA the lists do not cover is not refused for that.
+            .allow_unknown_revocation_status();
+    if !required {
+        builder = builder.allow_unauthenticated();
+    }
+    builder.build().map_err(|e| {
+        CertError::new(
+            Problem::NotPem,
+            format!("{}: cannot verify clients with it ({e})", ca.display()),
+        )
+    })
+}
+
 /// The PEM certificates of `path`, leaf first.
 pub(crate) fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, CertError> {
     let chain = CertificateDer::pem_file_iter(path)

@@ -306,7 +306,19 @@ pub struct SiteTls {
     pub cert: PathBuf,
     pub key: PathBuf,
     pub loaded: std::sync::Arc<rustls::sign::CertifiedKey>,
+    /// `client_ca FILE` (with `client_auth`, `client_crl`): clients show certificates.
+    pub client: Option<ClientAuth>,
     pub span: Span,
+}
+
+/// `tls CERT KEY { client_ca FILE; client_auth require|optional; client_crl FILE... }`.
+#[derive(Debug, Clone)]
+pub struct ClientAuth {
+    /// Built at load: the CA roots and revocation lists, `optional` or not.
+    pub verifier: std::sync::Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    /// `client_auth require` (the default): a handshake without a valid certificate
+    /// fails.
+    pub required: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -380,6 +392,8 @@ pub enum Test {
     Match(Matcher),
     /// The client's address (after `trust`).
     ClientIp(Vec<IpNet>),
+    /// The TLS connection carries a verified client certificate (mTLS).
+    ClientCert,
 }
 
 /// A filter line's test on the response.

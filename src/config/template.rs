@@ -26,10 +26,16 @@ pub enum Placeholder {
     ClientIp,
     Scheme,
     Method,
+    /// The verified client certificate's subject (RFC 4514); empty without one.
+    TlsClientSubject,
+    /// Its subject alternative names, comma-separated.
+    TlsClientSan,
+    /// SHA-256 of its DER, lower-case hex.
+    TlsClientFingerprint,
 }
 
 impl Placeholder {
-    pub const ALL: [(&'static str, Placeholder); 7] = [
+    pub const ALL: [(&'static str, Placeholder); 10] = [
         ("host", Placeholder::Host),
         ("path", Placeholder::Path),
         ("query", Placeholder::Query),
@@ -37,6 +43,9 @@ impl Placeholder {
         ("client_ip", Placeholder::ClientIp),
         ("scheme", Placeholder::Scheme),
         ("method", Placeholder::Method),
+        ("tls_client_subject", Placeholder::TlsClientSubject),
+        ("tls_client_san", Placeholder::TlsClientSan),
+        ("tls_client_fingerprint", Placeholder::TlsClientFingerprint),
     ];
 }
 
@@ -95,6 +104,8 @@ pub struct Values<'a> {
     pub scheme: &'a str,
     /// The groups of the regex the rendered template belongs to.
     pub captures: Option<&'a Captures>,
+    /// The connection's verified client certificate.
+    pub(crate) client_cert: Option<&'a crate::net::identity::PeerIdentity>,
 }
 
 /// Why a template was refused at load: the unknown placeholder's name.
@@ -215,6 +226,13 @@ impl Template {
                     Placeholder::ClientIp => out.push_str(v.client_ip),
                     Placeholder::Scheme => out.push_str(v.scheme),
                     Placeholder::Method => out.push_str(v.method),
+                    Placeholder::TlsClientSubject => {
+                        out.push_str(v.client_cert.map_or("", |c| &c.subject))
+                    }
+                    Placeholder::TlsClientSan => out.push_str(v.client_cert.map_or("", |c| &c.san)),
+                    Placeholder::TlsClientFingerprint => {
+                        out.push_str(v.client_cert.map_or("", |c| &c.fingerprint))
+                    }
                 },
                 TemplatePart::Group(Group::Index(i)) => {
                     out.push_str(v.captures.map_or("", |c| c.get(*i)))
@@ -307,6 +325,7 @@ mod tests {
             client_ip: "10.0.0.1",
             scheme: "http",
             captures: None,
+            client_cert: None,
         };
         assert_eq!(t.render(&v), "https://a.test/p?q=1 10.0.0.1 GET http {x");
         let uri = Template::parse("{uri}").unwrap();

@@ -27,6 +27,7 @@ pub(crate) enum Test {
     /// Value `*`: any value of a present parameter.
     Query(String, String),
     ClientIp(Vec<IpNet>),
+    ClientCert,
 }
 
 impl Condition {
@@ -38,6 +39,7 @@ impl Condition {
             Test::Header(name, want) => header_matches(req.headers(), name, want),
             Test::Query(name, want) => query_matches(req.uri().query(), name, want),
             Test::ClientIp(nets) => in_nets(nets, cx.client_ip),
+            Test::ClientCert => cx.client_cert,
         };
         passed != self.negate
     }

@@ -204,6 +204,8 @@ pub(crate) struct Cx<'a> {
     pub cors_origin: Option<HeaderValue>,
     /// `compress on|off` ran: it decides over the route's default.
     pub compress: Option<crate::config::Compression>,
+    /// The TLS connection carries a verified client certificate.
+    pub client_cert: bool,
 }
 
 impl<'a> Cx<'a> {
@@ -222,6 +224,7 @@ impl<'a> Cx<'a> {
             request_id: None,
             cors_origin: None,
             compress: None,
+            client_cert: false,
         }
     }
 
@@ -274,6 +277,8 @@ pub(crate) struct Vars {
     pub scheme: &'static str,
     /// A regex route's groups in the normalised path it matched.
     pub captures: crate::config::template::Captures,
+    /// The connection's client-certificate facts (mTLS sites only).
+    pub tls_client: Option<std::sync::Arc<crate::net::identity::TlsClient>>,
 }
 
 impl Vars {
@@ -286,6 +291,7 @@ impl Vars {
             client_ip: &self.client_ip,
             scheme: self.scheme,
             captures: Some(&self.captures),
+            client_cert: self.tls_client.as_ref().and_then(|t| t.cert.as_ref()),
         }
     }
 }

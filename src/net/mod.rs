@@ -8,6 +8,7 @@
 //! is the sum a pool's connections need: one pool may reach peers over TCP and Unix
 //! sockets, with or without TLS.
 
+pub(crate) mod identity;
 pub(crate) mod stream;
 pub(crate) mod tls;
 pub(crate) mod transport;

@@ -22,8 +22,9 @@ pub(crate) struct Http11Required;
 const ACME_CHALLENGES: &str = "/.well-known/acme-challenge/";
 
 /// Before the route is found: on a plain listener of a site that redirects to HTTPS,
-/// the redirect (to the normalised Host); then a request over an HTTP version the site
-/// excludes. ACME challenges (`path` is normalised) are neither redirected nor refused
+/// the redirect (to the normalised Host); then, for a site that verifies client
+/// certificates, a connection not made for it (`421`); then a request over an HTTP
+/// version the site excludes. ACME challenges (`path` is normalised) are neither redirected nor refused
 /// for HTTP/1.1.
 #[inline]
 pub(super) fn before_route(
@@ -53,6 +54,21 @@ fn early(
             let host = crate::route::path::normalize_host(super::host_of(req));
             return Some(to_https(status, port, &host, req));
         }
+    }
+    // mTLS is decided on the handshake: a connection made for another site's
+    // certificate (SNI one name, Host another) or no TLS at all never reaches a site
+    // that verifies clients.
+    if site.client_auth
+        && client
+            .tls_client
+            .as_ref()
+            .is_none_or(|t| t.site != site.name)
+    {
+        bump(&COUNTERS.bad_request);
+        return Some(local_response(
+            StatusCode::MISDIRECTED_REQUEST,
+            "This site needs a TLS connection made for it (client certificates)\n",
+        ));
     }
     let v = site.versions;
     if !v.h1 && req.version() <= Version::HTTP_11 && !acme {

@@ -39,6 +39,8 @@ pub(crate) struct ClientInfo {
     /// The address as a header value, for `X-Forwarded-For`.
     pub ip_value: HeaderValue,
     pub scheme: Scheme,
+    /// The TLS handshake was made for a site that verifies client certificates.
+    pub tls_client: Option<std::sync::Arc<crate::net::identity::TlsClient>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +69,7 @@ impl ClientInfo {
             addr,
             ip_value: HeaderValue::from_str(&ip).expect("an IP address is a valid header value"),
             scheme,
+            tls_client: None,
         }
     }
 }
@@ -150,6 +153,7 @@ async fn run(
         client.addr.ip()
     };
     let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
+    cx.client_cert = client.tls_client.as_ref().is_some_and(|t| t.cert.is_some());
     let asked = Asked::of(route, &req);
     // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
     // target as received, before `strip`/`rewrite`.
@@ -528,6 +532,7 @@ fn vars(req: &Request<Body>, client: &ClientInfo, route: &Route, normalized: Opt
         client_ip: client.ip_value.to_str().unwrap_or("").to_string(),
         scheme: client.scheme.as_str(),
         captures,
+        tls_client: client.tls_client.clone(),
     }
 }
 

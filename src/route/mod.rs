@@ -40,7 +40,10 @@ pub(crate) struct Site {
     /// `hsts`: the `Strict-Transport-Security` value for responses over TLS.
     pub hsts: Option<http::HeaderValue>,
     pub versions: crate::config::HttpVersions,
-    /// A version excluded or `https_redirect`: checked before the route is found.
+    /// Verifies client certificates: served only over a TLS connection made for it.
+    pub client_auth: bool,
+    /// A version excluded, `https_redirect` or client certificates: checked before
+    /// the route is found.
     pub early_controls: bool,
     /// The site's `error_page` lines, for requests no route takes.
     pub error_pages: Option<Arc<crate::reply::ErrorPages>>,

@@ -98,8 +98,6 @@ pub(crate) struct SniCerts {
     suffixes: Vec<(String, usize)>,
     any: Option<usize>,
     pub slots: Vec<Arc<CertSlot>>,
-    /// Each slot's site's `http_versions`.
-    versions: Vec<crate::config::HttpVersions>,
 }
 
 impl std::fmt::Debug for SniCerts {
@@ -117,13 +115,11 @@ impl SniCerts {
             suffixes: Vec::new(),
             any: None,
             slots: Vec::new(),
-            versions: Vec::new(),
         };
         for site in sites {
             let Some(t) = &site.tls else { continue };
             let i = c.slots.len();
             c.slots.push(Arc::new(CertSlot::new(&site.name, t)));
-            c.versions.push(site.versions);
             for h in &site.hosts {
                 match h {
                     HostPattern::Exact(name) => {
@@ -143,14 +139,7 @@ impl SniCerts {
         self.slots.get(self.index(name)?)
     }
 
-    /// The `http_versions` of the site serving `name` (all, for no site).
-    pub(crate) fn versions(&self, name: Option<&str>) -> crate::config::HttpVersions {
-        self.index(name)
-            .and_then(|i| self.versions.get(i).copied())
-            .unwrap_or_default()
-    }
-
-    fn index(&self, name: Option<&str>) -> Option<usize> {
+    pub(crate) fn index(&self, name: Option<&str>) -> Option<usize> {
         let i = match name.map(|n| n.trim_end_matches('.').to_ascii_lowercase()) {
             Some(n) => self.exact.get(&n).copied().or_else(|| {
                 self.suffixes
@@ -175,27 +164,31 @@ impl ResolvesServerCert for SniCerts {
 pub(crate) struct Tls {
     pub config: Arc<rustls::ServerConfig>,
     pub certs: Arc<SniCerts>,
-    /// When a site limits its `http_versions`: the configs offering only `http/1.1`
-    /// and only `h2`, chosen by SNI after the ClientHello is read.
-    pub narrowed: Option<Narrowed>,
-}
-
-pub(crate) struct Narrowed {
-    pub h1: Arc<rustls::ServerConfig>,
-    pub h2: Arc<rustls::ServerConfig>,
+    /// When some site limits its `http_versions` or asks for client certificates:
+    /// each site's own config (by certificate slot), chosen by SNI after the
+    /// ClientHello is read.
+    pub per_site: Option<Vec<Arc<rustls::ServerConfig>>>,
+    /// Which slots' sites verify client certificates.
+    pub client_auth: Vec<bool>,
 }
 
 impl Tls {
     /// The config for a handshake whose ClientHello names `sni`.
     pub(crate) fn config_for(&self, sni: Option<&str>) -> &Arc<rustls::ServerConfig> {
-        let (Some(n), v) = (&self.narrowed, self.certs.versions(sni)) else {
-            return &self.config;
-        };
-        match (v.h1, v.h2) {
-            (true, false) => &n.h1,
-            (false, true) => &n.h2,
+        match (&self.per_site, self.certs.index(sni)) {
+            (Some(configs), Some(i)) => &configs[i],
             _ => &self.config,
         }
+    }
+
+    /// The site (by slot) serving `sni`, when it verifies client certificates.
+    pub(crate) fn client_auth_site(&self, sni: Option<&str>) -> Option<&Arc<CertSlot>> {
+        let i = self.certs.index(sni)?;
+        self.client_auth
+            .get(i)
+            .copied()
+            .unwrap_or(false)
+            .then(|| &self.certs.slots[i])
     }
 }
 
@@ -210,30 +203,49 @@ pub(crate) fn build(sites: &[Site]) -> Option<Tls> {
         return None;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let base = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .ok()?
-        .with_no_client_auth()
-        .with_cert_resolver(certs.clone());
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    config.ignore_client_order = true;
-    let narrowed = sites
+        .ok()?;
+    let finish = |mut c: rustls::ServerConfig, v: crate::config::HttpVersions| {
+        c.alpn_protocols = match (v.h1, v.h2) {
+            (true, false) => vec![b"http/1.1".to_vec()],
+            (false, true) => vec![b"h2".to_vec()],
+            _ => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        };
+        c.ignore_client_order = true;
+        Arc::new(c)
+    };
+    let config = finish(
+        base.clone()
+            .with_no_client_auth()
+            .with_cert_resolver(certs.clone()),
+        Default::default(),
+    );
+    let with_tls: Vec<&Site> = sites.iter().filter(|s| s.tls.is_some()).collect();
+    let client_auth: Vec<bool> = with_tls
         .iter()
-        .any(|s| s.tls.is_some() && !(s.versions.h1 && s.versions.h2))
-        .then(|| {
-            let only = |alpn: &[u8]| {
-                let mut c = config.clone();
-                c.alpn_protocols = vec![alpn.to_vec()];
-                Arc::new(c)
-            };
-            Narrowed {
-                h1: only(b"http/1.1"),
-                h2: only(b"h2"),
-            }
-        });
+        .map(|s| s.tls.as_ref().is_some_and(|t| t.client.is_some()))
+        .collect();
+    let special = |s: &&Site| {
+        !(s.versions.h1 && s.versions.h2) || s.tls.as_ref().is_some_and(|t| t.client.is_some())
+    };
+    let per_site = with_tls.iter().any(special).then(|| {
+        with_tls
+            .iter()
+            .map(|s| {
+                let b = base.clone();
+                let c = match s.tls.as_ref().and_then(|t| t.client.as_ref()) {
+                    Some(auth) => b.with_client_cert_verifier(auth.verifier.clone()),
+                    None => b.with_no_client_auth(),
+                };
+                finish(c.with_cert_resolver(certs.clone()), s.versions)
+            })
+            .collect()
+    });
     Some(Tls {
-        config: Arc::new(config),
+        config,
         certs,
-        narrowed,
+        per_site,
+        client_auth,
     })
 }

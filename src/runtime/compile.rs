@@ -224,6 +224,7 @@ fn handler(r: &config::Route, shared: &Shared, filters: &mut Vec<Stage>) -> Hand
 /// A site: its routes, and its controls (maintenance, redirect, HSTS, versions).
 fn site(s: &config::Site, shared: &Shared) -> Site {
     let own = s.maintenance.clone().map(Arc::new);
+    let client_auth = s.tls.as_ref().is_some_and(|t| t.client.is_some());
     // Compiled once: a site's `rate_limit` is one set of buckets for all its routes.
     let first = FromSite {
         stages: s
@@ -255,7 +256,10 @@ fn site(s: &config::Site, shared: &Shared) -> Site {
             .as_ref()
             .and_then(|h| http::HeaderValue::from_str(&h.value()).ok()),
         versions: s.versions,
-        early_controls: s.https_redirect.is_some() || !(s.versions.h1 && s.versions.h2),
+        client_auth,
+        early_controls: s.https_redirect.is_some()
+            || !(s.versions.h1 && s.versions.h2)
+            || client_auth,
         error_pages: error_pages(&[], &s.error_pages),
     }
 }
@@ -468,6 +472,7 @@ pub(crate) fn condition(c: &config::Condition) -> Condition {
         test: match &c.test {
             config::Test::Path(p) => Test::Path(p.clone()),
             config::Test::ClientIp(nets) => Test::ClientIp(nets.clone()),
+            config::Test::ClientCert => Test::ClientCert,
             config::Test::Match(config::Matcher::Method(ms)) => Test::Method(ms.clone()),
             config::Test::Match(config::Matcher::Header(n, v)) => {
                 Test::Header(n.clone(), v.clone())

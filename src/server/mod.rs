@@ -108,7 +108,8 @@ pub(crate) async fn accept_loop(
             };
             drop(gen);
             if let Some(h) = done {
-                let client = ClientInfo::new(client, Scheme::Https);
+                let mut client = ClientInfo::new(client, Scheme::Https);
+                client.tls_client = h.client;
                 connection(h.conn, client, live, counted, access, h.h2).await;
             }
         });

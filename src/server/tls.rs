@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
+use crate::net::identity::{PeerIdentity, TlsClient};
 pub(crate) use crate::net::tls::TlsConn;
 use crate::runtime::certs::Tls;
 use crate::stats::{bump, COUNTERS};
@@ -18,6 +19,9 @@ pub(crate) struct Handshaken {
     pub conn: TlsConn,
     /// ALPN chose HTTP/2.
     pub h2: bool,
+    /// The handshake was made for a site that verifies client certificates: which,
+    /// and the certificate the client showed.
+    pub client: Option<std::sync::Arc<TlsClient>>,
 }
 
 /// The handshake, with the one config — or, when a site limits its `http_versions`,
@@ -26,7 +30,7 @@ async fn handshake(
     tls: &Tls,
     stream: TcpStream,
 ) -> std::io::Result<tokio_rustls::server::TlsStream<TcpStream>> {
-    if tls.narrowed.is_none() {
+    if tls.per_site.is_none() {
         return tokio_rustls::TlsAcceptor::from(tls.config.clone())
             .accept(stream)
             .await;
@@ -45,10 +49,21 @@ pub(crate) async fn accept(tls: &Tls, stream: TcpStream) -> Option<Handshaken> {
     let r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(tls, stream)).await;
     let why = match r {
         Ok(Ok(s)) => {
-            let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2");
+            let session = s.get_ref().1;
+            let h2 = session.alpn_protocol() == Some(b"h2");
+            let client = tls.client_auth_site(session.server_name()).map(|slot| {
+                std::sync::Arc::new(TlsClient {
+                    site: slot.site.clone(),
+                    cert: session
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .map(|der| PeerIdentity::of(der)),
+                })
+            });
             return Some(Handshaken {
                 conn: TlsConn::new(s),
                 h2,
+                client,
             });
         }
         Ok(Err(e)) => e.to_string(),

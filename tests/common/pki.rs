@@ -72,6 +72,85 @@ impl Ca {
         }
     }
 
+    /// A client certificate (`clientAuth`) with subject `CN=cn,O=org`, the SANs
+    /// given (DNS names, or `email:…`), `serial` and validity.
+    pub fn client_leaf(
+        &self,
+        cn: &str,
+        sans: &[&str],
+        serial: u64,
+        not_after: time::OffsetDateTime,
+    ) -> Leaf {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "Example");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        for san in sans {
+            params
+                .subject_alt_names
+                .push(match san.strip_prefix("email:") {
+                    Some(e) => rcgen::SanType::Rfc822Name(e.to_string().try_into().unwrap()),
+                    None => rcgen::SanType::DnsName(san.to_string().try_into().unwrap()),
+                });
+        }
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        params.serial_number = Some(rcgen::SerialNumber::from(serial));
+        params.not_before = time::OffsetDateTime::now_utc() - time::Duration::days(30);
+        params.not_after = not_after;
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Leaf {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            der: cert.der().to_vec(),
+        }
+    }
+
+    /// A PEM revocation list naming `serials`.
+    pub fn crl(&self, serials: &[u64]) -> String {
+        let now = time::OffsetDateTime::now_utc();
+        let params = rcgen::CertificateRevocationListParams {
+            this_update: now - time::Duration::days(1),
+            next_update: now + time::Duration::days(30),
+            crl_number: rcgen::SerialNumber::from(1u64),
+            issuing_distribution_point: None,
+            revoked_certs: serials
+                .iter()
+                .map(|s| rcgen::RevokedCertParams {
+                    serial_number: rcgen::SerialNumber::from(*s),
+                    revocation_time: now - time::Duration::hours(1),
+                    reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                    invalidity_date: None,
+                })
+                .collect(),
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        };
+        params.signed_by(&self.issuer).unwrap().pem().unwrap()
+    }
+
+    /// Client settings that trust this CA and show `cert` (or no certificate).
+    pub fn client_with(&self, cert: Option<&Leaf>) -> Arc<rustls::ClientConfig> {
+        let b = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(self.roots());
+        let mut c = match cert {
+            Some(l) => {
+                use rustls::pki_types::pem::PemObject;
+                let chain = vec![CertificateDer::from(l.der.clone())];
+                let key =
+                    rustls::pki_types::PrivateKeyDer::from_pem_slice(l.key_pem.as_bytes()).unwrap();
+                b.with_client_auth_cert(chain, key).unwrap()
+            }
+            None => b.with_no_client_auth(),
+        };
+        c.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(c)
+    }
+
     pub fn roots(&self) -> rustls::RootCertStore {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.issuer.der().clone()).unwrap();

@@ -141,7 +141,8 @@ fn missing_after(kw: &Word, usage: &str) -> Diagnostic {
     missing(&d, usage, usage)
 }
 
-/// `when|unless path P | method M... | header N V | query N V | client_ip CIDR...`.
+/// `when|unless path P | method M... | header N V | query N V | client_ip CIDR... |
+/// client_cert`.
 fn test(d: &Directive) -> Res<Test> {
     let lead = d.name.text.as_str();
     let kind = first_arg(d, &format!("{lead} path|method|header|query|client_ip ..."))?;
@@ -168,9 +169,13 @@ fn test(d: &Directive) -> Res<Test> {
             ))
         }
         "method" | "header" | "query" => Ok(Test::Match(matcher_as(d, lead)?)),
+        "client_cert" => match d.args.get(1) {
+            None => Ok(Test::ClientCert),
+            Some(x) => Err(extra(x, &format!("write: {lead} client_cert"))),
+        },
         _ => Err(expected(
             kind,
-            "`path`, `method`, `header`, `query` or `client_ip`",
+            "`path`, `method`, `header`, `query`, `client_ip` or `client_cert`",
         )),
     }
 }

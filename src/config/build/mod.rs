@@ -446,7 +446,8 @@ impl Builder {
         (hosts, words)
     }
 
-    /// `tls CERT KEY`: both files read and checked now, so a bad pair fails the load.
+    /// `tls CERT KEY [{ client_ca FILE; client_auth require|optional; client_crl
+    /// FILE... }]`: every file read and checked now, so a bad one fails the load.
     fn site_tls(&self, d: &Directive) -> Res<SiteTls> {
         if d.args.len() != 2 {
             return Err(missing(
@@ -455,18 +456,67 @@ impl Builder {
                 "tls /etc/sluice/example.com.pem /etc/sluice/example.com.key",
             ));
         }
-        no_block(d)?;
         let base = self.dir_of(d.span());
         let cert = base.join(&d.args[0].text);
         let key = base.join(&d.args[1].text);
         let loaded = crate::config::certs::load_pair(&cert, &key)
             .map_err(|e| Diagnostic::error(d.span(), e.to_string()).with_hint(e.hint()))?;
+        let client = match d.block.as_deref() {
+            Some(items) => self.client_auth(d, items)?,
+            None => None,
+        };
         Ok(SiteTls {
             cert,
             key,
             loaded,
+            client,
             span: d.span(),
         })
+    }
+
+    /// The block of `tls CERT KEY { … }`: mTLS.
+    fn client_auth(&self, d: &Directive, items: &[Directive]) -> Res<Option<ClientAuth>> {
+        let base = self.dir_of(d.span());
+        let (mut ca, mut crls, mut required) = (None, Vec::new(), true);
+        for i in items {
+            no_block(i)?;
+            match i.name.text.as_str() {
+                "client_ca" => ca = Some((base.join(&one_arg(i, "client_ca FILE")?.text), i)),
+                "client_auth" => {
+                    required = match one_arg(i, "client_auth require|optional")?.text.as_str() {
+                        "require" => true,
+                        "optional" => false,
+                        _ => return Err(expected(&i.args[0], "`require` or `optional`")),
+                    }
+                }
+                "client_crl" if !i.args.is_empty() => {
+                    crls.extend(i.args.iter().map(|w| base.join(&w.text)))
+                }
+                "client_crl" => return Err(missing(i, "client_crl FILE...", "client_crl ca.crl")),
+                other => {
+                    return Err(Diagnostic::error(
+                        i.span(),
+                        format!("`{other}` is not a tls setting"),
+                    )
+                    .with_hint("a tls block takes: client_ca, client_auth, client_crl"))
+                }
+            }
+        }
+        let Some((ca, line)) = ca else {
+            return match items.first() {
+                Some(i) => Err(Diagnostic::error(
+                    i.span(),
+                    "client certificates need `client_ca FILE`",
+                )
+                .with_hint(
+                    "name the CA that issues your clients' certificates: client_ca clients-ca.pem",
+                )),
+                None => Ok(None),
+            };
+        };
+        let verifier = crate::config::certs::client_verifier(&ca, &crls, required)
+            .map_err(|e| Diagnostic::error(line.span(), e.to_string()).with_hint(e.hint()))?;
+        Ok(Some(ClientAuth { verifier, required }))
     }
 
     /// Reads each item of `d`'s block that belongs in `place` and is not a repeat,

@@ -1,0 +1,77 @@
+//! A verified client certificate (mTLS), as requests see it: its subject (RFC 4514),
+//! its subject alternative names and its SHA-256 fingerprint. Read once per connection,
+//! right after the handshake verified the certificate, with `x509-cert` (a DER decoder
+//! for the two fields; rustls does not expose them).
+
+use x509_cert::der::Decode as _;
+use x509_cert::ext::pkix::name::GeneralName;
+use x509_cert::ext::pkix::SubjectAltName;
+
+/// What a TLS connection's client proved, for the site whose handshake verified it.
+#[derive(Debug)]
+pub(crate) struct TlsClient {
+    /// The site whose certificate (and client CA) served the handshake.
+    pub site: String,
+    /// The verified client certificate; `None` under `client_auth optional` without one.
+    pub cert: Option<PeerIdentity>,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct PeerIdentity {
+    /// RFC 4514, most specific first (`CN=alice,O=Example`).
+    pub subject: String,
+    /// DNS names, e-mail addresses, URIs and IP addresses, comma-separated.
+    pub san: String,
+    /// SHA-256 of the DER, lower-case hex.
+    pub fingerprint: String,
+}
+
+impl PeerIdentity {
+    /// The identity in a DER certificate (one rustls verified: a field that does not
+    /// decode is left empty rather than refusing what was already accepted).
+    pub(crate) fn of(der: &[u8]) -> PeerIdentity {
+        let digest = ring::digest::digest(&ring::digest::SHA256, der);
+        let mut fingerprint = String::with_capacity(64);
+        for b in digest.as_ref() {
+            fingerprint.push_str(&format!("{b:02x}"));
+        }
+        let Ok(cert) = x509_cert::Certificate::from_der(der) else {
+            return PeerIdentity {
+                fingerprint,
+                ..PeerIdentity::default()
+            };
+        };
+        let tbs = &cert.tbs_certificate;
+        let san = tbs
+            .get::<SubjectAltName>()
+            .ok()
+            .flatten()
+            .map(|(_, names)| names.0.iter().filter_map(general_name).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .join(",");
+        PeerIdentity {
+            subject: tbs.subject.to_string(),
+            san,
+            fingerprint,
+        }
+    }
+}
+
+fn general_name(n: &GeneralName) -> Option<String> {
+    match n {
+        GeneralName::DnsName(s) => Some(s.to_string()),
+        GeneralName::Rfc822Name(s) => Some(s.to_string()),
+        GeneralName::UniformResourceIdentifier(s) => Some(s.to_string()),
+        GeneralName::IpAddress(octets) => {
+            let b = octets.as_bytes();
+            match b.len() {
+                4 => Some(std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]).to_string()),
+                16 => <[u8; 16]>::try_from(b)
+                    .ok()
+                    .map(|a| std::net::Ipv6Addr::from(a).to_string()),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
