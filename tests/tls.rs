@@ -224,7 +224,7 @@ fn check(dir: &TempDir, text: &str) -> (i32, String) {
 }
 
 #[test]
-fn check_refuses_expired_mismatched_and_unreadable_pairs_naming_the_file() {
+fn check_refuses_mismatched_and_unreadable_pairs_naming_the_file() {
     let ca = Ca::new();
     let dir = TempDir::new();
     let now = time::OffsetDateTime::now_utc();
@@ -238,12 +238,6 @@ fn check_refuses_expired_mismatched_and_unreadable_pairs_naming_the_file() {
     let (_, ok) = write_pair(&dir, "other", &ca.leaf(&["other.test"]));
     // Each with the hint that fits it.
     let cases = [
-        (
-            format!("tls {ec} {ek}"),
-            "expired.pem",
-            "expired on",
-            "hint: renew",
-        ),
         (
             format!("tls {gc} {ok}"),
             "other.key",
@@ -276,6 +270,33 @@ fn check_refuses_expired_mismatched_and_unreadable_pairs_naming_the_file() {
         assert_eq!(code, 1, "{line}: {err}");
         assert!(err.contains(":3:3"), "{line}: no position: {err}");
         assert!(err.contains(file) && err.contains(what), "{line}: {err}");
+    }
+    // Dates are warnings at the `tls` line (errors under --strict): expired, and
+    // expiring within 14 days.
+    let soon = ca.leaf_valid(
+        &["soon.test"],
+        now - time::Duration::days(30),
+        now + time::Duration::days(5),
+    );
+    let (sc, sk) = write_pair(&dir, "soon", &soon);
+    for (line, what) in [
+        (format!("tls {ec} {ek}"), "expired on"),
+        (format!("tls {sc} {sk}"), "in less than 14 days"),
+    ] {
+        let text = format!("listen 127.0.0.1:0 tls\nsite a.test {{\n  {line}\n  respond ok\n}}\n");
+        let (code, err) = check(&dir, &text);
+        assert_eq!(code, 0, "{line}: {err}");
+        assert!(
+            err.contains(":3:3: warning:") && err.contains(what),
+            "{line}: {err}"
+        );
+        assert!(err.contains("hint: renew"), "{line}: {err}");
+        let path = dir.write("strict.conf", &text);
+        let o = std::process::Command::new(bin())
+            .args(["check", "--strict", "-c", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{line}: --strict");
     }
     // A certificate with no tls listener: a warning. A tls listener with no
     // certificate: an error.
@@ -497,4 +518,65 @@ fn client_certificate_settings_are_checked_at_load() {
             want,
         );
     }
+}
+
+/// An expired certificate is served as it is, beside its neighbours (one site's lapse
+/// does not take every site down), and each certificate's end is a metric.
+#[tokio::test]
+async fn an_expired_certificate_is_served_and_every_expiry_is_a_metric() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let now = time::OffsetDateTime::now_utc();
+    let expired = ca.leaf_valid(
+        &["old.test"],
+        now - time::Duration::days(30),
+        now - time::Duration::days(1),
+    );
+    let good = ca.leaf(&["good.test"]);
+    let (ec, ek) = write_pair(&dir, "old", &expired);
+    let (gc, gk) = write_pair(&dir, "good", &good);
+    let path = dir.write(
+        "sluice.conf",
+        &format!(
+            "listen 127.0.0.1:0 tls
+             global {{ admin 127.0.0.1:0 }}
+             site old.test {{ tls {ec} {ek}; respond old }}
+             site good.test {{ tls {gc} {gk}; respond good }}"
+        ),
+    );
+    let s = Sluice::spawn(&["run", "-c", path.to_str().unwrap()], dir);
+    s.wait_log("expired on");
+    let any = any_cert_client(&[b"http/1.1"]);
+    let conn = connect(s.addr, any.clone(), Some("old.test"))
+        .await
+        .unwrap();
+    assert!(presented(&conn) == expired.der);
+    let mut conn = connect(s.addr, any, Some("good.test")).await.unwrap();
+    assert_eq!(get_over(&mut conn, "good.test", "/").await.text(), "good");
+    let metrics = request(s.admin(), "GET", "/metrics", &[], b"").await.text();
+    for (site, leaf) in [("old.test", &expired), ("good.test", &good)] {
+        let line = metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "sluice_tls_certificate_expiry_seconds{{site=\"{site}\"}}"
+                ))
+            })
+            .unwrap_or_else(|| panic!("{site} in:\n{metrics}"));
+        let secs: i64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        let want = x509_not_after(&leaf.der);
+        assert_eq!(secs, want, "{site}");
+    }
+}
+
+/// `notAfter` of a DER certificate, as Unix seconds, read with `x509-cert`'s decoder
+/// rather than the small DER walk sluice uses for the metric.
+fn x509_not_after(der: &[u8]) -> i64 {
+    use x509_cert::der::Decode as _;
+    let cert = x509_cert::Certificate::from_der(der).unwrap();
+    cert.tbs_certificate
+        .validity
+        .not_after
+        .to_unix_duration()
+        .as_secs() as i64
 }

@@ -18,8 +18,32 @@ pub(crate) fn render(gen: &Generation) -> String {
     peers(&mut out, &pools);
     pool_metrics(&mut out, &pools);
     counters(&mut out);
+    certificates(&mut out, gen);
     process(&mut out);
     out
+}
+
+/// Each site certificate's `notAfter`, as the files are now.
+fn certificates(o: &mut String, gen: &Generation) {
+    let Some(tls) = &gen.tls else { return };
+    head(
+        o,
+        "sluice_tls_certificate_expiry_seconds",
+        "gauge",
+        "Unix time the site's certificate expires (notAfter)",
+    );
+    for slot in &tls.certs.slots {
+        if let Some(t) = slot.not_after() {
+            let secs = t
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let _ = writeln!(
+                o,
+                "sluice_tls_certificate_expiry_seconds{{site=\"{}\"}} {secs}",
+                esc(&slot.site)
+            );
+        }
+    }
 }
 
 /// Responses by status.

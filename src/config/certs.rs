@@ -2,9 +2,9 @@
 //! at start, on reload and when a file changes on disk.
 //!
 //! A pair is refused when a file cannot be read, holds no certificate or no key, the
-//! key is of a kind rustls cannot sign with, the key does not belong to the first
-//! certificate, or the first certificate has expired (or is not valid yet). Every
-//! refusal names the file it is about.
+//! key is of a kind rustls cannot sign with, or the key does not belong to the first
+//! certificate. Every refusal names the file it is about. Dates are a warning
+//! ([`dates_warning`]): an expired certificate is served as it is.
 //!
 //! The expiry check reads one field, the validity of the leaf certificate, with a
 //! small DER walk ([`validity`]) instead of a full X.509 parser: a general parser would
@@ -96,7 +96,15 @@ pub(crate) fn load_pair(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, Ce
             ),
         )
     })?;
-    check_validity(cert, &ck.cert[0], SystemTime::now())?;
+    if validity(&ck.cert[0]).is_none() {
+        return Err(CertError::new(
+            Problem::NotPem,
+            format!(
+                "{}: the first certificate cannot be read as X.509",
+                cert.display()
+            ),
+        ));
+    }
     Ok(Arc::new(ck))
 }
 
@@ -183,41 +191,50 @@ fn pem_error(path: &Path, what: &str, e: rustls::pki_types::pem::Error) -> CertE
     }
 }
 
-fn check_validity(
+/// How close to its end a certificate is worth a warning.
+pub(crate) const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// What is wrong with the leaf's dates at `now`, if anything: expired, not valid yet,
+/// or expiring within [`EXPIRY_WARNING`]. A warning, not a refusal: the certificate is
+/// served as it is (an expired one still beats no site at all), and `check --strict`
+/// makes it an error.
+pub(crate) fn dates_warning(
     path: &Path,
     leaf: &CertificateDer<'_>,
     now: SystemTime,
-) -> Result<(), CertError> {
-    let Some((not_before, not_after)) = validity(leaf) else {
-        return Err(CertError::new(
-            Problem::NotPem,
-            format!(
-                "{}: the first certificate cannot be read as X.509",
-                path.display()
-            ),
-        ));
-    };
+) -> Option<CertError> {
+    let (not_before, not_after) = validity(leaf)?;
     if now > not_after {
-        return Err(CertError::new(
+        return Some(CertError::new(
             Problem::Expired,
             format!(
-                "{}: the certificate expired on {}",
+                "{}: the certificate expired on {}; serving it anyway",
                 path.display(),
                 httpdate::fmt_http_date(not_after)
             ),
         ));
     }
     if now < not_before {
-        return Err(CertError::new(
+        return Some(CertError::new(
             Problem::NotYetValid,
             format!(
-                "{}: the certificate is not valid until {}",
+                "{}: the certificate is not valid until {}; serving it anyway",
                 path.display(),
                 httpdate::fmt_http_date(not_before)
             ),
         ));
     }
-    Ok(())
+    if not_after.duration_since(now).unwrap_or_default() < EXPIRY_WARNING {
+        return Some(CertError::new(
+            Problem::Expired,
+            format!(
+                "{}: the certificate expires on {}, in less than 14 days",
+                path.display(),
+                httpdate::fmt_http_date(not_after)
+            ),
+        ));
+    }
+    None
 }
 
 /// `notBefore` and `notAfter` of a DER certificate: Certificate ::= SEQUENCE {

@@ -106,7 +106,13 @@ pub(crate) fn check(
             );
         }
     }
+    let now = std::time::SystemTime::now();
     for site in &config.sites {
+        if let Some(t) = &site.tls {
+            if let Some(w) = super::certs::dates_warning(&t.cert, &t.loaded.cert[0], now) {
+                warnings.push(Diagnostic::warning(t.span, w.message.clone()).with_hint(w.hint()));
+            }
+        }
         if let Some(t) = site.tls.as_ref().filter(|_| !tls_listener) {
             warnings.push(
                 Diagnostic::warning(

@@ -63,6 +63,12 @@ impl CertSlot {
         self.current.load_full()
     }
 
+    /// When the certificate served now stops being valid.
+    pub(crate) fn not_after(&self) -> Option<SystemTime> {
+        let ck = self.current.load();
+        crate::config::certs::validity(ck.cert.first()?).map(|(_, after)| after)
+    }
+
     /// Reads the pair again if either file changed since it was last read. Blocking
     /// file I/O: run it off the runtime's workers.
     pub(crate) fn refresh(&self) {
@@ -76,12 +82,20 @@ impl CertSlot {
         }
         match crate::config::certs::load_pair(&self.cert, &self.key) {
             Ok(ck) => {
+                let dates = crate::config::certs::dates_warning(
+                    &self.cert,
+                    &ck.cert[0],
+                    SystemTime::now(),
+                );
                 self.current.store(ck);
                 tracing::info!(
                     "sluice: site {}: certificate reloaded from {}",
                     self.site,
                     self.cert.display()
                 );
+                if let Some(w) = dates {
+                    tracing::warn!("sluice: site {}: {w}", self.site);
+                }
             }
             Err(why) => tracing::warn!(
                 "sluice: site {}: the changed certificate files do not load ({why}); still serving the previous certificate",
