@@ -342,7 +342,7 @@ async fn lookup_names(config: &Config) -> Vec<config::diag::Diagnostic> {
     let names: Vec<(&config::BackendAddr, &str)> = config
         .pools()
         .map(|(_, p)| p)
-        .chain(config.tcp.iter().map(|t| &t.proxy))
+        .chain(config.tcp.iter().flat_map(|t| t.proxies()))
         .flat_map(|p| p.backends.iter().chain(&p.backups))
         .filter_map(|b| match &b.target {
             config::Target::Tcp { host, .. } if parse_ip(host).is_none() => {

@@ -197,3 +197,103 @@ fn a_tcp_rate_limit_takes_no_key() {
         "{err}"
     );
 }
+
+/// A TLS backend with its own certificate for `name`: answers one request with its
+/// name (the test sees the backend, and the certificate, it reached).
+async fn tls_backend(ca: &common::pki::Ca, name: &'static str) -> (SocketAddr, Vec<u8>) {
+    use rustls::pki_types::pem::PemObject;
+    let leaf = ca.leaf(&[name]);
+    let chain = vec![rustls::pki_types::CertificateDer::from(leaf.der.clone())];
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let (addr, _task) = raw_backend(move |c| {
+        let acceptor = acceptor.clone();
+        async move {
+            let Ok(mut tls) = acceptor.accept(c).await else {
+                return;
+            };
+            let mut buf = [0u8; 1024];
+            let _ = tls.read(&mut buf).await;
+            let body = format!("backend {name}");
+            let _ = tls
+                .write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .as_bytes(),
+                )
+                .await;
+            let _ = tls.shutdown().await;
+        }
+    })
+    .await;
+    std::mem::forget(_task);
+    (addr, leaf.der)
+}
+
+/// SNI passthrough (DESIGN §16): the ClientHello's server name picks the pool without
+/// terminating TLS (exact names, then `*.suffix`, then the bare `proxy`); the client's
+/// TLS reaches the backend whole (its certificate, its answer); bytes that are no
+/// ClientHello, or a name no pool takes without a bare `proxy`, close the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sni_picks_the_pool_without_terminating_tls() {
+    use common::pki::{any_cert_client, connect, presented, Ca};
+    let ca = Ca::new();
+    let (a, a_cert) = tls_backend(&ca, "a.test").await;
+    let (b, b_cert) = tls_backend(&ca, "b.test").await;
+    let (d, d_cert) = tls_backend(&ca, "default.test").await;
+    let s = Sluice::start(&format!(
+        "tcp 127.0.0.1:0 {{
+            sni a.test {{ proxy {a} }}
+            sni *.b.test b.test {{ proxy {b} }}
+            proxy {d}
+        }}
+        site * {{ respond ok }}"
+    ));
+    let strict_sluice = Sluice::start(&format!(
+        "tcp 127.0.0.1:0 {{ sni only.test {{ proxy {a} }} }}\nsite * {{ respond ok }}"
+    ));
+    let (with_default, strict) = (tcp_addr(&s), tcp_addr(&strict_sluice));
+    let any = any_cert_client(&[b"http/1.1"]);
+    for (sni, cert, name) in [
+        (Some("a.test"), &a_cert, "a.test"),
+        (Some("A.Test"), &a_cert, "a.test"),
+        (Some("x.b.test"), &b_cert, "b.test"),
+        (Some("b.test"), &b_cert, "b.test"),
+        (Some("c.test"), &d_cert, "default.test"),
+        (None, &d_cert, "default.test"),
+    ] {
+        let mut tls = connect(with_default, any.clone(), sni).await.unwrap();
+        assert!(presented(&tls) == *cert, "{sni:?}");
+        tls.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(WAIT, tls.read_to_end(&mut out)).await;
+        assert!(
+            String::from_utf8_lossy(&out).ends_with(&format!("backend {name}")),
+            "{sni:?}"
+        );
+    }
+    // No bare proxy: an unknown name is closed; so is plain text anywhere.
+    assert!(connect(strict, any.clone(), Some("other.test"))
+        .await
+        .is_err());
+    assert!(connect(strict, any.clone(), Some("only.test"))
+        .await
+        .is_ok());
+    let mut c = TcpStream::connect(with_default).await.unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(read_all(&mut c).await, "");
+}

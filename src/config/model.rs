@@ -25,15 +25,43 @@ pub struct Config {
 #[derive(Debug, Clone)]
 pub struct TcpProxy {
     pub listen: Listen,
-    /// The pool; only its L4-meaningful options are set.
-    pub proxy: ProxyConfig,
-    /// A connection with no byte either way for this long closes.
-    pub idle_timeout: Duration,
+    /// The pools: each `sni HOST... { proxy … }` in written order, then the bare
+    /// `proxy` (no names) if there is one.
+    pub pools: Vec<TcpPool>,
     /// Connections relayed at once; one over it is closed as soon as accepted.
     pub max_conns: u64,
     /// `allow`, `deny` and `rate_limit` lines, in written order: each judges a new
     /// connection's client address; a refused connection is closed at once.
     pub guards: Vec<Filter>,
+}
+
+impl std::fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostPattern::Exact(n) => f.write_str(n),
+            HostPattern::Suffix(s) => write!(f, "*{s}"),
+            HostPattern::Any => f.write_str("*"),
+        }
+    }
+}
+
+/// One pool of a `tcp` block.
+#[derive(Debug, Clone)]
+pub struct TcpPool {
+    /// The TLS server names (SNI) it takes: exact names and `*.suffix`; empty for the
+    /// bare `proxy`, which takes the rest.
+    pub sni: Vec<HostPattern>,
+    /// Only its L4-meaningful options are set.
+    pub proxy: ProxyConfig,
+    /// A connection with no byte either way for this long closes.
+    pub idle_timeout: Duration,
+}
+
+impl TcpProxy {
+    /// Every pool's settings.
+    pub fn proxies(&self) -> impl Iterator<Item = &ProxyConfig> {
+        self.pools.iter().map(|p| &p.proxy)
+    }
 }
 
 impl Config {

@@ -149,7 +149,7 @@ fn unsafe_literals(config: &Config, errors: &mut Vec<Diagnostic>) {
     let pools = config
         .pools()
         .map(|(_, p)| p)
-        .chain(config.tcp.iter().map(|t| &t.proxy));
+        .chain(config.tcp.iter().flat_map(|t| t.proxies()));
     for p in pools.filter(|p| config.is_strict(p)) {
         for b in p.backends.iter().chain(&p.backups) {
             let Target::Tcp { host, port } = &b.target else {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use super::{certs, Generation, TcpGuard, TcpRoute};
+use super::{certs, Generation, TcpGuard, TcpRoute, TcpTarget};
 use crate::config::{self, Compression, Config};
 use crate::filter::access::Access;
 use crate::filter::basic_auth::BasicAuth;
@@ -64,22 +64,25 @@ impl Generation {
         let tcp = config
             .tcp
             .iter()
-            .map(|t| {
-                let id = shared.pool_id(format!("tcp {}", t.listen.text), &t.proxy);
-                let state = carried.get(&id).map(|s| Arc::clone(s));
-                TcpRoute {
-                    addr: t.listen.addr,
-                    pool: Pool::build(
-                        id,
-                        t.proxy.clone(),
-                        state,
-                        &probe_slots,
-                        shared.dest(&t.proxy),
-                    ),
-                    idle_timeout: t.idle_timeout,
-                    max_conns: t.max_conns,
-                    guards: shared.tcp_guards(t),
-                }
+            .map(|t| TcpRoute {
+                addr: t.listen.addr,
+                pools: t
+                    .pools
+                    .iter()
+                    .map(|p| {
+                        let mut name = format!("tcp {}", t.listen.text);
+                        if let Some(first) = p.sni.first() {
+                            name.push_str(&format!(" sni {}", first));
+                        }
+                        TcpTarget {
+                            sni: p.sni.clone(),
+                            pool: shared.pool(name, &p.proxy),
+                            idle_timeout: p.idle_timeout,
+                        }
+                    })
+                    .collect(),
+                max_conns: t.max_conns,
+                guards: shared.tcp_guards(t),
             })
             .collect();
         let tls = if config.listeners.iter().any(|l| l.tls) {

@@ -19,11 +19,56 @@ use crate::upstream::Pool;
 /// An L4 listener's pool in one generation, found by the listener's address.
 pub(crate) struct TcpRoute {
     pub addr: std::net::SocketAddr,
-    pub pool: Arc<Pool>,
-    pub idle_timeout: std::time::Duration,
+    /// `sni` pools in written order, then the bare `proxy`'s (no names).
+    pub pools: Vec<TcpTarget>,
     pub max_conns: u64,
     /// `allow`, `deny`, `rate_limit` of the `tcp` block, in written order.
     pub guards: Vec<TcpGuard>,
+}
+
+/// One pool of a `tcp` listener, and the TLS server names it takes.
+pub(crate) struct TcpTarget {
+    pub sni: Vec<crate::config::HostPattern>,
+    pub pool: Arc<Pool>,
+    pub idle_timeout: std::time::Duration,
+}
+
+impl TcpRoute {
+    /// Whether connections are routed by the ClientHello's server name.
+    pub(crate) fn by_sni(&self) -> bool {
+        self.pools.iter().any(|p| !p.sni.is_empty())
+    }
+
+    /// The pool for a ClientHello naming `sni` (any case): an exact name, then the
+    /// longest `*.suffix`, then the bare `proxy`.
+    pub(crate) fn choose(&self, sni: Option<&str>) -> Option<&TcpTarget> {
+        use crate::config::HostPattern;
+        let bare = || self.pools.iter().find(|p| p.sni.is_empty());
+        let Some(name) = sni.map(|n| n.trim_end_matches('.').to_ascii_lowercase()) else {
+            return bare();
+        };
+        let exact = self.pools.iter().find(|p| {
+            p.sni
+                .iter()
+                .any(|h| matches!(h, HostPattern::Exact(e) if *e == name))
+        });
+        let suffix = || {
+            self.pools
+                .iter()
+                .flat_map(|p| p.sni.iter().map(move |h| (h, p)))
+                .filter_map(|(h, p)| match h {
+                    HostPattern::Suffix(s)
+                        if name.len() > s.len() && name.ends_with(s.as_str()) =>
+                    {
+                        Some((s.len(), p))
+                    }
+                    _ => None,
+                })
+                .max_by_key(|(len, _)| *len)
+                .map(|(_, p)| p)
+        };
+        exact.or_else(suffix).or_else(bare)
+    }
 }
 
 /// One line judging a `tcp` listener's new connection by its client's address.
@@ -114,7 +159,11 @@ impl Generation {
     }
 
     pub(crate) fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
-        self.sites.pools().chain(self.tcp.iter().map(|t| &t.pool))
+        self.sites.pools().chain(
+            self.tcp
+                .iter()
+                .flat_map(|t| t.pools.iter().map(|p| &p.pool)),
+        )
     }
 
     /// The L4 route for a `tcp` listener's configured address.

@@ -162,15 +162,59 @@ pub(crate) async fn tcp_accept_loop(
             drop(stream);
             continue;
         }
-        let (pool, idle, drain_after) = (route.pool.clone(), route.idle_timeout, gen.tunnel_drain);
+        // Without `sni` pools the one pool is known now; with them, after the hello.
+        let fixed = match route.by_sni() {
+            false => route.choose(None).map(|t| (t.pool.clone(), t.idle_timeout)),
+            true => None,
+        };
+        let drain_after = gen.tunnel_drain;
         let counted = drain.connection();
         let in_flight = drain.request();
         let place = OpenPlace::take(&open);
+        let live = live.clone();
         tokio::spawn(async move {
-            crate::tunnel::relay_l4(stream, pool, idle, drain_after).await;
+            let mut stream = stream;
+            let (target, first) = match fixed {
+                Some(t) => (Some(t), bytes::Bytes::new()),
+                None => by_sni(&live, addr, &mut stream, peer).await,
+            };
+            if let Some((pool, idle)) = target {
+                crate::tunnel::relay_l4(stream, first, pool, idle, drain_after).await;
+            }
             drop((in_flight, counted, place));
         });
     }
+}
+
+/// The pool an SNI-routed `tcp` listener relays this connection to, chosen by its
+/// ClientHello (read here, and returned to be sent on first). `None` (logged at debug)
+/// when the first bytes are no ClientHello, or no pool takes its name.
+async fn by_sni(
+    live: &Live,
+    addr: SocketAddr,
+    stream: &mut tokio::net::TcpStream,
+    peer: SocketAddr,
+) -> (Option<(Arc<crate::upstream::Pool>, Duration)>, bytes::Bytes) {
+    use crate::tunnel::hello::{self, Hello};
+    let (sni, read) = match hello::read(stream).await {
+        Hello::Tls { sni, read } => (sni, read),
+        Hello::Refused(why) => {
+            tracing::debug!("sluice: tcp {addr}: closed a connection from {peer}: {why}");
+            return (None, bytes::Bytes::new());
+        }
+    };
+    let gen = live.load();
+    let target = gen
+        .tcp_route(addr)
+        .and_then(|r| r.choose(sni.as_deref()))
+        .map(|t| (t.pool.clone(), t.idle_timeout));
+    if target.is_none() {
+        tracing::debug!(
+            "sluice: tcp {addr}: no pool for server name {:?} from {peer} and no bare proxy; closed",
+            sni.as_deref().unwrap_or("")
+        );
+    }
+    (target, read)
 }
 
 /// One of an L4 listener's open connections, counted until dropped.

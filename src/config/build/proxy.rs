@@ -732,50 +732,98 @@ impl Builder {
                 return None;
             }
         };
-        let mut found = None;
+        let mut bare = None;
+        let mut pools = Vec::new();
         let mut max_conns = DEFAULT_TCP_MAX_CONNS;
         let mut guards = Vec::new();
         for item in items {
             if !self.known_here(item, Place::Tcp) {
                 continue;
             }
-            if matches!(item.name.text.as_str(), "allow" | "deny" | "rate_limit") {
-                match tcp_guard(item) {
+            match item.name.text.as_str() {
+                "allow" | "deny" | "rate_limit" => match tcp_guard(item) {
                     Ok(g) => guards.push(g),
                     Err(e) => self.errors.push(e),
+                },
+                "max_conns" => {
+                    match one_arg(item, "max_conns 16384").and_then(|w| int_in(w, 1, 10_000_000)) {
+                        Ok(n) => max_conns = n,
+                        Err(e) => self.errors.push(e),
+                    }
                 }
-                continue;
+                "sni" => pools.extend(self.sni_pool(item)),
+                _ if bare.is_some() => self.errors.push(
+                    Diagnostic::error(item.span(), "a `tcp` block has one bare `proxy`")
+                        .with_hint("list every backend on the one proxy line; route by name with sni HOST... { proxy … }"),
+                ),
+                _ => bare = Some(item),
             }
-            if item.name.text == "max_conns" {
-                match one_arg(item, "max_conns 16384").and_then(|w| int_in(w, 1, 10_000_000)) {
-                    Ok(n) => max_conns = n,
-                    Err(e) => self.errors.push(e),
-                }
-                continue;
-            }
-            if found.is_some() {
-                self.errors.push(
-                    Diagnostic::error(item.span(), "a `tcp` block has one `proxy`")
-                        .with_hint("list every backend on the one proxy line"),
-                );
-                continue;
-            }
-            found = Some(item);
         }
-        let Some(p) = found else {
+        if bare.is_none() && pools.is_empty() {
             self.errors.push(
                 Diagnostic::error(d.span(), "a `tcp` block needs a `proxy`")
                     .with_hint("for example: tcp :5432 { proxy 10.0.0.5:5432 }"),
             );
             return None;
-        };
-        let (proxy, idle_timeout) = self.tcp_proxy(p)?;
+        }
+        if let Some(p) = bare {
+            let (proxy, idle_timeout) = self.tcp_proxy(p)?;
+            pools.push(TcpPool {
+                sni: Vec::new(),
+                proxy,
+                idle_timeout,
+            });
+        }
         Some(TcpProxy {
             listen,
-            proxy,
-            idle_timeout,
+            pools,
             max_conns,
             guards,
+        })
+    }
+
+    /// `sni HOST... { proxy ADDR... [{ … }] }`: the pool for TLS connections whose
+    /// ClientHello names one of HOST (exact or `*.suffix`).
+    fn sni_pool(&mut self, d: &Directive) -> Option<TcpPool> {
+        let r = (|| {
+            if d.args.is_empty() {
+                return Err(missing(
+                    d,
+                    "sni HOST... {",
+                    "sni db.example.com *.db.example.com {",
+                ));
+            }
+            let hosts = d
+                .args
+                .iter()
+                .map(|w| match host_pattern(w)? {
+                    HostPattern::Any => Err(expected(w, "a host name or *.suffix").with_hint(
+                        "connections no name takes go to the bare `proxy` of the block",
+                    )),
+                    h => Ok(h),
+                })
+                .collect::<Res<Vec<_>>>()?;
+            let items = block(d, "sni db.example.com { proxy 10.0.0.5:5432 }")?;
+            match items {
+                [p] if p.name.text == "proxy" => Ok((hosts, p)),
+                _ => Err(
+                    Diagnostic::error(d.span(), "an `sni` block holds one `proxy` line")
+                        .with_hint("sni db.example.com { proxy 10.0.0.5:5432 }"),
+                ),
+            }
+        })();
+        let (sni, p) = match r {
+            Ok(x) => x,
+            Err(e) => {
+                self.errors.push(e);
+                return None;
+            }
+        };
+        let (proxy, idle_timeout) = self.tcp_proxy(p)?;
+        Some(TcpPool {
+            sni,
+            proxy,
+            idle_timeout,
         })
     }
 

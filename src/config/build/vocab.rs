@@ -60,7 +60,7 @@ impl Place {
                 "timeout",
             ],
             Place::Files => &["index", "browse", "fallback", "precompressed", "dotfiles"],
-            Place::Tcp => &["proxy", "max_conns", "allow", "deny", "rate_limit"],
+            Place::Tcp => &["proxy", "sni", "max_conns", "allow", "deny", "rate_limit"],
             Place::Safety => &["default", "allow_private", "block"],
             Place::Failover => &[
                 "failure_threshold",

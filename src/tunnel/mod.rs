@@ -7,6 +7,8 @@
 //! reload never cuts one; a tunnel whose pool a reload removed closes after
 //! `tunnel_drain`.
 
+pub(crate) mod hello;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -113,11 +115,13 @@ impl Tunnel {
 }
 
 /// An L4 connection (`tcp` listener): the backend connection opens as soon as the
-/// client is accepted (protocols where the server speaks first work), a peer that
-/// cannot be reached is marked and the next one tried, and bytes are relayed both ways
-/// until both directions end or nothing moved for `idle`.
+/// client is accepted (protocols where the server speaks first work) — or, routed by
+/// SNI, once its ClientHello was read, which goes to the backend first (`first`) — a
+/// peer that cannot be reached is marked and the next one tried, and bytes are relayed
+/// both ways until both directions end or nothing moved for `idle`.
 pub(crate) async fn relay_l4(
     mut client: tokio::net::TcpStream,
+    first: Bytes,
     pool: std::sync::Arc<crate::upstream::Pool>,
     idle: Duration,
     drain: Duration,
@@ -159,7 +163,11 @@ pub(crate) async fn relay_l4(
         }
     };
     conn.keepalive();
-    let (backend, _) = conn.into_parts();
+    let (mut backend, _) = conn.into_parts();
+    // What was read from the client to choose the pool (a ClientHello) goes first.
+    if !first.is_empty() && backend.write_all(&first).await.is_err() {
+        return;
+    }
     let retired = lease.pool.state.retired();
     tokio::select! {
         _ = relay_idle(&mut client, backend, idle) => {}
