@@ -45,9 +45,13 @@ pub(crate) struct Counters {
     pub unauthorized: AtomicU64,
     /// 500: a filter could not decide and fails closed.
     pub filter_failures: AtomicU64,
+    /// Connections a `proxy_protocol` listener closed: an untrusted peer, or no valid
+    /// header in time.
+    pub proxy_protocol_refusals: AtomicU64,
 }
 
 pub(crate) static COUNTERS: Counters = Counters {
+    proxy_protocol_refusals: AtomicU64::new(0),
     bad_request: AtomicU64::new(0),
     head_timeout: AtomicU64::new(0),
     head_too_large: AtomicU64::new(0),

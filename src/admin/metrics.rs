@@ -245,6 +245,11 @@ fn pool_metrics(o: &mut String, pools: &[&Arc<Pool>]) {
 /// The process-wide counters of refusals and limits: name, counter, help.
 static REFUSALS: &[(&str, &AtomicU64, &str)] = &[
     (
+        "sluice_proxy_protocol_refusals_total",
+        &COUNTERS.proxy_protocol_refusals,
+        "connections a proxy_protocol listener closed: an untrusted peer, or no valid header",
+    ),
+    (
         "sluice_out_of_ports_total",
         &COUNTERS.out_of_ports,
         "dials refused for want of local ports or descriptors",

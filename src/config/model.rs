@@ -45,6 +45,22 @@ impl std::fmt::Display for HostPattern {
     }
 }
 
+/// The PROXY protocol version a pool sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyProtocol {
+    V1,
+    V2,
+}
+
+impl From<ProxyProtocol> for crate::net::proxy_protocol::Version {
+    fn from(v: ProxyProtocol) -> Self {
+        match v {
+            ProxyProtocol::V1 => Self::V1,
+            ProxyProtocol::V2 => Self::V2,
+        }
+    }
+}
+
 /// One pool of a `tcp` block.
 #[derive(Debug, Clone)]
 pub struct TcpPool {
@@ -208,6 +224,9 @@ pub struct Listen {
     pub dual_stack: bool,
     /// `listen ADDR tls`: TLS with the sites' certificates, chosen by SNI.
     pub tls: bool,
+    /// `listen ADDR proxy_protocol`: each connection starts with a PROXY protocol
+    /// header (v1 or v2) from a `trust` address, naming the client.
+    pub proxy_protocol: bool,
     pub span: Span,
     /// Where the address is written.
     pub addr_span: Span,
@@ -715,6 +734,9 @@ impl Precompressed {
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
     pub backends: Vec<BackendAddr>,
+    /// `proxy_protocol v1|v2`: each backend connection starts with a PROXY protocol
+    /// header naming the client (and is never shared between two clients).
+    pub proxy_protocol: Option<ProxyProtocol>,
     pub lb: Policy,
     /// One per backend, 1..1000; empty means 1 each.
     pub weights: Vec<u32>,
@@ -802,6 +824,7 @@ impl ProxyConfig {
             },
             tls: BackendTls::default(),
             safety: None,
+            proxy_protocol: None,
         }
     }
 }

@@ -9,6 +9,7 @@
 //! sockets, with or without TLS.
 
 pub(crate) mod identity;
+pub(crate) mod proxy_protocol;
 pub(crate) mod stream;
 pub(crate) mod tls;
 pub(crate) mod transport;

@@ -41,6 +41,8 @@ pub(crate) struct ClientInfo {
     pub scheme: Scheme,
     /// The TLS handshake was made for a site that verifies client certificates.
     pub tls_client: Option<std::sync::Arc<crate::net::identity::TlsClient>>,
+    /// The address the client reached (a PROXY protocol header's destination).
+    pub local: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +72,7 @@ impl ClientInfo {
             ip_value: HeaderValue::from_str(&ip).expect("an IP address is a valid header value"),
             scheme,
             tls_client: None,
+            local: None,
         }
     }
 }
@@ -562,6 +565,7 @@ async fn call_handler(
                 max_tunnels: gen.max_tunnels,
                 tunnel_drain: gen.tunnel_drain,
                 tunnel_idle: gen.tunnel_idle,
+                addrs: client.local.map(|l| (client.addr, l)),
             };
             proxy::forward(pool, req, &c).await
         }

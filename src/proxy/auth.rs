@@ -93,6 +93,7 @@ impl Filter for ForwardAuth {
                 max_tunnels: 0,
                 tunnel_drain: Duration::ZERO,
                 tunnel_idle: Duration::ZERO,
+                addrs: None,
             };
             let asked = async {
                 let answer = super::forward(&pool, ask, &client).await;

@@ -62,6 +62,9 @@ pub(crate) struct Client<'a> {
     pub max_tunnels: u64,
     pub tunnel_drain: std::time::Duration,
     pub tunnel_idle: std::time::Duration,
+    /// The client's address and the one it reached, for a pool's PROXY protocol
+    /// header.
+    pub addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
 }
 
 pub(crate) async fn forward(
@@ -382,6 +385,19 @@ const NOT_SENT_AGAIN: u32 = 3;
 
 /// Step 2: one peer, on the connection the pool gives ([`Pool::connect`]). A request
 /// the connection never took goes out again on another (not a retry): after an idle
+/// A fresh connection of a `proxy_protocol` pool starts with the header naming the
+/// client; `false`: it could not be written (or there is no client to name).
+pub(crate) async fn preface(pool: &Pool, conn: &mut BackendConn, client: &Client<'_>) -> bool {
+    let Some(v) = pool.cfg.proxy_protocol else {
+        return true;
+    };
+    let Some((from, to)) = client.addrs else {
+        return false;
+    };
+    let header = crate::net::proxy_protocol::encode(v.into(), from, to);
+    conn.write_preface(&header).await.is_ok()
+}
+
 /// HTTP/1.1 connection that turned out closed, on a fresh one; after a refused HTTP/2
 /// stream, on another stream, a few times.
 async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>) -> Attempt {
@@ -401,6 +417,9 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
                 Err(e) => e,
             },
             Ok(Connection::Http1 { mut conn, reused }) => {
+                if !reused && !preface(pool, &mut conn, client).await {
+                    return not_taken();
+                }
                 match send(pool, i, &mut conn, out).await {
                     Ok(head) => return Attempt::Answered(Answer::H1(conn, head)),
                     Err(SendError::NotSent) if reused => {

@@ -85,6 +85,10 @@ pub(super) async fn upgrade(
         Ok(c) => c,
         Err(refusal) => return refusal,
     };
+    if !super::preface(pool, &mut conn, client).await {
+        bump(&COUNTERS.bad_gateway);
+        return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
+    }
     let head = match send(pool, i, &mut conn, &mut out).await {
         Ok(h) => h,
         Err(e) => return sent_and_failed(pool, i, e),

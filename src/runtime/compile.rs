@@ -90,7 +90,9 @@ impl Generation {
         } else {
             None
         };
+        let sends_proxy_protocol = sites.pools().any(|p| p.cfg.proxy_protocol.is_some());
         Generation {
+            sends_proxy_protocol,
             rate_memory: shared.rates.into_inner(),
             tls,
             sites,

@@ -108,6 +108,9 @@ pub(crate) struct Generation {
     pub sites: Sites,
     pub tcp: Vec<TcpRoute>,
     pub trust: Vec<IpNet>,
+    /// Some HTTP pool sends PROXY protocol headers: a wildcard listener looks up each
+    /// connection's own address (the header's destination).
+    pub sends_proxy_protocol: bool,
     /// `tracing on`: backends get a `traceparent`.
     pub tracing: bool,
     pub max_tunnels: u64,

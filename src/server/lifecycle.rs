@@ -182,12 +182,12 @@ async fn start(
     Ok((server, commands))
 }
 
-/// A listener is the same listener across reloads when its address, family mode and
-/// kind (HTTP, HTTPS, or an L4 relay) are.
-type ListenKey = (SocketAddr, bool, bool, bool);
+/// A listener is the same listener across reloads when its address, family mode,
+/// kind (HTTP, HTTPS, or an L4 relay) and PROXY protocol are.
+type ListenKey = (SocketAddr, bool, bool, bool, bool);
 
 fn key(l: &Listen, tcp: bool) -> ListenKey {
-    (l.addr, l.dual_stack, tcp, l.tls)
+    (l.addr, l.dual_stack, tcp, l.tls, l.proxy_protocol)
 }
 
 /// Every listener a config asks for, with whether it is an L4 (`tcp`) one.
@@ -318,7 +318,10 @@ impl Server {
                 self.drain.clone(),
                 close.clone(),
                 self.access.clone(),
-                k.3,
+                super::Front {
+                    tls: k.3,
+                    proxy_protocol: k.4,
+                },
             ));
             self.listeners.insert(
                 k,

@@ -57,15 +57,29 @@ fn bind_one(l: &Listen) -> std::io::Result<TcpListener> {
 /// Accepts on `listener` until shutdown starts or `close` is notified (a reload
 /// removed it); then the listener is dropped, which closes it. Connections already
 /// accepted are not touched.
+/// What a listener's connections start with: TLS, and before it a PROXY protocol
+/// header.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Front {
+    pub tls: bool,
+    pub proxy_protocol: bool,
+}
+
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     live: Arc<Live>,
     drain: Drain,
     close: Arc<tokio::sync::Notify>,
     access: h1::Access,
-    tls: bool,
+    front: Front,
 ) {
     let mut watch = drain.watch();
+    // The address clients reach: a PROXY protocol header's destination. A wildcard
+    // listener looks each connection's up, and only while some pool sends headers.
+    let bound = listener
+        .local_addr()
+        .ok()
+        .filter(|a| !a.ip().is_unspecified());
     loop {
         let (stream, client) = tokio::select! {
             r = listener.accept() => match r {
@@ -82,8 +96,14 @@ pub(crate) async fn accept_loop(
         let _ = stream.set_nodelay(true);
         // Counted before the task runs, so a drain starting now waits for it.
         let counted = drain.connection();
-        if !tls {
-            let client = ClientInfo::new(client, Scheme::Http);
+        let local = match bound {
+            Some(b) => Some(b),
+            None if live.load().sends_proxy_protocol => stream.local_addr().ok(),
+            None => None,
+        };
+        if !front.tls && !front.proxy_protocol {
+            let mut client = ClientInfo::new(client, Scheme::Http);
+            client.local = local;
             tokio::spawn(connection(
                 stream,
                 client,
@@ -94,26 +114,84 @@ pub(crate) async fn accept_loop(
             ));
             continue;
         }
-        let (live, access) = (live.clone(), access.clone());
-        tokio::spawn(async move {
-            // The certificates of the generation current at accept time.
-            let gen = live.load();
-            let Some(certs) = gen.tls.as_ref() else {
-                return;
-            };
-            let mut watch = counted.drain().watch();
-            let done = tokio::select! {
-                h = tls::accept(certs, stream) => h,
-                _ = watch.draining() => None,
-            };
-            drop(gen);
-            if let Some(h) = done {
-                let mut client = ClientInfo::new(client, Scheme::Https);
-                client.tls_client = h.client;
-                connection(h.conn, client, live, counted, access, h.h2).await;
-            }
-        });
+        tokio::spawn(front_door(
+            stream,
+            client,
+            local,
+            front,
+            live.clone(),
+            counted,
+            access.clone(),
+        ));
     }
+}
+
+/// A connection to a TLS or `proxy_protocol` listener: its PROXY header, then its
+/// handshake, then the HTTP connection.
+async fn front_door(
+    mut stream: tokio::net::TcpStream,
+    mut client: SocketAddr,
+    local: Option<SocketAddr>,
+    front: Front,
+    live: Arc<Live>,
+    counted: drain::ConnectionGuard,
+    access: h1::Access,
+) {
+    if front.proxy_protocol {
+        match proxied(&live, &mut stream, client).await {
+            Some(named) => client = named,
+            None => return,
+        }
+    }
+    if !front.tls {
+        let mut client = ClientInfo::new(client, Scheme::Http);
+        client.local = local;
+        return connection(stream, client, live, counted, access, false).await;
+    }
+    // The certificates of the generation current at accept time.
+    let gen = live.load();
+    let Some(certs) = gen.tls.as_ref() else {
+        return;
+    };
+    let mut watch = counted.drain().watch();
+    let done = tokio::select! {
+        h = tls::accept(certs, stream) => h,
+        _ = watch.draining() => None,
+    };
+    drop(gen);
+    if let Some(h) = done {
+        let mut client = ClientInfo::new(client, Scheme::Https);
+        client.tls_client = h.client;
+        client.local = local;
+        connection(h.conn, client, live, counted, access, h.h2).await;
+    }
+}
+
+/// On a `proxy_protocol` listener: the client its PROXY header names (the peer itself
+/// for `LOCAL`), taken off the stream before anything else reads it. `None` (counted,
+/// logged at debug): the peer is not in `trust`, or its header is missing, malformed
+/// or late; the connection is then closed without an answer.
+async fn proxied(
+    live: &Live,
+    stream: &mut tokio::net::TcpStream,
+    peer: SocketAddr,
+) -> Option<SocketAddr> {
+    let trusted = {
+        let gen = live.load();
+        let ip = peer.ip().to_canonical();
+        gen.trust.iter().any(|n| n.contains(&ip))
+    };
+    let why = if trusted {
+        match crate::net::proxy_protocol::read(stream).await {
+            Ok(source) => return Some(source.unwrap_or(peer)),
+            Err(why) => why,
+        }
+    } else {
+        "the peer is not in `trust`".to_string()
+    };
+    crate::stats::bump(&crate::stats::COUNTERS.proxy_protocol_refusals);
+    tracing::debug!("sluice: closed a connection from {peer} on a proxy_protocol listener: {why}");
+    None
 }
 
 /// Accepts on an L4 (`tcp`) listener until shutdown or `close`: each connection is

@@ -164,7 +164,17 @@ pub(crate) async fn relay_l4(
     };
     conn.keepalive();
     let (mut backend, _) = conn.into_parts();
-    // What was read from the client to choose the pool (a ClientHello) goes first.
+    // `proxy_protocol`: the backend learns whose connection this is, before any byte.
+    if let Some(v) = pool.cfg.proxy_protocol {
+        let (Ok(peer), Ok(local)) = (client.peer_addr(), client.local_addr()) else {
+            return;
+        };
+        let header = crate::net::proxy_protocol::encode(v.into(), peer, local);
+        if backend.write_all(&header).await.is_err() {
+            return;
+        }
+    }
+    // What was read from the client to choose the pool (a ClientHello) goes next.
     if !first.is_empty() && backend.write_all(&first).await.is_err() {
         return;
     }

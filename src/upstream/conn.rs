@@ -89,6 +89,13 @@ impl BackendConn {
         (self.io, self.buf)
     }
 
+    /// Writes `bytes` before anything else goes out (a PROXY protocol header).
+    pub(crate) async fn write_preface(&mut self, bytes: &[u8]) -> io::Result<()> {
+        use tokio::io::AsyncWriteExt as _;
+        self.io.write_all(bytes).await?;
+        self.io.flush().await
+    }
+
     /// Turns on TCP keepalive, for a connection that will idle as a tunnel.
     pub(crate) fn keepalive(&self) {
         self.io.keepalive();

@@ -97,7 +97,9 @@ impl Pool {
                     h2::Take::Open(guard) => opening = Some(guard),
                 }
             }
-            if opening.is_none() && want == (Want::Request { fresh: false }) {
+            // A PROXY protocol header names one client: its connection is never shared.
+            let shareable = self.cfg.proxy_protocol.is_none();
+            if opening.is_none() && shareable && want == (Want::Request { fresh: false }) {
                 if let Some(conn) = peer.idle.checkout(self.cfg.keepalive.idle_timeout) {
                     if conn.named.as_ref().is_none_or(|n| !n.expired()) {
                         return Ok(Connection::Http1 { conn, reused: true });
@@ -283,6 +285,9 @@ impl Lease {
     /// request to this peer.
     pub(crate) fn give_back(&self, conn: BackendConn) {
         let pool = &self.pool;
+        if pool.cfg.proxy_protocol.is_some() {
+            return;
+        }
         pool.peers()[self.peer]
             .idle
             .checkin(conn, pool.cfg.keepalive.idle_max);

@@ -259,6 +259,7 @@ impl Builder {
                 text: "127.0.0.1:8080".into(),
                 dual_stack: false,
                 tls: false,
+                proxy_protocol: false,
                 span: Span::default(),
                 addr_span: Span::default(),
                 seq: 0,

@@ -48,6 +48,18 @@ impl Builder {
         }
         self.apply_defaults(&seen, &mut p);
         self.one_scheme(d, &p)?;
+        if let Some(b) = p
+            .backends
+            .iter()
+            .chain(&p.backups)
+            .find(|b| p.proxy_protocol.is_some() && b.scheme != BackendScheme::Http)
+        {
+            return Err(Diagnostic::error(
+                b.span,
+                format!("`{}`: proxy_protocol is sent to http:// and unix: backends only", b.text),
+            )
+            .with_hint("the header goes before any byte, TLS included, and an HTTP/2 connection carries many clients; terminate TLS at the backend's own proxy, or drop proxy_protocol"));
+        }
         if let Some(f) = failover_at.filter(|_| p.backups.is_empty()) {
             return Err(Diagnostic::error(
                 f.span(),
@@ -284,6 +296,15 @@ static PROXY_OPTIONS: &[(&str, ProxyOption)] = &[
         on_off(d).map(|v| p.origin_headers = v)
     }),
     ("websocket", |_, d, p| on_off(d).map(|v| p.websocket = v)),
+    ("proxy_protocol", |_, d, p| {
+        let w = one_arg(d, "proxy_protocol v1|v2")?;
+        p.proxy_protocol = Some(match w.text.as_str() {
+            "v1" => ProxyProtocol::V1,
+            "v2" => ProxyProtocol::V2,
+            _ => return Err(expected(w, "`v1` or `v2`")),
+        });
+        Ok(())
+    }),
     ("slow_start", |_, d, p| {
         positive(one_arg(d, "slow_start 30s")?).map(|v| p.slow_start = Some(v))
     }),
@@ -697,34 +718,13 @@ const L4_OPTIONS: &[&str] = &[
     "connect_timeout",
     "idle_timeout",
     "retries",
+    "proxy_protocol",
 ];
 
 impl Builder {
     /// `tcp ADDR { proxy ADDR... [{ … }] }`.
     pub(super) fn tcp(&mut self, d: &Directive) -> Option<TcpProxy> {
-        let r = (|| {
-            let w = d
-                .args
-                .first()
-                .ok_or_else(|| missing(d, "tcp ADDR {", "tcp :5432 {"))?;
-            if let Some(x) = d.args.get(1) {
-                return Err(extra(x, "write: tcp ADDR { proxy ADDR... }"));
-            }
-            let (addr, dual_stack) = listen_addr(w)?;
-            let items = block(d, "tcp :5432 {")?;
-            Ok((
-                Listen {
-                    addr,
-                    text: w.text.clone(),
-                    dual_stack,
-                    tls: false,
-                    span: d.span(),
-                    addr_span: w.span,
-                    seq: 0,
-                },
-                items,
-            ))
-        })();
+        let r = tcp_listen(d);
         let (listen, items) = match r {
             Ok(x) => x,
             Err(e) => {
@@ -900,6 +900,30 @@ impl Builder {
         }
         Some((proxy, idle_timeout))
     }
+}
+
+/// `tcp ADDR {`: the listener, and the block's lines.
+fn tcp_listen(d: &Directive) -> Res<(Listen, &[Directive])> {
+    let w = d
+        .args
+        .first()
+        .ok_or_else(|| missing(d, "tcp ADDR {", "tcp :5432 {"))?;
+    if let Some(x) = d.args.get(1) {
+        return Err(extra(x, "write: tcp ADDR { proxy ADDR... }"));
+    }
+    let (addr, dual_stack) = listen_addr(w)?;
+    let items = block(d, "tcp :5432 {")?;
+    let listen = Listen {
+        addr,
+        text: w.text.clone(),
+        dual_stack,
+        tls: false,
+        proxy_protocol: false,
+        span: d.span(),
+        addr_span: w.span,
+        seq: 0,
+    };
+    Ok((listen, items))
 }
 
 /// Connections an L4 listener relays at once unless `max_conns` says otherwise.

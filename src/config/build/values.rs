@@ -108,16 +108,19 @@ pub(super) fn dns_server(w: &Word) -> Res<SocketAddr> {
 }
 
 pub(super) fn listen(d: &Directive) -> Res<Listen> {
+    const USAGE: &str = "write: listen ADDR [tls] [proxy_protocol]";
     let w = first_arg(d, "listen ADDR")?;
-    let mut tls = false;
-    if let Some(t) = d.args.get(1) {
-        if t.text != "tls" {
-            return Err(expected(t, "`tls` or nothing").with_hint("write: listen ADDR [tls]"));
+    let (mut tls, mut proxy_protocol) = (false, false);
+    for t in &d.args[1..] {
+        let flag = match t.text.as_str() {
+            "tls" => &mut tls,
+            "proxy_protocol" => &mut proxy_protocol,
+            _ => return Err(expected(t, "`tls`, `proxy_protocol` or nothing").with_hint(USAGE)),
+        };
+        if *flag {
+            return Err(extra(t, USAGE));
         }
-        tls = true;
-    }
-    if let Some(t) = d.args.get(2) {
-        return Err(extra(t, "write: listen ADDR [tls]"));
+        *flag = true;
     }
     let (addr, dual_stack) = listen_addr(w)?;
     Ok(Listen {
@@ -125,6 +128,7 @@ pub(super) fn listen(d: &Directive) -> Res<Listen> {
         text: w.text.clone(),
         dual_stack,
         tls,
+        proxy_protocol,
         span: d.span(),
         addr_span: w.span,
         seq: 0,

@@ -126,6 +126,7 @@ const PROXY: &[&str] = &[
     "compress",
     "origin_headers",
     "websocket",
+    "proxy_protocol",
 ];
 
 /// A site block takes everything a route does, plus `tls` and `route`.
