@@ -60,7 +60,7 @@ pub(crate) async fn serve(
     match find(cfg, &rel, path) {
         Found::File(real, meta) => send(cfg, &real, &meta, headers, head).await,
         Found::Folder => slash_redirect(received, query),
-        Found::Listing(real) => listing(&real, path, head).await,
+        Found::Listing(real) => listing(&real, path, head, cfg.dotfiles).await,
         Found::Nothing => match cfg.fallback.as_deref().and_then(|f| fallback(cfg, f)) {
             Some((real, meta)) => send(cfg, &real, &meta, headers, head).await,
             None => not_found(),
@@ -489,13 +489,17 @@ impl http_body::Body for FileBody {
     }
 }
 
-/// A plain HTML list of a folder's entries, names escaped and links percent-encoded.
-async fn listing(dir: &Path, path: &str, head: bool) -> Response<Body> {
+/// A plain HTML list of a folder's entries, names escaped and links percent-encoded;
+/// dot-named ones only under `dotfiles allow` (their names are not told either).
+async fn listing(dir: &Path, path: &str, head: bool, dotfiles: bool) -> Response<Body> {
     let mut names = Vec::new();
     if let Ok(rd) = std::fs::read_dir(dir) {
         for e in rd.flatten() {
             let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
             let name = e.file_name().to_string_lossy().into_owned();
+            if !dotfiles && name.starts_with('.') {
+                continue;
+            }
             names.push((name, is_dir));
         }
     }

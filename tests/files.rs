@@ -395,6 +395,7 @@ async fn dotfiles_are_hidden_unless_allowed() {
     let s = Sluice::start(&format!(
         "site * {{
             route /open/* {{ strip /open; files {r} {{ dotfiles allow }} }}
+            route /list/* {{ strip /list; files {r} {{ browse on }} }}
             files {r} {{ fallback /ok.txt }}
         }}",
         r = root.0.display()
@@ -416,6 +417,12 @@ async fn dotfiles_are_hidden_unless_allowed() {
         "Contact: x"
     );
     assert_eq!(get(s.addr, "/open/.env").await.text(), "SECRET=1");
+    // A listing does not tell their names either.
+    let list = get(s.addr, "/list/").await.text();
+    assert!(
+        list.contains("ok.txt") && !list.contains(".env") && !list.contains(".git"),
+        "{list}"
+    );
     assert_eq!(get(s.addr, "/open/app/.htpasswd").await.text(), "x:y");
 }
 

@@ -409,6 +409,7 @@ async fn client_certificates_are_verified_per_site() {
         time::OffsetDateTime::now_utc() - time::Duration::days(1),
     );
     let foreign = stranger.client_leaf("alice", &[], 11, later);
+    let jose = clients.client_leaf("José", &[], 14, later);
     dir.write("clients.pem", &clients.pem());
     dir.write("clients.crl", &clients.crl(&[12]));
     let mut conf = String::from("listen 127.0.0.1:0 tls\n");
@@ -463,6 +464,32 @@ async fn client_certificates_are_verified_per_site() {
             );
         }
     }
+    // Outside printable ASCII, the subject is escaped (it always fits a header).
+    let r = over_tls(
+        s.addr,
+        ca.client_with(Some(&jose)),
+        "secure.test",
+        "secure.test",
+    )
+    .await
+    .unwrap();
+    assert!(
+        r.text()
+            .starts_with("secure.test|O=Example,CN=Jos\\C3\\A9|"),
+        "{}",
+        r.text()
+    );
+    // A certificate speaks for the site whose handshake verified it, no other.
+    let r = over_tls(
+        s.addr,
+        ca.client_with(Some(&alice)),
+        "secure.test",
+        "public.test",
+    )
+    .await
+    .unwrap();
+    assert_eq!((r.status, r.text().as_str()), (200, "public.test|||"));
+    assert_eq!(r.header("x-cert"), None);
     // No certificate: required fails, optional serves with empty placeholders.
     assert!(
         over_tls(s.addr, ca.client_with(None), "secure.test", "secure.test")

@@ -284,15 +284,22 @@ impl HeaderOp {
     }
 
     /// Applies the line. A rendered value that cannot be a header value (a control
-    /// character from the request, say) is not set.
+    /// character from the request, say) is not set, and the field is removed: what
+    /// the request brought under that name never passes for the rendered value.
     pub fn apply(&self, h: &mut HeaderMap, v: &Values<'_>) {
         match self {
             HeaderOp::Set(n, HeaderTemplate::Fixed(value)) => {
                 h.insert(n.clone(), value.clone());
             }
             HeaderOp::Set(n, HeaderTemplate::Render(t)) => {
-                if let Ok(value) = HeaderValue::from_str(&t.render(v)) {
-                    h.insert(n.clone(), value);
+                match HeaderValue::from_str(&t.render(v)) {
+                    Ok(value) => {
+                        h.insert(n.clone(), value);
+                    }
+                    // Never let the client's own field of that name stand in for it.
+                    Err(_) => {
+                        h.remove(n);
+                    }
                 }
             }
             HeaderOp::Remove(n) => {

@@ -18,7 +18,8 @@ pub(crate) struct TlsClient {
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct PeerIdentity {
-    /// RFC 4514, most specific first (`CN=alice,O=Example`).
+    /// RFC 4514, most specific first (`CN=alice,O=Example`); bytes outside printable
+    /// ASCII as `\XX`.
     pub subject: String,
     /// DNS names, e-mail addresses, URIs and IP addresses, comma-separated.
     pub san: String,
@@ -50,11 +51,26 @@ impl PeerIdentity {
             .unwrap_or_default()
             .join(",");
         PeerIdentity {
-            subject: tbs.subject.to_string(),
-            san,
+            subject: ascii(&tbs.subject.to_string()),
+            san: ascii(&san),
             fingerprint,
         }
     }
+}
+
+/// `s` with every byte outside printable ASCII written `\XX` (RFC 4514's hex escape),
+/// so the identity always fits a header field: a value that could not be set would
+/// leave the client's own field of that name in its place.
+fn ascii(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x20..0x7f).contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("\\{b:02X}"));
+        }
+    }
+    out
 }
 
 fn general_name(n: &GeneralName) -> Option<String> {

@@ -15,6 +15,15 @@ use tokio::net::TcpStream;
 
 /// The version 2 signature.
 const SIG: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";
+/// The header for the proxy's own connection (a health probe), naming no client:
+/// `LOCAL` (v2) or `UNKNOWN` (v1).
+pub(crate) fn local(version: Version) -> &'static [u8] {
+    match version {
+        Version::V1 => b"PROXY UNKNOWN\r\n",
+        Version::V2 => b"\r\n\r\n\0\r\nQUIT\n\x20\x00\x00\x00",
+    }
+}
+
 /// A version 1 header's most bytes (`PROXY TCP6 …\r\n`).
 const V1_MAX: usize = 107;
 /// The most address and TLV bytes a version 2 header may carry here.
@@ -42,6 +51,10 @@ pub(crate) enum Parsed {
         source: Option<SocketAddr>,
     },
 }
+
+/// The client of a connection the balancer relayed without an address: `0.0.0.0`,
+/// which no `allow` admits and whose forwarding fields are not believed.
+pub(crate) const UNKNOWN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
 
 /// Parses a header at the start of `buf`.
 pub(crate) fn parse(buf: &[u8]) -> Parsed {
@@ -84,7 +97,7 @@ fn parse_v1(line: &[u8]) -> Option<Option<SocketAddr>> {
     }
     let family = parts.next()?;
     if family == "UNKNOWN" {
-        return Some(None);
+        return Some(Some(UNKNOWN));
     }
     let (src, dst, sport, dport) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() {
@@ -155,11 +168,10 @@ fn parse_v2(buf: &[u8]) -> Parsed {
                     source: Some(SocketAddr::new(ip.into(), port)),
                 }
             }
-            // UNSPEC (or a family sluice does not route, such as AF_UNIX): the peer
-            // stands, as the specification asks.
+            // UNSPEC, or AF_UNIX: a client without an address sluice could use.
             0x00 | 0x31 | 0x32 => Parsed::Header {
                 len: total,
-                source: None,
+                source: Some(UNKNOWN),
             },
             0x11 | 0x21 => Parsed::Invalid("a version 2 header shorter than its addresses"),
             _ => Parsed::Invalid("a version 2 header with an unknown address family"),
@@ -295,9 +307,16 @@ mod tests {
             }
         );
         assert_eq!(
-            parse(b"PROXY UNKNOWN\r\n"),
+            parse(super::local(Version::V1)),
             Parsed::Header {
                 len: 15,
+                source: Some(UNKNOWN)
+            }
+        );
+        assert_eq!(
+            parse(super::local(Version::V2)),
+            Parsed::Header {
+                len: 16,
                 source: None
             }
         );

@@ -147,16 +147,22 @@ async fn run(
     if let Some(resp) = controls::maintenance(gen, site, Some(route), &req, client) {
         return controls::hsts(site, client, resp);
     }
+    // A certificate speaks for the site whose handshake verified it, no other.
+    let tls_client = client.tls_client.as_ref().filter(|t| t.site == site.name);
     let vars = route
         .uses_placeholders
-        .then(|| vars(&req, client, route, normalized.as_deref()));
+        .then(|| vars(&req, client, route, normalized.as_deref(), tls_client));
     let client_ip = if route.uses_client_ip {
         gen.client_ip(client.addr.ip(), req.headers())
     } else {
         client.addr.ip()
     };
     let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
-    cx.client_cert = client.tls_client.as_ref().is_some_and(|t| t.cert.is_some());
+    cx.client_cert = tls_client.is_some_and(|t| t.cert.is_some());
+    // `forward_auth`'s `copy_headers` come from the auth service only.
+    for name in route.auth_headers.iter() {
+        req.headers_mut().remove(name);
+    }
     let asked = Asked::of(route, &req);
     // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
     // target as received, before `strip`/`rewrite`.
@@ -514,8 +520,15 @@ fn find_route<'g>(
 }
 
 /// Placeholder values of the request as received; a regex route's groups are taken
-/// from the normalised path it matched (`normalized`, else the target's).
-fn vars(req: &Request<Body>, client: &ClientInfo, route: &Route, normalized: Option<&str>) -> Vars {
+/// from the normalised path it matched (`normalized`, else the target's); the client
+/// certificate, when the connection's handshake was made for this site.
+fn vars(
+    req: &Request<Body>,
+    client: &ClientInfo,
+    route: &Route,
+    normalized: Option<&str>,
+    tls_client: Option<&std::sync::Arc<crate::net::identity::TlsClient>>,
+) -> Vars {
     let captures = match &route.pattern {
         crate::config::PathPattern::Regex(re) => {
             let path = normalized.unwrap_or_else(|| req.uri().path());
@@ -535,7 +548,7 @@ fn vars(req: &Request<Body>, client: &ClientInfo, route: &Route, normalized: Opt
         client_ip: client.ip_value.to_str().unwrap_or("").to_string(),
         scheme: client.scheme.as_str(),
         captures,
-        tls_client: client.tls_client.clone(),
+        tls_client: tls_client.cloned(),
     }
 }
 

@@ -89,6 +89,10 @@ pub(crate) struct Route {
     pub maintenance: Option<Arc<Maintenance>>,
     /// The route's `error_page` lines, then its site's for the codes it lacks.
     pub error_pages: Option<Arc<crate::reply::ErrorPages>>,
+    /// Every `copy_headers` name of the route's (and its site's) `forward_auth`
+    /// lines: removed from each request before the filters run, so only an auth
+    /// service's answer sets them, whether or not the filter runs.
+    pub auth_headers: Box<[HeaderName]>,
 }
 
 pub(crate) enum Matcher {

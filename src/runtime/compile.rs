@@ -385,6 +385,16 @@ fn route(
         compress,
         maintenance,
         error_pages: error_pages(&r.error_pages, site.error_pages),
+        auth_headers: site
+            .lines
+            .iter()
+            .chain(&r.filters)
+            .filter_map(|l| match &l.filter {
+                config::Filter::ForwardAuth(f) => Some(f.copy_headers.iter().cloned()),
+                _ => None,
+            })
+            .flatten()
+            .collect(),
     }
 }
 

@@ -75,11 +75,10 @@ pub(crate) async fn accept_loop(
 ) {
     let mut watch = drain.watch();
     // The address clients reach: a PROXY protocol header's destination. A wildcard
-    // listener looks each connection's up, and only while some pool sends headers.
-    let bound = listener
-        .local_addr()
-        .ok()
-        .filter(|a| !a.ip().is_unspecified());
+    // listener looks each connection's up while some pool sends headers (else its
+    // own address, `0.0.0.0:PORT`, stands).
+    let bound = listener.local_addr().ok();
+    let wildcard = bound.is_some_and(|a| a.ip().is_unspecified());
     loop {
         let (stream, client) = tokio::select! {
             r = listener.accept() => match r {
@@ -96,10 +95,9 @@ pub(crate) async fn accept_loop(
         let _ = stream.set_nodelay(true);
         // Counted before the task runs, so a drain starting now waits for it.
         let counted = drain.connection();
-        let local = match bound {
-            Some(b) => Some(b),
-            None if live.load().sends_proxy_protocol => stream.local_addr().ok(),
-            None => None,
+        let local = match wildcard && live.load().sends_proxy_protocol {
+            true => stream.local_addr().ok().or(bound),
+            false => bound,
         };
         if !front.tls && !front.proxy_protocol {
             let mut client = ClientInfo::new(client, Scheme::Http);
@@ -168,7 +166,8 @@ async fn front_door(
 }
 
 /// On a `proxy_protocol` listener: the client its PROXY header names (the peer itself
-/// for `LOCAL`), taken off the stream before anything else reads it. `None` (counted,
+/// for `LOCAL`, `0.0.0.0` for `UNKNOWN`), taken off the stream before anything else
+/// reads it. `None` (counted,
 /// logged at debug): the peer is not in `trust`, or its header is missing, malformed
 /// or late; the connection is then closed without an answer.
 async fn proxied(

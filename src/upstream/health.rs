@@ -261,6 +261,18 @@ async fn dial_probe(
     peer: &Peer,
     h: &Health,
 ) -> Result<dial::Dialed, ProbeError> {
+    let mut dialed = dial_only(state, peer, h).await?;
+    // A backend that expects PROXY headers refuses a connection without one: the
+    // probe says it is the proxy's own (`LOCAL`).
+    if let (Some(v), dial::Dialed::H1(conn)) = (state.settings().proxy_protocol, &mut dialed) {
+        conn.write_preface(crate::net::proxy_protocol::local(v.into()))
+            .await
+            .map_err(|e| ProbeError::Failed(e.to_string()))?;
+    }
+    Ok(dialed)
+}
+
+async fn dial_only(state: &PoolState, peer: &Peer, h: &Health) -> Result<dial::Dialed, ProbeError> {
     dial::connect_peer(
         &peer.addr.target,
         state.scheme,

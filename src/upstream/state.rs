@@ -84,11 +84,14 @@ pub(crate) struct Settings {
     pub failover: Option<Failover>,
     /// The resolver and destination policy (the probes dial through them).
     pub dest: dial::Dest,
+    /// `proxy_protocol`: a probe's connection starts with a header too (`LOCAL`).
+    pub proxy_protocol: Option<crate::config::ProxyProtocol>,
 }
 
 impl Settings {
     fn new(cfg: &ProxyConfig, dest: &dial::Dest) -> Settings {
         Settings {
+            proxy_protocol: cfg.proxy_protocol,
             idle_timeout: cfg.keepalive.idle_timeout,
             health: cfg.health.clone(),
             failover: (!cfg.backups.is_empty()).then_some(cfg.failover),
