@@ -276,7 +276,8 @@ pub(crate) struct Vars {
     pub client_ip: String,
     pub scheme: &'static str,
     /// A regex route's groups in the normalised path it matched.
-    pub captures: crate::config::template::Captures,
+    /// Boxed: the request's future holds a `Vars` slot, which stays small.
+    pub captures: Option<Box<crate::config::template::Captures>>,
     /// The connection's client-certificate facts (mTLS sites only).
     pub tls_client: Option<std::sync::Arc<crate::net::identity::TlsClient>>,
 }
@@ -290,7 +291,7 @@ impl Vars {
             method: self.method.as_str(),
             client_ip: &self.client_ip,
             scheme: self.scheme,
-            captures: Some(&self.captures),
+            captures: self.captures.as_deref(),
             client_cert: self.tls_client.as_ref().and_then(|t| t.cert.as_ref()),
         }
     }

@@ -159,10 +159,6 @@ async fn run(
     };
     let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
     cx.client_cert = tls_client.is_some_and(|t| t.cert.is_some());
-    // `forward_auth`'s `copy_headers` come from the auth service only.
-    for name in route.auth_headers.iter() {
-        req.headers_mut().remove(name);
-    }
     let asked = Asked::of(route, &req);
     // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
     // target as received, before `strip`/`rewrite`.
@@ -248,6 +244,10 @@ async fn request_phase(
     cx: &mut Cx<'_>,
     watched: &mut Vec<Refused>,
 ) -> (u128, Option<Response<Body>>) {
+    // `forward_auth`'s `copy_headers` come from the auth service only.
+    for name in route.auth_headers.iter() {
+        req.headers_mut().remove(name);
+    }
     let mut ran: u128 = 0;
     let mut i = 0;
     while let Some(st) = route.filters.get(i) {
@@ -532,9 +532,9 @@ fn vars(
     let captures = match &route.pattern {
         crate::config::PathPattern::Regex(re) => {
             let path = normalized.unwrap_or_else(|| req.uri().path());
-            crate::config::template::Captures::of(&re.0, path).unwrap_or_default()
+            crate::config::template::Captures::of(&re.0, path).map(Box::new)
         }
-        _ => Default::default(),
+        _ => None,
     };
     let host = req
         .headers()

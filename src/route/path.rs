@@ -274,6 +274,7 @@ fn lower(h: &str) -> Cow<'_, str> {
 
 /// Path patterns are matched here, with the rest of routing, on normalised paths.
 impl PathPattern {
+    #[inline]
     pub fn matches(&self, path: &str) -> bool {
         match self {
             PathPattern::Exact(p) => path == p,
