@@ -44,7 +44,10 @@ async fn an_h2_request_body_that_stalls_fails_after_60s() {
         hyper::Response::new(full(format!("{got:?}")))
     })
     .await;
-    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    // The pool's `timeout` (60 s by default, counted from the request's start) would
+    // race the body's idle timeout to the same second: set past it, so the answer is
+    // the body's.
+    let s = Sluice::start(&format!("site * {{ proxy {} {{ timeout 120s }} }}", b.addr));
     let tcp = TcpStream::connect(s.addr).await.unwrap();
     let (mut send, conn) = hyper::client::conn::http2::handshake::<_, _, ChanBody>(
         hyper_util::rt::TokioExecutor::new(),

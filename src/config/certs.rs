@@ -128,20 +128,11 @@ pub(crate) fn client_verifier(
     }
     let mut lists = Vec::new();
     for path in crls {
-        let found = CertificateRevocationListDer::pem_file_iter(path)
-            .map_err(|e| pem_error(path, "", e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| pem_error(path, "", e))?;
-        if found.is_empty() {
-            return Err(CertError::new(
-                Problem::NotPem,
-                format!(
-                    "{}: no revocation list in the file (expected PEM `X509 CRL` blocks)",
-                    path.display()
-                ),
-            ));
-        }
-        lists.extend(found);
+        lists.extend(pem_blocks::<CertificateRevocationListDer>(
+            path,
+            "revocation list",
+            "X509 CRL",
+        )?);
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut builder =
@@ -162,20 +153,25 @@ pub(crate) fn client_verifier(
 
 /// The PEM certificates of `path`, leaf first.
 pub(crate) fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, CertError> {
-    let chain = CertificateDer::pem_file_iter(path)
+    pem_blocks(path, "certificate", "CERTIFICATE")
+}
+
+/// Every PEM block of one kind in `path` (`what`, the block's `label`): at least one.
+fn pem_blocks<T: PemObject>(path: &Path, what: &str, label: &str) -> Result<Vec<T>, CertError> {
+    let found = T::pem_file_iter(path)
         .map_err(|e| pem_error(path, "", e))?
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| pem_error(path, "", e))?;
-    if chain.is_empty() {
+    if found.is_empty() {
         return Err(CertError::new(
             Problem::NotPem,
             format!(
-                "{}: no certificate in the file (expected PEM `CERTIFICATE` blocks)",
+                "{}: no {what} in the file (expected PEM `{label}` blocks)",
                 path.display()
             ),
         ));
     }
-    Ok(chain)
+    Ok(found)
 }
 
 fn pem_error(path: &Path, what: &str, e: rustls::pki_types::pem::Error) -> CertError {

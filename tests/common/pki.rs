@@ -63,6 +63,11 @@ impl Ca {
             .push(rcgen::DnType::CommonName, names[0].as_str());
         params.not_before = not_before;
         params.not_after = not_after;
+        self.sign(params)
+    }
+
+    /// A fresh key, and `params` signed by this CA.
+    fn sign(&self, params: CertificateParams) -> Leaf {
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         Leaf {
@@ -100,13 +105,7 @@ impl Ca {
         params.serial_number = Some(rcgen::SerialNumber::from(serial));
         params.not_before = time::OffsetDateTime::now_utc() - time::Duration::days(30);
         params.not_after = not_after;
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            der: cert.der().to_vec(),
-        }
+        self.sign(params)
     }
 
     /// A PEM revocation list naming `serials`.
