@@ -1,12 +1,12 @@
-//! The `sluice` command: run, check, demo, proxy, version. The command line only: the
-//! server's life is `sluice::lifecycle`.
+//! The `sluice` command: run, check, demo, proxy, reload, completions, man, version.
+//! The command line only: the server's life is `sluice::lifecycle`.
 
 #![forbid(unsafe_code)]
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use sluice::config::{self, Config};
 use sluice::lifecycle;
 
@@ -19,6 +19,14 @@ use sluice::lifecycle;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// The shells `sluice completions` writes for.
+#[derive(Clone, Copy, ValueEnum)]
+enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Subcommand)]
@@ -57,6 +65,13 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:2019")]
         admin: String,
     },
+    /// Print a shell completion script: `sluice completions bash > /etc/bash_completion.d/sluice`.
+    Completions {
+        /// The shell.
+        shell: Shell,
+    },
+    /// Print the manual page (roff): `sluice man > /usr/local/share/man/man1/sluice.1`.
+    Man,
     /// Ask a running sluice to reload its config file (POST /reload on its admin API).
     Reload {
         /// The admin API's address (default: the `admin` of --config, else
@@ -137,6 +152,24 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
             demo(&listen, &admin)
+        }
+        Command::Completions { shell } => {
+            let shell = match shell {
+                Shell::Bash => clap_complete::Shell::Bash,
+                Shell::Zsh => clap_complete::Shell::Zsh,
+                Shell::Fish => clap_complete::Shell::Fish,
+            };
+            clap_complete::generate(shell, &mut Cli::command(), "sluice", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man => {
+            match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sluice man: {e}");
+                    ExitCode::from(1)
+                }
+            }
         }
         Command::Reload {
             admin,

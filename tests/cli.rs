@@ -686,3 +686,66 @@ async fn signed_configs_are_verified_on_every_load() {
         out.stderr
     );
 }
+
+/// `global { pid_file FILE }` (DESIGN §16): written once the listeners are bound,
+/// relative to the config file, and removed at a clean exit.
+#[test]
+fn the_pid_file_lives_as_long_as_the_server() {
+    let dir = TempDir::new();
+    let pid_path = dir.0.join("run/sluice.pid");
+    std::fs::create_dir_all(pid_path.parent().unwrap()).unwrap();
+    let conf = dir.write(
+        "sluice.conf",
+        "global { admin off; pid_file run/sluice.pid }\nlisten 127.0.0.1:0\nsite * { respond ok }\n",
+    );
+    let mut s = Sluice::spawn(&["run", "-c", conf.to_str().unwrap()], dir);
+    let written = std::fs::read_to_string(&pid_path).expect("the pid file is written");
+    assert_eq!(written, format!("{}\n", s.pid()));
+    s.signal("TERM");
+    assert_eq!(s.wait_exit(std::time::Duration::from_secs(10)), Some(0));
+    assert!(!pid_path.exists(), "removed at a clean exit");
+}
+
+/// `sluice completions bash|zsh|fish` and `sluice man` print what packagers install.
+#[test]
+fn completions_and_the_manual_page_are_printed() {
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef sluice"),
+        ("fish", "complete -c sluice"),
+    ] {
+        let out = sluice(&["completions", shell]);
+        assert_eq!(out.code, 0, "{shell}: {}", out.stderr);
+        assert!(
+            out.stdout.contains(marker),
+            "{shell}: {}",
+            &out.stdout[..out.stdout.len().min(400)]
+        );
+        assert!(
+            out.stdout.contains("reload") && out.stdout.contains("check"),
+            "{shell}"
+        );
+    }
+    assert_eq!(sluice(&["completions", "tcsh"]).code, 2);
+    let man = sluice(&["man"]);
+    assert_eq!(man.code, 0);
+    assert!(
+        man.stdout.contains(".TH sluice 1"),
+        "{}",
+        &man.stdout[..200.min(man.stdout.len())]
+    );
+    assert!(man.stdout.contains("reload"));
+}
+
+/// `sluice reload -c FILE` with the admin API off in FILE: nothing to ask, exit 1.
+#[test]
+fn reload_with_the_admin_api_off_says_so() {
+    let dir = TempDir::new();
+    let conf = dir.write(
+        "sluice.conf",
+        "global { admin off }\nsite * { respond ok }\n",
+    );
+    let out = sluice(&["reload", "-c", conf.to_str().unwrap()]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("admin"), "{}", out.stderr);
+}

@@ -162,6 +162,9 @@ pub struct Global {
     pub tunnel_drain: Duration,
     /// A tunnel with no byte either way for this long closes.
     pub tunnel_idle: Duration,
+    /// `pid_file FILE`: the process id, written once the listeners are bound and
+    /// removed at a clean exit (relative to the config file).
+    pub pid_file: Option<PathBuf>,
     /// `resolver ADDR...`: the DNS servers names are resolved with; empty for the
     /// system's (`/etc/resolv.conf`).
     pub resolver: Vec<SocketAddr>,
@@ -208,6 +211,7 @@ impl Default for Global {
             max_tunnels: 16_384,
             tunnel_drain: Duration::from_secs(3600),
             tunnel_idle: Duration::from_secs(3600),
+            pid_file: None,
             resolver: Vec::new(),
             safety: SafetyGlobal::default(),
         }

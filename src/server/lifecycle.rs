@@ -95,6 +95,36 @@ pub enum StartError {
     },
     #[error("cannot open the access log: {0}")]
     AccessLog(#[source] std::io::Error),
+    #[error("cannot write the pid file {}: {source}", path.display())]
+    PidFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// `pid_file`: written (atomically: a temporary file renamed over it) once the
+/// listeners are bound; removed when the server ends cleanly (this is dropped).
+struct PidFile(std::path::PathBuf);
+
+impl PidFile {
+    fn write(path: &std::path::Path) -> Result<PidFile, StartError> {
+        let fail = |source| StartError::PidFile {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        std::fs::write(&tmp, format!("{}\n", std::process::id())).map_err(fail)?;
+        std::fs::rename(&tmp, path).map_err(fail)?;
+        Ok(PidFile(path.to_path_buf()))
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// [`serve`] on a runtime the caller built (and may have started tasks on).
@@ -173,10 +203,16 @@ async fn start(
         admin_addr,
         admin_token,
         signals: Signals::new(),
+        pid_file: None,
     };
     // Signals first (above): once a listener is announced, a SIGHUP must reload, not
     // kill (the default action) a process still setting up.
     tracing::info!("sluice: loaded revision 1: {}", config.summary());
+    // The listeners are bound (above); the file is there before any is announced.
+    server.pid_file = match &config.global.pid_file {
+        Some(p) => Some(PidFile::write(p)?),
+        None => None,
+    };
     server.start(bound);
     tokio::spawn(watch_certificates(server.live.clone()));
     Ok((server, commands))
@@ -208,6 +244,8 @@ struct Accepting {
 }
 
 struct Server {
+    /// Removed when the server is dropped at the end of a clean run.
+    pid_file: Option<PidFile>,
     /// The access log the connections write to; a reload may replace it.
     access: super::h1::Access,
     live: Arc<Live>,

@@ -585,6 +585,11 @@ static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
     ("tracing", |_, d, g| {
         route::on_off(d).map(|on| g.tracing = on)
     }),
+    ("pid_file", |b, d, g| {
+        let w = one_arg(d, "pid_file /run/sluice.pid")?;
+        g.pid_file = Some(b.dir_of(d.span()).join(&w.text));
+        Ok(())
+    }),
     ("server_tokens", |_, d, g| {
         route::on_off(d).map(|on| g.server_tokens = on)
     }),

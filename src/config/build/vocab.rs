@@ -41,6 +41,7 @@ impl Place {
                 "safety",
                 "resolver",
                 "verify_key",
+                "pid_file",
             ],
             Place::Site => SITE,
             // A route takes what a site does but its certificate, routes and the
