@@ -153,24 +153,8 @@ fn main() -> ExitCode {
             }
             demo(&listen, &admin)
         }
-        Command::Completions { shell } => {
-            let shell = match shell {
-                Shell::Bash => clap_complete::Shell::Bash,
-                Shell::Zsh => clap_complete::Shell::Zsh,
-                Shell::Fish => clap_complete::Shell::Fish,
-            };
-            clap_complete::generate(shell, &mut Cli::command(), "sluice", &mut std::io::stdout());
-            ExitCode::SUCCESS
-        }
-        Command::Man => {
-            match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("sluice man: {e}");
-                    ExitCode::from(1)
-                }
-            }
-        }
+        Command::Completions { shell } => completions(shell),
+        Command::Man => man(),
         Command::Reload {
             admin,
             token_file,
@@ -183,6 +167,28 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+    }
+}
+
+/// `sluice completions SHELL`: the script, on stdout.
+fn completions(shell: Shell) -> ExitCode {
+    let shell = match shell {
+        Shell::Bash => clap_complete::Shell::Bash,
+        Shell::Zsh => clap_complete::Shell::Zsh,
+        Shell::Fish => clap_complete::Shell::Fish,
+    };
+    clap_complete::generate(shell, &mut Cli::command(), "sluice", &mut std::io::stdout());
+    ExitCode::SUCCESS
+}
+
+/// `sluice man`: the manual page (roff), on stdout.
+fn man() -> ExitCode {
+    match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice man: {e}");
+            ExitCode::from(1)
+        }
     }
 }
 
