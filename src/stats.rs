@@ -48,10 +48,18 @@ pub(crate) struct Counters {
     /// Connections a `proxy_protocol` listener closed: an untrusted peer, or no valid
     /// header in time.
     pub proxy_protocol_refusals: AtomicU64,
+    /// Reloads that went live, and reloads refused (the first load is not one).
+    pub reloads_ok: AtomicU64,
+    pub reloads_rejected: AtomicU64,
 }
+
+/// When this process started serving (`process_start_time_seconds`, `/status`).
+pub(crate) static STARTED: std::sync::OnceLock<std::time::SystemTime> = std::sync::OnceLock::new();
 
 pub(crate) static COUNTERS: Counters = Counters {
     proxy_protocol_refusals: AtomicU64::new(0),
+    reloads_ok: AtomicU64::new(0),
+    reloads_rejected: AtomicU64::new(0),
     bad_request: AtomicU64::new(0),
     head_timeout: AtomicU64::new(0),
     head_too_large: AtomicU64::new(0),

@@ -636,3 +636,64 @@ async fn a_reload_cannot_drop_the_token_of_an_api_off_loopback() {
         assert_eq!(get(s.addr, "/").await.text(), "one");
     }
 }
+
+/// `/status` and `/metrics` say which build runs, since when, and how the last reload
+/// went (DESIGN §16): `last_reload` is `null` until one, then names its result and
+/// error; `sluice_config_reloads_total{result}` counts them (the first load is not one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_build_its_start_and_the_last_reload_are_shown() {
+    let dir = TempDir::new();
+    let good = "global { admin 127.0.0.1:0 }\nlisten 127.0.0.1:0\nsite * { respond one }\n";
+    let path = dir.write("sluice.conf", good);
+    let p = path.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let admin = s.admin();
+    let st = json(&admin_get(admin, "/status").await);
+    assert_eq!(st["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(st["last_reload"], Value::Null);
+    assert!(st["uptime_seconds"].as_u64().unwrap() < 60, "{st}");
+    assert!(st["started_at"].as_str().unwrap().ends_with('Z'), "{st}");
+    let m = admin_get(admin, "/metrics").await.text();
+    assert!(
+        m.contains(&format!(
+            "sluice_build_info{{version=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{m}"
+    );
+    assert!(m.contains("\nprocess_start_time_seconds 1"), "{m}");
+    assert!(
+        m.contains("sluice_config_reloads_total{result=\"ok\"} 0\n"),
+        "{m}"
+    );
+    // A refused reload, then a good one.
+    std::fs::write(
+        &p,
+        "global { admin 127.0.0.1:0 }\nlisten 127.0.0.1:0\nsite * { respnd two }\n",
+    )
+    .unwrap();
+    assert_ne!(admin_post(admin, "/reload").await.status, 200);
+    let st = json(&admin_get(admin, "/status").await);
+    assert_eq!(st["last_reload"]["ok"], false, "{st}");
+    assert!(
+        st["last_reload"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("respnd"),
+        "{st}"
+    );
+    std::fs::write(&p, good.replace("one", "two")).unwrap();
+    assert_eq!(admin_post(admin, "/reload").await.status, 200);
+    let st = json(&admin_get(admin, "/status").await);
+    assert_eq!(st["last_reload"]["ok"], true, "{st}");
+    assert_eq!(st["last_reload"]["error"], Value::Null);
+    let m = admin_get(admin, "/metrics").await.text();
+    assert!(
+        m.contains("sluice_config_reloads_total{result=\"ok\"} 1\n"),
+        "{m}"
+    );
+    assert!(
+        m.contains("sluice_config_reloads_total{result=\"rejected\"} 1\n"),
+        "{m}"
+    );
+}

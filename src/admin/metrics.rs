@@ -19,6 +19,7 @@ pub(crate) fn render(gen: &Generation) -> String {
     pool_metrics(&mut out, &pools);
     counters(&mut out);
     certificates(&mut out, gen);
+    build_and_reloads(&mut out);
     process(&mut out);
     out
 }
@@ -366,6 +367,49 @@ fn esc(s: &str) -> String {
 }
 
 /// The process metrics Prometheus clients conventionally export, from /proc.
+/// The build, the process's start, and config reloads.
+fn build_and_reloads(o: &mut String) {
+    head(
+        o,
+        "sluice_build_info",
+        "gauge",
+        "the running build (always 1)",
+    );
+    let _ = writeln!(
+        o,
+        "sluice_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    if let Some(t) = crate::stats::STARTED.get() {
+        head(
+            o,
+            "process_start_time_seconds",
+            "gauge",
+            "Unix time the process started",
+        );
+        let secs = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let _ = writeln!(o, "process_start_time_seconds {secs:.3}");
+    }
+    head(
+        o,
+        "sluice_config_reloads_total",
+        "counter",
+        "config reloads, by result (the first load is not one)",
+    );
+    for (result, c) in [
+        ("ok", &COUNTERS.reloads_ok),
+        ("rejected", &COUNTERS.reloads_rejected),
+    ] {
+        let _ = writeln!(
+            o,
+            "sluice_config_reloads_total{{result=\"{result}\"}} {}",
+            get(c)
+        );
+    }
+}
+
 fn process(o: &mut String) {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let fields: Vec<&str> = stat

@@ -185,11 +185,12 @@ async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
     match (req.method(), path) {
         (&Method::GET, "/") => reply(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD.into()),
         (&Method::GET, "/status") => {
-            let (revision, listeners) = {
+            let (revision, listeners, last_reload) = {
                 let r = api.revisions.lock().unwrap_or_else(|e| e.into_inner());
-                (r.current(), r.listeners.clone())
+                (r.current(), r.listeners.clone(), r.last_reload.clone())
             };
-            let body = status::status(&api.live.load(), revision, &listeners);
+            let mut body = status::status(&api.live.load(), revision, &listeners);
+            status::process(&mut body, last_reload.as_ref());
             json_reply(StatusCode::OK, &body)
         }
         (&Method::GET, "/metrics") => reply(

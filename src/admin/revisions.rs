@@ -43,6 +43,17 @@ pub(crate) struct Revisions {
     list: VecDeque<Revision>,
     /// The addresses sluice listens on now, as bound.
     pub listeners: Vec<String>,
+    /// The last reload (`SIGHUP`, `POST /reload`, `sluice reload`), good or refused;
+    /// `None` before any.
+    pub last_reload: Option<LastReload>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct LastReload {
+    pub ok: bool,
+    pub at: SystemTime,
+    /// Why it was refused (the rendered errors).
+    pub error: Option<String>,
 }
 
 impl Revisions {

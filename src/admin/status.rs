@@ -28,6 +28,22 @@ pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> V
     })
 }
 
+/// The process's facts: version, start time, uptime, and the last reload (`null`
+/// before any).
+pub(crate) fn process(body: &mut Value, last: Option<&super::revisions::LastReload>) {
+    let started = crate::stats::STARTED.get().copied();
+    let uptime = started
+        .and_then(|t| t.elapsed().ok())
+        .map_or(0, |d| d.as_secs());
+    body["version"] = json!(env!("CARGO_PKG_VERSION"));
+    body["started_at"] = started.map_or(Value::Null, |t| json!(rfc3339(t)));
+    body["uptime_seconds"] = json!(uptime);
+    body["last_reload"] = last.map_or(
+        Value::Null,
+        |r| json!({"ok": r.ok, "at": rfc3339(r.at), "error": r.error}),
+    );
+}
+
 fn pool(p: &Pool) -> Value {
     let role = p.state.failover.role().as_str();
     let now = crate::clock::now_ms();

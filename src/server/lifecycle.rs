@@ -153,6 +153,7 @@ async fn start(
     source: Source,
 ) -> Result<(Server, mpsc::Receiver<Command>), StartError> {
     let bound = bind_new(&wanted(&config), &HashMap::new())?;
+    let _ = crate::stats::STARTED.set(std::time::SystemTime::now());
     crate::reply::set_server_tokens(config.global.server_tokens);
     let live = Live::new(Generation::compile(&config, None));
     let revisions = Arc::new(Mutex::new(Revisions::default()));
@@ -381,7 +382,27 @@ impl Server {
             ));
         };
         let loaded = config::load_file_verified(&file, self.source.verify_key.as_deref());
-        self.apply(loaded, Origin::Reload)
+        let result = self.apply(loaded, Origin::Reload);
+        let (counter, error) = match &result {
+            Ok(_) => (&crate::stats::COUNTERS.reloads_ok, None),
+            Err(Refused::Invalid(why)) => {
+                (&crate::stats::COUNTERS.reloads_rejected, Some(why.clone()))
+            }
+            Err(Refused::NoRevision(n)) => (
+                &crate::stats::COUNTERS.reloads_rejected,
+                Some(format!("no revision {n}")),
+            ),
+        };
+        crate::stats::bump(counter);
+        self.revisions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_reload = Some(crate::admin::revisions::LastReload {
+            ok: result.is_ok(),
+            at: std::time::SystemTime::now(),
+            error,
+        });
+        result
     }
 
     /// Loads revision `n`'s text again as a new revision.
