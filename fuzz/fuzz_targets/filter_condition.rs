@@ -33,10 +33,13 @@ fn reference(test: &Test, p: &Probe<'_>, normal: &str) -> bool {
                     .any(|(k, v)| k == name.as_str() && (want == "*" || v == want.as_str()))
             })
         }
+        Test::Path(PathPattern::Regex(re)) => re.0.is_match(normal),
         Test::ClientIp(nets) => {
             let ip = p.client.to_canonical();
             nets.iter().any(|n| n.contains(&ip))
         }
+        // The harness's requests come over no TLS connection: never a certificate.
+        Test::ClientCert => false,
     }
 }
 
