@@ -203,3 +203,86 @@ site app.test {{
     let line = got.first().expect("a line");
     assert!(line.contains("\"GET /h2 HTTP/2\" 200"), "{line}");
 }
+
+/// `combined` and `common` (DESIGN §16) as Apache writes them, and the JSON line's
+/// `user_agent` and `referer`, for HTTP/1.1 and HTTP/2 clients alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn combined_common_and_the_client_s_own_fields() {
+    for (format, want) in [
+        (
+            "combined",
+            "\"GET /x?y=1 HTTP/1.1\" 200 5 \"https://ref.test/\" \"agent \\\"7\\\"\"",
+        ),
+        ("common", "\"GET /x?y=1 HTTP/1.1\" 200 5"),
+    ] {
+        let b = Backend::text("hello").await;
+        let dir = TempDir::new();
+        let log = dir.0.join("access.log");
+        let path = dir.write(
+            "sluice.conf",
+            &format!(
+                "global {{ admin off; access_log access.log {format} }}\nlisten 127.0.0.1:0\nsite * {{ route /empty {{ respond 204 }}\n proxy {} }}\n",
+                b.addr
+            ),
+        );
+        let p = path.to_str().unwrap().to_string();
+        let s = Sluice::spawn(&["run", "-c", &p], dir);
+        let r = request(
+            s.addr,
+            "GET",
+            "/x?y=1",
+            &[
+                ("User-Agent", "agent \"7\""),
+                ("Referer", "https://ref.test/"),
+                ("Authorization", "Basic ZnJhbms6c2VjcmV0"),
+            ],
+            b"",
+        )
+        .await;
+        assert_eq!(r.status, 200);
+        assert_eq!(get(s.addr, "/empty").await.status, 204);
+        let got = lines(&log, 2);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(
+            got[0].starts_with("127.0.0.1 - frank ["),
+            "{format}: {}",
+            got[0]
+        );
+        assert!(got[0].contains(" +0000] "), "{format}: {}", got[0]);
+        assert!(got[0].ends_with(want), "{format}: {}", got[0]);
+        // No user, an empty body: `-`.
+        assert!(
+            got[1].starts_with("127.0.0.1 - - ["),
+            "{format}: {}",
+            got[1]
+        );
+        assert!(got[1].contains("\" 204 -"), "{format}: {}", got[1]);
+    }
+    let b = Backend::text("hello").await;
+    let dir = TempDir::new();
+    let log = dir.0.join("access.log");
+    let path = dir.write(
+        "sluice.conf",
+        &format!(
+            "global {{ admin off; access_log access.log }}\nlisten 127.0.0.1:0\nsite * {{ proxy {} }}\n",
+            b.addr
+        ),
+    );
+    let p = path.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let (mut h2, _conn) = h2c(s.addr).await;
+    let req = http::Request::get(format!("http://{}/x", s.addr))
+        .header("user-agent", "h2-agent")
+        .header("referer", "https://ref.test/")
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let resp = h2.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let got = lines(&log, 1);
+    let v: Value = serde_json::from_str(&got[0]).unwrap();
+    assert_eq!(
+        (v["user_agent"].as_str(), v["referer"].as_str()),
+        (Some("h2-agent"), Some("https://ref.test/"))
+    );
+    assert_eq!(v["protocol"], "HTTP/2");
+}

@@ -1,7 +1,7 @@
 //! The access log: one line a response — a JSON object (`time`, `client`, `host`,
 //! `method`, `protocol`, `path`, `status`, `bytes`, `duration_ms`, `pool`, `peer`,
-//! `attempts`, `role`, `transition`) or
-//! a combined-log-like text line — to stdout, stderr or a file.
+//! `attempts`, `role`, `transition`, `user_agent`, `referer`), sluice's text line, or
+//! Apache's Combined or Common Log Format — to stdout, stderr or a file.
 //!
 //! Never blocks the request path: a line goes into a bounded channel to a writer
 //! thread; when the channel is full the line is counted as dropped, never waited for.
@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use std::sync::mpsc;
 
 use super::log::rfc3339;
-use crate::config::{AccessLogConfig, LogTarget};
+use crate::config::{AccessFormat, AccessLogConfig, LogTarget};
 
 /// Lines waiting for the writer, at most.
 const QUEUE: usize = 8192;
@@ -50,6 +50,11 @@ pub(crate) struct Entry<'a> {
     pub attempts: u32,
     pub role: Option<&'static str>,
     pub transition: Option<&'static str>,
+    pub user_agent: Option<&'a str>,
+    pub referer: Option<&'a str>,
+    /// The user a Basic `Authorization` names (as Apache's `%u`: claimed, so shown
+    /// on a `401` too).
+    pub user: Option<&'a str>,
 }
 
 /// A request the access log will record once its response is done: what it needs of
@@ -61,6 +66,9 @@ pub(crate) struct Pending {
     method: http::Method,
     uri: http::Uri,
     host: Option<http::HeaderValue>,
+    user_agent: Option<http::HeaderValue>,
+    referer: Option<http::HeaderValue>,
+    user: Option<String>,
     protocol: &'static str,
 }
 
@@ -104,16 +112,26 @@ impl Pending {
         log: Arc<AccessLog>,
         method: &http::Method,
         uri: &http::Uri,
-        host: Option<&http::HeaderValue>,
+        headers: &http::HeaderMap,
         version: http::Version,
     ) -> Pending {
+        use http::header;
+        let apache = matches!(
+            log.config.format,
+            AccessFormat::Combined | AccessFormat::Common
+        );
         Pending {
-            log,
             time: SystemTime::now(),
             method: method.clone(),
             uri: uri.clone(),
-            host: host.cloned(),
+            host: headers.get(header::HOST).cloned(),
+            user_agent: headers.get(header::USER_AGENT).cloned(),
+            referer: headers.get(header::REFERER).cloned(),
+            user: apache
+                .then(|| basic_user(headers.get(header::AUTHORIZATION)?))
+                .flatten(),
             protocol: protocol(version),
+            log,
         }
     }
 
@@ -144,8 +162,27 @@ impl Pending {
             attempts: upstream.map_or(0, |u| u.attempts),
             role: upstream.map(|u| u.role),
             transition: upstream.map(|u| u.transition),
+            user_agent: self.user_agent.as_ref().and_then(|v| v.to_str().ok()),
+            referer: self.referer.as_ref().and_then(|v| v.to_str().ok()),
+            user: self.user.as_deref(),
         });
     }
+}
+
+/// The user name of a Basic `Authorization` value, if it is one.
+fn basic_user(v: &http::HeaderValue) -> Option<String> {
+    use base64::Engine as _;
+    let v = v.to_str().ok()?;
+    let (scheme, cred) = v.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(cred.trim())
+        .ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    let user = text.split_once(':')?.0;
+    (!user.is_empty()).then(|| user.to_string())
 }
 
 pub(crate) struct AccessLog {
@@ -182,7 +219,12 @@ impl AccessLog {
 
     /// Queues a line; drops it (counted) if the writer is behind.
     pub(crate) fn record(&self, e: &Entry<'_>) {
-        let line = if self.config.json { json(e) } else { text(e) };
+        let line = match self.config.format {
+            AccessFormat::Json => json(e),
+            AccessFormat::Text => text(e),
+            AccessFormat::Combined => apache(e, true),
+            AccessFormat::Common => apache(e, false),
+        };
         if self.tx.try_send(line).is_err() {
             DROPPED.fetch_add(1, Ordering::Relaxed);
         }
@@ -237,6 +279,16 @@ fn json(e: &Entry<'_>) -> String {
     }
     s.push_str(",\"attempts\":");
     number(&mut s, u64::from(e.attempts));
+    for (key, v) in [
+        (",\"user_agent\":", e.user_agent),
+        (",\"referer\":", e.referer),
+    ] {
+        s.push_str(key);
+        match v {
+            Some(v) => string(&mut s, v),
+            None => s.push_str("null"),
+        }
+    }
     for (key, v) in [(",\"role\":", e.role), (",\"transition\":", e.transition)] {
         s.push_str(key);
         match v {
@@ -272,6 +324,72 @@ fn text(e: &Entry<'_>) -> String {
         e.attempts,
         e.duration_ms
     )
+}
+
+/// Apache's Common Log Format (`%h %l %u %t "%r" %>s %b`), and with `combined` its
+/// Combined (`… "%{Referer}i" "%{User-agent}i"`): `-` for what is absent and for an
+/// empty body, the time in UTC, quoted values escaped (`"` as `\"`, control bytes as
+/// `\xNN`).
+fn apache(e: &Entry<'_>, combined: bool) -> String {
+    let mut s = String::with_capacity(160 + e.path.len());
+    s.push_str(e.client);
+    s.push_str(" - ");
+    match e.user {
+        Some(u) => escaped(&mut s, u),
+        None => s.push('-'),
+    }
+    s.push_str(" [");
+    s.push_str(&httpdate_clf(e.time));
+    s.push_str("] \"");
+    escaped(&mut s, e.method);
+    s.push(' ');
+    escaped(&mut s, e.path);
+    s.push(' ');
+    s.push_str(e.protocol);
+    s.push_str("\" ");
+    number(&mut s, u64::from(e.status));
+    s.push(' ');
+    match e.bytes {
+        0 => s.push('-'),
+        n => number(&mut s, n),
+    }
+    if combined {
+        for v in [e.referer, e.user_agent] {
+            s.push_str(" \"");
+            match v {
+                Some(v) => escaped(&mut s, v),
+                None => s.push('-'),
+            }
+            s.push('"');
+        }
+    }
+    s.push('\n');
+    s
+}
+
+/// `v` with `"` and `\` backslash-escaped and bytes outside printable ASCII as `\xNN`.
+fn escaped(out: &mut String, v: &str) {
+    for b in v.bytes() {
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+}
+
+/// `10/Oct/2000:13:55:36 +0000`: the Common Log Format's time, in UTC.
+fn httpdate_clf(t: SystemTime) -> String {
+    // RFC 3339 `2000-10-10T13:55:36.000Z` re-ordered.
+    let r = rfc3339(t);
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = r[5..7]
+        .parse::<usize>()
+        .map_or("Jan", |m| MONTHS[(m + 11) % 12]);
+    format!("{}/{month}/{}:{} +0000", &r[8..10], &r[0..4], &r[11..19])
 }
 
 /// `e.time` in RFC 3339 with milliseconds; the date and time of day are formatted
@@ -415,6 +533,9 @@ mod tests {
             attempts: 1,
             role: Some("backup"),
             transition: None,
+            user_agent: Some("curl/8 \"x\""),
+            referer: None,
+            user: None,
         };
         let line = json(&e);
         assert!(line.ends_with("}\n"));
@@ -430,6 +551,51 @@ mod tests {
         assert_eq!(
             (v["status"].as_u64(), v["bytes"].as_u64()),
             (Some(200), Some(5))
+        );
+        assert_eq!(v["user_agent"], "curl/8 \"x\"");
+        assert_eq!(v["referer"], serde_json::Value::Null);
+    }
+
+    /// Apache's formats: `-` for what is absent and an empty body, UTC time, quoted
+    /// values escaped so a client cannot end a field or a line.
+    #[test]
+    fn combined_and_common_lines_as_apache_writes_them() {
+        let mut e = Entry {
+            time: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(971_186_136),
+            client: "127.0.0.1",
+            host: "a.test",
+            method: "GET",
+            path: "/apache_pb.gif?a=\"b\"\n",
+            status: 200,
+            bytes: 2326,
+            duration_ms: 3,
+            protocol: "HTTP/1.0",
+            pool: None,
+            peer: None,
+            attempts: 0,
+            role: None,
+            transition: None,
+            user_agent: Some("Mozilla/4.08 [en] (Win98; I ;Nav)"),
+            referer: Some("http://www.example.com/start.html"),
+            user: Some("frank"),
+        };
+        assert_eq!(
+            apache(&e, true),
+            "127.0.0.1 - frank [10/Oct/2000:13:55:36 +0000] \"GET /apache_pb.gif?a=\\\"b\\\"\\x0a HTTP/1.0\" 200 2326 \"http://www.example.com/start.html\" \"Mozilla/4.08 [en] (Win98; I ;Nav)\"\n"
+        );
+        e.bytes = 0;
+        e.user = None;
+        e.referer = None;
+        assert_eq!(
+            apache(&e, false),
+            "127.0.0.1 - - [10/Oct/2000:13:55:36 +0000] \"GET /apache_pb.gif?a=\\\"b\\\"\\x0a HTTP/1.0\" 200 -\n"
+        );
+        assert!(apache(&e, true).ends_with(" - \"-\" \"Mozilla/4.08 [en] (Win98; I ;Nav)\"\n"));
+        let v = http::HeaderValue::from_static("Basic ZnJhbms6c2VjcmV0");
+        assert_eq!(basic_user(&v).as_deref(), Some("frank"));
+        assert_eq!(
+            basic_user(&http::HeaderValue::from_static("Bearer x")),
+            None
         );
     }
 }

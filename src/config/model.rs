@@ -184,8 +184,20 @@ pub struct SafetyGlobal {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccessLogConfig {
     pub target: LogTarget,
-    /// One JSON object a line (default), or a combined-log-like text line.
-    pub json: bool,
+    pub format: AccessFormat,
+}
+
+/// How an access log line is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessFormat {
+    /// One JSON object a line (the default).
+    Json,
+    /// sluice's text line: Apache's common fields, then host, pool, peer, attempts, time.
+    Text,
+    /// Apache's Combined Log Format.
+    Combined,
+    /// Apache's Common Log Format.
+    Common,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

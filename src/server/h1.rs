@@ -229,7 +229,7 @@ impl Conn {
         let log = self
             .access
             .load_full()
-            .map(|log| Pending::new(log, &method, &uri, headers.get(http::header::HOST), version));
+            .map(|log| Pending::new(log, &method, &uri, &headers, version));
         let mut req = Request::new(body);
         *req.method_mut() = method;
         *req.uri_mut() = uri;

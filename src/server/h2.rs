@@ -117,7 +117,7 @@ async fn one_stream(
             log,
             req.method(),
             req.uri(),
-            req.headers().get(header::HOST),
+            req.headers(),
             req.version(),
         ),
         client: client.ip_value.clone(),

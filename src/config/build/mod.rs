@@ -690,16 +690,20 @@ fn trust(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
 
 /// `access_log stdout|stderr|off|FILE [json|text]`.
 fn access_log(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
-    const USAGE: &str = "access_log stdout|stderr|off|FILE [json|text]";
+    const USAGE: &str = "access_log stdout|stderr|off|FILE [json|text|combined|common]";
     no_block(d)?;
     let [t, rest @ ..] = d.args.as_slice() else {
         return Err(missing(d, USAGE, "access_log stdout"));
     };
-    let json = match rest {
-        [] => true,
-        [f] if f.text == "json" => true,
-        [f] if f.text == "text" => false,
-        [f] => return Err(expected(f, "`json` or `text`")),
+    let format = match rest {
+        [] => AccessFormat::Json,
+        [f] => match f.text.as_str() {
+            "json" => AccessFormat::Json,
+            "text" => AccessFormat::Text,
+            "combined" => AccessFormat::Combined,
+            "common" => AccessFormat::Common,
+            _ => return Err(expected(f, "`json`, `text`, `combined` or `common`")),
+        },
         [_, x, ..] => return Err(extra(x, USAGE)),
     };
     let target = match t.text.as_str() {
@@ -711,7 +715,7 @@ fn access_log(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
         "stderr" => LogTarget::Stderr,
         file => LogTarget::File(b.dir_of(d.span()).join(file)),
     };
-    g.access_log = Some(AccessLogConfig { target, json });
+    g.access_log = Some(AccessLogConfig { target, format });
     Ok(())
 }
 
