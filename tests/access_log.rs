@@ -20,6 +20,20 @@ fn lines(path: &std::path::Path, n: usize) -> Vec<String> {
     }
 }
 
+/// sluice with `access_log access.log FORMAT` and `sites`, and where its lines go.
+fn logged(format: &str, sites: &str) -> (Sluice, std::path::PathBuf) {
+    let dir = TempDir::new();
+    let log = dir.0.join("access.log");
+    let path = dir.write(
+        "sluice.conf",
+        &format!(
+            "global {{ admin off; access_log access.log {format} }}\nlisten 127.0.0.1:0\n{sites}\n"
+        ),
+    );
+    let p = path.to_str().unwrap().to_string();
+    (Sluice::spawn(&["run", "-c", &p], dir), log)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_lines_with_every_field_and_reopen_on_sigusr1() {
     let b = Backend::text("hello").await;
@@ -87,14 +101,7 @@ site app.test {{
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_lines() {
-    let dir = TempDir::new();
-    let log = dir.0.join("access.txt");
-    let path = dir.write(
-        "sluice.conf",
-        "global { admin off; access_log access.txt text }\nlisten 127.0.0.1:0\nsite * { respond \"ok\" }\n",
-    );
-    let p = path.to_str().unwrap().to_string();
-    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let (s, log) = logged("text", "site * { respond \"ok\" }");
     get_host(s.addr, "a.test", "/p?q").await;
     let got = lines(&log, 1);
     let line = got.first().expect("a line");
@@ -108,17 +115,7 @@ async fn text_lines() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_requests_are_logged_too() {
     let b = Backend::text("over h2").await;
-    let dir = TempDir::new();
-    let log = dir.0.join("access.log");
-    let path = dir.write(
-        "sluice.conf",
-        &format!(
-            "global {{ admin off; access_log access.log }}\nlisten 127.0.0.1:0\nsite app.example {{ proxy {} }}\n",
-            b.addr
-        ),
-    );
-    let p = path.to_str().unwrap().to_string();
-    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let (s, log) = logged("", &format!("site app.example {{ proxy {} }}", b.addr));
     let (mut send, _conn) = h2c(s.addr).await;
     let req = hyper::Request::builder()
         .uri("http://app.example/two")
@@ -216,17 +213,11 @@ async fn combined_common_and_the_client_s_own_fields() {
         ("common", "\"GET /x?y=1 HTTP/1.1\" 200 5"),
     ] {
         let b = Backend::text("hello").await;
-        let dir = TempDir::new();
-        let log = dir.0.join("access.log");
-        let path = dir.write(
-            "sluice.conf",
-            &format!(
-                "global {{ admin off; access_log access.log {format} }}\nlisten 127.0.0.1:0\nsite * {{ route /empty {{ respond 204 }}\n proxy {} }}\n",
-                b.addr
-            ),
+        let sites = format!(
+            "site * {{ route /empty {{ respond 204 }}\n proxy {} }}",
+            b.addr
         );
-        let p = path.to_str().unwrap().to_string();
-        let s = Sluice::spawn(&["run", "-c", &p], dir);
+        let (s, log) = logged(format, &sites);
         let r = request(
             s.addr,
             "GET",
@@ -259,17 +250,7 @@ async fn combined_common_and_the_client_s_own_fields() {
         assert!(got[1].contains("\" 204 -"), "{format}: {}", got[1]);
     }
     let b = Backend::text("hello").await;
-    let dir = TempDir::new();
-    let log = dir.0.join("access.log");
-    let path = dir.write(
-        "sluice.conf",
-        &format!(
-            "global {{ admin off; access_log access.log }}\nlisten 127.0.0.1:0\nsite * {{ proxy {} }}\n",
-            b.addr
-        ),
-    );
-    let p = path.to_str().unwrap().to_string();
-    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let (s, log) = logged("", &format!("site * {{ proxy {} }}", b.addr));
     let (mut h2, _conn) = h2c(s.addr).await;
     let req = http::Request::get(format!("http://{}/x", s.addr))
         .header("user-agent", "h2-agent")
