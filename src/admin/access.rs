@@ -169,20 +169,12 @@ impl Pending {
     }
 }
 
-/// The user name of a Basic `Authorization` value, if it is one.
+/// The user name of a Basic `Authorization` value, if it is one (the filter's own
+/// reading of the header).
 fn basic_user(v: &http::HeaderValue) -> Option<String> {
-    use base64::Engine as _;
-    let v = v.to_str().ok()?;
-    let (scheme, cred) = v.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(cred.trim())
-        .ok()?;
-    let text = String::from_utf8(raw).ok()?;
-    let user = text.split_once(':')?.0;
-    (!user.is_empty()).then(|| user.to_string())
+    crate::filter::basic_auth::credentials(v)
+        .map(|(user, _)| user)
+        .filter(|u| !u.is_empty())
 }
 
 pub(crate) struct AccessLog {

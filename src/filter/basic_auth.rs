@@ -127,7 +127,7 @@ fn challenge() -> Response<Body> {
 }
 
 /// `Basic base64(user:password)` → (user, password).
-fn credentials(value: &HeaderValue) -> Option<(String, String)> {
+pub(crate) fn credentials(value: &HeaderValue) -> Option<(String, String)> {
     let v = value.to_str().ok()?;
     let (scheme, token) = v.trim().split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
