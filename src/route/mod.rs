@@ -19,11 +19,51 @@ use crate::filter::Stage;
 use crate::upstream::Pool;
 
 pub(crate) struct Sites {
+    hosts: HostIndex,
+    pub list: Vec<Site>,
+}
+
+/// Host patterns to an index, matched as site names are: the exact name, then the
+/// longest `*.suffix`, then `*`. The site table, the certificates by SNI and a `tcp`
+/// listener's `sni` pools all look names up with it.
+#[derive(Default)]
+pub(crate) struct HostIndex {
     exact: HashMap<String, usize>,
-    /// `(".example.com", site)`, longest suffix first.
+    /// `(".example.com", index)`, longest suffix first.
     suffixes: Vec<(String, usize)>,
     any: Option<usize>,
-    pub list: Vec<Site>,
+}
+
+impl HostIndex {
+    /// Adds `hosts` (lower-case; `*.suffix` as `.suffix`) for `idx`; an exact name
+    /// already taken keeps its first index.
+    pub(crate) fn add(&mut self, hosts: &[crate::config::HostPattern], idx: usize) {
+        use crate::config::HostPattern;
+        for h in hosts {
+            match h {
+                HostPattern::Exact(name) => {
+                    self.exact.entry(name.clone()).or_insert(idx);
+                }
+                HostPattern::Suffix(sfx) => self.suffixes.push((sfx.clone(), idx)),
+                HostPattern::Any => self.any = Some(idx),
+            }
+        }
+        self.suffixes
+            .sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
+    }
+
+    /// The index for a normalised (lower-case, no trailing dot) host.
+    #[inline]
+    pub(crate) fn find(&self, host: &str) -> Option<usize> {
+        if let Some(&i) = self.exact.get(host) {
+            return Some(i);
+        }
+        self.suffixes
+            .iter()
+            .find(|(sfx, _)| host.len() > sfx.len() && host.ends_with(sfx.as_str()))
+            .map(|(_, i)| *i)
+            .or(self.any)
+    }
 }
 
 pub(crate) struct Site {
@@ -130,47 +170,26 @@ pub(crate) struct Probe<'a> {
 impl Sites {
     pub(crate) fn new() -> Sites {
         Sites {
-            exact: HashMap::new(),
-            suffixes: Vec::new(),
-            any: None,
+            hosts: HostIndex::default(),
             list: Vec::new(),
         }
     }
 
     /// Adds a site answering for `hosts` (lower-case; `*.suffix` as `.suffix`).
     pub(crate) fn add(&mut self, hosts: &[crate::config::HostPattern], mut site: Site) {
-        use crate::config::HostPattern;
-        let idx = self.list.len();
-        for h in hosts {
-            match h {
-                HostPattern::Exact(name) => {
-                    self.exact.insert(name.clone(), idx);
-                }
-                HostPattern::Suffix(sfx) => self.suffixes.push((sfx.clone(), idx)),
-                HostPattern::Any => self.any = Some(idx),
-            }
-        }
+        self.hosts.add(hosts, self.list.len());
         // Stable: ties keep file order.
         site.routes.sort_by_key(|r| match &r.pattern {
             PathPattern::Exact(_) => (0, 0),
             PathPattern::Regex(_) => (1, 0),
             PathPattern::Prefix(p) => (2, usize::MAX - p.len()),
         });
-        self.suffixes
-            .sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
         self.list.push(site);
     }
 
     /// The site for a normalised host ([`path::normalize_host`]).
     pub(crate) fn find(&self, host: &str) -> Option<&Site> {
-        if let Some(&i) = self.exact.get(host) {
-            return Some(&self.list[i]);
-        }
-        self.suffixes
-            .iter()
-            .find(|(sfx, _)| host.len() > sfx.len() && host.ends_with(sfx.as_str()))
-            .map(|(_, i)| &self.list[*i])
-            .or_else(|| self.any.map(|i| &self.list[i]))
+        self.hosts.find(host).map(|i| &self.list[i])
     }
 
     pub(crate) fn routes(&self) -> impl Iterator<Item = &Route> {

@@ -11,7 +11,6 @@
 //! the `*` site. A handshake that matches none of them (or names no host while there is
 //! no `*` site with a certificate) fails with an alert.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -20,7 +19,7 @@ use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::config::{HostPattern, Site};
+use crate::config::Site;
 
 /// One site's certificate pair, as the files are now (or were when they last loaded).
 pub(crate) struct CertSlot {
@@ -107,10 +106,7 @@ impl CertSlot {
 
 /// The certificate for a handshake, by SNI.
 pub(crate) struct SniCerts {
-    exact: HashMap<String, usize>,
-    /// `(".example.com", slot)`, longest suffix first.
-    suffixes: Vec<(String, usize)>,
-    any: Option<usize>,
+    names: crate::route::HostIndex,
     pub slots: Vec<Arc<CertSlot>>,
 }
 
@@ -125,26 +121,14 @@ impl std::fmt::Debug for SniCerts {
 impl SniCerts {
     fn new(sites: &[Site]) -> SniCerts {
         let mut c = SniCerts {
-            exact: HashMap::new(),
-            suffixes: Vec::new(),
-            any: None,
+            names: Default::default(),
             slots: Vec::new(),
         };
         for site in sites {
             let Some(t) = &site.tls else { continue };
-            let i = c.slots.len();
+            c.names.add(&site.hosts, c.slots.len());
             c.slots.push(Arc::new(CertSlot::new(&site.name, t)));
-            for h in &site.hosts {
-                match h {
-                    HostPattern::Exact(name) => {
-                        c.exact.entry(name.clone()).or_insert(i);
-                    }
-                    HostPattern::Suffix(s) => c.suffixes.push((s.clone(), i)),
-                    HostPattern::Any => c.any = Some(i),
-                }
-            }
         }
-        c.suffixes.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
         c
     }
 
@@ -154,17 +138,12 @@ impl SniCerts {
     }
 
     pub(crate) fn index(&self, name: Option<&str>) -> Option<usize> {
-        let i = match name.map(|n| n.trim_end_matches('.').to_ascii_lowercase()) {
-            Some(n) => self.exact.get(&n).copied().or_else(|| {
-                self.suffixes
-                    .iter()
-                    .find(|(s, _)| n.ends_with(s.as_str()))
-                    .map(|(_, i)| *i)
-                    .or(self.any)
-            }),
-            None => self.any,
-        }?;
-        Some(i)
+        match name {
+            Some(n) => self
+                .names
+                .find(&n.trim_end_matches('.').to_ascii_lowercase()),
+            None => self.names.find(""),
+        }
     }
 }
 

@@ -81,6 +81,7 @@ impl Generation {
                         }
                     })
                     .collect(),
+                names: tcp_names(&t.pools),
                 max_conns: t.max_conns,
                 guards: shared.tcp_guards(t),
             })
@@ -195,6 +196,18 @@ impl Shared<'_> {
             dns_budget: crate::safety::BUDGET.min(p.timeout),
         }
     }
+}
+
+/// A `tcp` block's `sni` names to their pool's index; the bare `proxy` as `*`.
+fn tcp_names(pools: &[config::TcpPool]) -> crate::route::HostIndex {
+    let mut names = crate::route::HostIndex::default();
+    for (i, p) in pools.iter().enumerate() {
+        match p.sni.is_empty() {
+            true => names.add(&[config::HostPattern::Any], i),
+            false => names.add(&p.sni, i),
+        }
+    }
+    names
 }
 
 /// A route's handler; a proxy's own `max_body` joins `filters` as the last.

@@ -21,6 +21,8 @@ pub(crate) struct TcpRoute {
     pub addr: std::net::SocketAddr,
     /// `sni` pools in written order, then the bare `proxy`'s (no names).
     pub pools: Vec<TcpTarget>,
+    /// The `sni` names to their pool; the bare `proxy` is the `*` entry.
+    pub names: crate::route::HostIndex,
     pub max_conns: u64,
     /// `allow`, `deny`, `rate_limit` of the `tcp` block, in written order.
     pub guards: Vec<TcpGuard>,
@@ -42,32 +44,10 @@ impl TcpRoute {
     /// The pool for a ClientHello naming `sni` (any case): an exact name, then the
     /// longest `*.suffix`, then the bare `proxy`.
     pub(crate) fn choose(&self, sni: Option<&str>) -> Option<&TcpTarget> {
-        use crate::config::HostPattern;
-        let bare = || self.pools.iter().find(|p| p.sni.is_empty());
-        let Some(name) = sni.map(|n| n.trim_end_matches('.').to_ascii_lowercase()) else {
-            return bare();
-        };
-        let exact = self.pools.iter().find(|p| {
-            p.sni
-                .iter()
-                .any(|h| matches!(h, HostPattern::Exact(e) if *e == name))
+        let name = sni.map_or(String::new(), |n| {
+            n.trim_end_matches('.').to_ascii_lowercase()
         });
-        let suffix = || {
-            self.pools
-                .iter()
-                .flat_map(|p| p.sni.iter().map(move |h| (h, p)))
-                .filter_map(|(h, p)| match h {
-                    HostPattern::Suffix(s)
-                        if name.len() > s.len() && name.ends_with(s.as_str()) =>
-                    {
-                        Some((s.len(), p))
-                    }
-                    _ => None,
-                })
-                .max_by_key(|(len, _)| *len)
-                .map(|(_, p)| p)
-        };
-        exact.or_else(suffix).or_else(bare)
+        self.names.find(&name).map(|i| &self.pools[i])
     }
 }
 
