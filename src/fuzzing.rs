@@ -14,7 +14,7 @@ use http::Request;
 
 use crate::body::Body;
 use crate::config::lexer::Env;
-use crate::config::template::{Template, Values};
+use crate::config::template::{Group, Template, TemplatePart, Values};
 use crate::fastcgi::codec::{Decoder as FcgiDecoder, Record};
 use crate::fastcgi::head as fcgi_head;
 use crate::http1::decode::{Decoded, Decoder};
@@ -304,9 +304,19 @@ pub fn path(data: &[u8]) {
 
 /// `text` rendered as a `respond`/`redirect`/header template with `values` (host, path,
 /// query, method, client_ip, scheme; no query when `values[2]` is `None`), or the
-/// unknown placeholder's name.
+/// unknown placeholder's name. It is a template outside a regex route, as the config
+/// loads it: `{re.N}` is refused there (`Err("re.N")`, after any unknown name), and no
+/// client certificate is present.
 pub fn template(text: &str, values: [Option<&str>; 6]) -> Result<String, String> {
-    let t = Template::parse(text).map_err(|e| e.0)?;
+    let mut t = Template::parse(text).map_err(|e| e.0)?;
+    if t.resolve_groups(None).is_err() {
+        let shown = t.parts.iter().find_map(|p| match p {
+            TemplatePart::Group(Group::Index(i)) => Some(i.to_string()),
+            TemplatePart::Group(Group::Name(n)) => Some(n.clone()),
+            _ => None,
+        });
+        return Err(format!("re.{}", shown.unwrap_or_default()));
+    }
     let v = Values {
         host: values[0].unwrap_or(""),
         path: values[1].unwrap_or(""),
