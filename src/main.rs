@@ -437,12 +437,18 @@ fn reload_target(
         ),
         None => None,
     };
-    let admin = admin
-        .or_else(|| {
-            let c = loaded.as_ref()?;
-            c.global.admin.map(|a| a.to_string())
-        })
-        .unwrap_or_else(|| "127.0.0.1:2019".to_string());
+    let admin = match (admin, &loaded, &config) {
+        (Some(a), _, _) => a,
+        (None, Some(c), Some(path)) => match c.global.admin {
+            Some(a) => a.to_string(),
+            None => {
+                return Err(format!(
+                    "{path} turns the admin API off (`admin off`), so a running sluice cannot be asked to reload; send it SIGHUP instead"
+                ))
+            }
+        },
+        _ => "127.0.0.1:2019".to_string(),
+    };
     let token = match token_file {
         Some(f) => Some(
             std::fs::read_to_string(&f)
