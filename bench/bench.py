@@ -337,7 +337,7 @@ FILTERS = ("request_id; allow 127.0.0.0/8; header_down X-Small yes when path /sm
            "header_down X-Gateway sluice; rate_limit 1000000/s burst 1000000; ")
 
 
-def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True, filters=""):
+def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True, filters="", observed=False):
     port, tls_port = free_port(), free_port()
     conf = os.path.join(WORK, "sluice.conf")
     # An older binary (SLUICE_BASE) may not know TLS or h2c backends.
@@ -346,7 +346,9 @@ def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True, filters="")
             f"route /php/* {{ strip /php; fastcgi 127.0.0.1:{PHP_PORT} {{ root {WORK}/php; max_conns 8 }} }} "
             f"route /static/* {{ strip /static; files {WORK}/static }} ") if tls else ""
     with open(conf, "w") as f:
-        f.write(f"global {{ workers {workers}; admin off }}\nlisten 127.0.0.1:{port}\n{extra}site * {{ {site}route /ws {{ proxy 127.0.0.1:{WS_BACKEND} }} {filters}proxy 127.0.0.1:{backend} }}\n")
+        # observed: metrics (the admin API) and a JSON access log on, as an operator runs it.
+        glob = f"admin 127.0.0.1:0; access_log {WORK}/access.log json" if observed else "admin off"
+        f.write(f"global {{ workers {workers}; {glob} }}\nlisten 127.0.0.1:{port}\n{extra}site * {{ {site}route /ws {{ proxy 127.0.0.1:{WS_BACKEND} }} {filters}proxy 127.0.0.1:{backend} }}\n")
     cmd = [binary, "run", "-c", conf]
     if cpu is None:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -481,6 +483,8 @@ def main():
         "sluice": lambda: sluice_proxy(backend),
         # Only when asked for (ONLY=sluice,sluice-filters): the filters' cost.
         "sluice-filters": lambda: sluice_proxy(backend, filters=FILTERS),
+        # Only when asked for (ONLY=sluice,sluice-observed): metrics and access log on.
+        "sluice-observed": lambda: sluice_proxy(backend, observed=True),
     }
     if SLUICE_BASE:
         proxies["sluice-base"] = lambda: sluice_proxy(backend, binary=SLUICE_BASE, tls=False)
@@ -488,6 +492,7 @@ def main():
         proxies = {k: v for k, v in proxies.items() if k in ONLY}
     else:
         del proxies["sluice-filters"]
+        del proxies["sluice-observed"]
     tests = [t for t in list(TESTS) + ["idle"] if not TESTS_ONLY or t in TESTS_ONLY]
     results = {}  # (test, proxy) -> list of dicts
     started = time.time()

@@ -6,6 +6,7 @@
 #   bench/callgrind.sh [path/to/sluice]     (default: target/release/sluice, built here)
 #   SLUICE_GLOBAL="access_log /tmp/a.log" bench/callgrind.sh   (extra global options)
 #   SLUICE_FILTERS="request_id; allow 127.0.0.0/8" bench/callgrind.sh   (filters before the proxy)
+#   SLUICE_ADMIN=127.0.0.1:0 bench/callgrind.sh   (the admin API on: requests are metered)
 # Needs valgrind, nginx and h2load (nghttp2-client); installs them on Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +44,7 @@ nginx -c "$work/nginx.conf" -p "$work"
 run() {
     local n=$1 port
     port=$(free_port)
-    printf 'global { workers 1; admin off; %s }\nlisten 127.0.0.1:%s\nsite * {\n%s\nproxy 127.0.0.1:%s }\n' "${SLUICE_GLOBAL:-}" "$port" "$(printf '%s' "${SLUICE_FILTERS:-}" | tr ';' '\n')" "$bport" >"$work/sluice.conf"
+    printf 'global { workers 1; admin %s; %s }\nlisten 127.0.0.1:%s\nsite * {\n%s\nproxy 127.0.0.1:%s }\n' "${SLUICE_ADMIN:-off}" "${SLUICE_GLOBAL:-}" "$port" "$(printf '%s' "${SLUICE_FILTERS:-}" | tr ';' '\n')" "$bport" >"$work/sluice.conf"
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.$n" "$bin" run -c "$work/sluice.conf" 2>"$work/valgrind.$n" &
     local pid=$!
     for _ in $(seq 100); do

@@ -96,21 +96,35 @@ pub(crate) fn count_status(status: u16) {
     }
 }
 
-/// Upper bounds of the upstream latency histogram, in seconds.
-pub(crate) const LATENCY_BOUNDS: [f64; 11] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+/// Upper bounds of the latency histograms, in seconds: fine below 10 ms, where a proxy's
+/// own answers and a near backend's fall, so p50 and p99 read from them mean something.
+pub(crate) const LATENCY_BOUNDS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// A latency histogram of atomics (Prometheus buckets are cumulative when printed).
-#[derive(Default)]
 pub(crate) struct Histogram {
     /// Observations per bucket, the last one for "over every bound".
-    pub buckets: [AtomicU64; 12],
+    pub buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
     pub sum_us: AtomicU64,
     pub count: AtomicU64,
 }
 
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram::new()
+    }
+}
+
 impl Histogram {
+    pub(crate) const fn new() -> Histogram {
+        Histogram {
+            buckets: [const { AtomicU64::new(0) }; LATENCY_BOUNDS.len() + 1],
+            sum_us: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
     pub(crate) fn observe(&self, d: std::time::Duration) {
         let secs = d.as_secs_f64();
         let i = LATENCY_BOUNDS
@@ -123,3 +137,51 @@ impl Histogram {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 }
+
+/// One site's or route's requests (`sluice_http_*`): counts by status class, the time
+/// to the response's last byte, and body bytes each way. Kept by the route (or site)
+/// it counts and carried across reloads by its labels; made only while the admin API
+/// is on, so a proxy without metrics pays nothing for them.
+pub(crate) struct Meter {
+    /// `1xx` to `5xx`.
+    pub classes: [AtomicU64; 5],
+    pub duration: Histogram,
+    pub request_bytes: AtomicU64,
+    pub response_bytes: AtomicU64,
+}
+
+impl Default for Meter {
+    fn default() -> Self {
+        Meter::new()
+    }
+}
+
+impl Meter {
+    pub(crate) const fn new() -> Meter {
+        Meter {
+            classes: [const { AtomicU64::new(0) }; 5],
+            duration: Histogram::new(),
+            request_bytes: AtomicU64::new(0),
+            response_bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// A response that is done: its status, how long since its request was read, and
+    /// the body bytes that came in and went out.
+    pub(crate) fn record(&self, status: u16, took: std::time::Duration, req: u64, resp: u64) {
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        self.classes[class].fetch_add(1, Ordering::Relaxed);
+        self.duration.observe(took);
+        if req != 0 {
+            self.request_bytes.fetch_add(req, Ordering::Relaxed);
+        }
+        if resp != 0 {
+            self.response_bytes.fetch_add(resp, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Answers given before a site was found (an unknown or invalid `Host`): the meter
+/// with `site=""` and `route=""`.
+pub(crate) static UNROUTED: std::sync::LazyLock<std::sync::Arc<Meter>> =
+    std::sync::LazyLock::new(Default::default);

@@ -267,3 +267,73 @@ async fn combined_common_and_the_client_s_own_fields() {
     );
     assert_eq!(v["protocol"], "HTTP/2");
 }
+
+/// What a filter, TLS and the proxy add to a line (`request_id`, `tls`, `upstream_ms`),
+/// and the same request written by an operator's template: values escaped, `-` for the
+/// absent, a request header by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_request_id_upstream_time_and_a_template() {
+    use common::pki::{connect, Ca};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let b = Backend::start(|_| async {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        hyper::Response::new(full("slow"))
+    })
+    .await;
+    let ca = Ca::new();
+    let leaf = ca.leaf(&["app.test"]);
+    let template = "{protocol} {tls} {request_id} up={upstream_ms} {status} {bytes} {pool} ua=\\\"{header.user-agent}\\\" {scheme}://{host}{uri}";
+    for (format, expect_json) in [("json", true), (&format!("\"{template}\""), false)] {
+        let dir = TempDir::new();
+        let cert = dir.write("a.pem", &leaf.cert_pem);
+        let key = dir.write("a.key", &leaf.key_pem);
+        let log = dir.0.join("access.log");
+        let path = dir.write(
+            "sluice.conf",
+            &format!(
+                "global {{ admin off; access_log access.log {format} }}
+listen 127.0.0.1:0 tls
+site app.test {{ tls {} {}; request_id; proxy {} }}
+",
+                cert.display(),
+                key.display(),
+                b.addr
+            ),
+        );
+        let s = Sluice::spawn(&["run", "-c", path.to_str().unwrap()], dir);
+        let mut tls = connect(s.addr, ca.client(&[b"http/1.1"]), Some("app.test"))
+            .await
+            .unwrap();
+        tls.write_all(b"GET /p?q=%221 HTTP/1.1\r\nHost: app.test\r\nUser-Agent: t\"x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        // Read to the close (which may come without a close_notify).
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(WAIT, tls.read_to_end(&mut out)).await;
+        let (resp, _) = parse_response(&out)
+            .unwrap_or_else(|| panic!("a response: {:?}", String::from_utf8_lossy(&out)));
+        let id = resp
+            .header("x-request-id")
+            .unwrap_or_else(|| panic!("an id: {} {:?}", resp.status, resp.text()))
+            .to_string();
+        let got = lines(&log, 1);
+        let line = got.first().expect("a line");
+        if expect_json {
+            let v: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["tls"], "TLSv1.3", "{line}");
+            assert_eq!(v["request_id"], id.as_str(), "{line}");
+            let up = v["upstream_ms"].as_u64().expect("upstream_ms");
+            assert!(
+                up >= 30 && up <= v["duration_ms"].as_u64().unwrap(),
+                "{line}"
+            );
+        } else {
+            let (head, rest) = line.split_once(" up=").unwrap();
+            assert_eq!(head, format!("HTTP/1.1 TLSv1.3 {id}"), "{line}");
+            assert!(
+                rest.ends_with(" 200 4 app.test ua=\"t\\\"x\" https://app.test/p?q=%221"),
+                "{line}"
+            );
+        }
+    }
+}

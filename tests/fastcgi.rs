@@ -697,3 +697,52 @@ async fn large_uploads_reach_the_application_whole_in_bounded_memory() {
         peak_after - peak_before
     );
 }
+
+/// A FastCGI pool is shown like a proxy pool: in `/status` (its connections, and its
+/// route's requests by class) and in `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_is_in_status_and_metrics() {
+    let app = Responder::start().await;
+    let root = app_root();
+    let dir = TempDir::new();
+    let conf = dir.write(
+        "sluice.conf",
+        &format!(
+            "global {{ admin 127.0.0.1:0 }}\nlisten 127.0.0.1:0\nsite app.test {{ route /php/* {{ strip /php; fastcgi {} {{ root {}; max_conns 3 }} }} }}\n",
+            app.addr,
+            root.0.display()
+        ),
+    );
+    let s = Sluice::spawn(&["run", "-c", conf.to_str().unwrap()], dir);
+    let admin = s.admin();
+    for _ in 0..2 {
+        let r = get_host(s.addr, "app.test", "/php/app.php").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let st: serde_json::Value = serde_json::from_slice(&get(admin, "/status").await.body).unwrap();
+    let pool = &st["fastcgi_pools"][0];
+    assert_eq!(pool["name"], "app.test /php/*", "{st}");
+    assert_eq!(pool["address"], app.addr.to_string());
+    assert_eq!(pool["max_conns"], 3);
+    assert_eq!(
+        (pool["open"].as_u64(), pool["idle"].as_u64()),
+        (Some(1), Some(1)),
+        "one kept connection: {st}"
+    );
+    let route = st["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["pool"] == "app.test /php/*")
+        .unwrap_or_else(|| panic!("the pool's route: {st}"));
+    assert_eq!(route["requests"]["by_class"]["2xx"], 2, "{st}");
+    let m = get(admin, "/metrics").await.text();
+    for line in [
+        "sluice_fastcgi_connections_open{pool=\"app.test /php/*\"} 1\n",
+        "sluice_fastcgi_connections_idle{pool=\"app.test /php/*\"} 1\n",
+        "sluice_fastcgi_max_conns{pool=\"app.test /php/*\"} 3\n",
+        "sluice_http_requests_total{site=\"app.test\",route=\"/php/*\",code=\"2xx\"} 2\n",
+    ] {
+        assert!(m.contains(line), "{line} in\n{m}");
+    }
+}

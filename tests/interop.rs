@@ -181,6 +181,11 @@ fn h2load_runs_concurrent_h2c_streams() {
     assert!(text.contains("status codes: 2000 2xx"), "{text}");
 }
 
+/// The dashboard in headless Chromium at a desktop and a phone width (screenshots kept
+/// in the test's folder): the build, uptime and last reload; per route traffic with its
+/// status split and p50/p99; each pool's peers with state, reason and time in state; a
+/// FastCGI pool; the certificate and its expiry; on a phone, nothing wider than the
+/// screen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_renders_in_a_real_browser() {
     let Some(chromium) = program("chromium") else {
@@ -188,17 +193,41 @@ async fn the_dashboard_renders_in_a_real_browser() {
     };
     let live = Backend::text("up").await;
     let dead = dead_addr().await;
+    let ca = common::pki::Ca::new();
+    let leaf = ca.leaf(&["shop.test"]);
+    let files = TempDir::new();
+    let cert = files.write("shop.pem", &leaf.cert_pem);
+    let key = files.write("shop.key", &leaf.key_pem);
+    let tls_port = StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let s = Sluice::start(&format!(
         "global {{ admin 127.0.0.1:0 }}
+         listen 127.0.0.1:0
+         listen 127.0.0.1:{tls_port} tls
          site shop.test {{
+             tls {cert} {key}
              route /api/* {{ proxy {live} }}
+             route /php/* {{ fastcgi {dead} {{ root {root} }} }}
              proxy {dead} {live} {{ lb first }}
          }}",
-        live = live.addr
+        live = live.addr,
+        cert = cert.display(),
+        key = key.display(),
+        root = files.0.display(),
     ));
     let admin = s.admin();
     // The first peer of the site's pool is down: one request takes it out of rotation.
     assert_eq!(get_host(s.addr, "shop.test", "/").await.text(), "up");
+    for _ in 0..20 {
+        assert_eq!(get_host(s.addr, "shop.test", "/api/x").await.status, 200);
+    }
+    assert_eq!(
+        get_host(s.addr, "shop.test", "/php/x.php").await.status,
+        404
+    );
     let on = br#"{"site": "shop.test", "on": true}"#;
     let r = request(
         admin,
@@ -210,15 +239,15 @@ async fn the_dashboard_renders_in_a_real_browser() {
     .await;
     assert_eq!(r.status, 200);
     let dir = TempDir::new();
-    let shot = dir.0.join("dashboard.png");
     let url = format!("http://{admin}/");
-    let run = |extra: &[&str]| {
+    let run = |size: &str, extra: &[&str]| {
         let out = Command::new(&chromium)
             .args([
                 "--headless",
                 "--no-sandbox",
                 "--disable-gpu",
-                "--window-size=1000,700",
+                "--hide-scrollbars",
+                &format!("--window-size={size}"),
                 "--virtual-time-budget=3000",
                 &format!("--user-data-dir={}", dir.0.join("profile").display()),
             ])
@@ -228,26 +257,56 @@ async fn the_dashboard_renders_in_a_real_browser() {
             .expect("chromium runs");
         String::from_utf8_lossy(&out.stdout).to_string()
     };
-    // The DOM after the page's script fetched /status (the runtime's other worker
-    // keeps sluice's backends answering while this one waits for the browser).
-    let dom = run(&["--dump-dom"]);
-    run(&[&format!("--screenshot={}", shot.display())]);
-    let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
-    assert!(size > 1000, "a screenshot was taken ({size} bytes)");
-    assert!(
-        dom.contains("shop.test /api/*"),
-        "the page names the route's pool:\n{dom}"
-    );
-    assert!(
-        dom.contains("<h2>shop.test <span"),
-        "and the site's pool:\n{dom}"
-    );
-    assert!(
-        dom.contains(&format!("<td>{dead}</td><td class=\"out\">out</td>")),
-        "the down peer shows as down:\n{dom}"
-    );
-    assert!(dom.contains("revision 1"), "{dom}");
-    assert!(dom.contains("sites: shop.test (maintenance)"), "{dom}");
+    for (width, size) in [(1280, "1280,900"), (390, "390,844")] {
+        // The DOM after the page's script fetched /status (the runtime's other worker
+        // keeps sluice's backends answering while this one waits for the browser).
+        let dom = run(size, &["--dump-dom"]);
+        let shot = dir.0.join(format!("dashboard-{width}.png"));
+        run(size, &[&format!("--screenshot={}", shot.display())]);
+        let bytes = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+        assert!(
+            bytes > 1000,
+            "a {width} px screenshot was taken ({bytes} bytes)"
+        );
+        // SLUICE_KEEP_SHOTS=DIR keeps a copy to look at.
+        if let Some(keep) = std::env::var_os("SLUICE_KEEP_SHOTS") {
+            let _ = std::fs::copy(
+                &shot,
+                PathBuf::from(keep).join(format!("dashboard-{width}.png")),
+            );
+        }
+        for (what, needle) in [
+            ("the build", format!("sluice {}", env!("CARGO_PKG_VERSION"))),
+            ("uptime", "<span>up ".to_string()),
+            ("the last reload", "no reload yet".to_string()),
+            ("the route's pool", "shop.test /api/*".to_string()),
+            (
+                "the site's own route",
+                "data-l=\"route\">/*</td>".to_string(),
+            ),
+            ("a rate", "data-l=\"req/s\"".to_string()),
+            ("the status split", "2xx 100%".to_string()),
+            ("a latency", "data-l=\"p99\" class=\"n\">".to_string()),
+            (
+                "the down peer",
+                format!("{dead}</td><td data-l=\"state\"><span class=\"out\">out</span>"),
+            ),
+            ("why it is down", "failed requests in a row".to_string()),
+            ("the FastCGI pool", "FastCGI pools".to_string()),
+            ("the certificate", "Certificates".to_string()),
+            ("its expiry", "data-l=\"in\" class=\"ok\">".to_string()),
+            ("maintenance", "shop.test (maintenance)".to_string()),
+        ] {
+            assert!(
+                dom.contains(&needle),
+                "at {width} px the page shows {what} ({needle}):\n{dom}"
+            );
+        }
+        assert!(
+            dom.contains("data-overflow=\"no\""),
+            "at {width} px nothing is wider than the window:\n{dom}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

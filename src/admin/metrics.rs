@@ -8,13 +8,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::runtime::Generation;
-use crate::stats::{COUNTERS, LATENCY_BOUNDS, STATUS};
+use crate::stats::{Histogram, Meter, COUNTERS, LATENCY_BOUNDS, STATUS};
 use crate::upstream::{FailureKind, Pool};
 
 pub(crate) fn render(gen: &Generation) -> String {
     let mut out = String::with_capacity(8192);
     let pools: Vec<&Arc<Pool>> = gen.pools().collect();
     responses(&mut out);
+    http(&mut out, gen);
+    fastcgi(&mut out, gen);
     peers(&mut out, &pools);
     pool_metrics(&mut out, &pools);
     counters(&mut out);
@@ -215,30 +217,12 @@ fn pool_metrics(o: &mut String, pools: &[&Arc<Pool>]) {
         "from the request going out to the response head",
     );
     for p in pools {
-        let h = &p.state.upstream_seconds;
-        let pool = esc(p.name());
-        let mut cumulative = 0;
-        for (i, bound) in LATENCY_BOUNDS.iter().enumerate() {
-            cumulative += get(&h.buckets[i]);
-            let _ = writeln!(
-                o,
-                "sluice_upstream_seconds_bucket{{pool=\"{pool}\",le=\"{bound}\"}} {cumulative}"
-            );
-        }
-        cumulative += get(&h.buckets[LATENCY_BOUNDS.len()]);
-        let _ = writeln!(
+        let labels = format!("pool=\"{}\"", esc(p.name()));
+        histogram(
             o,
-            "sluice_upstream_seconds_bucket{{pool=\"{pool}\",le=\"+Inf\"}} {cumulative}"
-        );
-        let _ = writeln!(
-            o,
-            "sluice_upstream_seconds_sum{{pool=\"{pool}\"}} {}",
-            get(&h.sum_us) as f64 / 1e6
-        );
-        let _ = writeln!(
-            o,
-            "sluice_upstream_seconds_count{{pool=\"{pool}\"}} {}",
-            get(&h.count)
+            "sluice_upstream_seconds",
+            &labels,
+            &p.state.upstream_seconds,
         );
     }
 }
@@ -340,6 +324,119 @@ fn counters(o: &mut String) {
         "sluice_access_log_dropped_total {}",
         get(&super::access::DROPPED)
     );
+}
+
+/// Each FastCGI pool's connections: open (idle ones included), idle, requests waiting
+/// for their first byte, and the cap.
+fn fastcgi(o: &mut String, gen: &Generation) {
+    let pools: Vec<_> = gen
+        .sites
+        .fastcgi()
+        .map(|f| (esc(&f.name), f.pool.counts()))
+        .collect();
+    if pools.is_empty() {
+        return;
+    }
+    type Field = fn(&crate::fastcgi::pool::Counts) -> usize;
+    let families: [(&str, &str, Field); 4] = [
+        (
+            "sluice_fastcgi_connections_open",
+            "connections open or being opened, idle ones included",
+            |c| c.open,
+        ),
+        (
+            "sluice_fastcgi_connections_idle",
+            "connections kept idle",
+            |c| c.idle,
+        ),
+        (
+            "sluice_fastcgi_requests_waiting",
+            "requests sent and waiting for their first byte",
+            |c| c.waiting,
+        ),
+        ("sluice_fastcgi_max_conns", "the pool's max_conns", |c| {
+            c.max_conns
+        }),
+    ];
+    for (name, help, f) in families {
+        head(o, name, "gauge", help);
+        for (pool, c) in &pools {
+            let _ = writeln!(o, "{name}{{pool=\"{pool}\"}} {}", f(c));
+        }
+    }
+}
+
+/// One histogram's series: cumulative buckets, the sum in seconds and the count.
+fn histogram(o: &mut String, name: &str, labels: &str, h: &Histogram) {
+    let mut cumulative = 0;
+    for (i, bound) in LATENCY_BOUNDS.iter().enumerate() {
+        cumulative += get(&h.buckets[i]);
+        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+    }
+    cumulative += get(&h.buckets[LATENCY_BOUNDS.len()]);
+    let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+    let _ = writeln!(o, "{name}_sum{{{labels}}} {}", get(&h.sum_us) as f64 / 1e6);
+    let _ = writeln!(o, "{name}_count{{{labels}}} {}", get(&h.count));
+}
+
+/// Per site and route (`route=""`: no route took it; `site=""`: no site did):
+/// requests by status class, their time to the last byte, body bytes each way.
+fn http(o: &mut String, gen: &Generation) {
+    if !gen.metered {
+        return;
+    }
+    let unrouted: &Meter = &crate::stats::UNROUTED;
+    let meters: Vec<(String, &Meter)> = std::iter::once((("", ""), unrouted))
+        .chain(gen.meters().map(|(k, m)| (k, &**m)))
+        .map(|((site, route), m)| {
+            (
+                format!("site=\"{}\",route=\"{}\"", esc(site), esc(route)),
+                m,
+            )
+        })
+        .collect();
+    head(
+        o,
+        "sluice_http_requests_total",
+        "counter",
+        "responses by site, route and status class",
+    );
+    for (l, m) in &meters {
+        for (i, c) in m.classes.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "sluice_http_requests_total{{{l},code=\"{}xx\"}} {}",
+                i + 1,
+                get(c)
+            );
+        }
+    }
+    head(
+        o,
+        "sluice_http_request_duration_seconds",
+        "histogram",
+        "from the request head read to the response's last byte",
+    );
+    for (l, m) in &meters {
+        histogram(o, "sluice_http_request_duration_seconds", l, &m.duration);
+    }
+    for (name, help, f) in [
+        (
+            "sluice_http_request_bytes_total",
+            "request body bytes received",
+            (|m: &Meter| get(&m.request_bytes)) as fn(&Meter) -> u64,
+        ),
+        (
+            "sluice_http_response_bytes_total",
+            "response body bytes sent",
+            |m: &Meter| get(&m.response_bytes),
+        ),
+    ] {
+        head(o, name, "counter", help);
+        for (l, m) in &meters {
+            let _ = writeln!(o, "{name}{{{l}}} {}", f(m));
+        }
+    }
 }
 
 fn get(c: &AtomicU64) -> u64 {

@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use serde_json::{json, Value};
 
 use super::log::rfc3339;
+use crate::route::Handler;
 use crate::runtime::Generation;
+use crate::stats::Meter;
 use crate::upstream::{Peer, Pool};
 
 pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> Value {
@@ -18,14 +20,101 @@ pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> V
         .map(|s| json!({"name": s.name, "maintenance": s.in_maintenance()}))
         .collect();
     let pools: Vec<Value> = gen.pools().map(|p| pool(p)).collect();
+    let mut fastcgi = Vec::new();
+    let mut routes = Vec::new();
+    for s in &gen.sites.list {
+        if let Some(m) = &s.meter {
+            routes.push(json!({"site": s.name, "route": "", "pool": null, "requests": meter(m)}));
+        }
+        for r in &s.routes {
+            let pool = match &r.handler {
+                Handler::Proxy(p) => Some(p.name()),
+                Handler::FastCgi(f) => {
+                    fastcgi.push(fastcgi_pool(f));
+                    Some(f.name.as_str())
+                }
+                _ => None,
+            };
+            if let Some(m) = &r.meter {
+                let label = crate::runtime::compile::route_label(&s.name, &r.name);
+                routes.push(
+                    json!({"site": s.name, "route": label, "pool": pool, "requests": meter(m)}),
+                );
+            }
+        }
+    }
+    if gen.metered {
+        let m = meter(&crate::stats::UNROUTED);
+        routes.push(json!({"site": "", "route": "", "pool": null, "requests": m}));
+    }
     json!({
         "revision": revision,
         "listeners": listeners,
         "sites": sites,
         "pools": pools,
+        "fastcgi_pools": fastcgi,
+        "routes": routes,
+        "certificates": certificates(gen),
+        "latency_bounds": crate::stats::LATENCY_BOUNDS,
         "tunnels_open": crate::tunnel::OPEN.load(Ordering::Relaxed),
         "out_of_ports": crate::stats::COUNTERS.out_of_ports.load(Ordering::Relaxed),
     })
+}
+
+/// A meter's counts since start: responses by class, body bytes, and the latency
+/// histogram's buckets (not cumulative; bounds in `latency_bounds`, the last one for
+/// "slower than every bound"), so a reader can take rates and quantiles over the
+/// difference of two reads.
+fn meter(m: &Meter) -> Value {
+    let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let classes: Vec<u64> = m.classes.iter().map(get).collect();
+    let buckets: Vec<u64> = m.duration.buckets.iter().map(get).collect();
+    json!({
+        "total": classes.iter().sum::<u64>(),
+        "by_class": {"1xx": classes[0], "2xx": classes[1], "3xx": classes[2], "4xx": classes[3], "5xx": classes[4]},
+        "bytes_in": get(&m.request_bytes),
+        "bytes_out": get(&m.response_bytes),
+        "duration_buckets": buckets,
+        "duration_sum_seconds": get(&m.duration.sum_us) as f64 / 1e6,
+    })
+}
+
+/// A FastCGI pool: its application and its connections now.
+fn fastcgi_pool(f: &crate::fastcgi::FastCgi) -> Value {
+    let c = f.pool.counts();
+    json!({
+        "name": f.name,
+        "address": f.cfg.text,
+        "max_conns": c.max_conns,
+        "open": c.open,
+        "idle": c.idle,
+        "waiting": c.waiting,
+    })
+}
+
+/// Each TLS site's certificate as served now: when it expires, and in how long.
+fn certificates(gen: &Generation) -> Vec<Value> {
+    let Some(tls) = &gen.tls else {
+        return Vec::new();
+    };
+    let now = std::time::SystemTime::now();
+    tls.certs
+        .slots
+        .iter()
+        .filter_map(|slot| {
+            let after = slot.not_after()?;
+            let left = match after.duration_since(now) {
+                Ok(d) => d.as_secs() as i64,
+                Err(e) => -(e.duration().as_secs() as i64),
+            };
+            Some(json!({
+                "site": slot.site,
+                "file": slot.cert.display().to_string(),
+                "not_after": rfc3339(after),
+                "expires_in_seconds": left,
+            }))
+        })
+        .collect()
 }
 
 /// The process's facts: version, start time, uptime, and the last reload (`null`
@@ -78,12 +167,23 @@ fn peer(peer: &Peer, now: u64) -> Value {
         } else {
             "fail"
         };
-        json!({"result": result, "at": rfc3339(crate::clock::wall_clock(probed))})
+        let error = peer
+            .active
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .filter(|_| result == "fail");
+        json!({"result": result, "at": rfc3339(crate::clock::wall_clock(probed)), "error": error})
     };
+    let state = peer.state(now);
+    let (since, reason) = state_since(peer, state, now);
     let mut v = json!({
         "ordinal": peer.ordinal,
         "address": peer.addr.text,
-        "state": peer.state(now),
+        "state": state,
+        "since": since.map_or(Value::Null, |ms| json!(rfc3339(crate::clock::wall_clock(ms)))),
+        "reason": reason,
         "in_flight": peer.in_flight.load(Ordering::Relaxed),
         "selections": peer.selections.load(Ordering::Relaxed),
         "failures": peer.failures.load(Ordering::Relaxed),
@@ -96,4 +196,44 @@ fn peer(peer: &Peer, now: u64) -> Value {
         v["h2_connections"] = json!(peer.h2_sessions());
     }
     v
+}
+
+/// Since when (`now_ms`) a peer has been in `state`, and why it is out of rotation:
+/// the failed probe's error, the breaker, or outlier ejection. `None` for since: in
+/// that state from the pool's start.
+fn state_since(peer: &Peer, state: &str, now: u64) -> (Option<u64>, Option<String>) {
+    let at = |c: &std::sync::atomic::AtomicU64| Some(c.load(Ordering::Relaxed)).filter(|&t| t != 0);
+    match state {
+        "unhealthy" => {
+            let error = peer
+                .active
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let why = error.map_or_else(
+                || "health probes fail".to_string(),
+                |e| format!("health probe: {e}"),
+            );
+            (at(&peer.active.changed_ms), Some(why))
+        }
+        "ejected" => (
+            at(&peer.outlier.since_ms),
+            Some("5xx answers in a row (outlier ejection)".to_string()),
+        ),
+        "out" => (
+            at(&peer.passive.out_since),
+            Some("failed requests in a row (passive breaker)".to_string()),
+        ),
+        // Healthy since the latest return: probes passing again, the breaker or an
+        // ejection running out.
+        _ => {
+            let back = [
+                at(&peer.active.changed_ms),
+                Some(peer.passive.out_until()).filter(|&t| t != 0 && t <= now),
+                peer.outlier.until().filter(|&t| t <= now),
+            ];
+            (back.into_iter().flatten().max(), None)
+        }
+    }
 }

@@ -188,7 +188,7 @@ pub struct AccessLogConfig {
 }
 
 /// How an access log line is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AccessFormat {
     /// One JSON object a line (the default).
     Json,
@@ -198,6 +198,8 @@ pub enum AccessFormat {
     Combined,
     /// Apache's Common Log Format.
     Common,
+    /// The operator's own line (a newline is added).
+    Template(std::sync::Arc<crate::config::template::LogTemplate>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -362,3 +362,123 @@ mod tests {
         );
     }
 }
+
+/// An access log line written as a template: `access_log FILE "TEMPLATE"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogTemplate {
+    pub parts: Vec<LogPart>,
+    /// The request headers `{header.NAME}` asks for, in the order of their parts.
+    pub headers: Vec<HeaderName>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogPart {
+    Text(String),
+    Field(LogField),
+    /// `{header.NAME}`: the request header's value, by its index in `headers`.
+    Header(usize),
+}
+
+/// A value an access log line can show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogField {
+    Host,
+    Path,
+    Query,
+    Uri,
+    ClientIp,
+    Scheme,
+    Method,
+    Status,
+    Bytes,
+    DurationMs,
+    Pool,
+    Peer,
+    Attempts,
+    Protocol,
+    RequestId,
+    Tls,
+    UpstreamMs,
+    Time,
+}
+
+impl LogField {
+    pub const ALL: [(&'static str, LogField); 18] = [
+        ("host", LogField::Host),
+        ("path", LogField::Path),
+        ("query", LogField::Query),
+        ("uri", LogField::Uri),
+        ("client_ip", LogField::ClientIp),
+        ("scheme", LogField::Scheme),
+        ("method", LogField::Method),
+        ("status", LogField::Status),
+        ("bytes", LogField::Bytes),
+        ("duration_ms", LogField::DurationMs),
+        ("pool", LogField::Pool),
+        ("peer", LogField::Peer),
+        ("attempts", LogField::Attempts),
+        ("protocol", LogField::Protocol),
+        ("request_id", LogField::RequestId),
+        ("tls", LogField::Tls),
+        ("upstream_ms", LogField::UpstreamMs),
+        ("time", LogField::Time),
+    ];
+}
+
+impl LogTemplate {
+    /// Splits `text` at its placeholders; `Err` names the first unknown one (a `{…}`
+    /// that looks like a name but is none, or a `{header.…}` that is no header name).
+    /// Other braces are text, as in [`Template::parse`].
+    pub fn parse(text: &str) -> Result<LogTemplate, UnknownPlaceholder> {
+        let mut t = LogTemplate {
+            parts: Vec::new(),
+            headers: Vec::new(),
+        };
+        let mut lit = String::new();
+        let mut rest = text;
+        while let Some(open) = rest.find('{') {
+            let Some(close) = rest[open + 1..].find(['{', '}']).map(|c| c + 1) else {
+                break;
+            };
+            if rest.as_bytes()[open + close] == b'{' {
+                lit.push_str(&rest[..open + close]);
+                rest = &rest[open + close..];
+                continue;
+            }
+            let name = &rest[open + 1..open + close];
+            let part = match name.strip_prefix("header.") {
+                Some(h) => {
+                    let h = HeaderName::from_bytes(h.as_bytes())
+                        .map_err(|_| UnknownPlaceholder(name.to_string()))?;
+                    t.headers.push(h);
+                    Some(LogPart::Header(t.headers.len() - 1))
+                }
+                None => LogField::ALL
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, f)| LogPart::Field(*f)),
+            };
+            match part {
+                Some(part) => {
+                    lit.push_str(&rest[..open]);
+                    if !lit.is_empty() {
+                        t.parts.push(LogPart::Text(std::mem::take(&mut lit)));
+                    }
+                    t.parts.push(part);
+                }
+                None if !name.is_empty()
+                    && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') =>
+                {
+                    return Err(UnknownPlaceholder(name.to_string()));
+                }
+                None => lit.push_str(&rest[..open + close + 1]),
+            }
+            rest = &rest[open + close + 1..];
+        }
+        lit.push_str(rest);
+        if !lit.is_empty() {
+            t.parts.push(LogPart::Text(lit));
+        }
+        Ok(t)
+    }
+}

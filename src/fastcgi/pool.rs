@@ -43,6 +43,17 @@ pub(crate) struct Pool {
     released: tokio::sync::Notify,
     connect_timeout: Duration,
     keepalive_timeout: Duration,
+    max_conns: usize,
+}
+
+/// A pool's connections at one moment, for `/status` and metrics.
+pub(crate) struct Counts {
+    /// Open or being opened, idle ones included.
+    pub open: usize,
+    pub idle: usize,
+    /// Requests sent and still waiting for their first byte.
+    pub waiting: usize,
+    pub max_conns: usize,
 }
 
 /// A connection and its place under `max_conns`.
@@ -80,11 +91,22 @@ impl Pool {
             released: tokio::sync::Notify::new(),
             connect_timeout: cfg.connect_timeout,
             keepalive_timeout: cfg.keepalive_timeout,
+            max_conns: cfg.max_conns,
         });
         let mut all = POOLS.lock().unwrap_or_else(|e| e.into_inner());
         all.retain(|w| w.strong_count() > 0);
         all.push(Arc::downgrade(&pool));
         pool
+    }
+
+    /// Its connections now.
+    pub(crate) fn counts(&self) -> Counts {
+        Counts {
+            open: self.max_conns - self.places.available_permits().min(self.max_conns),
+            idle: self.idle.lock().unwrap_or_else(|e| e.into_inner()).len(),
+            waiting: self.waiting.lock().unwrap_or_else(|e| e.into_inner()).len(),
+            max_conns: self.max_conns,
+        }
     }
 
     /// An idle connection (unless `fresh`), else a new one, within the deadline.

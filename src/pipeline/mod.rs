@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
@@ -25,7 +26,7 @@ use crate::reply::{date, local_response};
 use crate::route::path::{normalize, normalize_host};
 use crate::route::{Handler, Probe, Route, Site};
 use crate::runtime::{Generation, Live};
-use crate::stats::{bump, COUNTERS};
+use crate::stats::{bump, Meter, COUNTERS, UNROUTED};
 pub(crate) use crate::upstream::Served;
 
 mod controls;
@@ -43,6 +44,8 @@ pub(crate) struct ClientInfo {
     pub tls_client: Option<std::sync::Arc<crate::net::identity::TlsClient>>,
     /// The address the client reached (a PROXY protocol header's destination).
     pub local: Option<SocketAddr>,
+    /// Over TLS: the protocol version (`TLSv1.3`), for the access log.
+    pub tls: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +76,7 @@ impl ClientInfo {
             scheme,
             tls_client: None,
             local: None,
+            tls: None,
         }
     }
 }
@@ -83,6 +87,8 @@ pub(crate) struct Answer {
     pub resp: Response<Body>,
     pub served: Option<Served>,
     pub tunnel: Option<Box<crate::tunnel::Tunnel>>,
+    /// The meter the response counts on when it is done (the admin API is on).
+    pub meter: Option<Arc<Meter>>,
 }
 
 pub(crate) type ResponseFuture = Pin<Box<dyn Future<Output = Answer> + Send>>;
@@ -107,11 +113,13 @@ pub(crate) fn handle(
     let gen = live.load();
     Box::pin(async move {
         let slots = Slots::default();
-        let resp = run(&gen, req, &client, &slots, offer).await;
+        let mut meter = None;
+        let resp = run(&gen, req, &client, &slots, offer, &mut meter).await;
         Answer {
             resp,
             served: slots.served.into_inner(),
             tunnel: slots.tunnel.into_inner(),
+            meter,
         }
     })
 }
@@ -129,20 +137,12 @@ async fn run(
     client: &ClientInfo,
     slots: &Slots,
     offer: Offer,
+    meter: &mut Option<Arc<Meter>>,
 ) -> Response<Body> {
-    let host = host_of(&req);
-    if !crate::route::path::valid_host(host) {
-        bump(&COUNTERS.bad_request);
-        return local_response(StatusCode::BAD_REQUEST, "Bad request: invalid Host\n");
-    }
-    let Some(site) = gen.sites.find(&normalize_host(host)) else {
-        bump(&COUNTERS.unknown_site);
-        return local_response(StatusCode::MISDIRECTED_REQUEST, "unknown site\n");
-    };
     // Not a nested async fn: awaiting one moves its whole (large) future once more.
-    let (route, normalized) = match find_route(gen, site, &req, client) {
+    let (site, route, normalized) = match locate(gen, &req, client, meter) {
         Ok(found) => found,
-        Err(resp) => return no_route(site, client, *resp),
+        Err(resp) => return *resp,
     };
     if let Some(resp) = controls::maintenance(gen, site, Some(route), &req, client) {
         return controls::hsts(site, client, resp);
@@ -201,6 +201,41 @@ async fn run(
         ),
     };
     controls::hsts(site, client, resp)
+}
+
+/// The request's site and route, on the normalised host and path (and the path, when
+/// normalising changed it), with the meter its response counts on; or the answer when
+/// there is no site or no route for it.
+#[allow(clippy::type_complexity)]
+fn locate<'g>(
+    gen: &'g Generation,
+    req: &Request<Body>,
+    client: &ClientInfo,
+    meter: &mut Option<Arc<Meter>>,
+) -> Result<(&'g Site, &'g Route, Option<String>), Box<Response<Body>>> {
+    let host = host_of(req);
+    if !crate::route::path::valid_host(host) {
+        bump(&COUNTERS.bad_request);
+        *meter = gen.metered.then(|| UNROUTED.clone());
+        let bad = local_response(StatusCode::BAD_REQUEST, "Bad request: invalid Host\n");
+        return Err(Box::new(bad));
+    }
+    let Some(site) = gen.sites.find(&normalize_host(host)) else {
+        bump(&COUNTERS.unknown_site);
+        *meter = gen.metered.then(|| UNROUTED.clone());
+        let unknown = local_response(StatusCode::MISDIRECTED_REQUEST, "unknown site\n");
+        return Err(Box::new(unknown));
+    };
+    match find_route(gen, site, req, client) {
+        Ok((route, normalized)) => {
+            meter.clone_from(&route.meter);
+            Ok((site, route, normalized))
+        }
+        Err(resp) => {
+            meter.clone_from(&site.meter);
+            Err(Box::new(no_route(site, client, *resp)))
+        }
+    }
 }
 
 /// The site's answer when no route took the request (or a control answered first):

@@ -72,7 +72,10 @@ pub(crate) async fn forward(
     req: Request<Body>,
     client: &Client<'_>,
 ) -> Response<Body> {
-    let mut dialed = Dialed::default();
+    let mut dialed = Dialed {
+        started: client.served.map(|_| std::time::Instant::now()),
+        ..Dialed::default()
+    };
     let resp = match (client.tunnel, upgrade::upgrade_protocol(&req)) {
         // Boxed: rare, and inline its future would make every request's as large.
         // `websocket off`: the pool takes no upgrade.
@@ -100,6 +103,7 @@ pub(crate) async fn forward(
                 attempts: dialed.attempts,
                 role: role_of(pool, peer),
                 transition,
+                upstream: dialed.started.map(|t| t.elapsed()),
             });
         }
     }
@@ -113,6 +117,8 @@ struct Dialed {
     peer: Option<usize>,
     attempts: u32,
     note: Note,
+    /// When the first dial began (the access log is on).
+    started: Option<std::time::Instant>,
 }
 
 fn role_of(pool: &Pool, peer: usize) -> &'static str {
@@ -166,8 +172,7 @@ async fn attempts(
         match sending.then(pool, i, outcome, &mut dialed.note) {
             Then::Pass(answer) => {
                 sending.evidence.record(pool, &mut dialed.note);
-                let attempts = dialed.attempts;
-                return stream(pool, answer, lease, client, &dialed.note, attempts);
+                return stream(pool, answer, lease, client, dialed);
             }
             Then::Answer(resp) => {
                 sending.evidence.record(pool, &mut dialed.note);
@@ -510,9 +515,9 @@ fn stream(
     answer: Answer,
     lease: Lease,
     client: &Client<'_>,
-    note: &Note,
-    attempts: u32,
+    dialed: &Dialed,
 ) -> Response<Body> {
+    let note = &dialed.note;
     let served = lease.peer;
     let served_pool = client.served.map(|_| lease.pool.clone());
     let (mut parts, body) = match answer {
@@ -552,9 +557,10 @@ fn stream(
             let _ = cell.set(Served {
                 pool,
                 peer: served,
-                attempts,
+                attempts: dialed.attempts,
                 role,
                 transition,
+                upstream: dialed.started.map(|t| t.elapsed()),
             });
         }
     }

@@ -98,7 +98,7 @@ pub(super) async fn upgrade(
         // switch, so it is never pooled.
         let mut head = head;
         head.reusable = false;
-        return stream(pool, Answer::H1(conn, head), lease, client, note, 1);
+        return stream(pool, Answer::H1(conn, head), lease, client, dialed);
     }
     let tunnel = Tunnel {
         conn,

@@ -87,6 +87,8 @@ pub(crate) struct Site {
     pub early_controls: bool,
     /// The site's `error_page` lines, for requests no route takes.
     pub error_pages: Option<Arc<crate::reply::ErrorPages>>,
+    /// Requests of the site no route took, counted while the admin API is on.
+    pub meter: Option<Arc<crate::stats::Meter>>,
 }
 
 /// A site's maintenance switch at run time: as configured, or forced on or off by the
@@ -133,6 +135,8 @@ pub(crate) struct Route {
     /// lines: removed from each request before the filters run, so only an auth
     /// service's answer sets them, whether or not the filter runs.
     pub auth_headers: Box<[HeaderName]>,
+    /// Its requests, counted while the admin API is on.
+    pub meter: Option<Arc<crate::stats::Meter>>,
 }
 
 pub(crate) enum Matcher {
@@ -194,6 +198,14 @@ impl Sites {
 
     pub(crate) fn routes(&self) -> impl Iterator<Item = &Route> {
         self.list.iter().flat_map(|s| s.routes.iter())
+    }
+
+    /// Every FastCGI handler, with its pool.
+    pub(crate) fn fastcgi(&self) -> impl Iterator<Item = &crate::fastcgi::FastCgi> {
+        self.routes().filter_map(|r| match &r.handler {
+            Handler::FastCgi(f) => Some(&**f),
+            _ => None,
+        })
     }
 
     pub(crate) fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {

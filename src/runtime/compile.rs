@@ -25,6 +25,7 @@ use crate::filter::strip::Strip;
 use crate::filter::{Action, Filter, Stage};
 use crate::route::{Handler, Matcher, Route, Site, Sites};
 use crate::safety::{Dns, Policy};
+use crate::stats::Meter;
 use crate::upstream::dial::Dest;
 use crate::upstream::{Pool, PoolId, PoolState};
 
@@ -47,7 +48,13 @@ impl Generation {
             .filter(|d| d.servers() == config.global.resolver.as_slice())
             .cloned()
             .unwrap_or_else(|| Arc::new(Dns::new(&config.global.resolver)));
+        // A site's or route's meter goes on counting across reloads while its labels
+        // stay.
+        let meters_before: HashMap<(&str, &str), &Arc<Meter>> =
+            previous.into_iter().flat_map(|g| g.meters()).collect();
         let shared = Shared {
+            meters_before: config.global.admin.is_some().then_some(&meters_before),
+            meters: Default::default(),
             carried: &carried,
             rates_before: previous.map(|g| &g.rate_memory),
             rates: Default::default(),
@@ -61,31 +68,7 @@ impl Generation {
         for s in &config.sites {
             sites.add(&s.hosts, site(s, &shared));
         }
-        let tcp = config
-            .tcp
-            .iter()
-            .map(|t| TcpRoute {
-                addr: t.listen.addr,
-                pools: t
-                    .pools
-                    .iter()
-                    .map(|p| {
-                        let mut name = format!("tcp {}", t.listen.text);
-                        if let Some(first) = p.sni.first() {
-                            name.push_str(&format!(" sni {}", first));
-                        }
-                        TcpTarget {
-                            sni: p.sni.clone(),
-                            pool: shared.pool(name, &p.proxy),
-                            idle_timeout: p.idle_timeout,
-                        }
-                    })
-                    .collect(),
-                names: tcp_names(&t.pools),
-                max_conns: t.max_conns,
-                guards: shared.tcp_guards(t),
-            })
-            .collect();
+        let tcp = tcp_routes(config, &shared);
         let tls = if config.listeners.iter().any(|l| l.tls) {
             certs::build(&config.sites)
         } else {
@@ -105,12 +88,39 @@ impl Generation {
             tunnel_idle: config.global.tunnel_idle,
             probe_slots,
             dns,
+            metered: config.global.admin.is_some(),
         }
+    }
+
+    /// Every meter with its `site` and `route` labels.
+    pub(crate) fn meters(&self) -> impl Iterator<Item = ((&str, &str), &Arc<Meter>)> {
+        self.sites.list.iter().flat_map(|s| {
+            let own = s.meter.iter().map(|m| ((s.name.as_str(), ""), m));
+            let routes = s.routes.iter().filter_map(|r| {
+                let m = r.meter.as_ref()?;
+                Some(((s.name.as_str(), route_label(&s.name, &r.name)), m))
+            });
+            own.chain(routes)
+        })
+    }
+}
+
+/// A route's `route` label: its pattern as written, `/*` for the site block's own.
+pub(crate) fn route_label<'a>(site: &str, route: &'a str) -> &'a str {
+    match route.strip_prefix(site).map(str::trim_start) {
+        Some("") => "/*",
+        Some(pattern) => pattern,
+        None => route,
     }
 }
 
 /// What every pool and filter of one generation is built with.
 struct Shared<'a> {
+    /// The previous generation's meters by labels; `None` when this one meters
+    /// nothing (the admin API is off).
+    meters_before: Option<&'a HashMap<(&'a str, &'a str), &'a Arc<Meter>>>,
+    /// This generation's, so two routes of one pattern share theirs.
+    meters: std::cell::RefCell<HashMap<(String, String), Arc<Meter>>>,
     /// The previous generation's pool states, by identity.
     carried: &'a HashMap<&'a PoolId, &'a Arc<PoolState>>,
     /// The previous generation's in-memory `rate_limit` buckets, by identity.
@@ -188,6 +198,20 @@ impl Shared<'_> {
         Pool::build(id, cfg.clone(), state, self.probe_slots, self.dest(cfg))
     }
 
+    /// The meter of `site`'s `route` (labels), the previous generation's if it had
+    /// one; `None` when nothing is metered.
+    fn meter(&self, site: &str, route: &str) -> Option<Arc<Meter>> {
+        let before = self.meters_before?;
+        let key = (site.to_string(), route.to_string());
+        let mut meters = self.meters.borrow_mut();
+        let m = meters.entry(key).or_insert_with(|| {
+            before
+                .get(&(site, route))
+                .map_or_else(Default::default, |m| Arc::clone(m))
+        });
+        Some(m.clone())
+    }
+
     /// The resolver, and the policy when `p` is strict.
     fn dest(&self, p: &config::ProxyConfig) -> Dest {
         Dest {
@@ -196,6 +220,35 @@ impl Shared<'_> {
             dns_budget: crate::safety::BUDGET.min(p.timeout),
         }
     }
+}
+
+/// The `tcp` listeners' routes, each pool with its predecessor's state.
+fn tcp_routes(config: &Config, shared: &Shared) -> Vec<TcpRoute> {
+    config
+        .tcp
+        .iter()
+        .map(|t| TcpRoute {
+            addr: t.listen.addr,
+            pools: t
+                .pools
+                .iter()
+                .map(|p| {
+                    let mut name = format!("tcp {}", t.listen.text);
+                    if let Some(first) = p.sni.first() {
+                        name.push_str(&format!(" sni {}", first));
+                    }
+                    TcpTarget {
+                        sni: p.sni.clone(),
+                        pool: shared.pool(name, &p.proxy),
+                        idle_timeout: p.idle_timeout,
+                    }
+                })
+                .collect(),
+            names: tcp_names(&t.pools),
+            max_conns: t.max_conns,
+            guards: shared.tcp_guards(t),
+        })
+        .collect()
 }
 
 /// A `tcp` block's `sni` names to their pool's index; the bare `proxy` as `*`.
@@ -252,6 +305,7 @@ fn site(s: &config::Site, shared: &Shared) -> Site {
             .collect(),
         lines: &s.filters,
         error_pages: &s.error_pages,
+        name: &s.name,
     };
     let routes = s
         .routes
@@ -279,6 +333,7 @@ fn site(s: &config::Site, shared: &Shared) -> Site {
             || !(s.versions.h1 && s.versions.h2)
             || client_auth,
         error_pages: error_pages(&[], &s.error_pages),
+        meter: shared.meter(&s.name, ""),
     }
 }
 
@@ -311,6 +366,7 @@ fn error_pages(
 /// What a site gives each of its routes: its filters (run before the route's own)
 /// and its error pages.
 struct FromSite<'a> {
+    name: &'a str,
     stages: Vec<Stage>,
     lines: &'a [config::FilterLine],
     error_pages: &'a [config::ErrorPage],
@@ -408,6 +464,7 @@ fn route(
             })
             .flatten()
             .collect(),
+        meter: shared.meter(site.name, route_label(site.name, &r.name)),
     }
 }
 

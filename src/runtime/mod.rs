@@ -106,6 +106,8 @@ pub(crate) struct Generation {
     /// The in-memory `rate_limit` buckets, by filter identity, for the next
     /// generation to carry.
     pub rate_memory: std::collections::HashMap<String, Arc<crate::filter::rate_limit::Memory>>,
+    /// The admin API is on: requests are metered (`sluice_http_*`).
+    pub metered: bool,
 }
 
 impl Generation {
@@ -171,11 +173,14 @@ fn forwarded_ip(entry: &[u8]) -> Option<IpAddr> {
 
 pub(crate) struct Live {
     current: ArcSwap<Generation>,
+    /// The current generation meters requests: a connection notes when each began.
+    metered: std::sync::atomic::AtomicBool,
 }
 
 impl Live {
     pub(crate) fn new(g: Generation) -> Arc<Live> {
         Arc::new(Live {
+            metered: g.metered.into(),
             current: ArcSwap::from_pointee(g),
         })
     }
@@ -185,10 +190,18 @@ impl Live {
         self.current.load_full()
     }
 
+    /// Whether requests are metered now (a request that starts as a reload lands may
+    /// go unmetered or be metered without its start time: it is then not counted).
+    pub(crate) fn metered(&self) -> bool {
+        self.metered.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Makes `next` the live generation. Pools of the old one that `next` did not carry
     /// over are retired now: their background tasks stop and their idle connections
     /// close, while requests still running on the old generation finish on it.
     pub(crate) fn swap(&self, next: Generation) {
+        self.metered
+            .store(next.metered, std::sync::atomic::Ordering::Relaxed);
         let old = self.current.swap(Arc::new(next));
         let now = self.current.load();
         for pool in old.pools() {

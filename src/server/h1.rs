@@ -186,9 +186,10 @@ impl Conn {
     ) {
         let (parts, _) = resp.into_parts();
         ex.switch(stream, parts.status, parts.headers).await;
+        ex.status = 101;
+        ex.meter(0);
         if let Some(l) = &log {
-            ex.status = 101;
-            ex.log(l, &self.client);
+            ex.log(l, &self.client, None);
         }
         let early = buf.split().freeze();
         stream.keepalive();
@@ -229,7 +230,7 @@ impl Conn {
         let log = self
             .access
             .load_full()
-            .map(|log| Pending::new(log, &method, &uri, &headers, version));
+            .map(|log| Pending::new(log, &method, &uri, &headers, version, &self.client));
         let mut req = Request::new(body);
         *req.method_mut() = method;
         *req.uri_mut() = uri;
@@ -245,8 +246,11 @@ impl Conn {
             upgrade,
             status: 0,
             bytes: 0,
+            received: 0,
             served: None,
             tunnel: None,
+            meter: None,
+            started: self.live.metered().then(Instant::now),
         };
         let Some(resp) = ex
             .dispatch(stream, buf, want, req, &self.live, &self.client)
@@ -259,15 +263,24 @@ impl Conn {
             self.switch(stream, buf, ex, resp, log, tunnel).await;
             return false;
         }
+        let request_id = log.as_ref().and_then(|_| request_id(&resp));
         let keep = ex.respond(stream, buf, resp).await;
+        ex.meter(ex.bytes);
         if let Some(l) = log {
-            ex.log(&l, &self.client);
+            ex.log(&l, &self.client, request_id.as_ref());
         }
         if !keep && ex.pump.is_some() {
             linger(stream).await;
         }
         keep
     }
+}
+
+/// The response's `X-Request-Id` (the `request_id` filter's), for the access log.
+pub(super) fn request_id(resp: &Response<Body>) -> Option<http::HeaderValue> {
+    resp.headers()
+        .get(&crate::filter::request_id::X_REQUEST_ID)
+        .cloned()
 }
 
 /// A lingering close, after answering a client that is still sending a body nobody
@@ -305,7 +318,12 @@ struct Exchange {
     /// The response's status and body bytes written, and who served it.
     status: u16,
     bytes: u64,
+    /// Request body bytes read.
+    received: u64,
     served: Option<crate::pipeline::Served>,
+    /// The meter the response counts on, and when the request began (metering is on).
+    meter: Option<Arc<crate::stats::Meter>>,
+    started: Option<Instant>,
     /// A backend connection that switched protocols, to join with this one.
     tunnel: Option<Box<crate::tunnel::Tunnel>>,
 }
@@ -314,7 +332,14 @@ struct Exchange {
 pub(crate) type Access = Arc<arc_swap::ArcSwapOption<AccessLog>>;
 
 impl Exchange {
-    fn log(&self, l: &Pending, client: &ClientInfo) {
+    /// Counts the response, done now, on its route's meter.
+    fn meter(&self, sent: u64) {
+        if let (Some(m), Some(t)) = (&self.meter, self.started) {
+            m.record(self.status, t.elapsed(), self.received, sent);
+        }
+    }
+
+    fn log(&self, l: &Pending, client: &ClientInfo, request_id: Option<&http::HeaderValue>) {
         let upstream = self
             .served
             .as_ref()
@@ -324,6 +349,7 @@ impl Exchange {
             self.status,
             self.bytes,
             upstream,
+            request_id,
         );
     }
 
@@ -350,6 +376,7 @@ impl Exchange {
                 answer = &mut fut => {
                     self.served = answer.served;
                     self.tunnel = answer.tunnel;
+                    self.meter = answer.meter;
                     return Some(answer.resp);
                 }
                 r = async { want.as_mut().expect("guarded by the precondition").await }, if want.is_some() => {
@@ -358,7 +385,7 @@ impl Exchange {
                         return None;
                     }
                 }
-                r = read_side(&mut self.pump, &mut rd, buf, true) => {
+                r = read_side(&mut self.pump, &mut self.received, &mut rd, buf, true) => {
                     if r == Side::ClientClosed {
                         return None;
                     }
@@ -425,9 +452,7 @@ impl Exchange {
         resp: Response<Body>,
     ) -> bool {
         let (parts, mut rbody) = resp.into_parts();
-        if self.record {
-            self.status = parts.status.as_u16();
-        }
+        self.status = parts.status.as_u16();
         let (status, mut headers) = (parts.status, parts.headers);
         count_status(status.as_u16());
         let out = self.delimit(status, &mut headers, &rbody);
@@ -491,7 +516,7 @@ impl Exchange {
                     // The body broke off: close so the client sees the truncation.
                     Some(Err(_)) => return false,
                 },
-                _ = read_side(&mut self.pump, &mut rd, buf, false), if self.pump.is_some() => {}
+                _ = read_side(&mut self.pump, &mut self.received, &mut rd, buf, false), if self.pump.is_some() => {}
             }
         }
         drop(rbody);
@@ -584,6 +609,7 @@ enum Side {
 /// coming, else (when `watch_eof`) notice the client closing.
 async fn read_side<R: AsyncRead + Unpin>(
     pump: &mut Option<Pump>,
+    received: &mut u64,
     rd: &mut R,
     buf: &mut BytesMut,
     watch_eof: bool,
@@ -609,6 +635,7 @@ async fn read_side<R: AsyncRead + Unpin>(
     loop {
         match p.decoder.decode(buf) {
             Ok(Decoded::Data(b)) => {
+                *received += b.len() as u64;
                 permit.send(Ok(b));
                 return Side::Progress;
             }

@@ -90,7 +90,7 @@ struct Holds {
 
 impl Holds {
     /// The response, with the stream's holds and log line riding on its body.
-    fn on(self, resp: Response<Body>, log: Option<Box<H2Logged>>) -> Response<Guarded> {
+    fn on(self, resp: Response<Body>, log: Option<Box<H2Done>>) -> Response<Guarded> {
         resp.map(|b| Guarded {
             body: Held::new(b),
             _guard: self.guard,
@@ -112,32 +112,43 @@ async fn one_stream(
     if let Some(refusal) = refusal(&mut req, client.addr)? {
         return Ok(held.on(refusal, None));
     }
-    let logged = log.map(|log| H2Logged {
-        pending: crate::admin::access::Pending::new(
+    let pending = log.map(|log| {
+        crate::admin::access::Pending::new(
             log,
             req.method(),
             req.uri(),
             req.headers(),
             req.version(),
-        ),
-        client: client.ip_value.clone(),
-        status: 0,
-        bytes: 0,
-        served: None,
+            &client,
+        )
     });
     // A WebSocket over an h2 stream (RFC 8441) reaches the backend as an HTTP/1.1
     // upgrade; the stream becomes the tunnel's client side.
     let websocket = extended_connect(&mut req);
     let offer = pipeline::Offer {
-        record: logged.is_some(),
+        record: pending.is_some(),
         upgrade: websocket.is_some(),
     };
     let client_addr = client.addr;
+    let client_ip = client.ip_value.clone();
+    // Request body bytes are counted only for a meter.
+    let started = live.metered().then(Instant::now);
+    let received = started.map(|_| Arc::default());
+    let (parts, incoming) = req.into_parts();
+    let body = match &received {
+        None => Body::Incoming(incoming, None),
+        Some(n) => Body::stream(Counted {
+            body: Body::Incoming(incoming, None),
+            n: Arc::clone(n),
+        }),
+    };
+    let req = Request::from_parts(parts, body);
     let pipeline::Answer {
         mut resp,
         served,
         tunnel,
-    } = pipeline::handle(&live, req.map(|b| Body::Incoming(b, None)), client, offer).await;
+        meter,
+    } = pipeline::handle(&live, req, client, offer).await;
     websocket_answer(websocket, tunnel, &mut resp, &held, client_addr);
     if resp
         .extensions()
@@ -148,12 +159,53 @@ async fn one_stream(
         return Err(::h2::Error::from(::h2::Reason::HTTP_1_1_REQUIRED));
     }
     crate::stats::count_status(resp.status().as_u16());
-    let logged = logged.map(|mut l| {
-        l.status = resp.status().as_u16();
-        l.served = served;
-        Box::new(l)
+    let metered = meter.zip(started);
+    let done = (pending.is_some() || metered.is_some()).then(|| {
+        Box::new(H2Done {
+            log: pending.map(|pending| H2Log {
+                pending,
+                client: client_ip,
+                served,
+                request_id: super::h1::request_id(&resp),
+            }),
+            metered,
+            received,
+            status: resp.status().as_u16(),
+            bytes: 0,
+        })
     });
-    Ok(held.on(resp, logged))
+    Ok(held.on(resp, done))
+}
+
+/// A request body whose bytes are counted as they are read (for a meter).
+struct Counted {
+    body: Body,
+    n: Arc<AtomicU64>,
+}
+
+impl http_body::Body for Counted {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let r = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(f))) = &r {
+            let len = f.data_ref().map_or(0, |d| d.len() as u64);
+            self.n.fetch_add(len, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// An extended CONNECT's answer: a tunnel joined to the stream once it upgrades, or a
@@ -361,30 +413,47 @@ struct Guarded {
     body: Held,
     _guard: RequestGuard,
     _stream: StreamOpen,
-    log: Option<Box<H2Logged>>,
+    log: Option<Box<H2Done>>,
 }
 
-/// An h2 request's access log line, written when its response body is done.
-struct H2Logged {
-    pending: crate::admin::access::Pending,
-    client: HeaderValue,
+/// What an h2 response leaves when its body is done: its access log line and its
+/// count on the route's meter.
+struct H2Done {
+    log: Option<H2Log>,
+    /// The route's meter, and when the request began.
+    metered: Option<(Arc<crate::stats::Meter>, Instant)>,
+    /// The request body's bytes so far (counted for a meter).
+    received: Option<Arc<AtomicU64>>,
     status: u16,
     bytes: u64,
-    served: Option<crate::pipeline::Served>,
 }
 
-impl Drop for H2Logged {
+struct H2Log {
+    pending: crate::admin::access::Pending,
+    client: HeaderValue,
+    served: Option<crate::pipeline::Served>,
+    request_id: Option<HeaderValue>,
+}
+
+impl Drop for H2Done {
     fn drop(&mut self) {
-        let upstream = self
-            .served
-            .as_ref()
-            .map(crate::admin::access::Upstream::from);
-        self.pending.finish(
-            self.client.to_str().unwrap_or(""),
-            self.status,
-            self.bytes,
-            upstream,
-        );
+        if let Some((m, started)) = &self.metered {
+            let received = self
+                .received
+                .as_ref()
+                .map_or(0, |n| n.load(Ordering::Relaxed));
+            m.record(self.status, started.elapsed(), received, self.bytes);
+        }
+        if let Some(l) = &self.log {
+            let upstream = l.served.as_ref().map(crate::admin::access::Upstream::from);
+            l.pending.finish(
+                l.client.to_str().unwrap_or(""),
+                self.status,
+                self.bytes,
+                upstream,
+                l.request_id.as_ref(),
+            );
+        }
     }
 }
 

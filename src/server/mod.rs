@@ -160,6 +160,7 @@ async fn front_door(
     if let Some(h) = done {
         let mut client = ClientInfo::new(client, Scheme::Https);
         client.tls_client = h.client;
+        client.tls = Some(h.version);
         client.local = local;
         connection(h.conn, client, live, counted, access, h.h2).await;
     }

@@ -22,6 +22,8 @@ pub(crate) struct Handshaken {
     /// The handshake was made for a site that verifies client certificates: which,
     /// and the certificate the client showed.
     pub client: Option<std::sync::Arc<TlsClient>>,
+    /// The protocol version agreed, as the access log names it.
+    pub version: &'static str,
 }
 
 /// The handshake, with the one config — or, when a site limits its `http_versions`,
@@ -60,10 +62,15 @@ pub(crate) async fn accept(tls: &Tls, stream: TcpStream) -> Option<Handshaken> {
                         .map(|der| PeerIdentity::of(der)),
                 })
             });
+            let version = match session.protocol_version() {
+                Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+                _ => "TLSv1.3",
+            };
             return Some(Handshaken {
                 conn: TlsConn::new(s),
                 h2,
                 client,
+                version,
             });
         }
         Ok(Err(e)) => e.to_string(),

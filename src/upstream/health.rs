@@ -36,6 +36,10 @@ pub(crate) struct Verdict {
     /// When the last probe ended (`passive::now_ms`), 0 for never; and whether it passed.
     pub last_probe_ms: AtomicU64,
     pub last_passed: AtomicBool,
+    /// When the verdict last changed (`now_ms`), 0 for never.
+    pub changed_ms: AtomicU64,
+    /// Why the last failed probe failed (written by the probe task only).
+    pub last_error: std::sync::Mutex<Option<String>>,
 }
 
 impl Default for Verdict {
@@ -48,6 +52,8 @@ impl Default for Verdict {
             transitions: AtomicU64::new(0),
             last_probe_ms: AtomicU64::new(0),
             last_passed: AtomicBool::new(false),
+            changed_ms: AtomicU64::new(0),
+            last_error: std::sync::Mutex::new(None),
         }
     }
 }
@@ -99,6 +105,8 @@ impl Verdict {
         }
         self.streak.store(0, Ordering::Relaxed);
         self.healthy.store(passed, Ordering::Relaxed);
+        self.changed_ms
+            .store(crate::clock::now_ms(), Ordering::Relaxed);
         self.transitions.fetch_add(1, Ordering::Relaxed);
         Some(if passed {
             Transition::BecameHealthy
@@ -191,6 +199,11 @@ fn report(pool: &str, peer: &Peer, h: &Health, result: Result<(), String>) {
             "sluice: {pool}: health probe of {} failed: {why}",
             peer.addr.text
         );
+        *peer
+            .active
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
     }
     match peer.active.record(result.is_ok(), h.rise, h.fall) {
         Some(Transition::BecameUnhealthy) => {

@@ -14,10 +14,17 @@ pub(crate) struct Ejection {
     until_ms: AtomicU64,
     /// Ejections in a row (each one doubles the next).
     times: AtomicU32,
+    /// When the last ejection began (`now_ms`), 0 for never.
+    pub since_ms: AtomicU64,
     pub total: AtomicU64,
 }
 
 impl Ejection {
+    /// When the last ejection ends (or ended), if there was one.
+    pub(crate) fn until(&self) -> Option<u64> {
+        Some(self.until_ms.load(Ordering::Relaxed)).filter(|&t| t != 0)
+    }
+
     pub(crate) fn is_ejected(&self, now: u64) -> bool {
         self.until_ms.load(Ordering::Relaxed) > now
     }
@@ -58,6 +65,7 @@ impl Ejection {
         self.times.store(times + 1, Ordering::Relaxed);
         self.total.fetch_add(1, Ordering::Relaxed);
         let until = now + length;
+        self.since_ms.store(now, Ordering::Relaxed);
         self.until_ms.store(until, Ordering::Relaxed);
         Some(until)
     }

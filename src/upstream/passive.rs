@@ -11,6 +11,8 @@ use std::time::Duration;
 pub(crate) struct Breaker {
     consecutive: AtomicU32,
     out_until: AtomicU64,
+    /// When the breaker last took the peer out (`now_ms`), 0 for never.
+    pub out_since: AtomicU64,
 }
 
 impl Breaker {
@@ -41,6 +43,9 @@ impl Breaker {
         self.consecutive.store(0, Ordering::Relaxed);
         let now = now_ms();
         let was_out = !self.is_available(now);
+        if !was_out {
+            self.out_since.store(now, Ordering::Relaxed);
+        }
         self.out_until
             .store(now + fail_duration.as_millis() as u64, Ordering::Relaxed);
         !was_out

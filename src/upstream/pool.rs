@@ -287,6 +287,8 @@ pub(crate) struct Served {
     pub attempts: u32,
     pub role: &'static str,
     pub transition: &'static str,
+    /// From the first dial to the response head, or to the last failure.
+    pub upstream: Option<std::time::Duration>,
 }
 
 impl Served {

@@ -688,9 +688,10 @@ fn trust(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
     Ok(())
 }
 
-/// `access_log stdout|stderr|off|FILE [json|text]`.
+/// `access_log stdout|stderr|off|FILE [json|text|combined|common|"TEMPLATE"]`.
 fn access_log(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
-    const USAGE: &str = "access_log stdout|stderr|off|FILE [json|text|combined|common]";
+    const USAGE: &str =
+        "access_log stdout|stderr|off|FILE [json|text|combined|common|\"TEMPLATE\"]";
     no_block(d)?;
     let [t, rest @ ..] = d.args.as_slice() else {
         return Err(missing(d, USAGE, "access_log stdout"));
@@ -702,7 +703,13 @@ fn access_log(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
             "text" => AccessFormat::Text,
             "combined" => AccessFormat::Combined,
             "common" => AccessFormat::Common,
-            _ => return Err(expected(f, "`json`, `text`, `combined` or `common`")),
+            _ if f.quoted => AccessFormat::Template(std::sync::Arc::new(log_template(f)?)),
+            _ => {
+                return Err(expected(
+                    f,
+                    "`json`, `text`, `combined`, `common` or a quoted \"TEMPLATE\"",
+                ))
+            }
         },
         [_, x, ..] => return Err(extra(x, USAGE)),
     };
@@ -717,6 +724,21 @@ fn access_log(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
     };
     g.access_log = Some(AccessLogConfig { target, format });
     Ok(())
+}
+
+/// An access log template, its unknown placeholder refused with the known ones.
+fn log_template(w: &crate::config::parser::Word) -> Res<crate::config::template::LogTemplate> {
+    use crate::config::template::{LogField, LogTemplate};
+    LogTemplate::parse(&w.text).map_err(|e| {
+        let names: Vec<String> = LogField::ALL
+            .iter()
+            .map(|(n, _)| format!("{{{n}}}"))
+            .collect();
+        Diagnostic::error(w.span, format!("unknown placeholder `{{{}}}`", e.0)).with_hint(format!(
+            "an access log template knows {} and {{header.NAME}}",
+            names.join(", ")
+        ))
+    })
 }
 
 #[cfg(test)]

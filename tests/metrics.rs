@@ -1,0 +1,207 @@
+//! Per site and route metrics over real sockets (DESIGN §16 "Observability"): requests by
+//! status class, time to the last byte and body bytes each way, for HTTP/1.1 and h2c
+//! clients alike; a route's label is its pattern (never the path); answers no route or
+//! no site took have empty labels; counts survive a reload that keeps the route.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+fn config(backend: SocketAddr) -> String {
+    format!(
+        "global {{ admin 127.0.0.1:0 }}
+listen 127.0.0.1:0
+site app.test {{
+    route /api/* {{ proxy {backend} }}
+    route ~ \"^/item/([0-9]+)$\" {{ respond \"item {{re.1}}\" }}
+    respond 404 \"nope\"
+}}
+site other.test {{
+    route /a {{ respond a }}
+}}
+"
+    )
+}
+
+/// The value of the series `name{labels}` in a metrics page, if it is there.
+fn series(page: &str, name_and_labels: &str) -> Option<f64> {
+    page.lines().find_map(|l| {
+        let rest = l.strip_prefix(name_and_labels)?;
+        rest.strip_prefix(' ')?.parse().ok()
+    })
+}
+
+fn count(page: &str, site: &str, route: &str, code: &str) -> f64 {
+    let labels =
+        format!("sluice_http_requests_total{{site=\"{site}\",route=\"{route}\",code=\"{code}\"}}");
+    series(page, &labels).unwrap_or_else(|| panic!("no {labels} in\n{page}"))
+}
+
+fn labelled(page: &str, name: &str, site: &str, route: &str) -> f64 {
+    let labels = format!("{name}{{site=\"{site}\",route=\"{route}\"}}");
+    series(page, &labels).unwrap_or_else(|| panic!("no {labels} in\n{page}"))
+}
+
+/// A POST over h2c (prior knowledge) with `body`; the response's status and body.
+async fn h2c_post(addr: SocketAddr, path: &str, body: &'static [u8]) -> (u16, Bytes) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    let task = tokio::spawn(conn);
+    let req = Request::post(format!("http://app.test{path}"))
+        .body(Full::new(Bytes::from_static(body)))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    task.abort();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_site_and_route_counts_its_requests_latency_and_bytes() {
+    // The backend reads the whole body and answers with its length.
+    let backend = Backend::start(|req: Request<Incoming>| async move {
+        let n = req.into_body().collect().await.unwrap().to_bytes().len();
+        Response::new(full(format!("got {n}")))
+    })
+    .await;
+    let dir = TempDir::new();
+    let path = dir.write("sluice.conf", &config(backend.addr));
+    let s = Sluice::spawn(&["run", "-c", path.to_str().unwrap()], dir);
+    let admin = s.admin();
+    let host = [("Host", "app.test")];
+    assert_eq!(
+        request(s.addr, "GET", "/api/a", &host, b"").await.text(),
+        "got 0"
+    );
+    let up = request(s.addr, "POST", "/api/up", &host, &[b'x'; 1000]).await;
+    assert_eq!(up.text(), "got 1000");
+    assert_eq!(
+        h2c_post(s.addr, "/api/up", &[b'y'; 500]).await,
+        (200, Bytes::from("got 500"))
+    );
+    for path in ["/item/1", "/item/22"] {
+        assert_eq!(request(s.addr, "GET", path, &host, b"").await.status, 200);
+    }
+    assert_eq!(
+        request(s.addr, "GET", "/other", &host, b"").await.status,
+        404
+    );
+    assert_eq!(get_host(s.addr, "other.test", "/zzz").await.status, 404);
+    assert_eq!(get_host(s.addr, "nowhere.test", "/").await.status, 421);
+
+    let m = request(admin, "GET", "/metrics", &[], b"").await.text();
+    assert_eq!(count(&m, "app.test", "/api/*", "2xx"), 3.0);
+    assert_eq!(count(&m, "app.test", "/api/*", "5xx"), 0.0);
+    // The regex route is one series, whatever the paths it took.
+    let regex = "~^/item/([0-9]+)$";
+    assert_eq!(count(&m, "app.test", regex, "2xx"), 2.0);
+    assert!(!m.contains("/item/1"), "a path became a label:\n{m}");
+    // The site's own route, a site no route took, no site at all.
+    assert_eq!(count(&m, "app.test", "/*", "4xx"), 1.0);
+    assert_eq!(count(&m, "other.test", "", "4xx"), 1.0);
+    assert_eq!(count(&m, "", "", "4xx"), 1.0);
+    let bytes_in = "sluice_http_request_bytes_total";
+    assert_eq!(labelled(&m, bytes_in, "app.test", "/api/*"), 1500.0);
+    let bytes_out = "sluice_http_response_bytes_total";
+    // "got 0" + "got 1000" + "got 500".
+    assert_eq!(labelled(&m, bytes_out, "app.test", "/api/*"), 20.0);
+    assert_eq!(labelled(&m, bytes_out, "app.test", regex), 13.0);
+    let duration = "sluice_http_request_duration_seconds";
+    assert_eq!(
+        labelled(&m, &format!("{duration}_count"), "app.test", "/api/*"),
+        3.0
+    );
+    let inf = format!("{duration}_bucket{{site=\"app.test\",route=\"/api/*\",le=\"+Inf\"}}");
+    assert_eq!(series(&m, &inf), Some(3.0), "{m}");
+    assert!(labelled(&m, &format!("{duration}_sum"), "app.test", "/api/*") > 0.0);
+
+    // A reload that keeps the route keeps its counts; a removed route's series go.
+    let kept = config(backend.addr).replace("route /a { respond a }", "route /b { respond b }");
+    std::fs::write(&path, kept).unwrap();
+    let r = post_json(admin, "/reload", "{}").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        request(s.addr, "GET", "/api/a", &host, b"").await.status,
+        200
+    );
+    let m = request(admin, "GET", "/metrics", &[], b"").await.text();
+    assert_eq!(count(&m, "app.test", "/api/*", "2xx"), 4.0);
+    assert_eq!(count(&m, "other.test", "", "4xx"), 1.0);
+    assert!(!m.contains("route=\"/a\""), "{m}");
+    assert_eq!(count(&m, "other.test", "/b", "2xx"), 0.0);
+}
+
+/// The whole page passes `promtool check metrics` (Prometheus's own parser and lint:
+/// names, units, types, help) — a pool with a dead peer and failover, so every family
+/// has series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promtool_accepts_the_page() {
+    if std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(!require_interop(), "promtool is not installed");
+        eprintln!("skipped: promtool is not installed (Debian: apt-get install prometheus)");
+        return;
+    }
+    let backend = Backend::text("ok").await;
+    let dead = dead_addr().await;
+    let dir = TempDir::new();
+    let text = format!(
+        "global {{ admin 127.0.0.1:0; access_log stdout }}
+listen 127.0.0.1:0
+site app.test {{
+    route /api/* {{ proxy {dead} {backend} {{ lb first; retries 1 }} }}
+    route /x {{ rate_limit 1/m; respond x }}
+    respond nope
+}}
+",
+        backend = backend.addr
+    );
+    let path = dir.write("sluice.conf", &text);
+    let s = Sluice::spawn(&["run", "-c", path.to_str().unwrap()], dir);
+    let admin = s.admin();
+    let host = [("Host", "app.test")];
+    for p in ["/api/a", "/api/b", "/x", "/x", "/y"] {
+        request(s.addr, "GET", p, &host, b"").await;
+    }
+    get_host(s.addr, "nowhere.test", "/").await;
+    let page = request(admin, "GET", "/metrics", &[], b"").await.text();
+    assert!(page.contains("sluice_http_requests_total{"), "{page}");
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool: {}{}\n{page}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
