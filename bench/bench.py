@@ -347,7 +347,9 @@ def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True, filters="",
             f"route /static/* {{ strip /static; files {WORK}/static }} ") if tls else ""
     with open(conf, "w") as f:
         # observed: metrics (the admin API) and a JSON access log on, as an operator runs it.
-        glob = f"admin 127.0.0.1:0; access_log {WORK}/access.log json" if observed else "admin off"
+        # OBSERVED="..." replaces those global options (to tell their costs apart).
+        seen = os.environ.get("OBSERVED", f"admin 127.0.0.1:0; access_log {WORK}/access.log json")
+        glob = seen if observed else "admin off"
         f.write(f"global {{ workers {workers}; {glob} }}\nlisten 127.0.0.1:{port}\n{extra}site * {{ {site}route /ws {{ proxy 127.0.0.1:{WS_BACKEND} }} {filters}proxy 127.0.0.1:{backend} }}\n")
     cmd = [binary, "run", "-c", conf]
     if cpu is None:

@@ -107,7 +107,6 @@ pub(crate) struct Histogram {
     /// Observations per bucket, the last one for "over every bound".
     pub buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
     pub sum_us: AtomicU64,
-    pub count: AtomicU64,
 }
 
 impl Default for Histogram {
@@ -121,7 +120,6 @@ impl Histogram {
         Histogram {
             buckets: [const { AtomicU64::new(0) }; LATENCY_BOUNDS.len() + 1],
             sum_us: AtomicU64::new(0),
-            count: AtomicU64::new(0),
         }
     }
 
@@ -134,7 +132,6 @@ impl Histogram {
         self.buckets[i].fetch_add(1, Ordering::Relaxed);
         self.sum_us
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
     }
 }
 

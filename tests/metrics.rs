@@ -26,6 +26,8 @@ site app.test {{
 }}
 site other.test {{
     route /a {{ respond a }}
+    route /dup {{ match method GET; respond get }}
+    route /dup {{ respond other }}
 }}
 "
     )
@@ -102,6 +104,16 @@ async fn every_site_and_route_counts_its_requests_latency_and_bytes() {
     );
     assert_eq!(get_host(s.addr, "other.test", "/zzz").await.status, 404);
     assert_eq!(get_host(s.addr, "nowhere.test", "/").await.status, 421);
+    // Two routes of one pattern: one series set, both counted on it.
+    let other = [("Host", "other.test")];
+    assert_eq!(
+        request(s.addr, "GET", "/dup", &other, b"").await.text(),
+        "get"
+    );
+    assert_eq!(
+        request(s.addr, "PUT", "/dup", &other, b"x").await.text(),
+        "other"
+    );
 
     let m = request(admin, "GET", "/metrics", &[], b"").await.text();
     assert_eq!(count(&m, "app.test", "/api/*", "2xx"), 3.0);
@@ -114,6 +126,18 @@ async fn every_site_and_route_counts_its_requests_latency_and_bytes() {
     assert_eq!(count(&m, "app.test", "/*", "4xx"), 1.0);
     assert_eq!(count(&m, "other.test", "", "4xx"), 1.0);
     assert_eq!(count(&m, "", "", "4xx"), 1.0);
+    let dup = "sluice_http_requests_total{site=\"other.test\",route=\"/dup\",code=\"2xx\"} ";
+    assert_eq!(m.matches(dup).count(), 1, "one series:\n{m}");
+    assert_eq!(count(&m, "other.test", "/dup", "2xx"), 2.0);
+    let st: serde_json::Value =
+        serde_json::from_slice(&request(admin, "GET", "/status", &[], b"").await.body).unwrap();
+    let dups = st["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["route"] == "/dup")
+        .count();
+    assert_eq!(dups, 1, "{st}");
     let bytes_in = "sluice_http_request_bytes_total";
     assert_eq!(labelled(&m, bytes_in, "app.test", "/api/*"), 1500.0);
     let bytes_out = "sluice_http_response_bytes_total";
@@ -204,4 +228,72 @@ site app.test {{
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A client that leaves before the answer is counted too: `499` (a 4xx), with the time
+/// it waited — over HTTP/1.1 (the connection closed) and HTTP/2 (the stream reset).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_gives_up_is_counted_as_499() {
+    let backend = Backend::start(|_| async {
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        Response::new(full("late"))
+    })
+    .await;
+    let dir = TempDir::new();
+    let path = dir.write(
+        "sluice.conf",
+        &format!(
+            "global {{ admin 127.0.0.1:0 }}\nlisten 127.0.0.1:0\nsite app.test {{ route /slow {{ proxy {} }} }}\n",
+            backend.addr
+        ),
+    );
+    let s = Sluice::spawn(&["run", "-c", path.to_str().unwrap()], dir);
+    let admin = s.admin();
+    // HTTP/1.1: the request, then the connection closes.
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut c = TcpStream::connect(s.addr).await.unwrap();
+        c.write_all(b"GET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // HTTP/2: the stream's future dropped, which resets it.
+    let tcp = TcpStream::connect(s.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    let task = tokio::spawn(conn);
+    let req = Request::get("http://app.test/slow")
+        .body(http_body_util::Empty::<Bytes>::new())
+        .unwrap();
+    let waiting = tokio::time::timeout(
+        std::time::Duration::from_millis(200),
+        send.send_request(req),
+    );
+    assert!(waiting.await.is_err(), "the backend is slow");
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let m = request(admin, "GET", "/metrics", &[], b"").await.text();
+        let n = count(&m, "app.test", "/slow", "4xx");
+        if n == 2.0 {
+            let took = labelled(
+                &m,
+                "sluice_http_request_duration_seconds_sum",
+                "app.test",
+                "/slow",
+            );
+            assert!(took >= 0.3, "the time they waited: {took}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "two 499s counted, got {n}:\n{m}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    task.abort();
 }

@@ -329,11 +329,20 @@ fn counters(o: &mut String) {
 /// Each FastCGI pool's connections: open (idle ones included), idle, requests waiting
 /// for their first byte, and the cap.
 fn fastcgi(o: &mut String, gen: &Generation) {
-    let pools: Vec<_> = gen
-        .sites
-        .fastcgi()
-        .map(|f| (esc(&f.name), f.pool.counts()))
-        .collect();
+    // Pools of one name (a route pattern written twice) are summed: one series a name.
+    let mut pools: Vec<(String, crate::fastcgi::pool::Counts)> = Vec::new();
+    for f in gen.sites.fastcgi() {
+        let (name, c) = (esc(&f.name), f.pool.counts());
+        match pools.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, sum)) => {
+                sum.open += c.open;
+                sum.idle += c.idle;
+                sum.waiting += c.waiting;
+                sum.max_conns += c.max_conns;
+            }
+            None => pools.push((name, c)),
+        }
+    }
     if pools.is_empty() {
         return;
     }
@@ -376,7 +385,9 @@ fn histogram(o: &mut String, name: &str, labels: &str, h: &Histogram) {
     cumulative += get(&h.buckets[LATENCY_BOUNDS.len()]);
     let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
     let _ = writeln!(o, "{name}_sum{{{labels}}} {}", get(&h.sum_us) as f64 / 1e6);
-    let _ = writeln!(o, "{name}_count{{{labels}}} {}", get(&h.count));
+    // The count is the `+Inf` bucket's, read once: an observation landing between the
+    // reads cannot make them disagree.
+    let _ = writeln!(o, "{name}_count{{{labels}}} {cumulative}");
 }
 
 /// Per site and route (`route=""`: no route took it; `site=""`: no site did):

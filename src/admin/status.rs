@@ -3,6 +3,7 @@
 //! Addresses are shown as configured; nothing secret is in the model to show.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 
@@ -22,6 +23,8 @@ pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> V
     let pools: Vec<Value> = gen.pools().map(|p| pool(p)).collect();
     let mut fastcgi = Vec::new();
     let mut routes = Vec::new();
+    // Routes of one site and pattern share a meter: it is shown once.
+    let mut seen = std::collections::HashSet::new();
     for s in &gen.sites.list {
         if let Some(m) = &s.meter {
             routes.push(json!({"site": s.name, "route": "", "pool": null, "requests": meter(m)}));
@@ -35,7 +38,7 @@ pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> V
                 }
                 _ => None,
             };
-            if let Some(m) = &r.meter {
+            if let Some(m) = r.meter.as_ref().filter(|m| seen.insert(Arc::as_ptr(m))) {
                 let label = crate::runtime::compile::route_label(&s.name, &r.name);
                 routes.push(
                     json!({"site": s.name, "route": label, "pool": pool, "requests": meter(m)}),

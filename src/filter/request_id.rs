@@ -18,6 +18,10 @@ pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-
 
 pub(crate) struct RequestId;
 
+/// The id a response carries, for the access log's `request_id`.
+#[derive(Clone)]
+pub(crate) struct Logged(pub HeaderValue);
+
 impl Filter for RequestId {
     fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Step {
         let id = match req.headers().get(&X_REQUEST_ID) {
@@ -34,6 +38,7 @@ impl Filter for RequestId {
     fn on_response(&self, resp: &mut Response<Body>, cx: &Cx<'_>) {
         if let Some(id) = &cx.request_id {
             resp.headers_mut().insert(X_REQUEST_ID.clone(), id.clone());
+            resp.extensions_mut().insert(Logged(id.clone()));
         }
     }
 }

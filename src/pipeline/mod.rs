@@ -113,15 +113,34 @@ pub(crate) fn handle(
     let gen = live.load();
     Box::pin(async move {
         let slots = Slots::default();
-        let mut meter = None;
-        let resp = run(&gen, req, &client, &slots, offer, &mut meter).await;
+        let mut metering = Unanswered {
+            meter: None,
+            started: gen.metered.then(std::time::Instant::now),
+        };
+        let resp = run(&gen, req, &client, &slots, offer, &mut metering.meter).await;
         Answer {
             resp,
             served: slots.served.into_inner(),
             tunnel: slots.tunnel.into_inner(),
-            meter,
+            meter: metering.meter.take(),
         }
     })
+}
+
+/// A metered request whose pipeline has not answered: when its future is dropped
+/// before then (the client closed or reset it), it is counted as `499`, nginx's
+/// "client closed request", with the time it had run.
+struct Unanswered {
+    meter: Option<Arc<Meter>>,
+    started: Option<std::time::Instant>,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let (Some(m), Some(t)) = (&self.meter, self.started) {
+            m.record(499, t.elapsed(), 0, 0);
+        }
+    }
 }
 
 /// Where the handler leaves what the connection needs besides the response.

@@ -92,16 +92,22 @@ impl Generation {
         }
     }
 
-    /// Every meter with its `site` and `route` labels.
+    /// Every meter with its `site` and `route` labels, once (routes of one site and
+    /// pattern share theirs).
     pub(crate) fn meters(&self) -> impl Iterator<Item = ((&str, &str), &Arc<Meter>)> {
-        self.sites.list.iter().flat_map(|s| {
-            let own = s.meter.iter().map(|m| ((s.name.as_str(), ""), m));
-            let routes = s.routes.iter().filter_map(|r| {
-                let m = r.meter.as_ref()?;
-                Some(((s.name.as_str(), route_label(&s.name, &r.name)), m))
-            });
-            own.chain(routes)
-        })
+        let mut seen = std::collections::HashSet::new();
+        self.sites
+            .list
+            .iter()
+            .flat_map(|s| {
+                let own = s.meter.iter().map(|m| ((s.name.as_str(), ""), m));
+                let routes = s.routes.iter().filter_map(|r| {
+                    let m = r.meter.as_ref()?;
+                    Some(((s.name.as_str(), route_label(&s.name, &r.name)), m))
+                });
+                own.chain(routes)
+            })
+            .filter(move |(_, m)| seen.insert(Arc::as_ptr(m)))
     }
 }
 

@@ -276,11 +276,12 @@ impl Conn {
     }
 }
 
-/// The response's `X-Request-Id` (the `request_id` filter's), for the access log.
+/// The `request_id` filter's id, for the access log (marked on the response by the
+/// filter: a response without extensions costs one test).
 pub(super) fn request_id(resp: &Response<Body>) -> Option<http::HeaderValue> {
-    resp.headers()
-        .get(&crate::filter::request_id::X_REQUEST_ID)
-        .cloned()
+    resp.extensions()
+        .get::<crate::filter::request_id::Logged>()
+        .map(|l| l.0.clone())
 }
 
 /// A lingering close, after answering a client that is still sending a body nobody

@@ -149,6 +149,8 @@ async fn one_stream(
         tunnel,
         meter,
     } = pipeline::handle(&live, req, client, offer).await;
+    // A tunnel opened: counted as the `101` an HTTP/1.1 client gets (the stream says 200).
+    let switched = websocket.is_some() && tunnel.is_some();
     websocket_answer(websocket, tunnel, &mut resp, &held, client_addr);
     if resp
         .extensions()
@@ -171,6 +173,7 @@ async fn one_stream(
             metered,
             received,
             status: resp.status().as_u16(),
+            switched,
             bytes: 0,
         })
     });
@@ -425,6 +428,8 @@ struct H2Done {
     /// The request body's bytes so far (counted for a meter).
     received: Option<Arc<AtomicU64>>,
     status: u16,
+    /// An extended CONNECT that opened a tunnel.
+    switched: bool,
     bytes: u64,
 }
 
@@ -442,7 +447,8 @@ impl Drop for H2Done {
                 .received
                 .as_ref()
                 .map_or(0, |n| n.load(Ordering::Relaxed));
-            m.record(self.status, started.elapsed(), received, self.bytes);
+            let status = if self.switched { 101 } else { self.status };
+            m.record(status, started.elapsed(), received, self.bytes);
         }
         if let Some(l) = &self.log {
             let upstream = l.served.as_ref().map(crate::admin::access::Upstream::from);
