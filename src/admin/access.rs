@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use super::log::rfc3339;
 use crate::config::template::{LogField, LogPart, LogTemplate};
@@ -73,8 +73,9 @@ pub(crate) struct Entry<'a> {
 /// the request, taken before the request is dispatched.
 pub(crate) struct Pending {
     log: Arc<AccessLog>,
-    /// When the head was read: the line's time, and the start of its duration.
-    time: SystemTime,
+    /// When the head was read: the start of the line's duration (its wall-clock time
+    /// is worked out at the end, so a request reads the clock once at each end).
+    start: Instant,
     method: http::Method,
     path: Option<http::uri::PathAndQuery>,
     host: Option<http::HeaderValue>,
@@ -133,6 +134,7 @@ impl Pending {
         headers: &http::HeaderMap,
         version: http::Version,
         client: &crate::pipeline::ClientInfo,
+        started: Option<Instant>,
     ) -> Pending {
         use http::header;
         let apache = matches!(
@@ -167,7 +169,7 @@ impl Pending {
             tls: client.tls,
             scheme: client.scheme.as_str(),
             headers: asked,
-            time: SystemTime::now(),
+            start: started.unwrap_or_else(Instant::now),
             method: method.clone(),
             path: uri.path_and_query().cloned(),
             host: host.cloned(),
@@ -187,16 +189,18 @@ impl Pending {
         bytes: u64,
         upstream: Option<Upstream<'_>>,
         request_id: Option<&http::HeaderValue>,
+        done: Instant,
     ) {
+        let took = done.saturating_duration_since(self.start);
         self.log.record(&Entry {
-            time: self.time,
+            time: SystemTime::now() - took,
             client,
             host: self.host.as_ref().map_or(&b""[..], |h| h.as_bytes()),
             method: self.method.as_str(),
             path: self.path.as_ref().map_or("/", |pq| pq.as_str()),
             status,
             bytes,
-            duration_ms: self.time.elapsed().map_or(0, |d| d.as_millis() as u64),
+            duration_ms: took.as_millis() as u64,
             protocol: self.protocol,
             pool: upstream.map(|u| u.pool),
             peer: upstream.map(|u| u.peer),

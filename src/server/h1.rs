@@ -187,9 +187,10 @@ impl Conn {
         let (parts, _) = resp.into_parts();
         ex.switch(stream, parts.status, parts.headers).await;
         ex.status = 101;
-        ex.meter(0);
+        let done = std::time::Instant::now();
+        ex.meter(0, Some(done));
         if let Some(l) = &log {
-            ex.log(l, &self.client, None);
+            ex.log(l, &self.client, None, done);
         }
         let early = buf.split().freeze();
         stream.keepalive();
@@ -227,10 +228,12 @@ impl Conn {
             Framing::Length(n) => Pump::channel(Decoder::length(n), Some(n), expect_continue),
             Framing::Chunked => Pump::channel(Decoder::chunked(), None, expect_continue),
         };
+        // One clock read serves the meter and the log.
+        let started = self.live.metered().then(std::time::Instant::now);
         let log = self
             .access
             .load_full()
-            .map(|log| Pending::new(log, &method, &uri, &headers, version, &self.client));
+            .map(|log| Pending::new(log, &method, &uri, &headers, version, &self.client, started));
         let mut req = Request::new(body);
         *req.method_mut() = method;
         *req.uri_mut() = uri;
@@ -250,7 +253,7 @@ impl Conn {
             served: None,
             tunnel: None,
             meter: None,
-            started: self.live.metered().then(Instant::now),
+            started,
         };
         let Some(resp) = ex
             .dispatch(stream, buf, want, req, &self.live, &self.client)
@@ -265,9 +268,10 @@ impl Conn {
         }
         let request_id = log.as_ref().and_then(|_| request_id(&resp));
         let keep = ex.respond(stream, buf, resp).await;
-        ex.meter(ex.bytes);
-        if let Some(l) = log {
-            ex.log(&l, &self.client, request_id.as_ref());
+        let done = (ex.started.is_some() || log.is_some()).then(std::time::Instant::now);
+        ex.meter(ex.bytes, done);
+        if let (Some(l), Some(done)) = (log, done) {
+            ex.log(&l, &self.client, request_id.as_ref(), done);
         }
         if !keep && ex.pump.is_some() {
             linger(stream).await;
@@ -324,7 +328,7 @@ struct Exchange {
     served: Option<crate::pipeline::Served>,
     /// The meter the response counts on, and when the request began (metering is on).
     meter: Option<Arc<crate::stats::Meter>>,
-    started: Option<Instant>,
+    started: Option<std::time::Instant>,
     /// A backend connection that switched protocols, to join with this one.
     tunnel: Option<Box<crate::tunnel::Tunnel>>,
 }
@@ -334,13 +338,19 @@ pub(crate) type Access = Arc<arc_swap::ArcSwapOption<AccessLog>>;
 
 impl Exchange {
     /// Counts the response, done now, on its route's meter.
-    fn meter(&self, sent: u64) {
-        if let (Some(m), Some(t)) = (&self.meter, self.started) {
-            m.record(self.status, t.elapsed(), self.received, sent);
+    fn meter(&self, sent: u64, done: Option<std::time::Instant>) {
+        if let (Some(m), Some(t), Some(done)) = (&self.meter, self.started, done) {
+            m.record(self.status, done - t, self.received, sent);
         }
     }
 
-    fn log(&self, l: &Pending, client: &ClientInfo, request_id: Option<&http::HeaderValue>) {
+    fn log(
+        &self,
+        l: &Pending,
+        client: &ClientInfo,
+        request_id: Option<&http::HeaderValue>,
+        done: std::time::Instant,
+    ) {
         let upstream = self
             .served
             .as_ref()
@@ -351,6 +361,7 @@ impl Exchange {
             self.bytes,
             upstream,
             request_id,
+            done,
         );
     }
 

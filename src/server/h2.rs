@@ -112,6 +112,8 @@ async fn one_stream(
     if let Some(refusal) = refusal(&mut req, client.addr)? {
         return Ok(held.on(refusal, None));
     }
+    // One clock read serves the meter and the log.
+    let started = live.metered().then(Instant::now);
     let pending = log.map(|log| {
         crate::admin::access::Pending::new(
             log,
@@ -120,6 +122,7 @@ async fn one_stream(
             req.headers(),
             req.version(),
             &client,
+            started,
         )
     });
     // A WebSocket over an h2 stream (RFC 8441) reaches the backend as an HTTP/1.1
@@ -132,7 +135,6 @@ async fn one_stream(
     let client_addr = client.addr;
     let client_ip = client.ip_value.clone();
     // Request body bytes are counted only for a meter.
-    let started = live.metered().then(Instant::now);
     let received = started.map(|_| Arc::default());
     let (parts, incoming) = req.into_parts();
     let body = match &received {
@@ -442,13 +444,14 @@ struct H2Log {
 
 impl Drop for H2Done {
     fn drop(&mut self) {
+        let done = Instant::now();
         if let Some((m, started)) = &self.metered {
             let received = self
                 .received
                 .as_ref()
                 .map_or(0, |n| n.load(Ordering::Relaxed));
             let status = if self.switched { 101 } else { self.status };
-            m.record(status, started.elapsed(), received, self.bytes);
+            m.record(status, done - *started, received, self.bytes);
         }
         if let Some(l) = &self.log {
             let upstream = l.served.as_ref().map(crate::admin::access::Upstream::from);
@@ -458,6 +461,7 @@ impl Drop for H2Done {
                 self.bytes,
                 upstream,
                 l.request_id.as_ref(),
+                done,
             );
         }
     }
