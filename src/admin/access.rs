@@ -554,23 +554,22 @@ fn httpdate_clf(t: SystemTime) -> String {
 fn timestamp(out: &mut Line, t: SystemTime) {
     use std::cell::RefCell;
     thread_local! {
-        static CACHE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+        static CACHE: RefCell<(u64, [u8; 19])> = const { RefCell::new((u64::MAX, [0; 19])) };
     }
     let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
         if c.0 != d.as_secs() {
             let full = rfc3339(t);
-            *c = (d.as_secs(), full[..19].to_string());
+            c.1.copy_from_slice(&full.as_bytes()[..19]);
+            c.0 = d.as_secs();
         }
-        out.push_str(&c.1);
+        out.0.extend_from_slice(&c.1);
     });
     let ms = d.subsec_millis();
-    out.push('.');
-    for digit in [ms / 100, ms / 10 % 10, ms % 10] {
-        out.push(char::from(b'0' + digit as u8));
-    }
-    out.push('Z');
+    let digit = |n: u32| b'0' + (n % 10) as u8;
+    out.0
+        .extend_from_slice(&[b'.', digit(ms / 100), digit(ms / 10), digit(ms), b'Z']);
 }
 
 /// A log line being written: bytes (every formatter writes UTF-8), so numbers and
@@ -689,6 +688,10 @@ fn plain_run(v: &[u8]) -> usize {
 
 /// A decimal number, without the formatting machinery.
 fn number(out: &mut Line, mut n: u64) {
+    if n < 10 {
+        out.0.push(b'0' + n as u8);
+        return;
+    }
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {
