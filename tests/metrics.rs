@@ -52,16 +52,32 @@ fn labelled(page: &str, name: &str, site: &str, route: &str) -> f64 {
     series(page, &labels).unwrap_or_else(|| panic!("no {labels} in\n{page}"))
 }
 
-/// A POST over h2c (prior knowledge) with `body`; the response's status and body.
-async fn h2c_post(addr: SocketAddr, path: &str, body: &'static [u8]) -> (u16, Bytes) {
+/// An h2c (prior knowledge) connection sending bodies of type `B`, and the task that
+/// drives it.
+async fn h2c_client<B>(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<B>,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+)
+where
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let tcp = TcpStream::connect(addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http2::handshake(
+    let (send, conn) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),
         TokioIo::new(tcp),
     )
     .await
     .unwrap();
-    let task = tokio::spawn(conn);
+    (send, tokio::spawn(conn))
+}
+
+/// A POST over h2c (prior knowledge) with `body`; the response's status and body.
+async fn h2c_post(addr: SocketAddr, path: &str, body: &'static [u8]) -> (u16, Bytes) {
+    let (mut send, task) = h2c_client(addr).await;
     let req = Request::post(format!("http://app.test{path}"))
         .body(Full::new(Bytes::from_static(body)))
         .unwrap();
@@ -259,14 +275,7 @@ async fn a_client_that_gives_up_is_counted_as_499() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     // HTTP/2: the stream's future dropped, which resets it.
-    let tcp = TcpStream::connect(s.addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    let task = tokio::spawn(conn);
+    let (mut send, task) = h2c_client(s.addr).await;
     let req = Request::get("http://app.test/slow")
         .body(http_body_util::Empty::<Bytes>::new())
         .unwrap();

@@ -116,49 +116,15 @@ impl Template {
     /// Splits `text` at its placeholders. A `{…}` that looks like a placeholder name but
     /// is none is refused; other braces are text.
     pub fn parse(text: &str) -> Result<Template, UnknownPlaceholder> {
-        let mut parts = Vec::new();
-        let mut lit = String::new();
-        let mut rest = text;
-        while let Some(open) = rest.find('{') {
-            // The braces hold no other brace: in `{"ip":"{client_ip}"}` the placeholder
-            // is the inner group.
-            let Some(close) = rest[open + 1..].find(['{', '}']).map(|c| c + 1) else {
-                break;
-            };
-            if rest.as_bytes()[open + close] == b'{' {
-                lit.push_str(&rest[..open + close]);
-                rest = &rest[open + close..];
-                continue;
-            }
-            let name = &rest[open + 1..open + close];
-            let part = match name.strip_prefix("re.") {
+        let parts = split(text, TemplatePart::Text, |name| {
+            Ok(match name.strip_prefix("re.") {
                 Some(g) => Some(group(g).ok_or_else(|| UnknownPlaceholder(name.to_string()))?),
                 None => Placeholder::ALL
                     .iter()
                     .find(|(n, _)| *n == name)
                     .map(|(_, p)| TemplatePart::Value(*p)),
-            };
-            match part {
-                Some(part) => {
-                    lit.push_str(&rest[..open]);
-                    if !lit.is_empty() {
-                        parts.push(TemplatePart::Text(std::mem::take(&mut lit)));
-                    }
-                    parts.push(part);
-                }
-                None if !name.is_empty()
-                    && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') =>
-                {
-                    return Err(UnknownPlaceholder(name.to_string()));
-                }
-                None => lit.push_str(&rest[..open + close + 1]),
-            }
-            rest = &rest[open + close + 1..];
-        }
-        lit.push_str(rest);
-        if !lit.is_empty() {
-            parts.push(TemplatePart::Text(lit));
-        }
+            })
+        })?;
         Ok(Template { parts })
     }
 
@@ -242,6 +208,52 @@ impl Template {
         }
         out
     }
+}
+
+/// Splits `text` at its `{…}` groups whose braces hold no other brace (in
+/// `{"ip":"{client_ip}"}` the placeholder is the inner group): `known(name)` makes a
+/// part of one, `None` when it is no placeholder; one that looks like a name (lower case
+/// and `_`) but is none is refused; everything else is text, made a part by `text_part`.
+fn split<P>(
+    text: &str,
+    text_part: impl Fn(String) -> P,
+    mut known: impl FnMut(&str) -> Result<Option<P>, UnknownPlaceholder>,
+) -> Result<Vec<P>, UnknownPlaceholder> {
+    let mut parts = Vec::new();
+    let mut lit = String::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open + 1..].find(['{', '}']).map(|c| c + 1) else {
+            break;
+        };
+        if rest.as_bytes()[open + close] == b'{' {
+            lit.push_str(&rest[..open + close]);
+            rest = &rest[open + close..];
+            continue;
+        }
+        let name = &rest[open + 1..open + close];
+        match known(name)? {
+            Some(part) => {
+                lit.push_str(&rest[..open]);
+                if !lit.is_empty() {
+                    parts.push(text_part(std::mem::take(&mut lit)));
+                }
+                parts.push(part);
+            }
+            None if !name.is_empty()
+                && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') =>
+            {
+                return Err(UnknownPlaceholder(name.to_string()));
+            }
+            None => lit.push_str(&rest[..open + close + 1]),
+        }
+        rest = &rest[open + close + 1..];
+    }
+    lit.push_str(rest);
+    if !lit.is_empty() {
+        parts.push(text_part(lit));
+    }
+    Ok(parts)
 }
 
 /// `N` or `NAME` of `{re.…}`.
@@ -430,55 +442,21 @@ impl LogTemplate {
     /// that looks like a name but is none, or a `{header.…}` that is no header name).
     /// Other braces are text, as in [`Template::parse`].
     pub fn parse(text: &str) -> Result<LogTemplate, UnknownPlaceholder> {
-        let mut t = LogTemplate {
-            parts: Vec::new(),
-            headers: Vec::new(),
-        };
-        let mut lit = String::new();
-        let mut rest = text;
-        while let Some(open) = rest.find('{') {
-            let Some(close) = rest[open + 1..].find(['{', '}']).map(|c| c + 1) else {
-                break;
-            };
-            if rest.as_bytes()[open + close] == b'{' {
-                lit.push_str(&rest[..open + close]);
-                rest = &rest[open + close..];
-                continue;
-            }
-            let name = &rest[open + 1..open + close];
-            let part = match name.strip_prefix("header.") {
+        let mut headers = Vec::new();
+        let parts = split(text, LogPart::Text, |name| {
+            Ok(match name.strip_prefix("header.") {
                 Some(h) => {
                     let h = HeaderName::from_bytes(h.as_bytes())
                         .map_err(|_| UnknownPlaceholder(name.to_string()))?;
-                    t.headers.push(h);
-                    Some(LogPart::Header(t.headers.len() - 1))
+                    headers.push(h);
+                    Some(LogPart::Header(headers.len() - 1))
                 }
                 None => LogField::ALL
                     .iter()
                     .find(|(n, _)| *n == name)
                     .map(|(_, f)| LogPart::Field(*f)),
-            };
-            match part {
-                Some(part) => {
-                    lit.push_str(&rest[..open]);
-                    if !lit.is_empty() {
-                        t.parts.push(LogPart::Text(std::mem::take(&mut lit)));
-                    }
-                    t.parts.push(part);
-                }
-                None if !name.is_empty()
-                    && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') =>
-                {
-                    return Err(UnknownPlaceholder(name.to_string()));
-                }
-                None => lit.push_str(&rest[..open + close + 1]),
-            }
-            rest = &rest[open + close + 1..];
-        }
-        lit.push_str(rest);
-        if !lit.is_empty() {
-            t.parts.push(LogPart::Text(lit));
-        }
-        Ok(t)
+            })
+        })?;
+        Ok(LogTemplate { parts, headers })
     }
 }
