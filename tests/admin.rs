@@ -697,3 +697,55 @@ async fn the_build_its_start_and_the_last_reload_are_shown() {
         "{m}"
     );
 }
+
+/// A `forward_auth` filter's pool is a pool like the others: in `/status` and the
+/// metrics, and carried across a reload that keeps it (its kept-alive connection to the
+/// auth service survives: one connection for requests on both sides of the reload).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_auth_pools_are_shown_and_carried_across_reloads() {
+    let auth = Backend::text("yes").await;
+    let dir = TempDir::new();
+    let text = format!(
+        "global {{ admin 127.0.0.1:0 }}
+listen 127.0.0.1:0
+site app.test {{
+    route /app/* {{ forward_auth http://{}/check; respond ok }}
+}}
+",
+        auth.addr
+    );
+    let path = dir.write("sluice.conf", &text);
+    let p = path.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    let admin = s.admin();
+    assert_eq!(get_host(s.addr, "app.test", "/app/x").await.text(), "ok");
+    let name = "app.test /app/* forward_auth";
+    let st = json(&admin_get(admin, "/status").await);
+    let pool = st["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("{name} in {st}"));
+    assert_eq!(
+        pool["peers"][0]["address"],
+        format!("http://{}", auth.addr),
+        "{st}"
+    );
+    assert_eq!(pool["peers"][0]["selections"], 1, "{st}");
+    let m = admin_get(admin, "/metrics").await.text();
+    assert!(
+        m.contains(&format!(
+            "sluice_peer_selections_total{{pool=\"{name}\",peer=\"http://{}\",ordinal=\"0\"}} 1\n",
+            auth.addr
+        )),
+        "{m}"
+    );
+    assert_eq!(admin_post(admin, "/reload").await.status, 200);
+    assert_eq!(get_host(s.addr, "app.test", "/app/y").await.text(), "ok");
+    assert_eq!(
+        auth.connections.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the auth service's connection outlived the reload"
+    );
+}

@@ -55,6 +55,7 @@ impl Generation {
         let shared = Shared {
             meters_before: config.global.admin.is_some().then_some(&meters_before),
             meters: Default::default(),
+            auth_pools: Default::default(),
             carried: &carried,
             rates_before: previous.map(|g| &g.rate_memory),
             rates: Default::default(),
@@ -75,6 +76,7 @@ impl Generation {
             None
         };
         let sends_proxy_protocol = sites.pools().any(|p| p.cfg.proxy_protocol.is_some());
+        let auth_pools = shared.auth_pools.take();
         Generation {
             sends_proxy_protocol,
             rate_memory: shared.rates.into_inner(),
@@ -89,6 +91,7 @@ impl Generation {
             probe_slots,
             dns,
             metered: config.global.admin.is_some(),
+            auth_pools,
         }
     }
 
@@ -127,6 +130,8 @@ struct Shared<'a> {
     meters_before: Option<&'a HashMap<(&'a str, &'a str), &'a Arc<Meter>>>,
     /// This generation's, so two routes of one pattern share theirs.
     meters: std::cell::RefCell<HashMap<(String, String), Arc<Meter>>>,
+    /// The pools `forward_auth` filters ask, as they are built.
+    auth_pools: std::cell::RefCell<Vec<Arc<Pool>>>,
     /// The previous generation's pool states, by identity.
     carried: &'a HashMap<&'a PoolId, &'a Arc<PoolState>>,
     /// The previous generation's in-memory `rate_limit` buckets, by identity.
@@ -505,6 +510,7 @@ fn stage(line: &config::FilterLine, route: &str, shared: &Shared) -> Stage {
         config::Filter::ForwardAuth(f) => {
             let name = format!("{route} forward_auth");
             let pool = shared.pool(name, &f.pool);
+            shared.auth_pools.borrow_mut().push(pool.clone());
             Arc::new(crate::proxy::auth::ForwardAuth::new(f, pool))
         }
     };

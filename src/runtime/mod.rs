@@ -108,6 +108,8 @@ pub(crate) struct Generation {
     pub rate_memory: std::collections::HashMap<String, Arc<crate::filter::rate_limit::Memory>>,
     /// The admin API is on: requests are metered (`sluice_http_*`).
     pub metered: bool,
+    /// The pools `forward_auth` filters ask.
+    pub auth_pools: Vec<Arc<Pool>>,
 }
 
 impl Generation {
@@ -144,11 +146,14 @@ impl Generation {
     }
 
     pub(crate) fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
-        self.sites.pools().chain(
-            self.tcp
-                .iter()
-                .flat_map(|t| t.pools.iter().map(|p| &p.pool)),
-        )
+        self.sites
+            .pools()
+            .chain(
+                self.tcp
+                    .iter()
+                    .flat_map(|t| t.pools.iter().map(|p| &p.pool)),
+            )
+            .chain(&self.auth_pools)
     }
 
     /// The L4 route for a `tcp` listener's configured address.
