@@ -255,7 +255,7 @@ async fn combined_common_and_the_client_s_own_fields() {
     let req = http::Request::get(format!("http://{}/x", s.addr))
         .header("user-agent", "h2-agent")
         .header("referer", "https://ref.test/")
-        .body(http_body_util::Empty::new())
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
         .unwrap();
     let resp = h2.send_request(req).await.unwrap();
     assert_eq!(resp.status(), 200);

@@ -12,7 +12,6 @@ use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 fn config(backend: SocketAddr) -> String {
@@ -52,32 +51,9 @@ fn labelled(page: &str, name: &str, site: &str, route: &str) -> f64 {
     series(page, &labels).unwrap_or_else(|| panic!("no {labels} in\n{page}"))
 }
 
-/// An h2c (prior knowledge) connection sending bodies of type `B`, and the task that
-/// drives it.
-async fn h2c_client<B>(
-    addr: SocketAddr,
-) -> (
-    hyper::client::conn::http2::SendRequest<B>,
-    tokio::task::JoinHandle<Result<(), hyper::Error>>,
-)
-where
-    B: http_body::Body + Send + Unpin + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    (send, tokio::spawn(conn))
-}
-
 /// A POST over h2c (prior knowledge) with `body`; the response's status and body.
 async fn h2c_post(addr: SocketAddr, path: &str, body: &'static [u8]) -> (u16, Bytes) {
-    let (mut send, task) = h2c_client(addr).await;
+    let (mut send, task) = h2c(addr).await;
     let req = Request::post(format!("http://app.test{path}"))
         .body(Full::new(Bytes::from_static(body)))
         .unwrap();
@@ -275,7 +251,7 @@ async fn a_client_that_gives_up_is_counted_as_499() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     // HTTP/2: the stream's future dropped, which resets it.
-    let (mut send, task) = h2c_client(s.addr).await;
+    let (mut send, task) = h2c(s.addr).await;
     let req = Request::get("http://app.test/slow")
         .body(http_body_util::Empty::<Bytes>::new())
         .unwrap();

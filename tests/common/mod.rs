@@ -564,12 +564,17 @@ where
 
 /// An h2c (prior knowledge) client connection to `addr`; the task drives the connection
 /// and ends when it closes.
-pub async fn h2c(
+pub async fn h2c<B>(
     addr: SocketAddr,
 ) -> (
-    hyper::client::conn::http2::SendRequest<http_body_util::Empty<Bytes>>,
+    hyper::client::conn::http2::SendRequest<B>,
     tokio::task::JoinHandle<()>,
-) {
+)
+where
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (send, conn) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),

@@ -730,14 +730,8 @@ fn access_log(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
 fn log_template(w: &crate::config::parser::Word) -> Res<crate::config::template::LogTemplate> {
     use crate::config::template::{LogField, LogTemplate};
     LogTemplate::parse(&w.text).map_err(|e| {
-        let names: Vec<String> = LogField::ALL
-            .iter()
-            .map(|(n, _)| format!("{{{n}}}"))
-            .collect();
-        Diagnostic::error(w.span, format!("unknown placeholder `{{{}}}`", e.0)).with_hint(format!(
-            "an access log template knows {} and {{header.NAME}}",
-            names.join(", ")
-        ))
+        let names = LogField::ALL.iter().map(|(n, _)| *n);
+        values::unknown_placeholder(w, &e.0, names, "and a request header's {header.NAME}")
     })
 }
 

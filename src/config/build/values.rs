@@ -390,15 +390,23 @@ pub(super) fn header_op(d: &Directive, what: &str) -> Res<HeaderOp> {
 
 pub(super) fn template(w: &Word) -> Res<Template> {
     Template::parse(&w.text).map_err(|e| {
-        let names: Vec<String> = Placeholder::ALL
-            .iter()
-            .map(|(n, _)| format!("{{{n}}}"))
-            .collect();
-        Diagnostic::error(w.span, format!("unknown placeholder `{{{}}}`", e.0)).with_hint(format!(
-            "placeholders are {}, and a regex's groups {{re.N}}, {{re.NAME}}",
-            names.join(", ")
-        ))
+        let names = Placeholder::ALL.iter().map(|(n, _)| *n);
+        unknown_placeholder(w, &e.0, names, "and a regex's groups {re.N}, {re.NAME}")
     })
+}
+
+/// `{name}` in `w` is no placeholder: the error, with the `known` names and `more`.
+pub(super) fn unknown_placeholder<'a>(
+    w: &Word,
+    name: &str,
+    known: impl Iterator<Item = &'a str>,
+    more: &str,
+) -> Diagnostic {
+    let names: Vec<String> = known.map(|n| format!("{{{n}}}")).collect();
+    Diagnostic::error(w.span, format!("unknown placeholder `{{{name}}}`")).with_hint(format!(
+        "placeholders here are {}, {more}",
+        names.join(", ")
+    ))
 }
 
 pub(super) fn status_word(w: &Word) -> Option<u16> {
