@@ -273,8 +273,7 @@ async fn combined_common_and_the_client_s_own_fields() {
 /// absent, a request header by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_request_id_upstream_time_and_a_template() {
-    use common::pki::{connect, Ca};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use common::pki::Ca;
     let b = Backend::start(|_| async {
         tokio::time::sleep(Duration::from_millis(30)).await;
         hyper::Response::new(full("slow"))
@@ -301,15 +300,8 @@ site app.test {{ tls {} {}; request_id; proxy {} }}
             ),
         );
         let s = Sluice::spawn(&["run", "-c", path.to_str().unwrap()], dir);
-        let mut tls = connect(s.addr, ca.client(&[b"http/1.1"]), Some("app.test"))
-            .await
-            .unwrap();
-        tls.write_all(b"GET /p?q=%221 HTTP/1.1\r\nHost: app.test\r\nUser-Agent: t\"x\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        // Read to the close (which may come without a close_notify).
-        let mut out = Vec::new();
-        let _ = tokio::time::timeout(WAIT, tls.read_to_end(&mut out)).await;
+        let raw = b"GET /p?q=%221 HTTP/1.1\r\nHost: app.test\r\nUser-Agent: t\"x\r\nConnection: close\r\n\r\n";
+        let out = common::pki::tls_exchange(s.addr, &ca, "app.test", raw).await;
         let (resp, _) = parse_response(&out)
             .unwrap_or_else(|| panic!("a response: {:?}", String::from_utf8_lossy(&out)));
         let id = resp

@@ -207,14 +207,9 @@ async fn maintenance_lets_allowed_clients_through_and_a_reload_resets_the_switch
 }
 
 async fn raw_tls_get(addr: SocketAddr, ca: &Ca, host: &str, path: &str) -> Resp {
-    let mut s = connect(addr, ca.client(&[b"http/1.1"]), Some(host))
-        .await
-        .unwrap();
     let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    let _ = tokio::time::timeout(WAIT, s.read_to_end(&mut buf)).await;
-    parse_response(&buf).unwrap().0
+    let out = common::pki::tls_exchange(addr, ca, host, req.as_bytes()).await;
+    parse_response(&out).unwrap().0
 }
 
 #[tokio::test]

@@ -393,19 +393,16 @@ fn histogram(o: &mut String, name: &str, labels: &str, h: &Histogram) {
 /// Per site and route (`route=""`: no route took it; `site=""`: no site did):
 /// requests by status class, their time to the last byte, body bytes each way.
 fn http(o: &mut String, gen: &Generation) {
-    if !gen.metered {
-        return;
-    }
-    let unrouted: &Meter = &crate::stats::UNROUTED;
-    let meters: Vec<(String, &Meter)> = std::iter::once((("", ""), unrouted))
-        .chain(gen.meters().map(|(k, m)| (k, &**m)))
-        .map(|((site, route), m)| {
-            (
-                format!("site=\"{}\",route=\"{}\"", esc(site), esc(route)),
-                m,
-            )
+    let meters: Vec<(String, &Meter)> = gen
+        .meters()
+        .map(|m| {
+            let labels = format!("site=\"{}\",route=\"{}\"", esc(m.site), esc(m.route));
+            (labels, &**m.meter)
         })
         .collect();
+    if meters.is_empty() {
+        return;
+    }
     head(
         o,
         "sluice_http_requests_total",

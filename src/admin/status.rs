@@ -3,12 +3,10 @@
 //! Addresses are shown as configured; nothing secret is in the model to show.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use serde_json::{json, Value};
 
 use super::log::rfc3339;
-use crate::route::Handler;
 use crate::runtime::Generation;
 use crate::stats::Meter;
 use crate::upstream::{Peer, Pool};
@@ -21,35 +19,11 @@ pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> V
         .map(|s| json!({"name": s.name, "maintenance": s.in_maintenance()}))
         .collect();
     let pools: Vec<Value> = gen.pools().map(|p| pool(p)).collect();
-    let mut fastcgi = Vec::new();
-    let mut routes = Vec::new();
-    // Routes of one site and pattern share a meter: it is shown once.
-    let mut seen = std::collections::HashSet::new();
-    for s in &gen.sites.list {
-        if let Some(m) = &s.meter {
-            routes.push(json!({"site": s.name, "route": "", "pool": null, "requests": meter(m)}));
-        }
-        for r in &s.routes {
-            let pool = match &r.handler {
-                Handler::Proxy(p) => Some(p.name()),
-                Handler::FastCgi(f) => {
-                    fastcgi.push(fastcgi_pool(f));
-                    Some(f.name.as_str())
-                }
-                _ => None,
-            };
-            if let Some(m) = r.meter.as_ref().filter(|m| seen.insert(Arc::as_ptr(m))) {
-                let label = crate::runtime::compile::route_label(&s.name, &r.name);
-                routes.push(
-                    json!({"site": s.name, "route": label, "pool": pool, "requests": meter(m)}),
-                );
-            }
-        }
-    }
-    if gen.metered {
-        let m = meter(&crate::stats::UNROUTED);
-        routes.push(json!({"site": "", "route": "", "pool": null, "requests": m}));
-    }
+    let fastcgi: Vec<Value> = gen.sites.fastcgi().map(fastcgi_pool).collect();
+    let routes: Vec<Value> = gen
+        .meters()
+        .map(|m| json!({"site": m.site, "route": m.route, "pool": m.pool, "requests": meter(m.meter)}))
+        .collect();
     json!({
         "revision": revision,
         "listeners": listeners,

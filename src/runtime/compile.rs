@@ -50,8 +50,11 @@ impl Generation {
             .unwrap_or_else(|| Arc::new(Dns::new(&config.global.resolver)));
         // A site's or route's meter goes on counting across reloads while its labels
         // stay.
-        let meters_before: HashMap<(&str, &str), &Arc<Meter>> =
-            previous.into_iter().flat_map(|g| g.meters()).collect();
+        let meters_before: HashMap<(&str, &str), &Arc<Meter>> = previous
+            .into_iter()
+            .flat_map(|g| g.meters())
+            .map(|m| ((m.site, m.route), m.meter))
+            .collect();
         let shared = Shared {
             meters_before: config.global.admin.is_some().then_some(&meters_before),
             meters: Default::default(),
@@ -95,27 +98,57 @@ impl Generation {
         }
     }
 
-    /// Every meter with its `site` and `route` labels, once (routes of one site and
-    /// pattern share theirs).
-    pub(crate) fn meters(&self) -> impl Iterator<Item = ((&str, &str), &Arc<Meter>)> {
+    /// Every meter, once (routes of one site and pattern share theirs), with its
+    /// labels and the pool it feeds; the one for answers no site took last. Nothing
+    /// when requests are not metered.
+    pub(crate) fn meters(&self) -> impl Iterator<Item = Metered<'_>> {
         let mut seen = std::collections::HashSet::new();
+        let unrouted = self.metered.then(|| Metered {
+            site: "",
+            route: "",
+            pool: None,
+            meter: &crate::stats::UNROUTED,
+        });
         self.sites
             .list
             .iter()
             .flat_map(|s| {
-                let own = s.meter.iter().map(|m| ((s.name.as_str(), ""), m));
+                let own = s.meter.iter().map(|meter| Metered {
+                    site: &s.name,
+                    route: "",
+                    pool: None,
+                    meter,
+                });
                 let routes = s.routes.iter().filter_map(|r| {
-                    let m = r.meter.as_ref()?;
-                    Some(((s.name.as_str(), route_label(&s.name, &r.name)), m))
+                    Some(Metered {
+                        site: &s.name,
+                        route: route_label(&s.name, &r.name),
+                        pool: match &r.handler {
+                            Handler::Proxy(p) => Some(p.name()),
+                            Handler::FastCgi(f) => Some(f.name.as_str()),
+                            _ => None,
+                        },
+                        meter: r.meter.as_ref()?,
+                    })
                 });
                 own.chain(routes)
             })
-            .filter(move |(_, m)| seen.insert(Arc::as_ptr(m)))
+            .filter(move |m| seen.insert(Arc::as_ptr(m.meter)))
+            .chain(unrouted)
     }
 }
 
+/// A meter and what it counts: `site` and `route` labels (`""` for requests no route,
+/// or no site, took), and the pool its route hands requests to.
+pub(crate) struct Metered<'g> {
+    pub site: &'g str,
+    pub route: &'g str,
+    pub pool: Option<&'g str>,
+    pub meter: &'g Arc<Meter>,
+}
+
 /// A route's `route` label: its pattern as written, `/*` for the site block's own.
-pub(crate) fn route_label<'a>(site: &str, route: &'a str) -> &'a str {
+fn route_label<'a>(site: &str, route: &'a str) -> &'a str {
     match route.strip_prefix(site).map(str::trim_start) {
         Some("") => "/*",
         Some(pattern) => pattern,

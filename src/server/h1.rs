@@ -187,9 +187,9 @@ impl Conn {
         let (parts, _) = resp.into_parts();
         ex.switch(stream, parts.status, parts.headers).await;
         ex.status = 101;
-        let done = std::time::Instant::now();
-        ex.meter(0, Some(done));
-        if let Some(l) = &log {
+        let done = ex.done(log.is_some());
+        ex.meter(0, done);
+        if let (Some(l), Some(done)) = (&log, done) {
             ex.log(l, &self.client, None, done);
         }
         let early = buf.split().freeze();
@@ -268,7 +268,7 @@ impl Conn {
         }
         let request_id = log.as_ref().and_then(|_| request_id(&resp));
         let keep = ex.respond(stream, buf, resp).await;
-        let done = (ex.started.is_some() || log.is_some()).then(std::time::Instant::now);
+        let done = ex.done(log.is_some());
         ex.meter(ex.bytes, done);
         if let (Some(l), Some(done)) = (log, done) {
             ex.log(&l, &self.client, request_id.as_ref(), done);
@@ -337,6 +337,11 @@ struct Exchange {
 pub(crate) type Access = Arc<arc_swap::ArcSwapOption<AccessLog>>;
 
 impl Exchange {
+    /// Now, read once for the meter and the log, when either needs it.
+    fn done(&self, logging: bool) -> Option<std::time::Instant> {
+        (self.started.is_some() || logging).then(std::time::Instant::now)
+    }
+
     /// Counts the response, done now, on its route's meter.
     fn meter(&self, sent: u64, done: Option<std::time::Instant>) {
         if let (Some(m), Some(t), Some(done)) = (&self.meter, self.started, done) {

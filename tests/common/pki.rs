@@ -204,6 +204,20 @@ pub async fn connect(
     .map_err(|_| std::io::Error::other("handshake timed out"))?
 }
 
+/// `raw` (a whole HTTP/1.1 request, `Connection: close`) over a new TLS connection
+/// trusting `ca` (SNI `host`, ALPN http/1.1), and what came back until the close (which
+/// may come without a close_notify), within [`super::WAIT`].
+pub async fn tls_exchange(addr: SocketAddr, ca: &Ca, host: &str, raw: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = connect(addr, ca.client(&[b"http/1.1"]), Some(host))
+        .await
+        .unwrap();
+    s.write_all(raw).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(super::WAIT, s.read_to_end(&mut out)).await;
+    out
+}
+
 /// The DER of the certificate the server presented.
 pub fn presented(s: &TlsStream<TcpStream>) -> Vec<u8> {
     s.get_ref().1.peer_certificates().unwrap()[0].to_vec()
