@@ -236,6 +236,38 @@ async fn keep_alive_and_pipelining() {
     );
 }
 
+/// The first read of a request that empties the socket forgets its readiness (no
+/// `EAGAIN` read while the request is in flight); bytes that come later are still
+/// heard: a request sent while the first waits for its backend is answered.
+#[tokio::test]
+async fn bytes_sent_while_a_request_is_in_flight_are_heard() {
+    let b = Backend::start(|req: hyper::Request<hyper::body::Incoming>| async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        hyper::Response::new(full(req.uri().path().to_string()))
+    })
+    .await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"GET /first HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.write_all(b"GET /second HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(WAIT, c.read_to_end(&mut out))
+        .await
+        .expect("both answers within the wait")
+        .unwrap();
+    let (first, used) = parse_response(&out).expect("the first answer");
+    let (second, _) = parse_response(&out[used..]).expect("the second answer");
+    assert_eq!(
+        (first.text(), second.text()),
+        ("/first".into(), "/second".into())
+    );
+}
+
 #[tokio::test]
 async fn expect_100_continue_is_answered_when_the_body_is_wanted() {
     let b = Backend::start(|req: hyper::Request<hyper::body::Incoming>| async move {

@@ -81,25 +81,70 @@ pub(crate) fn read_now<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut) -> i
     }
 }
 
-/// Readiness, then a non-blocking read into the stack, so a spurious wakeup allocates
-/// nothing.
-macro_rules! poll_first_bytes_of_socket {
-    ($s:expr, $cx:expr) => {{
-        loop {
-            match $s.poll_read_ready($cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(_)) => return Poll::Ready(Err(Closed)),
-                Poll::Ready(Ok(())) => {}
+/// The socket calls [`poll_first_bytes_of`] needs: tokio's TCP and Unix streams alike.
+trait Socket {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    fn try_io<R>(&self, f: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize>;
+}
+
+macro_rules! socket {
+    ($t:ty) => {
+        impl Socket for $t {
+            fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                <$t>::poll_read_ready(self, cx)
             }
-            let mut first = [0u8; FIRST_READ];
-            match $s.try_read(&mut first) {
-                Ok(0) => return Poll::Ready(Err(Closed)),
-                Ok(n) => return Poll::Ready(Ok(first_bytes(&first[..n]))),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(_) => return Poll::Ready(Err(Closed)),
+            fn try_io<R>(&self, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+                <$t>::try_io(self, tokio::io::Interest::READABLE, f)
+            }
+            fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+                <$t>::try_read(self, buf)
             }
         }
-    }};
+    };
+}
+
+socket!(TcpStream);
+socket!(UnixStream);
+
+/// Readiness, then a non-blocking read into the stack, so a spurious wakeup allocates
+/// nothing.
+///
+/// A read that returns fewer bytes than it asked for emptied the socket, so the
+/// readiness it ran on is forgotten there and then: the connection's next read (its
+/// watch for a pipelined request or a close while the request is in flight) waits for
+/// the next event instead of making a system call that can only say `EAGAIN` — one
+/// kernel entry in five on a keep-alive request. The read runs inside `try_io`, which
+/// takes the readiness tick *before* the read and clears only that tick when the
+/// closure reports `WouldBlock`: an event that arrives during or after the read is
+/// kept (epoll is edge-triggered, and new bytes are a new edge), so nothing is missed.
+fn poll_first_bytes_of<S: Socket>(s: &S, cx: &mut Context<'_>) -> Poll<Result<BytesMut, Closed>> {
+    loop {
+        if let Poll::Ready(r) = s.poll_read_ready(cx) {
+            r.map_err(|_| Closed)?;
+        } else {
+            return Poll::Pending;
+        }
+        let mut first = [0u8; FIRST_READ];
+        let mut short = 0;
+        let read = s.try_io(|| {
+            let n = s.try_read(&mut first)?;
+            if n > 0 && n < FIRST_READ {
+                short = n;
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        });
+        return match read {
+            Ok(0) => Poll::Ready(Err(Closed)),
+            Ok(n) => Poll::Ready(Ok(first_bytes(&first[..n]))),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && short > 0 => {
+                Poll::Ready(Ok(first_bytes(&first[..short])))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(_) => Poll::Ready(Err(Closed)),
+        };
+    }
 }
 
 impl Transport for TcpStream {
@@ -111,7 +156,7 @@ impl Transport for TcpStream {
     }
 
     fn poll_first_bytes(&self, cx: &mut Context<'_>) -> Poll<Result<BytesMut, Closed>> {
-        poll_first_bytes_of_socket!(self, cx)
+        poll_first_bytes_of(self, cx)
     }
 
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
@@ -132,7 +177,7 @@ impl Transport for UnixStream {
     }
 
     fn poll_first_bytes(&self, cx: &mut Context<'_>) -> Poll<Result<BytesMut, Closed>> {
-        poll_first_bytes_of_socket!(self, cx)
+        poll_first_bytes_of(self, cx)
     }
 
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<()> {

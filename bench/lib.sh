@@ -1,0 +1,64 @@
+# Shared by bench/callgrind.sh and bench/syscalls.sh (sourced, not run): installs what
+# is missing, builds sluice when no binary is given, starts an nginx backend answering
+# `/small` (13 bytes) and `/big` (64 KiB), and writes a sluice config in front of it.
+#   need_tools valgrind:valgrind nginx:nginx ...   (command:package pairs)
+#   sluice_bin [path]      -> $bin
+#   start_backend          -> $work, $bport (cleaned up on exit)
+#   sluice_config PORT     -> $work/sluice.conf (SLUICE_ADMIN, SLUICE_GLOBAL, SLUICE_FILTERS;
+#                             TLS=1: a TLS listener with a fresh self-signed certificate)
+#   $scheme                -> http or https, as TLS says
+need_tools() {
+    local missing=() tool
+    for tool in "$@"; do
+        command -v "${tool%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${tool%%:*}" ] || missing+=("${tool#*:}")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+}
+sluice_bin() {
+    bin=${1:-}
+    if [ -z "$bin" ]; then
+        cargo build --release --quiet
+        bin=target/release/sluice
+    fi
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+start_backend() {
+    work=$(mktemp -d)
+    trap '[ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null; rm -rf "$work"' EXIT
+    bport=$(free_port)
+    cat >"$work/nginx.conf" <<NGX
+daemon on; worker_processes 1; pid $work/nginx.pid; error_log $work/error.log;
+events { worker_connections 1024; }
+http { access_log off; server { listen 127.0.0.1:$bport; keepalive_requests 1000000;
+  location /small { return 200 "hello, world\n"; }
+  location /big { root $work/www; } } }
+NGX
+    chmod 755 "$work"
+    mkdir -p "$work/www"
+    head -c 65536 /dev/urandom >"$work/www/big"
+    nginx -c "$work/nginx.conf" -p "$work"
+}
+scheme=http
+[ -n "${TLS:-}" ] && scheme=https
+sluice_config() {
+    local listen_tls="" site_tls=""
+    if [ -n "${TLS:-}" ]; then
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+            -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost \
+            -addext subjectAltName=DNS:localhost 2>/dev/null
+        listen_tls=" tls"
+        site_tls="tls $work/cert.pem $work/key.pem"
+    fi
+    printf 'global { workers 1; admin %s; %s }\nlisten 127.0.0.1:%s%s\nsite * {\n%s\n%s\nproxy 127.0.0.1:%s }\n' "${SLUICE_ADMIN:-off}" "${SLUICE_GLOBAL:-}" "$1" "$listen_tls" "$site_tls" "$(printf '%s' "${SLUICE_FILTERS:-}" | tr ';' '\n')" "$bport" >"$work/sluice.conf"
+}
+wait_up() {
+    for _ in $(seq 100); do
+        curl -sk -o /dev/null "$scheme://127.0.0.1:$1/small" && return 0
+        sleep 0.2
+    done
+    return 1
+}
