@@ -268,6 +268,78 @@ async fn bytes_sent_while_a_request_is_in_flight_are_heard() {
     );
 }
 
+/// A large body that is ready with its head leaves beside it (the head's buffer and
+/// the body's frame in one `writev`, the frame uncopied): sized, one large chunk and
+/// several chunks come through whole, twice on one kept connection.
+#[tokio::test]
+async fn large_ready_bodies_come_through_whole() {
+    let body: Vec<u8> = (0..60_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let sized = [
+        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes(),
+        body.clone(),
+    ]
+    .concat();
+    let one_chunk = [
+        format!(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+            body.len()
+        )
+        .into_bytes(),
+        body.clone(),
+        b"\r\n0\r\n\r\n".to_vec(),
+    ]
+    .concat();
+    let mut chunks = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for piece in body.chunks(25_000) {
+        chunks.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        chunks.extend_from_slice(piece);
+        chunks.extend_from_slice(b"\r\n");
+    }
+    chunks.extend_from_slice(b"0\r\n\r\n");
+    for (name, reply) in [
+        ("sized", sized),
+        ("one chunk", one_chunk),
+        ("chunks", chunks),
+    ] {
+        let reply: &'static [u8] = Vec::leak(reply);
+        // Answers each request whole, in one write, on a kept connection.
+        let (addr, task) = raw_backend(move |mut c| async move {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = c.read(&mut buf).await {
+                if n == 0 {
+                    return;
+                }
+                head.extend_from_slice(&buf[..n]);
+                while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                    head.drain(..end + 4);
+                    if c.write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        })
+        .await;
+        let s = Sluice::start(&format!("site * {{ proxy {addr} }}"));
+        let mut c = TcpStream::connect(s.addr).await.unwrap();
+        c.write_all(b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(WAIT, c.read_to_end(&mut out))
+            .await
+            .expect("both answers within the wait")
+            .unwrap();
+        let (first, used) = parse_response(&out).expect("the first answer");
+        let (second, _) = parse_response(&out[used..]).expect("the second answer");
+        assert!(
+            first.body == body && second.body == body,
+            "{name}: a body came through changed"
+        );
+        task.abort();
+    }
+}
+
 #[tokio::test]
 async fn expect_100_continue_is_answered_when_the_body_is_wanted() {
     let b = Backend::start(|req: hyper::Request<hyper::body::Incoming>| async move {

@@ -160,13 +160,17 @@ pub(crate) async fn chunk<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> std:
 /// and its terminator is in `out`. Used on both sides, so a small message's head and
 /// body leave in one write. `taken`, when given, keeps each data frame moved (a
 /// reference, not a copy), so the body can go out again if the write fails with
-/// nothing written. `counted` grows by the body bytes moved.
+/// nothing written. `spill`, when given, takes the frame that would carry `out` past
+/// `limit` instead of copying it there (the caller writes it beside `out`, in the
+/// same `writev`): a large body is never copied behind its head. `counted` grows by
+/// the body bytes moved or spilled.
 pub(crate) fn take_ready(
     body: &mut Body,
     chunked: bool,
     out: &mut Vec<u8>,
     limit: usize,
     mut taken: Option<&mut Vec<bytes::Bytes>>,
+    mut spill: Option<&mut Option<bytes::Bytes>>,
     counted: &mut u64,
 ) -> Result<bool, BodyError> {
     let mut cx = Context::from_waker(Waker::noop());
@@ -187,6 +191,13 @@ pub(crate) fn take_ready(
                     continue;
                 }
                 *counted += data.len() as u64;
+                if let Some(spill) = spill
+                    .as_deref_mut()
+                    .filter(|_| out.len() + data.len() > limit)
+                {
+                    *spill = Some(data);
+                    return Ok(false);
+                }
                 if let Some(t) = taken.as_deref_mut() {
                     t.push(data.clone());
                 }

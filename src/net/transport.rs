@@ -81,11 +81,13 @@ pub(crate) fn read_now<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut) -> i
     }
 }
 
-/// The socket calls [`poll_first_bytes_of`] needs: tokio's TCP and Unix streams alike.
-trait Socket {
+/// The socket calls [`poll_first_bytes_of`] and [`read_drained`] need: tokio's TCP
+/// and Unix streams alike.
+pub(crate) trait Socket {
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     fn try_io<R>(&self, f: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
     fn try_read(&self, buf: &mut [u8]) -> io::Result<usize>;
+    fn try_read_buf(&self, buf: &mut ReadBuf<'_>) -> io::Result<usize>;
 }
 
 macro_rules! socket {
@@ -99,6 +101,9 @@ macro_rules! socket {
             }
             fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
                 <$t>::try_read(self, buf)
+            }
+            fn try_read_buf(&self, buf: &mut ReadBuf<'_>) -> io::Result<usize> {
+                <$t>::try_read_buf(self, buf)
             }
         }
     };
@@ -143,6 +148,41 @@ fn poll_first_bytes_of<S: Socket>(s: &S, cx: &mut Context<'_>) -> Poll<Result<By
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(_) => Poll::Ready(Err(Closed)),
+        };
+    }
+}
+
+/// Reads what the socket has into `buf`, as `AsyncRead::poll_read` does, and forgets
+/// the readiness the read ran on when it came back short, as
+/// [`poll_first_bytes_of`] does (the same `try_io` rule): a backend connection's next
+/// read, after a response whose last bytes filled less than the buffer, waits for the
+/// next event instead of returning `EAGAIN`.
+pub(crate) fn read_drained<S: Socket>(
+    s: &S,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<()>> {
+    loop {
+        if let Poll::Ready(r) = s.poll_read_ready(cx) {
+            r?;
+        } else {
+            return Poll::Pending;
+        }
+        let want = buf.remaining();
+        let mut short = false;
+        let read = s.try_io(|| {
+            let n = s.try_read_buf(buf)?;
+            if n > 0 && n < want {
+                short = true;
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        });
+        return match read {
+            Ok(_) => Poll::Ready(Ok(())),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && short => Poll::Ready(Ok(())),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => Poll::Ready(Err(e)),
         };
     }
 }

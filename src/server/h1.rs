@@ -9,6 +9,7 @@
 //! request. Never buffers a body: request bodies go to the handler a chunk at a time
 //! through a one-slot channel, responses are written frame by frame.
 
+use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use http::header::{CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, timeout_at, Instant};
 
@@ -487,6 +488,7 @@ impl Exchange {
         // Whatever of the body is ready now leaves with the head, in one write: a small
         // response, proxied or local, costs a single syscall.
         let mut finished = out == Delimit::None;
+        let mut spill = None;
         if !finished {
             match encode::take_ready(
                 &mut rbody,
@@ -494,6 +496,7 @@ impl Exchange {
                 &mut wbuf,
                 COALESCE,
                 None,
+                Some(&mut spill),
                 &mut self.bytes,
             ) {
                 Ok(done) => finished = done,
@@ -502,7 +505,14 @@ impl Exchange {
         }
         let (mut rd, wr) = stream.split();
         let mut wr = super::transport::SendTimeout::new(wr);
-        if wr.write_all(&wbuf).await.is_err() {
+        let sent = match spill {
+            None => wr.write_all(&wbuf).await,
+            Some(data) => {
+                finished = rbody.is_end_stream();
+                send_beside(&mut wr, &mut wbuf, &data, out == Delimit::Chunked, finished).await
+            }
+        };
+        if sent.is_err() {
             return false;
         }
         drop(wbuf);
@@ -540,6 +550,27 @@ impl Exchange {
         // A request body the handler did not read to its end leaves the stream mid-request.
         self.keep_alive && out != Delimit::Close && self.pump.is_none()
     }
+}
+
+/// The head (and what was copied behind it) and a large ready frame in one `writev`,
+/// the frame uncopied; framed as a chunk when `chunked`, with the body's terminator
+/// when the frame was its last.
+async fn send_beside<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    wbuf: &mut Vec<u8>,
+    data: &[u8],
+    chunked: bool,
+    last: bool,
+) -> std::io::Result<()> {
+    if !chunked {
+        return encode::write_all_vectored(wr, &mut [IoSlice::new(wbuf), IoSlice::new(data)]).await;
+    }
+    let mut size = [0u8; 18];
+    let n = encode::hex_line(&mut size, data.len());
+    wbuf.extend_from_slice(&size[..n]);
+    let tail: &[u8] = if last { b"\r\n0\r\n\r\n" } else { b"\r\n" };
+    let mut slices = [IoSlice::new(wbuf), IoSlice::new(data), IoSlice::new(tail)];
+    encode::write_all_vectored(wr, &mut slices).await
 }
 
 /// An idle keep-alive connection waits for its next request's first bytes. `None`:

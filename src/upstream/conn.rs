@@ -135,6 +135,7 @@ impl BackendConn {
                 &mut self.wbuf,
                 COALESCE,
                 Some(&mut out.resend),
+                None,
                 &mut 0,
             )
             .map_err(SendError::Body)?;
@@ -254,7 +255,7 @@ impl BackendConn {
                     return Poll::Ready(Some(Err(io::Error::new(io::ErrorKind::InvalidData, why))))
                 }
             }
-            self.buf.reserve(READ_CHUNK);
+            self.buf.reserve(body_read(decoder));
             let read = std::pin::pin!(self.io.read_buf(&mut self.buf)).poll(cx);
             match read {
                 Poll::Pending => return Poll::Pending,
@@ -272,6 +273,26 @@ impl BackendConn {
                 Poll::Ready(Ok(_)) => {}
             }
         }
+    }
+}
+
+/// The most a body read asks for at once.
+const BODY_READ_MAX: usize = 64 * 1024;
+
+/// How much the next read of a body asks for: what is left of a sized body (a 64 KiB
+/// response whose head came with its first 16 KiB takes one more read, not four, and
+/// leaves in one write), between [`READ_CHUNK`] and [`BODY_READ_MAX`]; a chunked or
+/// close-delimited body reads [`READ_CHUNK`] at a time. One byte more than what is
+/// left, so the body's last read comes back short and the socket's readiness is
+/// forgotten (`net::transport::read_drained`): the pool's check that the idle
+/// connection is quiet then costs no `EAGAIN` read.
+fn body_read(decoder: &Decoder) -> usize {
+    match decoder.remaining() {
+        Some(n) => usize::try_from(n)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1)
+            .clamp(READ_CHUNK, BODY_READ_MAX),
+        None => READ_CHUNK,
     }
 }
 
