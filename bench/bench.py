@@ -455,12 +455,12 @@ TESTS = {
 SKIP = {
     "h2c-front": {"direct"},
     "ws-echo-1KiB": {"direct"},
-    "tls-h1-13B": {"direct", "sluice-base"},
-    "tls-h2-13B": {"direct", "sluice-base"},
-    "h2-backend-13B": {"direct", "nginx", "nginx16k", "sluice-base"},
+    "tls-h1-13B": {"direct"},
+    "tls-h2-13B": {"direct"},
+    "h2-backend-13B": {"direct", "nginx", "nginx16k"},
     # HAProxy's FastCGI and file serving are not set up here.
-    "php-fpm": {"direct", "haproxy", "nginx16k", "sluice-base"},
-    "static-64KiB": {"direct", "haproxy", "nginx16k", "sluice-base"},
+    "php-fpm": {"direct", "haproxy", "nginx16k"},
+    "static-64KiB": {"direct", "haproxy", "nginx16k"},
 }
 
 
@@ -489,7 +489,9 @@ def main():
         "sluice-observed": lambda: sluice_proxy(backend, observed=True),
     }
     if SLUICE_BASE:
-        proxies["sluice-base"] = lambda: sluice_proxy(backend, binary=SLUICE_BASE, tls=False)
+        # SLUICE_BASE_PLAIN=1: an older binary without TLS listeners, FastCGI or h2c pools.
+        plain = os.environ.get("SLUICE_BASE_PLAIN") == "1"
+        proxies["sluice-base"] = lambda: sluice_proxy(backend, binary=SLUICE_BASE, tls=not plain)
     if ONLY:
         proxies = {k: v for k, v in proxies.items() if k in ONLY}
     else:

@@ -9,7 +9,9 @@
 //! `If-Modified-Since` answer `304`. One `Range` of bytes answers `206` (`416` when it
 //! cannot be satisfied); several ranges, or an `If-Range` that no longer matches, get
 //! the whole file. Bodies stream from disk in 64 KiB reads, one at a time as the client
-//! takes them: memory stays bounded whatever the file's size.
+//! takes them: memory stays bounded whatever the file's size. On a plain TCP
+//! HTTP/1.1 connection, with no filter reading the body, the kernel sends the file
+//! from the page cache instead (`sendfile`: no read into sluice, no copy).
 //!
 //! File system calls (`stat`, `realpath`, `pread`) run on the worker itself, as nginx
 //! makes them without `aio`: from the page cache they take microseconds, where handing
@@ -18,21 +20,14 @@
 //! duration; `docs/config.md` says so.
 
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode};
-use http_body::{Frame, SizeHint};
 
-use crate::body::{Body, BodyError};
+use crate::body::{Body, FileBody};
 use crate::config::FilesConfig;
 use crate::reply::{date, local_response};
-
-/// How much of a file one read takes.
-const CHUNK: usize = 64 * 1024;
 
 /// Serves `path` (normalised, percent-encoded) from `cfg.root`. `received`: the path
 /// as the client sent it (before `strip`), normalised, for the folder redirect.
@@ -414,11 +409,11 @@ async fn file_as(
 /// (logged): it cannot be opened.
 fn file_body(path: &Path, start: u64, count: u64) -> Option<Body> {
     match std::fs::File::open(path) {
-        Ok(f) => Some(Body::stream(FileBody {
+        Ok(f) => Some(Body::File(Box::new(FileBody {
             file: f,
             at: start,
             left: count,
-        })),
+        }))),
         Err(e) => {
             tracing::warn!("sluice: files: cannot open {}: {e}", path.display());
             None
@@ -439,53 +434,6 @@ fn not_modified(headers: &HeaderMap, tag: &str, mtime: Option<std::time::SystemT
             }),
             _ => false,
         },
-    }
-}
-
-/// A file's bytes from `at`, `left` of them, read as the client takes them.
-struct FileBody {
-    file: std::fs::File,
-    at: u64,
-    left: u64,
-}
-
-impl http_body::Body for FileBody {
-    type Data = Bytes;
-    type Error = BodyError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        use std::os::unix::fs::FileExt;
-        let this = &mut *self;
-        if this.left == 0 {
-            return Poll::Ready(None);
-        }
-        let want = (this.left.min(CHUNK as u64)) as usize;
-        let mut buf = BytesMut::zeroed(want);
-        match this.file.read_at(&mut buf, this.at) {
-            Err(e) => Poll::Ready(Some(Err(BodyError::Backend(e)))),
-            // The file shrank under us: the length promised cannot be kept.
-            Ok(0) => Poll::Ready(Some(Err(BodyError::Backend(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the file shrank while it was sent",
-            ))))),
-            Ok(n) => {
-                this.left -= n as u64;
-                this.at += n as u64;
-                buf.truncate(n);
-                Poll::Ready(Some(Ok(Frame::data(buf.freeze()))))
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.left == 0
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.left)
     }
 }
 

@@ -446,3 +446,124 @@ fn files_options_are_checked_at_load() {
         );
     }
 }
+
+/// A file larger than one `sendfile` call (1 MiB), and a range from its middle, come
+/// through byte for byte over HTTP/1.1 on a plain socket (sent by the kernel) and over
+/// h2c (read in pieces), and compressed (the filter reads the body).
+#[tokio::test]
+async fn files_come_through_whole_by_sendfile_and_by_reads() {
+    let root = TempDir::new();
+    let data: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    std::fs::write(root.0.join("data.bin"), &data).unwrap();
+    std::fs::write(root.0.join("data.txt"), &data).unwrap();
+    // `compress` is on by default: a text type is compressed when accepted.
+    let s = Sluice::start(&format!("site * {{ files {} }}", root.0.display()));
+    let (from, to) = (1_234_567usize, 2_765_432usize);
+    let range = format!("bytes={from}-{to}");
+    // HTTP/1.1: whole, a range, and whole again on the same kept connection.
+    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let reqs = format!(
+        "GET /data.bin HTTP/1.1\r\nHost: a\r\n\r\nGET /data.bin HTTP/1.1\r\nHost: a\r\nRange: {range}\r\n\r\nGET /data.bin HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+    );
+    c.write_all(reqs.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(WAIT, c.read_to_end(&mut out))
+        .await
+        .expect("three answers within the wait")
+        .unwrap();
+    let (whole, used) = parse_response(&out).expect("the whole file");
+    let (part, used2) = parse_response(&out[used..]).expect("the range");
+    let (again, _) = parse_response(&out[used + used2..]).expect("the whole file again");
+    assert!(
+        whole.status == 200 && whole.body == data,
+        "h1: the file changed on the way"
+    );
+    assert!(
+        part.status == 206 && part.body == data[from..=to],
+        "h1: the range changed"
+    );
+    assert!(again.body == data, "h1: the second whole file changed");
+    // h2c: the same bytes, read in pieces.
+    let (mut send, _conn) = h2c(s.addr).await;
+    for (range, want) in [(None, &data[..]), (Some(range.as_str()), &data[from..=to])] {
+        let mut req = hyper::Request::builder().uri(format!("http://a{}", "/data.bin"));
+        if let Some(r) = range {
+            req = req.header("range", r);
+        }
+        let req = req
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        use http_body_util::BodyExt;
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert!(
+            body[..] == *want,
+            "h2c: the file changed on the way ({range:?})"
+        );
+    }
+    // Compression reads the body: gzip of the same bytes.
+    let r = request(
+        s.addr,
+        "GET",
+        "/data.txt",
+        &[("Accept-Encoding", "gzip")],
+        b"",
+    )
+    .await;
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    let mut unzipped = Vec::new();
+    {
+        use async_compression::tokio::bufread::GzipDecoder;
+        let mut d = GzipDecoder::new(&r.body[..]);
+        d.read_to_end(&mut unzipped).await.unwrap();
+    }
+    assert!(unzipped == data, "the compressed file changed on the way");
+}
+
+/// A file cut short while it is sent ends the response early and closes the
+/// connection (its length was promised): the client sees the truncation, never a hang.
+#[tokio::test]
+async fn a_file_that_shrinks_while_sent_closes_the_connection() {
+    let root = TempDir::new();
+    let path = root.0.join("shrinks.bin");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(256 << 20)
+        .unwrap();
+    let s = Sluice::start(&format!("site * {{ files {} }}", root.0.display()));
+    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"GET /shrinks.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let first = tokio::time::timeout(WAIT, c.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(first > 0);
+    // The client stops reading; the file is cut to 1 MiB meanwhile.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let mut total = first as u64;
+    let drained = tokio::time::timeout(WAIT, async {
+        loop {
+            match c.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n as u64,
+            }
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the connection must close, not hang");
+    assert!(
+        total < 256 << 20,
+        "the response was cut short: {total} bytes"
+    );
+}

@@ -108,6 +108,8 @@ delegate_read!(ReadHalf<'_>);
 delegate_write!(Stream);
 delegate_write!(WriteHalf<'_>);
 
+impl super::transport::SendFile for WriteHalf<'_> {}
+
 impl Transport for Stream {
     type Read<'a> = ReadHalf<'a>;
     type Write<'a> = WriteHalf<'a>;

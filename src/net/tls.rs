@@ -129,6 +129,8 @@ impl AsyncWrite for Half<'_> {
     }
 }
 
+impl super::transport::SendFile for Half<'_> {}
+
 impl Transport for TlsConn {
     type Read<'a> = Half<'a>;
     type Write<'a> = Half<'a>;

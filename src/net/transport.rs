@@ -20,7 +20,7 @@ pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     type Read<'a>: AsyncRead + Unpin + Send
     where
         Self: 'a;
-    type Write<'a>: AsyncWrite + Unpin + Send
+    type Write<'a>: AsyncWrite + SendFile + Unpin + Send
     where
         Self: 'a;
 
@@ -38,6 +38,61 @@ pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// tunnel (which has no idle timeout of its own).
     fn keepalive(&self) {}
 }
+
+/// Sending a file's bytes from the page cache (`sendfile`), for a write half that is a
+/// plain socket; the others (TLS) say they cannot, and the file goes through user
+/// space.
+pub(crate) trait SendFile {
+    fn can_send_file(&self) -> bool {
+        false
+    }
+
+    /// Sends up to `count` bytes of `file` from `*at`, moving `at` past them; the
+    /// bytes sent (0: the file ended). Only called when [`can_send_file`] holds.
+    ///
+    /// [`can_send_file`]: SendFile::can_send_file
+    fn poll_send_file(
+        &mut self,
+        _cx: &mut Context<'_>,
+        _file: &std::fs::File,
+        _at: &mut u64,
+        _count: usize,
+    ) -> Poll<io::Result<usize>> {
+        Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
+    }
+}
+
+impl SendFile for tokio::net::tcp::WriteHalf<'_> {
+    fn can_send_file(&self) -> bool {
+        true
+    }
+
+    fn poll_send_file(
+        &mut self,
+        cx: &mut Context<'_>,
+        file: &std::fs::File,
+        at: &mut u64,
+        count: usize,
+    ) -> Poll<io::Result<usize>> {
+        let s: &TcpStream = self.as_ref();
+        loop {
+            if let Poll::Ready(r) = s.poll_write_ready(cx) {
+                r?;
+            } else {
+                return Poll::Pending;
+            }
+            let sent = s.try_io(tokio::io::Interest::WRITABLE, || {
+                rustix::fs::sendfile(s, file, Some(&mut *at), count).map_err(io::Error::from)
+            });
+            match sent {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+}
+
+impl SendFile for tokio::net::unix::WriteHalf<'_> {}
 
 /// The peer closed the stream (or it failed) before sending a byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

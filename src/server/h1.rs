@@ -30,7 +30,7 @@ use crate::http1::encode::{self, Delimit};
 use crate::http1::head::{parse_request, Framing, HeadError, RequestHead};
 use crate::http1::scan::RequestScan;
 use crate::http1::{COALESCE, MAX_HEAD, READ_CHUNK};
-use crate::net::transport::Transport;
+use crate::net::transport::{SendFile, Transport};
 use crate::pipeline::{self, ClientInfo};
 use crate::reply::date;
 use crate::runtime::Live;
@@ -489,7 +489,13 @@ impl Exchange {
         // response, proxied or local, costs a single syscall.
         let mut finished = out == Delimit::None;
         let mut spill = None;
-        if !finished {
+        let (mut rd, wr) = stream.split();
+        let mut wr = super::transport::SendTimeout::new(wr);
+        // A static file on a plain socket goes by `sendfile`, after the head (not while
+        // a request body is still being read: that loop reads frames).
+        let by_send_file =
+            self.pump.is_none() && matches!(rbody, Body::File(_)) && wr.can_send_file();
+        if !finished && !by_send_file {
             match encode::take_ready(
                 &mut rbody,
                 out == Delimit::Chunked,
@@ -503,8 +509,6 @@ impl Exchange {
                 Err(_) => return false,
             }
         }
-        let (mut rd, wr) = stream.split();
-        let mut wr = super::transport::SendTimeout::new(wr);
         let sent = match spill {
             None => wr.write_all(&wbuf).await,
             Some(data) => {
@@ -516,6 +520,15 @@ impl Exchange {
             return false;
         }
         drop(wbuf);
+        if let (Body::File(f), false) = (&mut rbody, finished) {
+            if by_send_file {
+                match super::transport::send_file(&mut wr, f).await {
+                    Ok(n) => self.bytes += n,
+                    Err(_) => return false,
+                }
+                finished = true;
+            }
+        }
         while !finished {
             tokio::select! {
                 biased;

@@ -1,10 +1,13 @@
 //! The send timeout of responses to clients: a client that stops reading must not hold
-//! its pool slot and backend connection for ever. (The transport seam itself is
-//! `net::transport`, shared with the backend side.)
+//! its pool slot and backend connection for ever; and a static file's body sent with
+//! `sendfile` under it. (The transport seam itself is `net::transport`, shared with the
+//! backend side.)
 
 use std::task::{Context, Poll};
 
 use tokio::io::AsyncWrite;
+
+use crate::net::transport::SendFile;
 
 /// A response write that makes no progress this long ends the response (h1 writes and
 /// h2 streams alike): a client that stops reading must not hold its pool slot and
@@ -103,4 +106,44 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for SendTimeout<W> {
     ) -> Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
+}
+
+impl<W: SendFile> SendFile for SendTimeout<W> {
+    fn can_send_file(&self) -> bool {
+        self.inner.can_send_file()
+    }
+
+    fn poll_send_file(
+        &mut self,
+        cx: &mut Context<'_>,
+        file: &std::fs::File,
+        at: &mut u64,
+        count: usize,
+    ) -> Poll<std::io::Result<usize>> {
+        let r = self.inner.poll_send_file(cx, file, at, count);
+        self.went(r, cx)
+    }
+}
+
+/// The most one `sendfile` call is asked for: the socket takes what its buffer holds,
+/// and a large file goes in several calls, each waiting for room.
+const SEND_FILE_MAX: u64 = 1 << 20;
+
+/// Sends what is left of a file body with `sendfile`, under the send timeout; the
+/// bytes sent. A file that ends early is an error (the length was promised).
+pub(crate) async fn send_file<W: SendFile>(
+    wr: &mut SendTimeout<W>,
+    f: &mut crate::body::FileBody,
+) -> std::io::Result<u64> {
+    let mut sent = 0;
+    while f.left > 0 {
+        let count = f.left.min(SEND_FILE_MAX) as usize;
+        let n = std::future::poll_fn(|cx| wr.poll_send_file(cx, &f.file, &mut f.at, count)).await?;
+        if n == 0 {
+            return Err(crate::body::file_shrank());
+        }
+        f.left -= n as u64;
+        sent += n as u64;
+    }
+    Ok(sent)
 }
