@@ -338,12 +338,14 @@ FILTERS = ("request_id; allow 127.0.0.0/8; header_down X-Small yes when path /sm
 
 
 def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True, filters="", observed=False):
+    # FastCGI: max_conns as docs/config.md advises, at php-fpm's pm.max_children (2):
+    # more connections than workers leave requests in php-fpm's accept queue.
     port, tls_port = free_port(), free_port()
     conf = os.path.join(WORK, "sluice.conf")
     # An older binary (SLUICE_BASE) may not know TLS or h2c backends.
     extra = f"listen 127.0.0.1:{tls_port} tls\n" if tls else ""
     site = (f"tls {CERT} {KEY}; route /h2b/* {{ strip /h2b; proxy h2c://127.0.0.1:{BACKEND_H2} }} "
-            f"route /php/* {{ strip /php; fastcgi 127.0.0.1:{PHP_PORT} {{ root {WORK}/php; max_conns 8 }} }} "
+            f"route /php/* {{ strip /php; fastcgi 127.0.0.1:{PHP_PORT} {{ root {WORK}/php; max_conns 2 }} }} "
             f"route /static/* {{ strip /static; files {WORK}/static }} ") if tls else ""
     with open(conf, "w") as f:
         # observed: metrics (the admin API) and a JSON access log on, as an operator runs it.

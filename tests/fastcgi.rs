@@ -349,6 +349,72 @@ async fn scripts_folders_static_files_and_the_front_controller() {
     assert_eq!((r.status, r.header("location")), (301, Some("/front/dir/")));
 }
 
+/// One request on a kept connection (so on one worker thread); its answer.
+async fn ask(c: &mut TcpStream, path: &str) -> Resp {
+    c.write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some((r, _)) = parse_response(&buf) {
+            return r;
+        }
+        let n = tokio::time::timeout(WAIT, c.read(&mut chunk))
+            .await
+            .expect("an answer within the wait")
+            .unwrap();
+        assert!(n > 0, "the connection closed");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Where a path leads is kept for a second per worker (resolving is a dozen system
+/// calls): a script added is answered `404` just after, then found; one removed is
+/// `404` again within a second or so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolutions_are_kept_for_a_second() {
+    let app = Responder::start().await;
+    let root = app_root();
+    let s = Sluice::start(&format!(
+        "site * {{ fastcgi {a} {{ root {r} }} }}",
+        a = app.addr,
+        r = root.0.display()
+    ));
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    assert_eq!(ask(&mut c, "/new.php").await.status, 404);
+    let missed = std::time::Instant::now();
+    root.write("new.php", "<?php echo 'new';");
+    let r = ask(&mut c, "/new.php").await;
+    if missed.elapsed() < std::time::Duration::from_millis(900) {
+        assert_eq!(r.status, 404, "the first resolution is kept for a second");
+    }
+    let found = async {
+        loop {
+            if ask(&mut c, "/new.php").await.status == 200 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(3), found)
+        .await
+        .expect("a new script is found within a second or so");
+    assert_eq!(app.last().params["SCRIPT_NAME"], "/new.php");
+    std::fs::remove_file(root.0.join("new.php")).unwrap();
+    let gone = async {
+        loop {
+            if ask(&mut c, "/new.php").await.status == 404 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(3), gone)
+        .await
+        .expect("a removed script is gone within a second or so");
+}
+
 #[test]
 fn protected_variables_cannot_be_set_with_env() {
     let root = app_root();

@@ -20,9 +20,10 @@
 pub(crate) mod codec;
 pub(crate) mod head;
 pub(crate) mod pool;
+mod resolve;
 pub(crate) mod spool;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -35,6 +36,7 @@ use http_body_util::BodyExt;
 
 use self::codec::{Decoder, Record};
 use self::pool::{Conn, Pool};
+use self::resolve::Target;
 use crate::body::{Body, BodyError};
 use crate::config::FastCgiConfig;
 use crate::reply::{date, local_response};
@@ -49,12 +51,22 @@ pub(crate) struct FastCgi {
     pub name: String,
     pub cfg: FastCgiConfig,
     pub pool: Arc<Pool>,
+    /// This handler among all ever built, for the resolution cache (a reload's new
+    /// handler, maybe with another root, starts afresh).
+    id: u64,
 }
 
 impl FastCgi {
     pub(crate) fn new(name: String, cfg: FastCgiConfig, dns: Arc<crate::safety::Dns>) -> FastCgi {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let pool = Pool::new(&cfg, dns);
-        FastCgi { name, cfg, pool }
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        FastCgi {
+            name,
+            cfg,
+            pool,
+            id,
+        }
     }
 }
 
@@ -70,23 +82,9 @@ pub(crate) struct Facts<'a> {
     pub https: bool,
 }
 
-/// What the request path resolved to.
-#[derive(Debug, PartialEq, Eq)]
-enum Target {
-    Script {
-        script_name: String,
-        path_info: String,
-        filename: PathBuf,
-    },
-    Static(PathBuf),
-    /// A folder asked for without its slash.
-    Redirect,
-    NotFound,
-}
-
 pub(crate) async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) -> Response<Body> {
-    let target = resolve(&f.cfg, facts.path);
-    let (script_name, path_info, filename) = match target {
+    let target = resolve::resolve(f.id, &f.cfg, facts.path);
+    let (script_name, path_info, filename) = match &*target {
         Target::Script {
             script_name,
             path_info,
@@ -100,8 +98,8 @@ pub(crate) async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) ->
                     .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
                 return r;
             }
-            return match std::fs::metadata(&path) {
-                Ok(m) => crate::files::file(&path, &m, req.headers(), head).await,
+            return match std::fs::metadata(path) {
+                Ok(m) => crate::files::file(path, &m, req.headers(), head).await,
                 Err(_) => crate::files::not_found(),
             };
         }
@@ -606,133 +604,6 @@ impl http_body::Body for StdoutBody {
     fn size_hint(&self) -> SizeHint {
         SizeHint::default()
     }
-}
-
-/// Where the request path leads (DESIGN §14, FastCGI).
-fn resolve(cfg: &FastCgiConfig, path: &str) -> Target {
-    let Some(rel) = crate::files::decode(path) else {
-        return Target::NotFound;
-    };
-    // On the name's bytes, ASCII case ignored: `INDEX.PHP` on a case-insensitive file
-    // system, or a name that is not UTF-8, is still a script, never a static file.
-    let is_script = |name: &std::ffi::OsStr| {
-        use std::os::unix::ffi::OsStrExt;
-        let b = name.as_bytes();
-        cfg.suffix
-            .iter()
-            .any(|s| b.len() > s.len() && b[b.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes()))
-    };
-    // The first segment that names a script splits SCRIPT_NAME from PATH_INFO.
-    let segments: Vec<&std::ffi::OsStr> = rel.iter().collect();
-    if let Some(i) = segments.iter().position(|s| is_script(s)) {
-        return script_target(cfg, &segments, i, path);
-    }
-    let wanted = cfg.root.join(&rel);
-    let real = match std::fs::canonicalize(&wanted) {
-        Ok(r) if r.starts_with(&cfg.root) => r,
-        _ => return fallback(cfg),
-    };
-    let Ok(meta) = std::fs::metadata(&real) else {
-        return fallback(cfg);
-    };
-    if meta.is_dir() {
-        if !path.ends_with('/') {
-            return Target::Redirect;
-        }
-        return folder_index(cfg, &rel, &segments);
-    }
-    if meta.is_file() {
-        // A script reached by another name (a symlink), or asked for under another
-        // spelling: never its source.
-        let asked = rel.file_name().unwrap_or_default();
-        if real.file_name().is_some_and(is_script) || is_script(asked) {
-            return Target::NotFound;
-        }
-        return Target::Static(real);
-    }
-    fallback(cfg)
-}
-
-/// A path whose segment `i` names a script: the script, with what follows as
-/// PATH_INFO (its trailing slash kept), or the fallback when it is not a file.
-fn script_target(
-    cfg: &FastCgiConfig,
-    segments: &[&std::ffi::OsStr],
-    i: usize,
-    path: &str,
-) -> Target {
-    let joined = |segs: &[&std::ffi::OsStr]| {
-        segs.iter()
-            .map(|s| s.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join("/")
-    };
-    let script_rel: PathBuf = segments[..=i].iter().collect();
-    let script_name = format!("/{}", joined(&segments[..=i]));
-    let path_info = if i + 1 < segments.len() {
-        let mut p = format!("/{}", joined(&segments[i + 1..]));
-        let raw_segments = path.split('/').filter(|s| !s.is_empty()).count();
-        if path.ends_with('/') && raw_segments > i + 1 {
-            p.push('/');
-        }
-        p
-    } else {
-        String::new()
-    };
-    match script_file(&cfg.root, &script_rel) {
-        Some(filename) => Target::Script {
-            script_name,
-            path_info,
-            filename,
-        },
-        None => fallback(cfg),
-    }
-}
-
-/// A folder asked for with its slash: its first `index` script, or the fallback.
-fn folder_index(cfg: &FastCgiConfig, rel: &Path, segments: &[&std::ffi::OsStr]) -> Target {
-    for name in &cfg.index {
-        if let Some(filename) = script_file(&cfg.root, &rel.join(name)) {
-            let mut script_name = String::from("/");
-            for s in segments {
-                script_name.push_str(&s.to_string_lossy());
-                script_name.push('/');
-            }
-            script_name.push_str(name);
-            return Target::Script {
-                script_name,
-                path_info: String::new(),
-                filename,
-            };
-        }
-    }
-    fallback(cfg)
-}
-
-/// The front controller, or `404`.
-fn fallback(cfg: &FastCgiConfig) -> Target {
-    let Some(f) = &cfg.fallback else {
-        return Target::NotFound;
-    };
-    let rel = PathBuf::from(f.trim_start_matches('/'));
-    match script_file(&cfg.root, &rel) {
-        Some(filename) => Target::Script {
-            script_name: f.clone(),
-            path_info: String::new(),
-            filename,
-        },
-        None => Target::NotFound,
-    }
-}
-
-/// The script's canonical path, when it is a regular file under root.
-fn script_file(root: &Path, rel: &Path) -> Option<PathBuf> {
-    let real = std::fs::canonicalize(root.join(rel)).ok()?;
-    if !real.starts_with(root) {
-        return None;
-    }
-    let meta = std::fs::metadata(&real).ok()?;
-    meta.is_file().then_some(real)
 }
 
 /// The CGI variables for one request.
