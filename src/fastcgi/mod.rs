@@ -125,9 +125,9 @@ pub(crate) async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) ->
         &f.cfg,
         &parts,
         facts,
-        &script_name,
-        &path_info,
-        &filename,
+        script_name,
+        path_info,
+        filename,
         body.len() as usize,
     );
     let pairs: Vec<(&[u8], &[u8])> = vars

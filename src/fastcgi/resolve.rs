@@ -24,9 +24,11 @@ const MAX_PATHS: usize = 4096;
 /// Handlers remembered per thread (reloads make new ones); past this, all are forgotten.
 const MAX_HANDLERS: usize = 64;
 
+/// One handler's paths: where each led, and until when ([`crate::clock::now_ms`]).
+type Paths = HashMap<Box<str>, (Arc<Target>, u64)>;
+
 thread_local! {
-    static SEEN: RefCell<HashMap<u64, HashMap<Box<str>, (Arc<Target>, u64)>>> =
-        RefCell::new(HashMap::new());
+    static SEEN: RefCell<HashMap<u64, Paths>> = RefCell::new(HashMap::new());
 }
 
 /// Where `path` (normalised, percent-encoded) leads under handler `id`'s root: what
