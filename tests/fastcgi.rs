@@ -202,6 +202,10 @@ async fn the_wire_variables_reuse_and_strict_heads() {
             ("X-Custom", "yes"),
             ("X_Custom", "spoof"),
             ("Proxy", "http://evil"),
+            ("X-Multi", "a"),
+            ("Cookie", "a=1"),
+            ("X-Multi", "b"),
+            ("Cookie", "b=2"),
         ],
         b"",
     )
@@ -229,6 +233,12 @@ async fn the_wire_variables_reuse_and_strict_heads() {
         "the dash name, not the underscore one"
     );
     assert_eq!(p["APP_ENV"], "prod");
+    assert_eq!(p["HTTP_X_MULTI"], "a, b", "repeated fields joined");
+    assert_eq!(p["HTTP_COOKIE"], "a=1; b=2", "cookies joined with ; ");
+    assert_eq!(p["DOCUMENT_URI"], "/app.php/extra/path");
+    assert_eq!(p["SERVER_PROTOCOL"], "HTTP/1.1");
+    assert_eq!(p["CONTENT_TYPE"], "");
+    assert!(p["REMOTE_PORT"].parse::<u16>().is_ok_and(|port| port > 0));
     assert!(!p.contains_key("HTTP_PROXY"), "httpoxy");
     assert!(!p.contains_key("HTTPS"));
     s.wait_log("stderr: warn: \\u{1b}[31mred\\nsecond line");

@@ -44,8 +44,12 @@ pub(crate) enum Error {
 }
 
 fn header(out: &mut Vec<u8>, kind: u8, len: usize) {
+    out.extend_from_slice(&header_bytes(kind, len));
+}
+
+fn header_bytes(kind: u8, len: usize) -> [u8; 8] {
     let pad = (8 - len % 8) % 8;
-    out.extend_from_slice(&[
+    [
         VERSION,
         kind,
         (REQUEST_ID >> 8) as u8,
@@ -54,7 +58,7 @@ fn header(out: &mut Vec<u8>, kind: u8, len: usize) {
         len as u8,
         pad as u8,
         0,
-    ]);
+    ]
 }
 
 fn padding(out: &mut Vec<u8>, len: usize) {
@@ -78,43 +82,113 @@ pub(crate) fn begin_request(out: &mut Vec<u8>) {
 }
 
 /// Name-value pairs as PARAMS records of at most [`MAX_CONTENT`] bytes each, then the
-/// empty PARAMS record. `cap`: the most encoded bytes in all (checked before writing).
+/// empty PARAMS record. `cap`: the most encoded bytes in all.
+#[cfg(test)]
 pub(crate) fn params(out: &mut Vec<u8>, pairs: &[(&[u8], &[u8])], cap: usize) -> Result<(), Error> {
-    // Checked whole before anything is written.
-    let mut total = 0;
+    let mut p = Params::new(out, cap);
     for (name, value) in pairs {
-        let size = len_size(name.len()) + len_size(value.len()) + name.len() + value.len();
+        p.pair(&[name], &[value]);
+    }
+    p.finish()
+}
+
+/// PARAMS records written pair by pair straight into the request's buffer (no pair is
+/// built anywhere else first): whole pairs per record, each record's content within
+/// `MAX_PARAMS_RECORD`, then the empty record. A pair that no record can carry, or
+/// pairs over `cap` in all, make [`finish`](Params::finish) fail and leave the buffer
+/// as it was.
+pub(crate) struct Params<'a> {
+    out: &'a mut Vec<u8>,
+    /// The buffer's length before the first record.
+    begin: usize,
+    /// Where the open record's header is.
+    record: usize,
+    /// Where the last pair's name and value start.
+    last: (usize, usize),
+    total: usize,
+    cap: usize,
+    failed: Option<Error>,
+}
+
+impl<'a> Params<'a> {
+    pub(crate) fn new(out: &'a mut Vec<u8>, cap: usize) -> Params<'a> {
+        let begin = out.len();
+        out.extend_from_slice(&[0; 8]);
+        Params {
+            out,
+            begin,
+            record: begin,
+            last: (begin, begin),
+            total: 0,
+            cap,
+            failed: None,
+        }
+    }
+
+    /// One pair, its name and its value each given in pieces that are written one
+    /// after the other.
+    pub(crate) fn pair(&mut self, name: &[&[u8]], value: &[&[u8]]) {
+        if self.failed.is_some() {
+            return;
+        }
+        let name_len: usize = name.iter().map(|p| p.len()).sum();
+        let value_len: usize = value.iter().map(|p| p.len()).sum();
+        let size = len_size(name_len) + len_size(value_len) + name_len + value_len;
         // A pair must fit one record: php-fpm reads each record's pairs on their own.
         if size > MAX_PARAMS_RECORD {
-            return Err(Error::ParamTooLong);
+            self.failed = Some(Error::ParamTooLong);
+            return;
         }
-        total += size;
-        if total > cap {
-            return Err(Error::ParamsTooLarge);
+        self.total += size;
+        if self.total > self.cap {
+            self.failed = Some(Error::ParamsTooLarge);
+            return;
         }
-    }
-    // Whole pairs per record, each record within MAX_PARAMS_RECORD.
-    let mut record = Vec::with_capacity(total.min(MAX_PARAMS_RECORD));
-    for (name, value) in pairs {
-        let size = len_size(name.len()) + len_size(value.len()) + name.len() + value.len();
-        if record.len() + size > MAX_PARAMS_RECORD {
-            header(out, PARAMS, record.len());
-            out.extend_from_slice(&record);
-            padding(out, record.len());
-            record.clear();
+        if self.out.len() - self.record - 8 + size > MAX_PARAMS_RECORD {
+            self.close_record();
+            self.record = self.out.len();
+            self.out.extend_from_slice(&[0; 8]);
         }
-        push_len(&mut record, name.len());
-        push_len(&mut record, value.len());
-        record.extend_from_slice(name);
-        record.extend_from_slice(value);
+        push_len(self.out, name_len);
+        push_len(self.out, value_len);
+        let at_name = self.out.len();
+        for piece in name {
+            self.out.extend_from_slice(piece);
+        }
+        let at_value = self.out.len();
+        for piece in value {
+            self.out.extend_from_slice(piece);
+        }
+        self.last = (at_name, at_value);
     }
-    if !record.is_empty() {
-        header(out, PARAMS, record.len());
-        out.extend_from_slice(&record);
-        padding(out, record.len());
+
+    /// The last pair's name and value, to change in place (their lengths are written).
+    pub(crate) fn last_mut(&mut self) -> (&mut [u8], &mut [u8]) {
+        let (name, value) = self.last;
+        let (head, tail) = self.out.split_at_mut(value);
+        (&mut head[name..], tail)
     }
-    header(out, PARAMS, 0);
-    Ok(())
+
+    /// Fills in the open record's header and pads it.
+    fn close_record(&mut self) {
+        let len = self.out.len() - self.record - 8;
+        self.out[self.record..self.record + 8].copy_from_slice(&header_bytes(PARAMS, len));
+        padding(self.out, len);
+    }
+
+    pub(crate) fn finish(mut self) -> Result<(), Error> {
+        if let Some(e) = self.failed {
+            self.out.truncate(self.begin);
+            return Err(e);
+        }
+        if self.out.len() == self.record + 8 {
+            self.out.truncate(self.record);
+        } else {
+            self.close_record();
+        }
+        header(self.out, PARAMS, 0);
+        Ok(())
+    }
 }
 
 fn len_size(n: usize) -> usize {

@@ -121,7 +121,15 @@ pub(crate) async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) ->
         Ok(b) => b,
         Err(e) => return body_refused(f, e),
     };
-    let vars = variables(
+    let in_memory = match &body {
+        spool::Spooled::Mem(b) => b.as_slice(),
+        spool::Spooled::File(..) => &[],
+    };
+    let mut wire = Vec::with_capacity(1024 + in_memory.len() + in_memory.len() / 8);
+    codec::begin_request(&mut wire);
+    let mut params = codec::Params::new(&mut wire, PARAMS_CAP);
+    variables(
+        &mut params,
         &f.cfg,
         &parts,
         facts,
@@ -130,17 +138,7 @@ pub(crate) async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) ->
         filename,
         body.len() as usize,
     );
-    let pairs: Vec<(&[u8], &[u8])> = vars
-        .iter()
-        .map(|(n, v)| (n.as_bytes(), v.as_slice()))
-        .collect();
-    let in_memory = match &body {
-        spool::Spooled::Mem(b) => b.as_slice(),
-        spool::Spooled::File(..) => &[],
-    };
-    let mut wire = Vec::with_capacity(1024 + in_memory.len() + in_memory.len() / 8);
-    codec::begin_request(&mut wire);
-    if let Err(e) = codec::params(&mut wire, &pairs, PARAMS_CAP) {
+    if let Err(e) = params.finish() {
         tracing::info!("sluice: fastcgi {}: request refused: {e}", f.name);
         return local_response(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -606,9 +604,10 @@ impl http_body::Body for StdoutBody {
     }
 }
 
-/// The CGI variables for one request.
+/// The CGI variables for one request, written straight into its PARAMS records.
 #[allow(clippy::too_many_arguments)]
 fn variables(
+    p: &mut codec::Params<'_>,
     cfg: &FastCgiConfig,
     parts: &http::request::Parts,
     facts: &Facts<'_>,
@@ -616,7 +615,8 @@ fn variables(
     path_info: &str,
     filename: &Path,
     content_length: usize,
-) -> Vec<(String, Vec<u8>)> {
+) {
+    use std::io::Write as _;
     use std::os::unix::ffi::OsStrExt;
     let host = parts
         .headers
@@ -627,14 +627,14 @@ fn variables(
     let port = port.unwrap_or(if facts.https { "443" } else { "80" });
     let request_uri = facts
         .received
-        .unwrap_or_else(|| parts.uri.path_and_query().map_or("/", |p| p.as_str()))
-        .to_string();
-    let mut v: Vec<(String, Vec<u8>)> = Vec::with_capacity(32 + parts.headers.len());
-    let mut set = |n: &str, val: &[u8]| v.push((n.to_string(), val.to_vec()));
+        .unwrap_or_else(|| parts.uri.path_and_query().map_or("/", |p| p.as_str()));
+    let mut set = |n: &str, val: &[u8]| p.pair(&[n.as_bytes()], &[val]);
     set("GATEWAY_INTERFACE", b"CGI/1.1");
     set("SERVER_SOFTWARE", b"sluice");
-    set("SERVER_PROTOCOL", format!("{:?}", parts.version).as_bytes());
-    set("SERVER_NAME", server_name.to_ascii_lowercase().as_bytes());
+    set("SERVER_PROTOCOL", protocol(parts.version));
+    set("SERVER_NAME", server_name.as_bytes());
+    p.last_mut().1.make_ascii_lowercase();
+    let mut set = |n: &str, val: &[u8]| p.pair(&[n.as_bytes()], &[val]);
     set("SERVER_PORT", port.as_bytes());
     set("REQUEST_METHOD", parts.method.as_str().as_bytes());
     set("REQUEST_URI", request_uri.as_bytes());
@@ -647,21 +647,29 @@ fn variables(
     set("SCRIPT_FILENAME", filename.as_os_str().as_bytes());
     set("PATH_INFO", path_info.as_bytes());
     set("DOCUMENT_ROOT", cfg.root.as_os_str().as_bytes());
-    set(
-        "DOCUMENT_URI",
-        format!("{script_name}{path_info}").as_bytes(),
+    p.pair(
+        &[b"DOCUMENT_URI"],
+        &[script_name.as_bytes(), path_info.as_bytes()],
     );
-    set(
+    // Numbers and the address, formatted on the stack.
+    let mut buf = [0u8; 64];
+    let mut number = |n: &str, args: std::fmt::Arguments<'_>| {
+        let mut w = &mut buf[..];
+        let _ = w.write_fmt(args);
+        let len = 64 - w.len();
+        p.pair(&[n.as_bytes()], &[&buf[..len]]);
+    };
+    number(
         "REMOTE_ADDR",
-        facts.client.ip().to_canonical().to_string().as_bytes(),
+        format_args!("{}", facts.client.ip().to_canonical()),
     );
-    set("REMOTE_PORT", facts.client.port().to_string().as_bytes());
-    set("CONTENT_LENGTH", content_length.to_string().as_bytes());
+    number("REMOTE_PORT", format_args!("{}", facts.client.port()));
+    number("CONTENT_LENGTH", format_args!("{content_length}"));
+    let mut set = |n: &str, val: &[u8]| p.pair(&[n.as_bytes()], &[val]);
     set("REDIRECT_STATUS", b"200");
-    if let Some(ct) = parts.headers.get(header::CONTENT_TYPE) {
-        set("CONTENT_TYPE", ct.as_bytes());
-    } else {
-        set("CONTENT_TYPE", b"");
+    match parts.headers.get(header::CONTENT_TYPE) {
+        Some(ct) => set("CONTENT_TYPE", ct.as_bytes()),
+        None => set("CONTENT_TYPE", b""),
     }
     if facts.https {
         set("HTTPS", b"on");
@@ -669,16 +677,26 @@ fn variables(
     for (name, value) in &cfg.env {
         set(name, value.as_bytes());
     }
-    http_variables(&parts.headers, &mut v);
-    v
+    http_variables(&parts.headers, p);
+}
+
+/// `SERVER_PROTOCOL`'s value.
+fn protocol(v: http::Version) -> &'static [u8] {
+    match v {
+        http::Version::HTTP_09 => b"HTTP/0.9",
+        http::Version::HTTP_10 => b"HTTP/1.0",
+        http::Version::HTTP_2 => b"HTTP/2.0",
+        http::Version::HTTP_3 => b"HTTP/3.0",
+        _ => b"HTTP/1.1",
+    }
 }
 
 /// The request's header fields as `HTTP_*` variables: names with `_` are skipped (one
 /// could pose as another), `Proxy` never becomes HTTP_PROXY (httpoxy), and the two
-/// that have CGI variables of their own are not repeated.
-fn http_variables(headers: &http::HeaderMap, v: &mut Vec<(String, Vec<u8>)>) {
-    let mut last: Option<&http::HeaderName> = None;
-    for (name, value) in headers {
+/// that have CGI variables of their own are not repeated. Repeated fields join with
+/// `, ` (`Cookie` with `; `).
+fn http_variables(headers: &http::HeaderMap, p: &mut codec::Params<'_>) {
+    for name in headers.keys() {
         let n = name.as_str();
         if n.contains('_')
             || n == "proxy"
@@ -687,17 +705,29 @@ fn http_variables(headers: &http::HeaderMap, v: &mut Vec<(String, Vec<u8>)>) {
         {
             continue;
         }
-        let var = format!("HTTP_{}", n.to_ascii_uppercase().replace('-', "_"));
-        // Repeated fields join with ", " (Cookie with "; ").
-        if last == Some(name) {
-            if let Some((_, prev)) = v.last_mut() {
-                prev.extend_from_slice(if name == header::COOKIE { b"; " } else { b", " });
-                prev.extend_from_slice(value.as_bytes());
-                continue;
+        let mut values = headers.get_all(name).iter();
+        let Some(first) = values.next() else {
+            continue;
+        };
+        let var: [&[u8]; 2] = [b"HTTP_", n.as_bytes()];
+        match values.next() {
+            None => p.pair(&var, &[first.as_bytes()]),
+            Some(second) => {
+                let sep: &[u8] = if name == header::COOKIE { b"; " } else { b", " };
+                let mut pieces = vec![first.as_bytes(), sep, second.as_bytes()];
+                for v in values {
+                    pieces.extend_from_slice(&[sep, v.as_bytes()]);
+                }
+                p.pair(&var, &pieces);
             }
         }
-        v.push((var, value.as_bytes().to_vec()));
-        last = Some(name);
+        // Header names are lower-case tokens: upper-cased, `-` as `_`.
+        for b in p.last_mut().0 {
+            *b = match *b {
+                b'-' => b'_',
+                c => c.to_ascii_uppercase(),
+            };
+        }
     }
 }
 
