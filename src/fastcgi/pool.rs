@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{FastCgiConfig, Target};
@@ -288,16 +288,10 @@ impl Conn {
         cx: &mut Context<'_>,
         buf: &mut BytesMut,
     ) -> Poll<io::Result<usize>> {
+        use std::future::Future as _;
+        use tokio::io::AsyncReadExt as _;
+        // Into the buffer's spare room, neither zeroed nor copied.
         buf.reserve(16 * 1024);
-        let mut chunk = [0u8; 16 * 1024];
-        let mut rb = ReadBuf::new(&mut chunk);
-        match std::pin::Pin::new(&mut self.io).poll_read(cx, &mut rb) {
-            Poll::Ready(Ok(())) => {
-                buf.extend_from_slice(rb.filled());
-                Poll::Ready(Ok(rb.filled().len()))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Pending,
-        }
+        std::pin::pin!(self.io.read_buf(buf)).poll(cx)
     }
 }

@@ -141,7 +141,6 @@ pub(crate) fn read_now<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut) -> i
 pub(crate) trait Socket {
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     fn try_io<R>(&self, f: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
-    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize>;
     fn try_read_buf(&self, buf: &mut ReadBuf<'_>) -> io::Result<usize>;
 }
 
@@ -154,9 +153,6 @@ macro_rules! socket {
             fn try_io<R>(&self, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
                 <$t>::try_io(self, tokio::io::Interest::READABLE, f)
             }
-            fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-                <$t>::try_read(self, buf)
-            }
             fn try_read_buf(&self, buf: &mut ReadBuf<'_>) -> io::Result<usize> {
                 <$t>::try_read_buf(self, buf)
             }
@@ -168,50 +164,30 @@ socket!(TcpStream);
 socket!(UnixStream);
 
 /// Readiness, then a non-blocking read into the stack, so a spurious wakeup allocates
-/// nothing.
-///
-/// A read that returns fewer bytes than it asked for emptied the socket, so the
-/// readiness it ran on is forgotten there and then: the connection's next read (its
-/// watch for a pipelined request or a close while the request is in flight) waits for
-/// the next event instead of making a system call that can only say `EAGAIN` — one
-/// kernel entry in five on a keep-alive request. The read runs inside `try_io`, which
-/// takes the readiness tick *before* the read and clears only that tick when the
-/// closure reports `WouldBlock`: an event that arrives during or after the read is
-/// kept (epoll is edge-triggered, and new bytes are a new edge), so nothing is missed.
+/// nothing. A request that came whole in this read leaves the socket's readiness
+/// forgotten ([`read_drained`]): the connection's watch for a pipelined request or a
+/// close while the request is in flight then makes no `EAGAIN` read — one kernel entry
+/// in five on a keep-alive request.
 fn poll_first_bytes_of<S: Socket>(s: &S, cx: &mut Context<'_>) -> Poll<Result<BytesMut, Closed>> {
-    loop {
-        if let Poll::Ready(r) = s.poll_read_ready(cx) {
-            r.map_err(|_| Closed)?;
-        } else {
-            return Poll::Pending;
-        }
-        let mut first = [0u8; FIRST_READ];
-        let mut short = 0;
-        let read = s.try_io(|| {
-            let n = s.try_read(&mut first)?;
-            if n > 0 && n < FIRST_READ {
-                short = n;
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-            Ok(n)
-        });
-        return match read {
-            Ok(0) => Poll::Ready(Err(Closed)),
-            Ok(n) => Poll::Ready(Ok(first_bytes(&first[..n]))),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && short > 0 => {
-                Poll::Ready(Ok(first_bytes(&first[..short])))
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(_) => Poll::Ready(Err(Closed)),
-        };
+    // On the stack, and not zeroed first (the read writes what it reports).
+    let mut first = [std::mem::MaybeUninit::<u8>::uninit(); FIRST_READ];
+    let mut rb = ReadBuf::uninit(&mut first);
+    match read_drained(s, cx, &mut rb) {
+        Poll::Pending => Poll::Pending,
+        Poll::Ready(Err(_)) => Poll::Ready(Err(Closed)),
+        Poll::Ready(Ok(())) if rb.filled().is_empty() => Poll::Ready(Err(Closed)),
+        Poll::Ready(Ok(())) => Poll::Ready(Ok(first_bytes(rb.filled()))),
     }
 }
 
 /// Reads what the socket has into `buf`, as `AsyncRead::poll_read` does, and forgets
-/// the readiness the read ran on when it came back short, as
-/// [`poll_first_bytes_of`] does (the same `try_io` rule): a backend connection's next
-/// read, after a response whose last bytes filled less than the buffer, waits for the
-/// next event instead of returning `EAGAIN`.
+/// the readiness the read ran on when it came back short: a read that returns fewer
+/// bytes than it asked for emptied the socket, so the next read waits for the next
+/// event instead of making a system call that can only say `EAGAIN`. tokio itself
+/// forgets readiness only on `WouldBlock`, so the read runs inside `try_io`, which
+/// takes the readiness tick *before* the read and clears only that tick when the
+/// closure reports `WouldBlock`: an event that arrives during or after the read is kept
+/// (epoll is edge-triggered, and new bytes are a new edge), so nothing is missed.
 pub(crate) fn read_drained<S: Socket>(
     s: &S,
     cx: &mut Context<'_>,
