@@ -41,7 +41,8 @@ pub(crate) fn tcp_keepalive(s: &tokio::net::TcpStream) {
     let _ = socket2::SockRef::from(s).set_tcp_keepalive(&ka);
 }
 
-/// A listening TCP socket on `addr` (address reuse on, backlog 1024). `dual_stack`:
+/// A listening TCP socket on `addr` (address reuse on, `TCP_NODELAY` for every
+/// connection it accepts, backlog 1024). `dual_stack`:
 /// an IPv6 wildcard takes both families on one socket, and a host without IPv6 gets
 /// the IPv4 wildcard instead.
 pub(crate) fn bind_tcp(addr: SocketAddr, dual_stack: bool) -> io::Result<TcpListener> {
@@ -53,6 +54,8 @@ pub(crate) fn bind_tcp(addr: SocketAddr, dual_stack: bool) -> io::Result<TcpList
         }
         s.set_reuse_address(true)?;
         s.set_nonblocking(true)?;
+        // Accepted connections inherit it: no `setsockopt` per connection.
+        s.set_tcp_nodelay(true)?;
         s.bind(&addr.into())?;
         s.listen(1024)?;
         TcpListener::from_std(s.into())
@@ -62,5 +65,24 @@ pub(crate) fn bind_tcp(addr: SocketAddr, dual_stack: bool) -> io::Result<TcpList
             open(SocketAddr::from(([0, 0, 0, 0], addr.port())))
         }
         r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Linux copies the listener's `TCP_NODELAY` into each accepted socket, which is
+    /// why the accept loops set nothing per connection.
+    #[tokio::test]
+    async fn accepted_connections_inherit_nodelay() {
+        let l = super::bind_tcp("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let c = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = l.accept().await.unwrap();
+        assert!(
+            accepted.nodelay().unwrap(),
+            "the accepted socket has TCP_NODELAY"
+        );
+        drop(c);
     }
 }

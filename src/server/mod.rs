@@ -92,7 +92,6 @@ pub(crate) async fn accept_loop(
             _ = watch.draining() => return,
             _ = close.notified() => return,
         };
-        let _ = stream.set_nodelay(true);
         // Counted before the task runs, so a drain starting now waits for it.
         let counted = drain.connection();
         let local = match wildcard && live.load().sends_proxy_protocol {
@@ -219,7 +218,6 @@ pub(crate) async fn tcp_accept_loop(
             _ = watch.draining() => return,
             _ = close.notified() => return,
         };
-        let _ = stream.set_nodelay(true);
         let gen = live.load();
         let Some(route) = gen.tcp_route(addr) else {
             continue;
