@@ -423,6 +423,19 @@ async fn resolutions_are_kept_for_a_second() {
     tokio::time::timeout(std::time::Duration::from_secs(3), gone)
         .await
         .expect("a removed script is gone within a second or so");
+    // A static file is resolved on every request: swapped for a link to a script just
+    // after it was served, its next request never sends the script's source.
+    let r = ask(&mut c, "/style.css").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "body{}"));
+    std::fs::remove_file(root.0.join("style.css")).unwrap();
+    std::os::unix::fs::symlink(root.0.join("app.php"), root.0.join("style.css")).unwrap();
+    let r = ask(&mut c, "/style.css").await;
+    assert!(
+        r.status == 404 && !r.text().contains("<?php"),
+        "a static answer was kept: {} {}",
+        r.status,
+        r.text()
+    );
 }
 
 #[test]

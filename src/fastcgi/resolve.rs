@@ -8,7 +8,9 @@
 //! path resolved to for [`KEPT_MS`]: a busy script is resolved once a second per
 //! worker (what `open_file_cache valid=1s` does for nginx), and a script added,
 //! removed or relinked is seen within that second. Per thread, so the request path
-//! takes no lock; bounded, so a scan of random paths cannot grow it.
+//! takes no lock; bounded in entries and in path length, so a scan of random or long
+//! paths cannot grow it. Static files are resolved on every request (they are opened by
+//! name, so a kept answer would widen the window for swapping one for a link).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -19,10 +21,14 @@ use crate::config::FastCgiConfig;
 
 /// How long a resolution is used, in milliseconds.
 const KEPT_MS: u64 = 1000;
-/// Paths remembered per handler and thread; past this, the handler's are forgotten.
-const MAX_PATHS: usize = 4096;
+/// Paths remembered per handler and thread; when full, the expired ones go, and all
+/// go if none had.
+const MAX_PATHS: usize = 1024;
+/// The longest path remembered: a kept entry holds the path about three times over
+/// (key, `SCRIPT_NAME`, `PATH_INFO`), so 1,024 of them stay near 1 MiB a handler.
+const MAX_PATH_LEN: usize = 256;
 /// Handlers remembered per thread (reloads make new ones); past this, all are forgotten.
-const MAX_HANDLERS: usize = 64;
+const MAX_HANDLERS: usize = 16;
 
 /// One handler's paths: where each led, and until when ([`crate::clock::now_ms`]).
 type Paths = HashMap<Box<str>, (Arc<Target>, u64)>;
@@ -32,8 +38,13 @@ thread_local! {
 }
 
 /// Where `path` (normalised, percent-encoded) leads under handler `id`'s root: what
-/// this thread found within the last [`KEPT_MS`], else resolved now.
+/// this thread found within the last [`KEPT_MS`], else resolved now. A static file is
+/// never kept (it is opened by name: a second's delay would widen the window in which
+/// it could be swapped for a link), nor is a path over [`MAX_PATH_LEN`].
 pub(super) fn resolve(id: u64, cfg: &FastCgiConfig, path: &str) -> Arc<Target> {
+    if path.len() > MAX_PATH_LEN {
+        return Arc::new(resolve_now(cfg, path));
+    }
     let now = crate::clock::now_ms();
     let hit = SEEN.with_borrow(|seen| {
         seen.get(&id)
@@ -45,13 +56,19 @@ pub(super) fn resolve(id: u64, cfg: &FastCgiConfig, path: &str) -> Arc<Target> {
         return t;
     }
     let t = Arc::new(resolve_now(cfg, path));
+    if matches!(*t, Target::Static(_)) {
+        return t;
+    }
     SEEN.with_borrow_mut(|seen| {
         if seen.len() >= MAX_HANDLERS && !seen.contains_key(&id) {
             seen.clear();
         }
         let paths = seen.entry(id).or_default();
         if paths.len() >= MAX_PATHS {
-            paths.clear();
+            paths.retain(|_, (_, until)| now < *until);
+            if paths.len() >= MAX_PATHS {
+                paths.clear();
+            }
         }
         paths.insert(path.into(), (t.clone(), now + KEPT_MS));
     });

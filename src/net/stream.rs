@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 use super::tls::{Half, TlsConn};
-use super::transport::{read_drained, Closed, Transport};
+use super::transport::{Closed, Transport};
 
 pub(crate) enum Stream {
     Tcp(TcpStream),
@@ -35,9 +35,7 @@ pub(crate) enum WriteHalf<'a> {
     Tls(Half<'a>),
 }
 
-/// `AsyncRead` by delegation to each arm; a socket's reads go through
-/// [`read_drained`], so a backend connection never pays an `EAGAIN` read for the next
-/// response after one that ended short of the buffer.
+/// `AsyncRead` by delegation to each arm.
 macro_rules! delegate_read {
     ($t:ty) => {
         impl AsyncRead for $t {
@@ -47,8 +45,8 @@ macro_rules! delegate_read {
                 buf: &mut ReadBuf<'_>,
             ) -> Poll<io::Result<()>> {
                 match self.get_mut() {
-                    Self::Tcp(s) => read_drained(s.as_ref(), cx, buf),
-                    Self::Unix(s) => read_drained(s.as_ref(), cx, buf),
+                    Self::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+                    Self::Unix(s) => Pin::new(s).poll_read(cx, buf),
                     Self::Tls(s) => Pin::new(s).poll_read(cx, buf),
                 }
             }

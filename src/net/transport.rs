@@ -136,9 +136,8 @@ pub(crate) fn read_now<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut) -> i
     }
 }
 
-/// The socket calls [`poll_first_bytes_of`] and [`read_drained`] need: tokio's TCP
-/// and Unix streams alike.
-pub(crate) trait Socket {
+/// The socket calls [`read_drained`] needs: tokio's TCP and Unix streams alike.
+trait Socket {
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     fn try_io<R>(&self, f: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
     fn try_read_buf(&self, buf: &mut ReadBuf<'_>) -> io::Result<usize>;
@@ -180,15 +179,16 @@ fn poll_first_bytes_of<S: Socket>(s: &S, cx: &mut Context<'_>) -> Poll<Result<By
     }
 }
 
-/// Reads what the socket has into `buf`, as `AsyncRead::poll_read` does, and forgets
-/// the readiness the read ran on when it came back short: a read that returns fewer
-/// bytes than it asked for emptied the socket, so the next read waits for the next
-/// event instead of making a system call that can only say `EAGAIN`. tokio itself
-/// forgets readiness only on `WouldBlock`, so the read runs inside `try_io`, which
-/// takes the readiness tick *before* the read and clears only that tick when the
-/// closure reports `WouldBlock`: an event that arrives during or after the read is kept
-/// (epoll is edge-triggered, and new bytes are a new edge), so nothing is missed.
-pub(crate) fn read_drained<S: Socket>(
+/// Reads what the socket has into `buf` through `&self`, and forgets the readiness the
+/// read ran on when it came back short, as tokio's own `poll_read` does (its `&self`
+/// reads, `try_read*`, forget it only on `WouldBlock`): a read that returns fewer bytes
+/// than it asked for emptied the socket, so the next read waits for the next event
+/// instead of making a system call that can only say `EAGAIN`. The read runs inside
+/// `try_io`, which takes the readiness tick *before* the read and clears only that
+/// tick when the closure reports `WouldBlock`: an event that arrives during or after
+/// the read is kept (epoll is edge-triggered, and new bytes are a new edge), so nothing
+/// is missed.
+fn read_drained<S: Socket>(
     s: &S,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,

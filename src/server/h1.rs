@@ -522,11 +522,14 @@ impl Exchange {
         drop(wbuf);
         if let (Body::File(f), false) = (&mut rbody, finished) {
             if by_send_file {
-                match super::transport::send_file(&mut wr, f).await {
-                    Ok(n) => self.bytes += n,
+                let (sent, r) = super::transport::send_file(&mut wr, f).await;
+                self.bytes += sent;
+                match r {
+                    Ok(()) => finished = true,
+                    // Nothing went: the same body goes by reads below.
+                    Err(e) if sent == 0 && super::transport::cannot_send_file(&e) => {}
                     Err(_) => return false,
                 }
-                finished = true;
             }
         }
         while !finished {

@@ -129,21 +129,34 @@ impl<W: SendFile> SendFile for SendTimeout<W> {
 /// and a large file goes in several calls, each waiting for room.
 const SEND_FILE_MAX: u64 = 1 << 20;
 
-/// Sends what is left of a file body with `sendfile`, under the send timeout; the
-/// bytes sent. A file that ends early is an error (the length was promised).
+/// Sends what is left of a file body with `sendfile`, under the send timeout: the
+/// bytes sent, and how it ended. A file that ends early is an error (the length was
+/// promised).
 pub(crate) async fn send_file<W: SendFile>(
     wr: &mut SendTimeout<W>,
     f: &mut crate::body::FileBody,
-) -> std::io::Result<u64> {
+) -> (u64, std::io::Result<()>) {
     let mut sent = 0;
     while f.left > 0 {
         let count = f.left.min(SEND_FILE_MAX) as usize;
-        let n = std::future::poll_fn(|cx| wr.poll_send_file(cx, &f.file, &mut f.at, count)).await?;
-        if n == 0 {
-            return Err(crate::body::file_shrank());
-        }
+        let n = match std::future::poll_fn(|cx| wr.poll_send_file(cx, &f.file, &mut f.at, count))
+            .await
+        {
+            Ok(0) => return (sent, Err(crate::body::file_shrank())),
+            Ok(n) => n,
+            Err(e) => return (sent, Err(e)),
+        };
         f.left -= n as u64;
         sent += n as u64;
     }
-    Ok(sent)
+    (sent, Ok(()))
+}
+
+/// The file system cannot `sendfile` this file (some FUSE and network file systems):
+/// the same body can still go by reads.
+pub(crate) fn cannot_send_file(e: &std::io::Error) -> bool {
+    const EINVAL: i32 = 22;
+    const ENOSYS: i32 = 38;
+    const EOPNOTSUPP: i32 = 95;
+    matches!(e.raw_os_error(), Some(EINVAL | ENOSYS | EOPNOTSUPP))
 }

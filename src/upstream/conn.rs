@@ -283,9 +283,9 @@ const BODY_READ_MAX: usize = 64 * 1024;
 /// response whose head came with its first 16 KiB takes one more read, not four, and
 /// leaves in one write), between [`READ_CHUNK`] and [`BODY_READ_MAX`]; a chunked or
 /// close-delimited body reads [`READ_CHUNK`] at a time. One byte more than what is
-/// left, so the body's last read comes back short and the socket's readiness is
-/// forgotten (`net::transport::read_drained`): the pool's check that the idle
-/// connection is quiet then costs no `EAGAIN` read.
+/// left, so the body's last read comes back short and tokio forgets the socket's
+/// readiness (it does after a short read, not after a full one): the pool's check that
+/// the idle connection is quiet then costs no `EAGAIN` read.
 fn body_read(decoder: &Decoder) -> usize {
     match decoder.remaining() {
         Some(n) => usize::try_from(n)
