@@ -379,6 +379,18 @@ async fn ask(c: &mut TcpStream, path: &str) -> Resp {
     }
 }
 
+/// Asks for `path` every 100 ms until it answers `status`, for at most 3 s.
+async fn until_status(c: &mut TcpStream, path: &str, status: u16, what: &str) {
+    let asking = async {
+        while ask(c, path).await.status != status {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(3), asking)
+        .await
+        .expect(what);
+}
+
 /// Where a path leads is kept for a second per worker (resolving is a dozen system
 /// calls): a script added is answered `404` just after, then found; one removed is
 /// `404` again within a second or so.
@@ -399,30 +411,22 @@ async fn resolutions_are_kept_for_a_second() {
     if missed.elapsed() < std::time::Duration::from_millis(900) {
         assert_eq!(r.status, 404, "the first resolution is kept for a second");
     }
-    let found = async {
-        loop {
-            if ask(&mut c, "/new.php").await.status == 200 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(3), found)
-        .await
-        .expect("a new script is found within a second or so");
+    until_status(
+        &mut c,
+        "/new.php",
+        200,
+        "a new script is found within a second or so",
+    )
+    .await;
     assert_eq!(app.last().params["SCRIPT_NAME"], "/new.php");
     std::fs::remove_file(root.0.join("new.php")).unwrap();
-    let gone = async {
-        loop {
-            if ask(&mut c, "/new.php").await.status == 404 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(3), gone)
-        .await
-        .expect("a removed script is gone within a second or so");
+    until_status(
+        &mut c,
+        "/new.php",
+        404,
+        "a removed script is gone within a second or so",
+    )
+    .await;
     // A static file is resolved on every request: swapped for a link to a script just
     // after it was served, its next request never sends the script's source.
     let r = ask(&mut c, "/style.css").await;

@@ -236,6 +236,18 @@ async fn keep_alive_and_pipelining() {
     );
 }
 
+/// The two answers a connection carries before it closes.
+async fn two_answers(c: &mut TcpStream) -> (Resp, Resp) {
+    let mut out = Vec::new();
+    tokio::time::timeout(WAIT, c.read_to_end(&mut out))
+        .await
+        .expect("both answers within the wait")
+        .unwrap();
+    let (first, used) = parse_response(&out).expect("the first answer");
+    let (second, _) = parse_response(&out[used..]).expect("the second answer");
+    (first, second)
+}
+
 /// The first read of a request that empties the socket forgets its readiness (no
 /// `EAGAIN` read while the request is in flight); bytes that come later are still
 /// heard: a request sent while the first waits for its backend is answered.
@@ -255,13 +267,7 @@ async fn bytes_sent_while_a_request_is_in_flight_are_heard() {
     c.write_all(b"GET /second HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
         .await
         .unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(WAIT, c.read_to_end(&mut out))
-        .await
-        .expect("both answers within the wait")
-        .unwrap();
-    let (first, used) = parse_response(&out).expect("the first answer");
-    let (second, _) = parse_response(&out[used..]).expect("the second answer");
+    let (first, second) = two_answers(&mut c).await;
     assert_eq!(
         (first.text(), second.text()),
         ("/first".into(), "/second".into())
@@ -325,13 +331,7 @@ async fn large_ready_bodies_come_through_whole() {
         c.write_all(b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
             .await
             .unwrap();
-        let mut out = Vec::new();
-        tokio::time::timeout(WAIT, c.read_to_end(&mut out))
-            .await
-            .expect("both answers within the wait")
-            .unwrap();
-        let (first, used) = parse_response(&out).expect("the first answer");
-        let (second, _) = parse_response(&out[used..]).expect("the second answer");
+        let (first, second) = two_answers(&mut c).await;
         assert!(
             first.body == body && second.body == body,
             "{name}: a body came through changed"
