@@ -532,15 +532,35 @@ impl Exchange {
                 }
             }
         }
-        while !finished {
+        if !finished
+            && !self
+                .stream_body(&mut rbody, out, &mut wr, &mut rd, buf)
+                .await
+        {
+            return false;
+        }
+        drop(rbody);
+        // A request body the handler did not read to its end leaves the stream mid-request.
+        self.keep_alive && out != Delimit::Close && self.pump.is_none()
+    }
+
+    /// The rest of the response body, frame by frame, while a request body still being
+    /// read is pumped; `false` when the connection must close (a write failed, or the
+    /// body broke off).
+    async fn stream_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+        &mut self,
+        rbody: &mut Body,
+        out: Delimit,
+        wr: &mut W,
+        rd: &mut R,
+        buf: &mut BytesMut,
+    ) -> bool {
+        loop {
             tokio::select! {
                 biased;
                 frame = rbody.frame() => match frame {
                     None => {
-                        if out == Delimit::Chunked && wr.write_all(b"0\r\n\r\n").await.is_err() {
-                            return false;
-                        }
-                        finished = true;
+                        return out != Delimit::Chunked || wr.write_all(b"0\r\n\r\n").await.is_ok();
                     }
                     Some(Ok(frame)) => {
                         let Ok(data) = frame.into_data() else { continue };
@@ -549,7 +569,7 @@ impl Exchange {
                         }
                         self.bytes += data.len() as u64;
                         let w = match out {
-                            Delimit::Chunked => encode::chunk(&mut wr, &data).await,
+                            Delimit::Chunked => encode::chunk(wr, &data).await,
                             _ => wr.write_all(&data).await,
                         };
                         if w.is_err() {
@@ -559,12 +579,9 @@ impl Exchange {
                     // The body broke off: close so the client sees the truncation.
                     Some(Err(_)) => return false,
                 },
-                _ = read_side(&mut self.pump, &mut self.received, &mut rd, buf, false), if self.pump.is_some() => {}
+                _ = read_side(&mut self.pump, &mut self.received, rd, buf, false), if self.pump.is_some() => {}
             }
         }
-        drop(rbody);
-        // A request body the handler did not read to its end leaves the stream mid-request.
-        self.keep_alive && out != Delimit::Close && self.pump.is_none()
     }
 }
 
