@@ -32,6 +32,15 @@ pub(crate) fn is_local_exhaustion(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(EADDRNOTAVAIL | EMFILE | ENFILE))
 }
 
+/// Whether `e` says the file system cannot `sendfile` this file (some FUSE and network
+/// file systems): the same body can still go by reads.
+pub(crate) fn cannot_send_file(e: &io::Error) -> bool {
+    const EINVAL: i32 = 22;
+    const ENOSYS: i32 = 38;
+    const EOPNOTSUPP: i32 = 95;
+    matches!(e.raw_os_error(), Some(EINVAL | ENOSYS | EOPNOTSUPP))
+}
+
 /// TCP keepalive for a socket that may idle for long as a tunnel's end: the first probe
 /// after 60 s of silence, then every 10 s, so a peer that vanished is noticed.
 pub(crate) fn tcp_keepalive(s: &tokio::net::TcpStream) {

@@ -513,23 +513,21 @@ impl Exchange {
             None => wr.write_all(&wbuf).await,
             Some(data) => {
                 finished = rbody.is_end_stream();
-                send_beside(&mut wr, &mut wbuf, &data, out == Delimit::Chunked, finished).await
+                send_beside(&mut wr, &wbuf, &data, out == Delimit::Chunked, finished).await
             }
         };
         if sent.is_err() {
             return false;
         }
         drop(wbuf);
-        if let (Body::File(f), false) = (&mut rbody, finished) {
-            if by_send_file {
-                let (sent, r) = super::transport::send_file(&mut wr, f).await;
-                self.bytes += sent;
-                match r {
-                    Ok(()) => finished = true,
-                    // Nothing went: the same body goes by reads below.
-                    Err(e) if sent == 0 && super::transport::cannot_send_file(&e) => {}
-                    Err(_) => return false,
-                }
+        if let (Body::File(f), true) = (&mut rbody, by_send_file && !finished) {
+            let (sent, r) = super::transport::send_file(&mut wr, f).await;
+            self.bytes += sent;
+            match r {
+                Ok(()) => finished = true,
+                // Nothing went: the same body goes by reads below.
+                Err(e) if sent == 0 && crate::net::cannot_send_file(&e) => {}
+                Err(_) => return false,
             }
         }
         if !finished
@@ -590,20 +588,15 @@ impl Exchange {
 /// when the frame was its last.
 async fn send_beside<W: AsyncWrite + Unpin>(
     wr: &mut W,
-    wbuf: &mut Vec<u8>,
+    wbuf: &[u8],
     data: &[u8],
     chunked: bool,
     last: bool,
 ) -> std::io::Result<()> {
-    if !chunked {
-        return encode::write_all_vectored(wr, &mut [IoSlice::new(wbuf), IoSlice::new(data)]).await;
+    if chunked {
+        return encode::chunk_after(wr, wbuf, data, last).await;
     }
-    let mut size = [0u8; 18];
-    let n = encode::hex_line(&mut size, data.len());
-    wbuf.extend_from_slice(&size[..n]);
-    let tail: &[u8] = if last { b"\r\n0\r\n\r\n" } else { b"\r\n" };
-    let mut slices = [IoSlice::new(wbuf), IoSlice::new(data), IoSlice::new(tail)];
-    encode::write_all_vectored(wr, &mut slices).await
+    encode::write_all_vectored(wr, &mut [IoSlice::new(wbuf), IoSlice::new(data)]).await
 }
 
 /// An idle keep-alive connection waits for its next request's first bytes. `None`:

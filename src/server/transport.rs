@@ -151,12 +151,3 @@ pub(crate) async fn send_file<W: SendFile>(
     }
     (sent, Ok(()))
 }
-
-/// The file system cannot `sendfile` this file (some FUSE and network file systems):
-/// the same body can still go by reads.
-pub(crate) fn cannot_send_file(e: &std::io::Error) -> bool {
-    const EINVAL: i32 = 22;
-    const ENOSYS: i32 = 38;
-    const EOPNOTSUPP: i32 = 95;
-    matches!(e.raw_os_error(), Some(EINVAL | ENOSYS | EOPNOTSUPP))
-}
