@@ -398,8 +398,10 @@ async fn until_status(c: &mut TcpStream, path: &str, status: u16, what: &str) {
 async fn resolutions_are_kept_for_a_second() {
     let app = Responder::start().await;
     let root = app_root();
+    // One worker thread: the cache is per thread, and a connection's task may move
+    // between the threads of a multi-threaded worker.
     let s = Sluice::start(&format!(
-        "site * {{ fastcgi {a} {{ root {r} }} }}",
+        "global {{ workers 1 }}\nsite * {{ fastcgi {a} {{ root {r} }} }}",
         a = app.addr,
         r = root.0.display()
     ));
