@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use tokio::sync::{watch, Notify};
 
+use super::idle::Wheel;
+
 #[derive(Clone)]
 pub(crate) struct Drain {
     inner: Arc<Inner>,
@@ -16,6 +18,8 @@ struct Inner {
     requests: AtomicUsize,
     idle: Notify,
     tx: watch::Sender<bool>,
+    /// Where kept-alive connections wait for their next request.
+    wheel: Arc<Wheel>,
 }
 
 impl Default for Drain {
@@ -32,14 +36,13 @@ impl Drain {
                 requests: AtomicUsize::new(0),
                 idle: Notify::new(),
                 tx: watch::channel(false).0,
+                wheel: Wheel::new(),
             }),
         }
     }
 
     pub(crate) fn watch(&self) -> Watch {
-        Watch {
-            rx: self.inner.tx.subscribe(),
-        }
+        watch(&self.inner)
     }
 
     pub(crate) fn connection(&self) -> ConnectionGuard {
@@ -50,15 +53,13 @@ impl Drain {
     }
 
     pub(crate) fn request(&self) -> RequestGuard {
-        self.inner.requests.fetch_add(1, Ordering::Relaxed);
-        RequestGuard {
-            inner: self.inner.clone(),
-        }
+        request(&self.inner)
     }
 
     /// Stop taking new work: listeners stop accepting, idle connections close.
     pub(crate) fn start(&self) {
         self.inner.tx.send_replace(true);
+        self.inner.wheel.drain();
     }
 
     pub(crate) fn requests_in_flight(&self) -> usize {
@@ -74,6 +75,19 @@ impl Drain {
             }
             notified.await;
         }
+    }
+}
+
+fn request(inner: &Arc<Inner>) -> RequestGuard {
+    inner.requests.fetch_add(1, Ordering::Relaxed);
+    RequestGuard {
+        inner: inner.clone(),
+    }
+}
+
+fn watch(inner: &Inner) -> Watch {
+    Watch {
+        rx: inner.tx.subscribe(),
     }
 }
 
@@ -101,6 +115,20 @@ impl ConnectionGuard {
         Drain {
             inner: self.inner.clone(),
         }
+    }
+
+    /// A request of this connection, counted until the guard drops.
+    pub(crate) fn request(&self) -> RequestGuard {
+        request(&self.inner)
+    }
+
+    pub(crate) fn watch(&self) -> Watch {
+        watch(&self.inner)
+    }
+
+    /// Where the connection waits while it is idle.
+    pub(crate) fn wheel(&self) -> &Arc<Wheel> {
+        &self.inner.wheel
     }
 }
 

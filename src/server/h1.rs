@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, timeout_at, Instant};
 
-use super::drain::{Drain, Watch};
+use super::drain::{ConnectionGuard, Watch};
 use crate::admin::access::{AccessLog, Pending};
 use crate::body::{Body, BodyError};
 use crate::http1::decode::{self, Decoded, Decoder};
@@ -46,7 +46,8 @@ pub(crate) use crate::body::BODY_READ_TIMEOUT;
 pub(crate) struct Conn {
     pub client: ClientInfo,
     pub live: Arc<Live>,
-    pub drain: Drain,
+    /// The drain's count of this connection, and its way to the drain.
+    pub counted: ConnectionGuard,
     pub watch: Watch,
     pub access: Access,
 }
@@ -54,36 +55,54 @@ pub(crate) struct Conn {
 impl Conn {
     /// Serves requests on `stream` until the client leaves, a limit is hit or sluice
     /// shuts down. `buf` holds bytes already read (the protocol sniff).
-    pub(crate) async fn serve<S: Transport>(
-        mut self,
-        mut stream: S,
+    ///
+    /// What an idle connection's task holds is this future: the connection, the
+    /// buffer (empty) and the idle wait. A request's state is boxed while it runs.
+    pub(crate) fn serve<'a, S: Transport>(
+        &'a mut self,
+        stream: &'a mut S,
         mut buf: BytesMut,
         accepted: Instant,
-    ) {
+    ) -> impl std::future::Future<Output = ()> + 'a {
         let mut deadline = accepted + HEAD_TIMEOUT;
-        loop {
-            let head = match Box::pin(self.read_head(&mut stream, &mut buf, deadline)).await {
-                Ok(Some(h)) => h,
-                Ok(None) => return,
-                // Boxed like the rest: every await here is a pointer, so the idle
-                // connection's task stays small.
-                Err(e) => return Box::pin(self.refuse_head(&mut stream, e)).await,
-            };
-            // Boxed: the per-request state is large, and an idle connection should not
-            // carry it (this is most of what a kept-alive connection costs).
-            let keep = Box::pin(self.serve_one(&mut stream, &mut buf, head)).await;
-            if !keep || self.watch.is_draining() {
-                return;
-            }
-            if buf.is_empty() {
-                // Idle: hold no buffers while waiting for the next request.
-                drop(std::mem::take(&mut buf));
-                match Box::pin(wait_for_next(&stream, &mut self.watch)).await {
-                    Some(first) => buf = first,
-                    None => return,
+        let shard = usize::from(self.client.addr.port());
+        // A block, not an `async fn`: the arguments are not kept twice in every idle
+        // connection's task.
+        async move {
+            loop {
+                let keep = Box::pin(self.next(stream, &mut buf, deadline)).await;
+                if !keep || self.watch.is_draining() {
+                    return;
                 }
+                if buf.is_empty() {
+                    // Idle: hold no buffers while waiting for the next request.
+                    drop(std::mem::take(&mut buf));
+                    let wheel = self.counted.wheel();
+                    match wheel.wait(stream, IDLE_TIMEOUT, shard).await {
+                        Some(first) => buf = first,
+                        None => return,
+                    }
+                }
+                deadline = Instant::now() + HEAD_TIMEOUT;
             }
-            deadline = Instant::now() + HEAD_TIMEOUT;
+        }
+    }
+
+    /// Reads the next head and serves its request; whether the connection may carry
+    /// another.
+    async fn next<S: Transport>(
+        &mut self,
+        stream: &mut S,
+        buf: &mut BytesMut,
+        deadline: Instant,
+    ) -> bool {
+        match self.read_head(stream, buf, deadline).await {
+            Ok(Some(head)) => self.serve_one(stream, buf, head).await,
+            Ok(None) => false,
+            Err(e) => {
+                self.refuse_head(stream, e).await;
+                false
+            }
         }
     }
 
@@ -240,7 +259,7 @@ impl Conn {
         *req.uri_mut() = uri;
         *req.version_mut() = version;
         *req.headers_mut() = headers;
-        let _guard = self.drain.request();
+        let _guard = self.counted.request();
         let mut ex = Exchange {
             pump,
             keep_alive,
@@ -599,17 +618,6 @@ async fn send_beside<W: AsyncWrite + Unpin>(
     encode::write_all_vectored(wr, &mut [IoSlice::new(wbuf), IoSlice::new(data)]).await
 }
 
-/// An idle keep-alive connection waits for its next request's first bytes. `None`:
-/// close it (idle too long, the client left, or sluice is shutting down). Boxed by the
-/// caller so the connection's task is small between requests.
-async fn wait_for_next<S: Transport>(stream: &S, watch: &mut Watch) -> Option<BytesMut> {
-    tokio::select! {
-        r = crate::net::transport::wait_first_bytes(stream) => r.ok(),
-        _ = tokio::time::sleep(IDLE_TIMEOUT) => None,
-        _ = watch.draining() => None,
-    }
-}
-
 /// Waits for the first chunk-size line of a chunked body and checks it.
 /// `Err(Some(why))`: malformed; `Err(None)`: the client left or stalled, or sluice is
 /// shutting down (the request was not dispatched: nothing to finish).
@@ -741,20 +749,5 @@ async fn read_side<R: AsyncRead + Unpin>(
                 return std::future::pending().await;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod size_probe {
-    #[tokio::test]
-    async fn print_sizes() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let s = tokio::net::TcpStream::connect(l.local_addr().unwrap())
-            .await
-            .unwrap();
-        let d = super::Drain::new();
-        let mut w = d.watch();
-        let f = super::wait_for_next(&s, &mut w);
-        eprintln!("SIZE wait_for_next: {}", std::mem::size_of_val(&f));
     }
 }

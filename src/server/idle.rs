@@ -1,0 +1,203 @@
+//! The wait of a kept-alive connection for its next request, without a timer of its
+//! own.
+//!
+//! A timer per idle connection (tokio's `Sleep`: 112 bytes in every connection's task,
+//! registered in the worker's timer wheel and cancelled again for every request) was a
+//! large part of what an idle connection cost. Here idle connections share one-second
+//! buckets instead: a connection whose idle time ends in second `s` (counted from the
+//! wheel's start) waits on bucket `s % BUCKETS`, and one sweeper task wakes each bucket
+//! when its second has come. A woken connection closes when its deadline has passed and
+//! waits again otherwise (a bucket is shared by the seconds `BUCKETS` apart). The
+//! drain's start wakes every bucket. Deadlines are kept to the second: a connection
+//! idle for 60 s closes within 61 s.
+//!
+//! Each bucket is sharded, so connections going idle in the same second on different
+//! threads seldom meet on one lock. The sweeper wakes once a second while the process
+//! runs and ends with the wheel.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::net::transport::{wait_first_bytes, Transport};
+
+/// More seconds than the longest idle wait, so a bucket never wakes a connection a
+/// whole turn early.
+const BUCKETS: usize = 64;
+/// Locks per bucket.
+const SHARDS: usize = 8;
+
+pub(crate) struct Wheel {
+    start: Instant,
+    buckets: Box<[Notify]>,
+    sweeping: AtomicBool,
+    draining: AtomicBool,
+}
+
+impl Wheel {
+    pub(crate) fn new() -> Arc<Wheel> {
+        Arc::new(Wheel {
+            start: Instant::now(),
+            buckets: (0..BUCKETS * SHARDS).map(|_| Notify::new()).collect(),
+            sweeping: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+        })
+    }
+
+    /// Wakes every idle connection, for good: each closes.
+    pub(crate) fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.buckets.iter().for_each(Notify::notify_waiters);
+    }
+
+    /// Waits for the first bytes of the next request on `stream`, for at most
+    /// `timeout` (kept to the second, `timeout` < `BUCKETS` seconds). `None`: the
+    /// client closed, the time passed, or the drain started. `shard` spreads
+    /// connections over the bucket's locks (any number: it is reduced here).
+    pub(crate) fn wait<'a, S: Transport>(
+        self: &'a Arc<Self>,
+        stream: &'a S,
+        timeout: Duration,
+        shard: usize,
+    ) -> impl std::future::Future<Output = Option<BytesMut>> + 'a {
+        debug_assert!(timeout < Duration::from_secs(BUCKETS as u64));
+        self.sweep_started();
+        let deadline = Instant::now() + timeout;
+        let bucket = &self.buckets[self.second(deadline) % BUCKETS * SHARDS + shard % SHARDS];
+        // A block, not an `async fn`: the arguments are not kept twice in every idle
+        // connection's task.
+        async move {
+            loop {
+                // Made before the checks: a wake between them and the wait is not lost.
+                let woken = bucket.notified();
+                if self.draining.load(Ordering::Acquire) {
+                    return None;
+                }
+                tokio::select! {
+                    biased;
+                    r = wait_first_bytes(stream) => return r.ok(),
+                    () = woken => {}
+                }
+                if Instant::now() >= deadline {
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// The first whole second, counted from the start, at or after `t`: when the
+    /// sweeper wakes the bucket of a deadline at `t`.
+    fn second(&self, t: Instant) -> usize {
+        let d = t.saturating_duration_since(self.start);
+        (d.as_secs() + u64::from(d.subsec_nanos() > 0)) as usize
+    }
+
+    fn sweep_started(self: &Arc<Self>) {
+        if !self.sweeping.load(Ordering::Relaxed) && !self.sweeping.swap(true, Ordering::AcqRel) {
+            tokio::spawn(sweep(Arc::downgrade(self)));
+        }
+    }
+}
+
+/// Wakes each bucket when its second comes (a late sweep wakes the ones it missed),
+/// until the wheel is dropped.
+async fn sweep(wheel: Weak<Wheel>) {
+    let mut next = 1;
+    loop {
+        let Some(start) = wheel.upgrade().map(|w| w.start) else {
+            return;
+        };
+        tokio::time::sleep_until(start + Duration::from_secs(next as u64)).await;
+        let Some(w) = wheel.upgrade() else {
+            return;
+        };
+        let now = w.start.elapsed().as_secs() as usize;
+        for second in next.max(now.saturating_sub(BUCKETS - 1))..=now {
+            let first = second % BUCKETS * SHARDS;
+            w.buckets[first..first + SHARDS]
+                .iter()
+                .for_each(Notify::notify_waiters);
+        }
+        next = now + 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (server, _) = l.accept().await.unwrap();
+        (client, server)
+    }
+
+    fn bounded<F: std::future::Future>(f: F) -> tokio::time::Timeout<F> {
+        tokio::time::timeout(Duration::from_secs(10), f)
+    }
+
+    #[tokio::test]
+    async fn the_idle_time_ends_the_wait_to_the_second() {
+        let wheel = Wheel::new();
+        let (_client, server) = pair().await;
+        let began = Instant::now();
+        let got = bounded(wheel.wait(&server, Duration::from_secs(2), 3)).await;
+        assert!(got.expect("the wait ended").is_none());
+        let waited = began.elapsed();
+        assert!(waited >= Duration::from_secs(2), "closed early: {waited:?}");
+        assert!(waited < Duration::from_secs(4), "closed late: {waited:?}");
+    }
+
+    #[tokio::test]
+    async fn bytes_end_the_wait_each_time() {
+        let wheel = Wheel::new();
+        let (mut client, mut server) = pair().await;
+        for round in 0..3u8 {
+            let send = async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                client.write_all(&[b'a' + round]).await.unwrap();
+            };
+            let (got, ()) = bounded(async {
+                tokio::join!(wheel.wait(&server, Duration::from_secs(30), 0), send)
+            })
+            .await
+            .unwrap();
+            assert_eq!(&got.expect("bytes")[..], &[b'a' + round]);
+            // The socket is quiet again: nothing was left unread.
+            let mut byte = [0u8; 1];
+            let more = tokio::time::timeout(Duration::from_millis(20), server.read(&mut byte));
+            assert!(more.await.is_err());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_closed_client_and_the_drain_end_the_wait() {
+        let wheel = Wheel::new();
+        let (client, server) = pair().await;
+        drop(client);
+        let got = bounded(wheel.wait(&server, Duration::from_secs(30), 1)).await;
+        assert!(got.expect("the wait ended").is_none());
+
+        let (_client, server) = pair().await;
+        let drain = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            wheel.drain();
+        };
+        let both = async { tokio::join!(wheel.wait(&server, Duration::from_secs(30), 5), drain) };
+        let (got, ()) = bounded(both).await.expect("the drain woke it");
+        assert!(got.is_none());
+        // Once draining, a new wait ends at once.
+        let (_client, server) = pair().await;
+        assert!(bounded(wheel.wait(&server, Duration::from_secs(30), 2))
+            .await
+            .unwrap()
+            .is_none());
+    }
+}
