@@ -96,10 +96,6 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
-    pub(crate) fn is_draining(&self) -> bool {
-        *self.rx.borrow()
-    }
-
     pub(crate) async fn draining(&mut self) {
         let _ = self.rx.wait_for(|d| *d).await;
     }
@@ -124,6 +120,11 @@ impl ConnectionGuard {
 
     pub(crate) fn watch(&self) -> Watch {
         watch(&self.inner)
+    }
+
+    /// Whether the drain has started (one atomic load).
+    pub(crate) fn is_draining(&self) -> bool {
+        self.inner.wheel.is_draining()
     }
 
     /// Where the connection waits while it is idle.

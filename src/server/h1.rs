@@ -71,7 +71,7 @@ impl Conn {
         async move {
             loop {
                 let keep = Box::pin(self.next(stream, &mut buf, deadline)).await;
-                if !keep || self.watch.is_draining() {
+                if !keep || self.counted.is_draining() {
                     return;
                 }
                 if buf.is_empty() {
@@ -281,7 +281,7 @@ impl Conn {
         else {
             return false;
         };
-        ex.keep_alive &= !self.watch.is_draining();
+        ex.keep_alive &= !self.counted.is_draining();
         if let Some(tunnel) = ex.tunnel.take() {
             self.switch(stream, buf, ex, resp, log, tunnel).await;
             return false;

@@ -54,6 +54,10 @@ impl Wheel {
         self.buckets.iter().for_each(Notify::notify_waiters);
     }
 
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
     /// Waits for the first bytes of the next request on `stream`, for at most
     /// `timeout` (kept to the second, `timeout` < `BUCKETS` seconds). `None`: the
     /// client closed, the time passed, or the drain started. `shard` spreads
@@ -74,7 +78,7 @@ impl Wheel {
             loop {
                 // Made before the checks: a wake between them and the wait is not lost.
                 let woken = bucket.notified();
-                if self.draining.load(Ordering::Acquire) {
+                if self.is_draining() {
                     return None;
                 }
                 tokio::select! {
