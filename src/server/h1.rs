@@ -65,7 +65,6 @@ impl Conn {
         accepted: Instant,
     ) -> impl std::future::Future<Output = ()> + 'a {
         let mut deadline = accepted + HEAD_TIMEOUT;
-        let shard = usize::from(self.client.addr.port());
         // A block, not an `async fn`: the arguments are not kept twice in every idle
         // connection's task.
         async move {
@@ -78,7 +77,7 @@ impl Conn {
                     // Idle: hold no buffers while waiting for the next request.
                     drop(std::mem::take(&mut buf));
                     let wheel = self.counted.wheel();
-                    match wheel.wait(stream, IDLE_TIMEOUT, shard).await {
+                    match wheel.wait(stream, IDLE_TIMEOUT).await {
                         Some(first) => buf = first,
                         None => return,
                     }

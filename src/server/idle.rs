@@ -11,11 +11,12 @@
 //! drain's start wakes every bucket. Deadlines are kept to the second: a connection
 //! idle for 60 s closes within 61 s.
 //!
-//! Each bucket is sharded, so connections going idle in the same second on different
-//! threads seldom meet on one lock. The sweeper wakes once a second while the process
-//! runs and ends with the wheel.
+//! Each bucket has a shard per worker thread (by the thread a connection goes idle
+//! on), each on a cache line of its own, so connections going idle in the same second
+//! on different threads neither meet on one lock nor pass a cache line back and forth.
+//! The sweeper wakes once a second while the process runs and ends with the wheel.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -28,12 +29,24 @@ use crate::net::transport::{wait_first_bytes, Transport};
 /// More seconds than the longest idle wait, so a bucket never wakes a connection a
 /// whole turn early.
 const BUCKETS: usize = 64;
-/// Locks per bucket.
+/// Locks per bucket: threads past this many share them.
 const SHARDS: usize = 8;
+
+/// A bucket's shard, alone on its cache line.
+#[repr(align(128))]
+struct Shard(Notify);
+
+std::thread_local! {
+    /// This thread's shard in every bucket.
+    static THREAD_SHARD: usize = {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS
+    };
+}
 
 pub(crate) struct Wheel {
     start: Instant,
-    buckets: Box<[Notify]>,
+    buckets: Box<[Shard]>,
     sweeping: AtomicBool,
     draining: AtomicBool,
 }
@@ -42,7 +55,9 @@ impl Wheel {
     pub(crate) fn new() -> Arc<Wheel> {
         Arc::new(Wheel {
             start: Instant::now(),
-            buckets: (0..BUCKETS * SHARDS).map(|_| Notify::new()).collect(),
+            buckets: (0..BUCKETS * SHARDS)
+                .map(|_| Shard(Notify::new()))
+                .collect(),
             sweeping: AtomicBool::new(false),
             draining: AtomicBool::new(false),
         })
@@ -51,7 +66,7 @@ impl Wheel {
     /// Wakes every idle connection, for good: each closes.
     pub(crate) fn drain(&self) {
         self.draining.store(true, Ordering::Release);
-        self.buckets.iter().for_each(Notify::notify_waiters);
+        self.buckets.iter().for_each(|s| s.0.notify_waiters());
     }
 
     pub(crate) fn is_draining(&self) -> bool {
@@ -60,18 +75,17 @@ impl Wheel {
 
     /// Waits for the first bytes of the next request on `stream`, for at most
     /// `timeout` (kept to the second, `timeout` < `BUCKETS` seconds). `None`: the
-    /// client closed, the time passed, or the drain started. `shard` spreads
-    /// connections over the bucket's locks (any number: it is reduced here).
+    /// client closed, the time passed, or the drain started.
     pub(crate) fn wait<'a, S: Transport>(
         self: &'a Arc<Self>,
         stream: &'a S,
         timeout: Duration,
-        shard: usize,
     ) -> impl std::future::Future<Output = Option<BytesMut>> + 'a {
         debug_assert!(timeout < Duration::from_secs(BUCKETS as u64));
         self.sweep_started();
         let deadline = Instant::now() + timeout;
-        let bucket = &self.buckets[self.second(deadline) % BUCKETS * SHARDS + shard % SHARDS];
+        let shard = THREAD_SHARD.with(|s| *s);
+        let bucket = &self.buckets[self.second(deadline) % BUCKETS * SHARDS + shard].0;
         // A block, not an `async fn`: the arguments are not kept twice in every idle
         // connection's task.
         async move {
@@ -124,7 +138,7 @@ async fn sweep(wheel: Weak<Wheel>) {
             let first = second % BUCKETS * SHARDS;
             w.buckets[first..first + SHARDS]
                 .iter()
-                .for_each(Notify::notify_waiters);
+                .for_each(|s| s.0.notify_waiters());
         }
         next = now + 1;
     }
@@ -152,14 +166,15 @@ mod tests {
         let wheel = Wheel::new();
         let (_client, server) = pair().await;
         let began = Instant::now();
-        let got = bounded(wheel.wait(&server, Duration::from_secs(2), 3)).await;
+        let got = bounded(wheel.wait(&server, Duration::from_secs(2))).await;
         assert!(got.expect("the wait ended").is_none());
         let waited = began.elapsed();
         assert!(waited >= Duration::from_secs(2), "closed early: {waited:?}");
         assert!(waited < Duration::from_secs(4), "closed late: {waited:?}");
     }
 
-    #[tokio::test]
+    // Two workers: a wait may be made on one thread and woken or dropped on another.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn bytes_end_the_wait_each_time() {
         let wheel = Wheel::new();
         let (mut client, mut server) = pair().await;
@@ -168,11 +183,10 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 client.write_all(&[b'a' + round]).await.unwrap();
             };
-            let (got, ()) = bounded(async {
-                tokio::join!(wheel.wait(&server, Duration::from_secs(30), 0), send)
-            })
-            .await
-            .unwrap();
+            let (got, ()) =
+                bounded(async { tokio::join!(wheel.wait(&server, Duration::from_secs(30)), send) })
+                    .await
+                    .unwrap();
             assert_eq!(&got.expect("bytes")[..], &[b'a' + round]);
             // The socket is quiet again: nothing was left unread.
             let mut byte = [0u8; 1];
@@ -181,12 +195,12 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_closed_client_and_the_drain_end_the_wait() {
         let wheel = Wheel::new();
         let (client, server) = pair().await;
         drop(client);
-        let got = bounded(wheel.wait(&server, Duration::from_secs(30), 1)).await;
+        let got = bounded(wheel.wait(&server, Duration::from_secs(30))).await;
         assert!(got.expect("the wait ended").is_none());
 
         let (_client, server) = pair().await;
@@ -194,12 +208,12 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
             wheel.drain();
         };
-        let both = async { tokio::join!(wheel.wait(&server, Duration::from_secs(30), 5), drain) };
+        let both = async { tokio::join!(wheel.wait(&server, Duration::from_secs(30)), drain) };
         let (got, ()) = bounded(both).await.expect("the drain woke it");
         assert!(got.is_none());
         // Once draining, a new wait ends at once.
         let (_client, server) = pair().await;
-        assert!(bounded(wheel.wait(&server, Duration::from_secs(30), 2))
+        assert!(bounded(wheel.wait(&server, Duration::from_secs(30)))
             .await
             .unwrap()
             .is_none());

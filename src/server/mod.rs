@@ -365,9 +365,8 @@ async fn first_bytes<S: Transport>(
     stream: &mut S,
     accepted: Instant,
 ) -> Option<bytes::BytesMut> {
-    let shard = usize::from(conn.client.addr.port());
     let wheel = conn.counted.wheel();
-    let buf = wheel.wait(stream, h1::HEAD_TIMEOUT, shard).await?;
+    let buf = wheel.wait(stream, h1::HEAD_TIMEOUT).await?;
     if buf.len() >= h2::PREFACE.len() || !h2::PREFACE.starts_with(&buf) {
         return Some(buf);
     }
