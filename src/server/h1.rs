@@ -282,7 +282,8 @@ impl Conn {
         };
         ex.keep_alive &= !self.counted.is_draining();
         if let Some(tunnel) = ex.tunnel.take() {
-            self.switch(stream, buf, ex, resp, log, tunnel).await;
+            // Boxed: a tunnel's state would otherwise sit in every request's.
+            Box::pin(self.switch(stream, buf, ex, resp, log, tunnel)).await;
             return false;
         }
         let request_id = log.as_ref().and_then(|_| request_id(&resp));
@@ -293,7 +294,8 @@ impl Conn {
             ex.log(&l, &self.client, request_id.as_ref(), done);
         }
         if !keep && ex.pump.is_some() {
-            linger(stream).await;
+            // Boxed: its 4 KiB sink would otherwise sit in every request's state.
+            Box::pin(linger(stream)).await;
         }
         keep
     }

@@ -68,7 +68,9 @@ impl Pool {
                 );
                 return Err(ConnectError::Unsupported);
             }
-            (Want::Relay, _) => return self.relay(i).await,
+            // Boxed: a dial's state (a name lookup among it) would otherwise sit in
+            // every request's.
+            (Want::Relay, _) => return Box::pin(self.relay(i)).await,
             _ => {}
         }
         loop {
