@@ -253,11 +253,7 @@ impl Conn {
             .access
             .load_full()
             .map(|log| Pending::new(log, &method, &uri, &headers, version, &self.client, started));
-        let mut req = Request::new(body);
-        *req.method_mut() = method;
-        *req.uri_mut() = uri;
-        *req.version_mut() = version;
-        *req.headers_mut() = headers;
+        let req = request(method, uri, version, headers, body);
         let _guard = self.counted.request();
         let mut ex = Exchange {
             pump,
@@ -299,6 +295,22 @@ impl Conn {
         }
         keep
     }
+}
+
+/// A parsed head's parts and its body as one request.
+fn request(
+    method: Method,
+    uri: http::Uri,
+    version: Version,
+    headers: HeaderMap,
+    body: Body,
+) -> Request<Body> {
+    let mut req = Request::new(body);
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    *req.version_mut() = version;
+    *req.headers_mut() = headers;
+    req
 }
 
 /// The `request_id` filter's id, for the access log (marked on the response by the
