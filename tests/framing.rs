@@ -238,14 +238,9 @@ async fn keep_alive_and_pipelining() {
 
 /// The two answers a connection carries before it closes.
 async fn two_answers(c: &mut TcpStream) -> (Resp, Resp) {
-    let mut out = Vec::new();
-    tokio::time::timeout(WAIT, c.read_to_end(&mut out))
-        .await
-        .expect("both answers within the wait")
-        .unwrap();
-    let (first, used) = parse_response(&out).expect("the first answer");
-    let (second, _) = parse_response(&out[used..]).expect("the second answer");
-    (first, second)
+    let mut all = answers(c).await.into_iter();
+    let first = all.next().expect("the first answer");
+    (first, all.next().expect("the second answer"))
 }
 
 /// The first read of a request that empties the socket forgets its readiness (no

@@ -376,6 +376,25 @@ pub async fn raw(addr: SocketAddr, req: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Reads until the server closes `c` (within [`WAIT`]) and parses every answer it sent.
+pub async fn answers(c: &mut TcpStream) -> Vec<Resp> {
+    let mut out = Vec::new();
+    tokio::time::timeout(WAIT, c.read_to_end(&mut out))
+        .await
+        .expect("the answers and the close within the wait")
+        .unwrap();
+    let mut all = Vec::new();
+    let mut rest = &out[..];
+    while let Some((r, used)) = parse_response(rest) {
+        all.push(r);
+        rest = &rest[used..];
+        if rest.is_empty() {
+            break;
+        }
+    }
+    all
+}
+
 /// Parses one response (Content-Length, chunked or close-delimited) off the front of `buf`.
 pub fn parse_response(buf: &[u8]) -> Option<(Resp, usize)> {
     let mut hs = [httparse::EMPTY_HEADER; 64];
