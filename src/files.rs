@@ -272,7 +272,7 @@ fn none_match(list: &str, tag: &str) -> bool {
 /// A single `bytes=` range of a file of `len` bytes: `Ok(Some((start, end)))`
 /// (inclusive), `Ok(None)` to send the whole file (no range, several, or a malformed
 /// header, which is ignored), `Err(())` when unsatisfiable.
-fn range(value: &str, len: u64) -> Result<Option<(u64, u64)>, ()> {
+pub(crate) fn range(value: &str, len: u64) -> Result<Option<(u64, u64)>, ()> {
     let Some(spec) = value.trim().strip_prefix("bytes=") else {
         return Ok(None);
     };
@@ -423,7 +423,11 @@ fn file_body(path: &Path, start: u64, count: u64) -> Option<Body> {
 
 /// Whether the client's copy is current (RFC 9110 §13.1): `If-None-Match` against
 /// the tag when sent, else `If-Modified-Since` against the file's time, to the second.
-fn not_modified(headers: &HeaderMap, tag: &str, mtime: Option<std::time::SystemTime>) -> bool {
+pub(crate) fn not_modified(
+    headers: &HeaderMap,
+    tag: &str,
+    mtime: Option<std::time::SystemTime>,
+) -> bool {
     let header_str = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     match header_str(header::IF_NONE_MATCH) {
         Some(list) => none_match(list, tag),

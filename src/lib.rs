@@ -22,6 +22,7 @@ pub use crate::server::lifecycle;
 
 pub(crate) mod admin;
 pub(crate) mod body;
+pub(crate) mod cache;
 pub(crate) mod clock;
 pub(crate) mod fastcgi;
 pub(crate) mod files;

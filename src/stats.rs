@@ -45,6 +45,8 @@ pub(crate) struct Counters {
     pub unauthorized: AtomicU64,
     /// 500: a filter could not decide and fails closed.
     pub filter_failures: AtomicU64,
+    /// Cache lookups by result (`sluice_cache_requests_total`).
+    pub cache: [AtomicU64; 5],
     /// Connections a `proxy_protocol` listener closed: an untrusted peer, or no valid
     /// header in time.
     pub proxy_protocol_refusals: AtomicU64,
@@ -80,6 +82,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     rate_limited: AtomicU64::new(0),
     unauthorized: AtomicU64::new(0),
     filter_failures: AtomicU64::new(0),
+    cache: [const { AtomicU64::new(0) }; 5],
 };
 
 pub(crate) fn bump(c: &AtomicU64) {

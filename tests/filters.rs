@@ -11,6 +11,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use common::redis::RedisServer;
 use common::*;
 use hyper::StatusCode;
 
@@ -533,79 +534,6 @@ fn mistakes_in_filter_lines_are_load_errors() {
     ] {
         // Every text has at most four lines: any line named is one of them.
         assert_check_fails(&dir, text, want);
-    }
-}
-
-/// A `redis-server` on a free loopback port, stopped when dropped; `None` when Redis is
-/// not installed (and interop is not required).
-struct RedisServer {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start() -> Option<RedisServer> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = match Self::spawn(port) {
-            Ok(c) => c,
-            Err(_) => {
-                if require_interop() {
-                    panic!("redis-server is required (SLUICE_INTEROP=require)");
-                }
-                eprintln!("skipped: redis-server is not installed");
-                return None;
-            }
-        };
-        let server = RedisServer { child, port };
-        server.wait_up();
-        Some(server)
-    }
-
-    fn spawn(port: u16) -> std::io::Result<std::process::Child> {
-        let port = port.to_string();
-        std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &port,
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-    }
-
-    fn wait_up(&self) {
-        let end = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < end, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Starts it again on the same port.
-    fn restart(&mut self) {
-        self.kill();
-        self.child = Self::spawn(self.port).unwrap();
-        self.wait_up();
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

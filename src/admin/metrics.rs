@@ -21,9 +21,60 @@ pub(crate) fn render(gen: &Generation) -> String {
     pool_metrics(&mut out, &pools);
     counters(&mut out);
     certificates(&mut out, gen);
+    cache(&mut out, gen);
     build_and_reloads(&mut out);
     process(&mut out);
     out
+}
+
+/// Cache lookups by result, and each store's size and object count.
+fn cache(o: &mut String, gen: &Generation) {
+    if gen.cache_stores.is_empty() {
+        return;
+    }
+    head(
+        o,
+        "sluice_cache_requests_total",
+        "counter",
+        "requests on cache routes, by what the cache did",
+    );
+    for (outcome, name) in crate::cache::Outcome::ALL {
+        let _ = writeln!(
+            o,
+            "sluice_cache_requests_total{{result=\"{name}\"}} {}",
+            get(&COUNTERS.cache[outcome as usize])
+        );
+    }
+    let mut stores: Vec<_> = gen.cache_stores.values().collect();
+    stores.sort_by(|a, b| a.identity.cmp(&b.identity));
+    head(
+        o,
+        "sluice_cache_bytes",
+        "gauge",
+        "bytes a cache store holds",
+    );
+    for st in &stores {
+        let _ = writeln!(
+            o,
+            "sluice_cache_bytes{{store=\"{}\"}} {}",
+            esc(&st.identity),
+            st.bytes()
+        );
+    }
+    head(
+        o,
+        "sluice_cache_objects",
+        "gauge",
+        "responses a cache store holds (variants count)",
+    );
+    for st in &stores {
+        let _ = writeln!(
+            o,
+            "sluice_cache_objects{{store=\"{}\"}} {}",
+            esc(&st.identity),
+            st.objects()
+        );
+    }
 }
 
 /// Each site certificate's `notAfter`, as the files are now.

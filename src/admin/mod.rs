@@ -218,6 +218,7 @@ async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
         }
         (&Method::POST, "/reload") => command(api, Command::Reload).await,
         (&Method::POST, "/maintenance") => maintenance(api, req).await,
+        (&Method::POST, "/purge") => purge(api, req).await,
         (&Method::POST, "/origin-test") => origin_test(api, req).await,
         (&Method::GET, p) if p.starts_with("/origin-test/") => {
             match api.origin_tests.get(&p["/origin-test/".len()..]) {
@@ -231,12 +232,13 @@ async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 Err(_) => json_reply(StatusCode::NOT_FOUND, &json!({"error": "no such revision"})),
             }
         }
-        (_, "/" | "/status" | "/metrics" | "/revisions" | "/reload" | "/maintenance") => {
-            json_reply(
-                StatusCode::METHOD_NOT_ALLOWED,
-                &json!({"error": "method not allowed"}),
-            )
-        }
+        (
+            _,
+            "/" | "/status" | "/metrics" | "/revisions" | "/reload" | "/maintenance" | "/purge",
+        ) => json_reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &json!({"error": "method not allowed"}),
+        ),
         _ => json_reply(StatusCode::NOT_FOUND, &json!({"error": "not found"})),
     }
 }
@@ -320,6 +322,36 @@ async fn maintenance(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>>
         if on { "on" } else { "off" }
     );
     json_reply(StatusCode::OK, &json!({"site": host, "on": on}))
+}
+
+/// `POST /purge {"key": K}`, `{"prefix": P}` or `{"all": true}`: `200 {"purged": N}`,
+/// N the stored objects (variants included) removed here; published to the other
+/// instances when a cache has a `purge_store`.
+async fn purge(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let asked = match json_body(req).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let what = match (
+        asked["key"].as_str(),
+        asked["prefix"].as_str(),
+        asked["all"].as_bool(),
+    ) {
+        (Some(k), None, None) => crate::cache::Purge::Key(k.to_string()),
+        (None, Some(p), None) => crate::cache::Purge::Prefix(p.to_string()),
+        (None, None, Some(true)) => crate::cache::Purge::All,
+        _ => {
+            return json_reply(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": r#"write {"key": "GET app.test /x"}, {"prefix": "app.test /img/"} or {"all": true}"#}),
+            )
+        }
+    };
+    let gen = api.live.load();
+    let purged = crate::cache::purge(gen.cache_stores.values(), &what);
+    tracing::info!("sluice: cache: purged {purged} objects ({what}) through the admin API");
+    crate::cache::publish(&gen.cache_publishers, &what);
+    json_reply(StatusCode::OK, &json!({ "purged": purged }))
 }
 
 async fn command(

@@ -32,10 +32,21 @@ pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> V
         "fastcgi_pools": fastcgi,
         "routes": routes,
         "certificates": certificates(gen),
+        "caches": caches(gen),
         "latency_bounds": crate::stats::LATENCY_BOUNDS,
         "tunnels_open": crate::tunnel::OPEN.load(Ordering::Relaxed),
         "out_of_ports": crate::stats::COUNTERS.out_of_ports.load(Ordering::Relaxed),
     })
+}
+
+/// Each cache store: its setting, size and what it holds.
+fn caches(gen: &Generation) -> Vec<Value> {
+    let mut stores: Vec<_> = gen.cache_stores.values().collect();
+    stores.sort_by(|a, b| a.identity.cmp(&b.identity));
+    stores
+        .iter()
+        .map(|s| json!({"store": s.identity, "capacity": s.capacity(), "bytes": s.bytes(), "objects": s.objects()}))
+        .collect()
 }
 
 /// A meter's counts since start: responses by class, body bytes, and the latency

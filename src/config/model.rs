@@ -408,7 +408,72 @@ pub struct Route {
     pub maintenance: Option<Maintenance>,
     /// `error_page` lines in the route (win over the site's for their codes).
     pub error_pages: Vec<ErrorPage>,
+    /// `cache { … }`: responses stored and served again (RFC 9111).
+    pub cache: Option<CacheConfig>,
     pub span: Span,
+}
+
+/// `cache { … }` on a route (DESIGN §15.1).
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    pub store: CacheStore,
+    /// Larger responses stream through uncached.
+    pub max_object: u64,
+    /// What a stored response is found by, in this order.
+    pub key: Vec<CacheKeyPart>,
+    /// Guess a lifetime from `Last-Modified` (RFC 9111 §4.2.2).
+    pub heuristic: bool,
+    /// The lifetime of heuristically cacheable responses without explicit freshness.
+    pub default_ttl: std::time::Duration,
+    pub stale_while_revalidate: std::time::Duration,
+    pub stale_if_error: std::time::Duration,
+    /// How long concurrent misses of one key wait for the one fetching it.
+    pub lock: std::time::Duration,
+    pub mode: CacheMode,
+    /// `redis://HOST:PORT[/DB]`: purges are published to every instance.
+    pub purge_store: Option<String>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheStore {
+    /// Bytes.
+    Memory(u64),
+    /// A folder and its size in bytes; survives restarts.
+    Disk(PathBuf, u64),
+}
+
+impl CacheStore {
+    /// The setting as one string: two routes with the same one share a store, and a
+    /// reload that keeps it keeps what is stored.
+    pub fn identity(&self) -> String {
+        match self {
+            CacheStore::Memory(n) => format!("memory {n}"),
+            CacheStore::Disk(dir, n) => format!("disk {} {n}", dir.display()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheKeyPart {
+    Method,
+    Host,
+    Path,
+    Query,
+    /// A request header's value (lower-case name).
+    Header(http::HeaderName),
+    /// A cookie's value.
+    Cookie(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheMode {
+    Normal,
+    /// Serve what is stored, fresh or stale, without asking the origin; fetch only
+    /// on a miss.
+    StaleOnly,
+    /// Never ask the origin; a miss is `504 not cached`.
+    CacheOnly,
 }
 
 /// `error_page CODE... FILE|"BODY" [backend]`: the body that replaces sluice's own

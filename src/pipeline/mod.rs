@@ -151,7 +151,7 @@ struct Slots {
 }
 
 async fn run(
-    gen: &Generation,
+    gen: &Arc<Generation>,
     mut req: Request<Body>,
     client: &ClientInfo,
     slots: &Slots,
@@ -194,7 +194,13 @@ async fn run(
             if let Some(path) = cx.changed_path() {
                 set_path(&mut req, path);
             }
-            let resp = call_handler(gen, route, req, client, &cx, slots, offer, received).await;
+            let resp = match &route.cache {
+                None => call_handler(gen, route, req, client, &cx, slots, offer, received).await,
+                Some(cache) => {
+                    let at = Place { gen, site, route };
+                    Box::pin(cached(at, cache, req, client, &cx, slots, offer, received)).await
+                }
+            };
             match watched.iter().find(|w| w.happened()) {
                 // The body was cut off past the hold: whatever the handler made of
                 // that, the client gets the filter's refusal.
@@ -668,6 +674,74 @@ async fn call_handler(
             local_response(StatusCode::NOT_FOUND, "Not found\n")
         }
     }
+}
+
+/// Where a request is: its generation, site and route.
+#[derive(Clone, Copy)]
+struct Place<'g> {
+    gen: &'g Arc<Generation>,
+    site: &'g Site,
+    route: &'g Route,
+}
+
+/// The handler behind the route's cache.
+#[allow(clippy::too_many_arguments)]
+async fn cached(
+    at: Place<'_>,
+    cache: &crate::cache::Cache,
+    req: Request<Body>,
+    client: &ClientInfo,
+    cx: &Cx<'_>,
+    slots: &Slots,
+    offer: Offer,
+    received: Option<PathAndQuery>,
+) -> Response<Body> {
+    let host = normalize_host(host_of(&req)).into_owned();
+    let path = cx.path(&req).to_string();
+    let fetch = |req| call_handler(at.gen, at.route, req, client, cx, slots, offer, received);
+    let refresh = |req| refresh(at, req, client.clone(), path.clone(), cx.client_ip);
+    cache.serve(req, &host, &path, fetch, refresh).await
+}
+
+/// A fetch of the route's handler that runs on its own (a cache's background
+/// refresh): it owns the generation and finds its route again by position.
+fn refresh(
+    at: Place<'_>,
+    req: Request<Body>,
+    client: ClientInfo,
+    path: String,
+    client_ip: std::net::IpAddr,
+) -> crate::cache::Refresh {
+    let gen = at.gen.clone();
+    let site = gen.sites.list.iter().position(|s| std::ptr::eq(s, at.site));
+    let route = site.and_then(|i| {
+        gen.sites.list[i]
+            .routes
+            .iter()
+            .position(|r| std::ptr::eq(r, at.route))
+    });
+    Box::pin(async move {
+        let (Some(s), Some(r)) = (site, route) else {
+            return local_response(StatusCode::SERVICE_UNAVAILABLE, "Service unavailable\n");
+        };
+        let route = &gen.sites.list[s].routes[r];
+        let vars = route
+            .uses_placeholders
+            .then(|| vars(&req, &client, route, Some(&path), None));
+        let cx = Cx::new(Some(path), vars.as_ref(), client_ip);
+        let slots = Slots::default();
+        call_handler(
+            &gen,
+            route,
+            req,
+            &client,
+            &cx,
+            &slots,
+            Offer::default(),
+            None,
+        )
+        .await
+    })
 }
 
 /// The base of a folder redirect (`301` to the path plus `/`): the path as received,

@@ -137,6 +137,8 @@ pub(crate) struct Route {
     pub auth_headers: Box<[HeaderName]>,
     /// Its requests, counted while the admin API is on.
     pub meter: Option<Arc<crate::stats::Meter>>,
+    /// `cache { … }`: between the filters and the handler.
+    pub cache: Option<crate::cache::Cache>,
 }
 
 pub(crate) enum Matcher {

@@ -62,6 +62,10 @@ impl Generation {
             carried: &carried,
             rates_before: previous.map(|g| &g.rate_memory),
             rates: Default::default(),
+            stores_before: previous.map(|g| &g.cache_stores),
+            stores: Default::default(),
+            publishers_before: previous.map(|g| &g.cache_publishers),
+            publishers: Default::default(),
             pool_ids: Default::default(),
             probe_slots: &probe_slots,
             dns: &dns,
@@ -83,6 +87,16 @@ impl Generation {
         Generation {
             sends_proxy_protocol,
             rate_memory: shared.rates.into_inner(),
+            cache_stores: shared.stores.into_inner(),
+            cache_publishers: shared
+                .publishers
+                .into_inner()
+                .into_iter()
+                .map(|(url, (p, stores))| {
+                    p.serve(stores);
+                    (url, p)
+                })
+                .collect(),
             tls,
             sites,
             tcp,
@@ -157,6 +171,9 @@ fn route_label<'a>(site: &str, route: &'a str) -> &'a str {
 }
 
 /// What every pool and filter of one generation is built with.
+/// A purge publisher and the stores of this generation it applies purges to.
+type Publishing = (Arc<crate::cache::Publisher>, Vec<Arc<crate::cache::Store>>);
+
 struct Shared<'a> {
     /// The previous generation's meters by labels; `None` when this one meters
     /// nothing (the admin API is off).
@@ -171,6 +188,14 @@ struct Shared<'a> {
     rates_before: Option<&'a HashMap<String, Arc<rate_limit::Memory>>>,
     /// This generation's, as its filters are built.
     rates: std::cell::RefCell<HashMap<String, Arc<rate_limit::Memory>>>,
+    /// The previous generation's cache stores, by their `store` setting.
+    stores_before: Option<&'a HashMap<String, Arc<crate::cache::Store>>>,
+    /// This generation's, as its routes are built.
+    stores: std::cell::RefCell<HashMap<String, Arc<crate::cache::Store>>>,
+    /// The previous generation's purge publishers, by URL.
+    publishers_before: Option<&'a HashMap<String, Arc<crate::cache::Publisher>>>,
+    /// This generation's, with the stores each serves.
+    publishers: std::cell::RefCell<HashMap<String, Publishing>>,
     /// How many pools of each identity this generation has so far.
     pool_ids: std::cell::RefCell<HashMap<PoolId, usize>>,
     probe_slots: &'a Arc<Semaphore>,
@@ -181,6 +206,43 @@ struct Shared<'a> {
 }
 
 impl Shared<'_> {
+    /// A route's cache, on the store of its `store` setting: one per setting, carried
+    /// from the previous generation when it had the same one.
+    fn cache(&self, c: &config::CacheConfig) -> crate::cache::Cache {
+        let id = c.store.identity();
+        let store = self
+            .stores
+            .borrow_mut()
+            .entry(id.clone())
+            .or_insert_with(|| {
+                self.stores_before
+                    .and_then(|m| m.get(&id))
+                    .cloned()
+                    .unwrap_or_else(|| crate::cache::Store::new(&c.store))
+            })
+            .clone();
+        if let Some(url) = &c.purge_store {
+            let mut publishers = self.publishers.borrow_mut();
+            let (_, stores) = publishers.entry(url.clone()).or_insert_with(|| {
+                let p = self
+                    .publishers_before
+                    .and_then(|m| m.get(url))
+                    .cloned()
+                    .unwrap_or_else(|| crate::cache::Publisher::new(url));
+                (p, Vec::new())
+            });
+            if !stores.iter().any(|s| Arc::ptr_eq(s, &store)) {
+                stores.push(store.clone());
+            }
+        }
+        let normalize = |p: &str| {
+            crate::route::path::normalize(p)
+                .ok()
+                .map(|p| p.into_owned())
+        };
+        crate::cache::Cache::new(c, store, normalize)
+    }
+
     /// The identity of a pool named `name`, told apart from this generation's other
     /// pools that would otherwise share it.
     fn pool_id(&self, name: String, cfg: &config::ProxyConfig) -> PoolId {
@@ -509,6 +571,7 @@ fn route(
             .flatten()
             .collect(),
         meter: shared.meter(site.name, route_label(site.name, &r.name)),
+        cache: r.cache.as_ref().map(|c| shared.cache(c)),
     }
 }
 

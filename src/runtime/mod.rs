@@ -106,6 +106,10 @@ pub(crate) struct Generation {
     /// The in-memory `rate_limit` buckets, by filter identity, for the next
     /// generation to carry.
     pub rate_memory: std::collections::HashMap<String, Arc<crate::filter::rate_limit::Memory>>,
+    /// The cache stores, by their `store` setting, for the next generation to carry.
+    pub cache_stores: std::collections::HashMap<String, Arc<crate::cache::Store>>,
+    /// Every distinct `purge_store`, by URL, carried like the stores.
+    pub cache_publishers: std::collections::HashMap<String, Arc<crate::cache::Publisher>>,
     /// The admin API is on: requests are metered (`sluice_http_*`).
     pub metered: bool,
     /// The pools `forward_auth` filters ask.

@@ -5,6 +5,7 @@
 
 pub mod dns;
 pub mod pki;
+pub mod redis;
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -351,7 +351,7 @@ fn rate_limit(d: &Directive) -> Res<RateLimit> {
 }
 
 /// `redis://HOST:PORT[/DB]`, checked for shape (the connection is made at run time).
-fn redis_url(w: &Word) -> Res<String> {
+pub(super) fn redis_url(w: &Word) -> Res<String> {
     let bad = || {
         expected(
             w,

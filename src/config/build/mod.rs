@@ -6,6 +6,7 @@
 //! ignored. Warnings are collected beside errors; `--strict` makes them fatal.
 
 mod args;
+mod cache;
 mod controls;
 mod filters;
 mod proxy;

@@ -127,6 +127,7 @@ impl Builder {
             handler: parts.handler.map(|h| h.0),
             maintenance: parts.maintenance.map(|m| m.0),
             error_pages: parts.error_pages,
+            cache: parts.cache,
             span,
         })
     }
@@ -178,6 +179,13 @@ impl Builder {
                 parts.maintenance = Some((self.maintenance(d)?, d.span()));
                 Ok(())
             }
+            "cache" => {
+                if let Some(first) = &parts.cache {
+                    return Err(twice(d, first.span));
+                }
+                parts.cache = Some(self.cache(d)?);
+                Ok(())
+            }
             _ if parts.after_filter => parts.filter(filter_line(d)?),
             "respond" | "redirect" | "proxy" | "files" | "fastcgi" => {
                 let h = match name {
@@ -215,6 +223,7 @@ struct RouteParts<'a> {
     handler: Option<(Handler, Span)>,
     maintenance: Option<(Maintenance, Span)>,
     error_pages: Vec<ErrorPage>,
+    cache: Option<CacheConfig>,
 }
 
 impl<'a> RouteParts<'a> {

@@ -18,6 +18,7 @@ pub(super) enum Place {
     Health,
     Outlier,
     Admin,
+    Cache,
 }
 
 impl Place {
@@ -74,6 +75,18 @@ impl Place {
             ],
             Place::Outlier => &["consecutive_5xx", "ejection", "max_ejected"],
             Place::Admin => &["token_file", "token"],
+            Place::Cache => &[
+                "store",
+                "max_object",
+                "key",
+                "heuristic",
+                "default_ttl",
+                "stale_while_revalidate",
+                "stale_if_error",
+                "lock",
+                "mode",
+                "purge_store",
+            ],
         }
     }
 
@@ -92,6 +105,7 @@ impl Place {
             Place::Health => "a `health` block",
             Place::Outlier => "an `outlier` block",
             Place::Admin => "an `admin` block",
+            Place::Cache => "a `cache` block",
         }
     }
 }
@@ -138,6 +152,7 @@ pub(super) const SITE: &[&str] = &[
     "hsts",
     "http_versions",
     "maintenance",
+    "cache",
     "match",
     "error_page",
     "proxy",
@@ -161,7 +176,7 @@ pub(super) const SITE: &[&str] = &[
     "on",
 ];
 
-pub(super) const ALL_PLACES: [Place; 13] = [
+pub(super) const ALL_PLACES: [Place; 14] = [
     Place::Top,
     Place::Global,
     Place::Site,
@@ -175,6 +190,7 @@ pub(super) const ALL_PLACES: [Place; 13] = [
     Place::Health,
     Place::Outlier,
     Place::Admin,
+    Place::Cache,
 ];
 
 /// Directives sluice knows but cannot run yet, with what to do meanwhile: refused at

@@ -1,0 +1,1017 @@
+//! The HTTP cache of a route (DESIGN §15.1): between the request filters and the
+//! handler, it answers from stored responses when RFC 9111 allows, revalidates stale
+//! ones with the origin, stores what the handler answers (streaming it to the client
+//! meanwhile), and serves stale responses in the windows the origin or the config
+//! allow. Every response of a cache route carries `Cache-Status` (RFC 9211).
+//!
+//! A route without `cache` never reaches this module: the pipeline checks one
+//! `Option`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body::Frame;
+
+use crate::body::{Body, BodyError};
+use crate::config::{CacheConfig, CacheKeyPart, CacheMode};
+use crate::reply::local_response;
+use crate::stats::COUNTERS;
+
+pub(crate) mod control;
+mod purge;
+mod store;
+
+pub(crate) use purge::{publish, purge, Publisher, Purge};
+
+use control::{RequestDirectives, ResponseDirectives, Rules};
+pub(crate) use store::Store;
+use store::{Flight, FlightGuard, Stored};
+
+/// A fetch made for a background refresh: owns all it needs.
+pub(crate) type Refresh = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+
+/// A route's cache: its settings and the store it shares with routes of the same
+/// `store` setting.
+#[derive(Clone)]
+pub(crate) struct Cache {
+    settings: Arc<Settings>,
+    store: Arc<Store>,
+}
+
+/// A path in the normal form routing decides on, or `None` when it has none.
+pub(crate) type Normalize = fn(&str) -> Option<String>;
+
+struct Settings {
+    normalize: Normalize,
+    max_object: u64,
+    key: Box<[CacheKeyPart]>,
+    rules: Rules,
+    swr: Duration,
+    sie: Duration,
+    lock: Duration,
+    mode: CacheMode,
+}
+
+/// How a request counted (`sluice_cache_requests_total{result}`), once each.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Outcome {
+    Hit = 0,
+    Miss = 1,
+    Stale = 2,
+    Revalidated = 3,
+    Bypass = 4,
+}
+
+impl Outcome {
+    pub(crate) const ALL: [(Outcome, &'static str); 5] = [
+        (Outcome::Hit, "hit"),
+        (Outcome::Miss, "miss"),
+        (Outcome::Stale, "stale"),
+        (Outcome::Revalidated, "revalidated"),
+        (Outcome::Bypass, "bypass"),
+    ];
+
+    fn count(self) {
+        crate::stats::bump(&COUNTERS.cache[self as usize]);
+    }
+}
+
+/// What `Cache-Status` says of a response (RFC 9211), sluice's entry.
+#[derive(Default, Clone, Copy)]
+struct Status {
+    hit: bool,
+    fwd: Option<&'static str>,
+    fwd_status: Option<u16>,
+    stored: bool,
+    ttl: Option<i64>,
+    detail: Option<&'static str>,
+}
+
+impl Status {
+    fn fwd(why: &'static str) -> Status {
+        Status {
+            fwd: Some(why),
+            ..Status::default()
+        }
+    }
+
+    fn value(&self) -> HeaderValue {
+        use std::fmt::Write;
+        let mut s = String::from("sluice");
+        if self.hit {
+            s.push_str("; hit");
+        }
+        if let Some(f) = self.fwd {
+            let _ = write!(s, "; fwd={f}");
+        }
+        if let Some(c) = self.fwd_status {
+            let _ = write!(s, "; fwd-status={c}");
+        }
+        if self.stored {
+            s.push_str("; stored");
+        }
+        if let Some(t) = self.ttl {
+            let _ = write!(s, "; ttl={t}");
+        }
+        if let Some(d) = self.detail {
+            let _ = write!(s, "; detail={d}");
+        }
+        HeaderValue::from_str(&s).unwrap_or(HeaderValue::from_static("sluice"))
+    }
+}
+
+static CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
+fn mark(mut resp: Response<Body>, status: Status) -> Response<Body> {
+    resp.headers_mut().append(&CACHE_STATUS, status.value());
+    resp
+}
+
+/// What a stored response is judged by for one request.
+enum Verdict {
+    Fresh,
+    /// Stale, and the client accepts that (`max-stale`).
+    StaleAccepted,
+    /// Stale within its `stale-while-revalidate` window.
+    StaleWhileRevalidate,
+    /// Ask the origin; `true` when the client asked for it.
+    Revalidate(bool),
+}
+
+/// The request as the cache needs it after the handler took it.
+struct Asked {
+    method: Method,
+    headers: HeaderMap,
+}
+
+impl Cache {
+    pub(crate) fn new(cfg: &CacheConfig, store: Arc<Store>, normalize: Normalize) -> Cache {
+        Cache {
+            settings: Arc::new(Settings {
+                normalize,
+                max_object: cfg.max_object,
+                rules: Rules {
+                    heuristic: cfg.heuristic,
+                    default_ttl: cfg.default_ttl,
+                    keys_cookie: cfg.key.iter().any(|k| matches!(k, CacheKeyPart::Cookie(_))),
+                },
+                key: cfg.key.clone().into(),
+                swr: cfg.stale_while_revalidate,
+                sie: cfg.stale_if_error,
+                lock: cfg.lock,
+                mode: cfg.mode,
+            }),
+            store,
+        }
+    }
+
+    /// Answers `req` from the store or through `fetch` (the handler), storing what it
+    /// may. `host` is the normalised host and `path` the normalised path the handler
+    /// will see; `refresh` makes a fetch that can run after this request is answered
+    /// (a `stale-while-revalidate` refresh).
+    pub(crate) async fn serve<F, Fut, R>(
+        &self,
+        req: Request<Body>,
+        host: &str,
+        path: &str,
+        fetch: F,
+        refresh: R,
+    ) -> Response<Body>
+    where
+        F: FnOnce(Request<Body>) -> Fut,
+        Fut: Future<Output = Response<Body>>,
+        R: FnOnce(Request<Body>) -> Refresh,
+    {
+        let method = req.method();
+        let upgrade = req.headers().contains_key(header::UPGRADE);
+        if (method != Method::GET && method != Method::HEAD) || upgrade {
+            if self.settings.mode == CacheMode::CacheOnly {
+                return self.not_cached(Status::fwd("method"));
+            }
+            return self.pass(req, host, path, fetch).await;
+        }
+        let key = self.key(host, path, req.uri().query(), req.headers());
+        let rdirs = RequestDirectives::of(req.headers());
+        let (found, why) = self.find(&key, req.headers());
+        let now = SystemTime::now();
+        match self.settings.mode {
+            CacheMode::CacheOnly => {
+                return match found.filter(|o| o.is_fresh(now) || !o.dirs.never_stale()) {
+                    Some(o) => self.answer_stored(&req, &o, "cache-only"),
+                    None => self.not_cached(Status::fwd(why)),
+                };
+            }
+            CacheMode::StaleOnly => {
+                if let Some(o) = found
+                    .as_ref()
+                    .filter(|o| o.is_fresh(now) || !o.dirs.never_stale())
+                {
+                    return self.answer_stored(&req, o, "stale-only");
+                }
+            }
+            CacheMode::Normal => {}
+        }
+        if let Some(obj) = found {
+            match verdict(&obj, &rdirs, now) {
+                Verdict::Fresh => {
+                    let hit = Status {
+                        hit: true,
+                        ..Status::default()
+                    };
+                    return answer(req.method(), req.headers(), &obj, hit, Outcome::Hit);
+                }
+                Verdict::StaleAccepted => return self.answer_stored(&req, &obj, "max-stale"),
+                Verdict::StaleWhileRevalidate => {
+                    self.background(&key, &obj, &req, refresh);
+                    return self.answer_stored(&req, &obj, "stale-while-revalidate");
+                }
+                Verdict::Revalidate(by_client) => {
+                    if rdirs.only_if_cached {
+                        return gateway_timeout(Status::fwd("request"));
+                    }
+                    return self.revalidate(req, key, obj, by_client, fetch).await;
+                }
+            }
+        }
+        if rdirs.only_if_cached {
+            return gateway_timeout(Status::fwd(why));
+        }
+        self.miss(req, key, why, rdirs.no_store, fetch).await
+    }
+
+    /// A stored response served without asking the origin, stale or not.
+    fn answer_stored(
+        &self,
+        req: &Request<Body>,
+        obj: &Stored,
+        why: &'static str,
+    ) -> Response<Body> {
+        let fresh = obj.is_fresh(SystemTime::now());
+        let status = Status {
+            hit: true,
+            detail: (!fresh || why == "cache-only").then_some(why),
+            ..Status::default()
+        };
+        let outcome = if fresh { Outcome::Hit } else { Outcome::Stale };
+        answer(req.method(), req.headers(), obj, status, outcome)
+    }
+
+    /// `mode cache_only` with nothing to serve.
+    fn not_cached(&self, mut status: Status) -> Response<Body> {
+        Outcome::Miss.count();
+        status.detail = Some("cache-only");
+        mark(
+            local_response(StatusCode::GATEWAY_TIMEOUT, "not cached\n"),
+            status,
+        )
+    }
+
+    /// The key of `host`, `path`, the query and the request's fields, as the config's
+    /// `key` lists them: `GET app.test /x?a=1` by default.
+    fn key(&self, host: &str, path: &str, query: Option<&str>, h: &HeaderMap) -> String {
+        use std::fmt::Write;
+        let mut k = String::with_capacity(host.len() + path.len() + 8);
+        let mut after_path = false;
+        for part in self.settings.key.iter() {
+            let glued = matches!(part, CacheKeyPart::Query) && after_path;
+            if !k.is_empty() && !glued {
+                k.push(' ');
+            }
+            after_path = matches!(part, CacheKeyPart::Path);
+            match part {
+                CacheKeyPart::Method => k.push_str("GET"),
+                CacheKeyPart::Host => k.push_str(host),
+                CacheKeyPart::Path => k.push_str(path),
+                CacheKeyPart::Query => {
+                    if let Some(q) = query {
+                        k.push('?');
+                        k.push_str(q);
+                    } else if !glued {
+                        k.pop();
+                    }
+                }
+                CacheKeyPart::Header(name) => {
+                    let v = joined(h, name.as_str()).unwrap_or_default();
+                    let _ = write!(k, "{name}={v}");
+                }
+                CacheKeyPart::Cookie(name) => {
+                    let v = cookie(h, name).unwrap_or("");
+                    let _ = write!(k, "cookie:{name}={v}");
+                }
+            }
+        }
+        k
+    }
+
+    /// The variant stored under `key` that the request's fields select, or why there is
+    /// none (`uri-miss`: nothing for the URI; `vary-miss`: no variant for these fields;
+    /// `miss`: one that may not answer a request with `Authorization`).
+    fn find(&self, key: &str, h: &HeaderMap) -> (Option<Arc<Stored>>, &'static str) {
+        let Some(variants) = self.store.get(key) else {
+            return (None, "uri-miss");
+        };
+        let Some(obj) = variants.into_iter().find(|v| selects(v, h)) else {
+            return (None, "vary-miss");
+        };
+        if h.contains_key(header::AUTHORIZATION)
+            && !control::shareable_with_authorization(&obj.dirs)
+        {
+            return (None, "miss");
+        }
+        (Some(obj), "")
+    }
+
+    /// A method the cache does not answer: forwarded; an unsafe one that succeeds
+    /// invalidates what is stored for its URI and the URIs its `Location` and
+    /// `Content-Location` name on the same host (RFC 9111 §4.4).
+    async fn pass<F, Fut>(
+        &self,
+        req: Request<Body>,
+        host: &str,
+        path: &str,
+        fetch: F,
+    ) -> Response<Body>
+    where
+        F: FnOnce(Request<Body>) -> Fut,
+        Fut: Future<Output = Response<Body>>,
+    {
+        let unsafe_method = !matches!(
+            *req.method(),
+            Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+        );
+        let is_method = req.method() != Method::GET && req.method() != Method::HEAD;
+        let target = unsafe_method.then(|| {
+            let headers = req.headers().clone();
+            (self.key(host, path, req.uri().query(), &headers), headers)
+        });
+        let resp = fetch(req).await;
+        Outcome::Bypass.count();
+        if let Some((key, headers)) = target {
+            let s = resp.status();
+            if s.is_success() || s.is_redirection() {
+                self.invalidate(&key);
+                for name in [header::LOCATION, header::CONTENT_LOCATION] {
+                    if let Some((p, q)) = resp
+                        .headers()
+                        .get(name)
+                        .and_then(|v| same_host(v, host, self.settings.normalize))
+                    {
+                        self.invalidate(&self.key(host, &p, q.as_deref(), &headers));
+                    }
+                }
+            }
+        }
+        mark(
+            resp,
+            Status::fwd(if is_method { "method" } else { "bypass" }),
+        )
+    }
+
+    fn invalidate(&self, key: &str) {
+        self.store.remove(key);
+    }
+
+    /// Nothing usable stored: one fetch per key at a time (`lock`), the others waiting
+    /// for it and answered from what it stored.
+    async fn miss<F, Fut>(
+        &self,
+        req: Request<Body>,
+        key: String,
+        why: &'static str,
+        no_store: bool,
+        fetch: F,
+    ) -> Response<Body>
+    where
+        F: FnOnce(Request<Body>) -> Fut,
+        Fut: Future<Output = Response<Body>>,
+    {
+        let mut guard = None;
+        if req.method() == Method::GET && !no_store && !self.settings.lock.is_zero() {
+            match self.store.join(&key) {
+                Flight::Leader(g) => guard = Some(g),
+                Flight::Follower(rx) => {
+                    store::wait(rx, self.settings.lock).await;
+                    let now = SystemTime::now();
+                    if let (Some(obj), _) = self.find(&key, req.headers()) {
+                        if matches!(
+                            verdict(&obj, &RequestDirectives::of(req.headers()), now),
+                            Verdict::Fresh
+                        ) {
+                            let hit = Status {
+                                hit: true,
+                                ..Status::default()
+                            };
+                            return answer(req.method(), req.headers(), &obj, hit, Outcome::Hit);
+                        }
+                    }
+                }
+            }
+        }
+        let asked = Asked {
+            method: req.method().clone(),
+            headers: req.headers().clone(),
+        };
+        let sent = SystemTime::now();
+        let resp = fetch(req).await;
+        let mut status = Status::fwd(why);
+        if no_store {
+            status.fwd = Some("bypass");
+        }
+        self.keep(key, &asked, resp, sent, guard, status, !no_store)
+    }
+
+    /// A stale (or client-refused) stored response: asked again with its validators.
+    /// `304` refreshes it; a failure within its `stale-if-error` window serves it;
+    /// anything else replaces it.
+    async fn revalidate<F, Fut>(
+        &self,
+        mut req: Request<Body>,
+        key: String,
+        obj: Arc<Stored>,
+        by_client: bool,
+        fetch: F,
+    ) -> Response<Body>
+    where
+        F: FnOnce(Request<Body>) -> Fut,
+        Fut: Future<Output = Response<Body>>,
+    {
+        let asked = Asked {
+            method: req.method().clone(),
+            headers: req.headers().clone(),
+        };
+        conditional(req.headers_mut(), &obj);
+        let sent = SystemTime::now();
+        let resp = fetch(req).await;
+        let fwd = if by_client { "request" } else { "stale" };
+        let code = resp.status();
+        let status = Status {
+            fwd: Some(fwd),
+            fwd_status: Some(code.as_u16()),
+            ..Status::default()
+        };
+        if code == StatusCode::NOT_MODIFIED && asked.method == Method::GET {
+            let fresh = Arc::new(self.refreshed(&obj, resp.headers(), sent));
+            self.store.put(&key, fresh.clone());
+            return answer(
+                &asked.method,
+                &asked.headers,
+                &fresh,
+                status,
+                Outcome::Revalidated,
+            );
+        }
+        let now = SystemTime::now();
+        if code.is_server_error() && !obj.dirs.never_stale() && obj.staleness(now) <= obj.sie {
+            let stale = Status {
+                fwd: Some("stale"),
+                detail: Some("stale-if-error"),
+                ..status
+            };
+            tracing::debug!(
+                "sluice: cache: {key}: the origin answered {}; serving the stored response ({}s stale)",
+                code.as_u16(),
+                obj.staleness(now).as_secs()
+            );
+            return answer(&asked.method, &asked.headers, &obj, stale, Outcome::Stale);
+        }
+        self.keep(key, &asked, resp, sent, None, status, true)
+    }
+
+    /// A stale response inside its `stale-while-revalidate` window: one refresh per key
+    /// runs in the background while the stale one is served.
+    fn background<R>(&self, key: &str, obj: &Arc<Stored>, req: &Request<Body>, refresh: R)
+    where
+        R: FnOnce(Request<Body>) -> Refresh,
+    {
+        let Flight::Leader(guard) = self.store.join(key) else {
+            return;
+        };
+        let mut again = Request::new(Body::Empty);
+        *again.uri_mut() = req.uri().clone();
+        *again.headers_mut() = req.headers().clone();
+        again.headers_mut().remove(header::RANGE);
+        conditional(again.headers_mut(), obj);
+        let asked = Asked {
+            method: Method::GET,
+            headers: req.headers().clone(),
+        };
+        let fut = refresh(again);
+        let (this, key, obj) = (self.clone(), key.to_string(), obj.clone());
+        tokio::spawn(async move {
+            let sent = SystemTime::now();
+            let resp = fut.await;
+            if resp.status() == StatusCode::NOT_MODIFIED {
+                this.store
+                    .put(&key, Arc::new(this.refreshed(&obj, resp.headers(), sent)));
+                return;
+            }
+            if resp.status().is_server_error() {
+                return;
+            }
+            let resp = this.keep(
+                key,
+                &asked,
+                resp,
+                sent,
+                Some(guard),
+                Status::default(),
+                true,
+            );
+            // Read to the end: the body is stored as it passes.
+            let mut body = resp.into_body();
+            while let Some(Ok(_)) = http_body_util::BodyExt::frame(&mut body).await {}
+        });
+    }
+
+    /// `obj` after a `304`: its fields updated from the answer's (RFC 9111 §4.3.4),
+    /// its age and lifetime counted anew.
+    fn refreshed(&self, obj: &Stored, fields: &HeaderMap, sent: SystemTime) -> Stored {
+        let mut headers = obj.headers.clone();
+        for name in fields.keys() {
+            if matches!(
+                *name,
+                header::CONTENT_LENGTH
+                    | header::TRANSFER_ENCODING
+                    | header::CONTENT_ENCODING
+                    | header::AGE
+            ) || *name == CACHE_STATUS
+            {
+                continue;
+            }
+            headers.remove(name);
+            for v in fields.get_all(name) {
+                headers.append(name.clone(), v.clone());
+            }
+        }
+        let now = SystemTime::now();
+        self.stored(
+            obj.status,
+            headers,
+            obj.body.clone(),
+            sent,
+            now,
+            obj.vary.clone(),
+        )
+    }
+
+    /// A stored object of a response's parts, with the times it was asked and came.
+    fn stored(
+        &self,
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+        sent: SystemTime,
+        came: SystemTime,
+        vary: Box<[(String, Option<String>)]>,
+    ) -> Stored {
+        let dirs = ResponseDirectives::of(&headers);
+        let rules = &self.settings.rules;
+        let window = |own: Option<control::Delta>, config: Duration| {
+            own.map_or(config, |d| Duration::from_secs(d.secs()))
+        };
+        Stored {
+            lifetime: control::lifetime(status, &headers, &dirs, came, rules),
+            initial_age: control::initial_age(&headers, sent, came),
+            swr: window(dirs.stale_while_revalidate, self.settings.swr),
+            sie: window(dirs.stale_if_error, self.settings.sie),
+            status,
+            headers,
+            body,
+            response_time: came,
+            dirs,
+            vary,
+        }
+    }
+
+    /// The handler's response, stored as it streams to the client when it may be;
+    /// `status` is what `Cache-Status` says so far.
+    #[allow(clippy::too_many_arguments)]
+    fn keep(
+        &self,
+        key: String,
+        asked: &Asked,
+        mut resp: Response<Body>,
+        sent: SystemTime,
+        guard: Option<FlightGuard>,
+        mut status: Status,
+        may_store: bool,
+    ) -> Response<Body> {
+        let came = SystemTime::now();
+        let why_not = self.why_not_store(asked, &resp, may_store);
+        if let Some(why) = why_not {
+            tracing::trace!("sluice: cache: {key}: not stored: {why}");
+            let bypass =
+                asked.headers.contains_key(header::AUTHORIZATION) || status.fwd == Some("bypass");
+            if bypass {
+                Outcome::Bypass.count();
+            } else {
+                Outcome::Miss.count();
+            }
+            drop(guard);
+            return mark(resp, status);
+        }
+        Outcome::Miss.count();
+        let mut headers = resp.headers().clone();
+        for name in [header::AGE, header::TRANSFER_ENCODING, header::CONNECTION] {
+            headers.remove(name);
+        }
+        headers.remove(&CACHE_STATUS);
+        let vary: Box<[_]> = control::vary_fields(resp.headers())
+            .map(|f| {
+                let v = joined(&asked.headers, &f);
+                (f, v)
+            })
+            .collect();
+        let head = self.stored(resp.status(), headers, Bytes::new(), sent, came, vary);
+        status.stored = true;
+        status.ttl = Some(head.ttl(came));
+        let pending = Pending {
+            store: self.store.clone(),
+            key,
+            head,
+            _guard: guard,
+        };
+        let body = std::mem::replace(resp.body_mut(), Body::Empty);
+        *resp.body_mut() = match body {
+            Body::Empty => {
+                pending.commit(Bytes::new());
+                Body::Empty
+            }
+            Body::Full(Some(b)) => {
+                pending.commit(b.clone());
+                Body::Full(Some(b))
+            }
+            body => Body::Boxed(Box::pin(Tee {
+                inner: body,
+                parts: Vec::new(),
+                len: 0,
+                limit: self.settings.max_object,
+                pending: Some(pending),
+            })),
+        };
+        mark(resp, status)
+    }
+
+    /// Why a response is not stored, or `None` when it is.
+    fn why_not_store(
+        &self,
+        asked: &Asked,
+        resp: &Response<Body>,
+        may_store: bool,
+    ) -> Option<&'static str> {
+        if !may_store {
+            return Some("the request said no-store");
+        }
+        if asked.method != Method::GET {
+            return Some("only GET responses are stored");
+        }
+        if crate::reply::is_own(resp) {
+            return Some("sluice's own answer");
+        }
+        let rdirs = RequestDirectives::of(&asked.headers);
+        let dirs = ResponseDirectives::of(resp.headers());
+        if let Err(why) = control::storable(
+            &asked.headers,
+            &rdirs,
+            resp.status(),
+            resp.headers(),
+            &dirs,
+            &self.settings.rules,
+        ) {
+            return Some(why);
+        }
+        let len = resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if len.is_some_and(|n| n > self.settings.max_object) {
+            return Some("larger than max_object");
+        }
+        if resp.headers().contains_key(header::CONTENT_RANGE) {
+            return Some("a partial response");
+        }
+        // Kept only if it can serve again: fresh for a while, revalidated cheaply,
+        // served stale in a window, or by a mode that serves what is stored.
+        let st = &self.settings;
+        let useful = control::lifetime(
+            resp.status(),
+            resp.headers(),
+            &dirs,
+            SystemTime::now(),
+            &st.rules,
+        ) > Duration::ZERO
+            || control::validators(resp.headers()) != (None, None)
+            || !st.swr.is_zero()
+            || !st.sie.is_zero()
+            || dirs.stale_while_revalidate.is_some()
+            || dirs.stale_if_error.is_some()
+            || st.mode != CacheMode::Normal;
+        if !useful {
+            return Some("it could never be served again (no freshness, no validator)");
+        }
+        None
+    }
+}
+
+/// How a stored response may answer this request now (RFC 9111 §4.2, §5.2.1).
+fn verdict(obj: &Stored, rdirs: &RequestDirectives, now: SystemTime) -> Verdict {
+    let age = obj.age(now).as_secs();
+    if rdirs.no_cache {
+        return Verdict::Revalidate(true);
+    }
+    if let Some(limit) = rdirs.max_age {
+        let limit = limit.secs();
+        if limit == 0 || age > limit {
+            return Verdict::Revalidate(true);
+        }
+    }
+    if obj.dirs.no_cache {
+        return Verdict::Revalidate(false);
+    }
+    if obj.is_fresh(now) {
+        let left = obj.lifetime.as_secs().saturating_sub(age);
+        if rdirs.min_fresh.is_some_and(|m| left < m.secs()) {
+            return Verdict::Revalidate(true);
+        }
+        return Verdict::Fresh;
+    }
+    if obj.dirs.never_stale() {
+        return Verdict::Revalidate(false);
+    }
+    let stale = obj.staleness(now);
+    if let Some(limit) = rdirs.max_stale {
+        if limit.is_none_or(|m| stale.as_secs() <= m) {
+            return Verdict::StaleAccepted;
+        }
+    }
+    if !obj.swr.is_zero() && stale <= obj.swr {
+        return Verdict::StaleWhileRevalidate;
+    }
+    Verdict::Revalidate(false)
+}
+
+/// A stored response as the answer to a request: `304` when the client's copy is
+/// current, `206` for one satisfiable `Range` of a stored `200`, else the whole
+/// response (no body for `HEAD`), with its `Age`.
+fn answer(
+    method: &Method,
+    asked: &HeaderMap,
+    obj: &Stored,
+    mut status: Status,
+    outcome: Outcome,
+) -> Response<Body> {
+    outcome.count();
+    let now = SystemTime::now();
+    status.ttl = Some(obj.ttl(now));
+    let mut resp = Response::new(Body::Empty);
+    *resp.status_mut() = obj.status;
+    let mut headers = obj.headers.clone();
+    headers.insert(header::AGE, HeaderValue::from(obj.age(now).as_secs()));
+    let len = obj.body.len() as u64;
+    let mut body = obj.body.clone();
+    if obj.status == StatusCode::OK {
+        let tag = headers
+            .get(header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let modified = control::date_of(&headers, header::LAST_MODIFIED);
+        let conditional = asked.contains_key(header::IF_NONE_MATCH)
+            || asked.contains_key(header::IF_MODIFIED_SINCE);
+        if conditional && crate::files::not_modified(asked, tag, modified) {
+            *resp.status_mut() = StatusCode::NOT_MODIFIED;
+            headers.remove(header::CONTENT_LENGTH);
+            *resp.headers_mut() = headers;
+            return mark(resp, status);
+        }
+        if let Some((a, b)) = wanted_range(asked, &headers, len) {
+            if a > b {
+                let mut r =
+                    local_response(StatusCode::RANGE_NOT_SATISFIABLE, "Range not satisfiable\n");
+                r.headers_mut().insert(
+                    header::CONTENT_RANGE,
+                    HeaderValue::from_str(&format!("bytes */{len}"))
+                        .unwrap_or(HeaderValue::from_static("bytes */0")),
+                );
+                return mark(r, status);
+            }
+            *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes {a}-{b}/{len}")) {
+                headers.insert(header::CONTENT_RANGE, v);
+            }
+            body = body.slice(a as usize..=b as usize);
+        }
+    }
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    *resp.headers_mut() = headers;
+    if method != Method::HEAD {
+        *resp.body_mut() = Body::full(body);
+    }
+    mark(resp, status)
+}
+
+/// The one `Range` a request wants of a stored body of `len` bytes, when `If-Range`
+/// (if any) still matches; `(1, 0)` when it cannot be satisfied.
+fn wanted_range(asked: &HeaderMap, stored: &HeaderMap, len: u64) -> Option<(u64, u64)> {
+    let value = asked.get(header::RANGE)?.to_str().ok()?;
+    if let Some(cond) = asked.get(header::IF_RANGE) {
+        let strong_tag = stored
+            .get(header::ETAG)
+            .filter(|t| !t.as_bytes().starts_with(b"W/"));
+        let same = Some(cond) == strong_tag || Some(cond) == stored.get(header::LAST_MODIFIED);
+        if !same {
+            return None;
+        }
+    }
+    match crate::files::range(value, len) {
+        Ok(r) => r,
+        Err(()) => Some((1, 0)),
+    }
+}
+
+/// `504` for `only-if-cached` with nothing to serve.
+fn gateway_timeout(status: Status) -> Response<Body> {
+    Outcome::Miss.count();
+    mark(
+        local_response(StatusCode::GATEWAY_TIMEOUT, "not cached\n"),
+        status,
+    )
+}
+
+/// The request's validators become the stored response's: its `ETag` and
+/// `Last-Modified` are asked about, and the client's own conditions and ranges are
+/// answered by the cache afterwards.
+fn conditional(h: &mut HeaderMap, obj: &Stored) {
+    for name in [
+        header::IF_NONE_MATCH,
+        header::IF_MODIFIED_SINCE,
+        header::IF_RANGE,
+        header::RANGE,
+    ] {
+        h.remove(name);
+    }
+    let (etag, modified) = control::validators(&obj.headers);
+    if let Some(t) = etag {
+        h.insert(header::IF_NONE_MATCH, t.clone());
+    }
+    if let Some(m) = modified {
+        h.insert(header::IF_MODIFIED_SINCE, m.clone());
+    }
+}
+
+/// Whether a stored variant's `Vary` values are the request's.
+fn selects(obj: &Stored, h: &HeaderMap) -> bool {
+    obj.vary
+        .iter()
+        .all(|(name, value)| joined(h, name).as_deref() == value.as_deref())
+}
+
+/// A field's lines as one value, each item trimmed (`a, b` and `a,b` agree); `None`
+/// when the request lacks it.
+fn joined(h: &HeaderMap, name: &str) -> Option<String> {
+    let mut out: Option<String> = None;
+    for v in h.get_all(name) {
+        let text = String::from_utf8_lossy(v.as_bytes());
+        for item in text.split(',') {
+            let s = out.get_or_insert_with(String::new);
+            if !s.is_empty() {
+                s.push(',');
+            }
+            s.push_str(item.trim());
+        }
+    }
+    out
+}
+
+/// One cookie's value from the request's `Cookie` lines.
+fn cookie<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    h.get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v)
+}
+
+/// The path and query of a `Location` / `Content-Location` on `host` (relative, or
+/// absolute naming the same host).
+/// `normalize` is routing's path normal form (keys hold normalised paths).
+fn same_host(
+    v: &HeaderValue,
+    host: &str,
+    normalize: Normalize,
+) -> Option<(String, Option<String>)> {
+    let uri: http::Uri = v.to_str().ok()?.parse().ok()?;
+    if let Some(h) = uri.host() {
+        if !h.eq_ignore_ascii_case(host) {
+            return None;
+        }
+    }
+    let path = normalize(uri.path())?;
+    if !path.starts_with('/') {
+        return None;
+    }
+    Some((path, uri.query().map(str::to_string)))
+}
+
+/// A response on its way into the store once its body has passed whole.
+struct Pending {
+    store: Arc<Store>,
+    key: String,
+    head: Stored,
+    /// Followers of the key's fetch wake when this goes (stored or not).
+    _guard: Option<FlightGuard>,
+}
+
+impl Pending {
+    fn commit(self, body: Bytes) {
+        let Pending {
+            store,
+            key,
+            mut head,
+            _guard,
+        } = self;
+        let declared = head
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n != body.len() as u64) {
+            return;
+        }
+        head.headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        head.body = body;
+        store.put(&key, Arc::new(head));
+    }
+}
+
+/// A body passed to the client as it comes and kept, up to `limit` bytes, for the
+/// store; stored when it ends whole, dropped when it breaks off or grows too large.
+struct Tee {
+    inner: Body,
+    parts: Vec<Bytes>,
+    len: u64,
+    limit: u64,
+    pending: Option<Pending>,
+}
+
+impl http_body::Body for Tee {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = self.get_mut();
+        let polled = std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        match &polled {
+            Some(Ok(frame)) => {
+                if let (Some(data), true) = (frame.data_ref(), this.pending.is_some()) {
+                    this.len += data.len() as u64;
+                    if this.len > this.limit {
+                        this.pending = None;
+                        this.parts = Vec::new();
+                    } else {
+                        this.parts.push(data.clone());
+                    }
+                }
+            }
+            Some(Err(_)) => this.pending = None,
+            None => {
+                if let Some(p) = this.pending.take() {
+                    p.commit(concat(std::mem::take(&mut this.parts), this.len));
+                }
+            }
+        }
+        Poll::Ready(polled)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        // Reported only once the end has been read, so the store sees it.
+        false
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+fn concat(parts: Vec<Bytes>, len: u64) -> Bytes {
+    if parts.len() == 1 {
+        return parts.into_iter().next().unwrap_or_default();
+    }
+    let mut all = bytes::BytesMut::with_capacity(len as usize);
+    for p in parts {
+        all.extend_from_slice(&p);
+    }
+    all.freeze()
+}
