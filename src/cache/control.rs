@@ -12,6 +12,10 @@ use std::time::{Duration, SystemTime};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::StatusCode;
 
+/// `Surrogate-Control`: directives for caches run by the origin's operator.
+pub(crate) static SURROGATE_CONTROL: header::HeaderName =
+    header::HeaderName::from_static("surrogate-control");
+
 /// The largest delta-seconds honoured (RFC 9111 §1.2.2: larger values mean this).
 const MAX_DELTA: u64 = 1 << 31;
 
@@ -31,8 +35,16 @@ pub(crate) struct ResponseDirectives {
     pub must_revalidate: bool,
     pub proxy_revalidate: bool,
     pub immutable: bool,
+    pub must_understand: bool,
     pub stale_while_revalidate: Option<Delta>,
     pub stale_if_error: Option<Delta>,
+    /// `no-cache="Field, …"` / `private="Field, …"`: the response may be stored
+    /// without these fields (lower case).
+    pub unstored_fields: Vec<String>,
+    /// `Surrogate-Control: max-age=N`: this cache's freshness, over `Cache-Control`.
+    pub surrogate_max_age: Option<Delta>,
+    /// `Surrogate-Control: no-store`.
+    pub surrogate_no_store: bool,
 }
 
 /// A request's `Cache-Control` directives.
@@ -87,6 +99,58 @@ pub(crate) fn directives(headers: &HeaderMap) -> Vec<(String, Option<String>)> {
     out
 }
 
+static CDN_CACHE_CONTROL: header::HeaderName = header::HeaderName::from_static("cdn-cache-control");
+
+/// `CDN-Cache-Control` as a Structured Field dictionary (RFC 9213, RFC 8941): lower-case
+/// keys, `key=value` with no space around `=`, values integers, tokens or strings.
+/// `None` when absent, or when any member is malformed (the field is then ignored).
+fn cdn_directives(headers: &HeaderMap) -> Option<Vec<(String, Option<String>)>> {
+    let mut lines = headers.get_all(&CDN_CACHE_CONTROL).iter().peekable();
+    lines.peek()?;
+    let mut out = Vec::new();
+    for line in lines {
+        let text = line.to_str().ok()?;
+        let mut rest = text;
+        while !rest.is_empty() {
+            let (item, after) = next_item(rest);
+            rest = after;
+            let item = item.trim_matches(|c| c == ' ' || c == '\t');
+            let (key, value) = match item.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (item, None),
+            };
+            let key_ok = key.starts_with(|c: char| c.is_ascii_lowercase() || c == '*')
+                && key
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-.*".contains(&b));
+            let value_ok = value.is_none_or(|v| {
+                let bare = v.split(';').next().unwrap_or("");
+                let integer = bare.strip_prefix('-').unwrap_or(bare);
+                (!integer.is_empty()
+                    && integer.len() <= 15
+                    && integer.bytes().all(|b| b.is_ascii_digit()))
+                    || (bare.len() >= 2 && bare.starts_with('"') && bare.ends_with('"'))
+                    || bare.starts_with(|c: char| c.is_ascii_alphabetic() || c == '*')
+            });
+            // Lifetimes are integers; a string or token there makes the field invalid.
+            let lifetime = matches!(
+                key,
+                "max-age" | "s-maxage" | "stale-while-revalidate" | "stale-if-error"
+            );
+            let integer = value.is_some_and(|v| {
+                let bare = v.split(';').next().unwrap_or("");
+                !bare.is_empty() && bare.bytes().all(|b| b.is_ascii_digit())
+            });
+            if !key_ok || !value_ok || (lifetime && !integer) {
+                return None;
+            }
+            let value = value.map(|v| unquote(v.split(';').next().unwrap_or("")));
+            out.push((key.to_string(), value));
+        }
+    }
+    Some(out)
+}
+
 fn split_directives(text: &str, out: &mut Vec<(String, Option<String>)>) {
     let mut rest = text;
     while !rest.is_empty() {
@@ -139,9 +203,12 @@ fn unquote(v: &str) -> String {
 
 impl ResponseDirectives {
     /// The first occurrence of each directive counts.
+    /// From `CDN-Cache-Control` (RFC 9213) when the response has a valid one, which
+    /// then stands in for `Cache-Control`; else from `Cache-Control`.
     pub(crate) fn of(headers: &HeaderMap) -> ResponseDirectives {
         let mut d = ResponseDirectives::default();
-        for (name, value) in directives(headers) {
+        let items = cdn_directives(headers).unwrap_or_else(|| directives(headers));
+        for (name, value) in items {
             let value = value.as_deref();
             match name.as_str() {
                 "max-age" => {
@@ -156,16 +223,39 @@ impl ResponseDirectives {
                 "stale-if-error" => {
                     d.stale_if_error.get_or_insert(Delta::parse(value));
                 }
-                // `no-cache="Field"` and `private="Field"` would allow storing without
-                // the fields named; sluice keeps it simple and treats them unqualified.
+                // Qualified, they allow storing without the fields they name.
+                "no-cache" | "private" if value.is_some_and(|v| !v.trim().is_empty()) => {
+                    let fields = value.unwrap_or("").split(',');
+                    d.unstored_fields
+                        .extend(fields.map(|f| f.trim().to_ascii_lowercase()));
+                }
                 "no-store" => d.no_store = true,
                 "no-cache" => d.no_cache = true,
                 "private" => d.private = true,
+                "must-understand" => d.must_understand = true,
                 "public" => d.public = true,
                 "must-revalidate" => d.must_revalidate = true,
                 "proxy-revalidate" => d.proxy_revalidate = true,
                 "immutable" => d.immutable = true,
                 _ => {}
+            }
+        }
+        // Surrogate-Control (Edge Architecture): for caches like this one, before
+        // Cache-Control. A `;target` suffix is taken as naming this cache.
+        for line in headers.get_all(&SURROGATE_CONTROL) {
+            let Ok(text) = line.to_str() else { continue };
+            let mut items = Vec::new();
+            split_directives(text, &mut items);
+            for (name, value) in items {
+                let value = value.map(|v| v.split(';').next().unwrap_or("").to_string());
+                match name.split(';').next().unwrap_or("") {
+                    "max-age" => {
+                        d.surrogate_max_age
+                            .get_or_insert(Delta::parse(value.as_deref()));
+                    }
+                    "no-store" => d.surrogate_no_store = true,
+                    _ => {}
+                }
             }
         }
         d
@@ -216,6 +306,14 @@ impl RequestDirectives {
     }
 }
 
+/// Status codes whose meaning for caching sluice knows (for `must-understand`).
+pub(crate) fn understood(status: StatusCode) -> bool {
+    matches!(
+        status.as_u16(),
+        200 | 203 | 204 | 300 | 301 | 302 | 303 | 307 | 308 | 404 | 405 | 410 | 414 | 451 | 501
+    )
+}
+
 /// Status codes a cache may give a lifetime it guessed (RFC 9110 §15.1).
 pub(crate) fn heuristically_cacheable(status: StatusCode) -> bool {
     matches!(
@@ -244,7 +342,16 @@ pub(crate) fn storable(
     dirs: &ResponseDirectives,
     rules: &Rules,
 ) -> Result<(), &'static str> {
-    if req_dirs.no_store || dirs.no_store {
+    if dirs.surrogate_no_store {
+        return Err("Surrogate-Control: no-store");
+    }
+    if dirs.must_understand && !understood(status) {
+        return Err("must-understand with a status sluice does not know");
+    }
+    // `must-understand` with a known status, or a surrogate lifetime, overrides
+    // the response's `no-store` (RFC 9111 §5.2.2.3).
+    let overridden = dirs.must_understand || dirs.surrogate_max_age.is_some();
+    if req_dirs.no_store || (dirs.no_store && !overridden) {
         return Err("no-store");
     }
     if dirs.private {
@@ -267,6 +374,7 @@ pub(crate) fn storable(
     }
     let explicit = dirs.max_age.is_some()
         || dirs.s_maxage.is_some()
+        || dirs.surrogate_max_age.is_some()
         || resp.contains_key(header::EXPIRES)
         || dirs.public;
     if !explicit && !heuristically_cacheable(status) {
@@ -307,7 +415,7 @@ pub(crate) fn lifetime(
     response_time: SystemTime,
     rules: &Rules,
 ) -> Duration {
-    if let Some(d) = dirs.s_maxage.or(dirs.max_age) {
+    if let Some(d) = dirs.surrogate_max_age.or(dirs.s_maxage).or(dirs.max_age) {
         return Duration::from_secs(d.secs());
     }
     let date = date_of(resp, header::DATE).unwrap_or(response_time);
@@ -340,11 +448,16 @@ pub(crate) fn initial_age(
     let apparent = date_of(resp, header::DATE)
         .and_then(|d| response_time.duration_since(d).ok())
         .unwrap_or_default();
+    // RFC 9111 §5.1: the first member of the (first) field line counts; a value that
+    // is not delta-seconds is ignored.
     let age_value = resp
         .get(header::AGE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(',').next().unwrap_or("").trim())
-        .map(|v| Delta::parse(Some(v)).secs())
+        .and_then(|v| v.split(',').next())
+        .map(|v| match Delta::parse(Some(v.trim())) {
+            Delta::Secs(s) => s,
+            Delta::Invalid => 0,
+        })
         .unwrap_or(0);
     let delay = response_time
         .duration_since(request_time)
@@ -392,7 +505,8 @@ mod tests {
         ]);
         let d = ResponseDirectives::of(&h);
         assert_eq!(d.max_age, Some(Delta::Secs(60)));
-        assert!(d.no_cache);
+        assert!(!d.no_cache, "qualified: store without the fields");
+        assert_eq!(d.unstored_fields, ["a", "b"]);
         assert_eq!(d.s_maxage, Some(Delta::Invalid));
         assert_eq!(
             directives(&h)[1],
@@ -491,6 +605,50 @@ mod tests {
         assert_eq!(initial_age(&h, sent, now).as_secs(), 30);
         let h = headers(&[("age", "100")]);
         assert_eq!(initial_age(&h, sent, now).as_secs(), 102);
+        // The first member counts; what is not delta-seconds is ignored.
+        for (fields, age) in [
+            (&[("age", "7200, 0")][..], 7200),
+            (&[("age", "0, 7200")], 0),
+            (&[("age", "0"), ("age", "7200")], 0),
+            (&[("age", "1.5")], 0),
+            (&[("age", "-1")], 0),
+            (&[("age", "99999999999")], MAX_DELTA),
+        ] {
+            assert_eq!(
+                initial_age(&headers(fields), now, now).as_secs(),
+                age,
+                "{fields:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_valid_cdn_cache_control_stands_in_for_cache_control() {
+        let d = |pairs: &[(&str, &str)]| ResponseDirectives::of(&headers(pairs));
+        let cc = ("cache-control", "max-age=10000");
+        assert!(d(&[cc, ("cdn-cache-control", "no-store")]).no_store);
+        assert!(d(&[cc, ("cdn-cache-control", "private")]).private);
+        let fresh = d(&[
+            ("cache-control", "no-store"),
+            ("cdn-cache-control", "max-age=60"),
+        ]);
+        assert_eq!(
+            (fresh.max_age, fresh.no_store),
+            (Some(Delta::Secs(60)), false)
+        );
+        // Malformed (space before `=`, upper case): ignored, Cache-Control counts.
+        for bad in [
+            "max-age =100",
+            "MaX-aGe=100",
+            "max-age=1.5.2",
+            "max-age=\"100\"",
+        ] {
+            assert_eq!(
+                d(&[cc, ("cdn-cache-control", bad)]).max_age,
+                Some(Delta::Secs(10000)),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

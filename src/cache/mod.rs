@@ -128,9 +128,33 @@ impl Status {
 
 static CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 
+/// Fields a `304` does not change in the stored response: they describe the stored
+/// bytes, or the hop (RFC 9111 §3.2, §4.3.4).
+const KEPT_ON_304: [HeaderName; 7] = [
+    header::CONTENT_LENGTH,
+    header::CONTENT_ENCODING,
+    header::CONTENT_RANGE,
+    header::ETAG,
+    header::TRANSFER_ENCODING,
+    header::CONNECTION,
+    header::AGE,
+];
+
+/// `Cache-Status` on a response leaving the cache; `Surrogate-Control` was for
+/// this cache and goes no further.
 fn mark(mut resp: Response<Body>, status: Status) -> Response<Body> {
-    resp.headers_mut().append(&CACHE_STATUS, status.value());
+    let h = resp.headers_mut();
+    h.remove(&control::SURROGATE_CONTROL);
+    h.append(&CACHE_STATUS, status.value());
     resp
+}
+
+/// A response as it arrived: its fields (before the cache drops any), when, and how
+/// old it already was.
+struct Arrival<'h> {
+    fields: &'h HeaderMap,
+    came: SystemTime,
+    age: Duration,
 }
 
 /// What a stored response is judged by for one request.
@@ -534,14 +558,7 @@ impl Cache {
     fn refreshed(&self, obj: &Stored, fields: &HeaderMap, sent: SystemTime) -> Stored {
         let mut headers = obj.headers.clone();
         for name in fields.keys() {
-            if matches!(
-                *name,
-                header::CONTENT_LENGTH
-                    | header::TRANSFER_ENCODING
-                    | header::CONTENT_ENCODING
-                    | header::AGE
-            ) || *name == CACHE_STATUS
-            {
+            if KEPT_ON_304.contains(name) || *name == CACHE_STATUS || name == "content-md5" {
                 continue;
             }
             headers.remove(name);
@@ -549,13 +566,18 @@ impl Cache {
                 headers.append(name.clone(), v.clone());
             }
         }
-        let now = SystemTime::now();
+        let came = SystemTime::now();
+        let arrival = Arrival {
+            fields: &headers.clone(),
+            came,
+            age: control::initial_age(fields, sent, came),
+        };
+        headers.remove(&control::SURROGATE_CONTROL);
         self.stored(
             obj.status,
             headers,
             obj.body.clone(),
-            sent,
-            now,
+            arrival,
             obj.vary.clone(),
         )
     }
@@ -566,18 +588,18 @@ impl Cache {
         status: StatusCode,
         headers: HeaderMap,
         body: Bytes,
-        sent: SystemTime,
-        came: SystemTime,
+        arrival: Arrival<'_>,
         vary: Box<[(String, Option<String>)]>,
     ) -> Stored {
-        let dirs = ResponseDirectives::of(&headers);
+        let Arrival { fields, came, age } = arrival;
+        let dirs = ResponseDirectives::of(fields);
         let rules = &self.settings.rules;
         let window = |own: Option<control::Delta>, config: Duration| {
             own.map_or(config, |d| Duration::from_secs(d.secs()))
         };
         Stored {
-            lifetime: control::lifetime(status, &headers, &dirs, came, rules),
-            initial_age: control::initial_age(&headers, sent, came),
+            lifetime: control::lifetime(status, fields, &dirs, came, rules),
+            initial_age: age,
             swr: window(dirs.stale_while_revalidate, self.settings.swr),
             sie: window(dirs.stale_if_error, self.settings.sie),
             status,
@@ -617,18 +639,28 @@ impl Cache {
             return mark(resp, status);
         }
         Outcome::Miss.count();
+        let age = control::initial_age(resp.headers(), sent, came);
         let mut headers = resp.headers().clone();
         for name in [header::AGE, header::TRANSFER_ENCODING, header::CONNECTION] {
             headers.remove(name);
         }
         headers.remove(&CACHE_STATUS);
+        headers.remove(&control::SURROGATE_CONTROL);
+        for f in ResponseDirectives::of(resp.headers()).unstored_fields {
+            headers.remove(f.as_str());
+        }
         let vary: Box<[_]> = control::vary_fields(resp.headers())
             .map(|f| {
                 let v = joined(&asked.headers, &f);
                 (f, v)
             })
             .collect();
-        let head = self.stored(resp.status(), headers, Bytes::new(), sent, came, vary);
+        let arrival = Arrival {
+            fields: resp.headers(),
+            came,
+            age,
+        };
+        let head = self.stored(resp.status(), headers, Bytes::new(), arrival, vary);
         status.stored = true;
         status.ttl = Some(head.ttl(came));
         let pending = Pending {
@@ -638,7 +670,21 @@ impl Cache {
             _guard: guard,
         };
         let body = std::mem::replace(resp.body_mut(), Body::Empty);
+        let bodiless = matches!(resp.status().as_u16(), 204 | 304) || asked.method == Method::HEAD;
+        let expected = resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
         *resp.body_mut() = match body {
+            _ if bodiless => {
+                pending.commit(Bytes::new());
+                Body::Empty
+            }
+            body if http_body::Body::is_end_stream(&body) => {
+                pending.commit(Bytes::new());
+                body
+            }
             Body::Empty => {
                 pending.commit(Bytes::new());
                 Body::Empty
@@ -652,6 +698,7 @@ impl Cache {
                 parts: Vec::new(),
                 len: 0,
                 limit: self.settings.max_object,
+                expected,
                 pending: Some(pending),
             })),
         };
@@ -693,9 +740,6 @@ impl Cache {
             .and_then(|v| v.parse::<u64>().ok());
         if len.is_some_and(|n| n > self.settings.max_object) {
             return Some("larger than max_object");
-        }
-        if resp.headers().contains_key(header::CONTENT_RANGE) {
-            return Some("a partial response");
         }
         // Kept only if it can serve again: fresh for a while, revalidated cheaply,
         // served stale in a window, or by a mode that serves what is stored.
@@ -781,7 +825,9 @@ fn answer(
             .get(header::ETAG)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        let modified = control::date_of(&headers, header::LAST_MODIFIED);
+        // Without Last-Modified, the response's Date stands for it (RFC 9110 §13.1.3).
+        let modified = control::date_of(&headers, header::LAST_MODIFIED)
+            .or_else(|| control::date_of(&headers, header::DATE));
         let conditional = asked.contains_key(header::IF_NONE_MATCH)
             || asked.contains_key(header::IF_MODIFIED_SINCE);
         if conditional && crate::files::not_modified(asked, tag, modified) {
@@ -960,7 +1006,18 @@ struct Tee {
     parts: Vec<Bytes>,
     len: u64,
     limit: u64,
+    /// The declared length: reaching it completes the body, whether or not the
+    /// reader polls once more for the end.
+    expected: Option<u64>,
     pending: Option<Pending>,
+}
+
+impl Tee {
+    fn commit(&mut self) {
+        if let Some(p) = self.pending.take() {
+            p.commit(concat(std::mem::take(&mut self.parts), self.len));
+        }
+    }
 }
 
 impl http_body::Body for Tee {
@@ -982,15 +1039,14 @@ impl http_body::Body for Tee {
                         this.parts = Vec::new();
                     } else {
                         this.parts.push(data.clone());
+                        if Some(this.len) == this.expected {
+                            this.commit();
+                        }
                     }
                 }
             }
             Some(Err(_)) => this.pending = None,
-            None => {
-                if let Some(p) = this.pending.take() {
-                    p.commit(concat(std::mem::take(&mut this.parts), this.len));
-                }
-            }
+            None => this.commit(),
         }
         Poll::Ready(polled)
     }
