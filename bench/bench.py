@@ -215,6 +215,8 @@ http {{
     location = /small {{ default_type text/plain; return 200 "hello world!\\n"; }}
     location = /big {{ default_type application/octet-stream; alias {WORK}/big.bin; }}
     location = /text {{ default_type text/plain; alias {WORK}/text.txt; }}
+    location = /cache/small {{ default_type text/plain; add_header Cache-Control "max-age=86400"; return 200 "hello world!\\n"; }}
+    location = /cache/big {{ default_type application/octet-stream; add_header Cache-Control "max-age=86400"; alias {WORK}/big.bin; }}
   }}
   server {{
     listen 127.0.0.1:{BACKEND_H2} http2 backlog=4096;
@@ -263,6 +265,9 @@ def nginx_proxy(backend, buffers16k):
     loc += (f" location = /php/ {{ fastcgi_pass php; fastcgi_keep_conn on; include {NGINX_FASTCGI_PARAMS};"
             f" fastcgi_param SCRIPT_FILENAME {WORK}/php/index.php; fastcgi_param SCRIPT_NAME /index.php; }}")
     loc += f" location /static/ {{ alias {WORK}/static/; }}"
+    # The cache scenarios: nginx's proxy_cache (files under WORK, read from the page
+    # cache with sendfile), every request a hit after the warm-up.
+    loc += f" location /cache/ {{ proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_cache c; {extra} }}"
     conf = os.path.join(WORK, f"{name}.conf")
     with open(conf, "w") as f:
         f.write(f"""
@@ -275,6 +280,7 @@ http {{
   uwsgi_temp_path {WORK}/{name}_uwsgi; scgi_temp_path {WORK}/{name}_scgi;
   gzip on; gzip_comp_level 5; gzip_types text/plain; gzip_proxied any; gzip_vary on;
   upstream b {{ server 127.0.0.1:{backend}; keepalive 128; keepalive_requests 1000000; }}
+  proxy_cache_path {WORK}/{name}_cache levels=1:2 keys_zone=c:10m max_size=1g inactive=60m use_temp_path=off;
   upstream php {{ server 127.0.0.1:{PHP_PORT}; keepalive 8; }}
   sendfile on; tcp_nopush on;
   server {{ listen 127.0.0.1:{port} backlog=4096; {loc} }}
@@ -344,7 +350,10 @@ def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True, filters="",
     conf = os.path.join(WORK, "sluice.conf")
     # An older binary (SLUICE_BASE) may not know TLS or h2c backends.
     extra = f"listen 127.0.0.1:{tls_port} tls\n" if tls else ""
-    site = (f"tls {CERT} {KEY}; route /h2b/* {{ strip /h2b; proxy h2c://127.0.0.1:{BACKEND_H2} }} "
+    # The cache scenarios' route: only the binary under test has the cache (not an
+    # older SLUICE_BASE), so sluice-base skips them.
+    cached = f"route /cache/* {{ cache {{ store memory 256M }} proxy 127.0.0.1:{backend} }} " if binary == SLUICE else ""
+    site = (f"tls {CERT} {KEY}; {cached}route /h2b/* {{ strip /h2b; proxy h2c://127.0.0.1:{BACKEND_H2} }} "
             f"route /php/* {{ strip /php; fastcgi 127.0.0.1:{PHP_PORT} {{ root {WORK}/php; max_conns 2 }} }} "
             f"route /static/* {{ strip /static; files {WORK}/static }} ") if tls else ""
     with open(conf, "w") as f:
@@ -450,6 +459,10 @@ TESTS = {
     # connections; a 64 KiB static file from the page cache (nginx: sendfile).
     "php-fpm": lambda p: wrk(p["h1"], "/php/", 16),
     "static-64KiB": lambda p: wrk(p["h1"], "/static/file64k.bin", 64),
+    # Every request a cache hit (the warm-up stores the response): sluice's memory
+    # store against nginx's proxy_cache.
+    "cache-hit-13B": lambda p: wrk(p["h1"], "/cache/small", 64),
+    "cache-hit-64KiB": lambda p: wrk(p["h1"], "/cache/big", 64),
 }
 
 # Which proxies cannot run a test: the backend alone has no proxy features, nginx 1.22
@@ -463,6 +476,8 @@ SKIP = {
     # HAProxy's FastCGI and file serving are not set up here.
     "php-fpm": {"direct", "haproxy", "nginx16k"},
     "static-64KiB": {"direct", "haproxy", "nginx16k"},
+    "cache-hit-13B": {"direct", "haproxy", "nginx16k", "sluice-base"},
+    "cache-hit-64KiB": {"direct", "haproxy", "nginx16k", "sluice-base"},
 }
 
 

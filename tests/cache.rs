@@ -630,3 +630,71 @@ fn a_bad_cache_block_fails_the_check_with_where_and_why() {
         assert_check_fails(&dir, &text, want);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_store_survives_kill_9_and_never_serves_a_truncated_object() {
+    let b = numbered(&[("cache-control", "max-age=600")]).await;
+    let dir = TempDir::new();
+    let store = dir.0.join("store");
+    let text = format!(
+        "listen 127.0.0.1:0\nglobal {{ admin off }}\nsite localhost {{\n  cache {{ store disk {} 10M }}\n  proxy {}\n}}\n",
+        store.display(),
+        b.addr
+    );
+    let path = dir.write("sluice.conf", &text);
+    let run = || Sluice::spawn(&["run", "-c", path.to_str().unwrap()], TempDir::new());
+    let mut s = run();
+    assert_eq!(get(s.addr, "/kept").await.text(), "v1");
+    assert_eq!(get(s.addr, "/cut").await.text(), "v2");
+    let files = |n: usize| {
+        let end = Instant::now() + WAIT;
+        loop {
+            let mut objs: Vec<_> = std::fs::read_dir(&store)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "obj"))
+                .collect();
+            if objs.len() == n {
+                objs.sort();
+                return objs;
+            }
+            assert!(Instant::now() < end, "{} object files, not {n}", objs.len());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let objs = files(2);
+    let hit = get(s.addr, "/kept").await;
+    assert!(status(&hit).contains("hit"), "{}", status(&hit));
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    // Cut the file that holds /cut short, as a crash in the middle of a write would
+    // (were it not written to a temporary name first).
+    let cut = objs
+        .iter()
+        .find(|p| std::fs::read(p).unwrap().ends_with(b"v2"))
+        .unwrap();
+    let len = std::fs::metadata(cut).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(cut)
+        .unwrap()
+        .set_len(len - 1)
+        .unwrap();
+    let s = run();
+    let kept = get(s.addr, "/kept").await;
+    assert_eq!(kept.text(), "v1", "served from the disk after the restart");
+    assert!(status(&kept).contains("hit"), "{}", status(&kept));
+    let again = get(s.addr, "/cut").await;
+    assert_eq!(
+        again.text(),
+        "v3",
+        "the truncated object was dropped, not served"
+    );
+    assert!(
+        s.logs().contains("incomplete files deleted"),
+        "{}",
+        s.logs()
+    );
+    assert_eq!(b.requests.load(Ordering::SeqCst), 3);
+}

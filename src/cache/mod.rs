@@ -24,6 +24,7 @@ use crate::reply::local_response;
 use crate::stats::COUNTERS;
 
 pub(crate) mod control;
+mod disk;
 mod purge;
 mod store;
 
@@ -31,7 +32,7 @@ pub(crate) use purge::{publish, purge, Publisher, Purge};
 
 use control::{RequestDirectives, ResponseDirectives, Rules};
 pub(crate) use store::Store;
-use store::{Flight, FlightGuard, Stored};
+use store::{Flight, FlightGuard, Held, Stored};
 
 /// A fetch made for a background refresh: owns all it needs.
 pub(crate) type Refresh = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
@@ -587,7 +588,7 @@ impl Cache {
         &self,
         status: StatusCode,
         headers: HeaderMap,
-        body: Bytes,
+        body: Held,
         arrival: Arrival<'_>,
         vary: Box<[(String, Option<String>)]>,
     ) -> Stored {
@@ -639,28 +640,7 @@ impl Cache {
             return mark(resp, status);
         }
         Outcome::Miss.count();
-        let age = control::initial_age(resp.headers(), sent, came);
-        let mut headers = resp.headers().clone();
-        for name in [header::AGE, header::TRANSFER_ENCODING, header::CONNECTION] {
-            headers.remove(name);
-        }
-        headers.remove(&CACHE_STATUS);
-        headers.remove(&control::SURROGATE_CONTROL);
-        for f in ResponseDirectives::of(resp.headers()).unstored_fields {
-            headers.remove(f.as_str());
-        }
-        let vary: Box<[_]> = control::vary_fields(resp.headers())
-            .map(|f| {
-                let v = joined(&asked.headers, &f);
-                (f, v)
-            })
-            .collect();
-        let arrival = Arrival {
-            fields: resp.headers(),
-            came,
-            age,
-        };
-        let head = self.stored(resp.status(), headers, Bytes::new(), arrival, vary);
+        let head = self.head_of(asked, resp.headers(), resp.status(), (sent, came));
         status.stored = true;
         status.ttl = Some(head.ttl(came));
         let pending = Pending {
@@ -669,13 +649,13 @@ impl Cache {
             head,
             _guard: guard,
         };
-        let body = std::mem::replace(resp.body_mut(), Body::Empty);
         let bodiless = matches!(resp.status().as_u16(), 204 | 304) || asked.method == Method::HEAD;
         let expected = resp
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
+        let body = std::mem::replace(resp.body_mut(), Body::Empty);
         *resp.body_mut() = match body {
             _ if bodiless => {
                 pending.commit(Bytes::new());
@@ -684,10 +664,6 @@ impl Cache {
             body if http_body::Body::is_end_stream(&body) => {
                 pending.commit(Bytes::new());
                 body
-            }
-            Body::Empty => {
-                pending.commit(Bytes::new());
-                Body::Empty
             }
             Body::Full(Some(b)) => {
                 pending.commit(b.clone());
@@ -703,6 +679,39 @@ impl Cache {
             })),
         };
         mark(resp, status)
+    }
+
+    /// What is stored of a response's head: its fields without those that are the
+    /// hop's, this cache's, or that `no-cache="…"`/`private="…"` keep out; the
+    /// request's values of the fields it varies on.
+    fn head_of(
+        &self,
+        asked: &Asked,
+        fields: &HeaderMap,
+        code: StatusCode,
+        (sent, came): (SystemTime, SystemTime),
+    ) -> Stored {
+        let mut headers = fields.clone();
+        for name in [header::AGE, header::TRANSFER_ENCODING, header::CONNECTION] {
+            headers.remove(name);
+        }
+        headers.remove(&CACHE_STATUS);
+        headers.remove(&control::SURROGATE_CONTROL);
+        for f in ResponseDirectives::of(fields).unstored_fields {
+            headers.remove(f.as_str());
+        }
+        let vary: Box<[_]> = control::vary_fields(fields)
+            .map(|f| {
+                let v = joined(&asked.headers, &f);
+                (f, v)
+            })
+            .collect();
+        let arrival = Arrival {
+            fields,
+            came,
+            age: control::initial_age(fields, sent, came),
+        };
+        self.stored(code, headers, Held::Memory(Bytes::new()), arrival, vary)
     }
 
     /// Why a response is not stored, or `None` when it is.
@@ -818,8 +827,8 @@ fn answer(
     *resp.status_mut() = obj.status;
     let mut headers = obj.headers.clone();
     headers.insert(header::AGE, HeaderValue::from(obj.age(now).as_secs()));
-    let len = obj.body.len() as u64;
-    let mut body = obj.body.clone();
+    let len = obj.body.len();
+    let (mut start, mut count) = (0, len);
     if obj.status == StatusCode::OK {
         let tag = headers
             .get(header::ETAG)
@@ -851,15 +860,35 @@ fn answer(
             if let Ok(v) = HeaderValue::from_str(&format!("bytes {a}-{b}/{len}")) {
                 headers.insert(header::CONTENT_RANGE, v);
             }
-            body = body.slice(a as usize..=b as usize);
+            (start, count) = (a, b - a + 1);
         }
     }
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(count));
     *resp.headers_mut() = headers;
-    if method != Method::HEAD {
-        *resp.body_mut() = Body::full(body);
+    if method != Method::HEAD && count > 0 {
+        match body_of(&obj.body, start, count) {
+            Ok(b) => *resp.body_mut() = b,
+            Err(e) => {
+                tracing::warn!("sluice: cache: a stored body cannot be read ({e}); answered 503");
+                let lost = local_response(StatusCode::SERVICE_UNAVAILABLE, "Service unavailable\n");
+                return mark(lost, status);
+            }
+        }
     }
     mark(resp, status)
+}
+
+/// `count` bytes of a stored body from `start`: a slice of memory, or the file's bytes
+/// read as the client takes them (`sendfile` on plain TCP).
+fn body_of(held: &Held, start: u64, count: u64) -> std::io::Result<Body> {
+    Ok(match held {
+        Held::Memory(b) => Body::full(b.slice(start as usize..(start + count) as usize)),
+        Held::Disk(d) => Body::File(Box::new(crate::body::FileBody {
+            file: std::fs::File::open(&d.path)?,
+            at: d.offset + start,
+            left: count,
+        })),
+    })
 }
 
 /// The one `Range` a request wants of a stored body of `len` bytes, when `If-Range`
@@ -994,7 +1023,7 @@ impl Pending {
         }
         head.headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-        head.body = body;
+        head.body = Held::Memory(body);
         store.put(&key, Arc::new(head));
     }
 }

@@ -17,18 +17,41 @@ use http::{HeaderMap, StatusCode};
 use tokio::sync::watch;
 
 use super::control::ResponseDirectives;
+use super::disk::{self, OnDisk};
 
 const SHARDS: usize = 16;
 
 /// What a stored object costs besides its body and fields: the key, the bookkeeping.
 const OVERHEAD: u64 = 256;
 
+/// A stored body: in memory, or in a disk store's file.
+#[derive(Clone)]
+pub(crate) enum Held {
+    Memory(Bytes),
+    Disk(Arc<OnDisk>),
+}
+
+impl Held {
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            Held::Memory(b) => b.len() as u64,
+            Held::Disk(d) => d.len,
+        }
+    }
+
+    /// Both are the same file (a revalidated object keeps its body's file).
+    fn same_file(&self, other: &Held) -> bool {
+        matches!((self, other), (Held::Disk(a), Held::Disk(b)) if Arc::ptr_eq(a, b))
+    }
+}
+
 /// One stored response, immutable once stored (a revalidation stores a new one that
 /// shares the body).
+#[derive(Clone)]
 pub(crate) struct Stored {
     pub status: StatusCode,
     pub headers: HeaderMap,
-    pub body: Bytes,
+    pub body: Held,
     pub response_time: SystemTime,
     /// The age it had on arrival (RFC 9111 §4.2.3).
     pub initial_age: Duration,
@@ -51,7 +74,7 @@ impl Stored {
             .iter()
             .map(|(n, v)| n.as_str().len() + v.len() + 4)
             .sum();
-        self.body.len() as u64 + fields as u64 + OVERHEAD
+        self.body.len() + fields as u64 + OVERHEAD
     }
 
     /// How old it is now.
@@ -86,6 +109,8 @@ struct Shard {
 pub(crate) struct Store {
     /// The `store` setting as written, which a reload matches to keep the store.
     pub identity: String,
+    /// A disk store's folder; bodies are written there as they are stored.
+    dir: Option<std::path::PathBuf>,
     cap: u64,
     shards: Box<[Mutex<Shard>]>,
     hasher: std::collections::hash_map::RandomState,
@@ -124,9 +149,7 @@ impl Store {
     pub(crate) fn new(setting: &crate::config::CacheStore) -> Arc<Store> {
         match setting {
             crate::config::CacheStore::Memory(n) => Store::memory(setting.identity(), *n),
-            crate::config::CacheStore::Disk(..) => {
-                unreachable!("the loader refuses `store disk` until it is built")
-            }
+            crate::config::CacheStore::Disk(dir, n) => Store::disk(setting.identity(), dir, *n),
         }
     }
 
@@ -141,12 +164,36 @@ impl Store {
             .collect();
         Arc::new(Store {
             identity,
+            dir: None,
             cap,
             shards,
             hasher: Default::default(),
             bytes: AtomicU64::new(0),
             objects: AtomicU64::new(0),
         })
+    }
+
+    /// A disk store on `dir`, holding what its complete files hold (the incomplete
+    /// ones are deleted), least recently stored evicted first if they no longer fit.
+    pub(crate) fn disk(identity: String, dir: &std::path::Path, cap: u64) -> Arc<Store> {
+        let mut store = Store::memory(identity, cap);
+        Arc::get_mut(&mut store).expect("just made").dir = Some(dir.to_path_buf());
+        let (found, dropped) = disk::open(dir);
+        let n = found.len();
+        for (key, obj) in found {
+            store.put(&key, Arc::new(obj));
+        }
+        tracing::info!(
+            "sluice: cache: disk store {}: {n} objects, {} bytes{}",
+            dir.display(),
+            store.bytes(),
+            if dropped > 0 {
+                format!("; {dropped} incomplete files deleted")
+            } else {
+                String::new()
+            }
+        );
+        store
     }
 
     fn index(&self, key: &str) -> usize {
@@ -175,8 +222,9 @@ impl Store {
     }
 
     /// Stores `obj` for `key`, replacing the variant with the same `Vary` values, then
-    /// evicts the least recently used until the store fits.
-    pub(crate) fn put(&self, key: &str, obj: Arc<Stored>) {
+    /// evicts the least recently used until the store fits. A disk store serves a new
+    /// body from memory until its file is written (off the worker threads).
+    pub(crate) fn put(self: &Arc<Self>, key: &str, obj: Arc<Stored>) {
         let size = obj.size();
         if size > self.cap {
             return;
@@ -187,14 +235,51 @@ impl Store {
             let variants = shard.lru.get_or_insert_mut(key.to_string(), Vec::new);
             if let Some(old) = variants.iter_mut().find(|v| v.vary == obj.vary) {
                 self.forget(old.size(), 1);
-                *old = obj;
+                if !old.body.same_file(&obj.body) {
+                    unlink(old);
+                }
+                *old = obj.clone();
             } else {
-                variants.push(obj);
+                variants.push(obj.clone());
             }
             self.bytes.fetch_add(size, Relaxed);
             self.objects.fetch_add(1, Relaxed);
         }
         self.evict(i, key);
+        if let (Some(dir), Held::Memory(_)) = (&self.dir, &obj.body) {
+            let (store, dir, key) = (self.clone(), dir.clone(), key.to_string());
+            let write = move || match disk::write(&dir, &key, &obj) {
+                Ok(at) => store.settle(&key, &obj, at),
+                Err(e) => tracing::warn!(
+                    "sluice: cache: {}: cannot write {key}: {e}; it stays in memory until evicted",
+                    dir.display()
+                ),
+            };
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => drop(rt.spawn_blocking(write)),
+                Err(_) => write(),
+            }
+        }
+    }
+
+    /// `obj`'s body is now in its file: the index points there, unless `obj` went
+    /// meanwhile (then the file goes too).
+    fn settle(&self, key: &str, obj: &Arc<Stored>, at: OnDisk) {
+        let mut shard = self.shard(key);
+        let slot = shard
+            .lru
+            .peek_mut(key)
+            .and_then(|vs| vs.iter_mut().find(|v| Arc::ptr_eq(v, obj)));
+        match slot {
+            Some(v) => {
+                let mut on_disk = (**v).clone();
+                on_disk.body = Held::Disk(Arc::new(at));
+                *v = Arc::new(on_disk);
+            }
+            None => {
+                let _ = std::fs::remove_file(&at.path);
+            }
+        }
     }
 
     fn forget(&self, bytes: u64, objects: u64) {
@@ -218,8 +303,7 @@ impl Store {
                 let Some((_, variants)) = shard.lru.pop_lru() else {
                     break;
                 };
-                let bytes = variants.iter().map(|v| v.size()).sum();
-                self.forget(bytes, variants.len() as u64);
+                self.dropped(&variants);
             }
         }
     }
@@ -233,6 +317,7 @@ impl Store {
     }
 
     fn dropped(&self, variants: &Variants) -> u64 {
+        variants.iter().for_each(|v| unlink(v));
         let bytes = variants.iter().map(|v| v.size()).sum();
         self.forget(bytes, variants.len() as u64);
         variants.len() as u64
@@ -274,6 +359,17 @@ impl Store {
     }
 }
 
+/// Deletes a dropped object's file, if it has one.
+fn unlink(obj: &Stored) {
+    if let Held::Disk(d) = &obj.body {
+        if let Err(e) = std::fs::remove_file(&d.path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!("sluice: cache: cannot delete {}: {e}", d.path.display());
+            }
+        }
+    }
+}
+
 /// A follower's wait for the leader's end, at most `limit`.
 pub(crate) async fn wait(mut rx: watch::Receiver<()>, limit: Duration) {
     let _ = tokio::time::timeout(limit, rx.changed()).await;
@@ -294,7 +390,7 @@ mod tests {
         Arc::new(Stored {
             status: StatusCode::OK,
             headers: HeaderMap::new(),
-            body: Bytes::from(vec![b'x'; body]),
+            body: Held::Memory(Bytes::from(vec![b'x'; body])),
             response_time: now,
             initial_age: Duration::ZERO,
             lifetime: Duration::from_secs(60),

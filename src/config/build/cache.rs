@@ -140,13 +140,6 @@ impl Builder {
         };
         match d.args.as_slice() {
             [k, n] if k.text == "memory" => Ok(CacheStore::Memory(positive_size(n)?)),
-            [k, ..] if k.text == "disk" => Err(Diagnostic::error(
-                k.span,
-                "`store disk` is not supported yet",
-            )
-            .with_hint(
-                "this build keeps cached responses in memory only; write: store memory SIZE",
-            )),
             [k, dir, n] if k.text == "disk" => {
                 let n = positive_size(n)?;
                 let path = self.dir_of(d.span()).join(&dir.text);
