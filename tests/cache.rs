@@ -698,3 +698,108 @@ async fn a_disk_store_survives_kill_9_and_never_serves_a_truncated_object() {
     );
     assert_eq!(b.requests.load(Ordering::SeqCst), 3);
 }
+
+/// One GET over HTTP/2 (h2c prior knowledge): status, `Cache-Status`, body.
+async fn get_h2(addr: SocketAddr, path: &str) -> (u16, String, String) {
+    use http_body_util::BodyExt;
+    let (mut send, task) = h2c::<http_body_util::Empty<bytes::Bytes>>(addr).await;
+    let req = Request::get(format!("http://localhost{path}"))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let resp = tokio::time::timeout(WAIT, send.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    let code = resp.status().as_u16();
+    let cs = resp
+        .headers()
+        .get("cache-status")
+        .map_or(String::new(), |v| v.to_str().unwrap().to_string());
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    task.abort();
+    (code, cs, String::from_utf8_lossy(&body).to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_handler_is_cached_and_hit_over_either_front_protocol() {
+    let b = Backend::start(|_req: Request<Incoming>| async move {
+        let mut r = Response::new(full("origin"));
+        r.headers_mut()
+            .insert("cache-control", "max-age=60".parse().unwrap());
+        r
+    })
+    .await;
+    let dir = TempDir::new();
+    dir.write("www/page.html", "a page");
+    let handlers = [
+        ("proxy", format!("proxy {}", b.addr), "origin"),
+        (
+            "files",
+            format!("files {}", dir.0.join("www").display()),
+            "a page",
+        ),
+        ("respond", "respond \"made here\"".to_string(), "made here"),
+    ];
+    for (name, handler, body) in handlers {
+        for (first, second) in [("h1", "h2"), ("h2", "h1")] {
+            let s = Sluice::start(&format!(
+                "site localhost {{\n  cache {{ default_ttl 60s }}\n  {handler}\n}}\n"
+            ));
+            let path = if name == "files" { "/page.html" } else { "/c" };
+            let ask = |proto: &'static str| async move {
+                if proto == "h1" {
+                    let r = get(s.addr, path).await;
+                    (r.status, status(&r).to_string(), r.text())
+                } else {
+                    get_h2(s.addr, path).await
+                }
+            };
+            let (code, cs, text) = ask(first).await;
+            assert_eq!((code, text.as_str()), (200, body), "{name} {first}");
+            assert!(cs.contains("stored"), "{name} {first}: {cs}");
+            let (code, cs, text) = ask(second).await;
+            assert_eq!((code, text.as_str()), (200, body), "{name} {second}");
+            assert!(
+                cs.starts_with("sluice; hit"),
+                "{name} {second} after {first}: {cs}"
+            );
+        }
+    }
+    assert_eq!(
+        b.requests.load(Ordering::SeqCst),
+        2,
+        "once per run (each run is a fresh store)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_comes_first_then_the_stale_window() {
+    // Primary answers once then goes; the backup works: failover serves fresh.
+    // Then the backup goes too: the stale response stands in.
+    let fresh: &'static [u8] =
+        b"HTTP/1.1 200 OK\r\ncache-control: max-age=1\r\ncontent-length: 7\r\nconnection: close\r\n\r\nprimary";
+    let (primary, p_task) = answer_once(fresh).await;
+    let (backup, b_task) = answer_once(
+        b"HTTP/1.1 200 OK\r\ncache-control: max-age=1\r\ncontent-length: 6\r\nconnection: close\r\n\r\nbackup",
+    )
+    .await;
+    let s = Sluice::start(&format!(
+        "site localhost {{\n  cache {{ stale_if_error 60s }}\n  proxy {primary} {{\n    backup {backup}\n    failover {{ failure_threshold 1 }}\n  }}\n}}\n"
+    ));
+    assert_eq!(get(s.addr, "/f").await.text(), "primary");
+    p_task.abort();
+    let _ = p_task.await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let r = get(s.addr, "/f").await;
+    assert_eq!(r.text(), "backup", "failover first: {}", status(&r));
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    b_task.abort();
+    let _ = b_task.await;
+    let r = get(s.addr, "/f").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "backup"));
+    assert!(
+        status(&r).ends_with("detail=stale-if-error"),
+        "{}",
+        status(&r)
+    );
+}
