@@ -600,6 +600,17 @@ async fn a_purge_reaches_every_instance_through_redis() {
 }
 
 #[test]
+fn one_folder_is_one_disk_store() {
+    let dir = TempDir::new();
+    let d = dir.0.join("c");
+    let text = format!(
+        "listen 127.0.0.1:0\nsite * {{\n  route /a/* {{\n cache {{ store disk {0} 10M }}\n respond a\n }}\n  route /b/* {{\n cache {{ store disk {0} 20M }}\n respond b\n }}\n}}\n",
+        d.display()
+    );
+    assert_check_fails(&dir, &text, "is a disk store of another size");
+}
+
+#[test]
 fn a_bad_cache_block_fails_the_check_with_where_and_why() {
     let dir = TempDir::new();
     for (block, want) in [
@@ -802,4 +813,133 @@ async fn failover_comes_first_then_the_stale_window() {
         "{}",
         status(&r)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_sharing_a_store_never_answer_for_each_other() {
+    let one = Backend::start(|_req: Request<Incoming>| async move {
+        let mut r = Response::new(full("from one"));
+        r.headers_mut()
+            .insert("cache-control", "max-age=60".parse().unwrap());
+        r
+    })
+    .await;
+    let two = Backend::start(|_req: Request<Incoming>| async move {
+        let mut r = Response::new(full("from two"));
+        r.headers_mut()
+            .insert("cache-control", "max-age=60".parse().unwrap());
+        r
+    })
+    .await;
+    // Both strip to the same backend path, and share the default store; two more
+    // routes of one pattern are told apart by a header only.
+    let s = Sluice::start(&format!(
+        "site localhost {{\n  route /v1/* {{ strip /v1\n cache\n proxy {a} }}\n  route /v2/* {{ strip /v2\n cache\n proxy {b} }}\n  route /app/* {{ match header X-Beta 1\n cache\n proxy {b} }}\n  route /app/* {{ cache\n proxy {a} }}\n}}\n",
+        a = one.addr,
+        b = two.addr
+    ));
+    let beta = [("X-Beta", "1")];
+    for _ in 0..2 {
+        assert_eq!(get(s.addr, "/v1/users").await.text(), "from one");
+        assert_eq!(get(s.addr, "/v2/users").await.text(), "from two");
+        assert_eq!(
+            request(s.addr, "GET", "/app/x", &beta, b"").await.text(),
+            "from two"
+        );
+        assert_eq!(get(s.addr, "/app/x").await.text(), "from one");
+    }
+    assert_eq!(
+        (
+            one.requests.load(Ordering::SeqCst),
+            two.requests.load(Ordering::SeqCst)
+        ),
+        (2, 2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cookie_an_origin_sets_is_never_replayed_to_another_client() {
+    // The first answer and every 304 set a cookie; keyed by cookie, the response may
+    // be stored, but the stored copy carries no Set-Cookie.
+    let n = Arc::new(AtomicUsize::new(0));
+    let b = Backend::start(move |req: Request<Incoming>| {
+        let k = n.fetch_add(1, Ordering::SeqCst) + 1;
+        let cond = req.headers().contains_key("if-none-match");
+        async move {
+            let mut r = Response::new(full(if cond { "" } else { "page" }));
+            if cond {
+                *r.status_mut() = hyper::StatusCode::NOT_MODIFIED;
+            }
+            let h = r.headers_mut();
+            h.insert("cache-control", "max-age=1".parse().unwrap());
+            h.insert("etag", "\"e\"".parse().unwrap());
+            h.insert("set-cookie", format!("sid=user{k}").parse().unwrap());
+            r
+        }
+    })
+    .await;
+    let s = Sluice::start(&conf(b.addr, "key method host path query cookie theme"));
+    let first = get(s.addr, "/p").await;
+    assert_eq!(
+        first.header("set-cookie"),
+        Some("sid=user1"),
+        "its own client gets it"
+    );
+    let hit = get(s.addr, "/p").await;
+    assert!(status(&hit).contains("hit"), "{}", status(&hit));
+    assert_eq!(
+        hit.header("set-cookie"),
+        None,
+        "not replayed from the store"
+    );
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let revalidated = get(s.addr, "/p").await;
+    assert!(
+        status(&revalidated).contains("fwd-status=304"),
+        "{}",
+        status(&revalidated)
+    );
+    let after = get(s.addr, "/p").await;
+    assert_eq!(
+        after.header("set-cookie"),
+        None,
+        "a 304's cookie is not stored either"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_keeps_at_most_32_variants_and_head_on_a_stale_one_gets_its_fields() {
+    let b = Backend::start(|req: Request<Incoming>| async move {
+        let cond = req.headers().contains_key("if-none-match");
+        let mut r = Response::new(full(if cond { "" } else { "body" }));
+        if cond {
+            *r.status_mut() = hyper::StatusCode::NOT_MODIFIED;
+        }
+        let h = r.headers_mut();
+        h.insert("cache-control", "max-age=1".parse().unwrap());
+        h.insert("etag", "\"e\"".parse().unwrap());
+        h.insert("vary", "User-Agent".parse().unwrap());
+        r
+    })
+    .await;
+    let s = Sluice::start(&conf(b.addr, ""));
+    for i in 0..40 {
+        let ua = format!("agent-{i}");
+        request(s.addr, "GET", "/v", &[("User-Agent", &ua)], b"").await;
+    }
+    let st: serde_json::Value =
+        serde_json::from_slice(&request(s.admin(), "GET", "/status", &[], b"").await.body).unwrap();
+    assert_eq!(st["caches"][0]["objects"], 32);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let head = raw(
+        s.addr,
+        b"HEAD /v HTTP/1.1\r\nHost: localhost\r\nUser-Agent: agent-39\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let head = String::from_utf8_lossy(&head);
+    assert!(
+        head.starts_with("HTTP/1.1 200"),
+        "a HEAD revalidated by a 304 gets the stored fields: {head}"
+    );
+    assert!(head.contains("fwd-status=304"), "{head}");
 }

@@ -148,7 +148,7 @@ fn read(path: &Path) -> Option<(String, Stored)> {
     let meta: Value = serde_json::from_slice(&line).ok()?;
     let offset = (magic.len() + line.len()) as u64;
     let len = meta["body_len"].as_u64()?;
-    if offset + len != total {
+    if offset.checked_add(len) != Some(total) {
         return None;
     }
     let b64 = base64::engine::general_purpose::STANDARD;
@@ -168,7 +168,13 @@ fn read(path: &Path) -> Option<(String, Stored)> {
             ))
         })
         .collect::<Option<Box<[_]>>>()?;
-    let secs = |k: &str| meta[k].as_u64().map(Duration::from_secs);
+    // Bounded as the fields' own values are (2^31 s), so no sum of them overflows.
+    let secs = |k: &str| {
+        meta[k]
+            .as_u64()
+            .filter(|&n| n <= 1 << 31)
+            .map(Duration::from_secs)
+    };
     let obj = Stored {
         status: StatusCode::from_u16(meta["status"].as_u64()? as u16).ok()?,
         dirs: ResponseDirectives::of(&headers),
@@ -178,7 +184,9 @@ fn read(path: &Path) -> Option<(String, Stored)> {
             offset,
             len,
         })),
-        response_time: UNIX_EPOCH + Duration::from_millis(meta["response_time_ms"].as_u64()?),
+        response_time: UNIX_EPOCH
+            .checked_add(Duration::from_millis(meta["response_time_ms"].as_u64()?))
+            .filter(|t| *t <= SystemTime::now() + Duration::from_secs(86_400))?,
         initial_age: secs("initial_age_s")?,
         lifetime: secs("lifetime_s")?,
         vary,

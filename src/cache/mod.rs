@@ -50,6 +50,9 @@ pub(crate) type Normalize = fn(&str) -> Option<String>;
 
 struct Settings {
     normalize: Normalize,
+    /// Keys of this route start with this (its name, and an occurrence number when
+    /// routes share a name), so routes sharing a store never answer for each other.
+    namespace: Box<str>,
     max_object: u64,
     key: Box<[CacheKeyPart]>,
     rules: Rules,
@@ -173,13 +176,22 @@ enum Verdict {
 struct Asked {
     method: Method,
     headers: HeaderMap,
+    /// The request counts in `sluice_cache_requests_total` here (a background
+    /// refresh does not: the request it serves counted as stale).
+    count: bool,
 }
 
 impl Cache {
-    pub(crate) fn new(cfg: &CacheConfig, store: Arc<Store>, normalize: Normalize) -> Cache {
+    pub(crate) fn new(
+        cfg: &CacheConfig,
+        store: Arc<Store>,
+        normalize: Normalize,
+        namespace: String,
+    ) -> Cache {
         Cache {
             settings: Arc::new(Settings {
                 normalize,
+                namespace: namespace.into(),
                 max_object: cfg.max_object,
                 rules: Rules {
                     heuristic: cfg.heuristic,
@@ -197,9 +209,9 @@ impl Cache {
     }
 
     /// Answers `req` from the store or through `fetch` (the handler), storing what it
-    /// may. `host` is the normalised host and `path` the normalised path the handler
-    /// will see; `refresh` makes a fetch that can run after this request is answered
-    /// (a `stale-while-revalidate` refresh).
+    /// may. `host` is the normalised host and `path` the normalised path the client
+    /// asked for (before `strip`/`rewrite`); `refresh` makes a fetch that can run after
+    /// this request is answered (a `stale-while-revalidate` refresh).
     pub(crate) async fn serve<F, Fut, R>(
         &self,
         req: Request<Body>,
@@ -229,7 +241,9 @@ impl Cache {
             CacheMode::CacheOnly => {
                 return match found.filter(|o| o.is_fresh(now) || !o.dirs.never_stale()) {
                     Some(o) => self.answer_stored(&req, &o, "cache-only"),
-                    None => self.not_cached(Status::fwd(why)),
+                    None => {
+                        self.not_cached(Status::fwd(if why.is_empty() { "stale" } else { why }))
+                    }
                 };
             }
             CacheMode::StaleOnly => {
@@ -298,40 +312,72 @@ impl Cache {
     }
 
     /// The key of `host`, `path`, the query and the request's fields, as the config's
-    /// `key` lists them: `GET app.test /x?a=1` by default.
+    /// `key` lists them: the route's namespace, a newline, then `GET app.test /x?a=1`
+    /// and a ` name=value` per header (` cookie:name=value` per cookie; values
+    /// percent-encoded, a bare ` name` when the request lacks it).
     fn key(&self, host: &str, path: &str, query: Option<&str>, h: &HeaderMap) -> String {
-        use std::fmt::Write;
-        let mut k = String::with_capacity(host.len() + path.len() + 8);
-        let mut after_path = false;
+        let mut k = self.base_key(host, path, query);
         for part in self.settings.key.iter() {
-            let glued = matches!(part, CacheKeyPart::Query) && after_path;
-            if !k.is_empty() && !glued {
-                k.push(' ');
-            }
-            after_path = matches!(part, CacheKeyPart::Path);
-            match part {
-                CacheKeyPart::Method => k.push_str("GET"),
-                CacheKeyPart::Host => k.push_str(host),
-                CacheKeyPart::Path => k.push_str(path),
-                CacheKeyPart::Query => {
-                    if let Some(q) = query {
-                        k.push('?');
-                        k.push_str(q);
-                    } else if !glued {
-                        k.pop();
-                    }
-                }
-                CacheKeyPart::Header(name) => {
-                    let v = joined(h, name.as_str()).unwrap_or_default();
-                    let _ = write!(k, "{name}={v}");
-                }
-                CacheKeyPart::Cookie(name) => {
-                    let v = cookie(h, name).unwrap_or("");
-                    let _ = write!(k, "cookie:{name}={v}");
-                }
+            let (label, value) = match part {
+                CacheKeyPart::Header(name) => (name.as_str().to_string(), joined(h, name.as_str())),
+                CacheKeyPart::Cookie(name) => (
+                    format!("cookie:{name}"),
+                    cookie(h, name).map(|v| encode(v.as_bytes())),
+                ),
+                _ => continue,
+            };
+            k.push(' ');
+            k.push_str(&label);
+            if let Some(v) = value {
+                k.push('=');
+                k.push_str(&v);
             }
         }
         k
+    }
+
+    /// The key's method, host, path and query parts (what a purge by key names).
+    fn base_key(&self, host: &str, path: &str, query: Option<&str>) -> String {
+        let ns = &self.settings.namespace;
+        let mut k = String::with_capacity(ns.len() + host.len() + path.len() + 8);
+        k.push_str(ns);
+        k.push('\n');
+        let start = k.len();
+        let mut after_path = false;
+        for part in self.settings.key.iter() {
+            let glued = matches!(part, CacheKeyPart::Query) && after_path;
+            let text = match part {
+                CacheKeyPart::Method => "GET",
+                CacheKeyPart::Host => host,
+                CacheKeyPart::Path => path,
+                CacheKeyPart::Query => match query {
+                    Some(q) => {
+                        if !glued && k.len() > start {
+                            k.push(' ');
+                        }
+                        k.push('?');
+                        k.push_str(q);
+                        continue;
+                    }
+                    None => continue,
+                },
+                CacheKeyPart::Header(_) | CacheKeyPart::Cookie(_) => continue,
+            };
+            after_path = matches!(part, CacheKeyPart::Path);
+            if k.len() > start {
+                k.push(' ');
+            }
+            k.push_str(text);
+        }
+        k
+    }
+
+    /// Whether keys have parts past the base (header or cookie values).
+    fn keys_have_fields(&self) -> bool {
+        self.settings
+            .key
+            .iter()
+            .any(|p| matches!(p, CacheKeyPart::Header(_) | CacheKeyPart::Cookie(_)))
     }
 
     /// The variant stored under `key` that the request's fields select, or why there is
@@ -341,7 +387,13 @@ impl Cache {
         let Some(variants) = self.store.get(key) else {
             return (None, "uri-miss");
         };
-        let Some(obj) = variants.into_iter().find(|v| selects(v, h)) else {
+        // The newest that matches: after the origin drops a `Vary`, an older variant
+        // must not shadow the response stored since.
+        let newest = variants
+            .into_iter()
+            .filter(|v| selects(v, h))
+            .max_by_key(|v| v.response_time);
+        let Some(obj) = newest else {
             return (None, "vary-miss");
         };
         if h.contains_key(header::AUTHORIZATION)
@@ -371,23 +423,20 @@ impl Cache {
             Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
         );
         let is_method = req.method() != Method::GET && req.method() != Method::HEAD;
-        let target = unsafe_method.then(|| {
-            let headers = req.headers().clone();
-            (self.key(host, path, req.uri().query(), &headers), headers)
-        });
+        let target = unsafe_method.then(|| self.base_key(host, path, req.uri().query()));
         let resp = fetch(req).await;
         Outcome::Bypass.count();
-        if let Some((key, headers)) = target {
+        if let Some(base) = target {
             let s = resp.status();
             if s.is_success() || s.is_redirection() {
-                self.invalidate(&key);
+                self.invalidate(&base);
                 for name in [header::LOCATION, header::CONTENT_LOCATION] {
                     if let Some((p, q)) = resp
                         .headers()
                         .get(name)
                         .and_then(|v| same_host(v, host, self.settings.normalize))
                     {
-                        self.invalidate(&self.key(host, &p, q.as_deref(), &headers));
+                        self.invalidate(&self.base_key(host, &p, q.as_deref()));
                     }
                 }
             }
@@ -398,8 +447,14 @@ impl Cache {
         )
     }
 
-    fn invalidate(&self, key: &str) {
-        self.store.remove(key);
+    /// Drops what is stored under a base key: every header or cookie variant of it.
+    fn invalidate(&self, base: &str) {
+        if self.keys_have_fields() {
+            let under = format!("{base} ");
+            self.store.purge(|k| k == base || k.starts_with(&under));
+        } else {
+            self.store.remove(base);
+        }
     }
 
     /// Nothing usable stored: one fetch per key at a time (`lock`), the others waiting
@@ -441,6 +496,7 @@ impl Cache {
         let asked = Asked {
             method: req.method().clone(),
             headers: req.headers().clone(),
+            count: true,
         };
         let sent = SystemTime::now();
         let resp = fetch(req).await;
@@ -469,6 +525,7 @@ impl Cache {
         let asked = Asked {
             method: req.method().clone(),
             headers: req.headers().clone(),
+            count: true,
         };
         conditional(req.headers_mut(), &obj);
         let sent = SystemTime::now();
@@ -480,9 +537,10 @@ impl Cache {
             fwd_status: Some(code.as_u16()),
             ..Status::default()
         };
-        if code == StatusCode::NOT_MODIFIED && asked.method == Method::GET {
+        if code == StatusCode::NOT_MODIFIED {
+            // A HEAD's 304 refreshes the stored GET response as a GET's does.
             let fresh = Arc::new(self.refreshed(&obj, resp.headers(), sent));
-            self.store.put(&key, fresh.clone());
+            self.store.replace(&key, &obj, fresh.clone());
             return answer(
                 &asked.method,
                 &asked.headers,
@@ -491,8 +549,11 @@ impl Cache {
                 Outcome::Revalidated,
             );
         }
+        // Only a stale response stands in, and not when the client asked the origin.
         let now = SystemTime::now();
-        if code.is_server_error() && !obj.dirs.never_stale() && obj.staleness(now) <= obj.sie {
+        let stale_for = obj.staleness(now);
+        let in_window = !stale_for.is_zero() && stale_for <= obj.sie;
+        if code.is_server_error() && in_window && !obj.dirs.never_stale() && !by_client {
             let stale = Status {
                 fwd: Some("stale"),
                 detail: Some("stale-if-error"),
@@ -525,6 +586,7 @@ impl Cache {
         let asked = Asked {
             method: Method::GET,
             headers: req.headers().clone(),
+            count: false,
         };
         let fut = refresh(again);
         let (this, key, obj) = (self.clone(), key.to_string(), obj.clone());
@@ -532,8 +594,8 @@ impl Cache {
             let sent = SystemTime::now();
             let resp = fut.await;
             if resp.status() == StatusCode::NOT_MODIFIED {
-                this.store
-                    .put(&key, Arc::new(this.refreshed(&obj, resp.headers(), sent)));
+                let fresh = Arc::new(this.refreshed(&obj, resp.headers(), sent));
+                this.store.replace(&key, &obj, fresh);
                 return;
             }
             if resp.status().is_server_error() {
@@ -573,7 +635,7 @@ impl Cache {
             came,
             age: control::initial_age(fields, sent, came),
         };
-        headers.remove(&control::SURROGATE_CONTROL);
+        unstored(&mut headers, fields);
         self.stored(
             obj.status,
             headers,
@@ -595,8 +657,17 @@ impl Cache {
         let Arrival { fields, came, age } = arrival;
         let dirs = ResponseDirectives::of(fields);
         let rules = &self.settings.rules;
-        let window = |own: Option<control::Delta>, config: Duration| {
-            own.map_or(config, |d| Duration::from_secs(d.secs()))
+        // `s-maxage` means "revalidate when stale" for a shared cache (RFC 9111
+        // §5.2.2.10): only the response's own stale windows apply then.
+        let config = |d: Duration| {
+            if dirs.s_maxage.is_some() {
+                Duration::ZERO
+            } else {
+                d
+            }
+        };
+        let window = |own: Option<control::Delta>, setting: Duration| {
+            own.map_or(config(setting), |d| Duration::from_secs(d.secs()))
         };
         Stored {
             lifetime: control::lifetime(status, fields, &dirs, came, rules),
@@ -631,15 +702,17 @@ impl Cache {
             tracing::trace!("sluice: cache: {key}: not stored: {why}");
             let bypass =
                 asked.headers.contains_key(header::AUTHORIZATION) || status.fwd == Some("bypass");
-            if bypass {
-                Outcome::Bypass.count();
-            } else {
-                Outcome::Miss.count();
+            match (asked.count, bypass) {
+                (false, _) => {}
+                (true, true) => Outcome::Bypass.count(),
+                (true, false) => Outcome::Miss.count(),
             }
             drop(guard);
             return mark(resp, status);
         }
-        Outcome::Miss.count();
+        if asked.count {
+            Outcome::Miss.count();
+        }
         let head = self.head_of(asked, resp.headers(), resp.status(), (sent, came));
         status.stored = true;
         status.ttl = Some(head.ttl(came));
@@ -692,14 +765,7 @@ impl Cache {
         (sent, came): (SystemTime, SystemTime),
     ) -> Stored {
         let mut headers = fields.clone();
-        for name in [header::AGE, header::TRANSFER_ENCODING, header::CONNECTION] {
-            headers.remove(name);
-        }
-        headers.remove(&CACHE_STATUS);
-        headers.remove(&control::SURROGATE_CONTROL);
-        for f in ResponseDirectives::of(fields).unstored_fields {
-            headers.remove(f.as_str());
-        }
+        unstored(&mut headers, fields);
         let vary: Box<[_]> = control::vary_fields(fields)
             .map(|f| {
                 let v = joined(&asked.headers, &f);
@@ -799,7 +865,7 @@ fn verdict(obj: &Stored, rdirs: &RequestDirectives, now: SystemTime) -> Verdict 
         return Verdict::Revalidate(false);
     }
     let stale = obj.staleness(now);
-    if let Some(limit) = rdirs.max_stale {
+    if let Some(limit) = rdirs.max_stale.filter(|_| obj.dirs.s_maxage.is_none()) {
         if limit.is_none_or(|m| stale.as_secs() <= m) {
             return Verdict::StaleAccepted;
         }
@@ -863,7 +929,9 @@ fn answer(
             (start, count) = (a, b - a + 1);
         }
     }
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(count));
+    if obj.status != StatusCode::NO_CONTENT {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(count));
+    }
     *resp.headers_mut() = headers;
     if method != Method::HEAD && count > 0 {
         match body_of(&obj.body, start, count) {
@@ -889,6 +957,26 @@ fn body_of(held: &Held, start: u64, count: u64) -> std::io::Result<Body> {
             left: count,
         })),
     })
+}
+
+/// Removes from fields about to be stored what must not be: the hop's, this cache's,
+/// `Set-Cookie` (one visitor's cookie must never reach the next; the response that
+/// set it passed to its own client), and what `no-cache="…"` / `private="…"` in
+/// `from` name.
+fn unstored(headers: &mut HeaderMap, from: &HeaderMap) {
+    for name in [
+        header::AGE,
+        header::TRANSFER_ENCODING,
+        header::CONNECTION,
+        header::SET_COOKIE,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove(&CACHE_STATUS);
+    headers.remove(&control::SURROGATE_CONTROL);
+    for f in ResponseDirectives::of(from).unstored_fields {
+        headers.remove(f.as_str());
+    }
 }
 
 /// The one `Range` a request wants of a stored body of `len` bytes, when `If-Range`
@@ -947,21 +1035,35 @@ fn selects(obj: &Stored, h: &HeaderMap) -> bool {
         .all(|(name, value)| joined(h, name).as_deref() == value.as_deref())
 }
 
-/// A field's lines as one value, each item trimmed (`a, b` and `a,b` agree); `None`
-/// when the request lacks it.
+/// A field's lines as one value, each item trimmed (`a, b` and `a,b` agree), bytes
+/// outside printable ASCII (and `%`, space, `=`) percent-encoded so that no two
+/// values read alike; `None` when the request lacks it.
 fn joined(h: &HeaderMap, name: &str) -> Option<String> {
     let mut out: Option<String> = None;
     for v in h.get_all(name) {
-        let text = String::from_utf8_lossy(v.as_bytes());
-        for item in text.split(',') {
+        for item in v.as_bytes().split(|&b| b == b',') {
             let s = out.get_or_insert_with(String::new);
             if !s.is_empty() {
                 s.push(',');
             }
-            s.push_str(item.trim());
+            s.push_str(&encode(item.trim_ascii()));
         }
     }
     out
+}
+
+/// Percent-encodes what could make two values, or a value and a separator, alike.
+fn encode(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if b.is_ascii_graphic() && !matches!(b, b'%' | b'=' | b',') {
+            s.push(b as char);
+        } else {
+            let _ = write!(s, "%{b:02X}");
+        }
+    }
+    s
 }
 
 /// One cookie's value from the request's `Cookie` lines.

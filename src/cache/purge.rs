@@ -65,12 +65,21 @@ impl Purge {
         Some((p, from))
     }
 
+    /// Keys are stored as `NAMESPACE\nKEY`; a purge names the part after the newline.
     fn apply(&self, store: &Store) -> u64 {
+        let visible = |k: &str| k.split_once('\n').map_or(k, |(_, v)| v).to_string();
         match self {
-            Purge::Key(k) => store.remove(k),
+            Purge::Key(key) => {
+                let with_fields = format!("{key} ");
+                store.purge(|k| {
+                    let v = visible(k);
+                    v == *key || v.starts_with(&with_fields)
+                })
+            }
             Purge::Prefix(p) => store.purge(|k| {
-                k.starts_with(p.as_str())
-                    || k.split_once(' ')
+                let v = visible(k);
+                v.starts_with(p.as_str())
+                    || v.split_once(' ')
                         .is_some_and(|(_, rest)| rest.starts_with(p.as_str()))
             }),
             Purge::All => store.purge(|_| true),

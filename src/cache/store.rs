@@ -21,6 +21,11 @@ use super::disk::{self, OnDisk};
 
 const SHARDS: usize = 16;
 
+/// The most variants one key keeps (one per set of `Vary` values): a field with
+/// endless values (`User-Agent`) must not fill the store under one key. The oldest
+/// stored goes first.
+const MAX_VARIANTS: usize = 32;
+
 /// What a stored object costs besides its body and fields: the key, the bookkeeping.
 const OVERHEAD: u64 = 256;
 
@@ -111,7 +116,8 @@ pub(crate) struct Store {
     pub identity: String,
     /// A disk store's folder; bodies are written there as they are stored.
     dir: Option<std::path::PathBuf>,
-    cap: u64,
+    /// Bytes; a reload may change a disk store's size.
+    cap: AtomicU64,
     shards: Box<[Mutex<Shard>]>,
     hasher: std::collections::hash_map::RandomState,
     bytes: AtomicU64,
@@ -165,7 +171,7 @@ impl Store {
         Arc::new(Store {
             identity,
             dir: None,
-            cap,
+            cap: AtomicU64::new(cap),
             shards,
             hasher: Default::default(),
             bytes: AtomicU64::new(0),
@@ -213,7 +219,16 @@ impl Store {
     }
 
     pub(crate) fn capacity(&self) -> u64 {
-        self.cap
+        self.cap()
+    }
+
+    fn cap(&self) -> u64 {
+        self.cap.load(Relaxed)
+    }
+
+    /// A new size (a reload); a smaller one takes effect as objects are stored.
+    pub(crate) fn resize(&self, cap: u64) {
+        self.cap.store(cap, Relaxed);
     }
 
     /// The variants stored for `key`, marked as just used.
@@ -226,7 +241,7 @@ impl Store {
     /// body from memory until its file is written (off the worker threads).
     pub(crate) fn put(self: &Arc<Self>, key: &str, obj: Arc<Stored>) {
         let size = obj.size();
-        if size > self.cap {
+        if size > self.cap() {
             return;
         }
         let i = self.index(key);
@@ -240,6 +255,11 @@ impl Store {
                 }
                 *old = obj.clone();
             } else {
+                if variants.len() >= MAX_VARIANTS {
+                    let oldest = variants.remove(0);
+                    self.forget(oldest.size(), 1);
+                    unlink(&oldest);
+                }
                 variants.push(obj.clone());
             }
             self.bytes.fetch_add(size, Relaxed);
@@ -260,6 +280,25 @@ impl Store {
                 Err(_) => write(),
             }
         }
+    }
+
+    /// Puts `new` in `old`'s place (a revalidated object), only if `old` is still
+    /// stored: a purge or an eviction meanwhile must not be undone (nor a file that
+    /// went be pointed at again).
+    pub(crate) fn replace(self: &Arc<Self>, key: &str, old: &Arc<Stored>, new: Arc<Stored>) {
+        let mut shard = self.shard(key);
+        let Some(slot) = shard
+            .lru
+            .get_mut(key)
+            .and_then(|vs| vs.iter_mut().find(|v| Arc::ptr_eq(v, old)))
+        else {
+            return;
+        };
+        let (before, after) = (old.size(), new.size());
+        *slot = new;
+        drop(shard);
+        self.forget(before, 0);
+        self.bytes.fetch_add(after, Relaxed);
     }
 
     /// `obj`'s body is now in its file: the index points there, unless `obj` went
@@ -292,11 +331,11 @@ impl Store {
     /// shard's order is exact; across shards it is an approximation.
     fn evict(&self, first: usize, key: &str) {
         for k in 0..SHARDS {
-            if self.bytes() <= self.cap {
+            if self.bytes() <= self.cap() {
                 return;
             }
             let mut shard = lock(&self.shards[(first + k) % SHARDS]);
-            while self.bytes() > self.cap {
+            while self.bytes() > self.cap() {
                 if shard.lru.peek_lru().is_none_or(|(k, _)| k == key) {
                     break;
                 }

@@ -449,7 +449,8 @@ impl CacheStore {
     pub fn identity(&self) -> String {
         match self {
             CacheStore::Memory(n) => format!("memory {n}"),
-            CacheStore::Disk(dir, n) => format!("disk {} {n}", dir.display()),
+            // A folder is one store whatever its size (a reload may change the size).
+            CacheStore::Disk(dir, _) => format!("disk {}", dir.display()),
         }
     }
 }

@@ -58,6 +58,28 @@ pub(crate) fn duplicates(config: &Config, sources: &Sources) -> Vec<Diagnostic> 
             }
         }
     }
+    // One disk store per folder: two sizes over one folder would be two stores
+    // deleting each other's files.
+    let mut folders: std::collections::HashMap<&std::path::Path, (u64, Span)> = Default::default();
+    let caches = config
+        .sites
+        .iter()
+        .flat_map(|s| &s.routes)
+        .filter_map(|r| r.cache.as_ref());
+    for c in caches {
+        if let CacheStore::Disk(dir, n) = &c.store {
+            match folders.get(dir.as_path()) {
+                Some(&(m, prev)) if m != *n => errors.push(
+                    Diagnostic::error(c.span, format!("{} is a disk store of another size", dir.display()))
+                        .with_hint(format!("the other is on {}; routes share a disk store by writing the same `store disk DIR SIZE`", where_is(c.span, prev))),
+                ),
+                Some(_) => {}
+                None => {
+                    folders.insert(dir, (*n, c.span));
+                }
+            }
+        }
+    }
     errors
 }
 

@@ -176,6 +176,12 @@ async fn run(
     } else {
         client.addr.ip()
     };
+    // A cache keys on the path the client asked for, before `strip`/`rewrite`.
+    let asked_path = route.cache.as_ref().map(|_| {
+        normalized
+            .clone()
+            .unwrap_or_else(|| req.uri().path().to_owned())
+    });
     let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
     cx.client_cert = tls_client.is_some_and(|t| t.cert.is_some());
     let asked = Asked::of(route, &req);
@@ -197,7 +203,12 @@ async fn run(
             let resp = match &route.cache {
                 None => call_handler(gen, route, req, client, &cx, slots, offer, received).await,
                 Some(cache) => {
-                    let at = Place { gen, site, route };
+                    let at = Place {
+                        gen,
+                        site,
+                        route,
+                        asked_path: asked_path.as_deref().unwrap_or("/"),
+                    };
                     Box::pin(cached(at, cache, req, client, &cx, slots, offer, received)).await
                 }
             };
@@ -212,6 +223,18 @@ async fn run(
     if ran != 0 {
         response_phase(route, ran, &mut resp, &cx);
     }
+    finish(site, route, client, &cx, &asked, resp)
+}
+
+/// What every response of a route gets last: its error pages, compression, HSTS.
+fn finish(
+    site: &Site,
+    route: &Route,
+    client: &ClientInfo,
+    cx: &Cx<'_>,
+    asked: &Asked,
+    mut resp: Response<Body>,
+) -> Response<Body> {
     if let Some(pages) = &route.error_pages {
         resp = pages.apply(resp);
     }
@@ -682,6 +705,8 @@ struct Place<'g> {
     gen: &'g Arc<Generation>,
     site: &'g Site,
     route: &'g Route,
+    /// The normalised path the client asked for.
+    asked_path: &'g str,
 }
 
 /// The handler behind the route's cache.
@@ -700,7 +725,7 @@ async fn cached(
     let path = cx.path(&req).to_string();
     let fetch = |req| call_handler(at.gen, at.route, req, client, cx, slots, offer, received);
     let refresh = |req| refresh(at, req, client.clone(), path.clone(), cx.client_ip);
-    cache.serve(req, &host, &path, fetch, refresh).await
+    cache.serve(req, &host, at.asked_path, fetch, refresh).await
 }
 
 /// A fetch of the route's handler that runs on its own (a cache's background

@@ -64,6 +64,7 @@ impl Generation {
             rates: Default::default(),
             stores_before: previous.map(|g| &g.cache_stores),
             stores: Default::default(),
+            namespaces: Default::default(),
             publishers_before: previous.map(|g| &g.cache_publishers),
             publishers: Default::default(),
             pool_ids: Default::default(),
@@ -86,17 +87,9 @@ impl Generation {
         let auth_pools = shared.auth_pools.take();
         Generation {
             sends_proxy_protocol,
-            rate_memory: shared.rates.into_inner(),
-            cache_stores: shared.stores.into_inner(),
-            cache_publishers: shared
-                .publishers
-                .into_inner()
-                .into_iter()
-                .map(|(url, (p, stores))| {
-                    p.serve(stores);
-                    (url, p)
-                })
-                .collect(),
+            rate_memory: shared.rates.take(),
+            cache_stores: shared.stores.take(),
+            cache_publishers: shared.publishers(),
             tls,
             sites,
             tcp,
@@ -192,6 +185,8 @@ struct Shared<'a> {
     stores_before: Option<&'a HashMap<String, Arc<crate::cache::Store>>>,
     /// This generation's, as its routes are built.
     stores: std::cell::RefCell<HashMap<String, Arc<crate::cache::Store>>>,
+    /// How many cache routes of each name so far (their keys' namespaces).
+    namespaces: std::cell::RefCell<HashMap<String, usize>>,
     /// The previous generation's purge publishers, by URL.
     publishers_before: Option<&'a HashMap<String, Arc<crate::cache::Publisher>>>,
     /// This generation's, with the stores each serves.
@@ -206,9 +201,21 @@ struct Shared<'a> {
 }
 
 impl Shared<'_> {
+    /// This generation's purge publishers, each told the stores it now serves.
+    fn publishers(&self) -> HashMap<String, Arc<crate::cache::Publisher>> {
+        self.publishers
+            .take()
+            .into_iter()
+            .map(|(url, (p, stores))| {
+                p.serve(stores);
+                (url, p)
+            })
+            .collect()
+    }
+
     /// A route's cache, on the store of its `store` setting: one per setting, carried
     /// from the previous generation when it had the same one.
-    fn cache(&self, c: &config::CacheConfig) -> crate::cache::Cache {
+    fn cache(&self, c: &config::CacheConfig, route: &str) -> crate::cache::Cache {
         let id = c.store.identity();
         let store = self
             .stores
@@ -235,12 +242,23 @@ impl Shared<'_> {
                 stores.push(store.clone());
             }
         }
+        store.resize(match &c.store {
+            config::CacheStore::Memory(n) | config::CacheStore::Disk(_, n) => *n,
+        });
+        // Routes of one name (one pattern, told apart by matchers) are numbered.
+        let mut seen = self.namespaces.borrow_mut();
+        let n = seen.entry(route.to_string()).or_insert(0);
+        *n += 1;
+        let namespace = match *n {
+            1 => route.to_string(),
+            k => format!("{route}#{k}"),
+        };
         let normalize = |p: &str| {
             crate::route::path::normalize(p)
                 .ok()
                 .map(|p| p.into_owned())
         };
-        crate::cache::Cache::new(c, store, normalize)
+        crate::cache::Cache::new(c, store, normalize, namespace)
     }
 
     /// The identity of a pool named `name`, told apart from this generation's other
@@ -571,7 +589,7 @@ fn route(
             .flatten()
             .collect(),
         meter: shared.meter(site.name, route_label(site.name, &r.name)),
-        cache: r.cache.as_ref().map(|c| shared.cache(c)),
+        cache: r.cache.as_ref().map(|c| shared.cache(c, &r.name)),
     }
 }
 
