@@ -97,7 +97,7 @@ for f in "$suite"/results/*.json; do
     case $name in nginx|squid|trafficserver|apache|varnish|nuster|haproxy|caddy) published+=("$name=$f") ;; esac
 done
 node "$out/summary.mjs" "$suite" --allow "$allowed" --list sluice "sluice=$out/results.json" "${published[@]}" \
-    2>"$out/failing.txt" | tee "$work/table.txt" | column -t
+    2>"$out/failing.txt" | tee "$work/table.txt" | expand -t 16
 [ -s "$work/table.txt" ] || { cat "$out/failing.txt" >&2; exit 1; }
 node -e '
 const rows = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").slice(1).map(l => l.split("\t"))
