@@ -600,6 +600,36 @@ async fn a_purge_reaches_every_instance_through_redis() {
 }
 
 #[test]
+fn a_disk_store_folder_is_checked_without_being_made() {
+    let dir = TempDir::new();
+    let file = dir.write("a-file", "");
+    let text = format!(
+        "listen 127.0.0.1:0\nsite * {{\n  cache {{ store disk {} 1M }}\n  respond ok\n}}\n",
+        file.display()
+    );
+    assert_check_fails(&dir, &text, "not a folder");
+    let missing = dir.0.join("not/yet");
+    let text = format!(
+        "listen 127.0.0.1:0\nsite * {{\n  cache {{ store disk {} 1M }}\n  respond ok\n}}\n",
+        missing.display()
+    );
+    let conf = dir.write("ok.conf", &text);
+    let out = std::process::Command::new(bin())
+        .args(["check", "-c", conf.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !missing.exists() && !dir.0.join("not").exists(),
+        "check made nothing"
+    );
+}
+
+#[test]
 fn one_folder_is_one_disk_store() {
     let dir = TempDir::new();
     let d = dir.0.join("c");

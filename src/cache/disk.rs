@@ -104,9 +104,6 @@ pub(crate) fn open(dir: &Path) -> (Vec<(String, Stored)>, usize) {
     for e in entries.flatten() {
         let path = e.path();
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with(".sluice-probe") {
-            continue;
-        }
         if !name.ends_with(".obj") || name.starts_with('.') {
             if name.ends_with(".tmp") {
                 let _ = std::fs::remove_file(&path);

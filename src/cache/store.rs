@@ -184,6 +184,12 @@ impl Store {
     pub(crate) fn disk(identity: String, dir: &std::path::Path, cap: u64) -> Arc<Store> {
         let mut store = Store::memory(identity, cap);
         Arc::get_mut(&mut store).expect("just made").dir = Some(dir.to_path_buf());
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            tracing::warn!(
+                "sluice: cache: disk store {}: {e}; objects stay in memory until it can be written",
+                dir.display()
+            );
+        }
         let (found, dropped) = disk::open(dir);
         let n = found.len();
         for (key, obj) in found {

@@ -162,12 +162,36 @@ impl Builder {
     }
 }
 
-/// The folder exists (made if missing) and a file can be written in it.
+/// The folder is one sluice may write in, or may make: it, or (when missing) its
+/// nearest existing ancestor, is a folder this process can write to. Checked without
+/// touching the disk (`check` changes nothing); the store makes the folder when it
+/// opens.
 fn writable(dir: &std::path::Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let probe = dir.join(format!(".sluice-probe-{}", std::process::id()));
-    std::fs::write(&probe, b"")?;
-    std::fs::remove_file(&probe)
+    let mut at = dir;
+    let existing = loop {
+        match std::fs::metadata(at) {
+            Ok(m) if m.is_dir() => break at,
+            Ok(_) => {
+                let e = std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a folder");
+                return Err(e);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match at.parent() {
+                Some(p) if !p.as_os_str().is_empty() => at = p,
+                _ => break std::path::Path::new("."),
+            },
+            Err(e) => return Err(e),
+        }
+    };
+    rustix::fs::access(
+        existing,
+        rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+    )
+    .map_err(|e| {
+        std::io::Error::new(
+            std::io::Error::from(e).kind(),
+            format!("{} is not writable", existing.display()),
+        )
+    })
 }
 
 /// `key PART...`: `method`, `host`, `path`, `query`, `header NAME`, `cookie NAME`.
