@@ -399,10 +399,61 @@ pub(crate) fn vary_fields(resp: &HeaderMap) -> impl Iterator<Item = String> + '_
         .filter(|f| !f.is_empty())
 }
 
-/// A date field, if it parses.
+/// A date field, if it parses (see [`lenient_date`]).
 pub(crate) fn date_of(h: &HeaderMap, name: header::HeaderName) -> Option<SystemTime> {
     let v = h.get(name)?.to_str().ok()?;
-    httpdate::parse_http_date(v.trim()).ok()
+    lenient_date(v.trim())
+}
+
+/// An HTTP date in any of its three forms (RFC 9110 §5.6.7), forgiving two slips that
+/// origins make and that leave no doubt about the time: the case of the names
+/// (`THU`, `AUG`, `gmt`) and a weekday that does not match the date. Nothing else is
+/// relaxed: a wrong zone, a two-digit year in the fixed form, missing or extra
+/// punctuation stay invalid.
+pub(crate) fn lenient_date(v: &str) -> Option<SystemTime> {
+    if let Ok(t) = httpdate::parse_http_date(v) {
+        return Some(t);
+    }
+    let mut fixed = String::with_capacity(v.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        if word.eq_ignore_ascii_case("gmt") {
+            out.push_str("GMT");
+        } else {
+            let mut chars = word.chars();
+            if let Some(c) = chars.next() {
+                out.push(c.to_ascii_uppercase());
+                out.extend(chars.map(|c| c.to_ascii_lowercase()));
+            }
+        }
+        word.clear();
+    };
+    for c in v.chars() {
+        if c.is_ascii_alphabetic() {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut fixed);
+            fixed.push(c);
+        }
+    }
+    flush(&mut word, &mut fixed);
+    if let Ok(t) = httpdate::parse_http_date(&fixed) {
+        return Some(t);
+    }
+    let day_len = fixed.bytes().take_while(u8::is_ascii_alphabetic).count();
+    const DAYS: [&str; 7] = [
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ];
+    DAYS.iter().find_map(|d| {
+        let name = if day_len == 3 { &d[..3] } else { d };
+        httpdate::parse_http_date(&format!("{name}{}", &fixed[day_len..])).ok()
+    })
 }
 
 /// How long the response is fresh for, counted from its `Date` (RFC 9111 §4.2.1):
@@ -652,6 +703,32 @@ mod tests {
     }
 
     #[test]
+    fn dates_forgive_case_and_a_wrong_weekday_but_nothing_else() {
+        let t = |s: &str| lenient_date(s).map(httpdate::fmt_http_date);
+        let want = Some("Thu, 18 Aug 2050 02:01:18 GMT".to_string());
+        for ok in [
+            "Thu, 18 Aug 2050 02:01:18 GMT",
+            "THU, 18 AUG 2050 02:01:18 gmt",
+            "Mon, 18 Aug 2050 02:01:18 GMT",
+            "Thursday, 18-Aug-50 02:01:18 GMT",
+            "Sun Aug 18 02:01:18 2050",
+        ] {
+            assert_eq!(t(ok), want, "{ok}");
+        }
+        for bad in [
+            "Thu, 18 Aug 2050 02:01:18 UTC",
+            "Thu, 18 Aug 50 02:01:18 GMT",
+            "Thu 18 Aug 2050 02:01:18 GMT",
+            "Thu, 18  Aug  2050 02:01:18 GMT",
+            "Thu, 18-Aug-2050 02:01:18 GMT",
+            "Thu, 18 Aug 2050 2:01:18 GMT",
+            "0",
+        ] {
+            assert_eq!(t(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn pragma_counts_only_without_cache_control() {
         let h = headers(&[("pragma", "no-cache")]);
         assert!(RequestDirectives::of(&h).no_cache);
@@ -671,6 +748,7 @@ mod tests {
                 }
                 let _ = RequestDirectives::of(&h);
             }
+            let _ = lenient_date(&s);
         }
     }
 }
