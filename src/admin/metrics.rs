@@ -45,8 +45,7 @@ fn cache(o: &mut String, gen: &Generation) {
             get(&COUNTERS.cache[outcome as usize])
         );
     }
-    let mut stores: Vec<_> = gen.cache_stores.values().collect();
-    stores.sort_by(|a, b| a.identity.cmp(&b.identity));
+    let stores = super::status::cache_stores(gen);
     head(
         o,
         "sluice_cache_bytes",

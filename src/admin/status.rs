@@ -39,11 +39,16 @@ pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> V
     })
 }
 
-/// Each cache store: its setting, size and what it holds.
-fn caches(gen: &Generation) -> Vec<Value> {
+/// The cache stores in the order they are shown (by setting).
+pub(super) fn cache_stores(gen: &Generation) -> Vec<&std::sync::Arc<crate::cache::Store>> {
     let mut stores: Vec<_> = gen.cache_stores.values().collect();
     stores.sort_by(|a, b| a.identity.cmp(&b.identity));
     stores
+}
+
+/// Each cache store: its setting, size and what it holds.
+fn caches(gen: &Generation) -> Vec<Value> {
+    cache_stores(gen)
         .iter()
         .map(|s| json!({"store": s.identity, "capacity": s.capacity(), "bytes": s.bytes(), "objects": s.objects()}))
         .collect()

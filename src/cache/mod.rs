@@ -98,6 +98,13 @@ struct Status {
 }
 
 impl Status {
+    fn hit() -> Status {
+        Status {
+            hit: true,
+            ..Status::default()
+        }
+    }
+
     fn fwd(why: &'static str) -> Status {
         Status {
             fwd: Some(why),
@@ -157,6 +164,8 @@ fn mark(mut resp: Response<Body>, status: Status) -> Response<Body> {
 /// old it already was.
 struct Arrival<'h> {
     fields: &'h HeaderMap,
+    /// What its fields' cache directives say.
+    dirs: ResponseDirectives,
     came: SystemTime,
     age: Duration,
 }
@@ -259,11 +268,13 @@ impl Cache {
         if let Some(obj) = found {
             match verdict(&obj, &rdirs, now) {
                 Verdict::Fresh => {
-                    let hit = Status {
-                        hit: true,
-                        ..Status::default()
-                    };
-                    return answer(req.method(), req.headers(), &obj, hit, Outcome::Hit);
+                    return answer(
+                        req.method(),
+                        req.headers(),
+                        &obj,
+                        Status::hit(),
+                        Outcome::Hit,
+                    );
                 }
                 Verdict::StaleAccepted => return self.answer_stored(&req, &obj, "max-stale"),
                 Verdict::StaleWhileRevalidate => {
@@ -281,7 +292,7 @@ impl Cache {
         if rdirs.only_if_cached {
             return gateway_timeout(Status::fwd(why));
         }
-        self.miss(req, key, why, rdirs.no_store, fetch).await
+        self.miss(req, key, why, &rdirs, fetch).await
     }
 
     /// A stored response served without asking the origin, stale or not.
@@ -293,22 +304,19 @@ impl Cache {
     ) -> Response<Body> {
         let fresh = obj.is_fresh(SystemTime::now());
         let status = Status {
-            hit: true,
             detail: (!fresh || why == "cache-only").then_some(why),
-            ..Status::default()
+            ..Status::hit()
         };
         let outcome = if fresh { Outcome::Hit } else { Outcome::Stale };
         answer(req.method(), req.headers(), obj, status, outcome)
     }
 
     /// `mode cache_only` with nothing to serve.
-    fn not_cached(&self, mut status: Status) -> Response<Body> {
-        Outcome::Miss.count();
-        status.detail = Some("cache-only");
-        mark(
-            local_response(StatusCode::GATEWAY_TIMEOUT, "not cached\n"),
-            status,
-        )
+    fn not_cached(&self, status: Status) -> Response<Body> {
+        gateway_timeout(Status {
+            detail: Some("cache-only"),
+            ..status
+        })
     }
 
     /// The key of `host`, `path`, the query and the request's fields, as the config's
@@ -318,16 +326,19 @@ impl Cache {
     fn key(&self, host: &str, path: &str, query: Option<&str>, h: &HeaderMap) -> String {
         let mut k = self.base_key(host, path, query);
         for part in self.settings.key.iter() {
-            let (label, value) = match part {
-                CacheKeyPart::Header(name) => (name.as_str().to_string(), joined(h, name.as_str())),
-                CacheKeyPart::Cookie(name) => (
-                    format!("cookie:{name}"),
-                    cookie(h, name).map(|v| encode(v.as_bytes())),
-                ),
+            let value = match part {
+                CacheKeyPart::Header(name) => {
+                    k.push(' ');
+                    k.push_str(name.as_str());
+                    joined(h, name.as_str())
+                }
+                CacheKeyPart::Cookie(name) => {
+                    k.push_str(" cookie:");
+                    k.push_str(name);
+                    cookie(h, name).map(|v| encode(v.as_bytes()))
+                }
                 _ => continue,
             };
-            k.push(' ');
-            k.push_str(&label);
             if let Some(v) = value {
                 k.push('=');
                 k.push_str(&v);
@@ -464,13 +475,14 @@ impl Cache {
         req: Request<Body>,
         key: String,
         why: &'static str,
-        no_store: bool,
+        rdirs: &RequestDirectives,
         fetch: F,
     ) -> Response<Body>
     where
         F: FnOnce(Request<Body>) -> Fut,
         Fut: Future<Output = Response<Body>>,
     {
+        let no_store = rdirs.no_store;
         let mut guard = None;
         if req.method() == Method::GET && !no_store && !self.settings.lock.is_zero() {
             match self.store.join(&key) {
@@ -479,15 +491,14 @@ impl Cache {
                     store::wait(rx, self.settings.lock).await;
                     let now = SystemTime::now();
                     if let (Some(obj), _) = self.find(&key, req.headers()) {
-                        if matches!(
-                            verdict(&obj, &RequestDirectives::of(req.headers()), now),
-                            Verdict::Fresh
-                        ) {
-                            let hit = Status {
-                                hit: true,
-                                ..Status::default()
-                            };
-                            return answer(req.method(), req.headers(), &obj, hit, Outcome::Hit);
+                        if matches!(verdict(&obj, rdirs, now), Verdict::Fresh) {
+                            return answer(
+                                req.method(),
+                                req.headers(),
+                                &obj,
+                                Status::hit(),
+                                Outcome::Hit,
+                            );
                         }
                     }
                 }
@@ -630,12 +641,14 @@ impl Cache {
             }
         }
         let came = SystemTime::now();
+        let merged = headers.clone();
         let arrival = Arrival {
-            fields: &headers.clone(),
+            dirs: ResponseDirectives::of(&merged),
+            fields: &merged,
             came,
             age: control::initial_age(fields, sent, came),
         };
-        unstored(&mut headers, fields);
+        unstored(&mut headers, &ResponseDirectives::of(fields));
         self.stored(
             obj.status,
             headers,
@@ -654,8 +667,12 @@ impl Cache {
         arrival: Arrival<'_>,
         vary: Box<[(String, Option<String>)]>,
     ) -> Stored {
-        let Arrival { fields, came, age } = arrival;
-        let dirs = ResponseDirectives::of(fields);
+        let Arrival {
+            fields,
+            dirs,
+            came,
+            age,
+        } = arrival;
         let rules = &self.settings.rules;
         // `s-maxage` means "revalidate when stale" for a shared cache (RFC 9111
         // §5.2.2.10): only the response's own stale windows apply then.
@@ -764,8 +781,9 @@ impl Cache {
         code: StatusCode,
         (sent, came): (SystemTime, SystemTime),
     ) -> Stored {
+        let dirs = ResponseDirectives::of(fields);
         let mut headers = fields.clone();
-        unstored(&mut headers, fields);
+        unstored(&mut headers, &dirs);
         let vary: Box<[_]> = control::vary_fields(fields)
             .map(|f| {
                 let v = joined(&asked.headers, &f);
@@ -774,6 +792,7 @@ impl Cache {
             .collect();
         let arrival = Arrival {
             fields,
+            dirs,
             came,
             age: control::initial_age(fields, sent, came),
         };
@@ -961,9 +980,9 @@ fn body_of(held: &Held, start: u64, count: u64) -> std::io::Result<Body> {
 
 /// Removes from fields about to be stored what must not be: the hop's, this cache's,
 /// `Set-Cookie` (one visitor's cookie must never reach the next; the response that
-/// set it passed to its own client), and what `no-cache="…"` / `private="…"` in
-/// `from` name.
-fn unstored(headers: &mut HeaderMap, from: &HeaderMap) {
+/// set it passed to its own client), and what `no-cache="…"` / `private="…"` name
+/// (`dirs`: the directives of the response the fields came with).
+fn unstored(headers: &mut HeaderMap, dirs: &ResponseDirectives) {
     for name in [
         header::AGE,
         header::TRANSFER_ENCODING,
@@ -974,7 +993,7 @@ fn unstored(headers: &mut HeaderMap, from: &HeaderMap) {
     }
     headers.remove(&CACHE_STATUS);
     headers.remove(&control::SURROGATE_CONTROL);
-    for f in ResponseDirectives::of(from).unstored_fields {
+    for f in &dirs.unstored_fields {
         headers.remove(f.as_str());
     }
 }
@@ -998,7 +1017,7 @@ fn wanted_range(asked: &HeaderMap, stored: &HeaderMap, len: u64) -> Option<(u64,
     }
 }
 
-/// `504` for `only-if-cached` with nothing to serve.
+/// `504 not cached`: `only-if-cached`, or `mode cache_only`, with nothing to serve.
 fn gateway_timeout(status: Status) -> Response<Body> {
     Outcome::Miss.count();
     mark(
