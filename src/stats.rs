@@ -47,6 +47,8 @@ pub(crate) struct Counters {
     pub filter_failures: AtomicU64,
     /// Cache lookups by result (`sluice_cache_requests_total`).
     pub cache: [AtomicU64; 5],
+    /// ACME orders by result (`sluice_acme_orders_total`): ok, error.
+    pub acme_orders: [AtomicU64; 2],
     /// Connections a `proxy_protocol` listener closed: an untrusted peer, or no valid
     /// header in time.
     pub proxy_protocol_refusals: AtomicU64,
@@ -83,6 +85,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     unauthorized: AtomicU64::new(0),
     filter_failures: AtomicU64::new(0),
     cache: [const { AtomicU64::new(0) }; 5],
+    acme_orders: [const { AtomicU64::new(0) }; 2],
 };
 
 pub(crate) fn bump(c: &AtomicU64) {

@@ -22,9 +22,30 @@ pub(crate) fn render(gen: &Generation) -> String {
     counters(&mut out);
     certificates(&mut out, gen);
     cache(&mut out, gen);
+    acme(&mut out, gen);
     build_and_reloads(&mut out);
     process(&mut out);
     out
+}
+
+/// ACME orders by result, when some site has `tls auto`.
+fn acme(o: &mut String, gen: &Generation) {
+    if gen.acme.is_none() {
+        return;
+    }
+    head(
+        o,
+        "sluice_acme_orders_total",
+        "counter",
+        "certificate orders from the ACME server, by result",
+    );
+    for (i, name) in crate::acme::ORDER_RESULTS.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "sluice_acme_orders_total{{result=\"{name}\"}} {}",
+            get(&COUNTERS.acme_orders[i])
+        );
+    }
 }
 
 /// Cache lookups by result, and each store's size and object count.

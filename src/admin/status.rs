@@ -33,10 +33,33 @@ pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> V
         "routes": routes,
         "certificates": certificates(gen),
         "caches": caches(gen),
+        "acme": acme(gen),
         "latency_bounds": crate::stats::LATENCY_BOUNDS,
         "tunnels_open": crate::tunnel::OPEN.load(Ordering::Relaxed),
         "out_of_ports": crate::stats::COUNTERS.out_of_ports.load(Ordering::Relaxed),
     })
+}
+
+/// The `tls auto` certificates: the ACME server, the storage, and for each certificate
+/// its names, end of validity (`null` while the placeholder serves), next renewal (or
+/// retry) and the last error; `null` when no site has `tls auto`.
+fn acme(gen: &Generation) -> Value {
+    let Some(m) = &gen.acme else {
+        return Value::Null;
+    };
+    let certs: Vec<Value> = m
+        .certificates()
+        .into_iter()
+        .map(|c| {
+            json!({
+                "names": c.names,
+                "not_after": c.not_after.map(rfc3339),
+                "next_renewal": c.next_renewal.map(rfc3339),
+                "last_error": c.last_error,
+            })
+        })
+        .collect();
+    json!({"directory": m.config.directory, "storage": m.storage(), "certificates": certs})
 }
 
 /// The cache stores in the order they are shown (by setting).
@@ -102,7 +125,8 @@ fn certificates(gen: &Generation) -> Vec<Value> {
             };
             Some(json!({
                 "site": slot.site,
-                "file": slot.cert.display().to_string(),
+                "file": slot.files.as_ref().map(|(c, _)| c.display().to_string()),
+                "auto": slot.files.is_none(),
                 "not_after": rfc3339(after),
                 "expires_in_seconds": left,
             }))

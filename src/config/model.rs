@@ -170,6 +170,57 @@ pub struct Global {
     pub resolver: Vec<SocketAddr>,
     /// `safety { ... }`: the default and the lists every strict pool shares.
     pub safety: SafetyGlobal,
+    /// `acme { … }`: how `tls auto` sites get their certificates (defaults when not
+    /// written; used only when some site has `tls auto`).
+    pub acme: AcmeConfig,
+}
+
+/// `global { acme { directory URL; email ADDR; ca_root FILE; storage DIR|redis://…;
+/// challenge http-01 tls-alpn-01; renew_before D } }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcmeConfig {
+    /// The ACME server's directory URL (default: Let's Encrypt's production one).
+    pub directory: String,
+    pub email: Option<String>,
+    /// `ca_root FILE`: one more root the ACME server's own certificate may chain to.
+    pub ca_root: Option<PathBuf>,
+    pub storage: AcmeStorage,
+    /// `challenge` lists `http-01`.
+    pub http01: bool,
+    /// `challenge` lists `tls-alpn-01`.
+    pub tls_alpn01: bool,
+    /// Renew this long before expiry (or at 2/3 of the lifetime, whichever is
+    /// earlier; never before 1/3 of it).
+    pub renew_before: Duration,
+    /// Where the block was written (`Span::default()` when it was not).
+    pub span: Span,
+}
+
+/// Where account keys, certificates and their keys are kept.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum AcmeStorage {
+    /// A folder (default `sluice-data/acme` beside the config file).
+    Folder(PathBuf),
+    /// `redis://HOST:PORT[/DB]`: shared by every instance naming it.
+    Redis(String),
+}
+
+/// Let's Encrypt's production directory: what `tls auto` uses unless told otherwise.
+pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
+
+impl Default for AcmeConfig {
+    fn default() -> Self {
+        AcmeConfig {
+            directory: LETS_ENCRYPT.to_string(),
+            email: None,
+            ca_root: None,
+            storage: AcmeStorage::Folder(PathBuf::from("sluice-data/acme")),
+            http01: true,
+            tls_alpn01: true,
+            renew_before: Duration::from_secs(30 * 86_400),
+            span: Span::default(),
+        }
+    }
 }
 
 /// `global { safety { default strict|off; allow_private CIDR...; block CIDR... } }`.
@@ -228,6 +279,7 @@ impl Default for Global {
             pid_file: None,
             resolver: Vec::new(),
             safety: SafetyGlobal::default(),
+            acme: AcmeConfig::default(),
         }
     }
 }
@@ -365,15 +417,37 @@ impl Default for HttpVersions {
     }
 }
 
-/// A site's certificate pair, checked and loaded when the config is.
+/// A site's certificate: its files (checked and loaded when the config is) or `auto`.
 #[derive(Debug, Clone)]
 pub struct SiteTls {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub loaded: std::sync::Arc<rustls::sign::CertifiedKey>,
+    pub source: CertSource,
     /// `client_ca FILE` (with `client_auth`, `client_crl`): clients show certificates.
     pub client: Option<ClientAuth>,
     pub span: Span,
+}
+
+impl SiteTls {
+    /// `tls CERT KEY`: the certificate file and what was loaded from the pair.
+    pub fn files(&self) -> Option<(&PathBuf, &std::sync::Arc<rustls::sign::CertifiedKey>)> {
+        match &self.source {
+            CertSource::Files { cert, loaded, .. } => Some((cert, loaded)),
+            CertSource::Auto { .. } => None,
+        }
+    }
+}
+
+/// Where a site's certificate comes from.
+#[derive(Debug, Clone)]
+pub enum CertSource {
+    /// `tls CERT KEY`.
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+        loaded: std::sync::Arc<rustls::sign::CertifiedKey>,
+    },
+    /// `tls auto`: ordered from the ACME server for the site's names (lower case, as
+    /// written, each once).
+    Auto { names: Vec<String> },
 }
 
 /// `tls CERT KEY { client_ca FILE; client_auth require|optional; client_crl FILE... }`.

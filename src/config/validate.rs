@@ -130,8 +130,8 @@ pub(crate) fn check(
     }
     let now = std::time::SystemTime::now();
     for site in &config.sites {
-        if let Some(t) = &site.tls {
-            if let Some(w) = super::certs::dates_warning(&t.cert, &t.loaded.cert[0], now) {
+        if let Some((t, (cert, loaded))) = site.tls.as_ref().and_then(|t| Some((t, t.files()?))) {
+            if let Some(w) = super::certs::dates_warning(cert, &loaded.cert[0], now) {
                 warnings.push(Diagnostic::warning(t.span, w.message.clone()).with_hint(w.hint()));
             }
         }

@@ -19,7 +19,42 @@ use crate::stats::{bump, COUNTERS};
 pub(crate) struct Http11Required;
 
 /// Where ACME HTTP-01 challenges are asked: never redirected.
-const ACME_CHALLENGES: &str = "/.well-known/acme-challenge/";
+const ACME_CHALLENGES: &str = crate::acme::HTTP01_PREFIX;
+
+/// Before the site is looked up, on a plain listener: the answer to an HTTP-01
+/// challenge an order of `tls auto` is waiting for (`200`, the key authorization).
+/// Anything else under the challenge path goes on to the site's routes (an ACME
+/// client of a backend, certbot's webroot, keeps working).
+pub(super) async fn acme_http01(
+    acme: &crate::acme::Manager,
+    client: &ClientInfo,
+    path: &str,
+) -> Option<Response<Body>> {
+    if client.scheme != Scheme::Http {
+        return None;
+    }
+    let token = path.strip_prefix(ACME_CHALLENGES)?;
+    if token.is_empty()
+        || !token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return None;
+    }
+    // Boxed: the lookup may ask Redis, and the request's future should not carry that
+    // state for every request.
+    let answer = Box::pin(acme.http01(token)).await?;
+    tracing::debug!("sluice: acme: answered an http-01 challenge ({token})");
+    let mut r = Response::new(Body::full(answer));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    r.headers_mut().insert(header::DATE, date());
+    crate::reply::server(r.headers_mut());
+    r.extensions_mut().insert(crate::reply::Own);
+    Some(r)
+}
 
 /// Before the route is found: on a plain listener of a site that redirects to HTTPS,
 /// the redirect (to the normalised Host); then, for a site that verifies client

@@ -158,6 +158,11 @@ async fn run(
     offer: Offer,
     meter: &mut Option<Arc<Meter>>,
 ) -> Response<Body> {
+    if let Some(acme) = gen.acme_http01.as_ref() {
+        if let Some(r) = controls::acme_http01(acme, client, req.uri().path()).await {
+            return r;
+        }
+    }
     // Not a nested async fn: awaiting one moves its whole (large) future once more.
     let (site, route, normalized) = match locate(gen, &req, client, meter) {
         Ok(found) => found,

@@ -19,17 +19,20 @@ use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::config::Site;
+use crate::config::{CertSource, Site};
 
-/// One site's certificate pair, as the files are now (or were when they last loaded).
+/// One site's certificate: its pair as the files are now (or were when they last
+/// loaded), or the ACME-managed one.
 pub(crate) struct CertSlot {
     /// The site's name, for log lines.
     pub site: String,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    current: ArcSwap<CertifiedKey>,
+    /// `tls CERT KEY`: the files; `None` for `tls auto`.
+    pub files: Option<(PathBuf, PathBuf)>,
+    current: Arc<ArcSwap<CertifiedKey>>,
     /// What the files looked like when last read (loaded or refused).
     stamp: Mutex<Stamp>,
+    /// `tls auto`: held so its renewal task runs while this generation lives.
+    _managed: Option<Arc<crate::acme::Managed>>,
 }
 
 /// Size and modification time of both files.
@@ -48,13 +51,37 @@ impl Stamp {
 }
 
 impl CertSlot {
-    fn new(site: &str, t: &crate::config::SiteTls) -> CertSlot {
+    fn new(
+        site: &str,
+        t: &crate::config::SiteTls,
+        acme: Option<&Arc<crate::acme::Manager>>,
+    ) -> CertSlot {
+        let (files, current, managed) = match (&t.source, acme) {
+            (CertSource::Files { cert, key, loaded }, _) => (
+                Some((cert.clone(), key.clone())),
+                Arc::new(ArcSwap::new(loaded.clone())),
+                None,
+            ),
+            (CertSource::Auto { names }, Some(acme)) => {
+                let m = acme.managed(site, names);
+                (None, m.current.clone(), Some(m))
+            }
+            (CertSource::Auto { names }, None) => (
+                None,
+                Arc::new(ArcSwap::new(crate::acme::certs::placeholder(names))),
+                None,
+            ),
+        };
+        let stamp = match &files {
+            Some((c, k)) => Stamp::of(c, k),
+            None => Stamp([None, None]),
+        };
         CertSlot {
             site: site.to_string(),
-            stamp: Mutex::new(Stamp::of(&t.cert, &t.key)),
-            cert: t.cert.clone(),
-            key: t.key.clone(),
-            current: ArcSwap::new(t.loaded.clone()),
+            stamp: Mutex::new(stamp),
+            files,
+            current,
+            _managed: managed,
         }
     }
 
@@ -71,7 +98,10 @@ impl CertSlot {
     /// Reads the pair again if either file changed since it was last read. Blocking
     /// file I/O: run it off the runtime's workers.
     pub(crate) fn refresh(&self) {
-        let now = Stamp::of(&self.cert, &self.key);
+        let Some((cert, key)) = &self.files else {
+            return;
+        };
+        let now = Stamp::of(cert, key);
         {
             let mut seen = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
             if *seen == now {
@@ -79,18 +109,15 @@ impl CertSlot {
             }
             *seen = now;
         }
-        match crate::config::certs::load_pair(&self.cert, &self.key) {
+        match crate::config::certs::load_pair(cert, key) {
             Ok(ck) => {
-                let dates = crate::config::certs::dates_warning(
-                    &self.cert,
-                    &ck.cert[0],
-                    SystemTime::now(),
-                );
+                let dates =
+                    crate::config::certs::dates_warning(cert, &ck.cert[0], SystemTime::now());
                 self.current.store(ck);
                 tracing::info!(
                     "sluice: site {}: certificate reloaded from {}",
                     self.site,
-                    self.cert.display()
+                    cert.display()
                 );
                 if let Some(w) = dates {
                     tracing::warn!("sluice: site {}: {w}", self.site);
@@ -119,7 +146,7 @@ impl std::fmt::Debug for SniCerts {
 }
 
 impl SniCerts {
-    fn new(sites: &[Site]) -> SniCerts {
+    fn new(sites: &[Site], acme: Option<&Arc<crate::acme::Manager>>) -> SniCerts {
         let mut c = SniCerts {
             names: Default::default(),
             slots: Vec::new(),
@@ -127,7 +154,7 @@ impl SniCerts {
         for site in sites {
             let Some(t) = &site.tls else { continue };
             c.names.add(&site.hosts, c.slots.len());
-            c.slots.push(Arc::new(CertSlot::new(&site.name, t)));
+            c.slots.push(Arc::new(CertSlot::new(&site.name, t, acme)));
         }
         c
     }
@@ -163,6 +190,9 @@ pub(crate) struct Tls {
     pub per_site: Option<Vec<Arc<rustls::ServerConfig>>>,
     /// Which slots' sites verify client certificates.
     pub client_auth: Vec<bool>,
+    /// `acme` with TLS-ALPN-01 allowed: a ClientHello offering `acme-tls/1` is
+    /// answered with the challenge certificate.
+    pub acme: Option<Arc<crate::acme::Manager>>,
 }
 
 impl Tls {
@@ -190,8 +220,8 @@ impl Tls {
 /// ALPN `h2` then `http/1.1`. The server's suite order decides (AES-256-GCM first), as
 /// scanners expect of a server: every suite offered is strong, so the choice is about
 /// predictability, not safety. `None` when no site has a certificate.
-pub(crate) fn build(sites: &[Site]) -> Option<Tls> {
-    let certs = Arc::new(SniCerts::new(sites));
+pub(crate) fn build(sites: &[Site], acme: Option<&Arc<crate::acme::Manager>>) -> Option<Tls> {
+    let certs = Arc::new(SniCerts::new(sites, acme));
     if certs.slots.is_empty() {
         return None;
     }
@@ -240,5 +270,6 @@ pub(crate) fn build(sites: &[Site]) -> Option<Tls> {
         certs,
         per_site,
         client_auth,
+        acme: acme.filter(|m| m.config.tls_alpn01).cloned(),
     })
 }

@@ -29,6 +29,30 @@ use crate::stats::Meter;
 use crate::upstream::dial::Dest;
 use crate::upstream::{Pool, PoolId, PoolState};
 
+/// The ACME manager when some site has `tls auto`: the previous generation's while the
+/// `acme` settings are the same.
+fn acme_manager(
+    config: &Config,
+    previous: Option<&Generation>,
+) -> Option<Arc<crate::acme::Manager>> {
+    let auto = config.sites.iter().any(|s| {
+        s.tls
+            .as_ref()
+            .is_some_and(|t| matches!(t.source, config::CertSource::Auto { .. }))
+    });
+    if !auto {
+        return None;
+    }
+    let before = previous.and_then(|g| g.acme.as_ref());
+    match before {
+        Some(m) if m.serves(&config.global.acme) => Some(m.clone()),
+        _ => Some(crate::acme::Manager::new(
+            &config.global.acme,
+            before.map(|m| &**m),
+        )),
+    }
+}
+
 impl Generation {
     /// Compiles `config`; pools whose identity `previous` also has keep its state.
     pub(crate) fn compile(config: &Config, previous: Option<&Generation>) -> Generation {
@@ -78,8 +102,9 @@ impl Generation {
             sites.add(&s.hosts, site(s, &shared));
         }
         let tcp = tcp_routes(config, &shared);
+        let acme = acme_manager(config, previous);
         let tls = if config.listeners.iter().any(|l| l.tls) {
-            certs::build(&config.sites)
+            certs::build(&config.sites, acme.as_ref())
         } else {
             None
         };
@@ -102,6 +127,8 @@ impl Generation {
             dns,
             metered: config.global.admin.is_some(),
             auth_pools,
+            acme_http01: acme.clone().filter(|m| m.config.http01),
+            acme,
         }
     }
 

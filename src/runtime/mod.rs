@@ -114,6 +114,11 @@ pub(crate) struct Generation {
     pub metered: bool,
     /// The pools `forward_auth` filters ask.
     pub auth_pools: Vec<Arc<Pool>>,
+    /// The certificates of `tls auto` sites, when there are any: carried while the
+    /// `acme` settings stay the same.
+    pub acme: Option<Arc<crate::acme::Manager>>,
+    /// `acme`, when plain listeners answer HTTP-01 challenges.
+    pub acme_http01: Option<Arc<crate::acme::Manager>>,
 }
 
 impl Generation {

@@ -28,19 +28,43 @@ pub(crate) struct Handshaken {
 
 /// The handshake, with the one config — or, when a site limits its `http_versions`,
 /// with the config whose ALPN offer is that site's, chosen by the ClientHello's SNI.
+/// With `tls auto` sites, a ClientHello offering `acme-tls/1` for a name with a
+/// TLS-ALPN-01 challenge pending is answered with the challenge certificate: `None`,
+/// the connection has done its work.
 async fn handshake(
     tls: &Tls,
     stream: TcpStream,
-) -> std::io::Result<tokio_rustls::server::TlsStream<TcpStream>> {
-    if tls.per_site.is_none() {
+) -> std::io::Result<Option<tokio_rustls::server::TlsStream<TcpStream>>> {
+    if tls.per_site.is_none() && tls.acme.is_none() {
         return tokio_rustls::TlsAcceptor::from(tls.config.clone())
             .accept(stream)
-            .await;
+            .await
+            .map(Some);
     }
     let acceptor = rustls::server::Acceptor::default();
     let start = tokio_rustls::LazyConfigAcceptor::new(acceptor, stream).await?;
-    let config = tls.config_for(start.client_hello().server_name()).clone();
-    start.into_stream(config).await
+    let hello = start.client_hello();
+    if let Some(acme) = &tls.acme {
+        let challenge = hello
+            .alpn()
+            .is_some_and(|mut offered| offered.any(|p| p == crate::acme::ACME_TLS_ALPN));
+        if challenge {
+            let name = hello.server_name().unwrap_or("").to_string();
+            let Some(ck) = acme.alpn_certificate(&name).await else {
+                return Err(std::io::Error::other(format!(
+                    "acme-tls/1 for {name:?}, which has no challenge pending"
+                )));
+            };
+            let mut s = start
+                .into_stream(crate::acme::Manager::alpn_config(ck))
+                .await?;
+            tracing::debug!("sluice: acme: answered a tls-alpn-01 challenge for {name}");
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut s).await;
+            return Ok(None);
+        }
+    }
+    let config = tls.config_for(hello.server_name()).clone();
+    start.into_stream(config).await.map(Some)
 }
 
 /// Runs the server handshake with the generation's certificates. `None`: the client
@@ -50,7 +74,8 @@ pub(crate) async fn accept(tls: &Tls, stream: TcpStream) -> Option<Handshaken> {
     let peer = stream.peer_addr().ok();
     let r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(tls, stream)).await;
     let why = match r {
-        Ok(Ok(s)) => {
+        Ok(Ok(None)) => return None,
+        Ok(Ok(Some(s))) => {
             let session = s.get_ref().1;
             let h2 = session.alpn_protocol() == Some(b"h2");
             let client = tls.client_auth_site(session.server_name()).map(|slot| {

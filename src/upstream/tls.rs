@@ -29,14 +29,14 @@ pub(crate) struct ClientTls {
     server_name: Option<ServerName<'static>>,
 }
 
-fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     static P: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
     P.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
         .clone()
 }
 
 /// The system's trust roots, read once.
-fn system_roots() -> Arc<RootCertStore> {
+pub(crate) fn system_roots() -> Arc<RootCertStore> {
     static ROOTS: OnceLock<Arc<RootCertStore>> = OnceLock::new();
     ROOTS
         .get_or_init(|| {

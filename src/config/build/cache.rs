@@ -166,7 +166,7 @@ impl Builder {
 /// nearest existing ancestor, is a folder this process can write to. Checked without
 /// touching the disk (`check` changes nothing); the store makes the folder when it
 /// opens.
-fn writable(dir: &std::path::Path) -> std::io::Result<()> {
+pub(super) fn writable(dir: &std::path::Path) -> std::io::Result<()> {
     let mut at = dir;
     let existing = loop {
         match std::fs::metadata(at) {

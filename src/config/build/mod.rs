@@ -5,6 +5,7 @@
 //! names but whose runtime is not built yet are refused as "not supported yet", never
 //! ignored. Warnings are collected beside errors; `--strict` makes them fatal.
 
+mod acme;
 mod args;
 mod cache;
 mod controls;
@@ -267,6 +268,7 @@ impl Builder {
             });
         }
         self.redirect_ports(&listeners, &mut sites);
+        self.acme_sites(&mut global, &listeners, &mut sites);
         Config {
             global,
             listeners,
@@ -449,28 +451,34 @@ impl Builder {
     }
 
     /// `tls CERT KEY [{ client_ca FILE; client_auth require|optional; client_crl
-    /// FILE... }]`: every file read and checked now, so a bad one fails the load.
+    /// FILE... }]`: every file read and checked now, so a bad one fails the load. `tls
+    /// auto [{ … }]`: ordered from the ACME server (its names filled in once the site's
+    /// hosts are known).
     fn site_tls(&self, d: &Directive) -> Res<SiteTls> {
-        if d.args.len() != 2 {
-            return Err(missing(
-                d,
-                "tls CERT_FILE KEY_FILE",
-                "tls /etc/sluice/example.com.pem /etc/sluice/example.com.key",
-            ));
-        }
-        let base = self.dir_of(d.span());
-        let cert = base.join(&d.args[0].text);
-        let key = base.join(&d.args[1].text);
-        let loaded = crate::config::certs::load_pair(&cert, &key)
-            .map_err(|e| Diagnostic::error(d.span(), e.to_string()).with_hint(e.hint()))?;
+        let source = match d.args.as_slice() {
+            [w] if w.text == "auto" => CertSource::Auto { names: Vec::new() },
+            [c, k] => {
+                let base = self.dir_of(d.span());
+                let cert = base.join(&c.text);
+                let key = base.join(&k.text);
+                let loaded = crate::config::certs::load_pair(&cert, &key)
+                    .map_err(|e| Diagnostic::error(d.span(), e.to_string()).with_hint(e.hint()))?;
+                CertSource::Files { cert, key, loaded }
+            }
+            _ => {
+                return Err(missing(
+                    d,
+                    "tls CERT_FILE KEY_FILE, or tls auto",
+                    "tls /etc/sluice/example.com.pem /etc/sluice/example.com.key",
+                ))
+            }
+        };
         let client = match d.block.as_deref() {
             Some(items) => self.client_auth(d, items)?,
             None => None,
         };
         Ok(SiteTls {
-            cert,
-            key,
-            loaded,
+            source,
             client,
             span: d.span(),
         })
@@ -617,6 +625,7 @@ static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
         Ok(())
     }),
     ("admin", admin),
+    ("acme", |b, d, g| b.acme(d, g)),
     ("verify_key", |_, d, _| {
         Err(Diagnostic::error(d.span(), "`verify_key` cannot be in the config it verifies")
             .with_hint("anyone who can change the file could change the key too: pass it on the command line, sluice run --verify-key FILE"))

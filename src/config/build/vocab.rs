@@ -19,6 +19,7 @@ pub(super) enum Place {
     Outlier,
     Admin,
     Cache,
+    Acme,
 }
 
 impl Place {
@@ -43,6 +44,7 @@ impl Place {
                 "resolver",
                 "verify_key",
                 "pid_file",
+                "acme",
             ],
             Place::Site => SITE,
             // A route takes what a site does but its certificate, routes and the
@@ -87,6 +89,14 @@ impl Place {
                 "mode",
                 "purge_store",
             ],
+            Place::Acme => &[
+                "directory",
+                "email",
+                "ca_root",
+                "storage",
+                "challenge",
+                "renew_before",
+            ],
         }
     }
 
@@ -106,6 +116,7 @@ impl Place {
             Place::Outlier => "an `outlier` block",
             Place::Admin => "an `admin` block",
             Place::Cache => "a `cache` block",
+            Place::Acme => "an `acme` block",
         }
     }
 }
@@ -176,7 +187,7 @@ pub(super) const SITE: &[&str] = &[
     "on",
 ];
 
-pub(super) const ALL_PLACES: [Place; 14] = [
+pub(super) const ALL_PLACES: [Place; 15] = [
     Place::Top,
     Place::Global,
     Place::Site,
@@ -191,6 +202,7 @@ pub(super) const ALL_PLACES: [Place; 14] = [
     Place::Outlier,
     Place::Admin,
     Place::Cache,
+    Place::Acme,
 ];
 
 /// Directives sluice knows but cannot run yet, with what to do meanwhile: refused at

@@ -1,0 +1,185 @@
+//! One ACME order (RFC 8555 §7.4) for every name of a managed certificate: the
+//! account (loaded from storage, else created and stored), an authorization per name
+//! answered with the attempt's challenge, then the CSR and the issued chain.
+
+use std::time::Duration;
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, OrderStatus, RetryPolicy,
+};
+
+use super::{certs, store::Stored, Managed, Manager};
+
+/// How long the ACME server may take to validate, and then to issue.
+const POLL: RetryPolicy = RetryPolicy::new()
+    .initial_delay(Duration::from_millis(250))
+    .backoff(1.5)
+    .timeout(Duration::from_secs(90));
+
+/// A challenge answer put up for an order, to take down after it.
+pub(super) enum Answer {
+    Http01(String),
+    TlsAlpn01(String),
+}
+
+/// The challenge the `attempt`-th try uses: TLS-ALPN-01 first when allowed, and with
+/// both allowed, the other one after each failure.
+fn challenge_for(m: &Manager, attempt: u32) -> ChallengeType {
+    match (m.config.tls_alpn01, m.config.http01) {
+        (true, true) if attempt % 2 == 1 => ChallengeType::Http01,
+        (true, _) => ChallengeType::TlsAlpn01,
+        _ => ChallengeType::Http01,
+    }
+}
+
+/// Orders and returns the certificate and its key.
+pub(super) async fn order(m: &Manager, cert: &Managed, attempt: u32) -> Result<Stored, String> {
+    let account = account(m).await?;
+    let ids: Vec<Identifier> = cert
+        .names
+        .iter()
+        .map(|n| Identifier::Dns(n.clone()))
+        .collect();
+    let mut order = account
+        .new_order(&NewOrder::new(&ids))
+        .await
+        .map_err(|e| format!("new order: {e}"))?;
+    let kind = challenge_for(m, attempt);
+    let mut answers = Vec::new();
+    let r = async {
+        answer(m, &mut order, kind.clone(), &mut answers).await?;
+        let status = order
+            .poll_ready(&POLL)
+            .await
+            .map_err(|e| format!("waiting for validation: {e}"))?;
+        if status != OrderStatus::Ready {
+            return Err(why_invalid(&mut order, kind, status).await);
+        }
+        Ok(())
+    }
+    .await;
+    m.withdraw(&answers).await;
+    r?;
+    let (csr, key) = certs::request(&cert.names)?;
+    order
+        .finalize_csr(&csr)
+        .await
+        .map_err(|e| format!("finalizing: {e}"))?;
+    let chain = order
+        .poll_certificate(&POLL)
+        .await
+        .map_err(|e| format!("fetching the certificate: {e}"))?;
+    Ok(Stored { chain, key })
+}
+
+/// Puts up the answer of each pending authorization and tells the server it is ready.
+async fn answer(
+    m: &Manager,
+    order: &mut instant_acme::Order,
+    kind: ChallengeType,
+    answers: &mut Vec<Answer>,
+) -> Result<(), String> {
+    let mut authorizations = order.authorizations();
+    while let Some(a) = authorizations.next().await {
+        let mut a = a.map_err(|e| format!("authorization: {e}"))?;
+        match a.status {
+            AuthorizationStatus::Pending => {}
+            AuthorizationStatus::Valid => continue,
+            other => return Err(format!("authorization is {other:?}")),
+        }
+        let mut ch = a
+            .challenge(kind.clone())
+            .ok_or_else(|| format!("the ACME server offers no {kind:?} challenge"))?;
+        let name = ch.identifier().to_string();
+        let key_auth = ch.key_authorization();
+        match kind {
+            ChallengeType::Http01 => {
+                let token = ch.token.clone();
+                m.put_http01(&token, key_auth.as_str());
+                answers.push(Answer::Http01(token.clone()));
+                m.storage
+                    .publish("http-01", &token, key_auth.as_str())
+                    .await?;
+            }
+            _ => {
+                let digest = key_auth.digest();
+                let ck = certs::alpn_challenge(&name, digest.as_ref())?;
+                m.put_alpn(&name, ck);
+                answers.push(Answer::TlsAlpn01(name.clone()));
+                m.storage
+                    .publish("tls-alpn-01", &name, &super::to_hex(digest.as_ref()))
+                    .await?;
+            }
+        }
+        ch.set_ready()
+            .await
+            .map_err(|e| format!("{name}: challenge: {e}"))?;
+    }
+    Ok(())
+}
+
+/// What the server said about the names that failed validation.
+async fn why_invalid(
+    order: &mut instant_acme::Order,
+    kind: ChallengeType,
+    status: OrderStatus,
+) -> String {
+    let mut why = Vec::new();
+    let mut authorizations = order.authorizations();
+    while let Some(Ok(mut a)) = authorizations.next().await {
+        let name = a.identifier().to_string();
+        if let Ok(state) = a.refresh().await {
+            let errors = state.challenges.iter().filter_map(|c| c.error.as_ref());
+            why.extend(errors.map(|e| format!("{name}: {e}")));
+        }
+    }
+    if why.is_empty() {
+        format!("the order is {status:?} after the {kind:?} challenge")
+    } else {
+        format!("{kind:?} validation failed: {}", why.join("; "))
+    }
+}
+
+/// The account for the manager's directory: the one in memory, else the stored one,
+/// else a new one (stored at once).
+async fn account(m: &Manager) -> Result<Account, String> {
+    let mut slot = m.account.lock().await;
+    if let Some(a) = &*slot {
+        return Ok(a.clone());
+    }
+    let dir = &m.config.directory;
+    let builder = || Account::builder_with_http(Box::new(m.http.clone()));
+    let a = match m.storage.account(dir).await? {
+        Some(json) => {
+            let creds: AccountCredentials =
+                serde_json::from_str(&json).map_err(|e| format!("stored account: {e}"))?;
+            builder()
+                .from_credentials(creds)
+                .await
+                .map_err(|e| format!("{dir}: {e}"))?
+        }
+        None => {
+            let contact = m.config.email.as_ref().map(|e| format!("mailto:{e}"));
+            let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
+            let new = NewAccount {
+                contact: &contacts,
+                terms_of_service_agreed: true,
+                only_return_existing: false,
+            };
+            let (a, creds) = builder()
+                .create(&new, dir.clone(), None)
+                .await
+                .map_err(|e| format!("creating an account at {dir}: {e}"))?;
+            let json = serde_json::to_string(&creds).map_err(|e| e.to_string())?;
+            m.storage.save_account(dir, &json).await?;
+            tracing::info!(
+                "sluice: acme: account created at {dir}, stored in {}",
+                m.storage.describe()
+            );
+            a
+        }
+    };
+    *slot = Some(a.clone());
+    Ok(a)
+}

@@ -1,0 +1,522 @@
+//! Automatic HTTPS against a real ACME server: Debian's `pebble` on loopback, its
+//! validation ports pointed at sluice's listeners (DESIGN §15.5, §15.8).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::pebble::{free_port, Pebble};
+use common::pki::{any_cert_client, connect, presented};
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// What the placeholder's subject says (see `acme::certs::PLACEHOLDER_CN`).
+const PLACEHOLDER: &[u8] = b"sluice placeholder";
+const ISSUED: &str = "acme: certificate for app.test, www.app.test issued";
+
+struct Setup<'a> {
+    http: u16,
+    tls: u16,
+    directory: &'a str,
+    ca_root: Option<&'a std::path::Path>,
+    storage: &'a str,
+    challenge: &'a str,
+    body: &'a str,
+}
+
+impl Setup<'_> {
+    fn config(&self) -> String {
+        let ca = self
+            .ca_root
+            .map(|p| format!("ca_root {}", p.display()))
+            .unwrap_or_default();
+        format!(
+            "listen 127.0.0.1:{http}
+listen 127.0.0.1:{tls} tls
+global {{
+    admin 127.0.0.1:0
+    acme {{
+        directory {dir}
+        {ca}
+        email ops@example.com
+        storage {storage}
+        challenge {challenge}
+    }}
+}}
+site app.test www.app.test {{
+    tls auto
+    respond \"{body}\\n\"
+}}
+",
+            http = self.http,
+            tls = self.tls,
+            dir = self.directory,
+            storage = self.storage,
+            challenge = self.challenge,
+            body = self.body,
+        )
+    }
+
+    /// Starts sluice on this config, written to `path` (so a test can change it).
+    fn start(&self, path: &std::path::Path) -> Sluice {
+        std::fs::write(path, self.config()).unwrap();
+        Sluice::spawn(&["run", "-c", path.to_str().unwrap()], TempDir::new())
+    }
+}
+
+fn tls_addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+fn is_placeholder(der: &[u8]) -> bool {
+    der.windows(PLACEHOLDER.len()).any(|w| w == PLACEHOLDER)
+}
+
+/// A GET of `/` for `host` over a new TLS connection made with `config`: the
+/// certificate presented and the body.
+async fn fetch(
+    port: u16,
+    config: Arc<rustls::ClientConfig>,
+    host: &str,
+) -> std::io::Result<(Vec<u8>, String)> {
+    let mut s = connect(tls_addr(port), config, Some(host)).await?;
+    let der = presented(&s);
+    let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await?;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(WAIT, s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    Ok((der, body))
+}
+
+/// Client settings trusting only `roots` (pebble's), offering http/1.1.
+fn trusting(roots: rustls::RootCertStore) -> Arc<rustls::ClientConfig> {
+    let mut c = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(c)
+}
+
+/// Waits (bounded by `limit`) until `needle` has appeared `n` times in the log.
+fn wait_lines(s: &Sluice, needle: &str, n: usize, limit: Duration) {
+    let end = Instant::now() + limit;
+    while s.logs().matches(needle).count() < n {
+        assert!(
+            Instant::now() < end,
+            "expected {n} log lines with {needle:?}:\n{}",
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What an ACME server's validator does with the challenge certificate: offer only
+/// `acme-tls/1` and look at the certificate itself (its critical `acmeIdentifier`
+/// extension is one no web PKI verifier accepts).
+fn validator() -> Arc<rustls::ClientConfig> {
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    #[derive(Debug)]
+    struct Look;
+    impl ServerCertVerifier for Look {
+        fn verify_server_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &ServerName<'_>,
+            _: &[u8],
+            _: UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            Ok(ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            Ok(HandshakeSignatureValid::assertion())
+        }
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            Ok(HandshakeSignatureValid::assertion())
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            rustls::crypto::ring::default_provider()
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
+    let mut c = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .dangerous()
+    .with_custom_certificate_verifier(Arc::new(Look))
+    .with_no_client_auth();
+    c.alpn_protocols = vec![b"acme-tls/1".to_vec()];
+    Arc::new(c)
+}
+
+async fn metric(admin: SocketAddr, line: &str) -> u64 {
+    let m = get(admin, "/metrics").await.text();
+    m.lines()
+        .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {line} in:\n{m}"))
+}
+
+/// Both challenges, alone: the certificate arrives, chains to pebble's root for both
+/// names, and serves the site; the placeholder served before it.
+#[tokio::test]
+async fn a_certificate_is_issued_over_each_challenge_and_verifies_against_the_acme_root() {
+    for challenge in ["tls-alpn-01", "http-01"] {
+        let (http, tls) = (free_port(), free_port());
+        let Some(pebble) = Pebble::start(http, tls, Duration::from_secs(3600)) else {
+            return;
+        };
+        let data = TempDir::new();
+        let conf = TempDir::new();
+        let setup = Setup {
+            http,
+            tls,
+            directory: &pebble.directory,
+            ca_root: Some(&pebble.api_ca),
+            storage: data.0.to_str().unwrap(),
+            challenge,
+            body: "hello",
+        };
+        let s = setup.start(&conf.0.join("sluice.conf"));
+        s.wait_log("serving a self-signed placeholder");
+        s.wait_log(ISSUED);
+        let verified = trusting(pebble.root().await);
+        for host in ["app.test", "www.app.test"] {
+            let (der, body) = fetch(tls, verified.clone(), host)
+                .await
+                .unwrap_or_else(|e| panic!("{challenge}: {host} does not verify: {e}"));
+            assert!(!is_placeholder(&der));
+            assert_eq!(body, "hello\n", "{challenge}");
+        }
+        // The key file is the process's alone.
+        use std::os::unix::fs::PermissionsExt;
+        let key = data.0.join("certificates/app.test/key.pem");
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{}", key.display());
+        let status: serde_json::Value =
+            serde_json::from_str(&get(s.admin(), "/status").await.text()).unwrap();
+        let cert = &status["acme"]["certificates"][0];
+        assert_eq!(
+            cert["names"],
+            serde_json::json!(["app.test", "www.app.test"])
+        );
+        assert!(cert["not_after"].is_string() && cert["next_renewal"].is_string());
+        assert!(cert["last_error"].is_null());
+        assert_eq!(
+            metric(s.admin(), "sluice_acme_orders_total{result=\"ok\"}").await,
+            1
+        );
+    }
+}
+
+/// An ACME server that is down: the placeholder serves the site, each failure is
+/// logged with the retry's wait, counted and shown in `/status`.
+#[tokio::test]
+async fn an_acme_server_that_is_down_leaves_the_placeholder_serving_and_retries() {
+    let data = TempDir::new();
+    let conf = TempDir::new();
+    let dead = dead_addr().await;
+    let directory = format!("https://{dead}/dir");
+    let (http, tls) = (free_port(), free_port());
+    let setup = Setup {
+        http,
+        tls,
+        directory: &directory,
+        ca_root: None,
+        storage: data.0.to_str().unwrap(),
+        challenge: "tls-alpn-01 http-01",
+        body: "still here",
+    };
+    let s = setup.start(&conf.0.join("sluice.conf"));
+    wait_lines(&s, "failed", 2, Duration::from_secs(10));
+    assert!(
+        s.logs()
+            .contains("attempt 2, retrying in 4s; the placeholder keeps serving"),
+        "{}",
+        s.logs()
+    );
+    let (der, body) = fetch(tls, any_cert_client(&[b"http/1.1"]), "app.test")
+        .await
+        .unwrap();
+    assert!(is_placeholder(&der));
+    assert_eq!(body, "still here\n");
+    let admin = s.admin();
+    assert!(metric(admin, "sluice_acme_orders_total{result=\"error\"}").await >= 2);
+    assert_eq!(
+        metric(admin, "sluice_acme_orders_total{result=\"ok\"}").await,
+        0
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&get(admin, "/status").await.text()).unwrap();
+    let cert = &status["acme"]["certificates"][0];
+    assert!(cert["not_after"].is_null(), "{cert}");
+    assert!(
+        cert["last_error"]
+            .as_str()
+            .unwrap()
+            .contains(&dead.to_string()),
+        "{cert}"
+    );
+}
+
+/// Short-lived certificates are renewed in the background (at a third of their
+/// lifetime here): new handshakes get the new one, a connection made before keeps
+/// working.
+#[tokio::test]
+async fn renewal_serves_new_handshakes_the_new_certificate_and_leaves_open_connections() {
+    let (http, tls) = (free_port(), free_port());
+    let Some(pebble) = Pebble::start(http, tls, Duration::from_secs(9)) else {
+        return;
+    };
+    let data = TempDir::new();
+    let conf = TempDir::new();
+    let setup = Setup {
+        http,
+        tls,
+        directory: &pebble.directory,
+        ca_root: Some(&pebble.api_ca),
+        storage: data.0.to_str().unwrap(),
+        challenge: "tls-alpn-01",
+        body: "hello",
+    };
+    let s = setup.start(&conf.0.join("sluice.conf"));
+    wait_lines(&s, ISSUED, 1, WAIT);
+    let verified = trusting(pebble.root().await);
+    let mut open = connect(tls_addr(tls), verified.clone(), Some("app.test"))
+        .await
+        .unwrap();
+    let first = presented(&open);
+    wait_lines(&s, ISSUED, 2, Duration::from_secs(15));
+    let (second, body) = fetch(tls, verified, "app.test").await.unwrap();
+    assert_ne!(
+        first, second,
+        "a new handshake gets the renewed certificate"
+    );
+    assert_eq!(body, "hello\n");
+    open.write_all(b"GET / HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(WAIT, open.read_to_end(&mut out)).await;
+    assert!(String::from_utf8_lossy(&out).ends_with("hello\n"));
+}
+
+/// The folder outlives the process: a restart serves the stored certificate from its
+/// first handshake and orders nothing; a reload orders nothing either.
+#[tokio::test]
+async fn a_restart_and_a_reload_reuse_the_stored_certificate_without_ordering() {
+    let (http, tls) = (free_port(), free_port());
+    let Some(pebble) = Pebble::start(http, tls, Duration::from_secs(3600)) else {
+        return;
+    };
+    let data = TempDir::new();
+    let conf = TempDir::new();
+    let path: PathBuf = conf.0.join("sluice.conf");
+    let mut setup = Setup {
+        http,
+        tls,
+        directory: &pebble.directory,
+        ca_root: Some(&pebble.api_ca),
+        storage: data.0.to_str().unwrap(),
+        challenge: "http-01",
+        body: "one",
+    };
+    let first = {
+        let s = setup.start(&path);
+        s.wait_log(ISSUED);
+        let (der, _) = fetch(tls, any_cert_client(&[b"http/1.1"]), "app.test")
+            .await
+            .unwrap();
+        der
+    };
+    let s = setup.start(&path);
+    let (der, body) = fetch(tls, trusting(pebble.root().await), "app.test")
+        .await
+        .unwrap();
+    assert_eq!(der, first, "the stored certificate serves at once");
+    assert_eq!(body, "one\n");
+    setup.body = "two";
+    std::fs::write(&path, setup.config()).unwrap();
+    s.signal("HUP");
+    s.wait_log("reloaded: revision 2");
+    let (der, body) = fetch(tls, any_cert_client(&[b"http/1.1"]), "app.test")
+        .await
+        .unwrap();
+    assert_eq!((der, body.as_str()), (first, "two\n"));
+    let admin = s.admin();
+    assert_eq!(
+        metric(admin, "sluice_acme_orders_total{result=\"ok\"}").await,
+        0
+    );
+    assert!(!s.logs().contains("placeholder"), "{}", s.logs());
+    assert!(!s.logs().contains("issued"), "{}", s.logs());
+}
+
+/// Two instances sharing Redis storage: one order between them, the same certificate
+/// on both; and challenge answers published there are answered by either instance.
+#[tokio::test]
+async fn two_instances_sharing_redis_make_one_order() {
+    let Some(redis) = redis::RedisServer::start() else {
+        return;
+    };
+    let (http_a, tls_a) = (free_port(), free_port());
+    let (http_b, tls_b) = (free_port(), free_port());
+    let Some(pebble) = Pebble::start(http_a, tls_a, Duration::from_secs(3600)) else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let conf = TempDir::new();
+    let instance = |http, tls, path: &str| {
+        Setup {
+            http,
+            tls,
+            directory: &pebble.directory,
+            ca_root: Some(&pebble.api_ca),
+            storage: &url,
+            challenge: "tls-alpn-01 http-01",
+            body: "hello",
+        }
+        .start(&conf.0.join(path))
+    };
+    let a = instance(http_a, tls_a, "a.conf");
+    let b = instance(http_b, tls_b, "b.conf");
+    let verified = trusting(pebble.root().await);
+    let end = Instant::now() + Duration::from_secs(15);
+    let mut served = Vec::new();
+    for port in [tls_a, tls_b] {
+        loop {
+            if let Ok((der, _)) = fetch(port, verified.clone(), "app.test").await {
+                served.push(der);
+                break;
+            }
+            assert!(Instant::now() < end, "{}\n---\n{}", a.logs(), b.logs());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert_eq!(served[0], served[1], "both serve the one certificate");
+    let orders = a.logs().matches(ISSUED).count() + b.logs().matches(ISSUED).count();
+    assert_eq!(orders, 1, "{}\n---\n{}", a.logs(), b.logs());
+    let ok = |s: &Sluice| metric(s.admin(), "sluice_acme_orders_total{result=\"ok\"}");
+    assert_eq!(ok(&a).await + ok(&b).await, 1);
+
+    // A challenge another instance put up is answered here too: HTTP-01 on the
+    // plain listener, TLS-ALPN-01 in the handshake.
+    let client = ::redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = ::redis::cmd("SET")
+        .arg("sluice:acme:http-01:tok_123")
+        .arg("tok_123.thumb")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let digest = "ab".repeat(32);
+    let _: () = ::redis::cmd("SET")
+        .arg("sluice:acme:tls-alpn-01:app.test")
+        .arg(&digest)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let plain = SocketAddr::from(([127, 0, 0, 1], http_b));
+    let r = get_host(plain, "app.test", "/.well-known/acme-challenge/tok_123").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "tok_123.thumb"));
+    let r = get_host(plain, "app.test", "/.well-known/acme-challenge/other").await;
+    assert_eq!(
+        r.status, 200,
+        "no answer pending: the site's route serves it"
+    );
+    assert_eq!(r.text(), "hello\n");
+    let s = connect(tls_addr(tls_b), validator(), Some("app.test"))
+        .await
+        .unwrap();
+    assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"acme-tls/1"[..]));
+    let der = presented(&s);
+    let want: Vec<u8> = (0..32).map(|_| 0xab).collect();
+    assert!(
+        der.windows(32).any(|w| w == want.as_slice()),
+        "the acmeIdentifier extension carries the digest"
+    );
+}
+
+#[test]
+fn a_bad_acme_setup_fails_the_check_with_where_and_why() {
+    let dir = TempDir::new();
+    let tls = "listen :8443 tls\nlisten :8080\n";
+    let cases: &[(&str, &str)] = &[
+        (
+            "listen :8080\nsite a.test { tls auto\n respond ok }",
+            "has `tls auto` but there is no `tls` listener",
+        ),
+        (
+            &format!("{tls}site *.a.test {{ tls auto\n respond ok }}"),
+            "needs the dns-01 challenge",
+        ),
+        (
+            &format!("{tls}site * {{ tls auto\n respond ok }}"),
+            "`tls auto` cannot get a certificate for *",
+        ),
+        (
+            &format!("{tls}site 10.0.0.1 {{ tls auto\n respond ok }}"),
+            "cannot get a certificate for the address",
+        ),
+        (
+            "listen :8443 tls\nglobal { acme { challenge http-01 } }\nsite a.test { tls auto\n respond ok }",
+            "needs a plain listener",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ challenge dns-01 }} }}\nsite a.test {{ tls auto\n respond ok }}"),
+            "dns-01 is not offered",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ directory ftp://x }} }}"),
+            "the ACME server's directory URL",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ email nobody }} }}"),
+            "an email address",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ storage redis://x }} }}"),
+            "a Redis address",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ ca_root /nonexistent/root.pem }} }}"),
+            "/nonexistent/root.pem",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ renew_before 0s }} }}"),
+            "renew_before",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ contact x }} }}"),
+            "an `acme` block takes",
+        ),
+    ];
+    for (text, want) in cases {
+        assert_check_fails(&dir, text, want);
+    }
+}
