@@ -423,6 +423,8 @@ async fn two_instances_sharing_redis_make_one_order() {
     assert_eq!(orders, 1, "{}\n---\n{}", a.logs(), b.logs());
     let ok = |s: &Sluice| metric(s.admin(), "sluice_acme_orders_total{result=\"ok\"}");
     assert_eq!(ok(&a).await + ok(&b).await, 1);
+    let failed = |s: &Sluice| metric(s.admin(), "sluice_acme_orders_total{result=\"error\"}");
+    assert_eq!(failed(&a).await + failed(&b).await, 0, "the waiting instance never competed");
 
     // A challenge another instance put up is answered here too: HTTP-01 on the
     // plain listener, TLS-ALPN-01 in the handshake.
