@@ -25,7 +25,7 @@ fn signed(key: &KeyPair, der: CertificateDer<'static>) -> Result<Arc<CertifiedKe
     Ok(Arc::new(CertifiedKey::new(vec![der], signer)))
 }
 
-/// A self-signed certificate for `names`, valid from a day ago for 90 days.
+/// A self-signed certificate for `names`, valid from an hour ago for a day.
 fn self_signed(
     names: &[String],
     cn: &str,
@@ -37,14 +37,16 @@ fn self_signed(
     dn.push(DnType::CommonName, cn);
     params.distinguished_name = dn;
     let now = time::OffsetDateTime::now_utc();
-    params.not_before = now - time::Duration::days(1);
-    params.not_after = now + time::Duration::days(90);
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(1);
     params.custom_extensions = extra;
     let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
     signed(&key, cert.der().clone())
 }
 
-/// What a `tls auto` site serves before its first certificate exists.
+/// What a `tls auto` site serves before its first certificate exists. Valid for a day
+/// (made again at each start): while it serves, the certificate expiry metric says the
+/// site's certificate ends within a day, which the usual alert catches.
 pub(crate) fn placeholder(names: &[String]) -> Arc<CertifiedKey> {
     self_signed(names, PLACEHOLDER_CN, Vec::new())
         .expect("rcgen makes a certificate for names the config accepted")
