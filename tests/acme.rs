@@ -48,6 +48,7 @@ global {{
 }}
 site app.test www.app.test {{
     tls auto
+    https_redirect
     respond \"{body}\\n\"
 }}
 ",
@@ -183,7 +184,8 @@ async fn metric(admin: SocketAddr, line: &str) -> u64 {
 }
 
 /// Both challenges, alone: the certificate arrives, chains to pebble's root for both
-/// names, and serves the site; the placeholder served before it.
+/// names, and serves the site; the placeholder served before it. The site redirects
+/// plain HTTP to HTTPS: HTTP-01 is answered all the same.
 #[tokio::test]
 async fn a_certificate_is_issued_over_each_challenge_and_verifies_against_the_acme_root() {
     for challenge in ["tls-alpn-01", "http-01"] {
@@ -424,7 +426,11 @@ async fn two_instances_sharing_redis_make_one_order() {
     let ok = |s: &Sluice| metric(s.admin(), "sluice_acme_orders_total{result=\"ok\"}");
     assert_eq!(ok(&a).await + ok(&b).await, 1);
     let failed = |s: &Sluice| metric(s.admin(), "sluice_acme_orders_total{result=\"error\"}");
-    assert_eq!(failed(&a).await + failed(&b).await, 0, "the waiting instance never competed");
+    assert_eq!(
+        failed(&a).await + failed(&b).await,
+        0,
+        "the waiting instance never competed"
+    );
 
     // A challenge another instance put up is answered here too: HTTP-01 on the
     // plain listener, TLS-ALPN-01 in the handshake.
@@ -452,6 +458,8 @@ async fn two_instances_sharing_redis_make_one_order() {
         "no answer pending: the site's route serves it"
     );
     assert_eq!(r.text(), "hello\n");
+    let r = get_host(plain, "app.test", "/").await;
+    assert_eq!(r.status, 308, "the rest of the site is sent to HTTPS");
     let s = connect(tls_addr(tls_b), validator(), Some("app.test"))
         .await
         .unwrap();
