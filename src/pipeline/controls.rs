@@ -21,18 +21,24 @@ pub(crate) struct Http11Required;
 /// Where ACME HTTP-01 challenges are asked: never redirected.
 const ACME_CHALLENGES: &str = crate::acme::HTTP01_PREFIX;
 
+/// `tls auto` sites answer HTTP-01 challenges, and this request on a plain listener
+/// asks for one.
+#[inline]
+pub(super) fn acme_challenge(
+    gen: &Generation,
+    client: &ClientInfo,
+    req: &Request<Body>,
+) -> Option<std::sync::Arc<crate::acme::Manager>> {
+    let acme = gen.acme_http01.as_ref()?;
+    let asks = client.scheme == Scheme::Http && req.uri().path().starts_with(ACME_CHALLENGES);
+    asks.then(|| acme.clone())
+}
+
 /// Before the site is looked up, on a plain listener: the answer to an HTTP-01
 /// challenge an order of `tls auto` is waiting for (`200`, the key authorization).
 /// Anything else under the challenge path goes on to the site's routes (an ACME
 /// client of a backend, certbot's webroot, keeps working).
-pub(super) async fn acme_http01(
-    acme: &crate::acme::Manager,
-    client: &ClientInfo,
-    path: &str,
-) -> Option<Response<Body>> {
-    if client.scheme != Scheme::Http {
-        return None;
-    }
+pub(super) async fn acme_http01(acme: &crate::acme::Manager, path: &str) -> Option<Response<Body>> {
     let token = path.strip_prefix(ACME_CHALLENGES)?;
     if token.is_empty()
         || !token

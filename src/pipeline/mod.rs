@@ -103,7 +103,8 @@ pub(crate) struct Offer {
 }
 
 /// Serves one request on the current generation. Boxed so a connection's task stays
-/// small while it waits idle.
+/// small while it waits idle. An ACME HTTP-01 challenge is told apart before any
+/// future is made, so requests that are not one carry nothing of it.
 pub(crate) fn handle(
     live: &Live,
     req: Request<Body>,
@@ -111,7 +112,32 @@ pub(crate) fn handle(
     offer: Offer,
 ) -> ResponseFuture {
     let gen = live.load();
-    Box::pin(async move {
+    if let Some(acme) = controls::acme_challenge(&gen, &client, &req) {
+        return Box::pin(async move {
+            match controls::acme_http01(&acme, req.uri().path()).await {
+                Some(resp) => Answer {
+                    resp,
+                    served: None,
+                    tunnel: None,
+                    meter: None,
+                },
+                None => serve(gen, req, client, offer).await,
+            }
+        });
+    }
+    Box::pin(serve(gen, req, client, offer))
+}
+
+/// The request's whole journey. An `async move` block, not an `async fn`: the block
+/// uses what it captured in place, where an `async fn` would copy its arguments into
+/// its state once more when first polled.
+fn serve(
+    gen: Arc<Generation>,
+    req: Request<Body>,
+    client: ClientInfo,
+    offer: Offer,
+) -> impl std::future::Future<Output = Answer> + Send {
+    async move {
         let slots = Slots::default();
         let mut metering = Unanswered {
             meter: None,
@@ -124,7 +150,7 @@ pub(crate) fn handle(
             tunnel: slots.tunnel.into_inner(),
             meter: metering.meter.take(),
         }
-    })
+    }
 }
 
 /// A metered request whose pipeline has not answered: when its future is dropped
@@ -158,11 +184,6 @@ async fn run(
     offer: Offer,
     meter: &mut Option<Arc<Meter>>,
 ) -> Response<Body> {
-    if let Some(acme) = gen.acme_http01.as_ref() {
-        if let Some(r) = controls::acme_http01(acme, client, req.uri().path()).await {
-            return r;
-        }
-    }
     // Not a nested async fn: awaiting one moves its whole (large) future once more.
     let (site, route, normalized) = match locate(gen, &req, client, meter) {
         Ok(found) => found,
