@@ -130,7 +130,8 @@ pub(crate) fn handle(
 
 /// The request's whole journey. An `async move` block, not an `async fn`: the block
 /// uses what it captured in place, where an `async fn` would copy its arguments into
-/// its state once more when first polled.
+/// its state once more when first polled (measured: two more copies a request).
+#[allow(clippy::manual_async_fn)]
 fn serve(
     gen: Arc<Generation>,
     req: Request<Body>,
