@@ -217,9 +217,18 @@ async fn a_certificate_is_issued_over_each_challenge_and_verifies_against_the_ac
         }
         // The key file is the process's alone.
         use std::os::unix::fs::PermissionsExt;
-        let key = data.0.join("certificates/app.test/key.pem");
-        let mode = std::fs::metadata(&key).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600, "{}", key.display());
+        let scope = pebble
+            .directory
+            .trim_start_matches("https://")
+            .replace([':', '/'], "_");
+        let key = data
+            .0
+            .join(format!("certificates/{scope}/app.test/key.pem"));
+        let account = data.0.join(format!("accounts/{scope}.json"));
+        for private in [key, account] {
+            let mode = std::fs::metadata(&private).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", private.display());
+        }
         let status: serde_json::Value =
             serde_json::from_str(&get(s.admin(), "/status").await.text()).unwrap();
         let cert = &status["acme"]["certificates"][0];
@@ -256,6 +265,13 @@ async fn an_acme_server_that_is_down_leaves_the_placeholder_serving_and_retries(
     };
     let s = setup.start(&conf.0.join("sluice.conf"));
     wait_lines(&s, "failed", 2, Duration::from_secs(10));
+    assert_eq!(
+        s.logs()
+            .matches("serving a self-signed placeholder")
+            .count(),
+        1,
+        "warned once"
+    );
     assert!(
         s.logs()
             .contains("attempt 2, retrying in 4s; the placeholder keeps serving"),
@@ -432,6 +448,15 @@ async fn two_instances_sharing_redis_make_one_order() {
         "the waiting instance never competed"
     );
 
+    // A third instance (a restart) serves the stored certificate from its first
+    // handshake: no placeholder, no order.
+    let (http_c, tls_c) = (free_port(), free_port());
+    let c = instance(http_c, tls_c, "c.conf");
+    let (der, _) = fetch(tls_c, verified.clone(), "app.test").await.unwrap();
+    assert_eq!(der, served[0]);
+    assert!(!c.logs().contains("placeholder"), "{}", c.logs());
+    assert_eq!(ok(&c).await, 0);
+
     // A challenge another instance put up is answered here too: HTTP-01 on the
     // plain listener, TLS-ALPN-01 in the handshake.
     let client = ::redis::Client::open(url.as_str()).unwrap();
@@ -472,9 +497,78 @@ async fn two_instances_sharing_redis_make_one_order() {
     );
 }
 
+/// Certificates are kept per ACME server: pointing `directory` at another one orders
+/// from it (a staging certificate is never carried to production), while a change of
+/// any other setting (here `email`) keeps the certificate. A site that gains a name
+/// keeps serving its certificate for the others until the new one arrives.
+#[tokio::test]
+async fn a_new_directory_orders_again_other_changes_and_a_new_name_keep_serving() {
+    let (http, tls) = (free_port(), free_port());
+    let Some(pebble) = Pebble::start(http, tls, Duration::from_secs(3600)) else {
+        return;
+    };
+    let data = TempDir::new();
+    let conf = TempDir::new();
+    let path: PathBuf = conf.0.join("sluice.conf");
+    let other = pebble.directory.replace("127.0.0.1", "localhost");
+    let setup = Setup {
+        http,
+        tls,
+        directory: &pebble.directory,
+        ca_root: Some(&pebble.api_ca),
+        storage: data.0.to_str().unwrap(),
+        challenge: "tls-alpn-01",
+        body: "hello",
+    };
+    let s = setup.start(&path);
+    wait_lines(&s, ISSUED, 1, WAIT);
+    let any = any_cert_client(&[b"http/1.1"]);
+    let (first, _) = fetch(tls, any.clone(), "app.test").await.unwrap();
+    // Another email: the same server, the same certificate.
+    std::fs::write(
+        &path,
+        setup.config().replace("ops@example.com", "sre@example.com"),
+    )
+    .unwrap();
+    s.signal("HUP");
+    s.wait_log("reloaded: revision 2");
+    assert_eq!(fetch(tls, any.clone(), "app.test").await.unwrap().0, first);
+    // Another directory (the same pebble by another name): a new order.
+    let moved = Setup {
+        directory: &other,
+        ..setup
+    };
+    std::fs::write(&path, moved.config()).unwrap();
+    s.signal("HUP");
+    s.wait_log("reloaded: revision 3");
+    wait_lines(&s, ISSUED, 2, WAIT);
+    let (second, _) = fetch(tls, any.clone(), "app.test").await.unwrap();
+    assert_ne!(second, first);
+    // A name more: the stored certificate serves the others meanwhile, then one
+    // certificate for all three.
+    let grown = moved.config().replace(
+        "site app.test www.app.test",
+        "site app.test www.app.test api.app.test",
+    );
+    std::fs::write(&path, grown).unwrap();
+    s.signal("HUP");
+    s.wait_log("does not cover all of app.test, www.app.test, api.app.test");
+    wait_lines(
+        &s,
+        "acme: certificate for app.test, www.app.test, api.app.test issued",
+        1,
+        WAIT,
+    );
+    let verified = trusting(pebble.root().await);
+    let (third, _) = fetch(tls, verified, "api.app.test").await.unwrap();
+    assert_ne!(third, second);
+    assert_eq!(s.logs().matches("issued by").count(), 3, "{}", s.logs());
+}
+
 #[test]
 fn a_bad_acme_setup_fails_the_check_with_where_and_why() {
     let dir = TempDir::new();
+    let not_a_folder = dir.write("plain-file", "x").join("acme");
     let tls = "listen :8443 tls\nlisten :8080\n";
     let cases: &[(&str, &str)] = &[
         (
@@ -524,6 +618,18 @@ fn a_bad_acme_setup_fails_the_check_with_where_and_why() {
         (
             &format!("{tls}global {{ acme {{ contact x }} }}"),
             "an `acme` block takes",
+        ),
+        (
+            &format!("{tls}site localhost {{ tls auto\n respond ok }}"),
+            "public DNS names",
+        ),
+        (
+            &format!("{tls}site a_b.test {{ tls auto\n respond ok }}"),
+            "public DNS names",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ storage {} }} }}\nsite a.test {{ tls auto\n respond ok }}", not_a_folder.display()),
+            "Not a directory",
         ),
     ];
     for (text, want) in cases {

@@ -23,6 +23,31 @@ pub(super) enum Answer {
     TlsAlpn01(String),
 }
 
+/// The answers an order put up: taken down from this process when it ends, also when
+/// its future is dropped (a lost lock); Redis copies are deleted after a finished
+/// validation and expire otherwise.
+struct Posted<'a> {
+    m: &'a Manager,
+    answers: Vec<Answer>,
+}
+
+impl Drop for Posted<'_> {
+    fn drop(&mut self) {
+        self.m.forget(&self.answers);
+    }
+}
+
+impl Posted<'_> {
+    async fn withdraw(self) {
+        for a in &self.answers {
+            match a {
+                Answer::Http01(token) => self.m.storage.withdraw("http-01", token).await,
+                Answer::TlsAlpn01(name) => self.m.storage.withdraw("tls-alpn-01", name).await,
+            }
+        }
+    }
+}
+
 /// The challenge the `attempt`-th try uses: TLS-ALPN-01 first when allowed, and with
 /// both allowed, the other one after each failure.
 fn challenge_for(m: &Manager, attempt: u32) -> ChallengeType {
@@ -46,9 +71,12 @@ pub(super) async fn order(m: &Manager, cert: &Managed, attempt: u32) -> Result<S
         .await
         .map_err(|e| format!("new order: {e}"))?;
     let kind = challenge_for(m, attempt);
-    let mut answers = Vec::new();
+    let mut posted = Posted {
+        m,
+        answers: Vec::new(),
+    };
     let r = async {
-        answer(m, &mut order, kind.clone(), &mut answers).await?;
+        answer(m, &mut order, kind.clone(), &mut posted.answers).await?;
         let status = order
             .poll_ready(&POLL)
             .await
@@ -59,7 +87,7 @@ pub(super) async fn order(m: &Manager, cert: &Managed, attempt: u32) -> Result<S
         Ok(())
     }
     .await;
-    m.withdraw(&answers).await;
+    posted.withdraw().await;
     r?;
     let (csr, key) = certs::request(&cert.names)?;
     order

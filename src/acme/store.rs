@@ -1,15 +1,24 @@
 //! Where accounts and certificates are kept: a folder, or Redis shared by every
 //! instance that names it.
 //!
-//! Folder: `accounts/<directory>.json` and `certificates/<first name>/{cert,key}.pem`,
-//! each written to a temporary name and renamed over the old one (a crash leaves the
-//! old file or the new one, never half of one); key files and accounts are mode 0600.
+//! Certificates are kept per ACME directory: another server's certificate is never
+//! taken for this one's.
 //!
-//! Redis: `sluice:acme:account:<directory URL>`, `sluice:acme:cert:<first name>` (JSON
-//! `{cert, key}`), the order lock `sluice:acme:lock:<first name>` (`SET NX PX` with a
-//! random token, kept alive while ordering, released only by its holder), and the
-//! challenge answers (`sluice:acme:http-01:<token>`, `sluice:acme:tls-alpn-01:<name>`)
-//! so that whichever instance the ACME server reaches can answer.
+//! Folder: `accounts/<directory>.json` and `certificates/<directory>/<name>/{cert,key}.pem`
+//! (`<directory>` the URL flattened to one file name, `<name>` the first of the names
+//! in sorted order), each file written to a temporary name and renamed over the old
+//! one (a crash leaves the old file or the new one, never half of one; a crash
+//! between the two renames leaves a pair that does not match, which is refused when
+//! read and ordered again); key files and accounts are mode 0600.
+//!
+//! Redis: `sluice:acme:account:<directory URL>`, `sluice:acme:cert:<directory URL>:<name>`
+//! (JSON `{cert, key}`: one value, never torn), the order lock
+//! `sluice:acme:lock:<directory URL>:<name>` (`SET NX PX` with a random token, kept
+//! alive while ordering, released only by its holder), the wait after a failed order
+//! (`sluice:acme:retry:…`, so instances do not take turns at a server that refuses),
+//! and the challenge answers (`sluice:acme:http-01:<token>`,
+//! `sluice:acme:tls-alpn-01:<name>`) so that whichever instance the ACME server reaches
+//! can answer. One connection is kept and made again after an error.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -31,31 +40,54 @@ pub(crate) struct Stored {
     pub key: String,
 }
 
+// One per manager: the size of the larger variant does not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Storage {
-    Folder(PathBuf),
+    Folder {
+        dir: PathBuf,
+        /// The directory URL, flattened to a file name.
+        scope: String,
+    },
     Redis {
         url: String,
         client: Option<redis::Client>,
+        /// The directory URL.
+        scope: String,
+        conn: std::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
     },
 }
 
 type Res<T> = Result<T, String>;
 
 impl Storage {
-    pub(crate) fn new(s: &AcmeStorage) -> Storage {
+    /// `s` for the certificates of the ACME server at `directory`.
+    pub(crate) fn new(s: &AcmeStorage, directory: &str) -> Storage {
         match s {
-            AcmeStorage::Folder(dir) => Storage::Folder(dir.clone()),
+            AcmeStorage::Folder(dir) => Storage::Folder {
+                dir: dir.clone(),
+                scope: flatten(directory),
+            },
             AcmeStorage::Redis(url) => Storage::Redis {
                 url: url.clone(),
                 client: redis::Client::open(url.as_str()).ok(),
+                scope: directory.to_string(),
+                conn: std::sync::Mutex::new(None),
             },
         }
+    }
+
+    /// The Redis key of `what` (`cert`, `lock`, `retry`) for certificate `id`.
+    fn key(&self, what: &str, id: &str) -> String {
+        let scope = match self {
+            Storage::Folder { scope, .. } | Storage::Redis { scope, .. } => scope,
+        };
+        format!("sluice:acme:{what}:{scope}:{id}")
     }
 
     /// `folder DIR` or `redis://…`, for log lines and `/status`.
     pub(crate) fn describe(&self) -> String {
         match self {
-            Storage::Folder(d) => format!("folder {}", d.display()),
+            Storage::Folder { dir, .. } => format!("folder {}", dir.display()),
             Storage::Redis { url, .. } => url.clone(),
         }
     }
@@ -67,14 +99,16 @@ impl Storage {
     /// The stored account's credentials (JSON) for `directory`.
     pub(crate) async fn account(&self, directory: &str) -> Res<Option<String>> {
         match self {
-            Storage::Folder(dir) => read_file(&account_path(dir, directory)).await,
+            Storage::Folder { dir, .. } => read_file(&account_path(dir, directory)).await,
             Storage::Redis { .. } => self.get(&format!("sluice:acme:account:{directory}")).await,
         }
     }
 
     pub(crate) async fn save_account(&self, directory: &str, json: &str) -> Res<()> {
         match self {
-            Storage::Folder(dir) => write_file(account_path(dir, directory), json, true).await,
+            Storage::Folder { dir, .. } => {
+                write_file(account_path(dir, directory), json, true).await
+            }
             Storage::Redis { .. } => {
                 let key = format!("sluice:acme:account:{directory}");
                 self.query(redis::cmd("SET").arg(key).arg(json)).await
@@ -82,55 +116,89 @@ impl Storage {
         }
     }
 
-    /// The certificate stored for `id` (the first of its names).
+    /// The certificate stored for `id`.
     pub(crate) async fn cert(&self, id: &str) -> Res<Option<Stored>> {
         match self {
-            Storage::Folder(dir) => {
-                let dir = dir.clone();
-                let id = id.to_string();
-                tokio::task::spawn_blocking(move || cert_in_folder(&dir, &id))
+            Storage::Folder { dir, scope } => {
+                let at = dir.join("certificates").join(scope).join(id);
+                tokio::task::spawn_blocking(move || cert_in_folder(&at))
                     .await
                     .map_err(|e| e.to_string())?
             }
-            Storage::Redis { .. } => {
-                let Some(text) = self.get(&format!("sluice:acme:cert:{id}")).await? else {
-                    return Ok(None);
-                };
-                let v: serde_json::Value =
-                    serde_json::from_str(&text).map_err(|e| format!("stored certificate: {e}"))?;
-                match (v["cert"].as_str(), v["key"].as_str()) {
-                    (Some(c), Some(k)) => Ok(Some(Stored {
-                        chain: c.to_string(),
-                        key: k.to_string(),
-                    })),
-                    _ => Err("stored certificate: no cert or key".into()),
-                }
-            }
+            Storage::Redis { .. } => match self.get(&self.key("cert", id)).await? {
+                Some(text) => parse_stored(&text).map(Some),
+                None => Ok(None),
+            },
         }
     }
 
-    /// What the folder holds for `id`, read now (at load, so the first handshake
-    /// already gets it). Redis storage is read by the certificate's task instead.
-    pub(crate) fn cert_now(&self, id: &str) -> Option<Stored> {
+    /// What storage holds for `id`, read now, blocking (Redis: at most a second each
+    /// to connect and to answer), when a certificate is made at load: the first
+    /// handshake after a start or a reload gets it.
+    pub(crate) fn cert_now(&self, id: &str) -> Res<Option<Stored>> {
         match self {
-            Storage::Folder(dir) => cert_in_folder(dir, id).ok().flatten(),
-            Storage::Redis { .. } => None,
+            Storage::Folder { dir, scope } => {
+                cert_in_folder(&dir.join("certificates").join(scope).join(id))
+            }
+            Storage::Redis { url, client, .. } => {
+                let client = client
+                    .as_ref()
+                    .ok_or_else(|| format!("{url}: not usable"))?;
+                let second = Duration::from_secs(1);
+                let mut c = client
+                    .get_connection_with_timeout(second)
+                    .map_err(|e| format!("{url}: {e}"))?;
+                c.set_read_timeout(Some(second))
+                    .map_err(|e| format!("{url}: {e}"))?;
+                let text: Option<String> = redis::cmd("GET")
+                    .arg(self.key("cert", id))
+                    .query(&mut c)
+                    .map_err(|e| format!("{url}: {e}"))?;
+                text.map(|t| parse_stored(&t)).transpose()
+            }
         }
     }
 
     pub(crate) async fn save_cert(&self, id: &str, s: &Stored) -> Res<()> {
         match self {
-            Storage::Folder(dir) => {
-                let at = dir.join("certificates").join(id);
+            Storage::Folder { dir, scope } => {
+                let at = dir.join("certificates").join(scope).join(id);
                 write_file(at.join("key.pem"), &s.key, true).await?;
                 write_file(at.join("cert.pem"), &s.chain, false).await
             }
             Storage::Redis { .. } => {
                 let v = serde_json::json!({"cert": s.chain, "key": s.key}).to_string();
-                let key = format!("sluice:acme:cert:{id}");
-                self.query(redis::cmd("SET").arg(key).arg(v)).await
+                self.query(redis::cmd("SET").arg(self.key("cert", id)).arg(v))
+                    .await
             }
         }
+    }
+
+    /// Publishes that orders for `id` wait `wait` after a failure (Redis only).
+    pub(crate) async fn hold_off(&self, id: &str, wait: Duration) -> Res<()> {
+        if !self.shared() {
+            return Ok(());
+        }
+        let px = wait.as_millis().max(1) as u64;
+        self.query(
+            redis::cmd("SET")
+                .arg(self.key("retry", id))
+                .arg(1)
+                .arg("PX")
+                .arg(px),
+        )
+        .await
+    }
+
+    /// Whether another instance's failed order asks to wait (Redis only).
+    pub(crate) async fn held_off(&self, id: &str) -> Res<bool> {
+        if !self.shared() {
+            return Ok(false);
+        }
+        let n: i64 = self
+            .ask(redis::cmd("EXISTS").arg(self.key("retry", id)))
+            .await?;
+        Ok(n > 0)
     }
 
     /// Takes the order lock for `id`: `Some(token)` when this instance holds it now.
@@ -143,7 +211,7 @@ impl Storage {
         let set: Option<String> = self
             .ask(
                 redis::cmd("SET")
-                    .arg(format!("sluice:acme:lock:{id}"))
+                    .arg(self.key("lock", id))
                     .arg(&token)
                     .arg("NX")
                     .arg("PX")
@@ -161,7 +229,7 @@ impl Storage {
         let script = redis::Script::new(
             "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end",
         );
-        let mut inv = script.key(format!("sluice:acme:lock:{id}"));
+        let mut inv = script.key(self.key("lock", id));
         inv.arg(token).arg(LOCK_TTL.as_millis() as u64);
         let n: i64 = self.script(&inv).await?;
         Ok(n == 1)
@@ -175,7 +243,7 @@ impl Storage {
         let script = redis::Script::new(
             "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end",
         );
-        let mut inv = script.key(format!("sluice:acme:lock:{id}"));
+        let mut inv = script.key(self.key("lock", id));
         inv.arg(token);
         self.script::<i64>(&inv).await.map(|_| ())
     }
@@ -217,17 +285,33 @@ impl Storage {
         self.ask::<redis::Value>(cmd).await.map(|_| ())
     }
 
+    /// The kept connection, or a new one.
     async fn connection(&self) -> Res<redis::aio::MultiplexedConnection> {
-        let Storage::Redis { url, client } = self else {
+        let Storage::Redis {
+            url, client, conn, ..
+        } = self
+        else {
             unreachable!("only Redis storage asks Redis");
         };
+        if let Some(c) = conn.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(c);
+        }
         let client = client
             .as_ref()
             .ok_or_else(|| format!("{url} is not a usable Redis address"))?;
-        client
+        let c = client
             .get_multiplexed_async_connection()
             .await
-            .map_err(|e| format!("{url}: {e}"))
+            .map_err(|e| format!("{url}: {e}"))?;
+        *conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Forgets the kept connection after an error: the next command makes a new one.
+    fn broken(&self) {
+        if let Storage::Redis { conn, .. } = self {
+            *conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
     }
 
     async fn ask<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Res<T> {
@@ -237,9 +321,14 @@ impl Storage {
                 .await
                 .map_err(|e| e.to_string())
         };
-        tokio::time::timeout(REDIS_TIMEOUT, run)
+        let r = tokio::time::timeout(REDIS_TIMEOUT, run)
             .await
-            .map_err(|_| format!("{}: no answer within 5s", self.describe()))?
+            .map_err(|_| format!("{}: no answer within 5s", self.describe()))
+            .and_then(|r| r);
+        if r.is_err() {
+            self.broken();
+        }
+        r
     }
 
     async fn script<T: redis::FromRedisValue>(&self, inv: &redis::ScriptInvocation<'_>) -> Res<T> {
@@ -249,15 +338,26 @@ impl Storage {
                 .await
                 .map_err(|e| e.to_string())
         };
-        tokio::time::timeout(REDIS_TIMEOUT, run)
+        let r = tokio::time::timeout(REDIS_TIMEOUT, run)
             .await
-            .map_err(|_| format!("{}: no answer within 5s", self.describe()))?
+            .map_err(|_| format!("{}: no answer within 5s", self.describe()))
+            .and_then(|r| r);
+        if r.is_err() {
+            self.broken();
+        }
+        r
     }
 }
 
-/// `accounts/<directory URL with every character but [A-Za-z0-9.-] as _>.json`.
+/// `accounts/<directory URL flattened>.json`.
 fn account_path(dir: &Path, directory: &str) -> PathBuf {
-    let name: String = directory
+    dir.join("accounts")
+        .join(format!("{}.json", flatten(directory)))
+}
+
+/// The directory URL as one file name: every character but [A-Za-z0-9.-] as `_`.
+fn flatten(directory: &str) -> String {
+    directory
         .trim_start_matches("https://")
         .chars()
         .map(|c| {
@@ -267,12 +367,22 @@ fn account_path(dir: &Path, directory: &str) -> PathBuf {
                 '_'
             }
         })
-        .collect();
-    dir.join("accounts").join(format!("{name}.json"))
+        .collect()
 }
 
-fn cert_in_folder(dir: &Path, id: &str) -> Res<Option<Stored>> {
-    let at = dir.join("certificates").join(id);
+fn parse_stored(text: &str) -> Res<Stored> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("stored certificate: {e}"))?;
+    match (v["cert"].as_str(), v["key"].as_str()) {
+        (Some(c), Some(k)) => Ok(Stored {
+            chain: c.to_string(),
+            key: k.to_string(),
+        }),
+        _ => Err("stored certificate: no cert or key".into()),
+    }
+}
+
+fn cert_in_folder(at: &Path) -> Res<Option<Stored>> {
     let read = |p: PathBuf| match std::fs::read_to_string(&p) {
         Ok(t) => Ok(Some(t)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -303,7 +413,7 @@ async fn write_file(path: PathBuf, text: &str, private: bool) -> Res<()> {
         let tmp = dir.join(format!(
             ".{}.tmp-{}",
             path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-            std::process::id()
+            random_token()
         ));
         let mut opts = std::fs::OpenOptions::new();
         opts.write(true).create(true).truncate(true);

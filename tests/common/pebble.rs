@@ -47,6 +47,30 @@ fn installed(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Waits (bounded) until the DNS server on `port` answers a query: pebble's first
+/// validation must not race its start.
+fn wait_dns(port: u16) {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    // A query for `a.test` A: id 1, recursion desired, one question.
+    let q = [
+        0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, b'a', 4, b't', b'e', b's', b't', 0, 0, 1, 0, 1,
+    ];
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 512];
+    loop {
+        let _ = s.send_to(&q, ("127.0.0.1", port));
+        if matches!(s.recv_from(&mut buf), Ok((n, _)) if n >= 12 && buf[..2] == [0, 1]) {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "pebble-challtestsrv's DNS did not answer"
+        );
+    }
+}
+
 impl Pebble {
     /// Starts pebble validating HTTP-01 on `http_port` and TLS-ALPN-01 on `tls_port`,
     /// issuing certificates valid for `validity`. `None` (skipped) when pebble is not
@@ -86,6 +110,7 @@ impl Pebble {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let dns_group = Group::spawn(dns_cmd).expect("pebble-challtestsrv starts");
+        wait_dns(dns);
         let mut cmd = Command::new("pebble");
         cmd.args(["-config", config_file.to_str().unwrap()])
             .args(["-dnsserver", &format!("127.0.0.1:{dns}")])

@@ -120,6 +120,19 @@ impl Builder {
         if g.acme.span == Span::default() {
             g.acme.storage = self.default_acme_storage();
         }
+        let auto = sites.iter().any(|s| {
+            s.tls
+                .as_ref()
+                .is_some_and(|t| matches!(t.source, CertSource::Auto { .. }))
+        });
+        if let (true, AcmeStorage::Folder(dir)) = (auto, &g.acme.storage) {
+            if let Err(e) = super::cache::writable(dir) {
+                self.errors.push(
+                    Diagnostic::error(g.acme.span, format!("ACME storage {}: {e}", dir.display()))
+                        .with_hint("certificates are kept there: make it writable by sluice, or set global { acme { storage DIR } }"),
+                );
+            }
+        }
         let tls_listener = listeners.iter().any(|l| l.tls);
         let plain_listener = listeners.iter().any(|l| !l.tls);
         for site in sites.iter_mut() {
@@ -131,7 +144,12 @@ impl Builder {
             for (host, (word, span)) in site.hosts.iter().zip(&site.host_words) {
                 match host {
                     HostPattern::Exact(h) if h.parse::<std::net::IpAddr>().is_err() => {
-                        if !names.contains(h) {
+                        if !orderable(h) {
+                            self.errors.push(
+                                Diagnostic::error(*span, format!("`tls auto` cannot get a certificate for {word}"))
+                                    .with_hint("an ACME server issues for public DNS names: two or more labels of letters, digits and inner hyphens"),
+                            );
+                        } else if !names.contains(h) {
                             names.push(h.clone());
                         }
                     }
@@ -163,6 +181,43 @@ impl Builder {
                         .with_hint("the ACME server asks for the challenge over plain HTTP on port 80: add listen :80, or allow tls-alpn-01 in global { acme { challenge … } }"),
                 );
             }
+        }
+    }
+}
+
+/// A name an ACME server can issue for: two or more labels, each of letters, digits
+/// and hyphens, neither starting nor ending with a hyphen (no `_`, no single label
+/// such as `localhost`).
+fn orderable(name: &str) -> bool {
+    let labels: Vec<&str> = name.split('.').collect();
+    labels.len() >= 2
+        && labels.iter().all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::orderable;
+
+    #[test]
+    fn orderable_names_are_dns_names_of_two_labels_or_more() {
+        for ok in ["a.test", "www.app.example.com", "x-1.y2.test"] {
+            assert!(orderable(ok), "{ok}");
+        }
+        for bad in [
+            "localhost",
+            "a_b.test",
+            "-a.test",
+            "a-.test",
+            "a..test",
+            "a.test.",
+        ] {
+            assert!(!orderable(bad), "{bad}");
         }
     }
 }

@@ -1,0 +1,235 @@
+//! A managed certificate's task: look at storage, and when the certificate is due —
+//! none yet, or past its renewal time ([`super::certs::renew_at`]) — order a new one
+//! under the order lock.
+//!
+//! Under the lock (Redis: `SET NX PX`, kept alive while ordering; a folder is this
+//! process's own) storage is read once more, so an instance that waited behind another
+//! takes its certificate instead of ordering. A failed order is logged, counted, shown
+//! in `/status` and retried after 2 s, doubling to 1 h; with Redis the wait is
+//! published, so the other instances do not take turns at a server that refuses. A
+//! storage outage is not an order failure: it is logged once and looked at again every
+//! 5 s.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::Notify;
+
+use super::{certs, order, store, Managed, Manager};
+use crate::stats::{bump, COUNTERS};
+
+/// The first wait after a failed order; doubled after each failure up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(2);
+const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// How long a waiting instance sleeps before looking again while another holds the
+/// order lock (or waits out a failure).
+const BUSY_WAIT: Duration = Duration::from_secs(1);
+/// How long to wait after storage failed before looking again.
+const STORAGE_RETRY: Duration = Duration::from_secs(5);
+
+/// Why an attempt did not end with a certificate.
+enum Failure {
+    /// Storage could not be read or locked: nothing was asked of the ACME server.
+    Storage(String),
+    /// The order failed (or gave a certificate that cannot serve).
+    Order(String),
+}
+
+/// What an attempt did.
+enum Done {
+    Issued,
+    /// Another instance holds the lock, or waits out a failure.
+    Busy,
+    /// Storage had a certificate that is not due.
+    Stored,
+}
+
+/// How long to wait after the `failures`-th failure in a row.
+fn backoff(failures: u32) -> Duration {
+    let n = failures.saturating_sub(1).min(20);
+    FIRST_BACKOFF.saturating_mul(1 << n).min(MAX_BACKOFF)
+}
+
+/// How long a task sleeps at most before looking again: another instance may have
+/// renewed (Redis).
+fn recheck(shared: bool) -> Duration {
+    if shared {
+        Duration::from_secs(60)
+    } else {
+        Duration::from_secs(3600)
+    }
+}
+
+/// Runs until no generation holds the certificate (`gone` wakes it then).
+pub(super) async fn keep(manager: Arc<Manager>, cert: Weak<Managed>, gone: Arc<Notify>) {
+    loop {
+        let Some(m) = cert.upgrade() else { return };
+        let wait = step(&manager, &m).await;
+        drop(m);
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = gone.notified() => {}
+        }
+    }
+}
+
+/// One look: how long to sleep after it.
+async fn step(manager: &Manager, m: &Managed) -> Duration {
+    if manager.storage.shared() {
+        if let Ok(Some(s)) = manager.storage.cert(m.id()).await {
+            if let Ok(ck) = certs::certified(&s) {
+                m.offer(ck);
+            }
+        }
+    }
+    let now = SystemTime::now();
+    let due = m.due(&manager.config);
+    if due > now {
+        m.with_state(|s| s.next = Some(due));
+        let wait = due.duration_since(now).unwrap_or_default();
+        return wait.min(recheck(manager.storage.shared()));
+    }
+    let attempt = m.state().failures;
+    let failure = match obtain(manager, m, attempt).await {
+        Ok(Done::Busy) => return BUSY_WAIT,
+        Ok(Done::Stored) => return Duration::ZERO,
+        // A certificate already due when it arrives would be ordered again at once.
+        Ok(Done::Issued) if m.due(&manager.config) <= SystemTime::now() => Failure::Order(
+            "the certificate issued is already due for renewal: its lifetime is too short for renew_before".into(),
+        ),
+        Ok(Done::Issued) => {
+            m.with_state(|s| s.storage_down = false);
+            return Duration::ZERO;
+        }
+        Err(f) => f,
+    };
+    match failure {
+        Failure::Storage(why) => {
+            if !m.with_state(|s| std::mem::replace(&mut s.storage_down, true)) {
+                tracing::warn!(
+                    "sluice: acme: certificate for {}: {why}; looking again every {}s",
+                    m.names.join(", "),
+                    STORAGE_RETRY.as_secs()
+                );
+            }
+            m.with_state(|s| {
+                s.last_error = Some(why);
+                s.next = Some(now + STORAGE_RETRY);
+            });
+            STORAGE_RETRY
+        }
+        Failure::Order(why) => failed(manager, m, attempt + 1, why).await,
+    }
+}
+
+/// Records the `failures`-th failed order in a row: how long to wait.
+async fn failed(manager: &Manager, m: &Managed, failures: u32, why: String) -> Duration {
+    bump(&COUNTERS.acme_orders[1]);
+    let wait = backoff(failures);
+    let now = SystemTime::now();
+    let serving = if m.state().validity.is_some() {
+        "the current certificate keeps serving"
+    } else {
+        "the placeholder keeps serving"
+    };
+    tracing::warn!(
+        "sluice: acme: ordering a certificate for {} from {} failed ({why}); attempt {failures}, retrying in {}s; {serving}",
+        m.names.join(", "),
+        manager.config.directory,
+        wait.as_secs(),
+    );
+    m.with_state(|s| {
+        s.failures = failures;
+        s.last_error = Some(why);
+        s.next = Some(now + wait);
+        s.storage_down = false;
+    });
+    if let Err(e) = manager.storage.hold_off(m.id(), wait).await {
+        tracing::debug!("sluice: acme: publishing the retry wait: {e}");
+    }
+    wait
+}
+
+/// Orders a certificate for `m` if this instance gets the order lock.
+async fn obtain(manager: &Manager, m: &Managed, attempt: u32) -> Result<Done, Failure> {
+    let storage = &manager.storage;
+    if storage.held_off(m.id()).await.map_err(Failure::Storage)? {
+        return Ok(Done::Busy);
+    }
+    let Some(token) = storage.lock(m.id()).await.map_err(Failure::Storage)? else {
+        return Ok(Done::Busy);
+    };
+    let r = locked(manager, m, attempt, &token).await;
+    if let Err(e) = storage.unlock(m.id(), &token).await {
+        tracing::warn!("sluice: acme: releasing the order lock for {}: {e}", m.id());
+    }
+    r
+}
+
+async fn locked(
+    manager: &Manager,
+    m: &Managed,
+    attempt: u32,
+    token: &str,
+) -> Result<Done, Failure> {
+    let storage = &manager.storage;
+    // Another instance may have stored a fresh one just before the lock was ours.
+    if let Some(s) = storage.cert(m.id()).await.map_err(Failure::Storage)? {
+        if let Ok(ck) = certs::certified(&s) {
+            if m.offer(ck) && m.due(&manager.config) > SystemTime::now() {
+                return Ok(Done::Stored);
+            }
+        }
+    }
+    let keeper = async {
+        loop {
+            tokio::time::sleep(store::LOCK_TTL / 3).await;
+            match storage.keep_lock(m.id(), token).await {
+                Ok(true) => {}
+                Ok(false) => return "the order lock was lost".to_string(),
+                Err(e) => return format!("keeping the order lock: {e}"),
+            }
+        }
+    };
+    let stored = tokio::select! {
+        r = order::order(manager, m, attempt) => r.map_err(Failure::Order)?,
+        why = keeper => return Err(Failure::Order(why)),
+    };
+    let ck = certs::certified(&stored)
+        .map_err(|e| Failure::Order(format!("the issued certificate: {e}")))?;
+    if !m.install(ck) {
+        let why = "the issued certificate does not cover every name";
+        return Err(Failure::Order(why.into()));
+    }
+    bump(&COUNTERS.acme_orders[0]);
+    let after = m.state().validity.map(|(_, a)| httpdate::fmt_http_date(a));
+    tracing::info!(
+        "sluice: acme: certificate for {} issued by {} (valid until {})",
+        m.names.join(", "),
+        manager.config.directory,
+        after.unwrap_or_default(),
+    );
+    // Served already: a storage that fails must not throw an issued certificate away.
+    if let Err(e) = storage.save_cert(m.id(), &stored).await {
+        tracing::error!(
+            "sluice: acme: the certificate for {} serves, but storing it in {} failed ({e}): other instances and the next start will not have it",
+            m.names.join(", "),
+            storage.describe()
+        );
+    }
+    Ok(Done::Issued)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_an_hour() {
+        assert_eq!(backoff(1), Duration::from_secs(2));
+        assert_eq!(backoff(2), Duration::from_secs(4));
+        assert_eq!(backoff(5), Duration::from_secs(32));
+        assert_eq!(backoff(40), MAX_BACKOFF);
+    }
+}
