@@ -552,7 +552,7 @@ async fn a_new_directory_orders_again_other_changes_and_a_new_name_keep_serving(
     );
     std::fs::write(&path, grown).unwrap();
     s.signal("HUP");
-    s.wait_log("does not cover all of app.test, www.app.test, api.app.test");
+    s.wait_log("does not cover all of app.test, www.app.test, api.app.test: serving it meanwhile");
     wait_lines(
         &s,
         "acme: certificate for app.test, www.app.test, api.app.test issued",
@@ -563,6 +563,61 @@ async fn a_new_directory_orders_again_other_changes_and_a_new_name_keep_serving(
     let (third, _) = fetch(tls, verified, "api.app.test").await.unwrap();
     assert_ne!(third, second);
     assert_eq!(s.logs().matches("issued by").count(), 3, "{}", s.logs());
+}
+
+/// Instances sharing Redis back off together from a server that refuses: the
+/// failures in a row are counted among them (attempt 1, 2, 3 across both logs), and
+/// the wait is published before the lock is let go, so no instance slips in.
+#[tokio::test]
+async fn instances_sharing_redis_back_off_together() {
+    let Some(redis) = redis::RedisServer::start() else {
+        return;
+    };
+    let dead = dead_addr().await;
+    let directory = format!("https://{dead}/dir");
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let conf = TempDir::new();
+    let start = |path: &str| {
+        Setup {
+            http: free_port(),
+            tls: free_port(),
+            directory: &directory,
+            ca_root: None,
+            storage: &url,
+            challenge: "tls-alpn-01 http-01",
+            body: "hello",
+        }
+        .start(&conf.0.join(path))
+    };
+    let a = start("a.conf");
+    let b = start("b.conf");
+    let attempts = || {
+        let mut n: Vec<u32> = [a.logs(), b.logs()]
+            .iter()
+            .flat_map(|l| {
+                l.match_indices("; attempt ")
+                    .filter_map(|(i, m)| {
+                        let rest = &l[i + m.len()..];
+                        rest[..rest.find(',')?].parse().ok()
+                    })
+                    .collect::<Vec<u32>>()
+            })
+            .collect();
+        n.sort();
+        n
+    };
+    let end = Instant::now() + Duration::from_secs(15);
+    while attempts().len() < 3 {
+        assert!(Instant::now() < end, "{}\n---\n{}", a.logs(), b.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        attempts()[..3],
+        [1, 2, 3],
+        "{}\n---\n{}",
+        a.logs(),
+        b.logs()
+    );
 }
 
 #[test]

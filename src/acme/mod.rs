@@ -141,17 +141,12 @@ impl Manager {
     pub(crate) fn managed(self: &Arc<Self>, site: &str, names: &[String]) -> Arc<Managed> {
         let mut key = names.to_vec();
         key.sort();
-        let mut certs = self.certs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(m) = certs.get(&key).and_then(Weak::upgrade) {
+        if let Some(m) = self.held(&key) {
             return m;
         }
-        let m = Arc::new(Managed {
-            names: names.to_vec(),
-            current: Arc::new(ArcSwap::new(certs::placeholder(names))),
-            state: Mutex::default(),
-            gone: Arc::new(Notify::new()),
-        });
-        let stored = match self.storage.cert_now(m.id()) {
+        // Storage is read without the map's lock (Redis may take its second).
+        let id = key[0].clone();
+        let stored = match self.storage.cert_now(&id) {
             Ok(Some(s)) => certs::certified(&s)
                 .inspect_err(|e| {
                     tracing::warn!(
@@ -166,9 +161,19 @@ impl Manager {
                 None
             }
         };
-        let start = stored
-            .or_else(|| self.seed.get(&key).cloned())
-            .or_else(|| self.for_fewer_names(&certs, &key));
+        let mut certs = self.certs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = certs.get(&key).and_then(Weak::upgrade) {
+            return m;
+        }
+        let m = Arc::new(Managed {
+            names: names.to_vec(),
+            current: Arc::new(ArcSwap::new(certs::placeholder(names))),
+            state: Mutex::default(),
+            gone: Arc::new(Notify::new()),
+        });
+        let mut start: Vec<Arc<CertifiedKey>> = stored.into_iter().collect();
+        start.extend(self.seed.get(&key).cloned());
+        start.extend(self.for_fewer_names(&certs, &key));
         self.start_from(site, &m, start);
         certs.retain(|_, w| w.strong_count() > 0);
         certs.insert(key, Arc::downgrade(&m));
@@ -176,8 +181,14 @@ impl Manager {
         m
     }
 
+    /// The managed certificate for these (sorted) names a generation holds now.
+    fn held(&self, key: &[String]) -> Option<Arc<Managed>> {
+        let certs = self.certs.lock().unwrap_or_else(|e| e.into_inner());
+        certs.get(key).and_then(Weak::upgrade)
+    }
+
     /// The certificate of a site that had some of `names` (before a reload added the
-    /// others), while a generation still holds it.
+    /// others), while a generation still holds it: the one for the most names.
     fn for_fewer_names(
         &self,
         certs: &HashMap<Vec<String>, Weak<Managed>>,
@@ -187,20 +198,27 @@ impl Manager {
             .iter()
             .filter(|(k, _)| k.iter().all(|n| names.contains(n)))
             .filter_map(|(_, w)| w.upgrade())
-            .find(|m| m.state().validity.is_some())?;
+            .filter(|m| m.state().validity.is_some())
+            .max_by_key(|m| m.names.len())?;
         Some(fewer.current.load_full())
     }
 
-    /// Serves what storage had for a new certificate, and says what it serves.
-    fn start_from(&self, site: &str, m: &Managed, start: Option<Arc<CertifiedKey>>) {
-        match start {
-            Some(ck) if m.offer(ck.clone()) => {}
-            // A site that gained a name: its stored certificate still serves the
-            // others until the new one arrives.
+    /// Serves the best of what a new certificate can start from (stored, the
+    /// replaced manager's, a site's with fewer names): the latest that covers every
+    /// name, else one for some of them meanwhile; and says what it serves.
+    fn start_from(&self, site: &str, m: &Managed, start: Vec<Arc<CertifiedKey>>) {
+        let mut covered = false;
+        for ck in &start {
+            covered |= m.offer(ck.clone());
+        }
+        match start.into_iter().next() {
+            _ if covered => {}
+            // A site that gained a name: its certificate still serves the others
+            // until the new one arrives.
             Some(ck) => {
                 m.current.store(ck);
                 tracing::warn!(
-                    "sluice: site {site}: the stored certificate does not cover all of {}: serving it meanwhile and ordering a new one from {}",
+                    "sluice: site {site}: the certificate it had does not cover all of {}: serving it meanwhile and ordering a new one from {}",
                     m.names.join(", "),
                     self.config.directory
                 );

@@ -14,8 +14,9 @@
 //! Redis: `sluice:acme:account:<directory URL>`, `sluice:acme:cert:<directory URL>:<name>`
 //! (JSON `{cert, key}`: one value, never torn), the order lock
 //! `sluice:acme:lock:<directory URL>:<name>` (`SET NX PX` with a random token, kept
-//! alive while ordering, released only by its holder), the wait after a failed order
-//! (`sluice:acme:retry:…`, so instances do not take turns at a server that refuses),
+//! alive while ordering, released only by its holder), the failures in a row and the
+//! wait after a failed order (`sluice:acme:failures:…`, `sluice:acme:retry:…`, so
+//! instances do not take turns at a server that refuses),
 //! and the challenge answers (`sluice:acme:http-01:<token>`,
 //! `sluice:acme:tls-alpn-01:<name>`) so that whichever instance the ACME server reaches
 //! can answer. One connection is kept and made again after an error.
@@ -54,6 +55,8 @@ pub(crate) enum Storage {
         /// The directory URL.
         scope: String,
         conn: std::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+        /// A read at load failed: until then, loads do not wait on Redis again.
+        skip_until: std::sync::Mutex<Option<std::time::Instant>>,
     },
 }
 
@@ -65,13 +68,14 @@ impl Storage {
         match s {
             AcmeStorage::Folder(dir) => Storage::Folder {
                 dir: dir.clone(),
-                scope: flatten(directory),
+                scope: flatten(directory.trim_end_matches('/')),
             },
             AcmeStorage::Redis(url) => Storage::Redis {
                 url: url.clone(),
                 client: redis::Client::open(url.as_str()).ok(),
-                scope: directory.to_string(),
+                scope: directory.trim_end_matches('/').to_string(),
                 conn: std::sync::Mutex::new(None),
+                skip_until: std::sync::Mutex::new(None),
             },
         }
     }
@@ -134,12 +138,33 @@ impl Storage {
 
     /// What storage holds for `id`, read now, blocking (Redis: at most a second each
     /// to connect and to answer), when a certificate is made at load: the first
-    /// handshake after a start or a reload gets it.
+    /// handshake after a start or a reload gets it. After a Redis read fails, loads
+    /// for the next 30 s do not wait on it (the task reads it instead).
     pub(crate) fn cert_now(&self, id: &str) -> Res<Option<Stored>> {
         match self {
             Storage::Folder { dir, scope } => {
                 cert_in_folder(&dir.join("certificates").join(scope).join(id))
             }
+            Storage::Redis {
+                url, skip_until, ..
+            } => {
+                let mut skip = skip_until.lock().unwrap_or_else(|e| e.into_inner());
+                if skip.is_some_and(|t| std::time::Instant::now() < t) {
+                    return Err(format!("{url}: unreachable a moment ago"));
+                }
+                let r = self.read_now(id);
+                if r.is_err() {
+                    *skip = Some(std::time::Instant::now() + Duration::from_secs(30));
+                }
+                r
+            }
+        }
+    }
+
+    /// The blocking Redis read of [`Storage::cert_now`].
+    fn read_now(&self, id: &str) -> Res<Option<Stored>> {
+        match self {
+            Storage::Folder { .. } => Ok(None),
             Storage::Redis { url, client, .. } => {
                 let client = client
                     .as_ref()
@@ -149,6 +174,7 @@ impl Storage {
                     .get_connection_with_timeout(second)
                     .map_err(|e| format!("{url}: {e}"))?;
                 c.set_read_timeout(Some(second))
+                    .and_then(|()| c.set_write_timeout(Some(second)))
                     .map_err(|e| format!("{url}: {e}"))?;
                 let text: Option<String> = redis::cmd("GET")
                     .arg(self.key("cert", id))
@@ -174,6 +200,28 @@ impl Storage {
         }
     }
 
+    /// Counts a failed order for `id` among all instances: the failures in a row so
+    /// far (kept a day), `None` for a folder (the task counts its own).
+    pub(crate) async fn count_failure(&self, id: &str) -> Res<Option<u32>> {
+        if !self.shared() {
+            return Ok(None);
+        }
+        let key = self.key("failures", id);
+        let n: i64 = self.ask(redis::cmd("INCR").arg(&key)).await?;
+        self.query(redis::cmd("PEXPIRE").arg(&key).arg(86_400_000u64))
+            .await?;
+        Ok(Some(n.clamp(1, i64::from(u32::MAX)) as u32))
+    }
+
+    /// Forgets the failures in a row once a certificate is issued.
+    pub(crate) async fn clear_failures(&self, id: &str) -> Res<()> {
+        if !self.shared() {
+            return Ok(());
+        }
+        self.query(redis::cmd("DEL").arg(self.key("failures", id)))
+            .await
+    }
+
     /// Publishes that orders for `id` wait `wait` after a failure (Redis only).
     pub(crate) async fn hold_off(&self, id: &str, wait: Duration) -> Res<()> {
         if !self.shared() {
@@ -190,15 +238,15 @@ impl Storage {
         .await
     }
 
-    /// Whether another instance's failed order asks to wait (Redis only).
-    pub(crate) async fn held_off(&self, id: &str) -> Res<bool> {
+    /// How long a failed order (of any instance) still asks to wait (Redis only).
+    pub(crate) async fn held_off(&self, id: &str) -> Res<Option<Duration>> {
         if !self.shared() {
-            return Ok(false);
+            return Ok(None);
         }
-        let n: i64 = self
-            .ask(redis::cmd("EXISTS").arg(self.key("retry", id)))
+        let ms: i64 = self
+            .ask(redis::cmd("PTTL").arg(self.key("retry", id)))
             .await?;
-        Ok(n > 0)
+        Ok((ms > 0).then(|| Duration::from_millis(ms as u64)))
     }
 
     /// Takes the order lock for `id`: `Some(token)` when this instance holds it now.

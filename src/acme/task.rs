@@ -5,8 +5,8 @@
 //! Under the lock (Redis: `SET NX PX`, kept alive while ordering; a folder is this
 //! process's own) storage is read once more, so an instance that waited behind another
 //! takes its certificate instead of ordering. A failed order is logged, counted, shown
-//! in `/status` and retried after 2 s, doubling to 1 h; with Redis the wait is
-//! published, so the other instances do not take turns at a server that refuses. A
+//! in `/status` and retried after 2 s, doubling to 1 h; with Redis the count and the
+//! wait are the fleet's, so the instances do not take turns at a server that refuses. A
 //! storage outage is not an order failure: it is logged once and looked at again every
 //! 5 s.
 
@@ -34,13 +34,19 @@ enum Failure {
     Storage(String),
     /// The order failed (or gave a certificate that cannot serve).
     Order(String),
+    /// The order failed and the wait was published before the lock was released.
+    Refused {
+        why: String,
+        failures: u32,
+        wait: Duration,
+    },
 }
 
 /// What an attempt did.
 enum Done {
     Issued,
-    /// Another instance holds the lock, or waits out a failure.
-    Busy,
+    /// Another instance holds the lock, or a failed order asks to wait this long.
+    Busy(Duration),
     /// Storage had a certificate that is not due.
     Stored,
 }
@@ -92,14 +98,20 @@ async fn step(manager: &Manager, m: &Managed) -> Duration {
     }
     let attempt = m.state().failures;
     let failure = match obtain(manager, m, attempt).await {
-        Ok(Done::Busy) => return BUSY_WAIT,
+        Ok(Done::Busy(wait)) => {
+            m.with_state(|s| s.next = Some(now + wait));
+            return wait;
+        }
         Ok(Done::Stored) => return Duration::ZERO,
         // A certificate already due when it arrives would be ordered again at once.
         Ok(Done::Issued) if m.due(&manager.config) <= SystemTime::now() => Failure::Order(
-            "the certificate issued is already due for renewal: its lifetime is too short for renew_before".into(),
+            "the certificate issued is already a third through its lifetime: is this machine's clock right?".into(),
         ),
         Ok(Done::Issued) => {
             m.with_state(|s| s.storage_down = false);
+            if let Err(e) = manager.storage.clear_failures(m.id()).await {
+                tracing::debug!("sluice: acme: clearing the failure count: {e}");
+            }
             return Duration::ZERO;
         }
         Err(f) => f,
@@ -119,14 +131,34 @@ async fn step(manager: &Manager, m: &Managed) -> Duration {
             });
             STORAGE_RETRY
         }
-        Failure::Order(why) => failed(manager, m, attempt + 1, why).await,
+        Failure::Order(why) => {
+            let (failures, wait) = hold_off(manager, m, attempt).await;
+            failed(manager, m, failures, wait, why)
+        }
+        Failure::Refused {
+            why,
+            failures,
+            wait,
+        } => failed(manager, m, failures, wait, why),
     }
 }
 
-/// Records the `failures`-th failed order in a row: how long to wait.
-async fn failed(manager: &Manager, m: &Managed, failures: u32, why: String) -> Duration {
-    bump(&COUNTERS.acme_orders[1]);
+/// Counts a failed order — with Redis, among all instances, so the wait grows
+/// whichever instance tried last — and publishes the wait: the failures in a row and
+/// the wait.
+async fn hold_off(manager: &Manager, m: &Managed, attempt: u32) -> (u32, Duration) {
+    let shared = manager.storage.count_failure(m.id()).await.ok().flatten();
+    let failures = shared.unwrap_or(attempt + 1);
     let wait = backoff(failures);
+    if let Err(e) = manager.storage.hold_off(m.id(), wait).await {
+        tracing::debug!("sluice: acme: publishing the retry wait: {e}");
+    }
+    (failures, wait)
+}
+
+/// Records the `failures`-th failed order in a row: how long to wait.
+fn failed(manager: &Manager, m: &Managed, failures: u32, wait: Duration, why: String) -> Duration {
+    bump(&COUNTERS.acme_orders[1]);
     let now = SystemTime::now();
     let serving = if m.state().validity.is_some() {
         "the current certificate keeps serving"
@@ -145,22 +177,30 @@ async fn failed(manager: &Manager, m: &Managed, failures: u32, why: String) -> D
         s.next = Some(now + wait);
         s.storage_down = false;
     });
-    if let Err(e) = manager.storage.hold_off(m.id(), wait).await {
-        tracing::debug!("sluice: acme: publishing the retry wait: {e}");
-    }
     wait
 }
 
 /// Orders a certificate for `m` if this instance gets the order lock.
 async fn obtain(manager: &Manager, m: &Managed, attempt: u32) -> Result<Done, Failure> {
     let storage = &manager.storage;
-    if storage.held_off(m.id()).await.map_err(Failure::Storage)? {
-        return Ok(Done::Busy);
+    if let Some(wait) = storage.held_off(m.id()).await.map_err(Failure::Storage)? {
+        return Ok(Done::Busy(wait.min(recheck(true))));
     }
     let Some(token) = storage.lock(m.id()).await.map_err(Failure::Storage)? else {
-        return Ok(Done::Busy);
+        return Ok(Done::Busy(BUSY_WAIT));
     };
-    let r = locked(manager, m, attempt, &token).await;
+    let r = match locked(manager, m, attempt, &token).await {
+        // The wait is published while the lock is held: no other instance slips in.
+        Err(Failure::Order(why)) => {
+            let (failures, wait) = hold_off(manager, m, attempt).await;
+            Err(Failure::Refused {
+                why,
+                failures,
+                wait,
+            })
+        }
+        r => r,
+    };
     if let Err(e) = storage.unlock(m.id(), &token).await {
         tracing::warn!("sluice: acme: releasing the order lock for {}: {e}", m.id());
     }
@@ -182,19 +222,25 @@ async fn locked(
             }
         }
     }
+    // Keeps the lock alive; a Redis hiccup is borne until the lock could have
+    // expired. Losing it stops the order: another instance may be ordering.
     let keeper = async {
+        let mut kept = std::time::Instant::now();
         loop {
             tokio::time::sleep(store::LOCK_TTL / 3).await;
             match storage.keep_lock(m.id(), token).await {
-                Ok(true) => {}
+                Ok(true) => kept = std::time::Instant::now(),
                 Ok(false) => return "the order lock was lost".to_string(),
-                Err(e) => return format!("keeping the order lock: {e}"),
+                Err(e) if kept.elapsed() >= store::LOCK_TTL * 2 / 3 => {
+                    return format!("keeping the order lock: {e}")
+                }
+                Err(_) => {}
             }
         }
     };
     let stored = tokio::select! {
         r = order::order(manager, m, attempt) => r.map_err(Failure::Order)?,
-        why = keeper => return Err(Failure::Order(why)),
+        why = keeper => return Err(Failure::Storage(why)),
     };
     let ck = certs::certified(&stored)
         .map_err(|e| Failure::Order(format!("the issued certificate: {e}")))?;

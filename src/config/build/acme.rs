@@ -125,7 +125,9 @@ impl Builder {
                 .as_ref()
                 .is_some_and(|t| matches!(t.source, CertSource::Auto { .. }))
         });
-        if let (true, AcmeStorage::Folder(dir)) = (auto, &g.acme.storage) {
+        // A folder written in the block was checked there; the default is checked here.
+        let default = g.acme.storage == self.default_acme_storage();
+        if let (true, true, AcmeStorage::Folder(dir)) = (auto, default, &g.acme.storage) {
             if let Err(e) = super::cache::writable(dir) {
                 self.errors.push(
                     Diagnostic::error(g.acme.span, format!("ACME storage {}: {e}", dir.display()))
