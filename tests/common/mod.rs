@@ -342,6 +342,16 @@ impl Backend {
     }
 }
 
+/// Keeps `addr`'s port bound without listening, so connections to it are refused and
+/// no other test can take the port while it is held (a freed port may be handed to
+/// the next `bind(0)` of a test running alongside).
+pub fn hold_port(addr: SocketAddr) -> tokio::net::TcpSocket {
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.set_reuseaddr(true).unwrap();
+    s.bind(addr).unwrap();
+    s
+}
+
 /// A loopback address where nothing listens.
 pub async fn dead_addr() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
