@@ -27,7 +27,25 @@ struct Setup<'a> {
     body: &'a str,
 }
 
-impl Setup<'_> {
+impl<'a> Setup<'a> {
+    /// Against `pebble`, answering "hello".
+    fn on(
+        pebble: &'a Pebble,
+        (http, tls): (u16, u16),
+        storage: &'a str,
+        challenge: &'a str,
+    ) -> Self {
+        Setup {
+            http,
+            tls,
+            directory: &pebble.directory,
+            ca_root: Some(&pebble.api_ca),
+            storage,
+            challenge,
+            body: "hello",
+        }
+    }
+
     fn config(&self) -> String {
         let ca = self
             .ca_root
@@ -195,15 +213,7 @@ async fn a_certificate_is_issued_over_each_challenge_and_verifies_against_the_ac
         };
         let data = TempDir::new();
         let conf = TempDir::new();
-        let setup = Setup {
-            http,
-            tls,
-            directory: &pebble.directory,
-            ca_root: Some(&pebble.api_ca),
-            storage: data.0.to_str().unwrap(),
-            challenge,
-            body: "hello",
-        };
+        let setup = Setup::on(&pebble, (http, tls), data.0.to_str().unwrap(), challenge);
         let s = setup.start(&conf.0.join("sluice.conf"));
         s.wait_log("serving a self-signed placeholder");
         s.wait_log(ISSUED);
@@ -313,15 +323,12 @@ async fn renewal_serves_new_handshakes_the_new_certificate_and_leaves_open_conne
     };
     let data = TempDir::new();
     let conf = TempDir::new();
-    let setup = Setup {
-        http,
-        tls,
-        directory: &pebble.directory,
-        ca_root: Some(&pebble.api_ca),
-        storage: data.0.to_str().unwrap(),
-        challenge: "tls-alpn-01",
-        body: "hello",
-    };
+    let setup = Setup::on(
+        &pebble,
+        (http, tls),
+        data.0.to_str().unwrap(),
+        "tls-alpn-01",
+    );
     let s = setup.start(&conf.0.join("sluice.conf"));
     wait_lines(&s, ISSUED, 1, WAIT);
     let verified = trusting(pebble.root().await);
@@ -356,13 +363,8 @@ async fn a_restart_and_a_reload_reuse_the_stored_certificate_without_ordering() 
     let conf = TempDir::new();
     let path: PathBuf = conf.0.join("sluice.conf");
     let mut setup = Setup {
-        http,
-        tls,
-        directory: &pebble.directory,
-        ca_root: Some(&pebble.api_ca),
-        storage: data.0.to_str().unwrap(),
-        challenge: "http-01",
         body: "one",
+        ..Setup::on(&pebble, (http, tls), data.0.to_str().unwrap(), "http-01")
     };
     let first = {
         let s = setup.start(&path);
@@ -410,16 +412,7 @@ async fn two_instances_sharing_redis_make_one_order() {
     let url = format!("redis://127.0.0.1:{}", redis.port);
     let conf = TempDir::new();
     let instance = |http, tls, path: &str| {
-        Setup {
-            http,
-            tls,
-            directory: &pebble.directory,
-            ca_root: Some(&pebble.api_ca),
-            storage: &url,
-            challenge: "tls-alpn-01 http-01",
-            body: "hello",
-        }
-        .start(&conf.0.join(path))
+        Setup::on(&pebble, (http, tls), &url, "tls-alpn-01 http-01").start(&conf.0.join(path))
     };
     let a = instance(http_a, tls_a, "a.conf");
     let b = instance(http_b, tls_b, "b.conf");
@@ -511,15 +504,12 @@ async fn a_new_directory_orders_again_other_changes_and_a_new_name_keep_serving(
     let conf = TempDir::new();
     let path: PathBuf = conf.0.join("sluice.conf");
     let other = pebble.directory.replace("127.0.0.1", "localhost");
-    let setup = Setup {
-        http,
-        tls,
-        directory: &pebble.directory,
-        ca_root: Some(&pebble.api_ca),
-        storage: data.0.to_str().unwrap(),
-        challenge: "tls-alpn-01",
-        body: "hello",
-    };
+    let setup = Setup::on(
+        &pebble,
+        (http, tls),
+        data.0.to_str().unwrap(),
+        "tls-alpn-01",
+    );
     let s = setup.start(&path);
     wait_lines(&s, ISSUED, 1, WAIT);
     let any = any_cert_client(&[b"http/1.1"]);

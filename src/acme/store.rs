@@ -363,29 +363,28 @@ impl Storage {
     }
 
     async fn ask<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Res<T> {
-        let run = async {
+        self.bounded(async {
             let mut conn = self.connection().await?;
             cmd.query_async::<T>(&mut conn)
                 .await
                 .map_err(|e| e.to_string())
-        };
-        let r = tokio::time::timeout(REDIS_TIMEOUT, run)
-            .await
-            .map_err(|_| format!("{}: no answer within 5s", self.describe()))
-            .and_then(|r| r);
-        if r.is_err() {
-            self.broken();
-        }
-        r
+        })
+        .await
     }
 
     async fn script<T: redis::FromRedisValue>(&self, inv: &redis::ScriptInvocation<'_>) -> Res<T> {
-        let run = async {
+        self.bounded(async {
             let mut conn = self.connection().await?;
             inv.invoke_async::<T>(&mut conn)
                 .await
                 .map_err(|e| e.to_string())
-        };
+        })
+        .await
+    }
+
+    /// `run` within [`REDIS_TIMEOUT`]; after any failure the next command connects
+    /// anew.
+    async fn bounded<T>(&self, run: impl std::future::Future<Output = Res<T>>) -> Res<T> {
         let r = tokio::time::timeout(REDIS_TIMEOUT, run)
             .await
             .map_err(|_| format!("{}: no answer within 5s", self.describe()))
