@@ -27,7 +27,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SLUICE = os.path.join(ROOT, "target", "release", "sluice")
+SLUICE = os.path.join(ROOT, "target", "dist", "sluice")
 # Another sluice binary (an earlier commit's) measured in the same rounds, interleaved,
 # as "sluice-base": the fair before/after on a noisy machine.
 SLUICE_BASE = os.environ.get("SLUICE_BASE", "")

@@ -3,7 +3,7 @@
 # changes too small for wall-clock noise. Two runs (N1 and N2 requests of 13 bytes with
 # `h2load --h1 -c 16` through sluice to an nginx backend) and their difference divided
 # by N2 - N1, so start-up and shutdown cancel out. Repeatable to a few instructions.
-#   bench/callgrind.sh [path/to/sluice]     (default: target/release/sluice, built here)
+#   bench/callgrind.sh [path/to/sluice]     (default: target/dist/sluice, built here)
 #   SLUICE_GLOBAL="access_log /tmp/a.log" bench/callgrind.sh   (extra global options)
 #   SLUICE_FILTERS="request_id; allow 127.0.0.0/8" bench/callgrind.sh   (filters before the proxy)
 #   SLUICE_ADMIN=127.0.0.1:0 bench/callgrind.sh   (the admin API on: requests are metered)

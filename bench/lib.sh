@@ -21,8 +21,8 @@ need_tools() {
 sluice_bin() {
     bin=${1:-}
     if [ -z "$bin" ]; then
-        cargo build --release --quiet
-        bin=target/release/sluice
+        cargo build --profile dist --quiet
+        bin=target/dist/sluice
     fi
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

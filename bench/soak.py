@@ -34,7 +34,7 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SLUICE = os.path.join(ROOT, "target", "release", "sluice")
+SLUICE = os.path.join(ROOT, "target", "dist", "sluice")
 PY = "/usr/bin/python3"  # Debian's, with python3-websockets
 MINUTES = float(sys.argv[1]) if len(sys.argv) > 1 else 30.0
 END = time.time() + MINUTES * 60

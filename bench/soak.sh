@@ -8,6 +8,6 @@ cd "$(dirname "$0")/.."
 
 . bench/need.sh
 need soak h2load:nghttp2-client ab:apache2-utils redis-server:redis-server gnuplot:gnuplot-nox
-cargo build --release --quiet
+cargo build --profile dist --quiet
 ulimit -n 65536 2>/dev/null || true
 exec /usr/bin/python3 bench/soak.py "$@"

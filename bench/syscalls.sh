@@ -4,7 +4,7 @@
 # `strace -f -c`, N requests of 13 bytes with `h2load` (h1 over 16 connections unless
 # LOAD says otherwise); the counts are divided by N (start-up adds a few hundred calls,
 # so keep N large).
-#   bench/syscalls.sh [path/to/sluice]      (default: target/release/sluice, built here)
+#   bench/syscalls.sh [path/to/sluice]      (default: target/dist/sluice, built here)
 #   N=40000 LOAD="-c 16 -m 1" bench/syscalls.sh    (an h2c front)
 #   URL_PATH=big bench/syscalls.sh    (64 KiB responses)
 #   TLS=1 bench/syscalls.sh    (a TLS listener; LOAD="-c 16 -m 1" for h2 over TLS)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A head trickled one byte per write must cost the proxy linear, not quadratic, CPU.
 
-Starts `sluice run` (the binary given, default target/release/sluice) answering
+Starts `sluice run` (the binary given, default target/dist/sluice) answering
 `respond ok`, trickles a 6 KiB head and then a 60 KiB head to it one byte per write
 (TCP_NODELAY, a short pause between writes so each byte arrives on its own), and
 reads the proxy's own CPU time (/proc/PID/task/*/schedstat, nanoseconds) around each;
@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-BIN = sys.argv[1] if len(sys.argv) > 1 else "target/release/sluice"
+BIN = sys.argv[1] if len(sys.argv) > 1 else "target/dist/sluice"
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 
 
