@@ -34,6 +34,10 @@ pub(super) const LOCK_TTL: Duration = Duration::from_secs(60);
 /// How long a published challenge answer is kept.
 const CHALLENGE_TTL: Duration = Duration::from_secs(600);
 
+/// The folder certificates some task of this process is ordering.
+static FOLDER_LOCKS: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
 /// A certificate chain and its private key, PEM.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Stored {
@@ -252,8 +256,8 @@ impl Storage {
     /// Takes the order lock for `id`: `Some(token)` when this instance holds it now.
     /// A folder is this process's own: always granted.
     pub(crate) async fn lock(&self, id: &str) -> Res<Option<String>> {
-        if !self.shared() {
-            return Ok(Some(String::new()));
+        if let Storage::Folder { .. } = self {
+            return Ok(self.folder_lock(id).then(String::new));
         }
         let token = random_token();
         let set: Option<String> = self
@@ -267,6 +271,30 @@ impl Storage {
             )
             .await?;
         Ok(set.map(|_| token))
+    }
+
+    /// A folder's order lock, process-wide: after the `acme` settings change, the
+    /// replaced manager's tasks live on while an old generation does, and must not
+    /// order beside the new ones (under the lock they find the new certificate).
+    fn folder_lock(&self, id: &str) -> bool {
+        FOLDER_LOCKS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(self.folder_key(id))
+    }
+
+    fn folder_unlock(&self, id: &str) {
+        FOLDER_LOCKS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.folder_key(id));
+    }
+
+    fn folder_key(&self, id: &str) -> PathBuf {
+        match self {
+            Storage::Folder { dir, scope } => dir.join("certificates").join(scope).join(id),
+            Storage::Redis { .. } => PathBuf::new(),
+        }
     }
 
     /// Extends the lock `token` holds; `false` when it is no longer this instance's.
@@ -285,7 +313,8 @@ impl Storage {
 
     /// Releases the lock if `token` still holds it.
     pub(crate) async fn unlock(&self, id: &str, token: &str) -> Res<()> {
-        if !self.shared() {
+        if let Storage::Folder { .. } = self {
+            self.folder_unlock(id);
             return Ok(());
         }
         let script = redis::Script::new(
@@ -482,4 +511,35 @@ fn random_token() -> String {
     let mut b = [0u8; 16];
     let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_folder_lock_is_one_holder_across_managers_of_one_process() {
+        let dir = std::env::temp_dir().join("sluice-acme-lock-test");
+        let a = Storage::new(&AcmeStorage::Folder(dir.clone()), "https://ca.test/dir");
+        let b = Storage::new(&AcmeStorage::Folder(dir.clone()), "https://ca.test/dir/");
+        let other = Storage::new(&AcmeStorage::Folder(dir), "https://other.test/dir");
+        assert!(a.lock("x.test").await.unwrap().is_some());
+        assert!(
+            b.lock("x.test").await.unwrap().is_none(),
+            "same folder, same server"
+        );
+        assert!(
+            other.lock("x.test").await.unwrap().is_some(),
+            "another server's"
+        );
+        assert!(
+            a.lock("y.test").await.unwrap().is_some(),
+            "another certificate"
+        );
+        a.unlock("x.test", "").await.unwrap();
+        assert!(b.lock("x.test").await.unwrap().is_some());
+        for (s, id) in [(&b, "x.test"), (&other, "x.test"), (&a, "y.test")] {
+            s.unlock(id, "").await.unwrap();
+        }
+    }
 }
