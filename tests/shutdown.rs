@@ -129,3 +129,39 @@ async fn a_second_signal_during_the_drain_exits_at_once() {
     );
     s.wait_log("sluice: shutdown: cut 1 requests still in flight on a second signal");
 }
+
+/// Under systemd (`Type=notify`, `NOTIFY_SOCKET` set): READY=1 with MAINPID once the
+/// listeners accept, RELOADING=1 (with MONOTONIC_USEC) and READY=1 around a reload,
+/// STOPPING=1 when the drain starts.
+#[tokio::test]
+async fn systemd_hears_ready_reloading_and_stopping() {
+    let dir = TempDir::new();
+    let socket_path = dir.0.join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    socket.set_read_timeout(Some(WAIT)).unwrap();
+    let conf = dir.write(
+        "sluice.conf",
+        &without_admin("listen 127.0.0.1:0\nsite * { respond \"up\\n\" }\n"),
+    );
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(["run", "-c", conf.to_str().unwrap()])
+        .env("NOTIFY_SOCKET", &socket_path);
+    let mut s = Sluice::spawn_cmd(cmd, TempDir::new());
+    let mut buf = [0u8; 512];
+    let mut next = || {
+        let n = socket.recv(&mut buf).expect("a notification in time");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    assert_eq!(next(), format!("READY=1\nMAINPID={}\n", s.pid()));
+    assert_eq!(get(s.addr, "/").await.text(), "up\n", "ready means serving");
+    s.signal("HUP");
+    let reloading = next();
+    assert!(
+        reloading.starts_with("RELOADING=1\nMONOTONIC_USEC="),
+        "{reloading:?}"
+    );
+    assert_eq!(next(), "READY=1\n");
+    s.signal("TERM");
+    assert_eq!(next(), "STOPPING=1\n");
+    assert_eq!(s.wait_exit(WAIT), Some(0));
+}

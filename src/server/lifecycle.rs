@@ -216,7 +216,20 @@ async fn start(
     };
     server.start(bound);
     tokio::spawn(watch_certificates(server.live.clone()));
+    tell_systemd(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::MainPid(std::process::id()),
+    ]);
     Ok((server, commands))
+}
+
+/// Tells systemd (`Type=notify`, `NOTIFY_SOCKET` set) where the process is: ready,
+/// reloading, stopping. Nothing without `NOTIFY_SOCKET`; a failure is logged at debug
+/// only (the service still runs).
+fn tell_systemd(states: &[sd_notify::NotifyState]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::debug!("sluice: notifying systemd: {e}");
+    }
 }
 
 /// A listener is the same listener across reloads when its address, family mode,
@@ -287,7 +300,7 @@ impl Server {
             tokio::select! {
                 s = self.signals.next() => match s {
                     Signal::Reload => {
-                        let _ = self.reload();
+                        let _ = self.reloading(Self::reload);
                     }
                     Signal::Stop => break,
                     Signal::Reopen => {
@@ -298,10 +311,10 @@ impl Server {
                 },
                 Some(c) = commands.recv() => match c {
                     Command::Reload(reply) => {
-                        let _ = reply.send(self.reload());
+                        let _ = reply.send(self.reloading(Self::reload));
                     }
                     Command::Rollback(n, reply) => {
-                        let _ = reply.send(self.rollback(n));
+                        let _ = reply.send(self.reloading(|s| s.rollback(n)));
                     }
                 },
             }
@@ -374,6 +387,17 @@ impl Server {
     }
 
     /// Re-reads the config file and, if it loads, makes it the live generation.
+    /// Runs a reload or a rollback between systemd's RELOADING=1 (with the monotonic
+    /// time `Type=notify-reload` asks for) and READY=1, whatever its result.
+    fn reloading<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        let mut states = vec![sd_notify::NotifyState::Reloading];
+        states.extend(sd_notify::NotifyState::monotonic_usec_now().ok());
+        tell_systemd(&states);
+        let r = f(self);
+        tell_systemd(&[sd_notify::NotifyState::Ready]);
+        r
+    }
+
     fn reload(&mut self) -> Result<u64, Refused> {
         let Some(file) = self.source.file.clone() else {
             tracing::warn!("sluice: reload: started without a config file, nothing to re-read");
@@ -554,6 +578,7 @@ impl Server {
     /// Closes the listeners, then waits up to `grace` (or a second signal) for the
     /// requests in flight.
     async fn stop(mut self) {
+        tell_systemd(&[sd_notify::NotifyState::Stopping]);
         // Stop accepting first: once the accept loops return, the listeners are closed.
         self.drain.start();
         for (_, a) in self.listeners {

@@ -130,7 +130,7 @@ impl Sluice {
         Self::spawn_cmd(cmd, dir)
     }
 
-    fn spawn_cmd(mut cmd: Command, dir: TempDir) -> Sluice {
+    pub fn spawn_cmd(mut cmd: Command, dir: TempDir) -> Sluice {
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
