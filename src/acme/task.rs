@@ -97,7 +97,12 @@ async fn step(manager: &Manager, m: &Managed) -> Duration {
         return wait.min(recheck(manager.storage.shared()));
     }
     let attempt = m.state().failures;
-    let failure = match obtain(manager, m, attempt).await {
+    let done = obtain(manager, m, attempt).await;
+    if !matches!(done, Err(Failure::Storage(_))) {
+        // Storage answered: the next outage is logged again.
+        m.with_state(|s| s.storage_down = false);
+    }
+    let failure = match done {
         Ok(Done::Busy(wait)) => {
             m.with_state(|s| s.next = Some(now + wait));
             return wait;
@@ -108,7 +113,6 @@ async fn step(manager: &Manager, m: &Managed) -> Duration {
             "the certificate issued is already a third through its lifetime: is this machine's clock right?".into(),
         ),
         Ok(Done::Issued) => {
-            m.with_state(|s| s.storage_down = false);
             if let Err(e) = manager.storage.clear_failures(m.id()).await {
                 tracing::debug!("sluice: acme: clearing the failure count: {e}");
             }
@@ -175,7 +179,6 @@ fn failed(manager: &Manager, m: &Managed, failures: u32, wait: Duration, why: St
         s.failures = failures;
         s.last_error = Some(why);
         s.next = Some(now + wait);
-        s.storage_down = false;
     });
     wait
 }
