@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::pebble::{free_port, Pebble};
-use common::pki::{any_cert_client, connect, presented};
+use common::pki::{any_cert_client, blind_client, connect, presented};
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -141,57 +141,12 @@ fn wait_lines(s: &Sluice, needle: &str, n: usize, limit: Duration) {
     }
 }
 
-/// What an ACME server's validator does with the challenge certificate: offer only
-/// `acme-tls/1` and look at the certificate itself (its critical `acmeIdentifier`
-/// extension is one no web PKI verifier accepts).
-fn validator() -> Arc<rustls::ClientConfig> {
-    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-    #[derive(Debug)]
-    struct Look;
-    impl ServerCertVerifier for Look {
-        fn verify_server_cert(
-            &self,
-            _: &CertificateDer<'_>,
-            _: &[CertificateDer<'_>],
-            _: &ServerName<'_>,
-            _: &[u8],
-            _: UnixTime,
-        ) -> Result<ServerCertVerified, rustls::Error> {
-            Ok(ServerCertVerified::assertion())
-        }
-        fn verify_tls12_signature(
-            &self,
-            _: &[u8],
-            _: &CertificateDer<'_>,
-            _: &rustls::DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            Ok(HandshakeSignatureValid::assertion())
-        }
-        fn verify_tls13_signature(
-            &self,
-            _: &[u8],
-            _: &CertificateDer<'_>,
-            _: &rustls::DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            Ok(HandshakeSignatureValid::assertion())
-        }
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            rustls::crypto::ring::default_provider()
-                .signature_verification_algorithms
-                .supported_schemes()
-        }
-    }
-    let mut c = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .dangerous()
-    .with_custom_certificate_verifier(Arc::new(Look))
-    .with_no_client_auth();
-    c.alpn_protocols = vec![b"acme-tls/1".to_vec()];
-    Arc::new(c)
+/// Pebble validating on two fresh ports (for sluice's plain and `tls` listeners), a
+/// storage folder and a config folder; `None` when pebble is skipped.
+fn with_pebble(validity: Duration) -> Option<(Pebble, (u16, u16), TempDir, TempDir)> {
+    let (http, tls) = (free_port(), free_port());
+    let pebble = Pebble::start(http, tls, validity)?;
+    Some((pebble, (http, tls), TempDir::new(), TempDir::new()))
 }
 
 async fn metric(admin: SocketAddr, line: &str) -> u64 {
@@ -207,12 +162,9 @@ async fn metric(admin: SocketAddr, line: &str) -> u64 {
 #[tokio::test]
 async fn a_certificate_is_issued_over_each_challenge_and_verifies_against_the_acme_root() {
     for challenge in ["tls-alpn-01", "http-01"] {
-        let (http, tls) = (free_port(), free_port());
-        let Some(pebble) = Pebble::start(http, tls, Duration::from_secs(3600)) else {
+        let Some((pebble, (http, tls), data, conf)) = with_pebble(Duration::from_secs(3600)) else {
             return;
         };
-        let data = TempDir::new();
-        let conf = TempDir::new();
         let setup = Setup::on(&pebble, (http, tls), data.0.to_str().unwrap(), challenge);
         let s = setup.start(&conf.0.join("sluice.conf"));
         s.wait_log("serving a self-signed placeholder");
@@ -317,12 +269,9 @@ async fn an_acme_server_that_is_down_leaves_the_placeholder_serving_and_retries(
 /// working.
 #[tokio::test]
 async fn renewal_serves_new_handshakes_the_new_certificate_and_leaves_open_connections() {
-    let (http, tls) = (free_port(), free_port());
-    let Some(pebble) = Pebble::start(http, tls, Duration::from_secs(9)) else {
+    let Some((pebble, (http, tls), data, conf)) = with_pebble(Duration::from_secs(9)) else {
         return;
     };
-    let data = TempDir::new();
-    let conf = TempDir::new();
     let setup = Setup::on(
         &pebble,
         (http, tls),
@@ -355,12 +304,9 @@ async fn renewal_serves_new_handshakes_the_new_certificate_and_leaves_open_conne
 /// first handshake and orders nothing; a reload orders nothing either.
 #[tokio::test]
 async fn a_restart_and_a_reload_reuse_the_stored_certificate_without_ordering() {
-    let (http, tls) = (free_port(), free_port());
-    let Some(pebble) = Pebble::start(http, tls, Duration::from_secs(3600)) else {
+    let Some((pebble, (http, tls), data, conf)) = with_pebble(Duration::from_secs(3600)) else {
         return;
     };
-    let data = TempDir::new();
-    let conf = TempDir::new();
     let path: PathBuf = conf.0.join("sluice.conf");
     let mut setup = Setup {
         body: "one",
@@ -478,9 +424,13 @@ async fn two_instances_sharing_redis_make_one_order() {
     assert_eq!(r.text(), "hello\n");
     let r = get_host(plain, "app.test", "/").await;
     assert_eq!(r.status, 308, "the rest of the site is sent to HTTPS");
-    let s = connect(tls_addr(tls_b), validator(), Some("app.test"))
-        .await
-        .unwrap();
+    let s = connect(
+        tls_addr(tls_b),
+        blind_client(&[b"acme-tls/1"]),
+        Some("app.test"),
+    )
+    .await
+    .unwrap();
     assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"acme-tls/1"[..]));
     let der = presented(&s);
     let want: Vec<u8> = (0..32).map(|_| 0xab).collect();
@@ -496,12 +446,9 @@ async fn two_instances_sharing_redis_make_one_order() {
 /// keeps serving its certificate for the others until the new one arrives.
 #[tokio::test]
 async fn a_new_directory_orders_again_other_changes_and_a_new_name_keep_serving() {
-    let (http, tls) = (free_port(), free_port());
-    let Some(pebble) = Pebble::start(http, tls, Duration::from_secs(3600)) else {
+    let Some((pebble, (http, tls), data, conf)) = with_pebble(Duration::from_secs(3600)) else {
         return;
     };
-    let data = TempDir::new();
-    let conf = TempDir::new();
     let path: PathBuf = conf.0.join("sluice.conf");
     let other = pebble.directory.replace("127.0.0.1", "localhost");
     let setup = Setup::on(

@@ -831,14 +831,14 @@ async fn failover_comes_first_then_the_stale_window() {
     p_task.abort();
     let _ = p_task.await;
     // Refused from now on, and the port not handed to another test meanwhile.
-    let _gone = hold_port(primary);
+    hold_port(primary);
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let r = get(s.addr, "/f").await;
     assert_eq!(r.text(), "backup", "failover first: {}", status(&r));
     tokio::time::sleep(Duration::from_millis(2100)).await;
     b_task.abort();
     let _ = b_task.await;
-    let _gone_too = hold_port(backup);
+    hold_port(backup);
     let r = get(s.addr, "/f").await;
     assert_eq!((r.status, r.text().as_str()), (200, "backup"));
     assert!(

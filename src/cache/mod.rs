@@ -268,13 +268,7 @@ impl Cache {
         if let Some(obj) = found {
             match verdict(&obj, &rdirs, now) {
                 Verdict::Fresh => {
-                    return answer(
-                        req.method(),
-                        req.headers(),
-                        &obj,
-                        Status::hit(),
-                        Outcome::Hit,
-                    );
+                    return fresh_hit(&req, &obj);
                 }
                 Verdict::StaleAccepted => return self.answer_stored(&req, &obj, "max-stale"),
                 Verdict::StaleWhileRevalidate => {
@@ -492,13 +486,7 @@ impl Cache {
                     let now = SystemTime::now();
                     if let (Some(obj), _) = self.find(&key, req.headers()) {
                         if matches!(verdict(&obj, rdirs, now), Verdict::Fresh) {
-                            return answer(
-                                req.method(),
-                                req.headers(),
-                                &obj,
-                                Status::hit(),
-                                Outcome::Hit,
-                            );
+                            return fresh_hit(&req, &obj);
                         }
                     }
                 }
@@ -893,6 +881,17 @@ fn verdict(obj: &Stored, rdirs: &RequestDirectives, now: SystemTime) -> Verdict 
         return Verdict::StaleWhileRevalidate;
     }
     Verdict::Revalidate(false)
+}
+
+/// A fresh stored response as a plain hit.
+fn fresh_hit(req: &Request<Body>, obj: &Stored) -> Response<Body> {
+    answer(
+        req.method(),
+        req.headers(),
+        obj,
+        Status::hit(),
+        Outcome::Hit,
+    )
 }
 
 /// A stored response as the answer to a request: `304` when the client's copy is

@@ -342,20 +342,25 @@ impl Backend {
     }
 }
 
-/// Keeps `addr`'s port bound without listening, so connections to it are refused and
-/// no other test can take the port while it is held (a freed port may be handed to
-/// the next `bind(0)` of a test running alongside).
-pub fn hold_port(addr: SocketAddr) -> tokio::net::TcpSocket {
-    let s = tokio::net::TcpSocket::new_v4().unwrap();
-    s.set_reuseaddr(true).unwrap();
-    s.bind(addr).unwrap();
-    s
+/// Sockets bound without listening, kept for the test process's life: their ports
+/// refuse connections and are never handed to another test's `bind(0)` (a freed port
+/// can be, and a "dead" backend would then answer as some other test's listener).
+static HELD: Mutex<Vec<socket2::Socket>> = Mutex::new(Vec::new());
+
+/// Keeps `addr`'s port bound without listening (see [`HELD`]): from now on connections
+/// to it are refused. For a backend a test stopped on purpose.
+pub fn hold_port(addr: SocketAddr) -> SocketAddr {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_reuse_address(true).unwrap();
+    s.bind(&addr.into()).unwrap();
+    let bound = s.local_addr().unwrap().as_socket().unwrap();
+    HELD.lock().unwrap().push(s);
+    bound
 }
 
-/// A loopback address where nothing listens.
+/// A loopback address where nothing listens, and nothing will (see [`HELD`]).
 pub async fn dead_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    l.local_addr().unwrap()
+    hold_port(SocketAddr::from(([127, 0, 0, 1], 0)))
 }
 
 /// A parsed HTTP/1.1 response.

@@ -175,11 +175,22 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// Client settings that accept any certificate (signatures still checked), so a test
 /// can see which certificate a server chose, with or without SNI.
 pub fn any_cert_client(alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    client_trusting(AnyCert { signatures: true }, alpn)
+}
+
+/// What an ACME server's TLS-ALPN-01 validator does: accept the certificate without
+/// parsing it for the handshake (its critical `acmeIdentifier` extension is one no web
+/// PKI verifier takes), so the test can look at it itself.
+pub fn blind_client(alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    client_trusting(AnyCert { signatures: false }, alpn)
+}
+
+fn client_trusting(v: AnyCert, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
     let mut c = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCert))
+        .with_custom_certificate_verifier(Arc::new(v))
         .with_no_client_auth();
     c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Arc::new(c)
@@ -223,8 +234,12 @@ pub fn presented(s: &TlsStream<TcpStream>) -> Vec<u8> {
     s.get_ref().1.peer_certificates().unwrap()[0].to_vec()
 }
 
+/// Accepts any certificate; checks the handshake's signature with it unless told not
+/// to.
 #[derive(Debug)]
-struct AnyCert;
+struct AnyCert {
+    signatures: bool,
+}
 
 impl ServerCertVerifier for AnyCert {
     fn verify_server_cert(
@@ -244,6 +259,9 @@ impl ServerCertVerifier for AnyCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        if !self.signatures {
+            return Ok(HandshakeSignatureValid::assertion());
+        }
         rustls::crypto::verify_tls12_signature(
             message,
             cert,
@@ -258,6 +276,9 @@ impl ServerCertVerifier for AnyCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        if !self.signatures {
+            return Ok(HandshakeSignatureValid::assertion());
+        }
         rustls::crypto::verify_tls13_signature(
             message,
             cert,
