@@ -52,6 +52,10 @@ pub(crate) struct Counters {
     /// Connections a `proxy_protocol` listener closed: an untrusted peer, or no valid
     /// header in time.
     pub proxy_protocol_refusals: AtomicU64,
+    /// QUIC connections that finished their handshake, and the HTTP/3 requests they
+    /// carried.
+    pub quic_connections: AtomicU64,
+    pub h3_requests: AtomicU64,
     /// Reloads that went live, and reloads refused (the first load is not one).
     pub reloads_ok: AtomicU64,
     pub reloads_rejected: AtomicU64,
@@ -62,6 +66,8 @@ pub(crate) static STARTED: std::sync::OnceLock<std::time::SystemTime> = std::syn
 
 pub(crate) static COUNTERS: Counters = Counters {
     proxy_protocol_refusals: AtomicU64::new(0),
+    quic_connections: AtomicU64::new(0),
+    h3_requests: AtomicU64::new(0),
     reloads_ok: AtomicU64::new(0),
     reloads_rejected: AtomicU64::new(0),
     bad_request: AtomicU64::new(0),

@@ -306,6 +306,16 @@ static REFUSALS: &[(&str, &AtomicU64, &str)] = &[
         "connections a proxy_protocol listener closed: an untrusted peer, or no valid header",
     ),
     (
+        "sluice_quic_connections_total",
+        &COUNTERS.quic_connections,
+        "QUIC connections that finished their handshake (HTTP/3)",
+    ),
+    (
+        "sluice_h3_requests_total",
+        &COUNTERS.h3_requests,
+        "requests answered over HTTP/3",
+    ),
+    (
         "sluice_out_of_ports_total",
         &COUNTERS.out_of_ports,
         "dials refused for want of local ports or descriptors",

@@ -297,6 +297,8 @@ pub struct Listen {
     /// `listen ADDR proxy_protocol`: each connection starts with a PROXY protocol
     /// header (v1 or v2) from a `trust` address, naming the client.
     pub proxy_protocol: bool,
+    /// `listen ADDR tls quic`: HTTP/3 on a UDP socket of the same address and port.
+    pub quic: bool,
     pub span: Span,
     /// Where the address is written.
     pub addr_span: Span,

@@ -77,6 +77,31 @@ pub(crate) fn bind_tcp(addr: SocketAddr, dual_stack: bool) -> io::Result<TcpList
     }
 }
 
+/// A UDP socket on `addr` for QUIC, non-blocking, with the same family rules as
+/// [`bind_tcp`]. Receive and send buffers are asked for 2 MiB each (the kernel caps them
+/// at its `rmem_max`/`wmem_max`): a burst of packets waits there instead of being
+/// dropped while a worker is busy.
+pub(crate) fn bind_udp(addr: SocketAddr, dual_stack: bool) -> io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let open = |addr: SocketAddr| -> io::Result<std::net::UdpSocket> {
+        let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        if addr.is_ipv6() {
+            s.set_only_v6(!dual_stack)?;
+        }
+        s.set_nonblocking(true)?;
+        let _ = s.set_recv_buffer_size(2 << 20);
+        let _ = s.set_send_buffer_size(2 << 20);
+        s.bind(&addr.into())?;
+        Ok(s.into())
+    };
+    match open(addr) {
+        Err(e) if dual_stack && e.raw_os_error() == Some(EAFNOSUPPORT) => {
+            open(SocketAddr::from(([0, 0, 0, 0], addr.port())))
+        }
+        r => r,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// Linux copies the listener's `TCP_NODELAY` into each accepted socket, which is

@@ -191,13 +191,21 @@ fn answer_maintenance(
     Some(r)
 }
 
-/// `hsts`: every response over TLS carries it, sluice's own answers included.
+/// `hsts`: every response over TLS carries it, sluice's own answers included. So does
+/// `Alt-Svc` on a TCP TLS listener that has a `quic` twin, for a site served over
+/// HTTP/3 (`http_versions` has `3`; a site that verifies client certificates is not:
+/// its handshake is TCP's).
 #[inline]
 pub(super) fn hsts(site: &Site, client: &ClientInfo, mut resp: Response<Body>) -> Response<Body> {
     if client.scheme == Scheme::Https {
         if let Some(v) = &site.hsts {
             resp.headers_mut()
                 .insert(header::STRICT_TRANSPORT_SECURITY, v.clone());
+        }
+        if let Some(v) = &client.alt_svc {
+            if site.versions.h3 && !site.client_auth {
+                resp.headers_mut().insert(header::ALT_SVC, (**v).clone());
+            }
         }
     }
     resp

@@ -46,6 +46,9 @@ pub(crate) struct ClientInfo {
     pub local: Option<SocketAddr>,
     /// Over TLS: the protocol version (`TLSv1.3`), for the access log.
     pub tls: Option<&'static str>,
+    /// On a TCP TLS listener that shares its address with a `quic` one: the
+    /// `Alt-Svc` its responses carry (for sites served over HTTP/3).
+    pub alt_svc: Option<std::sync::Arc<HeaderValue>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +80,7 @@ impl ClientInfo {
             tls_client: None,
             local: None,
             tls: None,
+            alt_svc: None,
         }
     }
 }

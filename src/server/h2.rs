@@ -90,7 +90,7 @@ struct Holds {
 
 impl Holds {
     /// The response, with the stream's holds and log line riding on its body.
-    fn on(self, resp: Response<Body>, log: Option<Box<H2Done>>) -> Response<Guarded> {
+    fn on(self, resp: Response<Body>, log: Option<Box<StreamDone>>) -> Response<Guarded> {
         resp.map(|b| Guarded {
             body: Held::new(b),
             _guard: self.guard,
@@ -165,8 +165,8 @@ async fn one_stream(
     crate::stats::count_status(resp.status().as_u16());
     let metered = meter.zip(started);
     let done = (pending.is_some() || metered.is_some()).then(|| {
-        Box::new(H2Done {
-            log: pending.map(|pending| H2Log {
+        Box::new(StreamDone {
+            log: pending.map(|pending| StreamLog {
                 pending,
                 client: client_ip,
                 served,
@@ -183,9 +183,9 @@ async fn one_stream(
 }
 
 /// A request body whose bytes are counted as they are read (for a meter).
-struct Counted {
-    body: Body,
-    n: Arc<AtomicU64>,
+pub(super) struct Counted {
+    pub body: Body,
+    pub n: Arc<AtomicU64>,
 }
 
 impl http_body::Body for Counted {
@@ -418,31 +418,31 @@ struct Guarded {
     body: Held,
     _guard: RequestGuard,
     _stream: StreamOpen,
-    log: Option<Box<H2Done>>,
+    log: Option<Box<StreamDone>>,
 }
 
-/// What an h2 response leaves when its body is done: its access log line and its
-/// count on the route's meter.
-struct H2Done {
-    log: Option<H2Log>,
+/// What an h2 or h3 response leaves when its body is done: its access log line and
+/// its count on the route's meter.
+pub(super) struct StreamDone {
+    pub log: Option<StreamLog>,
     /// The route's meter, and when the request began.
-    metered: Option<(Arc<crate::stats::Meter>, Instant)>,
+    pub metered: Option<(Arc<crate::stats::Meter>, Instant)>,
     /// The request body's bytes so far (counted for a meter).
-    received: Option<Arc<AtomicU64>>,
-    status: u16,
+    pub received: Option<Arc<AtomicU64>>,
+    pub status: u16,
     /// An extended CONNECT that opened a tunnel.
-    switched: bool,
-    bytes: u64,
+    pub switched: bool,
+    pub bytes: u64,
 }
 
-struct H2Log {
-    pending: crate::admin::access::Pending,
-    client: HeaderValue,
-    served: Option<crate::pipeline::Served>,
-    request_id: Option<HeaderValue>,
+pub(super) struct StreamLog {
+    pub pending: crate::admin::access::Pending,
+    pub client: HeaderValue,
+    pub served: Option<crate::pipeline::Served>,
+    pub request_id: Option<HeaderValue>,
 }
 
-impl Drop for H2Done {
+impl Drop for StreamDone {
     fn drop(&mut self) {
         let done = Instant::now();
         if let Some((m, started)) = &self.metered {
@@ -546,7 +546,7 @@ impl<S: Transport> AsyncWrite for Rewind<S> {
 
 /// `:authority` is the host, for routing and the backend alike: it replaces any Host.
 /// Why the request is refused instead, if it is.
-fn host_from_authority<B>(req: &mut http::Request<B>) -> Option<&'static str> {
+pub(super) fn host_from_authority<B>(req: &mut http::Request<B>) -> Option<&'static str> {
     match req
         .uri()
         .authority()

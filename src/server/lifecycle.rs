@@ -232,22 +232,56 @@ fn tell_systemd(states: &[sd_notify::NotifyState]) {
     }
 }
 
-/// A listener is the same listener across reloads when its address, family mode,
-/// kind (HTTP, HTTPS, or an L4 relay) and PROXY protocol are.
-type ListenKey = (SocketAddr, bool, bool, bool, bool);
-
-fn key(l: &Listen, tcp: bool) -> ListenKey {
-    (l.addr, l.dual_stack, tcp, l.tls, l.proxy_protocol)
+/// What a listening socket serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    /// HTTP/1.1 and HTTP/2, plain or TLS.
+    Http,
+    /// An L4 (`tcp`) relay.
+    Tcp,
+    /// HTTP/3: the UDP side of a `listen ADDR tls quic`.
+    Quic,
 }
 
-/// Every listener a config asks for, with whether it is an L4 (`tcp`) one.
-fn wanted(config: &Config) -> Vec<(Listen, bool)> {
+/// A listener is the same listener across reloads when its address, family mode,
+/// kind, TLS and PROXY protocol are.
+type ListenKey = (SocketAddr, bool, Kind, bool, bool);
+
+fn key(l: &Listen, kind: Kind) -> ListenKey {
+    (l.addr, l.dual_stack, kind, l.tls, l.proxy_protocol)
+}
+
+/// Every listener a config asks for, with its kind: a `quic` listener is two, its TCP
+/// socket and its UDP one.
+fn wanted(config: &Config) -> Vec<(Listen, Kind)> {
+    let quic = config
+        .listeners
+        .iter()
+        .filter(|l| l.quic)
+        .map(|l| (l.clone(), Kind::Quic));
     config
         .listeners
         .iter()
-        .map(|l| (l.clone(), false))
-        .chain(config.tcp.iter().map(|t| (t.listen.clone(), true)))
+        .map(|l| (l.clone(), Kind::Http))
+        .chain(config.tcp.iter().map(|t| (t.listen.clone(), Kind::Tcp)))
+        .chain(quic)
         .collect()
+}
+
+/// A socket bound for a listener, not yet accepting.
+enum Bound {
+    Tcp(TcpListener),
+    /// A QUIC endpoint, its server config set when it starts accepting.
+    Quic(quinn::Endpoint),
+}
+
+impl Bound {
+    fn port(&self) -> Option<u16> {
+        match self {
+            Bound::Tcp(l) => l.local_addr().ok().map(|a| a.port()),
+            Bound::Quic(e) => e.local_addr().ok().map(|a| a.port()),
+        }
+    }
 }
 
 struct Accepting {
@@ -255,6 +289,10 @@ struct Accepting {
     task: JoinHandle<()>,
     /// The address as bound, as the admin API lists it.
     local: String,
+    /// The port as bound (a `quic` listener's UDP side takes its TCP side's).
+    port: u16,
+    /// A TCP TLS listener's `Alt-Svc`, set while a `quic` listener shares its address.
+    alt_svc: Option<super::AltSvc>,
 }
 
 struct Server {
@@ -274,22 +312,43 @@ struct Server {
     signals: Signals,
 }
 
-/// Binds the listeners of `wanted` that are not running already; all or none.
+/// Binds the listeners of `wanted` that are not running already; all or none. A
+/// `quic` listener's UDP socket takes the port its TCP socket has (the one bound for
+/// `:0`).
 fn bind_new(
-    wanted: &[(Listen, bool)],
+    wanted: &[(Listen, Kind)],
     running: &HashMap<ListenKey, Accepting>,
-) -> Result<Vec<(ListenKey, TcpListener)>, super::BindError> {
-    let fresh: Vec<&(Listen, bool)> = wanted
-        .iter()
-        .filter(|(l, tcp)| !running.contains_key(&key(l, *tcp)))
-        .collect();
-    let listens: Vec<Listen> = fresh.iter().map(|(l, _)| l.clone()).collect();
-    let bound = super::bind(&listens)?;
-    Ok(fresh
-        .iter()
-        .map(|(l, tcp)| key(l, *tcp))
-        .zip(bound)
-        .collect())
+) -> Result<Vec<(ListenKey, Bound)>, super::BindError> {
+    let fresh = |quic: bool| {
+        wanted
+            .iter()
+            .filter(move |(l, k)| (*k == Kind::Quic) == quic && !running.contains_key(&key(l, *k)))
+    };
+    let mut bound = Vec::new();
+    for (l, kind) in fresh(false) {
+        let s = super::bind_one(l).map_err(|source| super::BindError {
+            addr: l.text.clone(),
+            source,
+        })?;
+        bound.push((key(l, *kind), Bound::Tcp(s)));
+    }
+    for (l, _) in fresh(true) {
+        let tcp = key(l, Kind::Http);
+        let port = match running.get(&tcp) {
+            Some(a) => Some(a.port),
+            None => bound
+                .iter()
+                .find(|(k, _)| *k == tcp)
+                .and_then(|(_, b)| b.port()),
+        };
+        let addr = SocketAddr::new(l.addr.ip(), port.unwrap_or(l.addr.port()));
+        let e = super::bind_quic(addr, l.dual_stack).map_err(|source| super::BindError {
+            addr: format!("{} (UDP, for quic)", l.text),
+            source,
+        })?;
+        bound.push((key(l, Kind::Quic), Bound::Quic(e)));
+    }
+    Ok(bound)
 }
 
 impl Server {
@@ -327,63 +386,124 @@ impl Server {
         }
     }
 
-    fn start(&mut self, bound: Vec<(ListenKey, TcpListener)>) {
-        for (k, l) in bound {
-            let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    fn start(&mut self, mut bound: Vec<(ListenKey, Bound)>) {
+        // QUIC first: a TCP listener knows its `Alt-Svc` before its first accept.
+        bound.sort_by_key(|(k, _)| k.2 != Kind::Quic);
+        for (k, b) in bound {
+            let port = b.port().unwrap_or(0);
             let close = Arc::new(Notify::new());
-            if k.2 {
-                tracing::info!("sluice: relaying tcp on {addr}");
-                let task = tokio::spawn(super::tcp_accept_loop(
-                    l,
-                    self.live.clone(),
-                    self.drain.clone(),
-                    close.clone(),
-                    k.0,
-                ));
-                let local = format!("tcp {addr}");
-                self.revisions
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .listeners
-                    .push(local.clone());
-                self.listeners.insert(k, Accepting { close, task, local });
-                continue;
-            }
-            let scheme = if k.3 { "https" } else { "http" };
-            tracing::info!("sluice: listening on {scheme}://{addr}");
-            if let Some(b) = &self.source.banner {
-                match self.admin_addr {
-                    Some(a) => {
-                        println!("{b}: listening on {scheme}://{addr} (dashboard http://{a}/)")
-                    }
-                    None => println!("{b}: listening on {scheme}://{addr}"),
-                }
-            }
+            let (task, local, alt_svc) = match b {
+                Bound::Tcp(l) if k.2 == Kind::Tcp => self.relay(l, k, &close),
+                Bound::Tcp(l) => self.http(l, k, &close),
+                Bound::Quic(e) => self.quic(e, &close),
+            };
             self.revisions
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .listeners
-                .push(addr.clone());
-            let task = tokio::spawn(super::accept_loop(
-                l,
-                self.live.clone(),
-                self.drain.clone(),
-                close.clone(),
-                self.access.clone(),
-                super::Front {
-                    tls: k.3,
-                    proxy_protocol: k.4,
-                },
-            ));
-            self.listeners.insert(
-                k,
-                Accepting {
-                    close,
-                    task,
-                    local: addr,
-                },
-            );
+                .push(local.clone());
+            let accepting = Accepting {
+                close,
+                task,
+                local,
+                port,
+                alt_svc,
+            };
+            self.listeners.insert(k, accepting);
         }
+        self.link_alt_svc();
+    }
+
+    /// An L4 (`tcp`) listener's accept loop, and its name for the admin API.
+    fn relay(
+        &self,
+        l: TcpListener,
+        k: ListenKey,
+        close: &Arc<Notify>,
+    ) -> (JoinHandle<()>, String, Option<super::AltSvc>) {
+        let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        tracing::info!("sluice: relaying tcp on {addr}");
+        let task = tokio::spawn(super::tcp_accept_loop(
+            l,
+            self.live.clone(),
+            self.drain.clone(),
+            close.clone(),
+            k.0,
+        ));
+        (task, format!("tcp {addr}"), None)
+    }
+
+    /// An HTTP listener's accept loop, and its name for the admin API.
+    fn http(
+        &self,
+        l: TcpListener,
+        k: ListenKey,
+        close: &Arc<Notify>,
+    ) -> (JoinHandle<()>, String, Option<super::AltSvc>) {
+        let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        let scheme = if k.3 { "https" } else { "http" };
+        tracing::info!("sluice: listening on {scheme}://{addr}");
+        if let Some(b) = &self.source.banner {
+            match self.admin_addr {
+                Some(a) => println!("{b}: listening on {scheme}://{addr} (dashboard http://{a}/)"),
+                None => println!("{b}: listening on {scheme}://{addr}"),
+            }
+        }
+        let alt_svc = k.3.then(|| {
+            let a = super::AltSvc::default();
+            a.store(self.alt_svc_for(k));
+            a
+        });
+        let task = tokio::spawn(super::accept_loop(
+            l,
+            self.live.clone(),
+            self.drain.clone(),
+            close.clone(),
+            self.access.clone(),
+            super::Front {
+                tls: k.3,
+                proxy_protocol: k.4,
+            },
+            alt_svc.clone(),
+        ));
+        (task, addr, alt_svc)
+    }
+
+    /// A `quic` listener's accept loop, and its name for the admin API.
+    fn quic(
+        &self,
+        e: quinn::Endpoint,
+        close: &Arc<Notify>,
+    ) -> (JoinHandle<()>, String, Option<super::AltSvc>) {
+        let addr = e.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        tracing::info!("sluice: listening on h3 (QUIC, UDP) {addr}");
+        let task = tokio::spawn(super::h3::accept_loop(
+            e,
+            self.live.clone(),
+            self.drain.clone(),
+            close.clone(),
+            self.access.clone(),
+        ));
+        (task, format!("quic {addr}"), None)
+    }
+
+    /// Points each TCP TLS listener's `Alt-Svc` at the `quic` listener that shares its
+    /// address, or clears it when there is none (a reload removed it).
+    fn link_alt_svc(&self) {
+        for (k, a) in &self.listeners {
+            let Some(alt) = &a.alt_svc else {
+                continue;
+            };
+            alt.store(self.alt_svc_for(*k));
+        }
+    }
+
+    /// The `Alt-Svc` of TCP listener `k`: the `quic` listener of its address, if any.
+    fn alt_svc_for(&self, k: ListenKey) -> Option<Arc<http::HeaderValue>> {
+        let quic = (k.0, k.1, Kind::Quic, k.3, k.4);
+        self.listeners
+            .get(&quic)
+            .map(|q| Arc::new(super::h3::alt_svc(q.port)))
     }
 
     /// Re-reads the config file and, if it loads, makes it the live generation.
@@ -546,7 +666,7 @@ impl Server {
 
     /// Closes the listeners `config` no longer has (their connections go on).
     fn close_unwanted(&mut self, config: &Config, origin: Origin) {
-        let wanted: Vec<ListenKey> = wanted(config).iter().map(|(l, t)| key(l, *t)).collect();
+        let wanted: Vec<ListenKey> = wanted(config).iter().map(|(l, k)| key(l, *k)).collect();
         let mut closed = Vec::new();
         self.listeners.retain(|k, a| {
             let kept = wanted.contains(k);
@@ -554,7 +674,7 @@ impl Server {
                 tracing::info!(
                     "sluice: {}: no longer listening on {}",
                     origin.as_str(),
-                    k.0
+                    a.local
                 );
                 a.close.notify_one();
                 closed.push(a.local.clone());

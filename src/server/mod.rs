@@ -8,6 +8,7 @@
 pub(crate) mod drain;
 pub(crate) mod h1;
 pub(crate) mod h2;
+pub(crate) mod h3;
 mod idle;
 pub mod lifecycle;
 mod stall;
@@ -38,22 +39,17 @@ pub struct BindError {
     pub source: std::io::Error,
 }
 
-/// Binds every listener, or fails naming the address that could not be bound.
-pub(crate) fn bind(listens: &[Listen]) -> Result<Vec<TcpListener>, BindError> {
-    listens
-        .iter()
-        .map(|l| {
-            bind_one(l).map_err(|source| BindError {
-                addr: l.text.clone(),
-                source,
-            })
-        })
-        .collect()
-}
-
 fn bind_one(l: &Listen) -> std::io::Result<TcpListener> {
     crate::net::bind_tcp(l.addr, l.dual_stack)
 }
+
+fn bind_quic(addr: SocketAddr, dual_stack: bool) -> std::io::Result<quinn::Endpoint> {
+    h3::bind(addr, dual_stack)
+}
+
+/// A TCP TLS listener's `Alt-Svc` value, present while a `quic` listener shares its
+/// address (a reload may add or remove that one).
+pub(crate) type AltSvc = Arc<arc_swap::ArcSwapOption<http::HeaderValue>>;
 
 /// Accepts on `listener` until shutdown starts or `close` is notified (a reload
 /// removed it); then the listener is dropped, which closes it. Connections already
@@ -73,6 +69,7 @@ pub(crate) async fn accept_loop(
     close: Arc<tokio::sync::Notify>,
     access: h1::Access,
     front: Front,
+    alt_svc: Option<AltSvc>,
 ) {
     let mut watch = drain.watch();
     // The address clients reach: a PROXY protocol header's destination. A wildcard
@@ -120,12 +117,14 @@ pub(crate) async fn accept_loop(
             live.clone(),
             counted,
             access.clone(),
+            alt_svc.as_ref().and_then(|a| a.load_full()),
         ));
     }
 }
 
 /// A connection to a TLS or `proxy_protocol` listener: its PROXY header, then its
-/// handshake, then the HTTP connection.
+/// handshake, then the HTTP connection. `alt_svc`: what its responses advertise.
+#[allow(clippy::too_many_arguments)]
 async fn front_door(
     mut stream: tokio::net::TcpStream,
     mut client: SocketAddr,
@@ -134,6 +133,7 @@ async fn front_door(
     live: Arc<Live>,
     counted: drain::ConnectionGuard,
     access: h1::Access,
+    alt_svc: Option<Arc<http::HeaderValue>>,
 ) {
     if front.proxy_protocol {
         match proxied(&live, &mut stream, client).await {
@@ -165,6 +165,7 @@ async fn front_door(
         client.tls_client = h.client;
         client.tls = Some(h.version);
         client.local = local;
+        client.alt_svc = alt_svc;
         tokio::spawn(connection(h.conn, client, live, counted, access, h.h2));
     }
 }

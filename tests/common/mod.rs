@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod dns;
+pub mod h3c;
 pub mod pebble;
 pub mod pki;
 pub mod redis;

@@ -262,6 +262,7 @@ impl Builder {
                 dual_stack: false,
                 tls: false,
                 proxy_protocol: false,
+                quic: false,
                 span: Span::default(),
                 addr_span: Span::default(),
                 seq: 0,

@@ -919,6 +919,7 @@ fn tcp_listen(d: &Directive) -> Res<(Listen, &[Directive])> {
         dual_stack,
         tls: false,
         proxy_protocol: false,
+        quic: false,
         span: d.span(),
         addr_span: w.span,
         seq: 0,

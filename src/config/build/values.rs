@@ -108,19 +108,35 @@ pub(super) fn dns_server(w: &Word) -> Res<SocketAddr> {
 }
 
 pub(super) fn listen(d: &Directive) -> Res<Listen> {
-    const USAGE: &str = "write: listen ADDR [tls] [proxy_protocol]";
+    const USAGE: &str = "write: listen ADDR [tls [quic]] [proxy_protocol]";
     let w = first_arg(d, "listen ADDR")?;
-    let (mut tls, mut proxy_protocol) = (false, false);
+    let (mut tls, mut proxy_protocol, mut quic) = (false, false, false);
     for t in &d.args[1..] {
         let flag = match t.text.as_str() {
             "tls" => &mut tls,
             "proxy_protocol" => &mut proxy_protocol,
-            _ => return Err(expected(t, "`tls`, `proxy_protocol` or nothing").with_hint(USAGE)),
+            "quic" => &mut quic,
+            _ => {
+                return Err(
+                    expected(t, "`tls`, `quic`, `proxy_protocol` or nothing").with_hint(USAGE)
+                )
+            }
         };
         if *flag {
             return Err(extra(t, USAGE));
         }
         *flag = true;
+    }
+    if let Some(q) = d.args[1..].iter().find(|t| t.text == "quic") {
+        if !tls {
+            return Err(expected(q, "`tls` before `quic`")
+                .with_hint("HTTP/3 is always encrypted: write listen ADDR tls quic"));
+        }
+        if proxy_protocol {
+            return Err(expected(q, "`quic` without `proxy_protocol`").with_hint(
+                "a PROXY protocol header travels on TCP only; put quic on a listener of its own",
+            ));
+        }
     }
     let (addr, dual_stack) = listen_addr(w)?;
     Ok(Listen {
@@ -129,6 +145,7 @@ pub(super) fn listen(d: &Directive) -> Res<Listen> {
         dual_stack,
         tls,
         proxy_protocol,
+        quic,
         span: d.span(),
         addr_span: w.span,
         seq: 0,

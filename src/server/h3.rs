@@ -1,0 +1,568 @@
+//! HTTP/3 on a `listen ADDR tls quic` listener: QUIC from `quinn`, HTTP/3 framing and
+//! QPACK from `h3`, and each request stream run through the same pipeline as HTTP/1.1
+//! and HTTP/2 — sites, routes, filters and every handler.
+//!
+//! One endpoint per listener, made once: its TLS config asks the live generation for a
+//! certificate at each handshake ([`LiveCerts`]), so a reload or a renewed certificate
+//! needs nothing of it. Limits match HTTP/2's (200 streams, 64 KiB of header fields, 100
+//! fields), a connection idle for 60 s is closed, 0-RTT is off (rustls' default of no
+//! early data), and every new address proves it owns its address with a Retry before
+//! sluice keeps any handshake state for it. Shutdown, and a reload that removes the
+//! listener, send GOAWAY: streams already open finish, no new ones start.
+
+use std::future::{poll_fn, Future};
+use std::net::SocketAddr;
+use std::pin::{pin, Pin};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes};
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode, Version};
+use http_body::{Frame, SizeHint};
+use tokio::sync::{watch, Notify};
+
+use super::drain::{ConnectionGuard, Drain, RequestGuard};
+use super::h2::{Counted, StreamDone, StreamLog};
+use crate::admin::access::AccessLog;
+use crate::body::{Body, BodyError, BODY_READ_TIMEOUT};
+use crate::http1::{MAX_HEAD, MAX_HEADERS};
+use crate::pipeline::{self, ClientInfo, Scheme};
+use crate::reply::local_response;
+use crate::runtime::Live;
+use crate::stats::{bump, COUNTERS};
+
+/// A connection with no packet for this long is closed (QUIC's idle timeout, which
+/// either side's keep-alive PINGs reset).
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Request streams open at once on one connection: hyper's HTTP/2 default.
+const MAX_STREAMS: u32 = 200;
+/// A client's own unidirectional streams: control, the two QPACK ones, and room for
+/// grease.
+const MAX_UNI_STREAMS: u32 = 8;
+/// Flow control: what one stream, and one connection, may have in flight unread.
+const STREAM_WINDOW: u32 = 1 << 20;
+const CONNECTION_WINDOW: u32 = 4 << 20;
+/// New connections waiting for their first handshake step, and the datagrams they may
+/// buffer meanwhile: past these, new attempts are refused, never queued.
+const MAX_INCOMING: usize = 1024;
+const INCOMING_BUFFER: u64 = 64 << 10;
+const INCOMING_BUFFER_TOTAL: u64 = 16 << 20;
+
+/// The certificate for a QUIC handshake, chosen by SNI among the live generation's:
+/// the endpoint's config outlives reloads.
+struct LiveCerts(Arc<Live>);
+
+impl std::fmt::Debug for LiveCerts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LiveCerts")
+    }
+}
+
+impl rustls::server::ResolvesServerCert for LiveCerts {
+    fn resolve(
+        &self,
+        hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        let gen = self.0.load();
+        rustls::server::ResolvesServerCert::resolve(&*gen.tls.as_ref()?.certs, hello)
+    }
+}
+
+/// A QUIC endpoint on a UDP socket bound to `addr`; it takes no connection until
+/// [`accept_loop`] gives it its server config. An error here (the bind, or a socket
+/// option QUIC needs) stops a start or a reload, naming the listener.
+pub(crate) fn bind(addr: SocketAddr, dual_stack: bool) -> std::io::Result<quinn::Endpoint> {
+    let socket = crate::net::bind_udp(addr, dual_stack)?;
+    let runtime = Arc::new(quinn::TokioRuntime);
+    quinn::Endpoint::new(Default::default(), None, socket, runtime)
+}
+
+/// What the endpoint answers handshakes with: TLS 1.3 only (QUIC has no other), ALPN
+/// `h3`, no early data, the live generation's certificates, and the limits above.
+fn server_config(live: Arc<Live>) -> quinn::ServerConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("ring offers TLS 1.3")
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(LiveCerts(live)));
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    // No early data: a replayed 0-RTT request could repeat a POST.
+    tls.max_early_data_size = 0;
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
+        .expect("ring offers QUIC's initial suite, TLS13_AES_128_GCM_SHA256");
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .max_concurrent_bidi_streams(MAX_STREAMS.into())
+        .max_concurrent_uni_streams(MAX_UNI_STREAMS.into())
+        .max_idle_timeout(Some(
+            quinn::IdleTimeout::try_from(IDLE_TIMEOUT).expect("60 s is a valid idle timeout"),
+        ))
+        .stream_receive_window(STREAM_WINDOW.into())
+        .receive_window(CONNECTION_WINDOW.into())
+        .send_window(u64::from(CONNECTION_WINDOW));
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    server
+        .transport_config(Arc::new(transport))
+        .max_incoming(MAX_INCOMING)
+        .incoming_buffer_size(INCOMING_BUFFER)
+        .incoming_buffer_size_total(INCOMING_BUFFER_TOTAL);
+    server
+}
+
+/// Accepts QUIC connections until shutdown starts or `close` is notified (a reload
+/// removed the listener). Then new ones are refused and every open connection is told
+/// to finish (GOAWAY); the UDP socket closes once the last one has.
+pub(crate) async fn accept_loop(
+    endpoint: quinn::Endpoint,
+    live: Arc<Live>,
+    drain: Drain,
+    close: Arc<Notify>,
+    access: super::h1::Access,
+) {
+    endpoint.set_server_config(Some(server_config(live.clone())));
+    let mut watch = drain.watch();
+    let (closing, closed) = watch::channel(false);
+    let local = endpoint.local_addr().ok();
+    loop {
+        let incoming = tokio::select! {
+            i = endpoint.accept() => match i {
+                Some(i) => i,
+                None => break,
+            },
+            _ = watch.draining() => break,
+            _ = close.notified() => break,
+        };
+        if !incoming.remote_address_validated() {
+            // A Retry: the client echoes a token only its real address received, so a
+            // flood from spoofed addresses costs one small packet each and no state.
+            let _ = incoming.retry();
+            continue;
+        }
+        let counted = drain.connection();
+        tokio::spawn(connection(
+            incoming,
+            local,
+            live.clone(),
+            counted,
+            closed.clone(),
+            access.clone(),
+        ));
+    }
+    endpoint.set_server_config(None);
+    let _ = closing.send(true);
+    // The drain waits until every connection has closed and its CONNECTION_CLOSE has
+    // gone out: a client is told, not left to time out.
+    let last = drain.connection();
+    tokio::spawn(async move {
+        endpoint.wait_idle().await;
+        drop(last);
+    });
+}
+
+/// One QUIC connection: its handshake, then its request streams until the client
+/// closes it, it idles out, or sluice asks it to finish.
+async fn connection(
+    incoming: quinn::Incoming,
+    local: Option<SocketAddr>,
+    live: Arc<Live>,
+    counted: ConnectionGuard,
+    mut closing: watch::Receiver<bool>,
+    access: super::h1::Access,
+) {
+    let peer = incoming.remote_address();
+    let handshake = async {
+        let conn = incoming.accept().map_err(|e| e.to_string())?;
+        match tokio::time::timeout(super::tls::HANDSHAKE_TIMEOUT, conn).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("no handshake within 10s".to_string()),
+        }
+    };
+    let conn = match handshake.await {
+        Ok(c) => c,
+        Err(why) => {
+            bump(&COUNTERS.tls_handshake_failures);
+            tracing::debug!("sluice: QUIC handshake with {peer} failed: {why}");
+            return;
+        }
+    };
+    bump(&COUNTERS.quic_connections);
+    let mut client = ClientInfo::new(peer, Scheme::Https);
+    client.tls = Some("TLSv1.3");
+    client.local = local;
+    let quic = conn.clone();
+    let built = h3::server::builder()
+        .max_field_section_size(MAX_HEAD as u64)
+        .build(h3_quinn::Connection::new(conn))
+        .await;
+    let mut h3 = match built {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::debug!("sluice: h3 connection from {peer} failed to start: {e}");
+            return;
+        }
+    };
+    // Each stream task holds a sender: once sluice asked the connection to finish and
+    // dropped its own, `recv` ends when the last stream has.
+    let (open, mut streams) = tokio::sync::mpsc::channel::<()>(1);
+    let mut open = Some(open);
+    loop {
+        let next = tokio::select! {
+            r = h3.accept() => r,
+            _ = closing.changed(), if open.is_some() => {
+                // GOAWAY: streams already open finish, no new ones start.
+                let _ = h3.shutdown(0).await;
+                open = None;
+                continue;
+            }
+            _ = streams.recv(), if open.is_none() => break,
+        };
+        match next {
+            Ok(Some(resolver)) => {
+                let Some(open) = open.clone() else {
+                    continue;
+                };
+                tokio::spawn(one_stream(
+                    resolver,
+                    live.clone(),
+                    client.clone(),
+                    (counted.request(), open),
+                    access.load_full(),
+                ));
+            }
+            Ok(None) => break,
+            Err(e) => {
+                if !e.is_h3_no_error() {
+                    tracing::debug!("sluice: h3 connection from {peer} ended: {e}");
+                }
+                break;
+            }
+        }
+    }
+    // After GOAWAY and the last stream: closed with H3_NO_ERROR.
+    quic.close(quinn::VarInt::from_u32(0x100), b"");
+}
+
+type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
+type SendHalf = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
+type RecvHalf = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
+
+/// One request stream: its head read and checked, run through the pipeline, answered.
+async fn one_stream(
+    resolver: Resolver,
+    live: Arc<Live>,
+    client: ClientInfo,
+    guard: (RequestGuard, tokio::sync::mpsc::Sender<()>),
+    log: Option<Arc<AccessLog>>,
+) {
+    let peer = client.addr;
+    let (req, stream) = match resolver.resolve_request().await {
+        Ok(r) => r,
+        Err(e) => {
+            // h3 has answered (431) or reset the stream itself.
+            bump(&COUNTERS.bad_request);
+            tracing::debug!("sluice: h3 request from {peer} refused: {e}");
+            return;
+        }
+    };
+    let (mut send, recv) = stream.split();
+    let (parts, ()) = req.into_parts();
+    let mut req = Request::from_parts(parts, ());
+    *req.version_mut() = Version::HTTP_3;
+    if let Some(refusal) = refusal(&mut req) {
+        let _ = respond(&mut send, refusal, None).await;
+        drop(guard);
+        return;
+    }
+    let started = live.metered().then(Instant::now);
+    let pending = log.map(|log| {
+        crate::admin::access::Pending::new(
+            log,
+            req.method(),
+            req.uri(),
+            req.headers(),
+            req.version(),
+            &client,
+            started,
+        )
+    });
+    let body = request_body(&req, recv).await;
+    let received = started.map(|_| Arc::<AtomicU64>::default());
+    let body = match &received {
+        None => body,
+        Some(n) => Body::stream(Counted {
+            body,
+            n: Arc::clone(n),
+        }),
+    };
+    let client_ip = client.ip_value.clone();
+    let offer = pipeline::Offer {
+        record: pending.is_some(),
+        upgrade: false,
+    };
+    let (parts, ()) = req.into_parts();
+    let answer = pipeline::handle(&live, Request::from_parts(parts, body), client, offer).await;
+    let resp = answer.resp;
+    crate::stats::count_status(resp.status().as_u16());
+    bump(&COUNTERS.h3_requests);
+    let metered = answer.meter.zip(started);
+    let mut done = (pending.is_some() || metered.is_some()).then(|| StreamDone {
+        log: pending.map(|pending| StreamLog {
+            pending,
+            client: client_ip,
+            served: answer.served,
+            request_id: super::h1::request_id(&resp),
+        }),
+        metered,
+        received,
+        status: resp.status().as_u16(),
+        switched: false,
+        bytes: 0,
+    });
+    if let Err(why) = respond(&mut send, resp, done.as_mut()).await {
+        tracing::debug!("sluice: h3 response to {peer} cut off: {why}");
+    }
+    drop(done);
+    drop(guard);
+}
+
+/// A stream refused before the pipeline: too many header fields (431), an
+/// `:authority` that cannot be a host (400).
+fn refusal(req: &mut Request<()>) -> Option<Response<Body>> {
+    if req.headers().len() > MAX_HEADERS {
+        bump(&COUNTERS.head_too_large);
+        return Some(local_response(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "Request header fields too large\n",
+        ));
+    }
+    let why = super::h2::host_from_authority(req)?;
+    bump(&COUNTERS.bad_request);
+    Some(local_response(StatusCode::BAD_REQUEST, why))
+}
+
+/// The request's body: empty when the stream ended with its head (as it does for
+/// almost every GET), else read as it arrives. A GET or HEAD without a length waits
+/// for its first bytes or its end, so the backend never sees a bodiless GET framed
+/// as chunked.
+async fn request_body(req: &Request<()>, mut recv: RecvHalf) -> Body {
+    let length = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let bodiless = matches!(*req.method(), http::Method::GET | http::Method::HEAD);
+    let first = if length.is_none() && bodiless {
+        match tokio::time::timeout(BODY_READ_TIMEOUT, poll_fn(|cx| poll_data(&mut recv, cx))).await
+        {
+            Ok(r) => Some(r),
+            Err(_) => Some(Err(BodyError::ClientGone("no request body bytes for 60s"))),
+        }
+    } else {
+        // Whatever has arrived with the head: for most GETs, the stream's end.
+        match poll_fn(|cx| Poll::Ready(poll_data(&mut recv, cx))).await {
+            Poll::Ready(r) => Some(r),
+            Poll::Pending => None,
+        }
+    };
+    let mut body = RequestBody {
+        recv,
+        left: length,
+        first: None,
+        done: false,
+        stall: None,
+    };
+    match first {
+        Some(Ok(None)) => return Body::Empty,
+        Some(Ok(Some(b))) => body.first = Some(Ok(b)),
+        Some(Err(e)) => body.first = Some(Err(e)),
+        None => {}
+    }
+    Body::stream(body)
+}
+
+/// The next piece of a request body; `None` at its end.
+fn poll_data(recv: &mut RecvHalf, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, BodyError>> {
+    match recv.poll_recv_data(cx) {
+        Poll::Pending => Poll::Pending,
+        Poll::Ready(Ok(Some(mut b))) => Poll::Ready(Ok(Some(b.copy_to_bytes(b.remaining())))),
+        Poll::Ready(Ok(None)) => Poll::Ready(Ok(None)),
+        Poll::Ready(Err(e)) => {
+            tracing::debug!("sluice: h3 request body failed: {e}");
+            Poll::Ready(Err(BodyError::ClientGone("the h3 stream was reset")))
+        }
+    }
+}
+
+/// An h3 request body, read as the pipeline asks for it; a read that waits 60 s for a
+/// byte fails, as on h1 and h2. A body longer or shorter than its `Content-Length` is
+/// malformed (RFC 9114 §4.1.2).
+struct RequestBody {
+    recv: RecvHalf,
+    /// `Content-Length`, less what has been read.
+    left: Option<u64>,
+    /// What was read before the pipeline began.
+    first: Option<Result<Bytes, BodyError>>,
+    done: bool,
+    stall: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl RequestBody {
+    fn counted(&mut self, b: Bytes) -> Option<Result<Frame<Bytes>, BodyError>> {
+        if let Some(left) = &mut self.left {
+            match left.checked_sub(b.len() as u64) {
+                Some(l) => *left = l,
+                None => {
+                    self.done = true;
+                    return Some(Err(BodyError::Malformed(
+                        "h3 body longer than its Content-Length",
+                    )));
+                }
+            }
+        }
+        Some(Ok(Frame::data(b)))
+    }
+}
+
+impl http_body::Body for RequestBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        if let Some(first) = this.first.take() {
+            return Poll::Ready(match first {
+                Ok(b) => this.counted(b),
+                Err(e) => {
+                    this.done = true;
+                    Some(Err(e))
+                }
+            });
+        }
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match poll_data(&mut this.recv, cx) {
+            Poll::Pending => {
+                let stall = this
+                    .stall
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(BODY_READ_TIMEOUT)));
+                match stall.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        this.done = true;
+                        Poll::Ready(Some(Err(BodyError::ClientGone(
+                            "no request body bytes for 60s",
+                        ))))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            Poll::Ready(r) => {
+                if let Some(s) = &mut this.stall {
+                    s.as_mut()
+                        .reset(tokio::time::Instant::now() + BODY_READ_TIMEOUT);
+                }
+                match r {
+                    Ok(Some(b)) => Poll::Ready(this.counted(b)),
+                    Ok(None) => {
+                        this.done = true;
+                        match this.left {
+                            Some(l) if l > 0 => Poll::Ready(Some(Err(BodyError::Malformed(
+                                "h3 body shorter than its Content-Length",
+                            )))),
+                            _ => Poll::Ready(None),
+                        }
+                    }
+                    Err(e) => {
+                        this.done = true;
+                        Poll::Ready(Some(Err(e)))
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || (self.first.is_none() && self.left == Some(0))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let pending = match &self.first {
+            Some(Ok(b)) => b.len() as u64,
+            _ => 0,
+        };
+        match self.left {
+            Some(l) => SizeHint::with_exact(l),
+            None => {
+                let mut h = SizeHint::new();
+                h.set_lower(pending);
+                h
+            }
+        }
+    }
+}
+
+/// Fields that name an HTTP/1.1 connection's own framing: never sent on an h3 stream
+/// (RFC 9114 §4.2).
+const CONNECTION_FIELDS: [header::HeaderName; 5] = [
+    header::CONNECTION,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::HeaderName::from_static("keep-alive"),
+    header::HeaderName::from_static("proxy-connection"),
+];
+
+/// Sends `resp` on the stream: its head, its body as it comes (waiting on the
+/// client's flow control, so a large body is never held in memory), no trailers.
+async fn respond(
+    send: &mut SendHalf,
+    resp: Response<Body>,
+    mut done: Option<&mut StreamDone>,
+) -> Result<(), String> {
+    let (mut parts, body) = resp.into_parts();
+    for name in &CONNECTION_FIELDS {
+        parts.headers.remove(name);
+    }
+    parts.version = Version::HTTP_3;
+    send.send_response(Response::from_parts(parts, ()))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut body = pin!(body);
+    loop {
+        let frame = poll_fn(|cx| http_body::Body::poll_frame(body.as_mut(), cx)).await;
+        match frame {
+            None => break,
+            Some(Ok(frame)) => {
+                // Trailers are dropped, as for an HTTP/1.1 client.
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if data.is_empty() {
+                    continue;
+                }
+                if let Some(d) = done.as_deref_mut() {
+                    d.bytes += data.len() as u64;
+                }
+                send.send_data(data).await.map_err(|e| e.to_string())?;
+            }
+            Some(Err(e)) => {
+                send.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+                return Err(e.to_string());
+            }
+        }
+    }
+    send.finish().await.map_err(|e| e.to_string())
+}
+
+/// The `Alt-Svc` value a TCP TLS listener's responses carry when a `quic` listener
+/// shares its address: HTTP/3 on the same port, remembered for a day.
+pub(crate) fn alt_svc(port: u16) -> HeaderValue {
+    HeaderValue::from_maybe_shared(Bytes::from(format!("h3=\":{port}\"; ma=86400")))
+        .expect("a port number is a valid header value")
+}

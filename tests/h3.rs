@@ -1,0 +1,387 @@
+//! HTTP/3 on `listen ADDR tls quic`: the same sites, routes, filters and handlers as
+//! over TCP, bodies streamed both ways, SNI choosing the certificate, `Alt-Svc` on the
+//! TCP side, GOAWAY on shutdown and on a reload that removes the listener, and bad
+//! packets or frames costing one connection, never the process.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::h3c::{self, H3};
+use common::pki::{any_cert_client, tls_exchange, Ca, Leaf};
+use common::*;
+use http_body_util::BodyExt;
+
+fn write_pair(dir: &TempDir, name: &str, leaf: &Leaf) -> (String, String) {
+    let c = dir.write(&format!("{name}.pem"), &leaf.cert_pem);
+    let k = dir.write(&format!("{name}.key"), &leaf.key_pem);
+    (c.display().to_string(), k.display().to_string())
+}
+
+/// A backend that answers with the request's head, then how many body bytes it read
+/// and their sum (so a body is checked without echoing it).
+async fn head_and_body_backend() -> Backend {
+    Backend::start(|req: hyper::Request<hyper::body::Incoming>| async move {
+        let mut s = format!("{} {}\n", req.method(), req.uri());
+        for (k, v) in req.headers() {
+            s.push_str(&format!("{}: {}\n", k, v.to_str().unwrap_or("?")));
+        }
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        let sum: u64 = body.iter().map(|b| u64::from(*b)).sum();
+        s.push_str(&format!("body {} {sum}\n", body.len()));
+        hyper::Response::new(full(s))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn every_handler_answers_over_h3_with_sni_alt_svc_and_limits() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let a = ca.leaf(&["a.test"]);
+    let b = ca.leaf(&["b.test"]);
+    let (ac, ak) = write_pair(&dir, "a", &a);
+    let (bc, bk) = write_pair(&dir, "b", &b);
+    dir.write("www/hello.txt", "hello from a file\n");
+    let www = dir.0.join("www");
+    let backend = head_and_body_backend().await;
+    let sluice = Sluice::start(&format!(
+        "listen 127.0.0.1:0 tls quic
+         site a.test {{
+           tls {ac} {ak}
+           route /files/* {{ strip /files; files {www} }}
+           route /go {{ redirect 301 https://elsewhere.test/ }}
+           route /fixed {{ respond 203 \"fixed answer\" }}
+           route /* {{ header_down X-Route proxied; proxy {be} }}
+         }}
+         site b.test {{ tls {bc} {bk}; http_versions 1.1 2; respond \"b site\" }}",
+        www = www.display(),
+        be = backend.addr
+    ));
+    let port = sluice.addr.port();
+    let mut c = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
+        .await
+        .expect("an h3 connection");
+    // Proxy: the backend hears an HTTPS request with the right host.
+    let r = c.get("a.test", "/api?q=1").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let t = r.text();
+    assert!(t.starts_with("GET /api?q=1\n"), "{t}");
+    assert!(t.contains("host: a.test\n"), "{t}");
+    assert!(t.contains("x-forwarded-proto: https\n"), "{t}");
+    assert!(t.contains("body 0 0\n"), "a GET has no body: {t}");
+    assert!(!t.contains("transfer-encoding"), "{t}");
+    assert_eq!(r.header("x-route"), Some("proxied"));
+    assert_eq!(r.header("alt-svc"), None, "never on h3 responses");
+    // POST with a 1 MiB body, streamed through whole.
+    let body: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+    let sum: u64 = body.iter().map(|b| u64::from(*b)).sum();
+    for length in [true, false] {
+        let mut req = http::Request::post("https://a.test/upload");
+        if length {
+            req = req.header("content-length", body.len());
+        }
+        let r = c
+            .request(req.body(()).unwrap(), Bytes::from(body.clone()))
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        assert!(
+            r.text().contains(&format!("body {} {sum}\n", body.len())),
+            "content-length {length}: {}",
+            r.text()
+        );
+    }
+    // Files, redirect, respond.
+    let r = c.get("a.test", "/files/hello.txt").await.unwrap();
+    assert_eq!((r.status, r.text().as_str()), (200, "hello from a file\n"));
+    let r = c.get("a.test", "/go").await.unwrap();
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("https://elsewhere.test/"));
+    let r = c.get("a.test", "/fixed").await.unwrap();
+    assert_eq!((r.status, r.text().as_str()), (203, "fixed answer"));
+    // An unknown site: 421, as on TCP.
+    let r = c.get("nobody.test", "/").await.unwrap();
+    assert_eq!(r.status, 421);
+    // More header fields than HTTP/2 takes: 431.
+    let mut req = http::Request::get("https://a.test/");
+    for i in 0..120 {
+        req = req.header(format!("x-f{i}"), "v");
+    }
+    let r = c
+        .request(req.body(()).unwrap(), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 431);
+    // SNI picks the certificate: b.test's connection sees b's.
+    let any = any_cert_client(&[]);
+    for (name, leaf) in [("a.test", &a), ("b.test", &b)] {
+        let h = h3c::connect(sluice.addr, any.clone(), name).await.unwrap();
+        let chain = h
+            .conn
+            .peer_identity()
+            .unwrap()
+            .downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+            .unwrap();
+        assert!(
+            chain[0].as_ref() == leaf.der,
+            "SNI {name} got the wrong certificate"
+        );
+    }
+    // The TCP side advertises HTTP/3 on the same port, for sites served over it.
+    let raw = tls_exchange(
+        sluice.addr,
+        &ca,
+        "a.test",
+        b"GET /fixed HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let (resp, _) = parse_response(&raw).unwrap();
+    assert_eq!(
+        resp.header("alt-svc"),
+        Some(format!("h3=\":{port}\"; ma=86400").as_str())
+    );
+    let raw = tls_exchange(
+        sluice.addr,
+        &ca,
+        "b.test",
+        b"GET / HTTP/1.1\r\nHost: b.test\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let (resp, _) = parse_response(&raw).unwrap();
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("alt-svc"), None, "b.test is not served over 3");
+}
+
+#[tokio::test]
+async fn a_64_mib_download_streams_in_bounded_memory() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let a = ca.leaf(&["a.test"]);
+    let (ac, ak) = write_pair(&dir, "a", &a);
+    const TOTAL: usize = 64 << 20;
+    let backend = Backend::start(|_| async move {
+        let (tx, body) = channel_body();
+        tokio::spawn(async move {
+            let chunk = Bytes::from(vec![7u8; 64 << 10]);
+            for _ in 0..TOTAL / chunk.len() {
+                if tx.send(chunk.clone()).await.is_err() {
+                    return;
+                }
+            }
+        });
+        hyper::Response::new(body)
+    })
+    .await;
+    let sluice = Sluice::start(&format!(
+        "listen 127.0.0.1:0 tls quic
+         site a.test {{ tls {ac} {ak}; proxy {} }}",
+        backend.addr
+    ));
+    let mut c = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
+        .await
+        .unwrap();
+    let (before, _) = rss_kib(sluice.pid());
+    let req = http::Request::get("https://a.test/big").body(()).unwrap();
+    let mut stream = c.send.send_request(req).await.unwrap();
+    stream.finish().await.unwrap();
+    let resp = stream.recv_response().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    // The client reads nothing for a while: sluice must not buffer the backend's
+    // 64 MiB meanwhile.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (stalled, _) = rss_kib(sluice.pid());
+    let mut got = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Some(chunk) = tokio::time::timeout_at(deadline.into(), stream.recv_data())
+        .await
+        .expect("the download finishes in time")
+        .unwrap()
+    {
+        got += bytes::Buf::remaining(&chunk);
+    }
+    assert_eq!(got, TOTAL);
+    assert!(
+        stalled.saturating_sub(before) < 24 * 1024,
+        "RSS grew from {before} KiB to {stalled} KiB while the client did not read"
+    );
+}
+
+/// A backend that answers after `delay`.
+async fn slow_backend(delay: Duration) -> Backend {
+    Backend::start(move |_| async move {
+        tokio::time::sleep(delay).await;
+        hyper::Response::new(full("slow answer"))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn shutdown_sends_goaway_and_lets_open_streams_finish() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let a = ca.leaf(&["a.test"]);
+    let (ac, ak) = write_pair(&dir, "a", &a);
+    let backend = slow_backend(Duration::from_millis(800)).await;
+    let mut sluice = Sluice::start(&format!(
+        "global {{ grace 10s }}
+         listen 127.0.0.1:0 tls quic
+         site a.test {{ tls {ac} {ak}; proxy {} }}",
+        backend.addr
+    ));
+    let mut c = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
+        .await
+        .unwrap();
+    let mut send = c.send.clone();
+    let in_flight = tokio::spawn(async move {
+        let req = http::Request::get("https://a.test/slow").body(()).unwrap();
+        let mut s = send.send_request(req).await.unwrap();
+        s.finish().await.unwrap();
+        let resp = s.recv_response().await.unwrap();
+        let mut body = Vec::new();
+        while let Some(mut chunk) = s.recv_data().await.unwrap() {
+            let n = bytes::Buf::remaining(&chunk);
+            body.extend_from_slice(&bytes::Buf::copy_to_bytes(&mut chunk, n));
+        }
+        (resp.status(), body)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sluice.signal("TERM");
+    let (status, body) = tokio::time::timeout(WAIT, in_flight)
+        .await
+        .expect("the open stream finishes")
+        .unwrap();
+    assert_eq!(
+        (status.as_u16(), body.as_slice()),
+        (200, &b"slow answer"[..])
+    );
+    // GOAWAY came: the connection ends cleanly, and no new stream is served on it.
+    let end = tokio::time::timeout(WAIT, &mut c.closed)
+        .await
+        .expect("the connection closes")
+        .unwrap();
+    assert!(end.is_h3_no_error(), "closed with {end}");
+    assert_eq!(sluice.wait_exit(WAIT), Some(0));
+    assert!(c.get("a.test", "/").await.is_err());
+}
+
+#[tokio::test]
+async fn a_reload_that_removes_quic_sends_goaway_and_stops_alt_svc() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let a = ca.leaf(&["a.test"]);
+    let (ac, ak) = write_pair(&dir, "a", &a);
+    let site = format!("site a.test {{ tls {ac} {ak}; respond \"hi\" }}");
+    // A port named in the file: the reloads keep the TCP listener and change only quic.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let text = |quic: &str| without_admin(&format!("listen 127.0.0.1:{port} tls {quic}\n{site}"));
+    let conf = dir.write("s.conf", &text("quic"));
+    let sluice = Sluice::spawn(&["run", "-c", conf.to_str().unwrap()], TempDir::new());
+    let alt = |resp: Resp| resp.header("alt-svc").map(str::to_string);
+    let exchange = || async {
+        let raw = tls_exchange(
+            sluice.addr,
+            &ca,
+            "a.test",
+            b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        parse_response(&raw).unwrap().0
+    };
+    let first = exchange().await;
+    assert!(alt(first).is_some(), "{:?}", sluice.logs());
+    let mut c = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
+        .await
+        .unwrap();
+    assert_eq!(c.get("a.test", "/").await.unwrap().text(), "hi");
+    // quic removed, the TCP listener kept.
+    std::fs::write(&conf, text("")).unwrap();
+    sluice.signal("HUP");
+    sluice.wait_log("reloaded: revision 2");
+    let end = tokio::time::timeout(WAIT, &mut c.closed)
+        .await
+        .expect("the removed listener's connection is told to go")
+        .unwrap();
+    assert!(end.is_h3_no_error(), "closed with {end}");
+    assert_eq!(alt(exchange().await), None);
+    // And back: quic added beside the running TCP listener, once the old UDP socket
+    // has closed (after its last connection's close went out).
+    let end = Instant::now() + WAIT;
+    while std::net::UdpSocket::bind(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < end,
+            "the removed quic listener's socket stays open"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::write(&conf, text("quic")).unwrap();
+    sluice.signal("HUP");
+    sluice.wait_log("reloaded: revision 3");
+    assert!(alt(exchange().await).is_some());
+    let mut c = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
+        .await
+        .unwrap();
+    assert_eq!(c.get("a.test", "/").await.unwrap().text(), "hi");
+}
+
+#[tokio::test]
+async fn garbage_packets_and_bad_frames_cost_one_connection_not_the_process() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let a = ca.leaf(&["a.test"]);
+    let (ac, ak) = write_pair(&dir, "a", &a);
+    let sluice = Sluice::start(&format!(
+        "listen 127.0.0.1:0 tls quic
+         site a.test {{ tls {ac} {ak}; respond \"ok\" }}"
+    ));
+    // Datagrams that are no QUIC at all, and a long-header packet with a bad length.
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for junk in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        &[
+            0xc0, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0xff, 0xff,
+        ][..],
+        &[0u8; 1200][..],
+        &[0xffu8; 1350][..],
+    ] {
+        udp.send_to(junk, sluice.addr).unwrap();
+    }
+    // An HTTP/3 request stream that starts with DATA instead of HEADERS: the
+    // connection is closed with H3_FRAME_UNEXPECTED (0x105).
+    let e = h3c::client_endpoint(ca.client(&[]));
+    let conn = e.connect(sluice.addr, "a.test").unwrap().await.unwrap();
+    let (mut tx, _rx) = conn.open_bi().await.unwrap();
+    tx.write_all(&[0x00, 0x03, b'a', b'b', b'c']).await.unwrap();
+    let reason = tokio::time::timeout(WAIT, conn.closed()).await.unwrap();
+    match reason {
+        quinn::ConnectionError::ApplicationClosed(c) => {
+            assert_eq!(c.error_code, quinn::VarInt::from_u32(0x105), "{c:?}")
+        }
+        other => panic!("expected an application close, got {other:?}"),
+    }
+    // The process serves on.
+    let mut c: H3 = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
+        .await
+        .unwrap();
+    assert_eq!(c.get("a.test", "/").await.unwrap().text(), "ok");
+}
+
+#[test]
+fn quic_needs_tls_and_no_proxy_protocol() {
+    let dir = TempDir::new();
+    assert_check_fails(
+        &dir,
+        "listen :8443 quic\nsite a { respond ok }",
+        "`tls` before `quic`",
+    );
+    assert_check_fails(
+        &dir,
+        "listen :8443 tls quic proxy_protocol\nsite a { respond ok }",
+        "without `proxy_protocol`",
+    );
+}
