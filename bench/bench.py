@@ -59,6 +59,8 @@ NGINX_FASTCGI_PARAMS = "/etc/nginx/fastcgi_params"
 # The system Python, where Debian's python3-websockets lives (bench/run.sh installs it).
 PYTHON = "/usr/bin/python3"
 WSECHO = os.path.join(ROOT, "bench", "wsecho.py")
+# bench/h3load.rs, built by run.sh beside sluice.
+H3LOAD = os.path.join(ROOT, "target", "dist", "examples", "h3load")
 WS_BACKEND = 0
 BACKEND_H2 = 0
 PHP_PORT = 0
@@ -351,7 +353,9 @@ def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True, filters="",
     port, tls_port = free_port(), free_port()
     conf = os.path.join(WORK, "sluice.conf")
     # An older binary (SLUICE_BASE) may not know TLS or h2c backends.
-    extra = f"listen 127.0.0.1:{tls_port} tls\n" if tls else ""
+    # HTTP/3 on the TLS port (UDP) for the binary under test only.
+    quic = " quic" if binary == SLUICE else ""
+    extra = f"listen 127.0.0.1:{tls_port} tls{quic}\n" if tls else ""
     # The cache scenarios' route: only the binary under test has the cache (not an
     # older SLUICE_BASE), so sluice-base skips them.
     cached = f"route /cache/* {{ cache {{ store memory 256M }} proxy 127.0.0.1:{backend} }} " if binary == SLUICE else ""
@@ -408,6 +412,18 @@ def h2load(port, duration=DURATION, scheme="http"):
     return {"requests": int(m.group(1)), "rps": float(rps.group(1)), "p50": to_us(lat.group(5), lat.group(6)), "p99": to_us(lat.group(3), lat.group(4))}
 
 
+def h3load(port, duration=DURATION):
+    # As h2load's run: 16 connections, 8 requests in flight on each, pinned to CPU 1.
+    cmd = ["taskset", "-c", "1", H3LOAD, f"127.0.0.1:{port}", "/small", "-c", "16", "-m", "8", "-D", str(duration)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
+    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded", out)
+    rps = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
+    lat = re.search(r"time for request:\s+([\d.]+)(us)\s+([\d.]+)(us)\s+([\d.]+)(us)", out)
+    if not (m and rps and lat):
+        sys.exit(f"bench: cannot read h3load output:\n{out}")
+    return {"requests": int(m.group(1)), "rps": float(rps.group(1)), "p50": float(lat.group(5)), "p99": float(lat.group(3))}
+
+
 def ws_echo(port, duration=DURATION):
     cmd = ["taskset", "-c", "1", PYTHON, WSECHO, "client", f"ws://127.0.0.1:{port}/ws", "32", str(duration), "1024"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30)
@@ -455,6 +471,9 @@ TESTS = {
     # TLS in front: keep-alive HTTP/1.1 (wrk, no ALPN) and HTTP/2 (h2load, ALPN h2).
     "tls-h1-13B": lambda p: wrk(p["tls"], "/small", 64, scheme="https"),
     "tls-h2-13B": lambda p: h2load(p["tls"], scheme="https"),
+    # HTTP/3 (bench/h3load.rs, h2load's shape) on the same TLS port's UDP twin: sluice
+    # only (Debian's nginx and HAProxy are built without QUIC).
+    "h3-13B": lambda p: h3load(p["tls"]),
     # HTTP/1.1 in front, HTTP/2 (h2c) to the backend.
     "h2-backend-13B": lambda p: wrk(p["h1"], "/h2b/small", 64),
     # A trivial PHP script through php-fpm (2 workers) with kept-alive FastCGI
@@ -474,6 +493,7 @@ SKIP = {
     "ws-echo-1KiB": {"direct"},
     "tls-h1-13B": {"direct"},
     "tls-h2-13B": {"direct"},
+    "h3-13B": {"direct", "nginx", "nginx16k", "haproxy", "sluice-base"},
     "h2-backend-13B": {"direct", "nginx", "nginx16k"},
     # HAProxy's FastCGI and file serving are not set up here.
     "php-fpm": {"direct", "haproxy", "nginx16k"},
@@ -583,7 +603,7 @@ def report(results, proxies, tests, scaling, took):
                     b = [r["bytes_per_conn"] for r in rs]
                     lines.append(f"{name:10} {med(b):18.0f} {'[%.0f-%.0f]' % (min(b), max(b)):>18} {med([r['rss_kib'] for r in rs]):9.0f}")
         else:
-            lat = "mean/max" if test in ("h2c-front", "tls-h2-13B") else "p50/p99"
+            lat = "mean/max" if test in ("h2c-front", "tls-h2-13B", "h3-13B") else "p50/p99"
             lines.append(f"{'proxy':10} {'req/s':>9} {'[min-max]':>17} {'cpu us/req':>10} {'[min-max]':>13} {lat + ' us':>16} {'peak RSS KiB':>12}")
             for name in proxies:
                 rs = results.get((test, name))
@@ -612,6 +632,9 @@ def report(results, proxies, tests, scaling, took):
             if base and med([r[key] for r in base]) > 0:
                 parts.append(f"÷base {med([r[key] for r in s]) / med([r[key] for r in base]):.2f}")
             lines.append(f"{test:16} {'cpu' if test != 'idle' else 'mem'}: " + "  ".join(parts))
+        h3, h2 = results.get(("h3-13B", "sluice")), results.get(("tls-h2-13B", "sluice"))
+        if h3 and h2:
+            lines.append(f"{'h3-13B':16} cpu: ÷tls-h2-13B (sluice) {med([r['cpu_us'] for r in h3]) / med([r['cpu_us'] for r in h2]):.2f}")
         lines.append("")
     if scaling:
         w1, w2 = med(scaling[1]), med(scaling[2])

@@ -43,6 +43,9 @@ async fn every_handler_answers_over_h3_with_sni_alt_svc_and_limits() {
     let b = ca.leaf(&["b.test"]);
     let (ac, ak) = write_pair(&dir, "a", &a);
     let (bc, bk) = write_pair(&dir, "b", &b);
+    let m = ca.leaf(&["m.test"]);
+    let (mc, mk) = write_pair(&dir, "m", &m);
+    let clients = dir.write("clients.pem", &Ca::new().pem());
     dir.write("www/hello.txt", "hello from a file\n");
     let www = dir.0.join("www");
     let backend = head_and_body_backend().await;
@@ -55,7 +58,12 @@ async fn every_handler_answers_over_h3_with_sni_alt_svc_and_limits() {
            route /fixed {{ respond 203 \"fixed answer\" }}
            route /* {{ header_down X-Route proxied; proxy {be} }}
          }}
-         site b.test {{ tls {bc} {bk}; http_versions 1.1 2; respond \"b site\" }}",
+         site b.test {{ tls {bc} {bk}; http_versions 1.1 2; respond \"b site\" }}
+         site m.test {{
+           tls {mc} {mk} {{ client_ca {clients} }}
+           respond \"m site\"
+         }}",
+        clients = clients.display(),
         www = www.display(),
         be = backend.addr
     ));
@@ -104,6 +112,14 @@ async fn every_handler_answers_over_h3_with_sni_alt_svc_and_limits() {
     // An unknown site: 421, as on TCP.
     let r = c.get("nobody.test", "/").await.unwrap();
     assert_eq!(r.status, 421);
+    // A site that verifies client certificates is TCP's only: 421 over HTTP/3, on a
+    // connection made for it or for another name.
+    let r = c.get("m.test", "/").await.unwrap();
+    assert_eq!(r.status, 421);
+    let mut mc = h3c::connect(sluice.addr, ca.client(&[]), "m.test")
+        .await
+        .unwrap();
+    assert_eq!(mc.get("m.test", "/").await.unwrap().status, 421);
     // More header fields than HTTP/2 takes: 431.
     let mut req = http::Request::get("https://a.test/");
     for i in 0..120 {
@@ -248,6 +264,10 @@ async fn shutdown_sends_goaway_and_lets_open_streams_finish() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     sluice.signal("TERM");
+    // The GOAWAY arrives while that stream is open: the client starts no new one.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let refused = c.get("a.test", "/").await.unwrap_err();
+    assert!(refused.contains("closing"), "{refused}");
     let (status, body) = tokio::time::timeout(WAIT, in_flight)
         .await
         .expect("the open stream finishes")
@@ -384,4 +404,60 @@ fn quic_needs_tls_and_no_proxy_protocol() {
         "listen :8443 tls quic proxy_protocol\nsite a { respond ok }",
         "without `proxy_protocol`",
     );
+}
+
+#[tokio::test]
+async fn h3_requests_are_logged_metered_and_counted_as_h3() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let a = ca.leaf(&["a.test"]);
+    let (ac, ak) = write_pair(&dir, "a", &a);
+    let log = dir.0.join("access.log");
+    let conf = dir.write(
+        "s.conf",
+        &format!(
+            "global {{ admin 127.0.0.1:0; access_log {} json }}
+             listen 127.0.0.1:0 tls quic
+             site a.test {{ tls {ac} {ak}; route /api/* {{ respond \"api\" }} }}",
+            log.display()
+        ),
+    );
+    let sluice = Sluice::spawn(&["run", "-c", conf.to_str().unwrap()], TempDir::new());
+    let admin = sluice.admin();
+    let mut c = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(c.get("a.test", "/api/x").await.unwrap().text(), "api");
+    }
+    let m = request(admin, "GET", "/metrics", &[], b"").await.text();
+    assert!(m.contains("\nsluice_h3_requests_total 3\n"), "{m}");
+    assert!(m.contains("\nsluice_quic_connections_total 1\n"), "{m}");
+    let api = m
+        .lines()
+        .find(|l| {
+            l.starts_with("sluice_http_requests_total{")
+                && l.contains("/api/*")
+                && l.contains("2xx")
+        })
+        .unwrap_or_else(|| panic!("no /api/* series: {m}"));
+    assert!(api.ends_with(" 3"), "{api}");
+    // One JSON line each, naming the protocol.
+    let end = Instant::now() + WAIT;
+    let text = loop {
+        let t = std::fs::read_to_string(&log).unwrap_or_default();
+        if t.lines().count() >= 3 || Instant::now() > end {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    for l in &lines {
+        assert_eq!(l["protocol"], "HTTP/3", "{l}");
+        assert_eq!(l["status"], 200, "{l}");
+    }
 }

@@ -1,8 +1,9 @@
 //! Interop with real programs: curl as the client (HTTP/1.1, h2c, and HTTP/2 and
 //! HTTP/1.1 over TLS), nginx as a backend, h2load for concurrent h2c streams and 20,000
 //! requests over TLS, `openssl s_client` reading the handshake, headless Chromium for
-//! the dashboard. Each test skips with a printed reason
-//! when its program is missing, and fails instead under `SLUICE_INTEROP=require` (CI).
+//! the dashboard, Python's `aioquic` as an HTTP/3 client. Each test skips with a
+//! printed reason when its program is missing, and fails instead under
+//! `SLUICE_INTEROP=require` (CI).
 
 mod common;
 
@@ -702,4 +703,102 @@ async fn the_dashboard_asks_for_the_admin_token() {
         &format!("document.querySelector('.result').textContent.startsWith('{found}')"),
     )
     .await;
+}
+
+/// Where `.ci/run` puts a Python with `aioquic` (from PyPI; Debian does not package
+/// it); `SLUICE_AIOQUIC_PYTHON` names another.
+const AIOQUIC_PYTHON: &str = "/opt/sluice-aioquic/bin/python3";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aioquic_http3_client_through_sluice() {
+    let python = std::env::var("SLUICE_AIOQUIC_PYTHON").unwrap_or(AIOQUIC_PYTHON.into());
+    let ok = Command::new(&python)
+        .args(["-c", "import aioquic"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        if require_interop() {
+            panic!("aioquic is required (SLUICE_INTEROP=require) but {python} cannot import it");
+        }
+        eprintln!("skipping: no Python with aioquic at {python}");
+        return;
+    }
+    let ca = common::pki::Ca::new();
+    let dir = TempDir::new();
+    let leaf = ca.leaf(&["h3.test"]);
+    let cert = dir.write("h3.pem", &leaf.cert_pem);
+    let key = dir.write("h3.key", &leaf.key_pem);
+    let ca_file = dir.write("ca.pem", &ca.pem());
+    let backend = Backend::echo_head().await;
+    let s = Sluice::start(&format!(
+        "listen 127.0.0.1:0 tls quic
+         site h3.test {{ tls {} {}; proxy {} }}",
+        cert.display(),
+        key.display(),
+        backend.addr
+    ));
+    let script = r#"
+import asyncio, sys
+from aioquic.asyncio.client import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.h3 = H3Connection(self._quic)
+        self.waiting, self.got = {}, {}
+
+    def quic_event_received(self, event):
+        for ev in self.h3.handle_event(event):
+            r = self.got.setdefault(ev.stream_id, {"status": None, "body": b""})
+            if isinstance(ev, HeadersReceived) and r["status"] is None:
+                r["status"] = dict(ev.headers)[b":status"].decode()
+            elif isinstance(ev, DataReceived):
+                r["body"] += ev.data
+            if getattr(ev, "stream_ended", False):
+                self.waiting.pop(ev.stream_id).set_result(r)
+
+    async def request(self, method, path, body=b""):
+        sid = self._quic.get_next_available_stream_id()
+        head = [(b":method", method), (b":scheme", b"https"),
+                (b":authority", b"h3.test"), (b":path", path)]
+        if body:
+            head.append((b"content-length", str(len(body)).encode()))
+        self.h3.send_headers(sid, head, end_stream=not body)
+        if body:
+            self.h3.send_data(sid, body, end_stream=True)
+        self.waiting[sid] = asyncio.get_running_loop().create_future()
+        self.transmit()
+        return await asyncio.wait_for(self.waiting[sid], 10)
+
+async def main(port, ca):
+    cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name="h3.test")
+    cfg.load_verify_locations(ca)
+    async with connect("127.0.0.1", int(port), configuration=cfg, create_protocol=Client) as c:
+        r = await c.request(b"GET", b"/from-aioquic?x=1")
+        print(r["status"], r["body"].decode().splitlines()[0])
+        r = await c.request(b"POST", b"/post", b"y" * 100000)
+        print(r["status"], "content-length: 100000" in r["body"].decode())
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"#;
+    let port = s.addr.port().to_string();
+    let ca_path = ca_file.display().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .args(["-c", script, &port, &ca_path])
+            .output()
+            .expect("python runs")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout, "200 GET /from-aioquic?x=1\n200 True\n");
 }

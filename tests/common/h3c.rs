@@ -16,6 +16,7 @@ pub struct H3 {
 }
 
 /// A response read whole.
+#[derive(Debug)]
 pub struct H3Resp {
     pub status: u16,
     pub headers: http::HeaderMap,
