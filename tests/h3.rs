@@ -430,18 +430,26 @@ async fn h3_requests_are_logged_metered_and_counted_as_h3() {
     for _ in 0..3 {
         assert_eq!(c.get("a.test", "/api/x").await.unwrap().text(), "api");
     }
-    let m = request(admin, "GET", "/metrics", &[], b"").await.text();
-    assert!(m.contains("\nsluice_h3_requests_total 3\n"), "{m}");
-    assert!(m.contains("\nsluice_quic_connections_total 1\n"), "{m}");
-    let api = m
-        .lines()
-        .find(|l| {
+    // A response is counted once its stream is done, a moment after the client read it.
+    let end = Instant::now() + WAIT;
+    let m = loop {
+        let m = request(admin, "GET", "/metrics", &[], b"").await.text();
+        let api = m.lines().find(|l| {
             l.starts_with("sluice_http_requests_total{")
                 && l.contains("/api/*")
                 && l.contains("2xx")
-        })
-        .unwrap_or_else(|| panic!("no /api/* series: {m}"));
-    assert!(api.ends_with(" 3"), "{api}");
+        });
+        if api.is_some_and(|l| l.ends_with(" 3")) {
+            break m;
+        }
+        assert!(
+            Instant::now() < end,
+            "the /api/* series never reached 3: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(m.contains("\nsluice_h3_requests_total 3\n"), "{m}");
+    assert!(m.contains("\nsluice_quic_connections_total 1\n"), "{m}");
     // One JSON line each, naming the protocol.
     let end = Instant::now() + WAIT;
     let text = loop {

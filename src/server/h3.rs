@@ -198,52 +198,118 @@ async fn connection(
         .max_field_section_size(MAX_HEAD as u64)
         .build(h3_quinn::Connection::new(conn))
         .await;
-    let mut h3 = match built {
+    let h3 = match built {
         Ok(h) => h,
         Err(e) => {
             tracing::debug!("sluice: h3 connection from {peer} failed to start: {e}");
             return;
         }
     };
-    // Each stream task holds a sender: once sluice asked the connection to finish and
-    // dropped its own, `recv` ends when the last stream has.
-    let (open, mut streams) = tokio::sync::mpsc::channel::<()>(1);
-    let mut open = Some(open);
+    serve_streams(h3, &quic, peer, &mut closing, |resolver, hold| {
+        tokio::spawn(one_stream(
+            resolver,
+            live.clone(),
+            client.clone(),
+            (counted.request(), hold),
+            access.load_full(),
+        ));
+    })
+    .await;
+    // After GOAWAY and the last stream: closed with H3_NO_ERROR — once the client has
+    // had time to acknowledge the last bytes (a close discards what is unacknowledged),
+    // or at once when it closes first.
+    let linger = (quic.rtt() * 4).max(LINGER);
+    let _ = tokio::time::timeout(linger, quic.closed()).await;
+    quic.close(quinn::VarInt::from_u32(0x100), b"");
+}
+
+/// How long a finished connection waits for its last bytes to be acknowledged (at
+/// least; four round trips when longer) before it closes.
+const LINGER: Duration = Duration::from_millis(250);
+
+/// After GOAWAY, how long a connection stays open for requests the client sent before
+/// it heard it (at least; two round trips when longer).
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// Takes a connection's request streams (`spawn` runs each) until the client closes
+/// it, or sluice asks it to finish: then GOAWAY, with room for the requests already
+/// on their way (as h2's graceful shutdown leaves), and once those have had time to
+/// arrive and every stream is done, the caller closes it.
+async fn serve_streams(
+    mut h3: h3::server::Connection<h3_quinn::Connection, Bytes>,
+    quic: &quinn::Connection,
+    peer: SocketAddr,
+    closing: &mut watch::Receiver<bool>,
+    mut spawn: impl FnMut(Resolver, StreamHold),
+) {
+    let open = Arc::new(OpenStreams::default());
+    // When sluice asked the connection to finish: until when it waits for stragglers.
+    let mut settle: Option<tokio::time::Instant> = None;
+    let mut settled = false;
     loop {
         let next = tokio::select! {
+            biased;
             r = h3.accept() => r,
-            _ = closing.changed(), if open.is_some() => {
-                // GOAWAY: streams already open finish, no new ones start.
-                let _ = h3.shutdown(0).await;
-                open = None;
+            _ = closing.changed(), if settle.is_none() => {
+                let _ = h3.shutdown(MAX_STREAMS as usize).await;
+                settle = Some(tokio::time::Instant::now() + (quic.rtt() * 2).max(SETTLE));
                 continue;
             }
-            _ = streams.recv(), if open.is_none() => break,
+            _ = async { tokio::time::sleep_until(settle.unwrap_or_else(tokio::time::Instant::now)).await },
+                if settle.is_some() && !settled => {
+                settled = true;
+                continue;
+            }
+            _ = open.none(), if settled => return,
         };
         match next {
-            Ok(Some(resolver)) => {
-                let Some(open) = open.clone() else {
-                    continue;
-                };
-                tokio::spawn(one_stream(
-                    resolver,
-                    live.clone(),
-                    client.clone(),
-                    (counted.request(), open),
-                    access.load_full(),
-                ));
-            }
-            Ok(None) => break,
+            Ok(Some(resolver)) => spawn(resolver, open.hold()),
+            Ok(None) => return,
             Err(e) => {
                 if !e.is_h3_no_error() {
                     tracing::debug!("sluice: h3 connection from {peer} ended: {e}");
                 }
-                break;
+                return;
             }
         }
     }
-    // After GOAWAY and the last stream: closed with H3_NO_ERROR.
-    quic.close(quinn::VarInt::from_u32(0x100), b"");
+}
+
+/// The request streams a connection has open: counted, and told when one ends.
+#[derive(Default)]
+struct OpenStreams {
+    n: std::sync::atomic::AtomicUsize,
+    ended: Notify,
+}
+
+impl OpenStreams {
+    fn hold(self: &Arc<Self>) -> StreamHold {
+        self.n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        StreamHold(self.clone())
+    }
+
+    /// Resolves once no stream is open.
+    async fn none(&self) {
+        loop {
+            let ended = self.ended.notified();
+            let mut ended = pin!(ended);
+            ended.as_mut().enable();
+            if self.n.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                return;
+            }
+            ended.await;
+        }
+    }
+}
+
+/// One open request stream, counted until dropped.
+struct StreamHold(Arc<OpenStreams>);
+
+impl Drop for StreamHold {
+    fn drop(&mut self) {
+        self.0.n.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.ended.notify_waiters();
+    }
 }
 
 type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
@@ -255,7 +321,7 @@ async fn one_stream(
     resolver: Resolver,
     live: Arc<Live>,
     client: ClientInfo,
-    guard: (RequestGuard, tokio::sync::mpsc::Sender<()>),
+    guard: (RequestGuard, StreamHold),
     log: Option<Arc<AccessLog>>,
 ) {
     let peer = client.addr;
