@@ -1,4 +1,5 @@
-//! The `sluice` command: run, check, demo, proxy, reload, completions, man, version.
+//! The `sluice` command: run, check, demo, proxy, reload, upgrade, completions, man,
+//! version.
 //! The command line only: the server's life is `sluice::lifecycle`.
 
 #![forbid(unsafe_code)]
@@ -90,6 +91,23 @@ enum Command {
         #[arg(long)]
         verify_key: Option<String>,
     },
+    /// Replace the running sluice with the binary at its path (POST /upgrade on its
+    /// admin API): the new process takes over the listening sockets, the old one
+    /// drains and exits. Exits 0 once the new process serves, 1 (with why) when it did
+    /// not start; the old one then serves on.
+    Upgrade {
+        /// The admin API's address (default: the `admin` of --config, else
+        /// 127.0.0.1:2019).
+        #[arg(long)]
+        admin: Option<String>,
+        /// A file holding the admin API's token (else $SLUICE_ADMIN_TOKEN, else the
+        /// token of --config's admin block).
+        #[arg(long)]
+        token_file: Option<String>,
+        /// The running config file, for its admin address and token.
+        #[arg(short, long)]
+        config: Option<String>,
+    },
     /// A one-line reverse proxy with no config file.
     Proxy {
         /// Where to listen: a port (8080 or :8080, every interface) or IP:PORT.
@@ -105,6 +123,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before anything else (and any thread): what an upgrade handed this process.
+    sluice::upgrade::capture();
     let cli = Cli::parse();
     match cli.command {
         Command::Version => {
@@ -164,6 +184,17 @@ fn main() -> ExitCode {
             Ok((admin, token)) => reload(&admin, token.as_deref()),
             Err(why) => {
                 eprintln!("sluice reload: {why}");
+                ExitCode::from(1)
+            }
+        },
+        Command::Upgrade {
+            admin,
+            token_file,
+            config,
+        } => match reload_target(admin, token_file, config, None) {
+            Ok((admin, token)) => upgrade(&admin, token.as_deref()),
+            Err(why) => {
+                eprintln!("sluice upgrade: {why}");
                 ExitCode::from(1)
             }
         },
@@ -290,6 +321,9 @@ fn load(
 ) -> Option<(Config, std::sync::Arc<str>, Option<String>)> {
     if !Path::new(path).is_file() {
         eprintln!("sluice: cannot read config file {path}: no such file");
+        sluice::upgrade::tell_parent(&format!(
+            "ERROR=cannot read config file {path}: no such file"
+        ));
         return None;
     }
     match config::load_file_verified(path, key) {
@@ -306,6 +340,10 @@ fn load(
                 "sluice: {path}: config rejected ({}); nothing was started",
                 count(r.errors().count(), "error")
             );
+            sluice::upgrade::tell_parent(&format!(
+                "ERROR={path}: config rejected ({}):\n{r}",
+                count(r.errors().count(), "error")
+            ));
             None
         }
     }
@@ -465,6 +503,46 @@ fn reload_target(
 }
 
 fn reload(admin: &str, token: Option<&str>) -> ExitCode {
+    let (ok, value, body) = match admin_post("reload", admin, token) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    if ok {
+        println!("sluice reload: revision {}", value["revision"]);
+        ExitCode::SUCCESS
+    } else {
+        let error = value["error"].as_str().unwrap_or(&body);
+        eprintln!("{}", error.trim_end());
+        eprintln!("sluice reload: rejected; the running config keeps serving");
+        ExitCode::from(1)
+    }
+}
+
+/// `sluice upgrade`: POST /upgrade to the admin API, which answers once the new
+/// process serves (its PID) or failed to (why; the old one serves on).
+fn upgrade(admin: &str, token: Option<&str>) -> ExitCode {
+    let (ok, value, body) = match admin_post("upgrade", admin, token) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    if ok {
+        println!("sluice upgrade: PID {} serves now", value["pid"]);
+        ExitCode::SUCCESS
+    } else {
+        let error = value["error"].as_str().unwrap_or(&body);
+        eprintln!("sluice upgrade: {}", error.trim_end());
+        eprintln!("sluice upgrade: failed; the running process keeps serving");
+        ExitCode::from(1)
+    }
+}
+
+/// `POST /VERB` to the admin API: whether it answered 200, its JSON and its body.
+/// `Err` (after saying why): it could not be reached or refused the token.
+fn admin_post(
+    verb: &str,
+    admin: &str,
+    token: Option<&str>,
+) -> Result<(bool, serde_json::Value, String), ExitCode> {
     use std::io::{Read, Write};
     let addr = if admin.starts_with(':') {
         format!("127.0.0.1{admin}")
@@ -474,10 +552,11 @@ fn reload(admin: &str, token: Option<&str>) -> ExitCode {
     let mut stream = match std::net::TcpStream::connect(&addr) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sluice reload: cannot reach the admin API at {addr}: {e}");
-            return ExitCode::from(1);
+            eprintln!("sluice {verb}: cannot reach the admin API at {addr}: {e}");
+            return Err(ExitCode::from(1));
         }
     };
+    // An upgrade waits up to 30 s for the new process.
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(60)));
     // The admin API answers only a Host that is its own address.
     let host = stream
@@ -485,38 +564,29 @@ fn reload(admin: &str, token: Option<&str>) -> ExitCode {
         .map_or_else(|_| addr.clone(), |a| a.to_string());
     let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
     let req = format!(
-        "POST /reload HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+        "POST /{verb} HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
     );
     let mut out = Vec::new();
     if let Err(e) = stream
         .write_all(req.as_bytes())
         .and_then(|()| stream.read_to_end(&mut out))
     {
-        eprintln!("sluice reload: {addr}: {e}");
-        return ExitCode::from(1);
+        eprintln!("sluice {verb}: {addr}: {e}");
+        return Err(ExitCode::from(1));
     }
     let text = String::from_utf8_lossy(&out);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let ok = head.starts_with("HTTP/1.1 200");
     if head.starts_with("HTTP/1.1 401") {
         let why = if token.is_some() {
             "refused the token given"
         } else {
             "needs a token"
         };
-        eprintln!("sluice reload: the admin API at {addr} {why}: pass --token-file FILE, set SLUICE_ADMIN_TOKEN, or -c the running config file");
-        return ExitCode::from(1);
+        eprintln!("sluice {verb}: the admin API at {addr} {why}: pass --token-file FILE, set SLUICE_ADMIN_TOKEN, or -c the running config file");
+        return Err(ExitCode::from(1));
     }
     let value: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
-    if ok {
-        println!("sluice reload: revision {}", value["revision"]);
-        ExitCode::SUCCESS
-    } else {
-        let error = value["error"].as_str().unwrap_or(body);
-        eprintln!("{}", error.trim_end());
-        eprintln!("sluice reload: rejected; the running config keeps serving");
-        ExitCode::from(1)
-    }
+    Ok((head.starts_with("HTTP/1.1 200"), value, body.to_string()))
 }
 
 fn demo(listen: &str, admin: &str) -> ExitCode {

@@ -58,6 +58,8 @@ pub(crate) static H2_WEBSOCKET_REFUSED: Throttled = Throttled::new();
 pub(crate) static H2_UNSENDABLE: Throttled = Throttled::new();
 /// A `tcp` listener at its `max_conns`.
 pub(crate) static TCP_MAX_CONNS: Throttled = Throttled::new();
+/// A `quic` listener at its connection limit.
+pub(crate) static QUIC_FULL: Throttled = Throttled::new();
 /// A health probe this host had no port or descriptor for.
 pub(crate) static PROBE_OUT_OF_CAPACITY: Throttled = Throttled::new();
 /// An extended CONNECT for a protocol other than WebSocket.

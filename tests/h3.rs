@@ -469,3 +469,66 @@ async fn h3_requests_are_logged_metered_and_counted_as_h3() {
         assert_eq!(l["status"], 200, "{l}");
     }
 }
+
+#[tokio::test]
+async fn framing_tricks_are_refused_before_the_backend() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let a = ca.leaf(&["a.test"]);
+    let (ac, ak) = write_pair(&dir, "a", &a);
+    let backend = head_and_body_backend().await;
+    let sluice = Sluice::start(&format!(
+        "listen 127.0.0.1:0 tls quic
+         site a.test {{ tls {ac} {ak}; proxy {} }}",
+        backend.addr
+    ));
+    let mut c = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
+        .await
+        .unwrap();
+    let post = |fields: &[(&str, &str)]| {
+        let mut r = http::Request::post("https://a.test/x");
+        for (k, v) in fields {
+            r = r.header(*k, *v);
+        }
+        r.body(()).unwrap()
+    };
+    let smuggled = Bytes::from_static(b"hello GET /admin HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    for fields in [
+        &[("content-length", " 5")][..],
+        &[("content-length", "1,1")],
+        &[("content-length", "abc")],
+        &[("content-length", "5"), ("content-length", "6")],
+        &[("transfer-encoding", "chunked")],
+        &[("connection", "keep-alive")],
+        &[("te", "gzip")],
+    ] {
+        let r = c.request(post(fields), smuggled.clone()).await.unwrap();
+        assert_eq!(r.status, 400, "{fields:?}: {}", r.text());
+    }
+    // A length the stream's end contradicts at once.
+    let r = c
+        .request(post(&[("content-length", "10")]), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        backend.requests.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    // A repeated equal length is one field; the body reaches the backend whole.
+    let r = c
+        .request(
+            post(&[("content-length", "5"), ("content-length", "5")]),
+            Bytes::from_static(b"hello"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("body 5 "), "{}", r.text());
+    // HEAD: the length and date of the answer, no body.
+    let head = http::Request::head("https://a.test/x").body(()).unwrap();
+    let r = c.request(head, Bytes::new()).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty());
+    assert!(r.header("date").is_some());
+}

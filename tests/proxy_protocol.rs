@@ -261,7 +261,7 @@ fn proxy_protocol_settings_are_checked_at_load() {
     for (text, want) in [
         (
             "listen 127.0.0.1:0 proxy_protocol proxy_protocol\nsite * { respond x }",
-            "listen ADDR [tls] [proxy_protocol]",
+            "listen ADDR [tls [quic]] [proxy_protocol]",
         ),
         (
             "listen 127.0.0.1:0 haproxy\nsite * { respond x }",

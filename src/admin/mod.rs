@@ -1,6 +1,6 @@
 //! What sluice shows an operator: the admin API on its own listener (never a site
 //! listener; `admin ADDR`, default 127.0.0.1:2019, `admin off`), with `GET /status`,
-//! `GET /metrics`, `POST /reload`, `GET /revisions`, `POST /rollback/N`,
+//! `GET /metrics`, `POST /reload`, `POST /upgrade`, `GET /revisions`, `POST /rollback/N`,
 //! `POST /maintenance`, `POST /origin-test` and `GET /origin-test/ID`, and the
 //! dashboard at `GET /`; and the log lines (`log`).
 //!
@@ -50,6 +50,8 @@ pub(crate) enum Refused {
 pub(crate) enum Command {
     Reload(oneshot::Sender<Result<u64, Refused>>),
     Rollback(u64, oneshot::Sender<Result<u64, Refused>>),
+    /// Start the binary again and hand it the listeners: the new PID, or why not.
+    Upgrade(oneshot::Sender<Result<u32, String>>),
 }
 
 /// The admin API's bearer token, replaced by a reload that changes it.
@@ -217,6 +219,7 @@ async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
             )
         }
         (&Method::POST, "/reload") => command(api, Command::Reload).await,
+        (&Method::POST, "/upgrade") => upgrade(api).await,
         (&Method::POST, "/maintenance") => maintenance(api, req).await,
         (&Method::POST, "/purge") => purge(api, req).await,
         (&Method::POST, "/origin-test") => origin_test(api, req).await,
@@ -234,7 +237,8 @@ async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
         }
         (
             _,
-            "/" | "/status" | "/metrics" | "/revisions" | "/reload" | "/maintenance" | "/purge",
+            "/" | "/status" | "/metrics" | "/revisions" | "/reload" | "/upgrade" | "/maintenance"
+            | "/purge",
         ) => json_reply(
             StatusCode::METHOD_NOT_ALLOWED,
             &json!({"error": "method not allowed"}),
@@ -378,6 +382,29 @@ async fn command(
             StatusCode::SERVICE_UNAVAILABLE,
             &json!({"error": "sluice is shutting down"}),
         ),
+    }
+}
+
+/// `POST /upgrade`: answered once the new process is ready (`200 {"pid"}`) or has
+/// failed (`500 {"error"}`; this process serves on).
+async fn upgrade(api: &Api) -> Response<Full<Bytes>> {
+    let (tx, rx) = oneshot::channel();
+    let gone = || {
+        json_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"error": "sluice is shutting down"}),
+        )
+    };
+    if api.commands.send(Command::Upgrade(tx)).await.is_err() {
+        return gone();
+    }
+    match rx.await {
+        Ok(Ok(pid)) => json_reply(StatusCode::OK, &json!({ "pid": pid })),
+        Ok(Err(error)) => json_reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &json!({ "error": error }),
+        ),
+        Err(_) => gone(),
     }
 }
 

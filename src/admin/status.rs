@@ -142,6 +142,7 @@ pub(crate) fn process(body: &mut Value, last: Option<&super::revisions::LastRelo
         .and_then(|t| t.elapsed().ok())
         .map_or(0, |d| d.as_secs());
     body["version"] = json!(env!("CARGO_PKG_VERSION"));
+    body["pid"] = json!(std::process::id());
     body["started_at"] = started.map_or(Value::Null, |t| json!(rfc3339(t)));
     body["uptime_seconds"] = json!(uptime);
     body["last_reload"] = last.map_or(

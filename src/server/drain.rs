@@ -17,7 +17,9 @@ struct Inner {
     connections: AtomicUsize,
     requests: AtomicUsize,
     idle: Notify,
-    tx: watch::Sender<bool>,
+    /// 0 while serving, 1 once an upgrade handed the listeners on ([`Drain::step_aside`]),
+    /// 2 once shutdown started ([`Drain::start`]).
+    tx: watch::Sender<u8>,
     /// Where kept-alive connections wait for their next request.
     wheel: Arc<Wheel>,
 }
@@ -35,7 +37,7 @@ impl Drain {
                 connections: AtomicUsize::new(0),
                 requests: AtomicUsize::new(0),
                 idle: Notify::new(),
-                tx: watch::channel(false).0,
+                tx: watch::channel(0).0,
                 wheel: Wheel::new(),
             }),
         }
@@ -58,8 +60,21 @@ impl Drain {
 
     /// Stop taking new work: listeners stop accepting, idle connections close.
     pub(crate) fn start(&self) {
-        self.inner.tx.send_replace(true);
+        self.inner.tx.send_replace(2);
         self.inner.wheel.drain();
+    }
+
+    /// After an upgrade: listeners stop accepting (the new process accepts on the same
+    /// sockets), HTTP/2 and HTTP/3 connections are sent GOAWAY, and HTTP/1.1
+    /// connections answer their next request with `Connection: close` — an idle one is
+    /// not closed under a client that may be sending its next request right now.
+    pub(crate) fn step_aside(&self) {
+        self.inner.tx.send_if_modified(|v| {
+            let was = *v;
+            *v = was.max(1);
+            was == 0
+        });
+        self.inner.wheel.close_after_response();
     }
 
     pub(crate) fn requests_in_flight(&self) -> usize {
@@ -92,12 +107,19 @@ fn watch(inner: &Inner) -> Watch {
 }
 
 pub(crate) struct Watch {
-    rx: watch::Receiver<bool>,
+    rx: watch::Receiver<u8>,
 }
 
 impl Watch {
+    /// Resolves once shutdown has started.
     pub(crate) async fn draining(&mut self) {
-        let _ = self.rx.wait_for(|d| *d).await;
+        let _ = self.rx.wait_for(|d| *d >= 2).await;
+    }
+
+    /// Resolves once this process stops taking new connections: shutdown, or an
+    /// upgrade handed its listeners on.
+    pub(crate) async fn closing(&mut self) {
+        let _ = self.rx.wait_for(|d| *d >= 1).await;
     }
 }
 
@@ -122,9 +144,10 @@ impl ConnectionGuard {
         watch(&self.inner)
     }
 
-    /// Whether the drain has started (one atomic load).
+    /// Whether this connection should end after its current response: shutdown or
+    /// an upgrade has begun.
     pub(crate) fn is_draining(&self) -> bool {
-        self.inner.wheel.is_draining()
+        self.inner.wheel.ends_keep_alive()
     }
 
     /// Where the connection waits while it is idle.

@@ -65,7 +65,7 @@ pub(crate) async fn serve<S: Transport>(
             }
             return;
         }
-        _ = watch.draining() => {}
+        _ = watch.closing() => {}
         // A stream the client stopped reading: the connection closes at once.
         _ = activity.stalls.sweep(addr) => return,
         _ = activity.idle(super::h1::IDLE_TIMEOUT) => {

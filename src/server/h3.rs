@@ -24,8 +24,9 @@ use http::{Request, Response, StatusCode, Version};
 use http_body::{Frame, SizeHint};
 use tokio::sync::{watch, Notify};
 
-use super::drain::{ConnectionGuard, Drain, RequestGuard};
+use super::drain::{ConnectionGuard, Drain};
 use super::h2::{Counted, StreamDone, StreamLog};
+use super::transport::SEND_TIMEOUT;
 use crate::admin::access::AccessLog;
 use crate::body::{Body, BodyError, BODY_READ_TIMEOUT};
 use crate::http1::{MAX_HEAD, MAX_HEADERS};
@@ -50,6 +51,9 @@ const CONNECTION_WINDOW: u32 = 4 << 20;
 const MAX_INCOMING: usize = 1024;
 const INCOMING_BUFFER: u64 = 64 << 10;
 const INCOMING_BUFFER_TOTAL: u64 = 16 << 20;
+/// Established connections at once per listener: past this, new ones are refused
+/// (a QUIC connection holds no descriptor for the process limit to cap).
+const MAX_CONNECTIONS: usize = 16_384;
 
 /// The certificate for a QUIC handshake, chosen by SNI among the live generation's:
 /// the endpoint's config outlives reloads.
@@ -71,13 +75,18 @@ impl rustls::server::ResolvesServerCert for LiveCerts {
     }
 }
 
-/// A QUIC endpoint on a UDP socket bound to `addr`; it takes no connection until
-/// [`accept_loop`] gives it its server config. An error here (the bind, or a socket
-/// option QUIC needs) stops a start or a reload, naming the listener.
-pub(crate) fn bind(addr: SocketAddr, dual_stack: bool) -> std::io::Result<quinn::Endpoint> {
-    let socket = crate::net::bind_udp(addr, dual_stack)?;
+/// A QUIC endpoint on a bound UDP socket (and a duplicate of the socket, for an
+/// upgrade to hand over); it takes no connection until [`accept_loop`] gives it its
+/// server config. An error here (a socket option QUIC needs) stops a start or a
+/// reload, naming the listener.
+pub(crate) fn endpoint_on(
+    socket: std::net::UdpSocket,
+) -> std::io::Result<(quinn::Endpoint, Option<std::os::fd::OwnedFd>)> {
+    socket.set_nonblocking(true)?;
+    let dup = socket.try_clone().ok().map(std::os::fd::OwnedFd::from);
     let runtime = Arc::new(quinn::TokioRuntime);
-    quinn::Endpoint::new(Default::default(), None, socket, runtime)
+    let e = quinn::Endpoint::new(Default::default(), None, socket, runtime)?;
+    Ok((e, dup))
 }
 
 /// What the endpoint answers handshakes with: TLS 1.3 only (QUIC has no other), ALPN
@@ -103,7 +112,9 @@ fn server_config(live: Arc<Live>) -> quinn::ServerConfig {
         ))
         .stream_receive_window(STREAM_WINDOW.into())
         .receive_window(CONNECTION_WINDOW.into())
-        .send_window(u64::from(CONNECTION_WINDOW));
+        .send_window(u64::from(CONNECTION_WINDOW))
+        // No QUIC DATAGRAM frames: nothing reads them, so none may be buffered.
+        .datagram_receive_buffer_size(None);
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     server
         .transport_config(Arc::new(transport))
@@ -133,9 +144,18 @@ pub(crate) async fn accept_loop(
                 Some(i) => i,
                 None => break,
             },
-            _ = watch.draining() => break,
+            _ = watch.closing() => break,
             _ = close.notified() => break,
         };
+        if endpoint.open_connections() >= MAX_CONNECTIONS {
+            crate::throttle::QUIC_FULL.warn(format_args!(
+                "sluice: quic {}: {MAX_CONNECTIONS} connections open; refused a new one from {}",
+                local.map(|a| a.to_string()).unwrap_or_default(),
+                incoming.remote_address()
+            ));
+            incoming.refuse();
+            continue;
+        }
         if !incoming.remote_address_validated() {
             // A Retry: the client echoes a token only its real address received, so a
             // flood from spoofed addresses costs one small packet each and no state.
@@ -174,14 +194,24 @@ async fn connection(
     access: super::h1::Access,
 ) {
     let peer = incoming.remote_address();
+    // The address the client reached (the listener's may be a wildcard).
+    let local = local.map(|l| SocketAddr::new(incoming.local_ip().unwrap_or(l.ip()), l.port()));
     let handshake = async {
         let conn = incoming.accept().map_err(|e| e.to_string())?;
-        match tokio::time::timeout(super::tls::HANDSHAKE_TIMEOUT, conn).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(_) => Err("no handshake within 10s".to_string()),
+        let conn = match tokio::time::timeout(super::tls::HANDSHAKE_TIMEOUT, conn).await {
+            Ok(r) => r.map_err(|e| e.to_string())?,
+            Err(_) => return Err("no handshake within 10s".to_string()),
+        };
+        let mut builder = h3::server::builder();
+        builder.max_field_section_size(MAX_HEAD as u64);
+        let built = builder.build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()));
+        match tokio::time::timeout(super::tls::HANDSHAKE_TIMEOUT, built).await {
+            Ok(Ok(h3)) => Ok((conn, h3)),
+            Ok(Err(e)) => Err(format!("HTTP/3 did not start: {e}")),
+            Err(_) => Err("HTTP/3 did not start within 10s".to_string()),
         }
     };
-    let conn = match handshake.await {
+    let (quic, mut h3) = match handshake.await {
         Ok(c) => c,
         Err(why) => {
             bump(&COUNTERS.tls_handshake_failures);
@@ -193,33 +223,30 @@ async fn connection(
     let mut client = ClientInfo::new(peer, Scheme::Https);
     client.tls = Some("TLSv1.3");
     client.local = local;
-    let quic = conn.clone();
-    let built = h3::server::builder()
-        .max_field_section_size(MAX_HEAD as u64)
-        .build(h3_quinn::Connection::new(conn))
-        .await;
-    let h3 = match built {
-        Ok(h) => h,
-        Err(e) => {
-            tracing::debug!("sluice: h3 connection from {peer} failed to start: {e}");
-            return;
-        }
-    };
-    serve_streams(h3, &quic, peer, &mut closing, |resolver, hold| {
-        tokio::spawn(one_stream(
-            resolver,
-            live.clone(),
-            client.clone(),
-            (counted.request(), hold),
-            access.load_full(),
-        ));
-    })
+    let drain = counted.drain();
+    serve_streams(
+        &mut h3,
+        &quic,
+        peer,
+        &mut closing,
+        |resolver, hold, reject| {
+            tokio::spawn(one_stream(
+                resolver,
+                live.clone(),
+                client.clone(),
+                (drain.clone(), hold, reject),
+                access.load_full(),
+            ));
+        },
+    )
     .await;
-    // After GOAWAY and the last stream: closed with H3_NO_ERROR — once the client has
-    // had time to acknowledge the last bytes (a close discards what is unacknowledged),
-    // or at once when it closes first.
+    // After GOAWAY and the last stream: closed with H3_NO_ERROR once the client has had
+    // time to acknowledge the last bytes (a close discards what is unacknowledged), or
+    // at once when it closes first. `h3` closes the connection when dropped, so it
+    // lives until then.
     let linger = (quic.rtt() * 4).max(LINGER);
     let _ = tokio::time::timeout(linger, quic.closed()).await;
+    drop(h3);
     quic.close(quinn::VarInt::from_u32(0x100), b"");
 }
 
@@ -232,72 +259,111 @@ const LINGER: Duration = Duration::from_millis(250);
 const SETTLE: Duration = Duration::from_millis(100);
 
 /// Takes a connection's request streams (`spawn` runs each) until the client closes
-/// it, or sluice asks it to finish: then GOAWAY, with room for the requests already
-/// on their way (as h2's graceful shutdown leaves), and once those have had time to
-/// arrive and every stream is done, the caller closes it.
+/// it, or sluice asks it to finish, or no stream has been open for 60 s: then GOAWAY,
+/// with room for the requests already on their way (as h2's graceful shutdown leaves),
+/// and once those have had time to arrive and every stream is done, the caller closes
+/// it. `spawn`'s third argument: the stream is to be refused (`H3_REQUEST_REJECTED`),
+/// for a GOAWAY sent before any stream, which names stream 0 as unprocessed.
 async fn serve_streams(
-    mut h3: h3::server::Connection<h3_quinn::Connection, Bytes>,
+    h3: &mut h3::server::Connection<h3_quinn::Connection, Bytes>,
     quic: &quinn::Connection,
     peer: SocketAddr,
     closing: &mut watch::Receiver<bool>,
-    mut spawn: impl FnMut(Resolver, StreamHold),
+    mut spawn: impl FnMut(Resolver, StreamHold, bool),
 ) {
+    enum Event {
+        Stream(Result<Option<Box<Resolver>>, h3::error::ConnectionError>),
+        Finish,
+        Settled,
+        Done,
+    }
     let open = Arc::new(OpenStreams::default());
-    // When sluice asked the connection to finish: until when it waits for stragglers.
+    // Once sluice asked the connection to finish: until when it waits for stragglers.
     let mut settle: Option<tokio::time::Instant> = None;
-    let mut settled = false;
+    let (mut settled, mut accepted, mut reject) = (false, false, false);
     loop {
-        let next = tokio::select! {
+        let event = tokio::select! {
             biased;
-            r = h3.accept() => r,
-            _ = closing.changed(), if settle.is_none() => {
-                let _ = h3.shutdown(MAX_STREAMS as usize).await;
-                settle = Some(tokio::time::Instant::now() + (quic.rtt() * 2).max(SETTLE));
-                continue;
-            }
+            r = h3.accept() => Event::Stream(r.map(|o| o.map(Box::new))),
+            _ = closing.changed(), if settle.is_none() => Event::Finish,
+            _ = open.idle(super::h1::IDLE_TIMEOUT), if settle.is_none() => Event::Finish,
             _ = async { tokio::time::sleep_until(settle.unwrap_or_else(tokio::time::Instant::now)).await },
-                if settle.is_some() && !settled => {
-                settled = true;
-                continue;
-            }
-            _ = open.none(), if settled => return,
+                if settle.is_some() && !settled => Event::Settled,
+            _ = open.none(), if settled => Event::Done,
         };
-        match next {
-            Ok(Some(resolver)) => spawn(resolver, open.hold()),
-            Ok(None) => return,
-            Err(e) => {
+        match event {
+            Event::Stream(Ok(Some(resolver))) => {
+                accepted = true;
+                spawn(*resolver, open.hold(), reject);
+            }
+            Event::Stream(Ok(None)) | Event::Done => return,
+            Event::Stream(Err(e)) => {
                 if !e.is_h3_no_error() {
                     tracing::debug!("sluice: h3 connection from {peer} ended: {e}");
                 }
                 return;
             }
+            Event::Finish => {
+                // h3 names the next stream after the last it took as the first
+                // unprocessed one, but names stream 0 when it took none and then
+                // serves it all the same: refused here, so a client that retries it
+                // elsewhere never runs it twice.
+                reject = !accepted;
+                let goaway = h3.shutdown(MAX_STREAMS as usize);
+                let _ = tokio::time::timeout(super::tls::HANDSHAKE_TIMEOUT, goaway).await;
+                settle = Some(tokio::time::Instant::now() + (quic.rtt() * 2).max(SETTLE));
+            }
+            Event::Settled => settled = true,
         }
     }
 }
 
-/// The request streams a connection has open: counted, and told when one ends.
+/// The request streams a connection has open: counted, and told when one opens or
+/// ends.
 #[derive(Default)]
 struct OpenStreams {
     n: std::sync::atomic::AtomicUsize,
-    ended: Notify,
+    changed: Notify,
 }
 
 impl OpenStreams {
     fn hold(self: &Arc<Self>) -> StreamHold {
         self.n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.changed.notify_waiters();
         StreamHold(self.clone())
+    }
+
+    fn count(&self) -> usize {
+        self.n.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Resolves once no stream is open.
     async fn none(&self) {
         loop {
-            let ended = self.ended.notified();
-            let mut ended = pin!(ended);
-            ended.as_mut().enable();
-            if self.n.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            let changed = self.changed.notified();
+            let mut changed = pin!(changed);
+            changed.as_mut().enable();
+            if self.count() == 0 {
                 return;
             }
-            ended.await;
+            changed.await;
+        }
+    }
+
+    /// Resolves once no stream has been open for `limit` (h2's idle rule).
+    async fn idle(&self, limit: Duration) {
+        loop {
+            self.none().await;
+            let changed = self.changed.notified();
+            let mut changed = pin!(changed);
+            changed.as_mut().enable();
+            if self.count() != 0 {
+                continue;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(limit) => return,
+                _ = changed => {}
+            }
         }
     }
 }
@@ -308,7 +374,7 @@ struct StreamHold(Arc<OpenStreams>);
 impl Drop for StreamHold {
     fn drop(&mut self) {
         self.0.n.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        self.0.ended.notify_waiters();
+        self.0.changed.notify_waiters();
     }
 }
 
@@ -316,33 +382,64 @@ type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
 type SendHalf = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 type RecvHalf = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
 
-/// One request stream: its head read and checked, run through the pipeline, answered.
+/// One request stream: its head read (within 10 s) and checked, then served. The
+/// request counts in the drain once its head is in.
 async fn one_stream(
     resolver: Resolver,
     live: Arc<Live>,
     client: ClientInfo,
-    guard: (RequestGuard, StreamHold),
+    (drain, hold, reject): (Drain, StreamHold, bool),
     log: Option<Arc<AccessLog>>,
 ) {
     let peer = client.addr;
-    let (req, stream) = match resolver.resolve_request().await {
-        Ok(r) => r,
-        Err(e) => {
-            // h3 has answered (431) or reset the stream itself.
-            bump(&COUNTERS.bad_request);
-            tracing::debug!("sluice: h3 request from {peer} refused: {e}");
-            return;
-        }
-    };
-    let (mut send, recv) = stream.split();
+    let (req, stream) =
+        match tokio::time::timeout(super::h1::HEAD_TIMEOUT, resolver.resolve_request()).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                // h3 has answered (431) or reset the stream itself.
+                bump(&COUNTERS.bad_request);
+                tracing::debug!("sluice: h3 request from {peer} refused: {e}");
+                return;
+            }
+            Err(_) => {
+                bump(&COUNTERS.head_timeout);
+                tracing::debug!("sluice: h3 request from {peer}: no head within 10s");
+                return;
+            }
+        };
+    let guard = drain.request();
+    let (mut send, mut recv) = stream.split();
+    if reject {
+        send.stop_stream(h3::error::Code::H3_REQUEST_REJECTED);
+        recv.stop_sending(h3::error::Code::H3_REQUEST_REJECTED);
+        return;
+    }
     let (parts, ()) = req.into_parts();
     let mut req = Request::from_parts(parts, ());
     *req.version_mut() = Version::HTTP_3;
-    if let Some(refusal) = refusal(&mut req) {
-        let _ = respond(&mut send, refusal, None).await;
-        drop(guard);
-        return;
+    let body = match refusal(&mut req) {
+        None => request_body(&req, recv).await,
+        Some(r) => Err(r),
+    };
+    match body {
+        Ok(body) => serve_stream(req, body, &mut send, live, client, log).await,
+        Err(refused) => {
+            crate::stats::count_status(refused.status().as_u16());
+            let _ = respond(&mut send, refused, false, None).await;
+        }
     }
+    drop((guard, hold));
+}
+
+/// A checked request through the pipeline, and its answer sent, logged and metered.
+async fn serve_stream(
+    req: Request<()>,
+    body: Body,
+    send: &mut SendHalf,
+    live: Arc<Live>,
+    client: ClientInfo,
+    log: Option<Arc<AccessLog>>,
+) {
     let started = live.metered().then(Instant::now);
     let pending = log.map(|log| {
         crate::admin::access::Pending::new(
@@ -355,7 +452,6 @@ async fn one_stream(
             started,
         )
     });
-    let body = request_body(&req, recv).await;
     let received = started.map(|_| Arc::<AtomicU64>::default());
     let body = match &received {
         None => body,
@@ -364,7 +460,8 @@ async fn one_stream(
             n: Arc::clone(n),
         }),
     };
-    let client_ip = client.ip_value.clone();
+    let (peer, client_ip) = (client.addr, client.ip_value.clone());
+    let head_only = req.method() == http::Method::HEAD;
     let offer = pipeline::Offer {
         record: pending.is_some(),
         upgrade: false,
@@ -388,15 +485,25 @@ async fn one_stream(
         switched: false,
         bytes: 0,
     });
-    if let Err(why) = respond(&mut send, resp, done.as_mut()).await {
+    if let Err(why) = respond(send, resp, head_only, done.as_mut()).await {
         tracing::debug!("sluice: h3 response to {peer} cut off: {why}");
     }
-    drop(done);
-    drop(guard);
 }
 
-/// A stream refused before the pipeline: too many header fields (431), an
-/// `:authority` that cannot be a host (400).
+/// Fields that name an HTTP/1.1 connection's own framing: malformed in an h3 request,
+/// never sent in an h3 response (RFC 9114 §4.2).
+const CONNECTION_FIELDS: [header::HeaderName; 5] = [
+    header::CONNECTION,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::HeaderName::from_static("keep-alive"),
+    header::HeaderName::from_static("proxy-connection"),
+];
+
+/// A stream refused before the pipeline: too many header fields (431); a
+/// connection-specific field, a `TE` other than `trailers`, a `Content-Length` that is
+/// not one number, or an `:authority` that cannot be a host (400). A `Content-Length`
+/// sent more than once with one value is kept once.
 fn refusal(req: &mut Request<()>) -> Option<Response<Body>> {
     if req.headers().len() > MAX_HEADERS {
         bump(&COUNTERS.head_too_large);
@@ -405,16 +512,54 @@ fn refusal(req: &mut Request<()>) -> Option<Response<Body>> {
             "Request header fields too large\n",
         ));
     }
-    let why = super::h2::host_from_authority(req)?;
+    let h = req.headers();
+    let te = h.get_all(header::TE).iter().any(|v| v != "trailers");
+    let bad = if te || CONNECTION_FIELDS.iter().any(|n| h.contains_key(n)) {
+        Some("Bad request: connection-specific field in an HTTP/3 request\n")
+    } else {
+        content_length(req).err()
+    };
+    let why = bad.or_else(|| super::h2::host_from_authority(req))?;
     bump(&COUNTERS.bad_request);
     Some(local_response(StatusCode::BAD_REQUEST, why))
+}
+
+/// The request's `Content-Length`, checked (digits only, every copy equal) and left
+/// as one field.
+fn content_length(req: &mut Request<()>) -> Result<Option<u64>, &'static str> {
+    const BAD: &str = "Bad request: invalid Content-Length\n";
+    let mut values = req.headers().get_all(header::CONTENT_LENGTH).iter();
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    let digits = |v: &HeaderValue| !v.is_empty() && v.as_bytes().iter().all(u8::is_ascii_digit);
+    if !digits(first) {
+        return Err(BAD);
+    }
+    let n = first
+        .to_str()
+        .ok()
+        .and_then(|t| t.parse::<u64>().ok())
+        .ok_or(BAD)?;
+    let mut repeated = false;
+    for v in values {
+        if v != first {
+            return Err(BAD);
+        }
+        repeated = true;
+    }
+    if repeated {
+        let one = first.clone();
+        req.headers_mut().insert(header::CONTENT_LENGTH, one);
+    }
+    Ok(Some(n))
 }
 
 /// The request's body: empty when the stream ended with its head (as it does for
 /// almost every GET), else read as it arrives. A GET or HEAD without a length waits
 /// for its first bytes or its end, so the backend never sees a bodiless GET framed
-/// as chunked.
-async fn request_body(req: &Request<()>, mut recv: RecvHalf) -> Body {
+/// as chunked. `Err`: a `Content-Length` the stream's end already contradicts (400).
+async fn request_body(req: &Request<()>, mut recv: RecvHalf) -> Result<Body, Response<Body>> {
     let length = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -422,8 +567,8 @@ async fn request_body(req: &Request<()>, mut recv: RecvHalf) -> Body {
         .and_then(|v| v.parse::<u64>().ok());
     let bodiless = matches!(*req.method(), http::Method::GET | http::Method::HEAD);
     let first = if length.is_none() && bodiless {
-        match tokio::time::timeout(BODY_READ_TIMEOUT, poll_fn(|cx| poll_data(&mut recv, cx))).await
-        {
+        let read = poll_fn(|cx| poll_data(&mut recv, cx));
+        match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
             Ok(r) => Some(r),
             Err(_) => Some(Err(BodyError::ClientGone("no request body bytes for 60s"))),
         }
@@ -442,12 +587,19 @@ async fn request_body(req: &Request<()>, mut recv: RecvHalf) -> Body {
         stall: None,
     };
     match first {
-        Some(Ok(None)) => return Body::Empty,
+        Some(Ok(None)) if length.is_some_and(|n| n > 0) => {
+            bump(&COUNTERS.bad_request);
+            return Err(local_response(
+                StatusCode::BAD_REQUEST,
+                "Bad request: the body ended before its Content-Length\n",
+            ));
+        }
+        Some(Ok(None)) => return Ok(Body::Empty),
         Some(Ok(Some(b))) => body.first = Some(Ok(b)),
         Some(Err(e)) => body.first = Some(Err(e)),
         None => {}
     }
-    Body::stream(body)
+    Ok(Body::stream(body))
 }
 
 /// The next piece of a request body; `None` at its end.
@@ -473,7 +625,10 @@ struct RequestBody {
     /// What was read before the pipeline began.
     first: Option<Result<Bytes, BodyError>>,
     done: bool,
-    stall: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The timer of a read that waits (made the first time one does), and whether it
+    /// runs now: the clock starts when a read begins to wait, so time sluice spent not
+    /// reading is never the client's stall.
+    stall: Option<(Pin<Box<tokio::time::Sleep>>, bool)>,
 }
 
 impl RequestBody {
@@ -516,10 +671,16 @@ impl http_body::Body for RequestBody {
         }
         match poll_data(&mut this.recv, cx) {
             Poll::Pending => {
-                let stall = this
+                let (timer, armed) = this
                     .stall
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(BODY_READ_TIMEOUT)));
-                match stall.as_mut().poll(cx) {
+                    .get_or_insert_with(|| (Box::pin(tokio::time::sleep(BODY_READ_TIMEOUT)), true));
+                if !*armed {
+                    timer
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + BODY_READ_TIMEOUT);
+                    *armed = true;
+                }
+                match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => {
                         this.done = true;
                         Poll::Ready(Some(Err(BodyError::ClientGone(
@@ -530,9 +691,8 @@ impl http_body::Body for RequestBody {
                 }
             }
             Poll::Ready(r) => {
-                if let Some(s) = &mut this.stall {
-                    s.as_mut()
-                        .reset(tokio::time::Instant::now() + BODY_READ_TIMEOUT);
+                if let Some((_, armed)) = &mut this.stall {
+                    *armed = false;
                 }
                 match r {
                     Ok(Some(b)) => Poll::Ready(this.counted(b)),
@@ -574,56 +734,68 @@ impl http_body::Body for RequestBody {
     }
 }
 
-/// Fields that name an HTTP/1.1 connection's own framing: never sent on an h3 stream
-/// (RFC 9114 §4.2).
-const CONNECTION_FIELDS: [header::HeaderName; 5] = [
-    header::CONNECTION,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::HeaderName::from_static("keep-alive"),
-    header::HeaderName::from_static("proxy-connection"),
-];
-
-/// Sends `resp` on the stream: its head, its body as it comes (waiting on the
-/// client's flow control, so a large body is never held in memory), no trailers.
+/// Sends `resp` on the stream: its head (with `Date`, and `Content-Length` when the
+/// body's length is known), its body as it comes (each send waiting on the client's
+/// flow control for at most 60 s, so a large body is never held in memory and a client
+/// that stops reading frees the backend), no trailers; no body after a HEAD, 204 or
+/// 304.
 async fn respond(
     send: &mut SendHalf,
     resp: Response<Body>,
+    head_only: bool,
     mut done: Option<&mut StreamDone>,
 ) -> Result<(), String> {
+    use http_body::Body as _;
     let (mut parts, body) = resp.into_parts();
     for name in &CONNECTION_FIELDS {
         parts.headers.remove(name);
     }
     parts.version = Version::HTTP_3;
-    send.send_response(Response::from_parts(parts, ()))
-        .await
-        .map_err(|e| e.to_string())?;
+    if !parts.headers.contains_key(header::DATE) {
+        parts.headers.insert(header::DATE, crate::reply::date());
+    }
+    let bodiless = head_only
+        || parts.status == StatusCode::NO_CONTENT
+        || parts.status == StatusCode::NOT_MODIFIED;
+    if let (Some(n), false) = (body.size_hint().exact(), bodiless) {
+        parts
+            .headers
+            .entry(header::CONTENT_LENGTH)
+            .or_insert_with(|| HeaderValue::from(n));
+    }
+    let sent = |e: Result<Result<(), h3::error::StreamError>, _>| match e {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err("the client read nothing for 60s".to_string()),
+    };
+    let head = send.send_response(Response::from_parts(parts, ()));
+    sent(tokio::time::timeout(SEND_TIMEOUT, head).await)?;
     let mut body = pin!(body);
+    if bodiless {
+        return sent(tokio::time::timeout(SEND_TIMEOUT, send.finish()).await);
+    }
     loop {
-        let frame = poll_fn(|cx| http_body::Body::poll_frame(body.as_mut(), cx)).await;
-        match frame {
+        let frame = poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
+        let data = match frame {
             None => break,
-            Some(Ok(frame)) => {
-                // Trailers are dropped, as for an HTTP/1.1 client.
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                if data.is_empty() {
-                    continue;
-                }
-                if let Some(d) = done.as_deref_mut() {
-                    d.bytes += data.len() as u64;
-                }
-                send.send_data(data).await.map_err(|e| e.to_string())?;
-            }
+            // Trailers are dropped, as for an HTTP/1.1 client.
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(d) if !d.is_empty() => d,
+                _ => continue,
+            },
             Some(Err(e)) => {
                 send.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
                 return Err(e.to_string());
             }
+        };
+        if let Some(d) = done.as_deref_mut() {
+            d.bytes += data.len() as u64;
+        }
+        if let Err(why) = sent(tokio::time::timeout(SEND_TIMEOUT, send.send_data(data)).await) {
+            send.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
+            return Err(why);
         }
     }
-    send.finish().await.map_err(|e| e.to_string())
+    sent(tokio::time::timeout(SEND_TIMEOUT, send.finish()).await)
 }
 
 /// The `Alt-Svc` value a TCP TLS listener's responses carry when a `quic` listener

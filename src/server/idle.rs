@@ -49,6 +49,9 @@ pub(crate) struct Wheel {
     buckets: Box<[Shard]>,
     sweeping: AtomicBool,
     draining: AtomicBool,
+    /// Set by an upgrade: connections end after their current response, but one that
+    /// waits for its next request goes on waiting.
+    closing: AtomicBool,
 }
 
 impl Wheel {
@@ -60,6 +63,7 @@ impl Wheel {
                 .collect(),
             sweeping: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
         })
     }
 
@@ -71,6 +75,16 @@ impl Wheel {
 
     pub(crate) fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
+    }
+
+    /// From now on, connections end after their current response.
+    pub(crate) fn close_after_response(&self) {
+        self.closing.store(true, Ordering::Release);
+    }
+
+    /// Whether a response should say `Connection: close` and end its connection.
+    pub(crate) fn ends_keep_alive(&self) -> bool {
+        self.closing.load(Ordering::Relaxed) || self.draining.load(Ordering::Relaxed)
     }
 
     /// Waits for the first bytes of the next request on `stream`, for at most

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -138,6 +139,7 @@ pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> 
             }
             Err(e) => {
                 eprintln!("sluice: {e}");
+                super::upgrade::tell_parent(&format!("ERROR={e}"));
                 ExitCode::from(1)
             }
         }
@@ -165,17 +167,24 @@ async fn start(
     let (commands_tx, commands) = mpsc::channel(8);
     let admin_token = admin::Token::default();
     admin_token.store(config.global.admin_token.clone().map(Arc::new));
+    let mut admin_fd = None;
+    let mut admin_task = None;
     let admin_addr = match config.global.admin {
         None => None,
         Some(addr) => {
-            let l = TcpListener::bind(addr)
-                .await
-                .map_err(|source| StartError::Admin { addr, source })?;
+            let l = match super::upgrade::take_tcp(&format!("admin|{addr}")) {
+                Some(l) => l
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpListener::from_std(l)),
+                None => TcpListener::bind(addr).await,
+            }
+            .map_err(|source| StartError::Admin { addr, source })?;
             let local = l.local_addr().ok();
             tracing::info!(
                 "sluice: admin API on http://{}",
                 local.map(|a| a.to_string()).unwrap_or_default()
             );
+            admin_fd = l.as_fd().try_clone_to_owned().ok();
             let api = admin::Api {
                 live: live.clone(),
                 revisions: revisions.clone(),
@@ -183,7 +192,7 @@ async fn start(
                 token: admin_token.clone(),
                 origin_tests: Default::default(),
             };
-            tokio::spawn(admin::serve(l, api));
+            admin_task = Some(tokio::spawn(admin::serve(l, api)));
             local
         }
     };
@@ -202,6 +211,10 @@ async fn start(
         grace: config.global.grace,
         source,
         admin_addr,
+        admin_config: config.global.admin,
+        admin_fd,
+        admin_task,
+        last_upgrade_error: None,
         admin_token,
         signals: Signals::new(),
         pid_file: None,
@@ -215,11 +228,13 @@ async fn start(
         None => None,
     };
     server.start(bound);
+    super::upgrade::close_unclaimed();
     tokio::spawn(watch_certificates(server.live.clone()));
     tell_systemd(&[
         sd_notify::NotifyState::Ready,
         sd_notify::NotifyState::MainPid(std::process::id()),
     ]);
+    super::upgrade::tell_parent("READY=1");
     Ok((server, commands))
 }
 
@@ -251,6 +266,16 @@ fn key(l: &Listen, kind: Kind) -> ListenKey {
     (l.addr, l.dual_stack, kind, l.tls, l.proxy_protocol)
 }
 
+/// A listener's key as an upgrade names its socket to the new process.
+fn key_text(k: &ListenKey) -> String {
+    let kind = match k.2 {
+        Kind::Http => "http",
+        Kind::Tcp => "tcp",
+        Kind::Quic => "quic",
+    };
+    format!("{kind}|{}|{}|{}|{}", k.0, k.1, k.3, k.4)
+}
+
 /// Every listener a config asks for, with its kind: a `quic` listener is two, its TCP
 /// socket and its UDP one.
 fn wanted(config: &Config) -> Vec<(Listen, Kind)> {
@@ -268,18 +293,27 @@ fn wanted(config: &Config) -> Vec<(Listen, Kind)> {
         .collect()
 }
 
-/// A socket bound for a listener, not yet accepting.
+/// A socket bound (or handed over by an upgrade) for a listener, not yet accepting.
 enum Bound {
     Tcp(TcpListener),
-    /// A QUIC endpoint, its server config set when it starts accepting.
-    Quic(quinn::Endpoint),
+    /// A QUIC endpoint, its server config set when it starts accepting, and its UDP
+    /// socket for a later upgrade.
+    Quic(quinn::Endpoint, Option<OwnedFd>),
 }
 
 impl Bound {
     fn port(&self) -> Option<u16> {
         match self {
             Bound::Tcp(l) => l.local_addr().ok().map(|a| a.port()),
-            Bound::Quic(e) => e.local_addr().ok().map(|a| a.port()),
+            Bound::Quic(e, _) => e.local_addr().ok().map(|a| a.port()),
+        }
+    }
+
+    /// A duplicate of the socket, for an upgrade to hand over.
+    fn dup(&self) -> Option<OwnedFd> {
+        match self {
+            Bound::Tcp(l) => l.as_fd().try_clone_to_owned().ok(),
+            Bound::Quic(_, fd) => fd.as_ref().and_then(|f| f.try_clone().ok()),
         }
     }
 }
@@ -293,6 +327,8 @@ struct Accepting {
     port: u16,
     /// A TCP TLS listener's `Alt-Svc`, set while a `quic` listener shares its address.
     alt_svc: Option<super::AltSvc>,
+    /// A duplicate of the socket, for an upgrade to hand over.
+    fd: Option<OwnedFd>,
 }
 
 struct Server {
@@ -307,6 +343,13 @@ struct Server {
     grace: Duration,
     source: Source,
     admin_addr: Option<SocketAddr>,
+    /// The admin address as the config wrote it (an upgrade names its socket by it),
+    /// a duplicate of its socket, and its accept loop.
+    admin_config: Option<SocketAddr>,
+    admin_fd: Option<OwnedFd>,
+    admin_task: Option<JoinHandle<()>>,
+    /// Why the last upgrade failed, for the API's answer.
+    last_upgrade_error: Option<String>,
     /// The admin API's token, which a reload may change.
     admin_token: admin::Token,
     signals: Signals,
@@ -326,11 +369,18 @@ fn bind_new(
     };
     let mut bound = Vec::new();
     for (l, kind) in fresh(false) {
-        let s = super::bind_one(l).map_err(|source| super::BindError {
+        let k = key(l, *kind);
+        let s = match super::upgrade::take_tcp(&key_text(&k)) {
+            Some(s) => s
+                .set_nonblocking(true)
+                .and_then(|()| TcpListener::from_std(s)),
+            None => super::bind_one(l),
+        }
+        .map_err(|source| super::BindError {
             addr: l.text.clone(),
             source,
         })?;
-        bound.push((key(l, *kind), Bound::Tcp(s)));
+        bound.push((k, Bound::Tcp(s)));
     }
     for (l, _) in fresh(true) {
         let tcp = key(l, Kind::Http);
@@ -342,31 +392,45 @@ fn bind_new(
                 .and_then(|(_, b)| b.port()),
         };
         let addr = SocketAddr::new(l.addr.ip(), port.unwrap_or(l.addr.port()));
-        let e = super::bind_quic(addr, l.dual_stack).map_err(|source| super::BindError {
-            addr: format!("{} (UDP, for quic)", l.text),
-            source,
-        })?;
-        bound.push((key(l, Kind::Quic), Bound::Quic(e)));
+        let k = key(l, Kind::Quic);
+        let socket = match super::upgrade::take_udp(&key_text(&k)) {
+            Some(s) => Ok(s),
+            None => crate::net::bind_udp(addr, l.dual_stack),
+        };
+        let (e, fd) =
+            socket
+                .and_then(super::h3::endpoint_on)
+                .map_err(|source| super::BindError {
+                    addr: format!("{} (UDP, for quic)", l.text),
+                    source,
+                })?;
+        bound.push((k, Bound::Quic(e, fd)));
     }
     Ok(bound)
 }
 
 impl Server {
-    /// Serves until a stop signal: reloads, rollbacks and log reopens as they come;
-    /// then drains and closes the access log.
+    /// Serves until a stop signal or an upgrade: reloads, rollbacks and log reopens as
+    /// they come; then drains (or steps aside for the new process) and closes the
+    /// access log.
     async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
-        loop {
+        let upgraded = loop {
             tokio::select! {
                 s = self.signals.next() => match s {
                     Signal::Reload => {
                         let _ = self.reloading(Self::reload);
                     }
-                    Signal::Stop => break,
+                    Signal::Stop => break None,
                     Signal::Reopen => {
                         if let Some(log) = self.access.load_full() {
                             log.reopen();
                         }
                     }
+                    Signal::Upgrade => match self.upgrade().await {
+                        Ok(Some(pid)) => break Some(pid),
+                        Ok(None) => {}
+                        Err(()) => break None,
+                    },
                 },
                 Some(c) = commands.recv() => match c {
                     Command::Reload(reply) => {
@@ -375,15 +439,144 @@ impl Server {
                     Command::Rollback(n, reply) => {
                         let _ = reply.send(self.reloading(|s| s.rollback(n)));
                     }
+                    Command::Upgrade(reply) => match self.upgrade().await {
+                        Ok(Some(pid)) => {
+                            let _ = reply.send(Ok(pid));
+                            break Some(pid);
+                        }
+                        Ok(None) => {
+                            let why = self.last_upgrade_error.take().unwrap_or_default();
+                            let _ = reply.send(Err(why));
+                        }
+                        Err(()) => {
+                            let _ = reply.send(Err("sluice is stopping".into()));
+                            break None;
+                        }
+                    },
                 },
             }
-        }
+        };
         let access = self.access.clone();
-        self.stop().await;
+        match upgraded {
+            Some(pid) => self.step_aside(pid).await,
+            None => self.stop().await,
+        }
         if let Some(log) = access.swap(None) {
             // Every line of the requests that finished reaches the file.
             log.close();
         }
+    }
+
+    /// Starts the new binary with every listening socket and waits for it to be ready.
+    /// `Ok(Some(pid))`: it serves, this process steps aside; `Ok(None)`: it did not
+    /// start (why is logged and kept for the API), this process serves on; `Err`: a
+    /// stop signal came meanwhile (the new process was stopped).
+    async fn upgrade(&mut self) -> Result<Option<u32>, ()> {
+        let sockets = self.handover();
+        tracing::info!(
+            "sluice: upgrade: starting the binary again with {} listening sockets",
+            sockets.len()
+        );
+        let starting = super::upgrade::start_successor(sockets);
+        tokio::pin!(starting);
+        let result = loop {
+            tokio::select! {
+                r = &mut starting => break r,
+                s = self.signals.next() => match s {
+                    Signal::Stop => {
+                        tracing::warn!("sluice: upgrade: abandoned (stop signal); the new process is stopped");
+                        return Err(());
+                    }
+                    Signal::Upgrade => tracing::warn!("sluice: upgrade: one is under way; this SIGUSR2 is ignored"),
+                    Signal::Reload => tracing::warn!("sluice: upgrade: under way; this SIGHUP is ignored (reload once it is done)"),
+                    Signal::Reopen => {
+                        if let Some(log) = self.access.load_full() {
+                            log.reopen();
+                        }
+                    }
+                },
+            }
+        };
+        match result {
+            Ok(pid) => {
+                tracing::info!("sluice: upgrade: PID {pid} is ready and serves; this process (PID {}) stops accepting", std::process::id());
+                Ok(Some(pid))
+            }
+            Err(why) => {
+                tracing::error!("sluice: upgrade failed, still serving here: {why}");
+                self.last_upgrade_error = Some(why);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Duplicates of every listening socket, named by their listeners, for the new
+    /// process.
+    fn handover(&self) -> Vec<super::upgrade::Handover> {
+        let listeners = self.listeners.iter().filter_map(|(k, a)| {
+            let fd = a.fd.as_ref()?.try_clone().ok()?;
+            Some(super::upgrade::Handover {
+                key: key_text(k),
+                fd,
+            })
+        });
+        let admin = self
+            .admin_config
+            .zip(self.admin_fd.as_ref())
+            .and_then(|(addr, fd)| {
+                Some(super::upgrade::Handover {
+                    key: format!("admin|{addr}"),
+                    fd: fd.try_clone().ok()?,
+                })
+            });
+        listeners.chain(admin).collect()
+    }
+
+    /// After an upgrade: the new process accepts on the same sockets; this one stops
+    /// accepting, lets its requests finish (up to `grace`) and its tunnels (up to
+    /// `tunnel_drain`), and exits. Its pid file is the new process's now.
+    async fn step_aside(mut self, pid: u32) {
+        if let Some(p) = self.pid_file.take() {
+            std::mem::forget(p);
+        }
+        if let Some(t) = self.admin_task.take() {
+            t.abort();
+        }
+        // systemd's main process is the new one (it sends READY=1 itself); no STOPPING=1
+        // from here, which would read as the service stopping.
+        tell_systemd(&[sd_notify::NotifyState::MainPid(pid)]);
+        self.drain.step_aside();
+        for (_, a) in std::mem::take(&mut self.listeners) {
+            let _ = a.task.await;
+        }
+        let tunnel_drain = self.live.load().tunnel_drain;
+        tracing::info!(
+            "sluice: upgrade: handed over to PID {pid}; {} requests in flight get up to {}, tunnels up to {}; kept-alive connections close after their next response",
+            self.drain.requests_in_flight(),
+            format_duration(self.grace),
+            format_duration(tunnel_drain)
+        );
+        let started = tokio::time::Instant::now();
+        let mut deadline = started + self.grace;
+        loop {
+            tokio::select! {
+                r = tokio::time::timeout_at(deadline, self.drain.closed()) => match r {
+                    Ok(()) => return,
+                    // Past `grace`: only tunnels may keep the process, up to `tunnel_drain`.
+                    Err(_) if crate::tunnel::OPEN.load(std::sync::atomic::Ordering::Relaxed) > 0
+                        && deadline < started + tunnel_drain => deadline = started + tunnel_drain,
+                    Err(_) => break,
+                },
+                s = self.signals.next() => match s {
+                    Signal::Stop => break,
+                    _ => tracing::warn!("sluice: this process handed over to PID {pid}; send signals there"),
+                },
+            }
+        }
+        tracing::info!(
+            "sluice: upgrade: exiting with {} requests still in flight",
+            self.drain.requests_in_flight()
+        );
     }
 
     fn start(&mut self, mut bound: Vec<(ListenKey, Bound)>) {
@@ -391,11 +584,12 @@ impl Server {
         bound.sort_by_key(|(k, _)| k.2 != Kind::Quic);
         for (k, b) in bound {
             let port = b.port().unwrap_or(0);
+            let fd = b.dup();
             let close = Arc::new(Notify::new());
             let (task, local, alt_svc) = match b {
                 Bound::Tcp(l) if k.2 == Kind::Tcp => self.relay(l, k, &close),
                 Bound::Tcp(l) => self.http(l, k, &close),
-                Bound::Quic(e) => self.quic(e, &close),
+                Bound::Quic(e, _) => self.quic(e, &close),
             };
             self.revisions
                 .lock()
@@ -408,6 +602,7 @@ impl Server {
                 local,
                 port,
                 alt_svc,
+                fd,
             };
             self.listeners.insert(k, accepting);
         }
@@ -719,8 +914,8 @@ impl Server {
                 },
                 s = self.signals.next() => match s {
                     Signal::Stop => break "on a second signal",
-                    // A reload asked for during the drain is moot.
-                    Signal::Reload | Signal::Reopen => continue,
+                    // A reload or an upgrade asked for during the drain is moot.
+                    Signal::Reload | Signal::Reopen | Signal::Upgrade => continue,
                 },
             }
         };
@@ -764,11 +959,13 @@ enum Signal {
     Reload,
     /// SIGUSR1: reopen the access log file.
     Reopen,
+    /// SIGUSR2: start the binary again and hand it the listeners.
+    Upgrade,
 }
 
-/// SIGTERM, SIGINT (Ctrl-C) and SIGHUP.
+/// SIGTERM, SIGINT (Ctrl-C), SIGHUP, SIGUSR1 and SIGUSR2.
 struct Signals {
-    unix: Option<[tokio::signal::unix::Signal; 4]>,
+    unix: Option<[tokio::signal::unix::Signal; 5]>,
 }
 
 impl Signals {
@@ -779,8 +976,9 @@ impl Signals {
             signal(SignalKind::interrupt()),
             signal(SignalKind::hangup()),
             signal(SignalKind::user_defined1()),
+            signal(SignalKind::user_defined2()),
         ) {
-            (Ok(t), Ok(i), Ok(h), Ok(u)) => Some([t, i, h, u]),
+            (Ok(t), Ok(i), Ok(h), Ok(u), Ok(u2)) => Some([t, i, h, u, u2]),
             _ => None,
         };
         Signals { unix }
@@ -788,12 +986,13 @@ impl Signals {
 
     async fn next(&mut self) -> Signal {
         match &mut self.unix {
-            Some([term, int, hup, usr1]) => {
+            Some([term, int, hup, usr1, usr2]) => {
                 tokio::select! {
                     _ = term.recv() => Signal::Stop,
                     _ = int.recv() => Signal::Stop,
                     _ = hup.recv() => Signal::Reload,
                     _ = usr1.recv() => Signal::Reopen,
+                    _ = usr2.recv() => Signal::Upgrade,
                 }
             }
             None => {

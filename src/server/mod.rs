@@ -14,6 +14,7 @@ pub mod lifecycle;
 mod stall;
 pub(crate) mod tls;
 pub(crate) mod transport;
+pub mod upgrade;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -41,10 +42,6 @@ pub struct BindError {
 
 fn bind_one(l: &Listen) -> std::io::Result<TcpListener> {
     crate::net::bind_tcp(l.addr, l.dual_stack)
-}
-
-fn bind_quic(addr: SocketAddr, dual_stack: bool) -> std::io::Result<quinn::Endpoint> {
-    h3::bind(addr, dual_stack)
 }
 
 /// A TCP TLS listener's `Alt-Svc` value, present while a `quic` listener shares its
@@ -87,7 +84,7 @@ pub(crate) async fn accept_loop(
                     continue;
                 }
             },
-            _ = watch.draining() => return,
+            _ = watch.closing() => return,
             _ = close.notified() => return,
         };
         // Counted before the task runs, so a drain starting now waits for it.
@@ -220,7 +217,7 @@ pub(crate) async fn tcp_accept_loop(
                     continue;
                 }
             },
-            _ = watch.draining() => return,
+            _ = watch.closing() => return,
             _ = close.notified() => return,
         };
         let gen = live.load();
