@@ -65,6 +65,9 @@ pub(crate) struct Api {
     pub commands: mpsc::Sender<Command>,
     pub token: Token,
     pub origin_tests: Arc<origin_test::OriginTests>,
+    /// Connections open to the API now: a process that upgraded waits for them (the
+    /// answer to its own `POST /upgrade` among them) before it exits.
+    pub open: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Serves the admin API on `listener` until the task is dropped.
@@ -78,7 +81,9 @@ pub(crate) async fn serve(listener: TcpListener, api: Api) {
         let Ok(local) = stream.local_addr() else {
             continue;
         };
+        let open = Open::take(&api.open);
         tokio::spawn(async move {
+            let _open = open;
             let svc = service_fn(move |req| {
                 let api = api.clone();
                 async move { Ok::<_, Infallible>(checked(&api, local, req).await) }
@@ -87,6 +92,22 @@ pub(crate) async fn serve(listener: TcpListener, api: Api) {
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
         });
+    }
+}
+
+/// One open API connection, counted until dropped.
+struct Open(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Open {
+    fn take(n: &Arc<std::sync::atomic::AtomicUsize>) -> Open {
+        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Open(n.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -144,10 +144,18 @@ impl ConnectionGuard {
         watch(&self.inner)
     }
 
-    /// Whether this connection should end after its current response: shutdown or
-    /// an upgrade has begun.
+    /// Whether a response should end its connection (`Connection: close`): shutdown
+    /// or an upgrade has begun.
     pub(crate) fn is_draining(&self) -> bool {
         self.inner.wheel.ends_keep_alive()
+    }
+
+    /// Whether shutdown has begun: a connection between requests closes. (After an
+    /// upgrade it does not: its last response may have gone out kept alive, and the
+    /// client may be sending the next request now; that one is answered with
+    /// `Connection: close`.)
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.inner.wheel.is_draining()
     }
 
     /// Where the connection waits while it is idle.

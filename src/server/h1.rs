@@ -70,7 +70,7 @@ impl Conn {
         async move {
             loop {
                 let keep = Box::pin(self.next(stream, &mut buf, deadline)).await;
-                if !keep || self.counted.is_draining() {
+                if !keep || self.counted.is_stopping() {
                     return;
                 }
                 if buf.is_empty() {

@@ -167,34 +167,18 @@ async fn start(
     let (commands_tx, commands) = mpsc::channel(8);
     let admin_token = admin::Token::default();
     admin_token.store(config.global.admin_token.clone().map(Arc::new));
-    let mut admin_fd = None;
-    let mut admin_task = None;
-    let admin_addr = match config.global.admin {
+    let api = admin::Api {
+        live: live.clone(),
+        revisions: revisions.clone(),
+        commands: commands_tx,
+        token: admin_token.clone(),
+        origin_tests: Default::default(),
+        open: Arc::default(),
+    };
+    let admin_open = api.open.clone();
+    let admin = match config.global.admin {
+        Some(addr) => Some(start_admin(addr, api).await?),
         None => None,
-        Some(addr) => {
-            let l = match super::upgrade::take_tcp(&format!("admin|{addr}")) {
-                Some(l) => l
-                    .set_nonblocking(true)
-                    .and_then(|()| TcpListener::from_std(l)),
-                None => TcpListener::bind(addr).await,
-            }
-            .map_err(|source| StartError::Admin { addr, source })?;
-            let local = l.local_addr().ok();
-            tracing::info!(
-                "sluice: admin API on http://{}",
-                local.map(|a| a.to_string()).unwrap_or_default()
-            );
-            admin_fd = l.as_fd().try_clone_to_owned().ok();
-            let api = admin::Api {
-                live: live.clone(),
-                revisions: revisions.clone(),
-                commands: commands_tx,
-                token: admin_token.clone(),
-                origin_tests: Default::default(),
-            };
-            admin_task = Some(tokio::spawn(admin::serve(l, api)));
-            local
-        }
     };
     let access: super::h1::Access = Arc::new(arc_swap::ArcSwapOption::empty());
     if let Some(c) = &config.global.access_log {
@@ -210,11 +194,11 @@ async fn start(
         revisions,
         grace: config.global.grace,
         source,
-        admin_addr,
+        admin_addr: admin.as_ref().and_then(|a| a.local),
         admin_config: config.global.admin,
-        admin_fd,
-        admin_task,
-        last_upgrade_error: None,
+        admin_fd: admin.as_ref().and_then(|a| a.fd.as_ref()?.try_clone().ok()),
+        admin_task: admin.map(|a| a.task),
+        admin_open,
         admin_token,
         signals: Signals::new(),
         pid_file: None,
@@ -236,6 +220,36 @@ async fn start(
     ]);
     super::upgrade::tell_parent("READY=1");
     Ok((server, commands))
+}
+
+/// The admin API, started.
+struct AdminStarted {
+    local: Option<SocketAddr>,
+    /// A duplicate of its socket, for an upgrade to hand over.
+    fd: Option<OwnedFd>,
+    task: JoinHandle<()>,
+}
+
+/// Binds the admin API's listener at `addr` (or adopts the one an upgrade handed
+/// over) and starts serving it.
+async fn start_admin(addr: SocketAddr, api: admin::Api) -> Result<AdminStarted, StartError> {
+    let l = match super::upgrade::take_tcp(&format!("admin|{addr}")) {
+        Some(l) => l
+            .set_nonblocking(true)
+            .and_then(|()| TcpListener::from_std(l)),
+        None => TcpListener::bind(addr).await,
+    }
+    .map_err(|source| StartError::Admin { addr, source })?;
+    let local = l.local_addr().ok();
+    tracing::info!(
+        "sluice: admin API on http://{}",
+        local.map(|a| a.to_string()).unwrap_or_default()
+    );
+    Ok(AdminStarted {
+        local,
+        fd: l.as_fd().try_clone_to_owned().ok(),
+        task: tokio::spawn(admin::serve(l, api)),
+    })
 }
 
 /// Tells systemd (`Type=notify`, `NOTIFY_SOCKET` set) where the process is: ready,
@@ -348,11 +362,21 @@ struct Server {
     admin_config: Option<SocketAddr>,
     admin_fd: Option<OwnedFd>,
     admin_task: Option<JoinHandle<()>>,
-    /// Why the last upgrade failed, for the API's answer.
-    last_upgrade_error: Option<String>,
+    /// Connections open to the admin API.
+    admin_open: Arc<std::sync::atomic::AtomicUsize>,
     /// The admin API's token, which a reload may change.
     admin_token: admin::Token,
     signals: Signals,
+}
+
+/// How an upgrade ended.
+enum Upgrade {
+    /// The new process (this PID) serves; this one steps aside.
+    Serving(u32),
+    /// It did not start (why); this process serves on.
+    Failed(String),
+    /// A stop signal came meanwhile; the new process was stopped.
+    Stopped,
 }
 
 /// Binds the listeners of `wanted` that are not running already; all or none. A
@@ -427,9 +451,9 @@ impl Server {
                         }
                     }
                     Signal::Upgrade => match self.upgrade().await {
-                        Ok(Some(pid)) => break Some(pid),
-                        Ok(None) => {}
-                        Err(()) => break None,
+                        Upgrade::Serving(pid) => break Some(pid),
+                        Upgrade::Failed(_) => {}
+                        Upgrade::Stopped => break None,
                     },
                 },
                 Some(c) = commands.recv() => match c {
@@ -440,15 +464,14 @@ impl Server {
                         let _ = reply.send(self.reloading(|s| s.rollback(n)));
                     }
                     Command::Upgrade(reply) => match self.upgrade().await {
-                        Ok(Some(pid)) => {
+                        Upgrade::Serving(pid) => {
                             let _ = reply.send(Ok(pid));
                             break Some(pid);
                         }
-                        Ok(None) => {
-                            let why = self.last_upgrade_error.take().unwrap_or_default();
+                        Upgrade::Failed(why) => {
                             let _ = reply.send(Err(why));
                         }
-                        Err(()) => {
+                        Upgrade::Stopped => {
                             let _ = reply.send(Err("sluice is stopping".into()));
                             break None;
                         }
@@ -468,10 +491,7 @@ impl Server {
     }
 
     /// Starts the new binary with every listening socket and waits for it to be ready.
-    /// `Ok(Some(pid))`: it serves, this process steps aside; `Ok(None)`: it did not
-    /// start (why is logged and kept for the API), this process serves on; `Err`: a
-    /// stop signal came meanwhile (the new process was stopped).
-    async fn upgrade(&mut self) -> Result<Option<u32>, ()> {
+    async fn upgrade(&mut self) -> Upgrade {
         let sockets = self.handover();
         tracing::info!(
             "sluice: upgrade: starting the binary again with {} listening sockets",
@@ -485,7 +505,7 @@ impl Server {
                 s = self.signals.next() => match s {
                     Signal::Stop => {
                         tracing::warn!("sluice: upgrade: abandoned (stop signal); the new process is stopped");
-                        return Err(());
+                        return Upgrade::Stopped;
                     }
                     Signal::Upgrade => tracing::warn!("sluice: upgrade: one is under way; this SIGUSR2 is ignored"),
                     Signal::Reload => tracing::warn!("sluice: upgrade: under way; this SIGHUP is ignored (reload once it is done)"),
@@ -500,12 +520,11 @@ impl Server {
         match result {
             Ok(pid) => {
                 tracing::info!("sluice: upgrade: PID {pid} is ready and serves; this process (PID {}) stops accepting", std::process::id());
-                Ok(Some(pid))
+                Upgrade::Serving(pid)
             }
             Err(why) => {
                 tracing::error!("sluice: upgrade failed, still serving here: {why}");
-                self.last_upgrade_error = Some(why);
-                Ok(None)
+                Upgrade::Failed(why)
             }
         }
     }
@@ -561,7 +580,7 @@ impl Server {
         loop {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, self.drain.closed()) => match r {
-                    Ok(()) => return,
+                    Ok(()) => return self.admin_answered().await,
                     // Past `grace`: only tunnels may keep the process, up to `tunnel_drain`.
                     Err(_) if crate::tunnel::OPEN.load(std::sync::atomic::Ordering::Relaxed) > 0
                         && deadline < started + tunnel_drain => deadline = started + tunnel_drain,
@@ -577,6 +596,19 @@ impl Server {
             "sluice: upgrade: exiting with {} requests still in flight",
             self.drain.requests_in_flight()
         );
+        self.admin_answered().await;
+    }
+
+    /// Waits (for at most 2 s) until no connection to the admin API is open: the
+    /// answer to the `POST /upgrade` that started the new process is sent before this
+    /// process exits.
+    async fn admin_answered(&self) {
+        let end = tokio::time::Instant::now() + Duration::from_secs(2);
+        while self.admin_open.load(std::sync::atomic::Ordering::Relaxed) > 0
+            && tokio::time::Instant::now() < end
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     fn start(&mut self, mut bound: Vec<(ListenKey, Bound)>) {
