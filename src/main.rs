@@ -180,7 +180,7 @@ fn main() -> ExitCode {
             token_file,
             config,
             verify_key,
-        } => match reload_target(admin, token_file, config, verify_key) {
+        } => match reload_target("reload", admin, token_file, config, verify_key) {
             Ok((admin, token)) => reload(&admin, token.as_deref()),
             Err(why) => {
                 eprintln!("sluice reload: {why}");
@@ -191,7 +191,7 @@ fn main() -> ExitCode {
             admin,
             token_file,
             config,
-        } => match reload_target(admin, token_file, config, None) {
+        } => match reload_target("upgrade", admin, token_file, config, None) {
             Ok((admin, token)) => upgrade(&admin, token.as_deref()),
             Err(why) => {
                 eprintln!("sluice upgrade: {why}");
@@ -456,6 +456,7 @@ async fn lookup_names(config: &Config) -> Vec<config::diag::Diagnostic> {
 /// Where `sluice reload` sends its request, and the token it sends: `--admin` and
 /// `--token-file` first, then `$SLUICE_ADMIN_TOKEN`, then `--config`'s admin block.
 fn reload_target(
+    verb: &str,
     admin: Option<String>,
     token_file: Option<String>,
     config: Option<String>,
@@ -470,7 +471,7 @@ fn reload_target(
     let loaded = match &config {
         Some(path) => Some(
             config::load_file_verified(path, key.as_deref())
-                .map_err(|r| format!("{r}\nsluice reload: {path} is refused here; nothing was asked of the server"))?
+                .map_err(|r| format!("{r}\nsluice {verb}: {path} is refused here; nothing was asked of the server"))?
                 .config,
         ),
         None => None,
@@ -481,7 +482,8 @@ fn reload_target(
             Some(a) => a.to_string(),
             None => {
                 return Err(format!(
-                    "{path} turns the admin API off (`admin off`), so a running sluice cannot be asked to reload; send it SIGHUP instead"
+                    "{path} turns the admin API off (`admin off`), so a running sluice cannot be asked to {verb}; send it {} instead",
+                    if verb == "upgrade" { "SIGUSR2" } else { "SIGHUP" }
                 ))
             }
         },

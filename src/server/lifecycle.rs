@@ -407,19 +407,10 @@ fn bind_new(
         bound.push((k, Bound::Tcp(s)));
     }
     for (l, _) in fresh(true) {
-        let tcp = key(l, Kind::Http);
-        let port = match running.get(&tcp) {
-            Some(a) => Some(a.port),
-            None => bound
-                .iter()
-                .find(|(k, _)| *k == tcp)
-                .and_then(|(_, b)| b.port()),
-        };
-        let addr = SocketAddr::new(l.addr.ip(), port.unwrap_or(l.addr.port()));
         let k = key(l, Kind::Quic);
         let socket = match super::upgrade::take_udp(&key_text(&k)) {
             Some(s) => Ok(s),
-            None => crate::net::bind_udp(addr, l.dual_stack),
+            None => quic_socket(l, running, &mut bound),
         };
         let (e, fd) =
             socket
@@ -431,6 +422,35 @@ fn bind_new(
         bound.push((k, Bound::Quic(e, fd)));
     }
     Ok(bound)
+}
+
+/// The UDP socket of `quic` listener `l`, on its TCP twin's port. For `:0`, when the
+/// port the kernel gave the TCP socket is taken for UDP, the twin (bound just now) is
+/// bound again on another port, a few times.
+fn quic_socket(
+    l: &Listen,
+    running: &HashMap<ListenKey, Accepting>,
+    bound: &mut [(ListenKey, Bound)],
+) -> std::io::Result<std::net::UdpSocket> {
+    let tcp = key(l, Kind::Http);
+    if let Some(a) = running.get(&tcp) {
+        return crate::net::bind_udp(SocketAddr::new(l.addr.ip(), a.port), l.dual_stack);
+    }
+    let twin = bound.iter_mut().find(|(k, _)| *k == tcp).map(|(_, b)| b);
+    let Some(twin) = twin.filter(|_| l.addr.port() == 0) else {
+        return crate::net::bind_udp(l.addr, l.dual_stack);
+    };
+    let mut tries = 0;
+    loop {
+        let port = twin.port().unwrap_or(0);
+        match crate::net::bind_udp(SocketAddr::new(l.addr.ip(), port), l.dual_stack) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 8 => {
+                tries += 1;
+                *twin = Bound::Tcp(super::bind_one(l)?);
+            }
+            r => return r,
+        }
+    }
 }
 
 impl Server {
