@@ -265,7 +265,7 @@ fn proxy_protocol_settings_are_checked_at_load() {
         ),
         (
             "listen 127.0.0.1:0 haproxy\nsite * { respond x }",
-            "`tls`, `proxy_protocol` or nothing",
+            "`tls`, `quic`, `proxy_protocol` or nothing",
         ),
         (
             "site * {\n proxy 127.0.0.1:9 { proxy_protocol v3 }\n}",
