@@ -286,13 +286,20 @@ async fn a_websocket_and_an_h2_stream_outlive_the_upgrade() {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
     let ws = ws_backend().await;
-    let slow = Backend::start(|_| async {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        hyper::Response::new(full("slow answer"))
+    // The backend answers once the test lets it: after the new process serves.
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = release.clone();
+    let slow = Backend::start(move |_| {
+        let gate = gate.clone();
+        async move {
+            gate.notified().await;
+            hyper::Response::new(full("slow answer"))
+        }
     })
     .await;
+    // A short grace: the tunnel outlives it (tunnel_drain), the h2 stream does not need more.
     let sluice = Sluice::start(&format!(
-        "global {{ admin 127.0.0.1:0; grace 10s }}
+        "global {{ admin 127.0.0.1:0; grace 3s }}
          listen 127.0.0.1:0
          site * {{
            route /ws {{ proxy {ws} }}
@@ -328,15 +335,18 @@ async fn a_websocket_and_an_h2_stream_outlive_the_upgrade() {
     assert_eq!(code, 0, "{out}");
     let new = new_pid(admin, old).await;
     pids.push(new);
-    // The tunnel is the old process's, and goes on echoing.
-    socket.send(Message::text("after")).await.unwrap();
-    let echoed = tokio::time::timeout(WAIT, socket.next()).await.unwrap();
-    assert_eq!(echoed.unwrap().unwrap(), Message::text("after"));
+    // The h2 stream, still waiting on its backend, finishes on the old process.
+    release.notify_one();
     let (status, body) = tokio::time::timeout(WAIT, in_flight)
         .await
         .unwrap()
         .unwrap();
     assert_eq!((status.as_u16(), &body[..]), (200, &b"slow answer"[..]));
+    // Past the old process's grace, its tunnel goes on echoing.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    socket.send(Message::text("after")).await.unwrap();
+    let echoed = tokio::time::timeout(WAIT, socket.next()).await.unwrap();
+    assert_eq!(echoed.unwrap().unwrap(), Message::text("after"));
     assert!(!gone(old), "the old process waits for its tunnel");
     // New requests reach the new process; the old one exits once its tunnel ends.
     assert_eq!(get(sluice.addr, "/").await.text(), "hello");

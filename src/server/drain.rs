@@ -121,6 +121,11 @@ impl Watch {
     pub(crate) async fn closing(&mut self) {
         let _ = self.rx.wait_for(|d| *d >= 1).await;
     }
+
+    /// Whether an upgrade handed the listeners on (and no shutdown began since).
+    pub(crate) fn stepped_aside(&self) -> bool {
+        *self.rx.borrow() == 1
+    }
 }
 
 pub(crate) struct ConnectionGuard {

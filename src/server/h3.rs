@@ -173,6 +173,13 @@ pub(crate) async fn accept_loop(
         ));
     }
     endpoint.set_server_config(None);
+    if watch.stepped_aside() {
+        // An upgrade: the new process reads this UDP socket too, and datagrams of this
+        // process's connections reaching it would be lost either way. Closed at once,
+        // so every datagram is the new process's; clients reconnect there.
+        endpoint.close(quinn::VarInt::from_u32(0x100), b"upgrade");
+        return;
+    }
     let _ = closing.send(true);
     // The drain waits until every connection has closed and its CONNECTION_CLOSE has
     // gone out: a client is told, not left to time out.

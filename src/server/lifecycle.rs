@@ -122,6 +122,22 @@ impl PidFile {
     }
 }
 
+impl PidFile {
+    fn path(&self) -> std::path::PathBuf {
+        self.0.clone()
+    }
+
+    /// After an upgrade: the file is the new process's when it holds another PID
+    /// (left in place); removed when it still holds this one's (the new config names
+    /// another file, or none).
+    fn release(self) {
+        let ours = format!("{}\n", std::process::id());
+        if std::fs::read_to_string(&self.0).is_ok_and(|t| t != ours) {
+            std::mem::forget(self);
+        }
+    }
+}
+
 impl Drop for PidFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
@@ -369,6 +385,12 @@ struct Server {
     signals: Signals,
 }
 
+/// WebSocket tunnels or L4 relays open in this process.
+fn tunnels_open() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    crate::tunnel::OPEN.load(Relaxed) + super::RELAYS_OPEN.load(Relaxed) > 0
+}
+
 /// How an upgrade ended.
 enum Upgrade {
     /// The new process (this PID) serves; this one steps aside.
@@ -500,6 +522,8 @@ impl Server {
             }
         };
         let access = self.access.clone();
+        // The admin API's commands are answered 503 from now on.
+        drop(commands);
         match upgraded {
             Some(pid) => self.step_aside(pid).await,
             None => self.stop().await,
@@ -519,6 +543,7 @@ impl Server {
         );
         let starting = super::upgrade::start_successor(sockets);
         tokio::pin!(starting);
+        let mut reload_after = false;
         let result = loop {
             tokio::select! {
                 r = &mut starting => break r,
@@ -528,7 +553,10 @@ impl Server {
                         return Upgrade::Stopped;
                     }
                     Signal::Upgrade => tracing::warn!("sluice: upgrade: one is under way; this SIGUSR2 is ignored"),
-                    Signal::Reload => tracing::warn!("sluice: upgrade: under way; this SIGHUP is ignored (reload once it is done)"),
+                    Signal::Reload => {
+                        tracing::info!("sluice: upgrade: under way; the SIGHUP reloads once it is done (a new process reads the file anyway)");
+                        reload_after = true;
+                    }
                     Signal::Reopen => {
                         if let Some(log) = self.access.load_full() {
                             log.reopen();
@@ -544,6 +572,14 @@ impl Server {
             }
             Err(why) => {
                 tracing::error!("sluice: upgrade failed, still serving here: {why}");
+                // The new process may have written its PID before it was stopped.
+                if let Some(p) = self.pid_file.take() {
+                    self.pid_file = PidFile::write(&p.path()).ok();
+                    std::mem::forget(p);
+                }
+                if reload_after {
+                    let _ = self.reloading(Self::reload);
+                }
                 Upgrade::Failed(why)
             }
         }
@@ -576,11 +612,12 @@ impl Server {
     /// `tunnel_drain`), and exits. Its pid file is the new process's now.
     async fn step_aside(mut self, pid: u32) {
         if let Some(p) = self.pid_file.take() {
-            std::mem::forget(p);
+            p.release();
         }
         if let Some(t) = self.admin_task.take() {
             t.abort();
         }
+        self.admin_fd = None;
         // systemd's main process is the new one (it sends READY=1 itself); no STOPPING=1
         // from here, which would read as the service stopping.
         tell_systemd(&[sd_notify::NotifyState::MainPid(pid)]);
@@ -597,16 +634,26 @@ impl Server {
         );
         let started = tokio::time::Instant::now();
         let mut deadline = started + self.grace;
+        let mut stopping = false;
         loop {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, self.drain.closed()) => match r {
                     Ok(()) => return self.admin_answered().await,
-                    // Past `grace`: only tunnels may keep the process, up to `tunnel_drain`.
-                    Err(_) if crate::tunnel::OPEN.load(std::sync::atomic::Ordering::Relaxed) > 0
-                        && deadline < started + tunnel_drain => deadline = started + tunnel_drain,
+                    // Past `grace`: only tunnels keep the process, up to `tunnel_drain`,
+                    // looked at every second.
+                    Err(_) if !stopping && tunnels_open() && started + tunnel_drain > deadline => {
+                        deadline = (deadline + Duration::from_secs(1)).min(started + tunnel_drain);
+                    }
                     Err(_) => break,
                 },
                 s = self.signals.next() => match s {
+                    // As for any stop: what is open gets `grace` from now; a second
+                    // stop cuts it.
+                    Signal::Stop if !stopping => {
+                        stopping = true;
+                        self.drain.start();
+                        deadline = deadline.min(tokio::time::Instant::now() + self.grace);
+                    }
                     Signal::Stop => break,
                     _ => tracing::warn!("sluice: this process handed over to PID {pid}; send signals there"),
                 },

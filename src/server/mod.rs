@@ -301,6 +301,7 @@ struct OpenPlace(Arc<std::sync::atomic::AtomicU64>);
 impl OpenPlace {
     fn take(open: &Arc<std::sync::atomic::AtomicU64>) -> OpenPlace {
         open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        RELAYS_OPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         OpenPlace(open.clone())
     }
 }
@@ -308,8 +309,12 @@ impl OpenPlace {
 impl Drop for OpenPlace {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        RELAYS_OPEN.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// L4 (`tcp`) relays open now, process-wide: tunnels, for a process that upgraded.
+pub(crate) static RELAYS_OPEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// One client connection's task: waits for its first bytes (no buffer until then),
 /// sniffs the protocol (HTTP/2 by ALPN or by its preface, else HTTP/1.1) and runs the

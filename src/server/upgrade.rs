@@ -48,7 +48,7 @@ static INHERITED: Mutex<Option<HashMap<String, Socket>>> = Mutex::new(None);
 /// notes the binary's path and arguments for a later upgrade of its own. Called first
 /// thing in `main`, before any thread starts.
 pub fn capture() {
-    let exe = std::env::current_exe();
+    let exe = started_from();
     let args = std::env::args_os().skip(1).collect();
     let notify = std::env::var_os(NOTIFY).map(PathBuf::from);
     if let Some(keys) = std::env::var_os(KEYS) {
@@ -71,10 +71,29 @@ pub fn capture() {
         }
         *INHERITED.lock().unwrap_or_else(|e| e.into_inner()) = Some(by_key);
     }
-    for var in ["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", KEYS, NOTIFY] {
+    for var in [
+        "LISTEN_FDS",
+        "LISTEN_PID",
+        "LISTEN_FDNAMES",
+        "LISTEN_FDS_FIRST_FD",
+        KEYS,
+        NOTIFY,
+    ] {
         std::env::remove_var(var);
     }
     let _ = CAPTURED.set(Captured { exe, args, notify });
+}
+
+/// The path this binary was started by, as an upgrade runs it again: `argv[0]` made
+/// absolute — a symlink a deploy switches stays a symlink, so the new build is what
+/// starts — or, when it names no path, the running binary's own.
+fn started_from() -> std::io::Result<PathBuf> {
+    let arg0 = std::env::args_os().next().map(PathBuf::from);
+    match arg0 {
+        Some(p) if p.is_absolute() => Ok(p),
+        Some(p) if p.components().count() > 1 => Ok(std::env::current_dir()?.join(p)),
+        _ => std::env::current_exe(),
+    }
 }
 
 /// The listening socket handed over for `key`, if any.
@@ -145,12 +164,31 @@ impl Drop for Starting {
     }
 }
 
-/// The temporary socket the new process reports on, removed when done.
-struct NotifyPath(PathBuf);
+/// The socket the new process reports on, in a folder of its own only this user may
+/// enter (an unpredictable name: no other local user can stand in for the new
+/// process); removed with the folder when done.
+struct NotifyPath {
+    dir: PathBuf,
+    socket: PathBuf,
+}
+
+impl NotifyPath {
+    fn new() -> std::io::Result<NotifyPath> {
+        use std::hash::{BuildHasher, Hasher};
+        use std::os::unix::fs::DirBuilderExt;
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        let dir = std::env::temp_dir().join(format!("sluice-upgrade-{:016x}", h.finish()));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let socket = dir.join("ready");
+        Ok(NotifyPath { dir, socket })
+    }
+}
 
 impl Drop for NotifyPath {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 
@@ -166,15 +204,14 @@ pub(crate) async fn start_successor(sockets: Vec<Handover>) -> Result<u32, Strin
         .exe
         .as_ref()
         .map_err(|e| format!("the binary's path is unknown: {e}"))?;
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let path = NotifyPath(std::env::temp_dir().join(format!(
-        "sluice-upgrade-{}-{}.sock",
-        std::process::id(),
-        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    )));
-    let _ = std::fs::remove_file(&path.0);
-    let reports = tokio::net::UnixDatagram::bind(&path.0)
-        .map_err(|e| format!("cannot make {}: {e}", path.0.display()))?;
+    let path = NotifyPath::new().map_err(|e| {
+        format!(
+            "cannot make a folder in {}: {e}",
+            std::env::temp_dir().display()
+        )
+    })?;
+    let reports = tokio::net::UnixDatagram::bind(&path.socket)
+        .map_err(|e| format!("cannot make {}: {e}", path.socket.display()))?;
     let keys: Vec<&str> = sockets.iter().map(|h| h.key.as_str()).collect();
     let mut cmd = std::process::Command::new(exe);
     cmd.args(&captured.args)
@@ -182,8 +219,9 @@ pub(crate) async fn start_successor(sockets: Vec<Handover>) -> Result<u32, Strin
         .env("LISTEN_FDS", sockets.len().to_string())
         .env_remove("LISTEN_PID")
         .env_remove("LISTEN_FDNAMES")
+        .env_remove("LISTEN_FDS_FIRST_FD")
         .env(KEYS, keys.join("\n"))
-        .env(NOTIFY, &path.0);
+        .env(NOTIFY, &path.socket);
     let mappings = sockets
         .into_iter()
         .enumerate()
@@ -194,8 +232,10 @@ pub(crate) async fn start_successor(sockets: Vec<Handover>) -> Result<u32, Strin
         .collect();
     cmd.fd_mappings(mappings)
         .map_err(|e| format!("cannot place the sockets for the new process: {e}"))?;
-    let child = cmd
-        .spawn()
+    // A fork copies the page tables of a large process: not on a runtime worker.
+    let child = tokio::task::spawn_blocking(move || cmd.spawn())
+        .await
+        .map_err(|e| e.to_string())?
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
     let pid = child.id();
     let mut starting = Starting(Some(child));
@@ -214,6 +254,7 @@ async fn wait_ready(
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         tokio::select! {
+            biased;
             r = reports.recv(&mut buf) => {
                 let Ok(n) = r else { continue };
                 let text = String::from_utf8_lossy(&buf[..n]);
@@ -232,6 +273,13 @@ async fn wait_ready(
                 let exited = starting.0.as_mut().and_then(|c| c.try_wait().ok().flatten());
                 if let Some(status) = exited {
                     starting.0 = None;
+                    // Its report, sent just before it exited, says more than the exit.
+                    let late = tokio::time::timeout(Duration::from_millis(100), reports.recv(&mut buf));
+                    if let Ok(Ok(n)) = late.await {
+                        if let Some(why) = String::from_utf8_lossy(&buf[..n]).strip_prefix("ERROR=") {
+                            return Err(format!("the new process (PID {pid}) failed: {why}"));
+                        }
+                    }
                     return Err(format!(
                         "the new process (PID {pid}) exited ({status}) before it was ready; its log says why"
                     ));
