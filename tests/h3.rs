@@ -13,6 +13,21 @@ use common::pki::{any_cert_client, tls_exchange, Ca, Leaf};
 use common::*;
 use http_body_util::BodyExt;
 
+/// A CA, a folder, and a certificate for `a.test` in it (its two files' paths).
+fn a_test() -> (Ca, TempDir, String, String) {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (ac, ak) = write_pair(&dir, "a", &ca.leaf(&["a.test"]));
+    (ca, dir, ac, ak)
+}
+
+/// An HTTP/3 connection to `a.test` through sluice.
+async fn connect_a(sluice: &Sluice, ca: &Ca) -> H3 {
+    h3c::connect(sluice.addr, ca.client(&[]), "a.test")
+        .await
+        .expect("an h3 connection")
+}
+
 fn write_pair(dir: &TempDir, name: &str, leaf: &Leaf) -> (String, String) {
     let c = dir.write(&format!("{name}.pem"), &leaf.cert_pem);
     let k = dir.write(&format!("{name}.key"), &leaf.key_pem);
@@ -172,10 +187,7 @@ async fn every_handler_answers_over_h3_with_sni_alt_svc_and_limits() {
 
 #[tokio::test]
 async fn a_64_mib_download_streams_in_bounded_memory() {
-    let ca = Ca::new();
-    let dir = TempDir::new();
-    let a = ca.leaf(&["a.test"]);
-    let (ac, ak) = write_pair(&dir, "a", &a);
+    let (ca, _dir, ac, ak) = a_test();
     const TOTAL: usize = 64 << 20;
     let backend = Backend::start(|_| async move {
         let (tx, body) = channel_body();
@@ -195,9 +207,7 @@ async fn a_64_mib_download_streams_in_bounded_memory() {
          site a.test {{ tls {ac} {ak}; proxy {} }}",
         backend.addr
     ));
-    let mut c = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
-        .await
-        .unwrap();
+    let mut c = connect_a(&sluice, &ca).await;
     let (before, _) = rss_kib(sluice.pid());
     let req = http::Request::get("https://a.test/big").body(()).unwrap();
     let mut stream = c.send.send_request(req).await.unwrap();
@@ -235,10 +245,7 @@ async fn slow_backend(delay: Duration) -> Backend {
 
 #[tokio::test]
 async fn shutdown_sends_goaway_and_lets_open_streams_finish() {
-    let ca = Ca::new();
-    let dir = TempDir::new();
-    let a = ca.leaf(&["a.test"]);
-    let (ac, ak) = write_pair(&dir, "a", &a);
+    let (ca, _dir, ac, ak) = a_test();
     let backend = slow_backend(Duration::from_millis(800)).await;
     let mut sluice = Sluice::start(&format!(
         "global {{ grace 10s }}
@@ -246,9 +253,7 @@ async fn shutdown_sends_goaway_and_lets_open_streams_finish() {
          site a.test {{ tls {ac} {ak}; proxy {} }}",
         backend.addr
     ));
-    let mut c = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
-        .await
-        .unwrap();
+    let mut c = connect_a(&sluice, &ca).await;
     let mut send = c.send.clone();
     let in_flight = tokio::spawn(async move {
         let req = http::Request::get("https://a.test/slow").body(()).unwrap();
@@ -288,10 +293,7 @@ async fn shutdown_sends_goaway_and_lets_open_streams_finish() {
 
 #[tokio::test]
 async fn a_reload_that_removes_quic_sends_goaway_and_stops_alt_svc() {
-    let ca = Ca::new();
-    let dir = TempDir::new();
-    let a = ca.leaf(&["a.test"]);
-    let (ac, ak) = write_pair(&dir, "a", &a);
+    let (ca, dir, ac, ak) = a_test();
     let site = format!("site a.test {{ tls {ac} {ak}; respond \"hi\" }}");
     // A port named in the file: the reloads keep the TCP listener and change only quic.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -315,9 +317,7 @@ async fn a_reload_that_removes_quic_sends_goaway_and_stops_alt_svc() {
     };
     let first = exchange().await;
     assert!(alt(first).is_some(), "{:?}", sluice.logs());
-    let mut c = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
-        .await
-        .unwrap();
+    let mut c = connect_a(&sluice, &ca).await;
     assert_eq!(c.get("a.test", "/").await.unwrap().text(), "hi");
     // quic removed, the TCP listener kept.
     std::fs::write(&conf, text("")).unwrap();
@@ -343,18 +343,13 @@ async fn a_reload_that_removes_quic_sends_goaway_and_stops_alt_svc() {
     sluice.signal("HUP");
     sluice.wait_log("reloaded: revision 3");
     assert!(alt(exchange().await).is_some());
-    let mut c = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
-        .await
-        .unwrap();
+    let mut c = connect_a(&sluice, &ca).await;
     assert_eq!(c.get("a.test", "/").await.unwrap().text(), "hi");
 }
 
 #[tokio::test]
 async fn garbage_packets_and_bad_frames_cost_one_connection_not_the_process() {
-    let ca = Ca::new();
-    let dir = TempDir::new();
-    let a = ca.leaf(&["a.test"]);
-    let (ac, ak) = write_pair(&dir, "a", &a);
+    let (ca, _dir, ac, ak) = a_test();
     let sluice = Sluice::start(&format!(
         "listen 127.0.0.1:0 tls quic
          site a.test {{ tls {ac} {ak}; respond \"ok\" }}"
@@ -385,9 +380,7 @@ async fn garbage_packets_and_bad_frames_cost_one_connection_not_the_process() {
         other => panic!("expected an application close, got {other:?}"),
     }
     // The process serves on.
-    let mut c: H3 = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
-        .await
-        .unwrap();
+    let mut c: H3 = connect_a(&sluice, &ca).await;
     assert_eq!(c.get("a.test", "/").await.unwrap().text(), "ok");
 }
 
@@ -408,10 +401,7 @@ fn quic_needs_tls_and_no_proxy_protocol() {
 
 #[tokio::test]
 async fn h3_requests_are_logged_metered_and_counted_as_h3() {
-    let ca = Ca::new();
-    let dir = TempDir::new();
-    let a = ca.leaf(&["a.test"]);
-    let (ac, ak) = write_pair(&dir, "a", &a);
+    let (ca, dir, ac, ak) = a_test();
     let log = dir.0.join("access.log");
     let conf = dir.write(
         "s.conf",
@@ -424,9 +414,7 @@ async fn h3_requests_are_logged_metered_and_counted_as_h3() {
     );
     let sluice = Sluice::spawn(&["run", "-c", conf.to_str().unwrap()], TempDir::new());
     let admin = sluice.admin();
-    let mut c = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
-        .await
-        .unwrap();
+    let mut c = connect_a(&sluice, &ca).await;
     for _ in 0..3 {
         assert_eq!(c.get("a.test", "/api/x").await.unwrap().text(), "api");
     }
@@ -472,19 +460,14 @@ async fn h3_requests_are_logged_metered_and_counted_as_h3() {
 
 #[tokio::test]
 async fn framing_tricks_are_refused_before_the_backend() {
-    let ca = Ca::new();
-    let dir = TempDir::new();
-    let a = ca.leaf(&["a.test"]);
-    let (ac, ak) = write_pair(&dir, "a", &a);
+    let (ca, _dir, ac, ak) = a_test();
     let backend = head_and_body_backend().await;
     let sluice = Sluice::start(&format!(
         "listen 127.0.0.1:0 tls quic
          site a.test {{ tls {ac} {ak}; proxy {} }}",
         backend.addr
     ));
-    let mut c = h3c::connect(sluice.addr, ca.client(&[]), "a.test")
-        .await
-        .unwrap();
+    let mut c = connect_a(&sluice, &ca).await;
     let post = |fields: &[(&str, &str)]| {
         let mut r = http::Request::post("https://a.test/x");
         for (k, v) in fields {

@@ -382,24 +382,7 @@ async fn a_python_websockets_client_through_sluice() {
         eprintln!("skipping: python3-websockets is not installed");
         return;
     }
-    // A WebSocket echo backend.
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let b = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        use futures_util::{SinkExt, StreamExt};
-        while let Ok((c, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(c).await else {
-                    return;
-                };
-                while let Some(Ok(m)) = ws.next().await {
-                    if (m.is_text() || m.is_binary()) && ws.send(m).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    let b = ws_echo_backend().await;
     let s = Sluice::start(&format!("site * {{ proxy {b} }}"));
     let script = r#"
 import asyncio, sys, websockets

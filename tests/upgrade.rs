@@ -259,33 +259,11 @@ async fn ten_upgrades_refuse_no_connection_and_fail_no_request() {
     assert_eq!(logs.matches("upgrade: handed over to PID").count(), 10);
 }
 
-/// A WebSocket echo backend.
-async fn ws_backend() -> std::net::SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        use futures_util::{SinkExt, StreamExt};
-        while let Ok((c, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(c).await else {
-                    return;
-                };
-                while let Some(Ok(m)) = ws.next().await {
-                    if m.is_text() && ws.send(m).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_and_an_h2_stream_outlive_the_upgrade() {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
-    let ws = ws_backend().await;
+    let ws = ws_echo_backend().await;
     // The backend answers once the test lets it: after the new process serves.
     let release = Arc::new(tokio::sync::Notify::new());
     let gate = release.clone();

@@ -711,3 +711,25 @@ pub async fn origin_test(admin: SocketAddr, pool: &str, role: &str) -> serde_jso
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A WebSocket backend that echoes every text and binary message.
+pub async fn ws_echo_backend() -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        use futures_util::{SinkExt, StreamExt};
+        while let Ok((c, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(c).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    if (m.is_text() || m.is_binary()) && ws.send(m).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
