@@ -114,17 +114,7 @@ async fn one_stream(
     }
     // One clock read serves the meter and the log.
     let started = live.metered().then(Instant::now);
-    let pending = log.map(|log| {
-        crate::admin::access::Pending::new(
-            log,
-            req.method(),
-            req.uri(),
-            req.headers(),
-            req.version(),
-            &client,
-            started,
-        )
-    });
+    let pending = pending(log, &req, &client, started);
     // A WebSocket over an h2 stream (RFC 8441) reaches the backend as an HTTP/1.1
     // upgrade; the stream becomes the tunnel's client side.
     let websocket = extended_connect(&mut req);
@@ -164,22 +154,34 @@ async fn one_stream(
     }
     crate::stats::count_status(resp.status().as_u16());
     let metered = meter.zip(started);
-    let done = (pending.is_some() || metered.is_some()).then(|| {
-        Box::new(StreamDone {
-            log: pending.map(|pending| StreamLog {
-                pending,
-                client: client_ip,
-                served,
-                request_id: super::h1::request_id(&resp),
-            }),
-            metered,
-            received,
-            status: resp.status().as_u16(),
-            switched,
-            bytes: 0,
-        })
+    let log = pending.map(|pending| StreamLog {
+        pending,
+        client: client_ip,
+        served,
+        request_id: super::h1::request_id(&resp),
     });
+    let done = StreamDone::new(log, metered, received, &resp, switched).map(Box::new);
     Ok(held.on(resp, done))
+}
+
+/// A stream's access log line, begun (when the log is on).
+pub(super) fn pending<B>(
+    log: Option<Arc<AccessLog>>,
+    req: &Request<B>,
+    client: &ClientInfo,
+    started: Option<Instant>,
+) -> Option<crate::admin::access::Pending> {
+    log.map(|log| {
+        crate::admin::access::Pending::new(
+            log,
+            req.method(),
+            req.uri(),
+            req.headers(),
+            req.version(),
+            client,
+            started,
+        )
+    })
 }
 
 /// A request body whose bytes are counted as they are read (for a meter).
@@ -440,6 +442,27 @@ pub(super) struct StreamLog {
     pub client: HeaderValue,
     pub served: Option<crate::pipeline::Served>,
     pub request_id: Option<HeaderValue>,
+}
+
+impl StreamDone {
+    /// What `resp` leaves for when its body is done; `None` when neither the log nor a
+    /// meter wants it.
+    pub(super) fn new(
+        log: Option<StreamLog>,
+        metered: Option<(Arc<crate::stats::Meter>, Instant)>,
+        received: Option<Arc<AtomicU64>>,
+        resp: &Response<Body>,
+        switched: bool,
+    ) -> Option<StreamDone> {
+        (log.is_some() || metered.is_some()).then(|| StreamDone {
+            log,
+            metered,
+            received,
+            status: resp.status().as_u16(),
+            switched,
+            bytes: 0,
+        })
+    }
 }
 
 impl Drop for StreamDone {

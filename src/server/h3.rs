@@ -448,17 +448,7 @@ async fn serve_stream(
     log: Option<Arc<AccessLog>>,
 ) {
     let started = live.metered().then(Instant::now);
-    let pending = log.map(|log| {
-        crate::admin::access::Pending::new(
-            log,
-            req.method(),
-            req.uri(),
-            req.headers(),
-            req.version(),
-            &client,
-            started,
-        )
-    });
+    let pending = super::h2::pending(log, &req, &client, started);
     let received = started.map(|_| Arc::<AtomicU64>::default());
     let body = match &received {
         None => body,
@@ -479,19 +469,13 @@ async fn serve_stream(
     crate::stats::count_status(resp.status().as_u16());
     bump(&COUNTERS.h3_requests);
     let metered = answer.meter.zip(started);
-    let mut done = (pending.is_some() || metered.is_some()).then(|| StreamDone {
-        log: pending.map(|pending| StreamLog {
-            pending,
-            client: client_ip,
-            served: answer.served,
-            request_id: super::h1::request_id(&resp),
-        }),
-        metered,
-        received,
-        status: resp.status().as_u16(),
-        switched: false,
-        bytes: 0,
+    let log = pending.map(|pending| StreamLog {
+        pending,
+        client: client_ip,
+        served: answer.served,
+        request_id: super::h1::request_id(&resp),
     });
+    let mut done = StreamDone::new(log, metered, received, &resp, false);
     if let Err(why) = respond(send, resp, head_only, done.as_mut()).await {
         tracing::debug!("sluice: h3 response to {peer} cut off: {why}");
     }
