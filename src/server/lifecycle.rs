@@ -192,9 +192,12 @@ async fn start(
         open: Arc::default(),
     };
     let admin_open = api.open.clone();
-    let admin = match config.global.admin {
-        Some(addr) => Some(start_admin(addr, api).await?),
-        None => None,
+    let (admin_addr, admin_fd, admin_task) = match config.global.admin {
+        Some(addr) => {
+            let a = start_admin(addr, api).await?;
+            (a.local, a.fd, Some(a.task))
+        }
+        None => (None, None, None),
     };
     let access: super::h1::Access = Arc::new(arc_swap::ArcSwapOption::empty());
     if let Some(c) = &config.global.access_log {
@@ -210,10 +213,10 @@ async fn start(
         revisions,
         grace: config.global.grace,
         source,
-        admin_addr: admin.as_ref().and_then(|a| a.local),
+        admin_addr,
         admin_config: config.global.admin,
-        admin_fd: admin.as_ref().and_then(|a| a.fd.as_ref()?.try_clone().ok()),
-        admin_task: admin.map(|a| a.task),
+        admin_fd,
+        admin_task,
         admin_open,
         admin_token,
         signals: Signals::new(),
@@ -690,11 +693,6 @@ impl Server {
                 Bound::Tcp(l) => self.http(l, k, &close),
                 Bound::Quic(e, _) => self.quic(e, &close),
             };
-            self.revisions
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .listeners
-                .push(local.clone());
             let accepting = Accepting {
                 close,
                 task,
@@ -708,6 +706,16 @@ impl Server {
         self.link_alt_svc();
     }
 
+    /// Lists a listener for the admin API — before it is announced, so whoever reads
+    /// the announcement finds it on `/status`.
+    fn list(&self, name: String) {
+        self.revisions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .listeners
+            .push(name);
+    }
+
     /// An L4 (`tcp`) listener's accept loop, and its name for the admin API.
     fn relay(
         &self,
@@ -716,6 +724,7 @@ impl Server {
         close: &Arc<Notify>,
     ) -> (JoinHandle<()>, String, Option<super::AltSvc>) {
         let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        self.list(format!("tcp {addr}"));
         tracing::info!("sluice: relaying tcp on {addr}");
         let task = tokio::spawn(super::tcp_accept_loop(
             l,
@@ -736,6 +745,7 @@ impl Server {
     ) -> (JoinHandle<()>, String, Option<super::AltSvc>) {
         let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
         let scheme = if k.3 { "https" } else { "http" };
+        self.list(addr.clone());
         tracing::info!("sluice: listening on {scheme}://{addr}");
         if let Some(b) = &self.source.banner {
             match self.admin_addr {
@@ -770,6 +780,7 @@ impl Server {
         close: &Arc<Notify>,
     ) -> (JoinHandle<()>, String, Option<super::AltSvc>) {
         let addr = e.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        self.list(format!("quic {addr}"));
         tracing::info!("sluice: listening on h3 (QUIC, UDP) {addr}");
         let task = tokio::spawn(super::h3::accept_loop(
             e,
