@@ -300,6 +300,26 @@ async fn renewal_serves_new_handshakes_the_new_certificate_and_leaves_open_conne
     assert!(String::from_utf8_lossy(&out).ends_with("hello\n"));
 }
 
+/// Waits (bounded) until the storage folder holds a certificate and its key.
+fn wait_stored(dir: &std::path::Path) {
+    fn found(d: &std::path::Path) -> bool {
+        let Ok(entries) = std::fs::read_dir(d) else {
+            return false;
+        };
+        let names: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        let has = |n: &str| names.iter().any(|p| p.file_name().is_some_and(|f| f == n));
+        (has("cert.pem") && has("key.pem")) || names.iter().any(|p| p.is_dir() && found(p))
+    }
+    let end = std::time::Instant::now() + WAIT;
+    while !found(dir) {
+        assert!(
+            std::time::Instant::now() < end,
+            "no certificate stored in {dir:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The folder outlives the process: a restart serves the stored certificate from its
 /// first handshake and orders nothing; a reload orders nothing either.
 #[tokio::test]
@@ -315,6 +335,8 @@ async fn a_restart_and_a_reload_reuse_the_stored_certificate_without_ordering() 
     let first = {
         let s = setup.start(&path);
         s.wait_log(ISSUED);
+        // The certificate serves before it is stored: the restart needs it stored.
+        wait_stored(&data.0);
         let (der, _) = fetch(tls, any_cert_client(&[b"http/1.1"]), "app.test")
             .await
             .unwrap();
