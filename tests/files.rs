@@ -224,6 +224,41 @@ async fn nothing_outside_the_folder_is_served() {
     );
 }
 
+/// Where a path led is remembered for a second, but what is opened must still be what
+/// was found: a folder swapped for a link out of the root right after a request is seen
+/// on the next one, and a file replaced by another is served new at once.
+#[tokio::test]
+async fn a_remembered_path_is_checked_again_when_it_is_used() {
+    let root = TempDir::new();
+    let outside = TempDir::new();
+    root.write("d/page.txt", "inside");
+    root.write("e.txt", "one");
+    outside.write("page.txt", "do not serve");
+    // One worker: every request finds what the one before it remembered.
+    let s = Sluice::start(&format!(
+        "global {{ workers 1 }}\nsite * {{ files {} }}",
+        root.0.display()
+    ));
+    for _ in 0..3 {
+        assert_eq!(get(s.addr, "/d/page.txt").await.text(), "inside");
+        assert_eq!(get(s.addr, "/e.txt").await.text(), "one");
+    }
+    std::fs::rename(root.0.join("d"), root.0.join("d.old")).unwrap();
+    std::os::unix::fs::symlink(&outside.0, root.0.join("d")).unwrap();
+    root.write("e.new", "two!");
+    std::fs::rename(root.0.join("e.new"), root.0.join("e.txt")).unwrap();
+    let r = get(s.addr, "/d/page.txt").await;
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert!(!r.text().contains("do not serve"));
+    let r = get(s.addr, "/e.txt").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "two!"));
+    assert_eq!(r.header("content-length"), Some("4"));
+    // The folder back in place: served again.
+    std::fs::remove_file(root.0.join("d")).unwrap();
+    std::fs::rename(root.0.join("d.old"), root.0.join("d")).unwrap();
+    assert_eq!(get(s.addr, "/d/page.txt").await.text(), "inside");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_1_gib_file_streams_in_bounded_memory() {
     let root = TempDir::new();

@@ -98,9 +98,9 @@ pub(crate) async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) ->
                     .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
                 return r;
             }
-            return match std::fs::metadata(path) {
-                Ok(m) => crate::files::file(path, &m, req.headers(), head).await,
-                Err(_) => crate::files::not_found(),
+            return match crate::files::Opened::at(path) {
+                Some(f) => crate::files::file(f, req.headers(), head).await,
+                None => crate::files::not_found(),
             };
         }
         Target::Redirect => return crate::files::slash_redirect(facts.folder, req.uri().query()),

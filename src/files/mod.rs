@@ -13,13 +13,16 @@
 //! HTTP/1.1 connection, with no filter reading the body, the kernel sends the file
 //! from the page cache instead (`sendfile`: no read into sluice, no copy).
 //!
-//! File system calls (`stat`, `realpath`, `pread`) run on the worker itself, as nginx
-//! makes them without `aio`: from the page cache they take microseconds, where handing
+//! Where a path led is remembered per worker thread for a second and checked against
+//! the file then opened ([`seen`]): a busy file costs an `open` and an `fstat`, not a
+//! `readlink` per path component. File system calls (`open`, `realpath`, `pread`) run
+//! on the worker itself, as nginx makes them without `aio`: from the page cache they take microseconds, where handing
 //! each to tokio's blocking pool cost more than the read (measured: 155 µs of CPU per
 //! 64 KiB response that way). A cold, slow disk stalls the worker for the read's
 //! duration; `docs/config.md` says so.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::header::{self, HeaderMap, HeaderValue};
@@ -28,6 +31,8 @@ use http::{Method, Response, StatusCode};
 use crate::body::{Body, FileBody};
 use crate::config::FilesConfig;
 use crate::reply::{date, local_response};
+
+mod seen;
 
 /// Serves `path` (normalised, percent-encoded) from `cfg.root`. `received`: the path
 /// as the client sent it (before `strip`), normalised, for the folder redirect.
@@ -53,11 +58,11 @@ pub(crate) async fn serve(
         return not_found();
     }
     match find(cfg, &rel, path) {
-        Found::File(real, meta) => send(cfg, &real, &meta, headers, head).await,
+        Found::File(f) => send(cfg, f, headers, head).await,
         Found::Folder => slash_redirect(received, query),
         Found::Listing(real) => listing(&real, path, head, cfg.dotfiles).await,
         Found::Nothing => match cfg.fallback.as_deref().and_then(|f| fallback(cfg, f)) {
-            Some((real, meta)) => send(cfg, &real, &meta, headers, head).await,
+            Some(f) => send(cfg, f, headers, head).await,
             None => not_found(),
         },
     }
@@ -65,26 +70,51 @@ pub(crate) async fn serve(
 
 /// What a path names under the root.
 enum Found {
-    /// A file (canonical, under the root), or a folder's index.
-    File(PathBuf, std::fs::Metadata),
+    /// A file (canonical, under the root, open), or a folder's index.
+    File(Opened),
     /// A folder asked for without its trailing `/`.
     Folder,
     /// A folder without an index, under `browse on`.
-    Listing(PathBuf),
+    Listing(Arc<Path>),
     Nothing,
+}
+
+/// A file or folder under the root: its canonical path, open, and its metadata read
+/// from the open descriptor (so the bytes sent are those of the file checked).
+pub(crate) struct Opened {
+    real: Arc<Path>,
+    file: std::fs::File,
+    meta: std::fs::Metadata,
+}
+
+impl Opened {
+    /// `path` opened as it is (a FastCGI handler's static file, resolved already).
+    pub(crate) fn at(path: &Path) -> Option<Opened> {
+        let file = std::fs::File::open(path).ok()?;
+        let meta = file.metadata().ok()?;
+        Some(Opened {
+            real: Arc::from(path),
+            file,
+            meta,
+        })
+    }
+
+    fn is_file(&self) -> bool {
+        self.meta.is_file()
+    }
 }
 
 /// The file `rel` names under the root: itself, or for a folder its first index.
 fn find(cfg: &FilesConfig, rel: &Path, path: &str) -> Found {
     let wanted = cfg.root.join(rel);
     // Canonical: symlinks resolved, so a link out of the root is seen for what it is.
-    let Some((real, meta)) = under_root(cfg, &wanted) else {
+    let Some(found) = under_root(cfg, &wanted) else {
         return Found::Nothing;
     };
-    if meta.is_file() {
-        return Found::File(real, meta);
+    if found.meta.is_file() {
+        return Found::File(found);
     }
-    if !meta.is_dir() {
+    if !found.meta.is_dir() {
         return Found::Nothing;
     }
     if !path.ends_with('/') {
@@ -93,18 +123,28 @@ fn find(cfg: &FilesConfig, rel: &Path, path: &str) -> Found {
     }
     for name in &cfg.index {
         // The index must lie under the root too (it may be a symlink).
-        if let Some((c, m)) = under_root(cfg, &real.join(name)).filter(|(_, m)| m.is_file()) {
-            return Found::File(c, m);
+        if let Some(f) = under_root(cfg, &found.real.join(name)).filter(Opened::is_file) {
+            return Found::File(f);
         }
     }
     if cfg.browse {
-        return Found::Listing(real);
+        return Found::Listing(found.real);
     }
     Found::Nothing
 }
 
-/// `path`'s canonical form and metadata, when it exists and lies under the root.
-fn under_root(cfg: &FilesConfig, path: &Path) -> Option<(PathBuf, std::fs::Metadata)> {
+/// `path` opened, when it exists and its canonical form lies under the root. What the
+/// path led to within the last second on this worker is opened directly, and used
+/// only if it is still the same file (see [`seen`]).
+fn under_root(cfg: &FilesConfig, path: &Path) -> Option<Opened> {
+    if let Some((real, dev, ino)) = seen::recall(path) {
+        if let Some(o) = Opened::at(&real).filter(|o| seen::same(&o.meta, dev, ino)) {
+            if real.starts_with(&cfg.root) {
+                return Some(Opened { real, ..o });
+            }
+        }
+        seen::forget(path);
+    }
     let real = std::fs::canonicalize(path).ok()?;
     if !real.starts_with(&cfg.root) {
         tracing::debug!(
@@ -114,8 +154,10 @@ fn under_root(cfg: &FilesConfig, path: &Path) -> Option<(PathBuf, std::fs::Metad
         );
         return None;
     }
-    let meta = std::fs::metadata(&real).ok()?;
-    Some((real, meta))
+    let real: Arc<Path> = Arc::from(real);
+    let o = Opened::at(&real)?;
+    seen::remember(path, &real, &o.meta);
+    Some(Opened { real, ..o })
 }
 
 /// Whether a segment of `rel` starts with `.` (`.well-known` first is not hidden).
@@ -127,44 +169,39 @@ fn hidden(rel: &Path) -> bool {
 }
 
 /// `fallback FILE`: the file, when it exists under the root.
-fn fallback(cfg: &FilesConfig, file: &str) -> Option<(PathBuf, std::fs::Metadata)> {
+fn fallback(cfg: &FilesConfig, file: &str) -> Option<Opened> {
     let rel = decode(file)?;
-    under_root(cfg, &cfg.root.join(rel)).filter(|(_, m)| m.is_file())
+    under_root(cfg, &cfg.root.join(rel)).filter(Opened::is_file)
 }
 
-/// Sends `real`, or under `precompressed` the sibling the client accepts best (its own
-/// `ETag`, the original's type, `Content-Encoding`), with `Vary: Accept-Encoding`
+/// Sends the file, or under `precompressed` the sibling the client accepts best (its
+/// own `ETag`, the original's type, `Content-Encoding`), with `Vary: Accept-Encoding`
 /// whenever the file has a sibling at all.
-async fn send(
-    cfg: &FilesConfig,
-    real: &Path,
-    meta: &std::fs::Metadata,
-    headers: &HeaderMap,
-    head: bool,
-) -> Response<Body> {
+async fn send(cfg: &FilesConfig, f: Opened, headers: &HeaderMap, head: bool) -> Response<Body> {
     if cfg.precompressed.is_empty() {
-        return file(real, meta, headers, head).await;
+        return file(f, headers, head).await;
     }
     let mut present = Vec::new();
     for c in &cfg.precompressed {
-        let mut sibling = real.as_os_str().to_owned();
+        let mut sibling = f.real.as_os_str().to_owned();
         sibling.push(c.suffix());
-        if let Some(found) = under_root(cfg, Path::new(&sibling)).filter(|(_, m)| m.is_file()) {
+        if let Some(found) = under_root(cfg, Path::new(&sibling)).filter(Opened::is_file) {
             present.push((coding(*c), found));
         }
     }
     if present.is_empty() {
-        return file(real, meta, headers, head).await;
+        return file(f, headers, head).await;
     }
     let accept = headers
         .get(header::ACCEPT_ENCODING)
         .map_or(&b""[..], |v| v.as_bytes());
     let chosen =
         crate::filter::compress::negotiate_among(accept, |c| present.iter().any(|(p, _)| *p == c))
-            .and_then(|c| present.iter().find(|(p, _)| *p == c));
+            .and_then(|c| present.iter().position(|(p, _)| *p == c));
     let mut r = match chosen {
-        Some((c, (path, m))) => {
-            let mut r = file_as(path, m, headers, head, Some((real, c.token()))).await;
+        Some(i) => {
+            let (c, sibling) = present.swap_remove(i);
+            let mut r = file_as(sibling, headers, head, Some((&f.real, c.token()))).await;
             if matches!(r.status(), StatusCode::OK | StatusCode::PARTIAL_CONTENT) {
                 r.headers_mut().insert(
                     header::CONTENT_ENCODING,
@@ -173,7 +210,7 @@ async fn send(
             }
             r
         }
-        None => file(real, meta, headers, head).await,
+        None => file(f, headers, head).await,
     };
     r.headers_mut()
         .append(header::VARY, HeaderValue::from_static("Accept-Encoding"));
@@ -318,26 +355,20 @@ pub(crate) fn range(value: &str, len: u64) -> Result<Option<(u64, u64)>, ()> {
     }
 }
 
-pub(crate) async fn file(
-    path: &Path,
-    meta: &std::fs::Metadata,
-    headers: &HeaderMap,
-    head: bool,
-) -> Response<Body> {
-    file_as(path, meta, headers, head, None).await
+pub(crate) async fn file(f: Opened, headers: &HeaderMap, head: bool) -> Response<Body> {
+    file_as(f, headers, head, None).await
 }
 
 /// `path`'s bytes; a precompressed `variant` names the original (whose type it
 /// takes) and its coding (in its `ETag`).
 async fn file_as(
-    path: &Path,
-    meta: &std::fs::Metadata,
+    f: Opened,
     headers: &HeaderMap,
     head: bool,
     variant: Option<(&Path, &str)>,
 ) -> Response<Body> {
-    let len = meta.len();
-    let (tag, mtime) = etag(meta, variant.map(|v| v.1));
+    let len = f.meta.len();
+    let (tag, mtime) = etag(&f.meta, variant.map(|v| v.1));
     let last_modified = mtime.map(httpdate::fmt_http_date);
     let header_str = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let mut out = HeaderMap::new();
@@ -360,7 +391,7 @@ async fn file_as(
         *r.headers_mut() = out;
         return r;
     }
-    let mime = mime_guess::from_path(variant.map_or(path, |v| v.0)).first_or_octet_stream();
+    let mime = mime_guess::from_path(variant.map_or(&*f.real, |v| v.0)).first_or_octet_stream();
     if let Ok(v) = HeaderValue::from_str(mime.as_ref()) {
         out.insert(header::CONTENT_TYPE, v);
     }
@@ -394,31 +425,16 @@ async fn file_as(
     let body = if head || count == 0 {
         Body::Empty
     } else {
-        match file_body(path, start, count) {
-            Some(b) => b,
-            None => return not_found(),
-        }
+        Body::File(Box::new(FileBody {
+            file: f.file,
+            at: start,
+            left: count,
+        }))
     };
     let mut r = Response::new(body);
     *r.status_mut() = status;
     *r.headers_mut() = out;
     r
-}
-
-/// `count` bytes of the file from `start`, read as the client takes them; `None`
-/// (logged): it cannot be opened.
-fn file_body(path: &Path, start: u64, count: u64) -> Option<Body> {
-    match std::fs::File::open(path) {
-        Ok(f) => Some(Body::File(Box::new(FileBody {
-            file: f,
-            at: start,
-            left: count,
-        }))),
-        Err(e) => {
-            tracing::warn!("sluice: files: cannot open {}: {e}", path.display());
-            None
-        }
-    }
 }
 
 /// Whether the client's copy is current (RFC 9110 §13.1): `If-None-Match` against
