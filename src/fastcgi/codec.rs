@@ -144,6 +144,8 @@ impl<'a> Params<'a> {
             self.failed = Some(Error::ParamsTooLarge);
             return;
         }
+        // Room for the pair and a record header at once: the writes below never grow.
+        self.out.reserve(size + 8);
         if self.out.len() - self.record - 8 + size > MAX_PARAMS_RECORD {
             self.close_record();
             self.record = self.out.len();

@@ -79,6 +79,8 @@ pub(crate) struct Facts<'a> {
     /// The request target's path and query as received (before `strip`/`rewrite`).
     pub received: Option<&'a str>,
     pub client: std::net::SocketAddr,
+    /// The client's address as text (IPv4-mapped addresses as IPv4).
+    pub client_ip: &'a [u8],
     pub https: bool,
 }
 
@@ -223,7 +225,7 @@ async fn exchange(
         }
         let mut state = Reader {
             conn: Some(conn),
-            buf: BytesMut::with_capacity(8192),
+            buf: BytesMut::with_capacity(pool::READ_CHUNK),
             decoder: Decoder::default(),
             stderr: Vec::new(),
             stderr_dropped: 0,
@@ -616,7 +618,6 @@ fn variables(
     filename: &Path,
     content_length: usize,
 ) {
-    use std::io::Write as _;
     use std::os::unix::ffi::OsStrExt;
     let host = parts
         .headers
@@ -651,21 +652,14 @@ fn variables(
         &[b"DOCUMENT_URI"],
         &[script_name.as_bytes(), path_info.as_bytes()],
     );
-    // Numbers and the address, formatted on the stack.
-    let mut buf = [0u8; 64];
-    let mut number = |n: &str, args: std::fmt::Arguments<'_>| {
-        let mut w = &mut buf[..];
-        let _ = w.write_fmt(args);
-        let len = 64 - w.len();
-        p.pair(&[n.as_bytes()], &[&buf[..len]]);
-    };
-    number(
-        "REMOTE_ADDR",
-        format_args!("{}", facts.client.ip().to_canonical()),
-    );
-    number("REMOTE_PORT", format_args!("{}", facts.client.port()));
-    number("CONTENT_LENGTH", format_args!("{content_length}"));
+    // The address as the connection rendered it once; numbers on the stack.
     let mut set = |n: &str, val: &[u8]| p.pair(&[n.as_bytes()], &[val]);
+    set("REMOTE_ADDR", facts.client_ip);
+    let mut buf = [0u8; 20];
+    let digits = crate::http1::encode::itoa_u64(&mut buf, facts.client.port().into());
+    set("REMOTE_PORT", digits);
+    let digits = crate::http1::encode::itoa_u64(&mut buf, content_length as u64);
+    set("CONTENT_LENGTH", digits);
     set("REDIRECT_STATUS", b"200");
     match parts.headers.get(header::CONTENT_TYPE) {
         Some(ct) => set("CONTENT_TYPE", ct.as_bytes()),

@@ -27,6 +27,10 @@ use crate::config::{FastCgiConfig, Target};
 use crate::net::stream::Stream;
 use crate::net::transport::Transport;
 
+/// How much room a read off an application's connection asks for: a reader's buffer
+/// starts this large, so the first read does not grow (and copy) it.
+pub(crate) const READ_CHUNK: usize = 16 * 1024;
+
 /// How long a request may wait for its first byte before kept connections are let go.
 pub(crate) const STALL: Duration = Duration::from_millis(50);
 
@@ -291,7 +295,7 @@ impl Conn {
         use std::future::Future as _;
         use tokio::io::AsyncReadExt as _;
         // Into the buffer's spare room, neither zeroed nor copied.
-        buf.reserve(16 * 1024);
+        buf.reserve(READ_CHUNK);
         std::pin::pin!(self.io.read_buf(buf)).poll(cx)
     }
 }

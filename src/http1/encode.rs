@@ -131,7 +131,8 @@ pub(crate) fn request_head(out: &mut Vec<u8>, parts: &http::request::Parts, body
     body == BodyOut::Chunked
 }
 
-fn itoa_u64(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
+/// `n` in decimal, written at the end of `buf` without `core::fmt`.
+pub(crate) fn itoa_u64(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
     let mut i = buf.len();
     loop {
         i -= 1;

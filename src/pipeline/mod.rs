@@ -719,6 +719,7 @@ async fn call_handler(
                 folder: &folder,
                 received: received.as_ref().map(|p| p.as_str()),
                 client: client.addr,
+                client_ip: client.ip_value.as_bytes(),
                 https: client.scheme == Scheme::Https,
             };
             Box::pin(crate::fastcgi::serve(f, req, &facts)).await
