@@ -224,19 +224,22 @@ async fn nothing_outside_the_folder_is_served() {
     );
 }
 
-/// Where a path led is remembered for a second, but what is opened must still be what
-/// was found: a folder swapped for a link out of the root right after a request is seen
-/// on the next one, and a file replaced by another is served new at once.
+/// What is served is checked where it was opened: a folder swapped for a link out of
+/// the root between two requests is refused at once, a file replaced is served new, and
+/// a named pipe is never opened for reading (it would wait for a writer) nor served.
 #[tokio::test]
-async fn a_remembered_path_is_checked_again_when_it_is_used() {
+async fn what_is_opened_is_checked_and_never_waits() {
     let root = TempDir::new();
     let outside = TempDir::new();
     root.write("d/page.txt", "inside");
     root.write("e.txt", "one");
     outside.write("page.txt", "do not serve");
-    // One worker: every request finds what the one before it remembered.
+    let fifo = root.0.join("pipe");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    // One worker: a request that blocked it would stall every later one.
     let s = Sluice::start(&format!(
-        "global {{ workers 1 }}\nsite * {{ files {} }}",
+        "global {{ workers 1 }}\nsite * {{ files {} {{ index pipe index.html }} }}",
         root.0.display()
     ));
     for _ in 0..3 {
@@ -253,10 +256,17 @@ async fn a_remembered_path_is_checked_again_when_it_is_used() {
     let r = get(s.addr, "/e.txt").await;
     assert_eq!((r.status, r.text().as_str()), (200, "two!"));
     assert_eq!(r.header("content-length"), Some("4"));
-    // The folder back in place: served again.
     std::fs::remove_file(root.0.join("d")).unwrap();
     std::fs::rename(root.0.join("d.old"), root.0.join("d")).unwrap();
     assert_eq!(get(s.addr, "/d/page.txt").await.text(), "inside");
+    // The pipe, asked for by name or as a folder's index: 404, and the worker free.
+    for path in ["/pipe", "/"] {
+        let r = tokio::time::timeout(std::time::Duration::from_secs(5), get(s.addr, path))
+            .await
+            .unwrap_or_else(|_| panic!("{path}: the worker is stuck"));
+        assert_eq!(r.status, 404, "{path}");
+    }
+    assert_eq!(get(s.addr, "/e.txt").await.text(), "two!");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -100,7 +100,7 @@ pub(crate) async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) ->
                     .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
                 return r;
             }
-            return match crate::files::Opened::at(path) {
+            return match crate::files::Opened::under(&f.cfg.root, path) {
                 Some(f) => crate::files::file(f, req.headers(), head).await,
                 None => crate::files::not_found(),
             };

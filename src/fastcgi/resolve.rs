@@ -9,8 +9,8 @@
 //! worker (what `open_file_cache valid=1s` does for nginx), and a script added,
 //! removed or relinked is seen within that second. Per thread, so the request path
 //! takes no lock; bounded in entries and in path length, so a scan of random or long
-//! paths cannot grow it. Static files are resolved on every request (they are opened by
-//! name, so a kept answer would widen the window for swapping one for a link).
+//! paths cannot grow it. Static files are resolved on every request, and opened
+//! as the `files` handler opens its own: checked on the open descriptor.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -13,16 +13,18 @@
 //! HTTP/1.1 connection, with no filter reading the body, the kernel sends the file
 //! from the page cache instead (`sendfile`: no read into sluice, no copy).
 //!
-//! Where a path led is remembered per worker thread for a second and checked against
-//! the file then opened ([`seen`]): a busy file costs an `open` and an `fstat`, not a
-//! `readlink` per path component. File system calls (`open`, `realpath`, `pread`) run
-//! on the worker itself, as nginx makes them without `aio`: from the page cache they take microseconds, where handing
+//! A path is opened first and checked after, on the descriptor: where the kernel says
+//! the open file lies must be under DIR ([`Opened::under`]). That takes an `open`, an
+//! `fstat` and one `readlink` of `/proc/self/fd/N`, where resolving the name first took
+//! a `readlink` per path component and still left a window between check and open.
+//! File system calls (`open`, `pread`) run on the worker itself, as nginx makes them
+//! without `aio`: from the page cache they take microseconds, where handing
 //! each to tokio's blocking pool cost more than the read (measured: 155 µs of CPU per
 //! 64 KiB response that way). A cold, slow disk stalls the worker for the read's
 //! duration; `docs/config.md` says so.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::header::{self, HeaderMap, HeaderValue};
@@ -31,8 +33,6 @@ use http::{Method, Response, StatusCode};
 use crate::body::{Body, FileBody};
 use crate::config::FilesConfig;
 use crate::reply::{date, local_response};
-
-mod seen;
 
 /// Serves `path` (normalised, percent-encoded) from `cfg.root`. `received`: the path
 /// as the client sent it (before `strip`), normalised, for the folder redirect.
@@ -75,28 +75,59 @@ enum Found {
     /// A folder asked for without its trailing `/`.
     Folder,
     /// A folder without an index, under `browse on`.
-    Listing(Arc<Path>),
+    Listing(PathBuf),
     Nothing,
 }
 
-/// A file or folder under the root: its canonical path, open, and its metadata read
+/// A file or folder under the root: where it really is, open, and its metadata read
 /// from the open descriptor (so the bytes sent are those of the file checked).
 pub(crate) struct Opened {
-    real: Arc<Path>,
+    real: PathBuf,
     file: std::fs::File,
     meta: std::fs::Metadata,
 }
 
 impl Opened {
-    /// `path` opened as it is (a FastCGI handler's static file, resolved already).
-    pub(crate) fn at(path: &Path) -> Option<Opened> {
-        let file = std::fs::File::open(path).ok()?;
+    /// `path` opened (links followed), when what was opened is a file or a folder that
+    /// lies under `root`. The check is made on the open descriptor (where the kernel
+    /// says it is), not on a resolution of the name made before or after the open: a
+    /// folder on the way swapped for a link between two steps cannot slip a file from
+    /// outside through. A folder that may be searched but not read (`0711`) is opened
+    /// for its metadata only, so its index can still be served.
+    pub(crate) fn under(root: &Path, path: &Path) -> Option<Opened> {
+        let file = match open(path, false) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                let f = open(path, true).ok()?;
+                if !f.metadata().is_ok_and(|m| m.is_dir()) {
+                    tracing::warn!("sluice: files: cannot open {}: {e}", path.display());
+                    return None;
+                }
+                f
+            }
+            Err(e) => {
+                if !is_absent(&e) {
+                    tracing::warn!("sluice: files: cannot open {}: {e}", path.display());
+                }
+                return None;
+            }
+        };
         let meta = file.metadata().ok()?;
-        Some(Opened {
-            real: Arc::from(path),
-            file,
-            meta,
-        })
+        // A named pipe, a device or a socket is never served; nor is a file unlinked
+        // since it was opened.
+        if !(meta.is_file() || meta.is_dir()) || meta.nlink() == 0 {
+            return None;
+        }
+        let real = located(&file, path, &meta)?;
+        if !real.starts_with(root) {
+            tracing::debug!(
+                "sluice: files: {} resolves outside {}, refused",
+                path.display(),
+                root.display()
+            );
+            return None;
+        }
+        Some(Opened { real, file, meta })
     }
 
     fn is_file(&self) -> bool {
@@ -104,18 +135,56 @@ impl Opened {
     }
 }
 
+/// Opens `path` for reading without blocking (a named pipe would wait for a writer)
+/// and without taking a terminal; `meta_only`: for its metadata alone (`O_PATH`).
+/// Regular files ignore `O_NONBLOCK` for reads and `sendfile`, as nginx relies on.
+fn open(path: &Path, meta_only: bool) -> std::io::Result<std::fs::File> {
+    use rustix::fs::OFlags;
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = match meta_only {
+        true => OFlags::PATH,
+        false => OFlags::NONBLOCK | OFlags::NOCTTY,
+    };
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(path)
+}
+
+/// An open error that only means there is nothing there.
+fn is_absent(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    [Errno::NOENT, Errno::NOTDIR, Errno::NAMETOOLONG, Errno::LOOP]
+        .iter()
+        .any(|n| e.raw_os_error() == Some(n.raw_os_error()))
+}
+
+/// Where the open `file` lies: the kernel's name for the descriptor
+/// (`/proc/self/fd/N`); without `/proc`, the canonical form of `path`, only if it
+/// names the very file that was opened (device and inode).
+fn located(file: &std::fs::File, path: &Path, meta: &std::fs::Metadata) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    match std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+        Ok(real) if real.is_absolute() => Some(real),
+        _ => located_by_name(path, meta),
+    }
+}
+
+/// `path`'s canonical form, if it names the file `meta` describes.
+fn located_by_name(path: &Path, meta: &std::fs::Metadata) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(path).ok()?;
+    let m = std::fs::metadata(&real).ok()?;
+    (m.dev() == meta.dev() && m.ino() == meta.ino()).then_some(real)
+}
+
 /// The file `rel` names under the root: itself, or for a folder its first index.
 fn find(cfg: &FilesConfig, rel: &Path, path: &str) -> Found {
     let wanted = cfg.root.join(rel);
-    // Canonical: symlinks resolved, so a link out of the root is seen for what it is.
-    let Some(found) = under_root(cfg, &wanted) else {
+    let Some(found) = Opened::under(&cfg.root, &wanted) else {
         return Found::Nothing;
     };
     if found.meta.is_file() {
         return Found::File(found);
-    }
-    if !found.meta.is_dir() {
-        return Found::Nothing;
     }
     if !path.ends_with('/') {
         // The folder's own links resolve against the slashed path.
@@ -123,7 +192,8 @@ fn find(cfg: &FilesConfig, rel: &Path, path: &str) -> Found {
     }
     for name in &cfg.index {
         // The index must lie under the root too (it may be a symlink).
-        if let Some(f) = under_root(cfg, &found.real.join(name)).filter(Opened::is_file) {
+        let index = Opened::under(&cfg.root, &found.real.join(name));
+        if let Some(f) = index.filter(Opened::is_file) {
             return Found::File(f);
         }
     }
@@ -131,33 +201,6 @@ fn find(cfg: &FilesConfig, rel: &Path, path: &str) -> Found {
         return Found::Listing(found.real);
     }
     Found::Nothing
-}
-
-/// `path` opened, when it exists and its canonical form lies under the root. What the
-/// path led to within the last second on this worker is opened directly, and used
-/// only if it is still the same file (see [`seen`]).
-fn under_root(cfg: &FilesConfig, path: &Path) -> Option<Opened> {
-    if let Some((real, dev, ino)) = seen::recall(path) {
-        if let Some(o) = Opened::at(&real).filter(|o| seen::same(&o.meta, dev, ino)) {
-            if real.starts_with(&cfg.root) {
-                return Some(Opened { real, ..o });
-            }
-        }
-        seen::forget(path);
-    }
-    let real = std::fs::canonicalize(path).ok()?;
-    if !real.starts_with(&cfg.root) {
-        tracing::debug!(
-            "sluice: files: {} resolves outside {}, refused",
-            path.display(),
-            cfg.root.display()
-        );
-        return None;
-    }
-    let real: Arc<Path> = Arc::from(real);
-    let o = Opened::at(&real)?;
-    seen::remember(path, &real, &o.meta);
-    Some(Opened { real, ..o })
 }
 
 /// Whether a segment of `rel` starts with `.` (`.well-known` first is not hidden).
@@ -171,7 +214,7 @@ fn hidden(rel: &Path) -> bool {
 /// `fallback FILE`: the file, when it exists under the root.
 fn fallback(cfg: &FilesConfig, file: &str) -> Option<Opened> {
     let rel = decode(file)?;
-    under_root(cfg, &cfg.root.join(rel)).filter(Opened::is_file)
+    Opened::under(&cfg.root, &cfg.root.join(rel)).filter(Opened::is_file)
 }
 
 /// Sends the file, or under `precompressed` the sibling the client accepts best (its
@@ -185,7 +228,7 @@ async fn send(cfg: &FilesConfig, f: Opened, headers: &HeaderMap, head: bool) -> 
     for c in &cfg.precompressed {
         let mut sibling = f.real.as_os_str().to_owned();
         sibling.push(c.suffix());
-        if let Some(found) = under_root(cfg, Path::new(&sibling)).filter(Opened::is_file) {
+        if let Some(found) = Opened::under(&cfg.root, Path::new(&sibling)).filter(Opened::is_file) {
             present.push((coding(*c), found));
         }
     }
@@ -541,6 +584,25 @@ fn percent_encode(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without `/proc`, where a file lies is its name's canonical form, and only while
+    /// that name still leads to the file that was opened.
+    #[test]
+    fn a_name_locates_the_open_file_only_while_it_leads_to_it() {
+        let dir = std::env::temp_dir().join(format!("sluice-located-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.txt");
+        std::fs::write(&path, "one").unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let meta = file.metadata().unwrap();
+        let canonical = std::fs::canonicalize(&path).unwrap();
+        assert_eq!(located_by_name(&path, &meta), Some(canonical.clone()));
+        assert_eq!(located(&file, &path, &meta), Some(canonical));
+        std::fs::write(dir.join("b.txt"), "two").unwrap();
+        std::fs::rename(dir.join("b.txt"), &path).unwrap();
+        assert_eq!(located_by_name(&path, &meta), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn ranges() {
