@@ -306,6 +306,10 @@ impl Clock {
         tokio::pin!(work);
         loop {
             tokio::select! {
+                // The work first: a write that completes at once arms no timer (in
+                // random order, two times in three a clock was polled, and registered,
+                // first).
+                biased;
                 r = &mut work => return Some(r),
                 _ = tokio::time::sleep_until(self.stall), if !self.shed => self.shed(f),
                 _ = tokio::time::sleep_until(self.deadline) => return None,
