@@ -11,7 +11,6 @@ use bytes::Bytes;
 use common::h3c::{self, H3};
 use common::pki::{any_cert_client, tls_exchange, Ca, Leaf};
 use common::*;
-use http_body_util::BodyExt;
 
 /// A CA, a folder, and a certificate for `a.test` in it (its two files' paths).
 fn a_test() -> (Ca, TempDir, String, String) {
@@ -34,22 +33,6 @@ fn write_pair(dir: &TempDir, name: &str, leaf: &Leaf) -> (String, String) {
     (c.display().to_string(), k.display().to_string())
 }
 
-/// A backend that answers with the request's head, then how many body bytes it read
-/// and their sum (so a body is checked without echoing it).
-async fn head_and_body_backend() -> Backend {
-    Backend::start(|req: hyper::Request<hyper::body::Incoming>| async move {
-        let mut s = format!("{} {}\n", req.method(), req.uri());
-        for (k, v) in req.headers() {
-            s.push_str(&format!("{}: {}\n", k, v.to_str().unwrap_or("?")));
-        }
-        let body = req.into_body().collect().await.unwrap().to_bytes();
-        let sum: u64 = body.iter().map(|b| u64::from(*b)).sum();
-        s.push_str(&format!("body {} {sum}\n", body.len()));
-        hyper::Response::new(full(s))
-    })
-    .await
-}
-
 #[tokio::test]
 async fn every_handler_answers_over_h3_with_sni_alt_svc_and_limits() {
     let ca = Ca::new();
@@ -63,7 +46,7 @@ async fn every_handler_answers_over_h3_with_sni_alt_svc_and_limits() {
     let clients = dir.write("clients.pem", &Ca::new().pem());
     dir.write("www/hello.txt", "hello from a file\n");
     let www = dir.0.join("www");
-    let backend = head_and_body_backend().await;
+    let backend = Backend::echo_head_and_body().await;
     let sluice = Sluice::start(&format!(
         "listen 127.0.0.1:0 tls quic
          site a.test {{
@@ -461,7 +444,7 @@ async fn h3_requests_are_logged_metered_and_counted_as_h3() {
 #[tokio::test]
 async fn framing_tricks_are_refused_before_the_backend() {
     let (ca, _dir, ac, ak) = a_test();
-    let backend = head_and_body_backend().await;
+    let backend = Backend::echo_head_and_body().await;
     let sluice = Sluice::start(&format!(
         "listen 127.0.0.1:0 tls quic
          site a.test {{ tls {ac} {ak}; proxy {} }}",

@@ -712,7 +712,9 @@ async fn an_aioquic_http3_client_through_sluice() {
     let cert = dir.write("h3.pem", &leaf.cert_pem);
     let key = dir.write("h3.key", &leaf.key_pem);
     let ca_file = dir.write("ca.pem", &ca.pem());
-    let backend = Backend::echo_head().await;
+    // A backend that reads the upload before it answers (one that answered early and
+    // closed would race the POST's last writes: a 502 under load).
+    let backend = Backend::echo_head_and_body().await;
     let s = Sluice::start(&format!(
         "listen 127.0.0.1:0 tls quic
          site h3.test {{ tls {} {}; proxy {} }}",

@@ -341,6 +341,23 @@ impl Backend {
         })
         .await
     }
+
+    /// As [`Backend::echo_head`], then how many body bytes it read and their sum (a body
+    /// checked without echoing it). The whole body is read before the answer: a backend
+    /// that answers an upload early and closes races the upload's last writes.
+    pub async fn echo_head_and_body() -> Backend {
+        Backend::start(|req: Request<Incoming>| async move {
+            let mut s = format!("{} {}\n", req.method(), req.uri());
+            for (k, v) in req.headers() {
+                s.push_str(&format!("{}: {}\n", k, v.to_str().unwrap_or("?")));
+            }
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let sum: u64 = body.iter().map(|b| u64::from(*b)).sum();
+            s.push_str(&format!("body {} {sum}\n", body.len()));
+            Response::new(full(s))
+        })
+        .await
+    }
 }
 
 /// Sockets bound without listening, kept for the test process's life: their ports
