@@ -225,7 +225,8 @@ async fn exchange(
         }
         let mut state = Reader {
             conn: Some(conn),
-            buf: BytesMut::with_capacity(pool::READ_CHUNK),
+            // As large as a read asks for, so the first read does not grow (and copy) it.
+            buf: BytesMut::with_capacity(crate::http1::READ_CHUNK),
             decoder: Decoder::default(),
             stderr: Vec::new(),
             stderr_dropped: 0,

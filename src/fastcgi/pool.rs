@@ -24,12 +24,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{FastCgiConfig, Target};
+use crate::http1::READ_CHUNK;
 use crate::net::stream::Stream;
 use crate::net::transport::Transport;
-
-/// How much room a read off an application's connection asks for: a reader's buffer
-/// starts this large, so the first read does not grow (and copy) it.
-pub(crate) const READ_CHUNK: usize = 16 * 1024;
 
 /// How long a request may wait for its first byte before kept connections are let go.
 pub(crate) const STALL: Duration = Duration::from_millis(50);
