@@ -127,6 +127,17 @@ pub(crate) fn protocol(v: http::Version) -> &'static str {
 }
 
 impl Pending {
+    /// A line begun for `req`, a whole request (an HTTP/2 or HTTP/3 stream's).
+    pub(crate) fn of<B>(
+        log: Arc<AccessLog>,
+        req: &http::Request<B>,
+        client: &crate::pipeline::ClientInfo,
+        started: Option<Instant>,
+    ) -> Pending {
+        let (method, uri, headers) = (req.method(), req.uri(), req.headers());
+        Pending::new(log, method, uri, headers, req.version(), client, started)
+    }
+
     pub(crate) fn new(
         log: Arc<AccessLog>,
         method: &http::Method,

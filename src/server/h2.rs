@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::drain::{Drain, RequestGuard, Watch};
 use super::stall::{Held, Stalls};
-use crate::admin::access::AccessLog;
+use crate::admin::access::{AccessLog, Pending};
 use crate::body::{Body, BodyError};
 use crate::http1::{MAX_HEAD, MAX_HEADERS};
 use crate::net::transport::Transport;
@@ -114,7 +114,7 @@ async fn one_stream(
     }
     // One clock read serves the meter and the log.
     let started = live.metered().then(Instant::now);
-    let pending = pending(log, &req, &client, started);
+    let pending = log.map(|log| Pending::of(log, &req, &client, started));
     // A WebSocket over an h2 stream (RFC 8441) reaches the backend as an HTTP/1.1
     // upgrade; the stream becomes the tunnel's client side.
     let websocket = extended_connect(&mut req);
@@ -162,26 +162,6 @@ async fn one_stream(
     });
     let done = StreamDone::new(log, metered, received, &resp, switched).map(Box::new);
     Ok(held.on(resp, done))
-}
-
-/// A stream's access log line, begun (when the log is on).
-pub(super) fn pending<B>(
-    log: Option<Arc<AccessLog>>,
-    req: &Request<B>,
-    client: &ClientInfo,
-    started: Option<Instant>,
-) -> Option<crate::admin::access::Pending> {
-    log.map(|log| {
-        crate::admin::access::Pending::new(
-            log,
-            req.method(),
-            req.uri(),
-            req.headers(),
-            req.version(),
-            client,
-            started,
-        )
-    })
 }
 
 /// A request body whose bytes are counted as they are read (for a meter).
@@ -438,7 +418,7 @@ pub(super) struct StreamDone {
 }
 
 pub(super) struct StreamLog {
-    pub pending: crate::admin::access::Pending,
+    pub pending: Pending,
     pub client: HeaderValue,
     pub served: Option<crate::pipeline::Served>,
     pub request_id: Option<HeaderValue>,

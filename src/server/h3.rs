@@ -27,7 +27,7 @@ use tokio::sync::{watch, Notify};
 use super::drain::{ConnectionGuard, Drain};
 use super::h2::{Counted, StreamDone, StreamLog};
 use super::transport::SEND_TIMEOUT;
-use crate::admin::access::AccessLog;
+use crate::admin::access::{AccessLog, Pending};
 use crate::body::{Body, BodyError, BODY_READ_TIMEOUT};
 use crate::http1::{MAX_HEAD, MAX_HEADERS};
 use crate::pipeline::{self, ClientInfo, Scheme};
@@ -448,7 +448,7 @@ async fn serve_stream(
     log: Option<Arc<AccessLog>>,
 ) {
     let started = live.metered().then(Instant::now);
-    let pending = super::h2::pending(log, &req, &client, started);
+    let pending = log.map(|log| Pending::of(log, &req, &client, started));
     let received = started.map(|_| Arc::<AtomicU64>::default());
     let body = match &received {
         None => body,
