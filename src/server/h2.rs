@@ -2,6 +2,7 @@
 //! over any [`Transport`]. The bytes read while sniffing the protocol are replayed in
 //! front of the stream.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -10,12 +11,13 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::drain::{Drain, RequestGuard, Watch};
@@ -51,15 +53,17 @@ pub(crate) async fn serve<S: Transport>(
         };
         one_stream(req, live.clone(), client.clone(), held, access.load_full())
     });
-    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    let streams = Streams::default();
+    let mut builder = hyper::server::conn::http2::Builder::new(streams.clone());
     builder
         .timer(TokioTimer::new())
         .max_header_list_size(MAX_HEAD as u32)
         .enable_connect_protocol();
     let conn = builder.serve_connection(io, svc);
     tokio::pin!(conn);
+    let mut running = FuturesUnordered::new();
     tokio::select! {
-        r = conn.as_mut() => {
+        r = drive(conn.as_mut(), &streams, &mut running) => {
             if let Err(e) = r {
                 tracing::debug!(client = %addr, "sluice: h2 connection ended: {e}");
             }
@@ -75,10 +79,61 @@ pub(crate) async fn serve<S: Transport>(
     // GOAWAY: streams already open finish, no new ones start.
     conn.as_mut().graceful_shutdown();
     tokio::select! {
-        _ = conn => {}
+        _ = drive(conn.as_mut(), &streams, &mut running) => {}
         // A stream the client stopped reading: closed, not waited for.
         _ = activity.stalls.sweep(addr) => {}
     }
+}
+
+/// A stream's future, as hyper hands it over.
+type StreamTask = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// hyper's executor for a connection's streams: it keeps them for the connection's
+/// own task to run ([`drive`]) instead of spawning a task each. A stream's work
+/// (the pipeline, its backend exchange, its response frames) then happens where the
+/// connection's frames are read and written: no task to allocate and schedule per
+/// stream, and a response is written in the same wake-up that made it. A stream
+/// still running when its connection ends is dropped with it, as an HTTP/1.1
+/// request is when its client leaves.
+#[derive(Clone, Default)]
+struct Streams(Arc<std::sync::Mutex<Vec<StreamTask>>>);
+
+impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for Streams {
+    fn execute(&self, fut: F) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::pin(fut));
+    }
+}
+
+/// Polls the connection and its streams until the connection ends. A round in which
+/// a stream finished polls the connection once more, so what the stream queued is
+/// written now rather than on the next wake-up.
+fn drive<'a, C: Future + ?Sized>(
+    mut conn: Pin<&'a mut C>,
+    streams: &'a Streams,
+    running: &'a mut FuturesUnordered<StreamTask>,
+) -> impl Future<Output = C::Output> + 'a {
+    std::future::poll_fn(move |cx| loop {
+        if let Poll::Ready(r) = conn.as_mut().poll(cx) {
+            return Poll::Ready(r);
+        }
+        running.extend(
+            streams
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain(..),
+        );
+        let mut finished = false;
+        while let Poll::Ready(Some(())) = running.poll_next_unpin(cx) {
+            finished = true;
+        }
+        if !finished {
+            return Poll::Pending;
+        }
+    })
 }
 
 /// What a stream holds until its response body is done: its place in the drain count
