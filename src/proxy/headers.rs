@@ -165,7 +165,29 @@ pub(crate) fn request(
 ) {
     let original_host = h.get(header::HOST).cloned();
     scrub(h, true, !trusted, false);
-    let ip = client_ip.as_bytes();
+    // An untrusted client's forwarding fields are gone now: nothing to look up.
+    if !trusted {
+        h.append(XFF, client_ip.clone());
+        h.append(XFP, scheme.clone());
+        if let Some(host) = original_host {
+            h.append(XFH, host);
+        }
+    } else {
+        trusted_forwarding(h, client_ip, scheme, original_host);
+    }
+    if let HostMode::Name(v) = &cfg.host {
+        h.insert(header::HOST, v.clone());
+    }
+}
+
+/// A trusted client's forwarding fields: the client joins its `X-Forwarded-For`
+/// chain; its `X-Forwarded-Proto` and `X-Forwarded-Host` stand.
+fn trusted_forwarding(
+    h: &mut HeaderMap,
+    client_ip: &HeaderValue,
+    scheme: &HeaderValue,
+    original_host: Option<HeaderValue>,
+) {
     let xff = match h.get_all(&XFF).iter().count() {
         0 => Ok(client_ip.clone()),
         _ => {
@@ -177,7 +199,7 @@ pub(crate) fn request(
                 joined.extend_from_slice(v.as_bytes());
             }
             joined.extend_from_slice(b", ");
-            joined.extend_from_slice(ip);
+            joined.extend_from_slice(client_ip.as_bytes());
             HeaderValue::from_bytes(&joined)
         }
     };
@@ -191,9 +213,6 @@ pub(crate) fn request(
         if let Some(host) = original_host {
             h.insert(XFH, host);
         }
-    }
-    if let HostMode::Name(v) = &cfg.host {
-        h.insert(header::HOST, v.clone());
     }
 }
 
