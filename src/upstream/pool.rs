@@ -331,22 +331,54 @@ pub(crate) enum Pick {
 /// Which peers a request already tried.
 #[derive(Default)]
 pub(crate) struct Tried {
-    bits: Vec<u64>,
+    /// Peers 0 to 63, in place: a pool that size never allocates for its request.
+    first: u64,
+    /// Peers from 64 on, 64 a word.
+    rest: Vec<u64>,
     pub count: usize,
 }
 
 impl Tried {
     pub(crate) fn has(&self, i: usize) -> bool {
-        self.bits
-            .get(i / 64)
-            .is_some_and(|w| w & (1 << (i % 64)) != 0)
+        let word = match i / 64 {
+            0 => Some(&self.first),
+            w => self.rest.get(w - 1),
+        };
+        word.is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
     pub(crate) fn add(&mut self, i: usize) {
-        if self.bits.len() <= i / 64 {
-            self.bits.resize(i / 64 + 1, 0);
-        }
-        self.bits[i / 64] |= 1 << (i % 64);
+        let word = match i / 64 {
+            0 => &mut self.first,
+            w => {
+                if self.rest.len() < w {
+                    self.rest.resize(w, 0);
+                }
+                &mut self.rest[w - 1]
+            }
+        };
+        *word |= 1 << (i % 64);
         self.count += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tried;
+
+    proptest::proptest! {
+        /// A peer is marked tried exactly when it was added, on either side of the
+        /// first, in-place word.
+        #[test]
+        fn tried_holds_what_was_added(added in proptest::collection::vec(0usize..300, 0..20)) {
+            let mut t = Tried::default();
+            for &i in &added {
+                t.add(i);
+            }
+            for i in 0..300 {
+                proptest::prop_assert_eq!(t.has(i), added.contains(&i), "peer {}", i);
+            }
+            proptest::prop_assert_eq!(t.count, added.len());
+        }
     }
 }
