@@ -181,80 +181,87 @@ struct Slots {
     tunnel: std::sync::OnceLock<Box<crate::tunnel::Tunnel>>,
 }
 
-async fn run(
-    gen: &Arc<Generation>,
+/// An `async move` block, as [`serve`] (and `call_handler`): the request stays where
+/// it was captured.
+#[allow(clippy::manual_async_fn)]
+fn run<'a>(
+    gen: &'a Arc<Generation>,
     mut req: Request<Body>,
-    client: &ClientInfo,
-    slots: &Slots,
+    client: &'a ClientInfo,
+    slots: &'a Slots,
     offer: Offer,
-    meter: &mut Option<Arc<Meter>>,
-) -> Response<Body> {
-    // Not a nested async fn: awaiting one moves its whole (large) future once more.
-    let (site, route, normalized) = match locate(gen, &req, client, meter) {
-        Ok(found) => found,
-        Err(resp) => return *resp,
-    };
-    if let Some(resp) = controls::maintenance(gen, site, Some(route), &req, client) {
-        return controls::hsts(site, client, resp);
-    }
-    // A certificate speaks for the site whose handshake verified it, no other.
-    let tls_client = client.tls_client.as_ref().filter(|t| t.site == site.name);
-    let vars = route
-        .uses_placeholders
-        .then(|| vars(&req, client, route, normalized.as_deref(), tls_client));
-    let client_ip = if route.uses_client_ip {
-        gen.client_ip(client.addr.ip(), req.headers())
-    } else {
-        client.addr.ip()
-    };
-    // A cache keys on the path the client asked for, before `strip`/`rewrite`.
-    let asked_path = route.cache.as_ref().map(|_| {
-        normalized
-            .clone()
-            .unwrap_or_else(|| req.uri().path().to_owned())
-    });
-    let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
-    cx.client_cert = tls_client.is_some_and(|t| t.cert.is_some());
-    let asked = Asked::of(route, &req);
-    // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
-    // target as received, before `strip`/`rewrite`.
-    let received = matches!(route.handler, Handler::FastCgi(_) | Handler::Files(_))
-        .then(|| req.uri().path_and_query().cloned())
-        .flatten();
-    // Bodies a filter watches as they stream (`body_deny` past its hold): a refusal
-    // there replaces the handler's answer.
-    let mut watched = Vec::new();
-    let (ran, early) = request_phase(route, &mut req, &mut cx, &mut watched).await;
-    let mut resp = match early {
-        Some(r) => r,
-        None => {
-            if let Some(path) = cx.changed_path() {
-                set_path(&mut req, path);
-            }
-            let resp = match &route.cache {
-                None => call_handler(gen, route, req, client, &cx, slots, offer, received).await,
-                Some(cache) => {
-                    let at = Place {
-                        gen,
-                        site,
-                        route,
-                        asked_path: asked_path.as_deref().unwrap_or("/"),
-                    };
-                    Box::pin(cached(at, cache, req, client, &cx, slots, offer, received)).await
-                }
-            };
-            match watched.iter().find(|w| w.happened()) {
-                // The body was cut off past the hold: whatever the handler made of
-                // that, the client gets the filter's refusal.
-                Some(w) => (w.refuse)(),
-                None => resp,
-            }
+    meter: &'a mut Option<Arc<Meter>>,
+) -> impl std::future::Future<Output = Response<Body>> + use<'a> {
+    async move {
+        // Not a nested async fn: awaiting one moves its whole (large) future once more.
+        let (site, route, normalized) = match locate(gen, &req, client, meter) {
+            Ok(found) => found,
+            Err(resp) => return *resp,
+        };
+        if let Some(resp) = controls::maintenance(gen, site, Some(route), &req, client) {
+            return controls::hsts(site, client, resp);
         }
-    };
-    if ran != 0 {
-        response_phase(route, ran, &mut resp, &cx);
+        // A certificate speaks for the site whose handshake verified it, no other.
+        let tls_client = client.tls_client.as_ref().filter(|t| t.site == site.name);
+        let vars = route
+            .uses_placeholders
+            .then(|| vars(&req, client, route, normalized.as_deref(), tls_client));
+        let client_ip = if route.uses_client_ip {
+            gen.client_ip(client.addr.ip(), req.headers())
+        } else {
+            client.addr.ip()
+        };
+        // A cache keys on the path the client asked for, before `strip`/`rewrite`.
+        let asked_path = route.cache.as_ref().map(|_| {
+            normalized
+                .clone()
+                .unwrap_or_else(|| req.uri().path().to_owned())
+        });
+        let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
+        cx.client_cert = tls_client.is_some_and(|t| t.cert.is_some());
+        let asked = Asked::of(route, &req);
+        // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
+        // target as received, before `strip`/`rewrite`.
+        let received = matches!(route.handler, Handler::FastCgi(_) | Handler::Files(_))
+            .then(|| req.uri().path_and_query().cloned())
+            .flatten();
+        // Bodies a filter watches as they stream (`body_deny` past its hold): a refusal
+        // there replaces the handler's answer.
+        let mut watched = Vec::new();
+        let (ran, early) = request_phase(route, &mut req, &mut cx, &mut watched).await;
+        let mut resp = match early {
+            Some(r) => r,
+            None => {
+                if let Some(path) = cx.changed_path() {
+                    set_path(&mut req, path);
+                }
+                let resp = match &route.cache {
+                    None => {
+                        call_handler(gen, route, req, client, &cx, slots, offer, received).await
+                    }
+                    Some(cache) => {
+                        let at = Place {
+                            gen,
+                            site,
+                            route,
+                            asked_path: asked_path.as_deref().unwrap_or("/"),
+                        };
+                        Box::pin(cached(at, cache, req, client, &cx, slots, offer, received)).await
+                    }
+                };
+                match watched.iter().find(|w| w.happened()) {
+                    // The body was cut off past the hold: whatever the handler made of
+                    // that, the client gets the filter's refusal.
+                    Some(w) => (w.refuse)(),
+                    None => resp,
+                }
+            }
+        };
+        if ran != 0 {
+            response_phase(route, ran, &mut resp, &cx);
+        }
+        finish(site, route, client, &cx, &asked, resp)
     }
-    finish(site, route, client, &cx, &asked, resp)
 }
 
 /// What every response of a route gets last: its error pages, compression, HSTS.
@@ -666,67 +673,69 @@ fn vars(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn call_handler(
-    gen: &Generation,
-    route: &Route,
+#[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
+fn call_handler<'a, 'x>(
+    gen: &'a Generation,
+    route: &'a Route,
     req: Request<Body>,
-    client: &ClientInfo,
-    cx: &Cx<'_>,
-    slots: &Slots,
+    client: &'a ClientInfo,
+    cx: &'a Cx<'x>,
+    slots: &'a Slots,
     offer: Offer,
     received: Option<PathAndQuery>,
-) -> Response<Body> {
-    let values = cx.values();
-    match &route.handler {
-        Handler::Proxy(pool) => {
-            let scheme = client.scheme.header_value();
-            let c = proxy::Client {
-                ip: &client.ip_value,
-                scheme: &scheme,
-                trusted: gen.is_trusted(client.addr.ip()),
-                values,
-                served: offer.record.then_some(&slots.served),
-                tracing: gen.tracing,
-                tunnel: offer.upgrade.then_some(&slots.tunnel),
-                max_tunnels: gen.max_tunnels,
-                tunnel_drain: gen.tunnel_drain,
-                tunnel_idle: gen.tunnel_idle,
-                addrs: client.local.map(|l| (client.addr, l)),
-            };
-            proxy::forward(pool, req, &c).await
-        }
-        Handler::Respond { status, body } => respond(*status, body, &values),
-        Handler::Redirect { status, target } => redirect(*status, target, &values),
-        // Boxed, as the FastCGI call below: their futures are large, and inlined they
-        // would make every request's future (the proxy's too) as large.
-        Handler::Files(f) => {
-            Box::pin(crate::files::serve(
-                f,
-                req.method(),
-                cx.path(&req),
-                &folder_base(received.as_ref(), &req),
-                req.uri().query(),
-                req.headers(),
-            ))
-            .await
-        }
-        Handler::FastCgi(f) => {
-            let path = cx.path(&req).to_string();
-            let folder = folder_base(received.as_ref(), &req).into_owned();
-            let facts = crate::fastcgi::Facts {
-                path: &path,
-                folder: &folder,
-                received: received.as_ref().map(|p| p.as_str()),
-                client: client.addr,
-                client_ip: client.ip_value.as_bytes(),
-                https: client.scheme == Scheme::Https,
-            };
-            Box::pin(crate::fastcgi::serve(f, req, &facts)).await
-        }
-        Handler::None => {
-            bump(&COUNTERS.no_route);
-            local_response(StatusCode::NOT_FOUND, "Not found\n")
+) -> impl std::future::Future<Output = Response<Body>> + use<'a, 'x> {
+    async move {
+        let values = cx.values();
+        match &route.handler {
+            Handler::Proxy(pool) => {
+                let scheme = client.scheme.header_value();
+                let c = proxy::Client {
+                    ip: &client.ip_value,
+                    scheme: &scheme,
+                    trusted: gen.is_trusted(client.addr.ip()),
+                    values,
+                    served: offer.record.then_some(&slots.served),
+                    tracing: gen.tracing,
+                    tunnel: offer.upgrade.then_some(&slots.tunnel),
+                    max_tunnels: gen.max_tunnels,
+                    tunnel_drain: gen.tunnel_drain,
+                    tunnel_idle: gen.tunnel_idle,
+                    addrs: client.local.map(|l| (client.addr, l)),
+                };
+                proxy::forward(pool, req, &c).await
+            }
+            Handler::Respond { status, body } => respond(*status, body, &values),
+            Handler::Redirect { status, target } => redirect(*status, target, &values),
+            // Boxed, as the FastCGI call below: their futures are large, and inlined they
+            // would make every request's future (the proxy's too) as large.
+            Handler::Files(f) => {
+                Box::pin(crate::files::serve(
+                    f,
+                    req.method(),
+                    cx.path(&req),
+                    &folder_base(received.as_ref(), &req),
+                    req.uri().query(),
+                    req.headers(),
+                ))
+                .await
+            }
+            Handler::FastCgi(f) => {
+                let path = cx.path(&req).to_string();
+                let folder = folder_base(received.as_ref(), &req).into_owned();
+                let facts = crate::fastcgi::Facts {
+                    path: &path,
+                    folder: &folder,
+                    received: received.as_ref().map(|p| p.as_str()),
+                    client: client.addr,
+                    client_ip: client.ip_value.as_bytes(),
+                    https: client.scheme == Scheme::Https,
+                };
+                Box::pin(crate::fastcgi::serve(f, req, &facts)).await
+            }
+            Handler::None => {
+                bump(&COUNTERS.no_route);
+                local_response(StatusCode::NOT_FOUND, "Not found\n")
+            }
         }
     }
 }

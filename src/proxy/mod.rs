@@ -67,47 +67,53 @@ pub(crate) struct Client<'a> {
     pub addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
 }
 
-pub(crate) async fn forward(
-    pool: &Arc<Pool>,
+/// An `async move` block rather than an `async fn` (here and in [`attempts`]): the
+/// block keeps the request where it was captured, an `async fn` would copy it into
+/// its state once more when first polled.
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn forward<'a, 'c>(
+    pool: &'a Arc<Pool>,
     req: Request<Body>,
-    client: &Client<'_>,
-) -> Response<Body> {
-    let mut dialed = Dialed {
-        started: client.served.map(|_| std::time::Instant::now()),
-        ..Dialed::default()
-    };
-    let resp = match (client.tunnel, upgrade::upgrade_protocol(&req)) {
-        // Boxed: rare, and inline its future would make every request's as large.
-        // `websocket off`: the pool takes no upgrade.
-        (_, Some(_)) if !pool.cfg.websocket => refusal::no_websocket(pool),
-        (Some(slot), Some(protocol)) => {
-            Box::pin(upgrade::upgrade(
-                pool,
-                req,
-                client,
-                slot,
-                protocol,
-                &mut dialed,
-            ))
-            .await
+    client: &'a Client<'c>,
+) -> impl std::future::Future<Output = Response<Body>> + use<'a, 'c> {
+    async move {
+        let mut dialed = Dialed {
+            started: client.served.map(|_| std::time::Instant::now()),
+            ..Dialed::default()
+        };
+        let resp = match (client.tunnel, upgrade::upgrade_protocol(&req)) {
+            // Boxed: rare, and inline its future would make every request's as large.
+            // `websocket off`: the pool takes no upgrade.
+            (_, Some(_)) if !pool.cfg.websocket => refusal::no_websocket(pool),
+            (Some(slot), Some(protocol)) => {
+                Box::pin(upgrade::upgrade(
+                    pool,
+                    req,
+                    client,
+                    slot,
+                    protocol,
+                    &mut dialed,
+                ))
+                .await
+            }
+            _ => attempts(pool, req, client, &mut dialed).await,
+        };
+        // sluice's own answer after peers were dialed: the log still names the last one.
+        if let (Some(cell), Some(peer)) = (client.served, dialed.peer) {
+            if cell.get().is_none() {
+                let transition = dialed.note.transition.map_or("none", |t| t.as_str());
+                let _ = cell.set(Served {
+                    pool: pool.clone(),
+                    peer,
+                    attempts: dialed.attempts,
+                    role: role_of(pool, peer),
+                    transition,
+                    upstream: dialed.started.map(|t| t.elapsed()),
+                });
+            }
         }
-        _ => attempts(pool, req, client, &mut dialed).await,
-    };
-    // sluice's own answer after peers were dialed: the log still names the last one.
-    if let (Some(cell), Some(peer)) = (client.served, dialed.peer) {
-        if cell.get().is_none() {
-            let transition = dialed.note.transition.map_or("none", |t| t.as_str());
-            let _ = cell.set(Served {
-                pool: pool.clone(),
-                peer,
-                attempts: dialed.attempts,
-                role: role_of(pool, peer),
-                transition,
-                upstream: dialed.started.map(|t| t.elapsed()),
-            });
-        }
+        resp
     }
-    resp
 }
 
 /// What a request's attempts came to, for its access log line.
@@ -127,60 +133,63 @@ fn role_of(pool: &Pool, peer: usize) -> &'static str {
 
 /// Step 1 to 4 for a plain request: a slot, then attempts until one answers or none
 /// may be made.
-async fn attempts(
-    pool: &Arc<Pool>,
+#[allow(clippy::manual_async_fn)]
+fn attempts<'a, 'c>(
+    pool: &'a Arc<Pool>,
     req: Request<Body>,
-    client: &Client<'_>,
-    dialed: &mut Dialed,
-) -> Response<Body> {
-    let mut permit = match acquire_slot(pool).await {
-        Ok(p) => p,
-        Err(refusal) => return refusal,
-    };
-    let cfg = &pool.cfg;
-    let key = hash_key(&cfg.lb, &req, client);
-    let replayable = cfg.retry_on.any() && is_idempotent(&req);
-    let mut out = Outgoing::new(prepare(pool, req, client));
-    if replayable {
-        out.keep_for_replay(cfg.retry_buffer);
-    }
-    let mut sending = Sending {
-        out,
-        tried: Tried::default(),
-        key,
-        switch_retried: false,
-        evidence: Evidence::default(),
-    };
-    let mut next = None;
-    loop {
-        let note = &mut dialed.note;
-        let pick = next
-            .take()
-            .map_or_else(|| pool.pick(&sending.tried, key, note), Pick::Peer);
-        let i = match peer_or_refusal(pick) {
-            Ok(i) => i,
-            Err(refusal) => {
-                sending.evidence.record(pool, &mut dialed.note);
-                return *refusal;
-            }
+    client: &'a Client<'c>,
+    dialed: &'a mut Dialed,
+) -> impl std::future::Future<Output = Response<Body>> + use<'a, 'c> {
+    async move {
+        let mut permit = match acquire_slot(pool).await {
+            Ok(p) => p,
+            Err(refusal) => return refusal,
         };
-        sending.tried.add(i);
-        dialed.peer = Some(i);
-        dialed.attempts = sending.tried.count as u32;
-        let mut lease = Lease::new(pool.clone(), i, permit.take());
-        let outcome = attempt(pool, i, &mut sending.out, client).await;
-        match sending.then(pool, i, outcome, &mut dialed.note) {
-            Then::Pass(answer) => {
-                sending.evidence.record(pool, &mut dialed.note);
-                return stream(pool, answer, lease, client, dialed);
-            }
-            Then::Answer(resp) => {
-                sending.evidence.record(pool, &mut dialed.note);
-                return resp;
-            }
-            Then::Again(j) => {
-                permit = lease.permit.take();
-                next = j;
+        let cfg = &pool.cfg;
+        let key = hash_key(&cfg.lb, &req, client);
+        let replayable = cfg.retry_on.any() && is_idempotent(&req);
+        let mut out = Outgoing::new(prepare(pool, req, client));
+        if replayable {
+            out.keep_for_replay(cfg.retry_buffer);
+        }
+        let mut sending = Sending {
+            out,
+            tried: Tried::default(),
+            key,
+            switch_retried: false,
+            evidence: Evidence::default(),
+        };
+        let mut next = None;
+        loop {
+            let note = &mut dialed.note;
+            let pick = next
+                .take()
+                .map_or_else(|| pool.pick(&sending.tried, key, note), Pick::Peer);
+            let i = match peer_or_refusal(pick) {
+                Ok(i) => i,
+                Err(refusal) => {
+                    sending.evidence.record(pool, &mut dialed.note);
+                    return *refusal;
+                }
+            };
+            sending.tried.add(i);
+            dialed.peer = Some(i);
+            dialed.attempts = sending.tried.count as u32;
+            let mut lease = Lease::new(pool.clone(), i, permit.take());
+            let outcome = attempt(pool, i, &mut sending.out, client).await;
+            match sending.then(pool, i, outcome, &mut dialed.note) {
+                Then::Pass(answer) => {
+                    sending.evidence.record(pool, &mut dialed.note);
+                    return stream(pool, answer, lease, client, dialed);
+                }
+                Then::Answer(resp) => {
+                    sending.evidence.record(pool, &mut dialed.note);
+                    return resp;
+                }
+                Then::Again(j) => {
+                    permit = lease.permit.take();
+                    next = j;
+                }
             }
         }
     }
