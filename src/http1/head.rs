@@ -650,15 +650,16 @@ mod tests {
         #[test]
         fn httparse_refuses_what_the_field_check_refuses(
             lines in proptest::collection::vec(
-                ("[ \t]?", "[a-zA-Z0-9!#|~(),;@ \t\\x01\x7f-]{0,5}", ":?", "[ a-z:]{0,3}"),
+                ("[ \t]?", "[a-zA-Z0-9!#|~(),;@\"/{é \t\\x01\x7f-]{0,5}", ":?", "[ a-z:]{0,3}"),
                 0..4,
             )
         ) {
-            let mut h = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+            // The lines come first, so the first field line may be the odd one.
+            let mut h = String::from("GET / HTTP/1.1\r\n");
             for (fold, name, colon, value) in &lines {
                 h.extend([fold, name, colon, value, "\r\n"]);
             }
-            h.push_str("\r\n");
+            h.push_str("Host: x\r\n\r\n");
             if check_fields(h.as_bytes()).is_err() {
                 let mut slots = [httparse::EMPTY_HEADER; 8];
                 let parsed = httparse::Request::new(&mut slots).parse(h.as_bytes());

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body::{Frame, SizeHint};
@@ -53,7 +54,8 @@ pub(crate) async fn serve<S: Transport>(
         };
         one_stream(req, live.clone(), client.clone(), held, access.load_full())
     });
-    let streams = Streams::default();
+    let owned = Owned::default();
+    let streams = &owned.0;
     let mut builder = hyper::server::conn::http2::Builder::new(streams.clone());
     builder
         .timer(TokioTimer::new())
@@ -63,7 +65,7 @@ pub(crate) async fn serve<S: Transport>(
     tokio::pin!(conn);
     let mut running = FuturesUnordered::new();
     tokio::select! {
-        r = drive(conn.as_mut(), &streams, &mut running) => {
+        r = drive(conn.as_mut(), streams, &mut running) => {
             if let Err(e) = r {
                 tracing::debug!(client = %addr, "sluice: h2 connection ended: {e}");
             }
@@ -79,7 +81,7 @@ pub(crate) async fn serve<S: Transport>(
     // GOAWAY: streams already open finish, no new ones start.
     conn.as_mut().graceful_shutdown();
     tokio::select! {
-        _ = drive(conn.as_mut(), &streams, &mut running) => {}
+        _ = drive(conn.as_mut(), streams, &mut running) => {}
         // A stream the client stopped reading: closed, not waited for.
         _ = activity.stalls.sweep(addr) => {}
     }
@@ -93,44 +95,64 @@ type StreamTask = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// (the pipeline, its backend exchange, its response frames) then happens where the
 /// connection's frames are read and written: no task to allocate and schedule per
 /// stream, and a response is written in the same wake-up that made it. A stream
-/// still running when its connection ends is dropped with it, as an HTTP/1.1
-/// request is when its client leaves.
+/// still running when its connection ends is dropped with it (hyper resets it), as
+/// an HTTP/1.1 request is when its client leaves. All of a connection's streams run
+/// on one thread, as in nginx and HAProxy.
 #[derive(Clone, Default)]
 struct Streams(Arc<std::sync::Mutex<Vec<StreamTask>>>);
 
+impl Streams {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Vec<StreamTask>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for Streams {
     fn execute(&self, fut: F) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Box::pin(fut));
+        // A panic ends its own stream only, as it did in a task of its own.
+        let fut = std::panic::AssertUnwindSafe(fut)
+            .catch_unwind()
+            .map(|r| {
+                if r.is_err() {
+                    tracing::error!("sluice: an HTTP/2 stream's handling panicked; the stream was reset, its connection goes on");
+                }
+            });
+        self.queue().push(Box::pin(fut));
+    }
+}
+
+/// The connection's own handle on its stream queue. hyper gives every stream future
+/// a clone of the executor, so a future left in the queue would keep the queue, and
+/// itself, alive for ever: when the connection's task ends, this drops what is queued.
+#[derive(Default)]
+struct Owned(Streams);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let left = std::mem::take(&mut *self.0.queue());
+        drop(left);
     }
 }
 
 /// Polls the connection and its streams until the connection ends. A round in which
-/// a stream finished polls the connection once more, so what the stream queued is
-/// written now rather than on the next wake-up.
+/// a stream finished, or queued another (an upgrade's task), polls again, so what it
+/// queued is written (or run) now rather than on the next wake-up.
 fn drive<'a, C: Future + ?Sized>(
     mut conn: Pin<&'a mut C>,
     streams: &'a Streams,
     running: &'a mut FuturesUnordered<StreamTask>,
 ) -> impl Future<Output = C::Output> + 'a {
     std::future::poll_fn(move |cx| loop {
-        if let Poll::Ready(r) = conn.as_mut().poll(cx) {
+        let ended = conn.as_mut().poll(cx);
+        running.extend(streams.queue().drain(..));
+        if let Poll::Ready(r) = ended {
             return Poll::Ready(r);
         }
-        running.extend(
-            streams
-                .0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .drain(..),
-        );
         let mut finished = false;
         while let Poll::Ready(Some(())) = running.poll_next_unpin(cx) {
             finished = true;
         }
-        if !finished {
+        if !finished && streams.queue().is_empty() {
             return Poll::Pending;
         }
     })

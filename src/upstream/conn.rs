@@ -101,18 +101,6 @@ impl BackendConn {
         self.io.keepalive();
     }
 
-    /// Whether the connection holds buffer memory (for tests of the idle pool).
-    #[cfg(test)]
-    pub(crate) fn holds_buffers(&self) -> bool {
-        self.buf.capacity() > 0
-    }
-
-    /// Gives the connection a read buffer, as a request would (for tests).
-    #[cfg(test)]
-    pub(crate) fn take_buffers(&mut self) {
-        self.buf.reserve(crate::http1::READ_CHUNK);
-    }
-
     /// Gives back buffer memory while the connection sits idle.
     pub(crate) fn shrink(&mut self) {
         if self.buf.is_empty() {
