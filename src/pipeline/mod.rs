@@ -865,6 +865,19 @@ fn set_path(req: &mut Request<Body>, path: &str) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn edge_octets_and_mapped_addresses_render_plainly() {
+        for (ip, want) in [
+            ("0.0.0.0", "0.0.0.0"),
+            ("255.255.255.255", "255.255.255.255"),
+            ("10.99.100.9", "10.99.100.9"),
+            ("::ffff:192.0.2.7", "192.0.2.7"),
+        ] {
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            assert_eq!(super::ip_value(ip.to_canonical()), want);
+        }
+    }
+
     proptest::proptest! {
         /// The hand-written IPv4 rendering is `Display`'s, for every address; IPv6
         /// (and a mapped IPv4) go through `Display` itself.
