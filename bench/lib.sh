@@ -3,7 +3,8 @@
 # `/small` (13 bytes) and `/big` (64 KiB), and writes a sluice config in front of it.
 #   need_tools valgrind:valgrind nginx:nginx ...   (command:package pairs)
 #   sluice_bin [path]      -> $bin
-#   start_backend          -> $work, $bport (cleaned up on exit)
+#   start_backend          -> $work, $bport (cleaned up on exit; NGINX_WORKERS=N
+#                             workers, BACKEND_CPUS=LIST pins them)
 #   sluice_config PORT     -> $work/sluice.conf (SLUICE_ADMIN, SLUICE_GLOBAL, SLUICE_FILTERS;
 #                             TLS=1: a TLS listener with a fresh self-signed certificate)
 #   $scheme                -> http or https, as TLS says
@@ -31,7 +32,7 @@ start_backend() {
     trap '[ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null; rm -rf "$work"' EXIT
     bport=$(free_port)
     cat >"$work/nginx.conf" <<NGX
-daemon on; worker_processes 1; pid $work/nginx.pid; error_log $work/error.log;
+daemon on; worker_processes ${NGINX_WORKERS:-1}; pid $work/nginx.pid; error_log $work/error.log;
 events { worker_connections 1024; }
 http { access_log off; server { listen 127.0.0.1:$bport; keepalive_requests 1000000;
   location /small { return 200 "hello, world\n"; }
@@ -40,7 +41,7 @@ NGX
     chmod 755 "$work"
     mkdir -p "$work/www"
     head -c 65536 /dev/urandom >"$work/www/big"
-    nginx -c "$work/nginx.conf" -p "$work"
+    ${BACKEND_CPUS:+taskset -c "$BACKEND_CPUS"} nginx -c "$work/nginx.conf" -p "$work"
 }
 scheme=http
 [ -n "${TLS:-}" ] && scheme=https

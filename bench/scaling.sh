@@ -34,7 +34,8 @@ fi
 list() { local IFS=,; echo "${allowed[*]:$1:$2}"; }
 proxy_cpus=$(list 0 "$max")
 load_cpus=$(list "$max" $((cpus - max)))
-work=$(mktemp -d)
+NGINX_WORKERS=$max BACKEND_CPUS=$load_cpus start_backend
+# start_backend's own cleanup, and the sluice a run may have left.
 cleanup() {
     [ -f "$work/sluice.pid" ] && kill "$(cat "$work/sluice.pid")" 2>/dev/null
     [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null
@@ -42,14 +43,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-bport=$(free_port)
-cat >"$work/nginx.conf" <<NGX
-daemon on; worker_processes $max; pid $work/nginx.pid; error_log $work/error.log;
-events { worker_connections 4096; }
-http { access_log off; server { listen 127.0.0.1:$bport; keepalive_requests 1000000;
-  location /small { return 200 "hello, world\n"; } } }
-NGX
-taskset -c "$load_cpus" nginx -c "$work/nginx.conf" -p "$work"
 # One run of `workers $1`: its req/s on stdout; a run that fails stops the script
 # with sluice's log.
 one() {

@@ -92,23 +92,15 @@ fn ip_value(ip: std::net::IpAddr) -> HeaderValue {
         return HeaderValue::from_str(&ip.to_string())
             .expect("an IP address is a valid header value");
     };
-    let mut out = [0u8; 15];
-    let mut n = 0;
+    let (mut out, mut n, mut scratch) = ([0u8; 15], 0, [0u8; 20]);
     for (i, o) in v4.octets().into_iter().enumerate() {
         if i > 0 {
             out[n] = b'.';
             n += 1;
         }
-        if o >= 100 {
-            out[n] = b'0' + o / 100;
-            n += 1;
-        }
-        if o >= 10 {
-            out[n] = b'0' + o / 10 % 10;
-            n += 1;
-        }
-        out[n] = b'0' + o % 10;
-        n += 1;
+        let digits = crate::http1::encode::itoa_u64(&mut scratch, o.into());
+        out[n..n + digits.len()].copy_from_slice(digits);
+        n += digits.len();
     }
     HeaderValue::from_bytes(&out[..n]).expect("digits and dots are a valid header value")
 }

@@ -165,15 +165,15 @@ pub(crate) fn request(
 ) {
     let original_host = h.get(header::HOST).cloned();
     scrub(h, true, !trusted, false);
-    // An untrusted client's forwarding fields are gone now: nothing to look up.
-    if !trusted {
+    if trusted {
+        trusted_forwarding(h, client_ip, scheme, original_host);
+    } else {
+        // An untrusted client's forwarding fields are gone now: nothing to look up.
         h.append(XFF, client_ip.clone());
         h.append(XFP, scheme.clone());
         if let Some(host) = original_host {
             h.append(XFH, host);
         }
-    } else {
-        trusted_forwarding(h, client_ip, scheme, original_host);
     }
     if let HostMode::Name(v) = &cfg.host {
         h.insert(header::HOST, v.clone());

@@ -129,6 +129,7 @@ struct Owned(Streams);
 
 impl Drop for Owned {
     fn drop(&mut self) {
+        // Taken out first, so the futures are dropped after the lock is released.
         let left = std::mem::take(&mut *self.0.queue());
         drop(left);
     }
