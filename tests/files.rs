@@ -503,20 +503,23 @@ async fn files_come_through_whole_by_sendfile_and_by_reads() {
         .collect();
     std::fs::write(root.0.join("data.bin"), &data).unwrap();
     std::fs::write(root.0.join("data.txt"), &data).unwrap();
+    std::fs::write(root.0.join("empty.bin"), b"").unwrap();
+    std::fs::write(root.0.join("one.bin"), b"1").unwrap();
     // `compress` is on by default: a text type is compressed when accepted.
     let s = Sluice::start(&format!("site * {{ files {} }}", root.0.display()));
     let (from, to) = (1_234_567usize, 2_765_432usize);
     let range = format!("bytes={from}-{to}");
-    // HTTP/1.1: whole, a range, and whole again on the same kept connection.
+    // HTTP/1.1: whole, a range, an empty file, a one-byte file (its head is held for
+    // the file's byte: the two leave together) and whole again on the same kept
+    // connection.
     let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
     let reqs = format!(
-        "GET /data.bin HTTP/1.1\r\nHost: a\r\n\r\nGET /data.bin HTTP/1.1\r\nHost: a\r\nRange: {range}\r\n\r\nGET /data.bin HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        "GET /data.bin HTTP/1.1\r\nHost: a\r\n\r\nGET /data.bin HTTP/1.1\r\nHost: a\r\nRange: {range}\r\n\r\nGET /empty.bin HTTP/1.1\r\nHost: a\r\n\r\nGET /one.bin HTTP/1.1\r\nHost: a\r\n\r\nGET /data.bin HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
     );
     c.write_all(reqs.as_bytes()).await.unwrap();
     let mut all = answers(&mut c).await.into_iter();
     let whole = all.next().expect("the whole file");
     let part = all.next().expect("the range");
-    let again = all.next().expect("the whole file again");
     assert!(
         whole.status == 200 && whole.body == data,
         "h1: the file changed on the way"
@@ -525,6 +528,11 @@ async fn files_come_through_whole_by_sendfile_and_by_reads() {
         part.status == 206 && part.body == data[from..=to],
         "h1: the range changed"
     );
+    let empty = all.next().expect("the empty file");
+    assert!(empty.status == 200 && empty.body.is_empty(), "h1: the empty file");
+    let one = all.next().expect("the one-byte file");
+    assert!(one.status == 200 && one.body == b"1", "h1: the one-byte file");
+    let again = all.next().expect("the whole file again");
     assert!(again.body == data, "h1: the second whole file changed");
     // h2c: the same bytes, read in pieces.
     let (mut send, _conn) = h2c(s.addr).await;

@@ -60,6 +60,21 @@ pub(crate) trait SendFile {
     ) -> Poll<io::Result<usize>> {
         Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
     }
+
+    /// Writes bytes that a file's bytes follow at once (a response head before its
+    /// `sendfile`): the kernel holds them (`MSG_MORE`) until the file's bytes join them
+    /// in full segments, instead of sending the head as a segment of its own. Only
+    /// called when [`can_send_file`] holds, and only when a `poll_send_file` or a plain
+    /// write follows (either pushes what is held; so does closing the socket).
+    ///
+    /// [`can_send_file`]: SendFile::can_send_file
+    fn poll_write_before_file(
+        &mut self,
+        _cx: &mut Context<'_>,
+        _buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
+    }
 }
 
 impl SendFile for tokio::net::tcp::WriteHalf<'_> {
@@ -75,19 +90,41 @@ impl SendFile for tokio::net::tcp::WriteHalf<'_> {
         count: usize,
     ) -> Poll<io::Result<usize>> {
         let s: &TcpStream = self.as_ref();
-        loop {
-            if let Poll::Ready(r) = s.poll_write_ready(cx) {
-                r?;
-            } else {
-                return Poll::Pending;
-            }
-            let sent = s.try_io(tokio::io::Interest::WRITABLE, || {
-                rustix::fs::sendfile(s, file, Some(&mut *at), count).map_err(io::Error::from)
-            });
-            match sent {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
-            }
+        poll_send_with(s, cx, || {
+            rustix::fs::sendfile(s, file, Some(&mut *at), count).map_err(io::Error::from)
+        })
+    }
+
+    fn poll_write_before_file(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        use rustix::net::SendFlags;
+        let s: &TcpStream = self.as_ref();
+        poll_send_with(s, cx, || {
+            rustix::net::send(s, buf, SendFlags::MORE | SendFlags::NOSIGNAL)
+                .map_err(io::Error::from)
+        })
+    }
+}
+
+/// Runs a sending system call on `s` once it is writable, again after a spurious
+/// readiness (`WouldBlock` clears it).
+fn poll_send_with(
+    s: &TcpStream,
+    cx: &mut Context<'_>,
+    mut call: impl FnMut() -> io::Result<usize>,
+) -> Poll<io::Result<usize>> {
+    loop {
+        if let Poll::Ready(r) = s.poll_write_ready(cx) {
+            r?;
+        } else {
+            return Poll::Pending;
+        }
+        match s.try_io(tokio::io::Interest::WRITABLE, &mut call) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            r => return Poll::Ready(r),
         }
     }
 }

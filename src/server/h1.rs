@@ -525,8 +525,9 @@ impl Exchange {
         let mut wr = super::transport::SendTimeout::new(wr);
         // A static file on a plain socket goes by `sendfile`, after the head (not while
         // a request body is still being read: that loop reads frames).
-        let by_send_file =
-            self.pump.is_none() && matches!(rbody, Body::File(_)) && wr.can_send_file();
+        let by_send_file = self.pump.is_none()
+            && matches!(&rbody, Body::File(f) if f.left > 0)
+            && wr.can_send_file();
         if !finished && !by_send_file {
             match encode::take_ready(
                 &mut rbody,
@@ -542,6 +543,10 @@ impl Exchange {
             }
         }
         let sent = match spill {
+            // The file's first bytes go out with the head, in full segments.
+            None if by_send_file && !finished => {
+                super::transport::write_before_file(&mut wr, &wbuf).await
+            }
             None => wr.write_all(&wbuf).await,
             Some(data) => {
                 finished = rbody.is_end_stream();

@@ -123,6 +123,30 @@ impl<W: SendFile> SendFile for SendTimeout<W> {
         let r = self.inner.poll_send_file(cx, file, at, count);
         self.went(r, cx)
     }
+
+    fn poll_write_before_file(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = self.inner.poll_write_before_file(cx, buf);
+        self.went(r, cx)
+    }
+}
+
+/// Writes all of a response head that a file's bytes follow by `sendfile`, under the
+/// send timeout; the kernel holds it until they join it ([`SendFile::poll_write_before_file`]).
+pub(crate) async fn write_before_file<W: SendFile>(
+    wr: &mut SendTimeout<W>,
+    mut head: &[u8],
+) -> std::io::Result<()> {
+    while !head.is_empty() {
+        match std::future::poll_fn(|cx| wr.poll_write_before_file(cx, head)).await? {
+            0 => return Err(std::io::ErrorKind::WriteZero.into()),
+            n => head = &head[n..],
+        }
+    }
+    Ok(())
 }
 
 /// The most one `sendfile` call is asked for: the socket takes what its buffer holds,
