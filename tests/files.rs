@@ -529,9 +529,15 @@ async fn files_come_through_whole_by_sendfile_and_by_reads() {
         "h1: the range changed"
     );
     let empty = all.next().expect("the empty file");
-    assert!(empty.status == 200 && empty.body.is_empty(), "h1: the empty file");
+    assert!(
+        empty.status == 200 && empty.body.is_empty(),
+        "h1: the empty file"
+    );
     let one = all.next().expect("the one-byte file");
-    assert!(one.status == 200 && one.body == b"1", "h1: the one-byte file");
+    assert!(
+        one.status == 200 && one.body == b"1",
+        "h1: the one-byte file"
+    );
     let again = all.next().expect("the whole file again");
     assert!(again.body == data, "h1: the second whole file changed");
     // h2c: the same bytes, read in pieces.

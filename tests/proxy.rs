@@ -250,6 +250,46 @@ async fn a_slow_backend_gets_504_and_stays_in_rotation() {
     );
 }
 
+/// The response-head timer is kept with a backend connection from request to request
+/// (its deadline moved later each time): it must still cut a slow answer on a reused
+/// connection, also after it ran out while the connection idled.
+#[tokio::test]
+async fn the_timeout_holds_on_a_reused_backend_connection() {
+    let b = Backend::start(|req: Request<Incoming>| async move {
+        if req.uri().path() == "/slow" {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        Response::new(full("done"))
+    })
+    .await;
+    let s = Sluice::start(&pool(&[b.addr.to_string()], "timeout 400ms"));
+    for _ in 0..3 {
+        assert_eq!(get(s.addr, "/fast").await.text(), "done");
+    }
+    // Idle past the deadline the last request set: the kept timer fires for nothing.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(get(s.addr, "/fast").await.text(), "done");
+    // Each round's slow request goes over the connection the fast one before it used
+    // (a 504 closes that connection, so the next round starts on a new one).
+    for round in 0..2 {
+        let opened = b.connections.load(Ordering::SeqCst);
+        let start = Instant::now();
+        let r = get(s.addr, "/slow").await;
+        assert_eq!(r.status, 504, "round {round}");
+        assert!(
+            start.elapsed() < Duration::from_millis(2000),
+            "round {round}: the timeout cuts at 400ms, took {:?}",
+            start.elapsed()
+        );
+        assert_eq!(
+            b.connections.load(Ordering::SeqCst),
+            opened,
+            "round {round}: the slow request went over the kept connection"
+        );
+        assert_eq!(get(s.addr, "/fast").await.text(), "done", "round {round}");
+    }
+}
+
 #[tokio::test]
 async fn the_body_has_no_time_limit_once_the_head_arrived() {
     let b = Backend::start(|_| async {

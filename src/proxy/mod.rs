@@ -474,7 +474,7 @@ async fn send_h2(
         BackendScheme::Https => "https",
         _ => "http",
     };
-    timed(pool, i, h2::send(st, out, scheme)).await
+    timed(pool, i, &mut None, h2::send(st, out, scheme)).await
 }
 
 /// Step 3: the request out and the response head in, under `timeout` (504 past it,
@@ -485,17 +485,37 @@ async fn send(
     c: &mut BackendConn,
     out: &mut Outgoing,
 ) -> Result<crate::http1::head::ResponseHead, SendError> {
-    timed(pool, i, c.send(out)).await
+    let mut timer = c.timer.take();
+    let r = timed(pool, i, &mut timer, c.send(out)).await;
+    c.timer = timer;
+    r
 }
 
-/// A send under the pool's `timeout`, its latency observed when it succeeds.
+/// A send under the pool's `timeout`, its latency observed when it succeeds. `timer`:
+/// the one to use (its deadline moved), or where the one made is left for next time.
 async fn timed<T>(
     pool: &Pool,
     i: usize,
+    timer: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     send: impl std::future::Future<Output = Result<T, SendError>>,
 ) -> Result<T, SendError> {
+    use std::future::Future;
+    use std::task::Poll;
     let started = std::time::Instant::now();
-    match tokio::time::timeout(pool.cfg.timeout, send).await {
+    let deadline = tokio::time::Instant::from_std(started) + pool.cfg.timeout;
+    let sleep = match timer {
+        Some(sleep) => {
+            sleep.as_mut().reset(deadline);
+            sleep
+        }
+        None => timer.insert(Box::pin(tokio::time::sleep_until(deadline))),
+    };
+    let mut send = std::pin::pin!(send);
+    let sent = std::future::poll_fn(|cx| match send.as_mut().poll(cx) {
+        Poll::Ready(r) => Poll::Ready(Ok(r)),
+        Poll::Pending => sleep.as_mut().poll(cx).map(Err),
+    });
+    match sent.await {
         Ok(r) => {
             if r.is_ok() {
                 pool.state.upstream_seconds.observe(started.elapsed());

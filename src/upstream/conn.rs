@@ -38,6 +38,12 @@ pub(crate) struct BackendConn {
     /// (boxed: a connection to a literal address, the common case, stays small to
     /// move).
     pub named: Option<Box<Named>>,
+    /// The timer of the response-head timeout, kept from request to request: moving a
+    /// registered timer's deadline later costs one atomic operation, where a fresh
+    /// timer registers with the runtime's timer wheel and leaves it again each time.
+    /// (When the deadline passes while the connection idles, it wakes the task that
+    /// last waited on it once, for nothing.)
+    pub timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// The address a name resolved to when a connection was opened, and until when the
@@ -73,6 +79,7 @@ impl BackendConn {
             buf: BytesMut::new(),
             wbuf: Vec::new(),
             named: None,
+            timer: None,
         }
     }
 
