@@ -2,7 +2,10 @@
 //! version.
 //! The command line only: the server's life is `sluice::lifecycle`.
 
-#![forbid(unsafe_code)]
+// `unsafe` only in `allocator` (why: its doc comment).
+#![deny(unsafe_code)]
+
+mod allocator;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -627,4 +630,4 @@ fn demo(listen: &str, admin: &str) -> ExitCode {
 }
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: allocator::Mimalloc = allocator::Mimalloc;
