@@ -721,6 +721,7 @@ fn call_handler<'a, 'x>(
                     tunnel_drain: gen.tunnel_drain,
                     tunnel_idle: gen.tunnel_idle,
                     addrs: client.local.map(|l| (client.addr, l)),
+                    metered: gen.metered,
                 };
                 proxy::forward(pool, req, &c).await
             }

@@ -94,6 +94,9 @@ impl Filter for ForwardAuth {
                 tunnel_drain: Duration::ZERO,
                 tunnel_idle: Duration::ZERO,
                 addrs: None,
+                // Observed as before: the filter does not know whether the admin API
+                // is on, and a subrequest is not the plain proxy's path.
+                metered: true,
             };
             let asked = async {
                 let answer = super::forward(&pool, ask, &client).await;

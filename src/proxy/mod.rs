@@ -65,6 +65,8 @@ pub(crate) struct Client<'a> {
     /// The client's address and the one it reached, for a pool's PROXY protocol
     /// header.
     pub addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
+    /// The admin API is on: backend latencies are observed for its metrics.
+    pub metered: bool,
 }
 
 /// An `async move` block rather than an `async fn` (here and in [`attempts`]): the
@@ -426,15 +428,17 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
     let mut fresh = false;
     loop {
         let sent = match pool.connect(i, Want::Request { fresh }).await {
-            Ok(Connection::Http2(st)) => match Box::pin(send_h2(pool, i, &st, out)).await {
-                Ok(resp) => return Attempt::Answered(Answer::H2(resp, st)),
-                Err(e) => e,
-            },
+            Ok(Connection::Http2(st)) => {
+                match Box::pin(send_h2(pool, i, &st, out, client.metered)).await {
+                    Ok(resp) => return Attempt::Answered(Answer::H2(resp, st)),
+                    Err(e) => e,
+                }
+            }
             Ok(Connection::Http1 { mut conn, reused }) => {
                 if !reused && !preface(pool, &mut conn, client).await {
                     return not_taken();
                 }
-                match send(pool, i, &mut conn, out).await {
+                match send(pool, i, &mut conn, out, client.metered).await {
                     Ok(head) => return Attempt::Answered(Answer::H1(conn, head)),
                     Err(SendError::NotSent) if reused => {
                         fresh = true;
@@ -469,12 +473,13 @@ async fn send_h2(
     i: usize,
     st: &h2::Stream,
     out: &mut Outgoing,
+    metered: bool,
 ) -> Result<Response<::h2::RecvStream>, SendError> {
     let scheme = match pool.state.scheme {
         BackendScheme::Https => "https",
         _ => "http",
     };
-    timed(pool, i, &mut None, h2::send(st, out, scheme)).await
+    timed(pool, i, &mut None, metered, h2::send(st, out, scheme)).await
 }
 
 /// Step 3: the request out and the response head in, under `timeout` (504 past it,
@@ -484,19 +489,22 @@ async fn send(
     i: usize,
     c: &mut BackendConn,
     out: &mut Outgoing,
+    metered: bool,
 ) -> Result<crate::http1::head::ResponseHead, SendError> {
     let mut timer = c.timer.take();
-    let r = timed(pool, i, &mut timer, c.send(out)).await;
+    let r = timed(pool, i, &mut timer, metered, c.send(out)).await;
     c.timer = timer;
     r
 }
 
-/// A send under the pool's `timeout`, its latency observed when it succeeds. `timer`:
-/// the one to use (its deadline moved), or where the one made is left for next time.
+/// A send under the pool's `timeout`, its latency observed when it succeeds and
+/// `metered`. `timer`: the one to use (its deadline moved), or where the one made is
+/// left for next time.
 async fn timed<T>(
     pool: &Pool,
     i: usize,
     timer: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    metered: bool,
     send: impl std::future::Future<Output = Result<T, SendError>>,
 ) -> Result<T, SendError> {
     use std::future::Future;
@@ -517,7 +525,7 @@ async fn timed<T>(
     });
     match sent.await {
         Ok(r) => {
-            if r.is_ok() {
+            if metered && r.is_ok() {
                 pool.state.upstream_seconds.observe(started.elapsed());
             }
             r

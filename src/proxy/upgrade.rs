@@ -89,7 +89,7 @@ pub(super) async fn upgrade(
         bump(&COUNTERS.bad_gateway);
         return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
     }
-    let head = match send(pool, i, &mut conn, &mut out).await {
+    let head = match send(pool, i, &mut conn, &mut out, client.metered).await {
         Ok(h) => h,
         Err(e) => return sent_and_failed(pool, i, e),
     };

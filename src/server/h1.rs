@@ -64,7 +64,9 @@ impl Conn {
         mut buf: BytesMut,
         accepted: Instant,
     ) -> impl std::future::Future<Output = ()> + 'a {
-        let mut deadline = accepted + HEAD_TIMEOUT;
+        // The first head's clock started at the accept; a later one's when its first
+        // bytes came, read (once it is needed: a head that came whole never waits).
+        let mut deadline = Some(accepted + HEAD_TIMEOUT);
         // A block, not an `async fn`: the arguments are not kept twice in every idle
         // connection's task.
         async move {
@@ -82,7 +84,7 @@ impl Conn {
                         None => return,
                     }
                 }
-                deadline = Instant::now() + HEAD_TIMEOUT;
+                deadline = None;
             }
         }
     }
@@ -93,7 +95,7 @@ impl Conn {
         &mut self,
         stream: &mut S,
         buf: &mut BytesMut,
-        deadline: Instant,
+        deadline: Option<Instant>,
     ) -> bool {
         match self.read_head(stream, buf, deadline).await {
             Ok(Some(head)) => self.serve_one(stream, buf, head).await,
@@ -112,7 +114,7 @@ impl Conn {
         &mut self,
         stream: &mut S,
         buf: &mut BytesMut,
-        deadline: Instant,
+        mut deadline: Option<Instant>,
     ) -> Result<Option<RequestHead>, HeadError> {
         let mut scan = RequestScan::default();
         loop {
@@ -124,6 +126,7 @@ impl Conn {
                 // The scanner refuses a head past MAX_HEAD; no need to cap the read here.
                 buf.reserve(READ_CHUNK);
             }
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + HEAD_TIMEOUT);
             let read = tokio::select! {
                 r = timeout_at(deadline, stream.read_buf(buf)) => r,
                 _ = self.watch.draining() => return Ok(None),
