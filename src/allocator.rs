@@ -103,7 +103,8 @@ mod tests {
                     assert!((0..size).all(|i| *q.add(i) == 0xa5), "{size}/{align} kept");
                     a.dealloc(q, Layout::from_size_align(size * 2, align).unwrap());
                     let z = a.alloc_zeroed(layout);
-                    assert!(z as usize % align == 0 && (0..size).all(|i| *z.add(i) == 0));
+                    assert!(!z.is_null() && z as usize % align == 0);
+                    assert!((0..size).all(|i| *z.add(i) == 0), "{size}/{align} zeroed");
                     a.dealloc(z, layout);
                 }
             }

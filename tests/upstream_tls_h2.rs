@@ -252,6 +252,31 @@ async fn past_the_backends_stream_limit_a_second_connection_opens() {
     );
 }
 
+/// The response-head timeout over an HTTP/2 stream (its timer lives with the send, not
+/// with a connection): each slow answer is cut, the session stays in use.
+#[tokio::test]
+async fn a_slow_h2_answer_gets_504_on_a_kept_session() {
+    let up = Upstream::start(Opts {
+        delay: Duration::from_secs(3),
+        ..Default::default()
+    })
+    .await;
+    let sluice = Sluice::start(&format!(
+        "site * {{ proxy h2c://{} {{ timeout 300ms }} }}",
+        up.addr
+    ));
+    for round in 0..2 {
+        let start = std::time::Instant::now();
+        assert_eq!(get(sluice.addr, "/slow").await.status, 504, "round {round}");
+        assert!(
+            start.elapsed() < Duration::from_millis(2000),
+            "round {round}: cut at 300ms, took {:?}",
+            start.elapsed()
+        );
+    }
+    assert_eq!(up.conns.load(Ordering::SeqCst), 1, "one session for both");
+}
+
 #[tokio::test]
 async fn goaway_drains_a_connection_without_failing_requests() {
     let up = Upstream::start(Opts {

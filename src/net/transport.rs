@@ -65,7 +65,8 @@ pub(crate) trait SendFile {
     /// `sendfile`): the kernel holds them (`MSG_MORE`) until the file's bytes join them
     /// in full segments, instead of sending the head as a segment of its own. Only
     /// called when [`can_send_file`] holds, and only when a `poll_send_file` or a plain
-    /// write follows (either pushes what is held; so does closing the socket).
+    /// write follows (either pushes what is held; so does closing the socket). A write
+    /// half that says it can send files implements all three methods.
     ///
     /// [`can_send_file`]: SendFile::can_send_file
     fn poll_write_before_file(

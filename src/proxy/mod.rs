@@ -479,7 +479,7 @@ async fn send_h2(
         BackendScheme::Https => "https",
         _ => "http",
     };
-    timed(pool, i, &mut None, metered, h2::send(st, out, scheme)).await
+    timed(pool, i, None, metered, h2::send(st, out, scheme)).await
 }
 
 /// Step 3: the request out and the response head in, under `timeout` (504 past it,
@@ -492,36 +492,52 @@ async fn send(
     metered: bool,
 ) -> Result<crate::http1::head::ResponseHead, SendError> {
     let mut timer = c.timer.take();
-    let r = timed(pool, i, &mut timer, metered, c.send(out)).await;
+    let r = timed(pool, i, Some(&mut timer), metered, c.send(out)).await;
     c.timer = timer;
     r
 }
 
 /// A send under the pool's `timeout`, its latency observed when it succeeds and
-/// `metered`. `timer`: the one to use (its deadline moved), or where the one made is
-/// left for next time.
+/// `metered`. `kept`: a connection's own timer, to use (its deadline moved) or to leave
+/// the one made in for next time; `None`: a timer on the stack, for this send only (an
+/// HTTP/2 stream).
 async fn timed<T>(
     pool: &Pool,
     i: usize,
-    timer: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    kept: Option<&mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>>,
     metered: bool,
     send: impl std::future::Future<Output = Result<T, SendError>>,
 ) -> Result<T, SendError> {
     use std::future::Future;
     use std::task::Poll;
     let started = std::time::Instant::now();
-    let deadline = tokio::time::Instant::from_std(started) + pool.cfg.timeout;
-    let sleep = match timer {
-        Some(sleep) => {
+    let deadline = tokio::time::Instant::from_std(started);
+    // A timeout no clock reaches (only an absurd config overflows the addition).
+    let deadline = deadline
+        .checked_add(pool.cfg.timeout)
+        .unwrap_or_else(|| deadline + std::time::Duration::from_secs(86_400 * 365 * 30));
+    let mut fresh = std::pin::pin!(None);
+    let mut sleep = match kept {
+        Some(Some(sleep)) => {
             sleep.as_mut().reset(deadline);
-            sleep
+            sleep.as_mut()
         }
-        None => timer.insert(Box::pin(tokio::time::sleep_until(deadline))),
+        Some(slot) => slot
+            .insert(Box::pin(tokio::time::sleep_until(deadline)))
+            .as_mut(),
+        None => {
+            fresh.set(Some(tokio::time::sleep_until(deadline)));
+            fresh.as_mut().as_pin_mut().expect("set just above")
+        }
     };
     let mut send = std::pin::pin!(send);
+    // The timer is polled outside tokio's cooperative budget, as `tokio::time::timeout`
+    // does once the send used it up: a send that always spends it is still cut.
     let sent = std::future::poll_fn(|cx| match send.as_mut().poll(cx) {
         Poll::Ready(r) => Poll::Ready(Ok(r)),
-        Poll::Pending => sleep.as_mut().poll(cx).map(Err),
+        Poll::Pending => std::pin::pin!(tokio::task::unconstrained(sleep.as_mut()))
+            .poll(cx)
+            .map(Err),
     });
     match sent.await {
         Ok(r) => {
