@@ -495,16 +495,10 @@ impl Exchange {
         out
     }
 
-    /// Writes the response head (with whatever body is ready, in one write), then the
-    /// body as it comes, still pumping the request body if it has not ended. Returns
-    /// whether the connection may carry another request.
-    async fn respond<S: Transport>(
-        &mut self,
-        stream: &mut S,
-        buf: &mut BytesMut,
-        resp: Response<Body>,
-    ) -> bool {
-        let (parts, mut rbody) = resp.into_parts();
+    /// The response's head, encoded (with `Date`, and framed as the body allows), its
+    /// body, and how the body is delimited.
+    fn encode_head(&mut self, resp: Response<Body>) -> (Body, Delimit, Vec<u8>) {
+        let (parts, rbody) = resp.into_parts();
         self.status = parts.status.as_u16();
         let (status, mut headers) = (parts.status, parts.headers);
         count_status(status.as_u16());
@@ -520,6 +514,19 @@ impl Exchange {
         // Per request, so an idle connection holds no write buffer.
         let mut wbuf = Vec::with_capacity(256);
         encode::head(&mut wbuf, status, &headers, self.version, self.keep_alive);
+        (rbody, out, wbuf)
+    }
+
+    /// Writes the response head (with whatever body is ready, in one write), then the
+    /// body as it comes, still pumping the request body if it has not ended. Returns
+    /// whether the connection may carry another request.
+    async fn respond<S: Transport>(
+        &mut self,
+        stream: &mut S,
+        buf: &mut BytesMut,
+        resp: Response<Body>,
+    ) -> bool {
+        let (mut rbody, out, mut wbuf) = self.encode_head(resp);
         // Whatever of the body is ready now leaves with the head, in one write: a small
         // response, proxied or local, costs a single syscall.
         let mut finished = out == Delimit::None;
