@@ -292,7 +292,7 @@ impl Conn {
         use std::future::Future as _;
         use tokio::io::AsyncReadExt as _;
         // Into the buffer's spare room, neither zeroed nor copied.
-        buf.reserve(READ_CHUNK);
+        crate::net::transport::make_room(buf, READ_CHUNK);
         std::pin::pin!(self.io.read_buf(buf)).poll(cx)
     }
 }

@@ -162,6 +162,21 @@ pub(crate) fn is_quiet<S: AsyncRead + Unpin>(s: &mut S) -> bool {
     matches!(Pin::new(s).poll_read(&mut cx, &mut rb), Poll::Pending)
 }
 
+/// Room for `n` more bytes in a read buffer: its own space when that can be had without
+/// copying (what was read before and split off may be released already), else a fresh
+/// buffer that takes only the unread bytes along. Not `BytesMut::reserve` alone: past
+/// its own capacity it grows the underlying `Vec`, copying the consumed prefix too (a
+/// response head and the first piece of its body: 8 KiB copied on every large
+/// response, measured).
+pub(crate) fn make_room(buf: &mut BytesMut, n: usize) {
+    if buf.capacity() - buf.len() >= n || buf.try_reclaim(n) {
+        return;
+    }
+    let mut fresh = BytesMut::with_capacity(buf.len() + n);
+    fresh.extend_from_slice(buf);
+    *buf = fresh;
+}
+
 /// What can be read into `buf` now, without waiting: `WouldBlock` when nothing is
 /// there.
 pub(crate) fn read_now<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut) -> io::Result<usize> {
@@ -291,5 +306,37 @@ impl Transport for UnixStream {
 
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
         UnixStream::poll_read_ready(self, cx).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever was read and split off (still held or already released), the
+        /// unread bytes stay as they were and there is room for `n` more after them.
+        #[test]
+        fn make_room_keeps_the_unread_bytes_and_makes_room(
+            cap in 0usize..20_000,
+            read in 0usize..20_000,
+            split in 0usize..20_000,
+            hold in any::<bool>(),
+            n in 1usize..70_000,
+        ) {
+            let mut buf = BytesMut::with_capacity(cap);
+            let data: Vec<u8> = (0..read).map(|i| (i * 31 % 251) as u8).collect();
+            buf.extend_from_slice(&data);
+            let split = split.min(read);
+            let taken = buf.split_to(split).freeze();
+            let held = hold.then_some(taken);
+            make_room(&mut buf, n);
+            prop_assert_eq!(&buf[..], &data[split..]);
+            prop_assert!(buf.capacity() - buf.len() >= n);
+            if let Some(t) = held {
+                prop_assert_eq!(&t[..], &data[..split]);
+            }
+        }
     }
 }

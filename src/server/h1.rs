@@ -30,7 +30,7 @@ use crate::http1::encode::{self, Delimit};
 use crate::http1::head::{parse_request, Framing, HeadError, RequestHead};
 use crate::http1::scan::RequestScan;
 use crate::http1::{COALESCE, MAX_HEAD, READ_CHUNK};
-use crate::net::transport::{SendFile, Transport};
+use crate::net::transport::{make_room, SendFile, Transport};
 use crate::pipeline::{self, ClientInfo};
 use crate::reply::date;
 use crate::runtime::Live;
@@ -124,7 +124,7 @@ impl Conn {
             }
             if buf.capacity() - buf.len() < 1024 {
                 // The scanner refuses a head past MAX_HEAD; no need to cap the read here.
-                buf.reserve(READ_CHUNK);
+                make_room(buf, READ_CHUNK);
             }
             let deadline = *deadline.get_or_insert_with(|| Instant::now() + HEAD_TIMEOUT);
             let read = tokio::select! {
@@ -660,7 +660,7 @@ async fn first_chunk_line<S: AsyncRead + Unpin>(
             Err(why) => return Err(Some(why)),
             Ok(None) => {}
         }
-        buf.reserve(READ_CHUNK);
+        make_room(buf, READ_CHUNK);
         let read = tokio::select! {
             r = timeout(BODY_READ_TIMEOUT, stream.read_buf(buf)) => r,
             _ = watch.draining() => return Err(None),
@@ -728,7 +728,7 @@ async fn read_side<R: AsyncRead + Unpin>(
         if !watch_eof || buf.len() >= MAX_HEAD {
             return std::future::pending().await;
         }
-        buf.reserve(1024);
+        make_room(buf, 1024);
         // Bytes that arrive now are a pipelined next request; they stay in `buf`.
         return match rd.read_buf(buf).await {
             Ok(0) | Err(_) => Side::ClientClosed,
@@ -755,7 +755,7 @@ async fn read_side<R: AsyncRead + Unpin>(
                 return Side::Progress;
             }
             Ok(Decoded::NeedMore) => {
-                buf.reserve(READ_CHUNK);
+                make_room(buf, READ_CHUNK);
                 match timeout(BODY_READ_TIMEOUT, rd.read_buf(buf)).await {
                     Ok(Ok(n)) if n > 0 => {}
                     Ok(_) => {

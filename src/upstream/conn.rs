@@ -27,7 +27,7 @@ use crate::http1::head::{parse_response, ResponseHead};
 use crate::http1::scan::ResponseScan;
 use crate::http1::{COALESCE, MAX_RESPONSE_HEAD, READ_CHUNK};
 use crate::net::stream::Stream;
-use crate::net::transport::{is_quiet, read_now, Transport};
+use crate::net::transport::{is_quiet, make_room, read_now, Transport};
 
 pub(crate) struct BackendConn {
     io: Stream,
@@ -204,7 +204,7 @@ impl BackendConn {
     /// A response head that arrived already, read without waiting.
     fn answer_already_here(&mut self, is_head: bool) -> Option<ResponseHead> {
         loop {
-            self.buf.reserve(READ_CHUNK);
+            make_room(&mut self.buf, READ_CHUNK);
             let r = read_now(&mut self.io, &mut self.buf);
             if !matches!(r, Ok(n) if n > 0) || self.buf.len() > MAX_RESPONSE_HEAD {
                 break;
@@ -238,7 +238,7 @@ impl BackendConn {
             if self.buf.len() > MAX_RESPONSE_HEAD {
                 return Err(SendError::Invalid("response head too large"));
             }
-            self.buf.reserve(READ_CHUNK);
+            make_room(&mut self.buf, READ_CHUNK);
             match self.io.read_buf(&mut self.buf).await {
                 Ok(0) => return Err(SendError::ClosedEarly),
                 Ok(_) => {}
@@ -262,7 +262,7 @@ impl BackendConn {
                     return Poll::Ready(Some(Err(io::Error::new(io::ErrorKind::InvalidData, why))))
                 }
             }
-            self.buf.reserve(body_read(decoder));
+            make_room(&mut self.buf, body_read(decoder));
             let read = std::pin::pin!(self.io.read_buf(&mut self.buf)).poll(cx);
             match read {
                 Poll::Pending => return Poll::Pending,
