@@ -8,6 +8,8 @@
 #   SLUICE_FILTERS="request_id; allow 127.0.0.0/8" bench/callgrind.sh   (filters before the proxy)
 #   SLUICE_ADMIN=127.0.0.1:0 bench/callgrind.sh   (the admin API on: requests are metered)
 #   LOAD="-c 16 -m 1" bench/callgrind.sh   (h2load's options: an h2c front)
+#   URL_PATH=big bench/callgrind.sh   (64 KiB responses: a step can leave 13 B alone and
+#                                      cost a large body)
 # Needs valgrind, nginx and h2load (nghttp2-client); installs them on Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +28,7 @@ run() {
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.$n" "$bin" run -c "$work/sluice.conf" 2>"$work/valgrind.$n" &
     local pid=$!
     wait_up "$port"
-    h2load $LOAD -n "$n" "$scheme://127.0.0.1:$port/small" >"$work/h2load.$n"
+    h2load $LOAD -n "$n" "$scheme://127.0.0.1:$port/${URL_PATH:-small}" >"$work/h2load.$n"
     grep -q " 0 failed, 0 errored" "$work/h2load.$n" || grep "requests:" "$work/h2load.$n" >&2
     kill -TERM $pid
     wait $pid || true
