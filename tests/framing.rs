@@ -378,6 +378,19 @@ async fn http10_gets_a_closing_answer() {
     assert_eq!((r.status, r.text().as_str()), (200, "hi"));
 }
 
+/// One `GET /` on `c` and the first read of its answer.
+async fn one_request(c: &mut TcpStream) -> ([u8; 1024], usize) {
+    c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = tokio::time::timeout(WAIT, c.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    (buf, n)
+}
+
 #[tokio::test]
 async fn a_slow_head_is_cut_with_408_after_10s() {
     let s = Sluice::start("site * { respond hi }");
@@ -387,14 +400,7 @@ async fn a_slow_head_is_cut_with_408_after_10s() {
         let mut c = TcpStream::connect(s.addr).await.unwrap();
         let mut out = Vec::new();
         if !first {
-            c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-                .await
-                .unwrap();
-            let mut buf = [0u8; 1024];
-            let n = tokio::time::timeout(WAIT, c.read(&mut buf))
-                .await
-                .unwrap()
-                .unwrap();
+            let (buf, n) = one_request(&mut c).await;
             assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
@@ -432,14 +438,7 @@ async fn a_slow_head_is_cut_with_408_after_10s() {
 async fn an_idle_keep_alive_connection_closes_after_60s() {
     let s = Sluice::start("site * { respond hi }");
     let mut c = TcpStream::connect(s.addr).await.unwrap();
-    c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-        .await
-        .unwrap();
-    let mut buf = [0u8; 1024];
-    let n = tokio::time::timeout(WAIT, c.read(&mut buf))
-        .await
-        .unwrap()
-        .unwrap();
+    let (mut buf, n) = one_request(&mut c).await;
     assert!(parse_response(&buf[..n]).is_some());
     let idle = Instant::now();
     let n = tokio::time::timeout(Duration::from_secs(70), c.read(&mut buf))
