@@ -504,7 +504,7 @@ async fn send(
 async fn timed<T>(
     pool: &Pool,
     i: usize,
-    kept: Option<&mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>>,
+    kept: Option<&mut crate::upstream::conn::KeptTimer>,
     metered: bool,
     send: impl std::future::Future<Output = Result<T, SendError>>,
 ) -> Result<T, SendError> {

@@ -43,8 +43,11 @@ pub(crate) struct BackendConn {
     /// timer registers with the runtime's timer wheel and leaves it again each time.
     /// (When the deadline passes while the connection idles, it wakes the task that
     /// last waited on it once, for nothing.)
-    pub timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    pub timer: KeptTimer,
 }
+
+/// A timer kept with a connection between requests (`None` until the first).
+pub(crate) type KeptTimer = Option<std::pin::Pin<Box<tokio::time::Sleep>>>;
 
 /// The address a name resolved to when a connection was opened, and until when the
 /// answer holds: past that, reusing the connection asks the name again first.
