@@ -29,6 +29,7 @@ pub(crate) mod fastcgi;
 pub(crate) mod files;
 pub(crate) mod filter;
 pub(crate) mod http1;
+pub(crate) mod inplace;
 pub(crate) mod net;
 pub(crate) mod pipeline;
 pub(crate) mod proxy;

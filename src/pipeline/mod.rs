@@ -21,6 +21,7 @@ use crate::config::template::Values;
 use crate::config::{Compression, Template};
 use crate::filter::hold::{Refused, Stopped};
 use crate::filter::{Action, Cx, Stage, Step, Vars};
+use crate::inplace::boxed;
 use crate::proxy;
 use crate::reply::{date, local_response};
 use crate::route::path::{normalize, normalize_host};
@@ -149,13 +150,15 @@ pub(crate) fn handle(
             }
         });
     }
-    Box::pin(serve(gen, req, client, offer))
+    boxed(|| serve(gen, req, client, offer))
 }
 
 /// The request's whole journey. An `async move` block, not an `async fn`: the block
 /// uses what it captured in place, where an `async fn` would copy its arguments into
-/// its state once more when first polled (measured: two more copies a request).
+/// its state once more when first polled (measured: two more copies a request). Not
+/// inlined, so [`boxed`] can have it build its state in its box.
 #[allow(clippy::manual_async_fn)]
+#[inline(never)]
 fn serve(
     gen: Arc<Generation>,
     req: Request<Body>,
@@ -730,14 +733,17 @@ fn call_handler<'a, 'x>(
             // Boxed, as the FastCGI call below: their futures are large, and inlined they
             // would make every request's future (the proxy's too) as large.
             Handler::Files(f) => {
-                Box::pin(crate::files::serve(
-                    f,
-                    req.method(),
-                    cx.path(&req),
-                    &folder_base(received.as_ref(), &req),
-                    req.uri().query(),
-                    req.headers(),
-                ))
+                let folder = folder_base(received.as_ref(), &req);
+                boxed(|| {
+                    crate::files::serve(
+                        f,
+                        req.method(),
+                        cx.path(&req),
+                        &folder,
+                        req.uri().query(),
+                        req.headers(),
+                    )
+                })
                 .await
             }
             Handler::FastCgi(f) => {
@@ -751,7 +757,7 @@ fn call_handler<'a, 'x>(
                     client_ip: client.ip_value.as_bytes(),
                     https: client.scheme == Scheme::Https,
                 };
-                Box::pin(crate::fastcgi::serve(f, req, &facts)).await
+                boxed(|| crate::fastcgi::serve(f, req, &facts)).await
             }
             Handler::None => {
                 bump(&COUNTERS.no_route);

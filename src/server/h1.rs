@@ -71,7 +71,7 @@ impl Conn {
         // connection's task.
         async move {
             loop {
-                let keep = Box::pin(self.next(stream, &mut buf, deadline)).await;
+                let keep = crate::inplace::boxed(|| self.next(stream, &mut buf, deadline)).await;
                 if !keep || self.counted.is_stopping() {
                     return;
                 }
