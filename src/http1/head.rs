@@ -379,7 +379,8 @@ struct ResponseFacts {
 
 impl ResponseFacts {
     /// Notes one field; `Ok(false)`: it is not passed on as it came (Content-Length,
-    /// set once by [`ResponseFacts::framing`]).
+    /// set once by [`ResponseFacts::framing`]; a `Connection` of only `close` and
+    /// `keep-alive`, which says nothing past this hop and would only be removed again).
     #[inline]
     fn note(
         &mut self,
@@ -407,10 +408,17 @@ impl ResponseFacts {
                 .next_back()
                 .is_some_and(|c| trim(c).eq_ignore_ascii_case(b"chunked"));
         } else if name == header::CONNECTION {
+            let mut options_only = true;
             for t in value.split(|&b| b == b',').map(trim) {
-                self.close |= t.eq_ignore_ascii_case(b"close");
-                self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
+                let (close, keep_alive) = (
+                    t.eq_ignore_ascii_case(b"close"),
+                    t.eq_ignore_ascii_case(b"keep-alive"),
+                );
+                self.close |= close;
+                self.keep_alive |= keep_alive;
+                options_only &= close || keep_alive || t.is_empty();
             }
+            return Ok(!options_only);
         }
         Ok(true)
     }
@@ -541,6 +549,37 @@ mod tests {
         );
         assert!(!r.reusable, "and the connection is not reused");
         assert_eq!(r.decoder.remaining(), None, "the body is read as chunked");
+    }
+
+    #[test]
+    fn a_response_connection_of_options_stays_behind() {
+        for (field, close) in [
+            ("keep-alive", false),
+            ("Keep-Alive", false),
+            ("close", true),
+            ("keep-alive, close", true),
+            (" , keep-alive", false),
+        ] {
+            let r = response(&format!(
+                "HTTP/1.1 200 OK\r\nConnection: {field}\r\nContent-Length: 0\r\n\r\n"
+            ))
+            .unwrap();
+            assert!(!r.parts.headers.contains_key("connection"), "{field:?}");
+            assert_eq!(r.reusable, !close, "{field:?}");
+        }
+        // A field it names still has to be found and removed (`headers::scrub`).
+        let r = response(
+            "HTTP/1.1 200 OK\r\nConnection: keep-alive, x-hop\r\nX-Hop: 1\r\nContent-Length: 0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(r.parts.headers["connection"], "keep-alive, x-hop");
+        assert!(r.reusable);
+        let r = response("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n")
+            .unwrap();
+        assert!(
+            r.reusable,
+            "an HTTP/1.0 backend's keep-alive is still heard"
+        );
     }
 
     #[test]
