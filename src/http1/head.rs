@@ -84,7 +84,7 @@ pub(crate) fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
     let mut headers = HeaderMap::with_capacity(req.headers.len() + 4);
     let mut facts = RequestFacts::default();
     for h in req.headers.iter() {
-        let name = HeaderName::from_bytes(h.name.as_bytes())
+        let name = super::names::from_token(h.name.as_bytes())
             .map_err(|_| HeadError::Bad("invalid header name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
             .map_err(|_| HeadError::Bad("invalid header value"))?;
@@ -341,7 +341,7 @@ pub(crate) fn parse_response(
     };
     for h in resp.headers.iter() {
         let name =
-            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| bad("invalid header name"))?;
+            super::names::from_token(h.name.as_bytes()).map_err(|_| bad("invalid header name"))?;
         if facts.note(&name, h.value, &head)? {
             let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
                 .map_err(|_| bad("invalid header value"))?;

@@ -9,6 +9,7 @@
 pub(crate) mod decode;
 pub(crate) mod encode;
 pub(crate) mod head;
+mod names;
 pub(crate) mod scan;
 
 /// The largest request head accepted from a client: more is 431.
