@@ -142,6 +142,13 @@ impl Body {
     }
 }
 
+/// The request, for what consumes it (the proxy's send, FastCGI, a cache), from a
+/// pipeline that lends it down by reference; left behind is an empty `GET /` that
+/// nothing reads.
+pub(crate) fn take_request(req: &mut http::Request<Body>) -> http::Request<Body> {
+    std::mem::replace(req, http::Request::new(Body::Empty))
+}
+
 impl http_body::Body for Body {
     type Data = Bytes;
     type Error = BodyError;

@@ -16,7 +16,7 @@ use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
 
-use crate::body::Body;
+use crate::body::{take_request, Body};
 use crate::config::template::Values;
 use crate::config::{Compression, Template};
 use crate::filter::hold::{Refused, Stopped};
@@ -171,7 +171,8 @@ fn serve(
             meter: None,
             started: gen.metered.then(std::time::Instant::now),
         };
-        let resp = run(&gen, req, &client, &slots, offer, &mut metering.meter).await;
+        let mut req = req;
+        let resp = run(&gen, &mut req, &client, &slots, offer, &mut metering.meter).await;
         Answer {
             resp,
             served: slots.served.into_inner(),
@@ -204,12 +205,14 @@ struct Slots {
     tunnel: std::sync::OnceLock<Box<crate::tunnel::Tunnel>>,
 }
 
-/// An `async move` block, as [`serve`] (and `call_handler`): the request stays where
-/// it was captured.
+/// An `async move` block, as [`serve`] (and `call_handler`). The request is lent, not
+/// moved: each level that owned it kept its 272 bytes in its state for as long as it
+/// ran, and copied it once more on the way down; only what consumes it takes it
+/// ([`take_request`]).
 #[allow(clippy::manual_async_fn)]
 fn run<'a>(
     gen: &'a Arc<Generation>,
-    mut req: Request<Body>,
+    req: &'a mut Request<Body>,
     client: &'a ClientInfo,
     slots: &'a Slots,
     offer: Offer,
@@ -217,18 +220,18 @@ fn run<'a>(
 ) -> impl std::future::Future<Output = Response<Body>> + use<'a> {
     async move {
         // Not a nested async fn: awaiting one moves its whole (large) future once more.
-        let (site, route, normalized) = match locate(gen, &req, client, meter) {
+        let (site, route, normalized) = match locate(gen, req, client, meter) {
             Ok(found) => found,
             Err(resp) => return *resp,
         };
-        if let Some(resp) = controls::maintenance(gen, site, Some(route), &req, client) {
+        if let Some(resp) = controls::maintenance(gen, site, Some(route), req, client) {
             return controls::hsts(site, client, resp);
         }
         // A certificate speaks for the site whose handshake verified it, no other.
         let tls_client = client.tls_client.as_ref().filter(|t| t.site == site.name);
         let vars = route
             .uses_placeholders
-            .then(|| vars(&req, client, route, normalized.as_deref(), tls_client));
+            .then(|| vars(req, client, route, normalized.as_deref(), tls_client));
         let client_ip = if route.uses_client_ip {
             gen.client_ip(client.addr.ip(), req.headers())
         } else {
@@ -242,7 +245,7 @@ fn run<'a>(
         });
         let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
         cx.client_cert = tls_client.is_some_and(|t| t.cert.is_some());
-        let asked = Asked::of(route, &req);
+        let asked = Asked::of(route, req);
         // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
         // target as received, before `strip`/`rewrite`.
         let received = matches!(route.handler, Handler::FastCgi(_) | Handler::Files(_))
@@ -251,12 +254,12 @@ fn run<'a>(
         // Bodies a filter watches as they stream (`body_deny` past its hold): a refusal
         // there replaces the handler's answer.
         let mut watched = Vec::new();
-        let (ran, early) = request_phase(route, &mut req, &mut cx, &mut watched).await;
+        let (ran, early) = request_phase(route, req, &mut cx, &mut watched).await;
         let mut resp = match early {
             Some(r) => r,
             None => {
                 if let Some(path) = cx.changed_path() {
-                    set_path(&mut req, path);
+                    set_path(req, path);
                 }
                 let resp = match &route.cache {
                     None => {
@@ -269,7 +272,17 @@ fn run<'a>(
                             route,
                             asked_path: asked_path.as_deref().unwrap_or("/"),
                         };
-                        Box::pin(cached(at, cache, req, client, &cx, slots, offer, received)).await
+                        Box::pin(cached(
+                            at,
+                            cache,
+                            take_request(req),
+                            client,
+                            &cx,
+                            slots,
+                            offer,
+                            received,
+                        ))
+                        .await
                     }
                 };
                 match watched.iter().find(|w| w.happened()) {
@@ -700,7 +713,7 @@ fn vars(
 fn call_handler<'a, 'x>(
     gen: &'a Generation,
     route: &'a Route,
-    req: Request<Body>,
+    req: &'a mut Request<Body>,
     client: &'a ClientInfo,
     cx: &'a Cx<'x>,
     slots: &'a Slots,
@@ -733,12 +746,12 @@ fn call_handler<'a, 'x>(
             // Boxed, as the FastCGI call below: their futures are large, and inlined they
             // would make every request's future (the proxy's too) as large.
             Handler::Files(f) => {
-                let folder = folder_base(received.as_ref(), &req);
+                let folder = folder_base(received.as_ref(), req);
                 boxed(|| {
                     crate::files::serve(
                         f,
                         req.method(),
-                        cx.path(&req),
+                        cx.path(req),
                         &folder,
                         req.uri().query(),
                         req.headers(),
@@ -747,8 +760,8 @@ fn call_handler<'a, 'x>(
                 .await
             }
             Handler::FastCgi(f) => {
-                let path = cx.path(&req).to_string();
-                let folder = folder_base(received.as_ref(), &req).into_owned();
+                let path = cx.path(req).to_string();
+                let folder = folder_base(received.as_ref(), req).into_owned();
                 let facts = crate::fastcgi::Facts {
                     path: &path,
                     folder: &folder,
@@ -757,7 +770,7 @@ fn call_handler<'a, 'x>(
                     client_ip: client.ip_value.as_bytes(),
                     https: client.scheme == Scheme::Https,
                 };
-                boxed(|| crate::fastcgi::serve(f, req, &facts)).await
+                boxed(|| crate::fastcgi::serve(f, take_request(req), &facts)).await
             }
             Handler::None => {
                 bump(&COUNTERS.no_route);
@@ -791,7 +804,12 @@ async fn cached(
 ) -> Response<Body> {
     let host = normalize_host(host_of(&req)).into_owned();
     let path = cx.path(&req).to_string();
-    let fetch = |req| call_handler(at.gen, at.route, req, client, cx, slots, offer, received);
+    let fetch = |mut req: Request<Body>| async move {
+        call_handler(
+            at.gen, at.route, &mut req, client, cx, slots, offer, received,
+        )
+        .await
+    };
     let refresh = |req| refresh(at, req, client.clone(), path.clone(), cx.client_ip);
     cache.serve(req, &host, at.asked_path, fetch, refresh).await
 }
@@ -823,10 +841,11 @@ fn refresh(
             .then(|| vars(&req, &client, route, Some(&path), None));
         let cx = Cx::new(Some(path), vars.as_ref(), client_ip);
         let slots = Slots::default();
+        let mut req = req;
         call_handler(
             &gen,
             route,
-            req,
+            &mut req,
             &client,
             &cx,
             &slots,

@@ -74,7 +74,7 @@ impl ForwardAuth {
 impl Filter for ForwardAuth {
     fn on_request(&self, req: &mut Request<Body>, cx: &mut Cx<'_>) -> Step {
         let values = cx.values();
-        let ask = self.question(req, &values);
+        let mut ask = self.question(req, &values);
         let ip = HeaderValue::from_str(&cx.client_ip.to_string()).expect("an address");
         let scheme =
             HeaderValue::from_str(values.scheme).unwrap_or(HeaderValue::from_static("http"));
@@ -99,7 +99,7 @@ impl Filter for ForwardAuth {
                 metered: true,
             };
             let asked = async {
-                let answer = super::forward(&pool, ask, &client).await;
+                let answer = super::forward(&pool, &mut ask, &client).await;
                 if is_own(&answer) {
                     return Step::Unreachable(format!(
                         "{}: no answer ({})",

@@ -69,13 +69,13 @@ pub(crate) struct Client<'a> {
     pub metered: bool,
 }
 
-/// An `async move` block rather than an `async fn` (here and in [`attempts`]): the
-/// block keeps the request where it was captured, an `async fn` would copy it into
-/// its state once more when first polled.
+/// An `async move` block rather than an `async fn` (here and in [`attempts`]): an
+/// `async fn` would copy its arguments into its state once more when first polled. The
+/// request is lent (see `pipeline::run`); what sends it takes it.
 #[allow(clippy::manual_async_fn)]
 pub(crate) fn forward<'a, 'c>(
     pool: &'a Arc<Pool>,
-    req: Request<Body>,
+    req: &'a mut Request<Body>,
     client: &'a Client<'c>,
 ) -> impl std::future::Future<Output = Response<Body>> + use<'a, 'c> {
     async move {
@@ -83,14 +83,14 @@ pub(crate) fn forward<'a, 'c>(
             started: client.served.map(|_| std::time::Instant::now()),
             ..Dialed::default()
         };
-        let resp = match (client.tunnel, upgrade::upgrade_protocol(&req)) {
+        let resp = match (client.tunnel, upgrade::upgrade_protocol(req)) {
             // Boxed: rare, and inline its future would make every request's as large.
             // `websocket off`: the pool takes no upgrade.
             (_, Some(_)) if !pool.cfg.websocket => refusal::no_websocket(pool),
             (Some(slot), Some(protocol)) => {
                 Box::pin(upgrade::upgrade(
                     pool,
-                    req,
+                    crate::body::take_request(req),
                     client,
                     slot,
                     protocol,
@@ -138,7 +138,7 @@ fn role_of(pool: &Pool, peer: usize) -> &'static str {
 #[allow(clippy::manual_async_fn)]
 fn attempts<'a, 'c>(
     pool: &'a Arc<Pool>,
-    req: Request<Body>,
+    req: &'a mut Request<Body>,
     client: &'a Client<'c>,
     dialed: &'a mut Dialed,
 ) -> impl std::future::Future<Output = Response<Body>> + use<'a, 'c> {
@@ -148,9 +148,9 @@ fn attempts<'a, 'c>(
             Err(refusal) => return refusal,
         };
         let cfg = &pool.cfg;
-        let key = hash_key(&cfg.lb, &req, client);
-        let replayable = cfg.retry_on.any() && is_idempotent(&req);
-        let mut out = Outgoing::new(prepare(pool, req, client));
+        let key = hash_key(&cfg.lb, req, client);
+        let replayable = cfg.retry_on.any() && is_idempotent(req);
+        let mut out = Outgoing::new(prepare(pool, crate::body::take_request(req), client));
         if replayable {
             out.keep_for_replay(cfg.retry_buffer);
         }
