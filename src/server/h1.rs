@@ -465,7 +465,13 @@ impl Exchange {
     }
 
     /// How the response body is delimited, with the fields that say so.
-    fn delimit(&mut self, status: StatusCode, headers: &mut HeaderMap, body: &Body) -> Delimit {
+    fn delimit(
+        &mut self,
+        status: StatusCode,
+        headers: &mut HeaderMap,
+        has_length: bool,
+        body: &Body,
+    ) -> Delimit {
         let out = if self.is_head
             || status.is_informational()
             || status == StatusCode::NO_CONTENT
@@ -475,7 +481,7 @@ impl Exchange {
                 headers.remove(CONTENT_LENGTH);
             }
             Delimit::None
-        } else if headers.contains_key(CONTENT_LENGTH) {
+        } else if has_length {
             Delimit::Length
         } else if let Some(n) = body.size_hint().exact() {
             headers.insert(CONTENT_LENGTH, n.into());
@@ -487,7 +493,7 @@ impl Exchange {
             self.keep_alive = false;
             Delimit::Close
         };
-        if self.is_head && !headers.contains_key(CONTENT_LENGTH) {
+        if self.is_head && !has_length {
             if let Some(n) = body.size_hint().exact() {
                 headers.insert(CONTENT_LENGTH, n.into());
             }
@@ -502,8 +508,15 @@ impl Exchange {
         self.status = parts.status.as_u16();
         let (status, mut headers) = (parts.status, parts.headers);
         count_status(status.as_u16());
-        let out = self.delimit(status, &mut headers, &rbody);
-        if !headers.contains_key(DATE) {
+        // One pass over the names instead of a hash lookup for each (most heads are
+        // short; a long one costs about what the lookups would).
+        let (mut has_length, mut has_date) = (false, false);
+        for k in headers.keys() {
+            has_length |= k == CONTENT_LENGTH;
+            has_date |= k == DATE;
+        }
+        let out = self.delimit(status, &mut headers, has_length, &rbody);
+        if !has_date {
             headers.insert(DATE, date());
         }
         if self.pump.as_ref().is_some_and(|p| p.tx.is_closed()) {
