@@ -282,7 +282,7 @@ struct Clock {
 
 impl Clock {
     fn start(f: &FastCgi) -> Clock {
-        let now = tokio::time::Instant::now();
+        let now = tokio::time::Instant::from_std(crate::clock::coarse());
         Clock {
             deadline: now + f.cfg.timeout,
             stall: now + pool::STALL,

@@ -112,7 +112,8 @@ impl Pool {
 
     /// An idle connection (unless `fresh`), else a new one, within the deadline.
     pub(crate) async fn acquire(&self, fresh: bool) -> Result<Conn, AcquireError> {
-        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        let deadline =
+            tokio::time::Instant::from_std(crate::clock::coarse()) + self.connect_timeout;
         if !fresh {
             if let Some(c) = self.idle_conn() {
                 return Ok(c);
@@ -179,10 +180,7 @@ impl Pool {
     /// Closes idle connections idle for `after` or more, oldest first.
     fn expire(&self, after: Duration) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        while idle
-            .front()
-            .is_some_and(|(_, since)| since.elapsed() >= after)
-        {
+        while idle.front().is_some_and(|(_, since)| age(*since) >= after) {
             idle.pop_front();
         }
     }
@@ -195,7 +193,7 @@ impl Pool {
         self.waiting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((t, Instant::now()));
+            .push((t, crate::clock::coarse()));
         t
     }
 
@@ -238,7 +236,7 @@ impl Pool {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .any(|(_, since)| since.elapsed() >= STALL)
+            .any(|(_, since)| age(*since) >= STALL)
     }
 
     /// A connection whose request ended cleanly, for the next one — unless a request
@@ -252,7 +250,7 @@ impl Pool {
         self.idle
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push_back((conn, Instant::now()));
+            .push_back((conn, crate::clock::coarse()));
         self.released.notify_one();
     }
 }
@@ -295,4 +293,9 @@ impl Conn {
         crate::net::transport::make_room(buf, READ_CHUNK);
         std::pin::pin!(self.io.read_buf(buf)).poll(cx)
     }
+}
+
+/// How long since `t`, by this poll's clock reading.
+fn age(t: Instant) -> Duration {
+    crate::clock::coarse().saturating_duration_since(t)
 }

@@ -510,7 +510,11 @@ async fn timed<T>(
 ) -> Result<T, SendError> {
     use std::future::Future;
     use std::task::Poll;
-    let started = std::time::Instant::now();
+    // A latency an operator reads is timed from now; a deadline from the poll's reading.
+    let started = match metered {
+        true => std::time::Instant::now(),
+        false => crate::clock::coarse(),
+    };
     let deadline = tokio::time::Instant::from_std(started);
     // A timeout no clock reaches (only an absurd config overflows the addition).
     let deadline = deadline

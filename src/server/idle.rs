@@ -97,7 +97,7 @@ impl Wheel {
     ) -> impl std::future::Future<Output = Option<BytesMut>> + 'a {
         debug_assert!(timeout < Duration::from_secs(BUCKETS as u64));
         self.sweep_started();
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::from_std(crate::clock::coarse()) + timeout;
         let shard = THREAD_SHARD.with(|s| *s);
         let bucket = &self.buckets[self.second(deadline) % BUCKETS * SHARDS + shard].0;
         // A block, not an `async fn`: the arguments are not kept twice in every idle
@@ -114,7 +114,7 @@ impl Wheel {
                     r = wait_first_bytes(stream) => return r.ok(),
                     () = woken => {}
                 }
-                if Instant::now() >= deadline {
+                if Instant::from_std(crate::clock::coarse()) >= deadline {
                     return None;
                 }
             }

@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::time::{timeout_at, Instant};
 
 use self::drain::Drain;
+use crate::clock::OneReading;
 use crate::config::Listen;
 use crate::net::transport::Transport;
 use crate::pipeline::{ClientInfo, Scheme};
@@ -96,14 +97,14 @@ pub(crate) async fn accept_loop(
         if !front.tls && !front.proxy_protocol {
             let mut client = ClientInfo::new(client, Scheme::Http);
             client.local = local;
-            tokio::spawn(connection(
+            tokio::spawn(OneReading::new(connection(
                 stream,
                 client,
                 live.clone(),
                 counted,
                 access.clone(),
                 false,
-            ));
+            )));
             continue;
         }
         tokio::spawn(front_door(
@@ -143,7 +144,9 @@ async fn front_door(
         client.local = local;
         // A task of its own: this one's state (the handshake's, the arguments) is not
         // carried by the connection for its whole life.
-        tokio::spawn(connection(stream, client, live, counted, access, false));
+        tokio::spawn(OneReading::new(connection(
+            stream, client, live, counted, access, false,
+        )));
         return;
     }
     // The certificates of the generation current at accept time.
@@ -163,7 +166,9 @@ async fn front_door(
         client.tls = Some(h.version);
         client.local = local;
         client.alt_svc = alt_svc;
-        tokio::spawn(connection(h.conn, client, live, counted, access, h.h2));
+        tokio::spawn(OneReading::new(connection(
+            h.conn, client, live, counted, access, h.h2,
+        )));
     }
 }
 
