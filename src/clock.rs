@@ -10,9 +10,10 @@
 //! tokio has no hook for every turn (a busy loop polls without parking), so the turn
 //! here is one poll of a connection's task: the first [`coarse`] of the poll reads the
 //! clock, the rest of the poll reuses it. A poll runs for microseconds (tokio's
-//! cooperative budget bounds it), so a deadline made from it is early by as much, never
-//! late. Outside a connection's poll (health checks, the sweeper) [`coarse`] reads the
-//! clock every time.
+//! cooperative budget bounds it), so a deadline made from it is early, and an age read
+//! with it short, by as much. Outside a connection's poll (health checks, the sweeper)
+//! [`coarse`] reads the clock every time. It is `std`'s clock: a test that pauses
+//! tokio's clock would not move it.
 
 use std::cell::Cell;
 use std::future::Future;

@@ -293,7 +293,9 @@ impl Shard {
             at_ms: now,
         });
         let tokens = (b.tokens + now.saturating_sub(b.at_ms) as f64 * per_ms).min(burst);
-        b.at_ms = now;
+        // Never back: another thread's poll may have read the clock later than this
+        // one (`clock::coarse`), and an older time would refill the same span twice.
+        b.at_ms = b.at_ms.max(now);
         if tokens >= 1.0 {
             b.tokens = tokens - 1.0;
             Ok(())
@@ -481,6 +483,23 @@ mod tests {
         // Half a second later, one token.
         assert_eq!(s.take(1, 1500, per_ms, 3.0), Ok(()));
         assert!(s.take(1, 1500, per_ms, 3.0).is_err());
+    }
+
+    /// Threads read the clock at different moments: a take with an older time than
+    /// the bucket's last must not move the bucket back and refill a span twice.
+    #[test]
+    fn an_older_reading_refills_nothing_twice() {
+        let mut s = Shard::default();
+        let per_ms = 2.0 / 1000.0;
+        for _ in 0..3 {
+            assert_eq!(s.take(1, 1000, per_ms, 3.0), Ok(()));
+        }
+        assert!(s.take(1, 1500, per_ms, 3.0).is_ok(), "one token by 1.5 s");
+        assert!(s.take(1, 1000, per_ms, 3.0).is_err(), "an older reading adds none");
+        assert!(
+            s.take(1, 1500, per_ms, 3.0).is_err(),
+            "and 1 s to 1.5 s is not counted again"
+        );
     }
 
     #[test]

@@ -98,24 +98,23 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool, answe
         return;
     }
     if present & 1 != 0 {
-        // Connection's own tokens name more fields to drop (`close`, `keep-alive` are
-        // options, and Keep-Alive is dropped anyway).
-        if let Some(conn) = h.remove(header::CONNECTION) {
-            for token in conn
-                .as_bytes()
-                .split(|&b| b == b',')
-                .map(<[u8]>::trim_ascii)
-            {
-                if token.is_empty()
-                    || token.eq_ignore_ascii_case(b"close")
-                    || token.eq_ignore_ascii_case(b"keep-alive")
-                {
-                    continue;
-                }
-                if let Ok(n) = HeaderName::from_bytes(token) {
-                    h.remove(n);
-                }
-            }
+        // The tokens of every Connection field (not only the first) name more fields
+        // to drop (`close`, `keep-alive` are options, and Keep-Alive is dropped anyway).
+        let named: Vec<HeaderName> = h
+            .get_all(header::CONNECTION)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|t| {
+                !t.is_empty()
+                    && !t.eq_ignore_ascii_case(b"close")
+                    && !t.eq_ignore_ascii_case(b"keep-alive")
+            })
+            .filter_map(|t| HeaderName::from_bytes(t).ok())
+            .collect();
+        h.remove(header::CONNECTION);
+        for n in named {
+            h.remove(n);
         }
     }
     for (i, n) in HOP_BY_HOP.iter().enumerate().skip(1) {
@@ -267,6 +266,27 @@ mod tests {
         ] {
             let n = HeaderName::from_bytes(other.as_bytes()).unwrap();
             assert_eq!(hop_by_hop(&n), None, "{other}");
+        }
+    }
+
+    /// Each `Connection` field's tokens count, however the list was split into fields,
+    /// in both directions.
+    #[test]
+    fn every_connection_field_names_what_to_drop() {
+        for answer in [false, true] {
+            let mut h = map(&[
+                ("connection", "keep-alive"),
+                ("connection", "x-second, close"),
+                ("connection", "x-third"),
+                ("x-second", "1"),
+                ("x-third", "1"),
+                ("x-keep", "1"),
+            ]);
+            scrub(&mut h, true, false, answer);
+            for gone in ["connection", "x-second", "x-third"] {
+                assert!(!h.contains_key(gone), "{gone} (answer: {answer})");
+            }
+            assert!(h.contains_key("x-keep"));
         }
     }
 
