@@ -495,7 +495,10 @@ mod tests {
             assert_eq!(s.take(1, 1000, per_ms, 3.0), Ok(()));
         }
         assert!(s.take(1, 1500, per_ms, 3.0).is_ok(), "one token by 1.5 s");
-        assert!(s.take(1, 1000, per_ms, 3.0).is_err(), "an older reading adds none");
+        assert!(
+            s.take(1, 1000, per_ms, 3.0).is_err(),
+            "an older reading adds none"
+        );
         assert!(
             s.take(1, 1500, per_ms, 3.0).is_err(),
             "and 1 s to 1.5 s is not counted again"

@@ -272,17 +272,7 @@ fn run<'a>(
                             route,
                             asked_path: asked_path.as_deref().unwrap_or("/"),
                         };
-                        Box::pin(cached(
-                            at,
-                            cache,
-                            take_request(req),
-                            client,
-                            &cx,
-                            slots,
-                            offer,
-                            received,
-                        ))
-                        .await
+                        Box::pin(cached(at, cache, req, client, &cx, slots, offer, received)).await
                     }
                 };
                 match watched.iter().find(|w| w.happened()) {
@@ -795,15 +785,15 @@ struct Place<'g> {
 async fn cached(
     at: Place<'_>,
     cache: &crate::cache::Cache,
-    req: Request<Body>,
+    req: &mut Request<Body>,
     client: &ClientInfo,
     cx: &Cx<'_>,
     slots: &Slots,
     offer: Offer,
     received: Option<PathAndQuery>,
 ) -> Response<Body> {
-    let host = normalize_host(host_of(&req)).into_owned();
-    let path = cx.path(&req).to_string();
+    let host = normalize_host(host_of(req)).into_owned();
+    let path = cx.path(req).to_string();
     let fetch = |mut req: Request<Body>| async move {
         call_handler(
             at.gen, at.route, &mut req, client, cx, slots, offer, received,
@@ -811,7 +801,9 @@ async fn cached(
         .await
     };
     let refresh = |req| refresh(at, req, client.clone(), path.clone(), cx.client_ip);
-    cache.serve(req, &host, at.asked_path, fetch, refresh).await
+    cache
+        .serve(take_request(req), &host, at.asked_path, fetch, refresh)
+        .await
 }
 
 /// A fetch of the route's handler that runs on its own (a cache's background
