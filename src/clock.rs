@@ -49,6 +49,11 @@ thread_local! {
     static TURN: Cell<Turn> = const { Cell::new(Turn::Outside) };
 }
 
+/// How long since `t`, by this poll's reading ([`coarse`]): short by up to a poll.
+pub(crate) fn age(t: Instant) -> Duration {
+    coarse().saturating_duration_since(t)
+}
+
 /// Now, as read once in this poll of a [`OneReading`] task (outside one: now). For
 /// deadlines and ages; a latency an operator reads takes `Instant::now()`.
 pub(crate) fn coarse() -> Instant {

@@ -180,7 +180,10 @@ impl Pool {
     /// Closes idle connections idle for `after` or more, oldest first.
     fn expire(&self, after: Duration) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        while idle.front().is_some_and(|(_, since)| age(*since) >= after) {
+        while idle
+            .front()
+            .is_some_and(|(_, since)| crate::clock::age(*since) >= after)
+        {
             idle.pop_front();
         }
     }
@@ -236,7 +239,7 @@ impl Pool {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .any(|(_, since)| age(*since) >= STALL)
+            .any(|(_, since)| crate::clock::age(*since) >= STALL)
     }
 
     /// A connection whose request ended cleanly, for the next one — unless a request
@@ -293,9 +296,4 @@ impl Conn {
         crate::net::transport::make_room(buf, READ_CHUNK);
         std::pin::pin!(self.io.read_buf(buf)).poll(cx)
     }
-}
-
-/// How long since `t`, by this poll's clock reading.
-fn age(t: Instant) -> Duration {
-    crate::clock::coarse().saturating_duration_since(t)
 }

@@ -161,7 +161,7 @@ pub(crate) fn handle(
 #[inline(never)]
 fn serve(
     gen: Arc<Generation>,
-    req: Request<Body>,
+    mut req: Request<Body>,
     client: ClientInfo,
     offer: Offer,
 ) -> impl std::future::Future<Output = Answer> + Send {
@@ -171,7 +171,6 @@ fn serve(
             meter: None,
             started: gen.metered.then(std::time::Instant::now),
         };
-        let mut req = req;
         let resp = run(&gen, &mut req, &client, &slots, offer, &mut metering.meter).await;
         Answer {
             resp,
@@ -810,7 +809,7 @@ async fn cached(
 /// refresh): it owns the generation and finds its route again by position.
 fn refresh(
     at: Place<'_>,
-    req: Request<Body>,
+    mut req: Request<Body>,
     client: ClientInfo,
     path: String,
     client_ip: std::net::IpAddr,
@@ -833,7 +832,6 @@ fn refresh(
             .then(|| vars(&req, &client, route, Some(&path), None));
         let cx = Cx::new(Some(path), vars.as_ref(), client_ip);
         let slots = Slots::default();
-        let mut req = req;
         call_handler(
             &gen,
             route,

@@ -21,7 +21,7 @@ impl Idle {
             let mut conn = {
                 let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
                 let (conn, since) = list.pop()?;
-                if age(since) >= idle_timeout {
+                if crate::clock::age(since) >= idle_timeout {
                     // Everything below is older still.
                     list.clear();
                     return None;
@@ -50,15 +50,10 @@ impl Idle {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         let expired = list
             .iter()
-            .take_while(|(_, since)| age(*since) >= idle_timeout)
+            .take_while(|(_, since)| crate::clock::age(*since) >= idle_timeout)
             .count();
         if expired > 0 {
             list.drain(..expired);
         }
     }
-}
-
-/// How long since `t`, by this poll's clock reading.
-fn age(t: Instant) -> Duration {
-    crate::clock::coarse().saturating_duration_since(t)
 }
