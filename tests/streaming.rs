@@ -442,10 +442,19 @@ async fn an_early_413_reaches_a_client_still_uploading() {
 
 #[tokio::test]
 async fn a_backend_answering_before_the_upload_ends_is_passed_on() {
-    // Reads only the head, answers 413 and closes: the upload is still coming.
-    let (addr, task) = answer_once(
-        b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big\n",
-    )
+    // Reads only the head, answers 413 while the upload is still coming, and then reads
+    // nothing more for longer than the answer may take to arrive: sluice has to pass
+    // the answer on while its upload is stuck. (It used to close 100 ms after
+    // answering, with the upload unread: the reset that sends can destroy the answer
+    // before sluice reads it, and on a loaded machine that raced.)
+    let (addr, task) = raw_backend(|mut c| async move {
+        let mut buf = [0u8; 4096];
+        let _ = c.read(&mut buf).await;
+        let _ = c
+            .write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big\n")
+            .await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
+    })
     .await;
     let s = Sluice::start(&format!("site * {{ proxy {addr} }}"));
     let mut c = TcpStream::connect(s.addr).await.unwrap();
