@@ -31,6 +31,10 @@ SLUICE = os.path.join(ROOT, "target", "dist", "sluice")
 # Another sluice binary (an earlier commit's) measured in the same rounds, interleaved,
 # as "sluice-base": the fair before/after on a noisy machine.
 SLUICE_BASE = os.environ.get("SLUICE_BASE", "")
+# FLOOR=path/to/sluice-floor (bench/floor.sh sets it): two bare byte relays, over epoll
+# and over io_uring, as "floor-epoll" and "floor-uring" in the relay scenarios — what a
+# proxy that does no HTTP work at all costs here.
+FLOOR = os.environ.get("FLOOR", "")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 DURATION = int(os.environ.get("DURATION", "4"))
 IDLE_CONNS = int(os.environ.get("IDLE_CONNS", "1000"))
@@ -41,6 +45,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 WORK = tempfile.mkdtemp(prefix="sluice-bench-")
 os.chmod(WORK, 0o755)  # nginx workers run as an unprivileged user and must read big.bin
 PROCS = []
+CURRENT_TEST = ""
 
 
 def which(name):
@@ -378,6 +383,15 @@ def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True, filters="",
     return p, [p.pid], {"h1": port, "h2c": port, "tls": tls_port if tls else None}
 
 
+def floor_proxy(backend, mode):
+    # A bare relay has no routes: the WebSocket scenario's relay goes to the echo server.
+    if CURRENT_TEST == "ws-echo-1KiB":
+        backend = WS_BACKEND
+    port = free_port()
+    p = start([FLOOR, mode, f"127.0.0.1:{port}", f"127.0.0.1:{backend}"], 0, [port])
+    return p, [p.pid], {"h1": port, "h2c": None, "tls": None}
+
+
 def direct(backend, backend_pids):
     return None, backend_pids, {"h1": backend, "h2c": None, "tls": None}
 
@@ -501,6 +515,9 @@ SKIP = {
     "cache-hit-13B": {"direct", "haproxy", "nginx16k", "sluice-base"},
     "cache-hit-64KiB": {"direct", "haproxy", "nginx16k", "sluice-base"},
 }
+# The bare relays open a backend connection per client connection and relay whatever
+# comes: only keep-alive loads over plain TCP measure them fairly.
+FLOOR_TESTS = {"keepalive-13B", "keepalive-64KiB", "ws-echo-1KiB"}
 
 
 def main():
@@ -508,7 +525,7 @@ def main():
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if hard < IDLE_CONNS + 200:
         sys.exit(f"bench: the descriptor limit {hard} is too low for {IDLE_CONNS} idle connections")
-    global CERT, KEY, COMBINED
+    global CERT, KEY, COMBINED, CURRENT_TEST
     CERT, KEY, COMBINED = make_cert()
     backend_proc, backend = start_backend()
     start_php()
@@ -531,6 +548,13 @@ def main():
         # SLUICE_BASE_PLAIN=1: an older binary without TLS listeners, FastCGI or h2c pools.
         plain = os.environ.get("SLUICE_BASE_PLAIN") == "1"
         proxies["sluice-base"] = lambda: sluice_proxy(backend, binary=SLUICE_BASE, tls=not plain)
+    if FLOOR:
+        proxies["floor-epoll"] = lambda: floor_proxy(backend, "epoll")
+        proxies["floor-uring"] = lambda: floor_proxy(backend, "uring")
+        for test in TESTS:
+            if test not in FLOOR_TESTS:
+                SKIP.setdefault(test, set()).update({"floor-epoll", "floor-uring"})
+        SKIP.setdefault("idle", set()).update({"floor-epoll", "floor-uring"})
     if ONLY:
         proxies = {k: v for k, v in proxies.items() if k in ONLY}
     else:
@@ -544,6 +568,7 @@ def main():
             for name, make in proxies.items():
                 if name in SKIP.get(test, ()):
                     continue
+                CURRENT_TEST = test
                 proc, pids, ports = make()
                 try:
                     if test == "idle":
@@ -561,7 +586,7 @@ def main():
                     if proc is not None:
                         stop(proc)
                 results.setdefault((test, name), []).append(r)
-                print(f"round {rnd + 1}/{ROUNDS} {test:16} {name:9} " + " ".join(f"{k}={v:.1f}" for k, v in r.items()), flush=True)
+                print(f"round {rnd + 1}/{ROUNDS} {test:16} {name:12} " + " ".join(f"{k}={v:.1f}" for k, v in r.items()), flush=True)
     scaling = None
     if os.environ.get("SCALING", "1") == "1" and (not ONLY or "sluice" in ONLY) and not TESTS_ONLY:
         scaling = measure_scaling(backend)
@@ -596,22 +621,22 @@ def report(results, proxies, tests, scaling, took):
     for test in tests:
         lines.append(f"## {test}")
         if test == "idle":
-            lines.append(f"{'proxy':10} {'bytes/idle conn':>18} {'[min-max]':>18} {'RSS KiB':>9}")
+            lines.append(f"{'proxy':12} {'bytes/idle conn':>18} {'[min-max]':>18} {'RSS KiB':>9}")
             for name in proxies:
                 rs = results.get((test, name))
                 if rs:
                     b = [r["bytes_per_conn"] for r in rs]
-                    lines.append(f"{name:10} {med(b):18.0f} {'[%.0f-%.0f]' % (min(b), max(b)):>18} {med([r['rss_kib'] for r in rs]):9.0f}")
+                    lines.append(f"{name:12} {med(b):18.0f} {'[%.0f-%.0f]' % (min(b), max(b)):>18} {med([r['rss_kib'] for r in rs]):9.0f}")
         else:
             lat = "mean/max" if test in ("h2c-front", "tls-h2-13B", "h3-13B") else "p50/p99"
-            lines.append(f"{'proxy':10} {'req/s':>9} {'[min-max]':>17} {'cpu us/req':>10} {'[min-max]':>13} {lat + ' us':>16} {'peak RSS KiB':>12}")
+            lines.append(f"{'proxy':12} {'req/s':>9} {'[min-max]':>17} {'cpu us/req':>10} {'[min-max]':>13} {lat + ' us':>16} {'peak RSS KiB':>12}")
             for name in proxies:
                 rs = results.get((test, name))
                 if not rs:
                     continue
                 rps = [r["rps"] for r in rs]
                 c = [r["cpu_us"] for r in rs]
-                lines.append(f"{name:10} {med(rps):9.0f} {'[%.0f-%.0f]' % (min(rps), max(rps)):>17} {med(c):10.1f} {'[%.1f-%.1f]' % (min(c), max(c)):>13} "
+                lines.append(f"{name:12} {med(rps):9.0f} {'[%.0f-%.0f]' % (min(rps), max(rps)):>17} {med(c):10.1f} {'[%.1f-%.1f]' % (min(c), max(c)):>13} "
                              f"{'%.0f/%.0f' % (med([r['p50'] for r in rs]), med([r['p99'] for r in rs])):>16} {med([r['peak_rss_kib'] for r in rs]):12.0f}")
         lines.append("")
     if "sluice" in proxies:
@@ -622,7 +647,7 @@ def report(results, proxies, tests, scaling, took):
             if not s:
                 continue
             parts = []
-            for other in ("nginx", "nginx16k", "haproxy"):
+            for other in ("nginx", "nginx16k", "haproxy", "floor-epoll", "floor-uring"):
                 o = results.get((test, other))
                 if o and med([r[key] for r in o]) > 0:
                     parts.append(f"÷{other} {med([r[key] for r in s]) / med([r[key] for r in o]):.2f}")
