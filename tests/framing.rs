@@ -270,38 +270,44 @@ async fn bytes_sent_while_a_request_is_in_flight_are_heard() {
 }
 
 /// A large body that is ready with its head leaves beside it (the head's buffer and
-/// the body's frame in one `writev`, the frame uncopied): sized, one large chunk and
-/// several chunks come through whole, twice on one kept connection.
+/// the body's frames in one `writev`, the frames uncopied; small frames are copied
+/// behind the head): sized and chunked in pieces of several sizes — copied only,
+/// spilled only, copied then spilled, more frames than are spilled at once, a body
+/// that ends among the spilled frames — come through whole, twice on one kept
+/// connection.
 #[tokio::test]
 async fn large_ready_bodies_come_through_whole() {
-    let body: Vec<u8> = (0..60_000u32).map(|i| b'a' + (i % 26) as u8).collect();
-    let sized = [
-        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes(),
-        body.clone(),
-    ]
-    .concat();
-    let one_chunk = [
-        format!(
-            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
-            body.len()
-        )
-        .into_bytes(),
-        body.clone(),
-        b"\r\n0\r\n\r\n".to_vec(),
-    ]
-    .concat();
-    let mut chunks = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
-    for piece in body.chunks(25_000) {
-        chunks.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
-        chunks.extend_from_slice(piece);
-        chunks.extend_from_slice(b"\r\n");
+    let mut cases = Vec::new();
+    for len in [2_500usize, 5_000, 60_000] {
+        let body: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+        cases.push((
+            format!("{len} B sized"),
+            body.clone(),
+            [
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n").into_bytes(),
+                body.clone(),
+            ]
+            .concat(),
+        ));
+        for pieces in [&[len][..], &[1_000], &[3_000], &[1_000, 4_000], &[25_000]] {
+            let mut reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            let (mut at, mut i) = (0, 0);
+            while at < len {
+                let piece = &body[at..(at + pieces[i % pieces.len()]).min(len)];
+                reply.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                reply.extend_from_slice(piece);
+                reply.extend_from_slice(b"\r\n");
+                (at, i) = (at + piece.len(), i + 1);
+            }
+            reply.extend_from_slice(b"0\r\n\r\n");
+            cases.push((
+                format!("{len} B in chunks of {pieces:?}"),
+                body.clone(),
+                reply,
+            ));
+        }
     }
-    chunks.extend_from_slice(b"0\r\n\r\n");
-    for (name, reply) in [
-        ("sized", sized),
-        ("one chunk", one_chunk),
-        ("chunks", chunks),
-    ] {
+    for (name, body, reply) in cases {
         let reply: &'static [u8] = Vec::leak(reply);
         // Answers each request whole, in one write, on a kept connection.
         let (addr, task) = raw_backend(move |mut c| async move {

@@ -169,22 +169,92 @@ pub(crate) async fn chunk_after<W: AsyncWrite + Unpin>(
     write_all_vectored(w, &mut slices).await
 }
 
+/// The largest ready frame [`take_ready`] copies behind a head when it may spill:
+/// copying a larger one (a backend's 16 KiB read) costs more than another slice of a
+/// vectored write.
+pub(crate) const COPY_AT_MOST: usize = 2 * 1024;
+
+/// Ready frames [`take_ready`] leaves uncopied (two: a backend's first read and the
+/// rest of a body it already holds), written after what was copied, in order, by
+/// [`spilled_after`].
+#[derive(Default)]
+pub(crate) struct Spill {
+    frames: [bytes::Bytes; 2],
+    len: usize,
+}
+
+impl Spill {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn frames(&self) -> &[bytes::Bytes] {
+        &self.frames[..self.len]
+    }
+
+    /// Takes `data`; whether there is room for another frame.
+    fn push(&mut self, data: bytes::Bytes) -> bool {
+        self.frames[self.len] = data;
+        self.len += 1;
+        self.len < self.frames.len()
+    }
+}
+
+/// Writes `before` (a head and what was copied behind it), then the spilled frames,
+/// each framed as a chunk when `chunked`, then the body's terminator when `last`, in a
+/// single vectored write when it can; the frames are never copied.
+pub(crate) async fn spilled_after<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    before: &[u8],
+    spill: &Spill,
+    chunked: bool,
+    last: bool,
+) -> std::io::Result<()> {
+    let mut sizes = [[0u8; 18]; 2];
+    let mut lens = [0usize; 2];
+    for ((size, len), data) in sizes.iter_mut().zip(&mut lens).zip(spill.frames()) {
+        *len = hex_line(size, data.len());
+    }
+    let mut slices = [IoSlice::new(&[]); 8];
+    slices[0] = IoSlice::new(before);
+    let mut n = 1;
+    for ((size, len), data) in sizes.iter().zip(lens).zip(spill.frames()) {
+        if chunked {
+            slices[n] = IoSlice::new(&size[..len]);
+            n += 1;
+        }
+        slices[n] = IoSlice::new(data);
+        n += 1;
+        if chunked {
+            slices[n] = IoSlice::new(b"\r\n");
+            n += 1;
+        }
+    }
+    if chunked && last {
+        slices[n] = IoSlice::new(b"0\r\n\r\n");
+        n += 1;
+    }
+    write_all_vectored(w, &mut slices[..n]).await
+}
+
 /// Moves body frames that are ready now (without waiting) into `out`, framed as
 /// chunks when `chunked`, until `out` holds `limit` bytes. `Ok(true)`: the body ended
 /// and its terminator is in `out`. Used on both sides, so a small message's head and
 /// body leave in one write. `taken`, when given, keeps each data frame moved (a
 /// reference, not a copy), so the body can go out again if the write fails with
 /// nothing written. `spill`, when given, takes the frame that would carry `out` past
-/// `limit` instead of copying it there (the caller writes it beside `out`, in the
-/// same `writev`): a large body is never copied behind its head. `counted` grows by
-/// the body bytes moved or spilled.
+/// `limit`, or that is larger than [`COPY_AT_MOST`], and the ready frames after it,
+/// instead of copying them there (the caller writes them beside `out`, in the same
+/// `writev`): a large body is never copied behind its head. With frames spilled, the
+/// answer is `Ok(false)` and the caller ends the body (`is_end_stream`). `counted`
+/// grows by the body bytes moved or spilled.
 pub(crate) fn take_ready(
     body: &mut Body,
     chunked: bool,
     out: &mut Vec<u8>,
     limit: usize,
     mut taken: Option<&mut Vec<bytes::Bytes>>,
-    mut spill: Option<&mut Option<bytes::Bytes>>,
+    mut spill: Option<&mut Spill>,
     counted: &mut u64,
 ) -> Result<bool, BodyError> {
     let mut cx = Context::from_waker(Waker::noop());
@@ -205,12 +275,13 @@ pub(crate) fn take_ready(
                     continue;
                 }
                 *counted += data.len() as u64;
-                if let Some(spill) = spill
-                    .as_deref_mut()
-                    .filter(|_| out.len() + data.len() > limit)
-                {
-                    *spill = Some(data);
-                    return Ok(false);
+                if let Some(spill) = spill.as_deref_mut().filter(|s| {
+                    !s.is_empty() || out.len() + data.len() > limit || data.len() > COPY_AT_MOST
+                }) {
+                    if !spill.push(data) {
+                        return Ok(false);
+                    }
+                    continue;
                 }
                 if let Some(t) = taken.as_deref_mut() {
                     t.push(data.clone());
@@ -225,7 +296,7 @@ pub(crate) fn take_ready(
             }
         }
     }
-    if out.len() >= limit && !body.is_end_stream() {
+    if out.len() >= limit && !body.is_end_stream() || spill.is_some_and(|s| !s.is_empty()) {
         return Ok(false);
     }
     if chunked {

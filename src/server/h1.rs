@@ -9,7 +9,6 @@
 //! request. Never buffers a body: request bodies go to the handler a chunk at a time
 //! through a one-slot channel, responses are written frame by frame.
 
-use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -543,7 +542,7 @@ impl Exchange {
         // Whatever of the body is ready now leaves with the head, in one write: a small
         // response, proxied or local, costs a single syscall.
         let mut finished = out == Delimit::None;
-        let mut spill = None;
+        let mut spill = encode::Spill::default();
         let (mut rd, wr) = stream.split();
         let mut wr = super::transport::SendTimeout::new(wr);
         // A static file on a plain socket goes by `sendfile`, after the head (not while
@@ -565,21 +564,20 @@ impl Exchange {
                 Err(_) => return false,
             }
         }
-        let sent = match spill {
+        let sent = if !spill.is_empty() {
+            finished = rbody.is_end_stream();
+            let chunked = out == Delimit::Chunked;
+            encode::spilled_after(&mut wr, &wbuf, &spill, chunked, finished).await
+        } else if by_send_file && !finished {
             // The file's first bytes go out with the head, in full segments.
-            None if by_send_file && !finished => {
-                super::transport::write_before_file(&mut wr, &wbuf).await
-            }
-            None => wr.write_all(&wbuf).await,
-            Some(data) => {
-                finished = rbody.is_end_stream();
-                send_beside(&mut wr, &wbuf, &data, out == Delimit::Chunked, finished).await
-            }
+            super::transport::write_before_file(&mut wr, &wbuf).await
+        } else {
+            wr.write_all(&wbuf).await
         };
         if sent.is_err() {
             return false;
         }
-        drop(wbuf);
+        drop((wbuf, spill));
         if let (Body::File(f), true) = (&mut rbody, by_send_file && !finished) {
             let (sent, r) = super::transport::send_file(&mut wr, f).await;
             self.bytes += sent;
@@ -641,22 +639,6 @@ impl Exchange {
             }
         }
     }
-}
-
-/// The head (and what was copied behind it) and a large ready frame in one `writev`,
-/// the frame uncopied; framed as a chunk when `chunked`, with the body's terminator
-/// when the frame was its last.
-async fn send_beside<W: AsyncWrite + Unpin>(
-    wr: &mut W,
-    wbuf: &[u8],
-    data: &[u8],
-    chunked: bool,
-    last: bool,
-) -> std::io::Result<()> {
-    if chunked {
-        return encode::chunk_after(wr, wbuf, data, last).await;
-    }
-    encode::write_all_vectored(wr, &mut [IoSlice::new(wbuf), IoSlice::new(data)]).await
 }
 
 /// Waits for the first chunk-size line of a chunked body and checks it.
