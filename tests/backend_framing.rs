@@ -119,6 +119,124 @@ fn hash_reply(body: &[u8]) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A request body whose frames are all there at once (an HTTP/2 client's DATA frames):
+/// no length, so it goes to an HTTP/1.1 backend chunked.
+struct Frames(std::collections::VecDeque<bytes::Bytes>);
+
+impl http_body::Body for Frames {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(|b| Ok(http_body::Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The pieces of `body`, cut in turn to the sizes in `pieces`.
+fn cut(body: &[u8], pieces: &[usize]) -> Vec<Vec<u8>> {
+    let (mut out, mut at) = (Vec::new(), 0);
+    while at < body.len() {
+        let end = (at + pieces[out.len() % pieces.len()]).min(body.len());
+        out.push(body[at..end].to_vec());
+        at = end;
+    }
+    out
+}
+
+/// An upload that is ready with its head leaves with it: small frames copied behind
+/// the head, large ones beside it in the same vectored write. Sized and chunked in
+/// pieces of several sizes, from an HTTP/1.1 and an HTTP/2 client (whose frames are
+/// ready at once), each twice over the one kept backend connection (a stray or missing
+/// terminator would put the next request out of step), arrive whole.
+#[tokio::test]
+async fn ready_uploads_of_every_shape_arrive_whole() {
+    let b = RawBackend::start(hash_reply, false).await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let (mut h2, _conn) =
+        h2c::<http_body_util::Either<http_body_util::Full<bytes::Bytes>, Frames>>(s.addr).await;
+    for len in [2_500usize, 5_000, 60_000] {
+        let body: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let want = format!("{} {:x}", body.len(), fnv(&body));
+        for pieces in [
+            &[][..],
+            &[len],
+            &[1_000],
+            &[3_000],
+            &[1_000, 4_000],
+            &[25_000],
+        ] {
+            let shape = if pieces.is_empty() {
+                "sized".to_string()
+            } else {
+                format!("pieces of {pieces:?}")
+            };
+            let parts = if pieces.is_empty() {
+                Vec::new()
+            } else {
+                cut(&body, pieces)
+            };
+            for round in 0..2 {
+                // HTTP/1.1: the pieces as chunks, all in one write.
+                let r = if pieces.is_empty() {
+                    request(s.addr, "POST", "/", &[], &body).await
+                } else {
+                    let mut sent = Vec::new();
+                    for piece in &parts {
+                        sent.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                        sent.extend_from_slice(piece);
+                        sent.extend_from_slice(b"\r\n");
+                    }
+                    sent.extend_from_slice(b"0\r\n\r\n");
+                    request(
+                        s.addr,
+                        "POST",
+                        "/",
+                        &[("Transfer-Encoding", "chunked")],
+                        &sent,
+                    )
+                    .await
+                };
+                assert_eq!(
+                    (r.status, r.text()),
+                    (200, want.clone()),
+                    "HTTP/1.1, {len} B {shape}, round {round}: the backend saw every byte, in step"
+                );
+                // HTTP/2: the pieces as DATA frames, ready together.
+                let upload = if pieces.is_empty() {
+                    http_body_util::Either::Left(http_body_util::Full::new(bytes::Bytes::from(
+                        body.clone(),
+                    )))
+                } else {
+                    http_body_util::Either::Right(Frames(
+                        parts.iter().cloned().map(bytes::Bytes::from).collect(),
+                    ))
+                };
+                let req = hyper::Request::post(format!("http://{}/", s.addr))
+                    .body(upload)
+                    .unwrap();
+                let resp = h2.send_request(req).await.unwrap();
+                let status = resp.status().as_u16();
+                let text = http_body_util::BodyExt::collect(resp.into_body())
+                    .await
+                    .unwrap()
+                    .to_bytes();
+                assert_eq!(
+                    (status, String::from_utf8_lossy(&text).to_string()),
+                    (200, want.clone()),
+                    "HTTP/2, {len} B {shape}, round {round}: the backend saw every byte, in step"
+                );
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_post_over_a_pooled_connection_the_backend_closed_arrives_whole() {
     let b = RawBackend::start(hash_reply, true).await;

@@ -179,24 +179,30 @@ pub(crate) const COPY_AT_MOST: usize = 2 * 1024;
 /// [`spilled_after`].
 #[derive(Default)]
 pub(crate) struct Spill {
-    frames: [bytes::Bytes; 2],
-    len: usize,
+    /// `None` rather than empty `Bytes`: a response that spills nothing (most) makes
+    /// and drops no frame.
+    frames: [Option<bytes::Bytes>; 2],
 }
 
 impl Spill {
     pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
+        self.frames[0].is_none()
     }
 
-    fn frames(&self) -> &[bytes::Bytes] {
-        &self.frames[..self.len]
+    /// How many frames it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.frames.iter().flatten().count()
+    }
+
+    pub(crate) fn frames(&self) -> [Option<&bytes::Bytes>; 2] {
+        [self.frames[0].as_ref(), self.frames[1].as_ref()]
     }
 
     /// Takes `data`; whether there is room for another frame.
     fn push(&mut self, data: bytes::Bytes) -> bool {
-        self.frames[self.len] = data;
-        self.len += 1;
-        self.len < self.frames.len()
+        let room = self.frames[0].is_none();
+        self.frames[usize::from(!room)] = Some(data);
+        room
     }
 }
 
@@ -211,14 +217,30 @@ pub(crate) async fn spilled_after<W: AsyncWrite + Unpin>(
     last: bool,
 ) -> std::io::Result<()> {
     let mut sizes = [[0u8; 18]; 2];
+    let (mut slices, n) = spilled_slices(before, spill.frames(), chunked, last, &mut sizes);
+    write_all_vectored(w, &mut slices[..n]).await
+}
+
+/// The slices [`spilled_after`] writes for `frames` spilled after `before` (at least
+/// one: without, a body that ended has its terminator in `before`), and how many
+/// there are; the chunk-size lines are written into `sizes`.
+pub(crate) fn spilled_slices<'a>(
+    before: &'a [u8],
+    frames: [Option<&'a bytes::Bytes>; 2],
+    chunked: bool,
+    last: bool,
+    sizes: &'a mut [[u8; 18]; 2],
+) -> ([IoSlice<'a>; 8], usize) {
+    let frames = frames.into_iter().flatten();
     let mut lens = [0usize; 2];
-    for ((size, len), data) in sizes.iter_mut().zip(&mut lens).zip(spill.frames()) {
+    for ((size, len), data) in sizes.iter_mut().zip(&mut lens).zip(frames.clone()) {
         *len = hex_line(size, data.len());
     }
+    let sizes: &'a [[u8; 18]; 2] = sizes;
     let mut slices = [IoSlice::new(&[]); 8];
     slices[0] = IoSlice::new(before);
     let mut n = 1;
-    for ((size, len), data) in sizes.iter().zip(lens).zip(spill.frames()) {
+    for ((size, len), data) in sizes.iter().zip(lens).zip(frames) {
         if chunked {
             slices[n] = IoSlice::new(&size[..len]);
             n += 1;
@@ -234,7 +256,7 @@ pub(crate) async fn spilled_after<W: AsyncWrite + Unpin>(
         slices[n] = IoSlice::new(b"0\r\n\r\n");
         n += 1;
     }
-    write_all_vectored(w, &mut slices[..n]).await
+    (slices, n)
 }
 
 /// Moves body frames that are ready now (without waiting) into `out`, framed as
@@ -275,6 +297,9 @@ pub(crate) fn take_ready(
                     continue;
                 }
                 *counted += data.len() as u64;
+                if let Some(t) = taken.as_deref_mut() {
+                    t.push(data.clone());
+                }
                 if let Some(spill) = spill.as_deref_mut().filter(|s| {
                     !s.is_empty() || out.len() + data.len() > limit || data.len() > COPY_AT_MOST
                 }) {
@@ -282,9 +307,6 @@ pub(crate) fn take_ready(
                         return Ok(false);
                     }
                     continue;
-                }
-                if let Some(t) = taken.as_deref_mut() {
-                    t.push(data.clone());
                 }
                 if chunked {
                     if !data.is_empty() {

@@ -542,7 +542,6 @@ impl Exchange {
         // Whatever of the body is ready now leaves with the head, in one write: a small
         // response, proxied or local, costs a single syscall.
         let mut finished = out == Delimit::None;
-        let mut spill = encode::Spill::default();
         let (mut rd, wr) = stream.split();
         let mut wr = super::transport::SendTimeout::new(wr);
         // A static file on a plain socket goes by `sendfile`, after the head (not while
@@ -550,34 +549,33 @@ impl Exchange {
         let by_send_file = self.pump.is_none()
             && matches!(&rbody, Body::File(f) if f.left > 0)
             && wr.can_send_file();
-        if !finished && !by_send_file {
-            match encode::take_ready(
-                &mut rbody,
-                out == Delimit::Chunked,
-                &mut wbuf,
-                COALESCE,
-                None,
-                Some(&mut spill),
-                &mut self.bytes,
-            ) {
-                Ok(done) => finished = done,
-                Err(_) => return false,
+        let chunked = out == Delimit::Chunked;
+        // Large ready frames are left beside the head (in the same vectored write)
+        // instead of copied behind it; they live only through this write, not the
+        // awaits after it (a local's space in the state is kept while it is in scope).
+        let sent = match ready_body(
+            &mut rbody,
+            chunked,
+            &mut wbuf,
+            &mut finished,
+            by_send_file,
+            &mut self.bytes,
+        ) {
+            Err(_) => return false,
+            Ok(Some(spill)) => {
+                finished = rbody.is_end_stream();
+                encode::spilled_after(&mut wr, &wbuf, &spill, chunked, finished).await
             }
-        }
-        let sent = if !spill.is_empty() {
-            finished = rbody.is_end_stream();
-            let chunked = out == Delimit::Chunked;
-            encode::spilled_after(&mut wr, &wbuf, &spill, chunked, finished).await
-        } else if by_send_file && !finished {
             // The file's first bytes go out with the head, in full segments.
-            super::transport::write_before_file(&mut wr, &wbuf).await
-        } else {
-            wr.write_all(&wbuf).await
+            Ok(None) if by_send_file && !finished => {
+                super::transport::write_before_file(&mut wr, &wbuf).await
+            }
+            Ok(None) => wr.write_all(&wbuf).await,
         };
         if sent.is_err() {
             return false;
         }
-        drop((wbuf, spill));
+        drop(wbuf);
         if let (Body::File(f), true) = (&mut rbody, by_send_file && !finished) {
             let (sent, r) = super::transport::send_file(&mut wr, f).await;
             self.bytes += sent;
@@ -639,6 +637,34 @@ impl Exchange {
             }
         }
     }
+}
+
+/// Moves what of a response body is ready behind its head in `wbuf` (setting
+/// `finished` when that is all of it), unless it is `finished` already or goes `by_file`;
+/// large ready frames are left beside it instead (`Some`: written in the same vectored
+/// write, not copied).
+fn ready_body(
+    rbody: &mut Body,
+    chunked: bool,
+    wbuf: &mut Vec<u8>,
+    finished: &mut bool,
+    by_file: bool,
+    bytes: &mut u64,
+) -> Result<Option<encode::Spill>, crate::body::BodyError> {
+    if *finished || by_file {
+        return Ok(None);
+    }
+    let mut spill = encode::Spill::default();
+    *finished = encode::take_ready(
+        rbody,
+        chunked,
+        wbuf,
+        COALESCE,
+        None,
+        Some(&mut spill),
+        bytes,
+    )?;
+    Ok((!spill.is_empty()).then_some(spill))
 }
 
 /// Waits for the first chunk-size line of a chunked body and checks it.

@@ -12,17 +12,18 @@
 //! cleanly and a request body that was sent whole.
 
 use std::future::Future as _;
-use std::io;
+use std::io::{self, IoSlice};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http::Method;
+use http_body::Body as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub(crate) use super::outgoing::{Outgoing, SendError};
 use super::upload::{upload, Upload};
 use crate::http1::decode::{Decoded, Decoder};
-use crate::http1::encode::{self, chunk_into, take_ready, BodyOut};
+use crate::http1::encode::{self, chunk_into, spilled_slices, take_ready, BodyOut, Spill};
 use crate::http1::head::{parse_response, ResponseHead};
 use crate::http1::scan::ResponseScan;
 use crate::http1::{COALESCE, MAX_RESPONSE_HEAD, READ_CHUNK};
@@ -44,6 +45,49 @@ pub(crate) struct BackendConn {
     /// (When the deadline passes while the connection idles, it wakes the task that
     /// last waited on it once, for nothing.)
     pub timer: KeptTimer,
+}
+
+/// A request's head (and what was copied behind it), written whole; `NotSent` when
+/// the connection was found closed before any of it went, the write's error when part
+/// of it went.
+async fn write_request(io: &mut Stream, wbuf: &[u8]) -> Result<Option<io::Error>, SendError> {
+    let mut written = 0;
+    while written < wbuf.len() {
+        match io.write(&wbuf[written..]).await {
+            Ok(0) => return Ok(Some(io::ErrorKind::WriteZero.into())),
+            Ok(n) => written += n,
+            // Nothing of the request was taken: it may go out on another connection.
+            Err(e) if written == 0 && is_closed_error(&e) => return Err(SendError::NotSent),
+            Err(e) => return Ok(Some(e)),
+        }
+    }
+    Ok(None)
+}
+
+/// The same with the frames spilled beside the head, in one vectored write.
+async fn write_spilled(
+    io: &mut Stream,
+    wbuf: &[u8],
+    frames: [Option<&Bytes>; 2],
+    chunked: bool,
+    last: bool,
+) -> Result<Option<io::Error>, SendError> {
+    let mut sizes = [[0u8; 18]; 2];
+    let (mut slices, n) = spilled_slices(wbuf, frames, chunked, last, &mut sizes);
+    let mut slices = &mut slices[..n];
+    let mut nothing_written = true;
+    while !slices.is_empty() {
+        match io.write_vectored(slices).await {
+            Ok(0) => return Ok(Some(io::ErrorKind::WriteZero.into())),
+            Ok(n) => {
+                IoSlice::advance_slices(&mut slices, n);
+                nothing_written = false;
+            }
+            Err(e) if nothing_written && is_closed_error(&e) => return Err(SendError::NotSent),
+            Err(e) => return Ok(Some(e)),
+        }
+    }
+    Ok(None)
 }
 
 /// A timer kept with a connection between requests (`None` until the first).
@@ -126,49 +170,18 @@ impl BackendConn {
     pub(crate) async fn send(&mut self, out: &mut Outgoing) -> Result<ResponseHead, SendError> {
         let is_head = out.parts.method == Method::HEAD;
         let chunked = encode::request_head(&mut self.wbuf, &out.parts, out.framing);
-        // Frames an earlier attempt took go first, then whatever else is ready.
-        for data in out.resend.iter().filter(|d| !d.is_empty()) {
-            if chunked {
-                chunk_into(&mut self.wbuf, data);
-            } else {
-                self.wbuf.extend_from_slice(data);
-            }
-        }
-        if out.body_ended {
-            if chunked {
-                self.wbuf.extend_from_slice(b"0\r\n\r\n");
-            }
-        } else if out.framing != BodyOut::Empty {
-            out.body_ended = take_ready(
-                &mut out.body,
-                chunked,
-                &mut self.wbuf,
-                COALESCE,
-                Some(&mut out.resend),
-                None,
-                &mut 0,
-            )
-            .map_err(SendError::Body)?;
+        // The frames left beside the head are the last ones taken: the request's state
+        // keeps their count, not the frames (a local's space is kept while in scope).
+        let spilled = self.ready_body(out, chunked)?;
+        let mut write_failed = if spilled > 0 {
+            let frames = &out.resend[out.resend.len() - spilled..];
+            let frames = [frames.first(), frames.get(1)];
+            let (io, wbuf, last) = (&mut self.io, &self.wbuf, out.body_ended);
+            // Boxed: a request without spilled frames does not carry the slices.
+            Box::pin(write_spilled(io, wbuf, frames, chunked, last)).await?
         } else {
-            out.body_ended = true;
-        }
-        let mut written = 0;
-        let mut write_failed = None;
-        while written < self.wbuf.len() {
-            match self.io.write(&self.wbuf[written..]).await {
-                Ok(0) => {
-                    write_failed = Some(io::ErrorKind::WriteZero.into());
-                    break;
-                }
-                Ok(n) => written += n,
-                // Nothing of the request was taken: it may go out on another connection.
-                Err(e) if written == 0 && is_closed_error(&e) => return Err(SendError::NotSent),
-                Err(e) => {
-                    write_failed = Some(e);
-                    break;
-                }
-            }
-        }
+            write_request(&mut self.io, &self.wbuf).await?
+        };
         // Some of the request went out: from here on it is sent again only from the
         // replay buffer, which must hold every frame this write carried.
         for data in std::mem::take(&mut out.resend) {
@@ -202,6 +215,45 @@ impl BackendConn {
             head.reusable = false;
         }
         Ok(head)
+    }
+
+    /// Puts behind the request's head what of its body is ready: frames an earlier
+    /// attempt took, then whatever else is ready now (its terminator too when it
+    /// ended). Large ready frames are left beside the head instead: the answer is how
+    /// many, the last ones in `out.resend` (they go in the same vectored write).
+    fn ready_body(&mut self, out: &mut Outgoing, chunked: bool) -> Result<usize, SendError> {
+        for data in out.resend.iter().filter(|d| !d.is_empty()) {
+            if chunked {
+                chunk_into(&mut self.wbuf, data);
+            } else {
+                self.wbuf.extend_from_slice(data);
+            }
+        }
+        if out.body_ended {
+            if chunked {
+                self.wbuf.extend_from_slice(b"0\r\n\r\n");
+            }
+            return Ok(0);
+        }
+        if out.framing == BodyOut::Empty {
+            out.body_ended = true;
+            return Ok(0);
+        }
+        let mut spill = Spill::default();
+        out.body_ended = take_ready(
+            &mut out.body,
+            chunked,
+            &mut self.wbuf,
+            COALESCE,
+            Some(&mut out.resend),
+            Some(&mut spill),
+            &mut 0,
+        )
+        .map_err(SendError::Body)?;
+        if !spill.is_empty() {
+            out.body_ended = out.body.is_end_stream();
+        }
+        Ok(spill.len())
     }
 
     /// A response head that arrived already, read without waiting.
