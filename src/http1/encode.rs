@@ -267,9 +267,9 @@ pub(crate) fn spilled_slices<'a>(
 /// nothing written. `spill`, when given, takes the frame that would carry `out` past
 /// `limit`, or that is larger than [`COPY_AT_MOST`], and the ready frames after it,
 /// instead of copying them there (the caller writes them beside `out`, in the same
-/// `writev`): a large body is never copied behind its head. With frames spilled, the
-/// answer is `Ok(false)` and the caller ends the body (`is_end_stream`). `counted`
-/// grows by the body bytes moved or spilled.
+/// `writev`): a large body is never copied behind its head. With frames spilled, an
+/// ended body's terminator is not put in `out`: the caller writes it after them.
+/// `counted` grows by the body bytes moved or spilled.
 pub(crate) fn take_ready(
     body: &mut Body,
     chunked: bool,
@@ -280,13 +280,18 @@ pub(crate) fn take_ready(
     counted: &mut u64,
 ) -> Result<bool, BodyError> {
     let mut cx = Context::from_waker(Waker::noop());
+    let mut ended = false;
     while out.len() < limit {
         if body.is_end_stream() {
+            ended = true;
             break;
         }
         match Pin::new(&mut *body).poll_frame(&mut cx) {
             Poll::Pending => return Ok(false),
-            Poll::Ready(None) => break,
+            Poll::Ready(None) => {
+                ended = true;
+                break;
+            }
             Poll::Ready(Some(Err(e))) => return Err(e),
             Poll::Ready(Some(Ok(frame))) => {
                 let Ok(data) = frame.into_data() else {
@@ -304,7 +309,7 @@ pub(crate) fn take_ready(
                     !s.is_empty() || out.len() + data.len() > limit || data.len() > COPY_AT_MOST
                 }) {
                     if !spill.push(data) {
-                        return Ok(false);
+                        return Ok(body.is_end_stream());
                     }
                     continue;
                 }
@@ -318,10 +323,10 @@ pub(crate) fn take_ready(
             }
         }
     }
-    if out.len() >= limit && !body.is_end_stream() || spill.is_some_and(|s| !s.is_empty()) {
+    if !ended && !body.is_end_stream() {
         return Ok(false);
     }
-    if chunked {
+    if chunked && spill.is_none_or(|s| s.is_empty()) {
         out.extend_from_slice(b"0\r\n\r\n");
     }
     Ok(true)

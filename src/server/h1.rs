@@ -563,7 +563,6 @@ impl Exchange {
         ) {
             Err(_) => return false,
             Ok(Some(spill)) => {
-                finished = rbody.is_end_stream();
                 encode::spilled_after(&mut wr, &wbuf, &spill, chunked, finished).await
             }
             // The file's first bytes go out with the head, in full segments.

@@ -17,7 +17,6 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http::Method;
-use http_body::Body as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub(crate) use super::outgoing::{Outgoing, SendError};
@@ -250,9 +249,6 @@ impl BackendConn {
             &mut 0,
         )
         .map_err(SendError::Body)?;
-        if !spill.is_empty() {
-            out.body_ended = out.body.is_end_stream();
-        }
         Ok(spill.len())
     }
 
@@ -420,7 +416,12 @@ mod tests {
     /// request must go out whole on the next one, body frames taken for the first
     /// write included.
     async fn resent_whole(declared: bool) -> String {
-        let mut out = request(&["hello ", "wide ", "world"], declared);
+        resent_whole_of(&["hello ", "wide ", "world"], declared).await
+    }
+
+    async fn resent_whole_of(pieces: &[&'static str], declared: bool) -> String {
+        let last = pieces[pieces.len() - 1];
+        let mut out = request(pieces, declared);
         let (closed, gone) = UnixStream::pair().unwrap();
         drop(gone);
         let mut stale = BackendConn::new(Stream::Unix(closed));
@@ -434,7 +435,7 @@ mod tests {
         let reader = tokio::spawn(serve_one(peer, move |got: &[u8]| {
             let s = String::from_utf8_lossy(got);
             if declared {
-                s.ends_with("world")
+                s.ends_with(last)
             } else {
                 s.ends_with("0\r\n\r\n")
             }
@@ -462,6 +463,35 @@ mod tests {
         assert!(
             got.ends_with("\r\n\r\n3\r\nabc\r\n4\r\nrest\r\n0\r\n\r\n"),
             "one terminator, at the end: {got:?}"
+        );
+    }
+
+    /// Large frames ready with the head are written beside it, not copied behind it:
+    /// when the connection turns out closed, they go out again too, in order, with
+    /// the frames that were not ready yet.
+    #[tokio::test]
+    async fn a_stale_connection_hands_back_spilled_frames_too() {
+        let piece = |c: char, n: usize| &*String::leak(c.to_string().repeat(n));
+        let pieces = [
+            piece('a', 100),
+            piece('b', 3000),
+            piece('c', 5000),
+            piece('d', 50),
+        ];
+        let body: String = pieces.concat();
+        let sized = resent_whole_of(&pieces, true).await;
+        assert!(
+            sized.ends_with(&format!("\r\n\r\n{body}")),
+            "sized body resent whole"
+        );
+        let chunked = resent_whole_of(&pieces, false).await;
+        let framed: String = pieces
+            .iter()
+            .map(|p| format!("{:x}\r\n{p}\r\n", p.len()))
+            .collect();
+        assert!(
+            chunked.ends_with(&format!("\r\n\r\n{framed}0\r\n\r\n")),
+            "chunked body resent whole, one terminator"
         );
     }
 

@@ -171,6 +171,13 @@ mod uring {
         }
     }
 
+    /// Ends the process where it stands: returning would free the connections'
+    /// buffers while their receives are still in the kernel's hands.
+    fn fail(e: io::Error) -> ! {
+        eprintln!("sluice-floor: {e}");
+        std::process::exit(1)
+    }
+
     pub fn run(listen: SocketAddr, backend: SocketAddr) -> io::Result<()> {
         let l = std::net::TcpListener::bind(listen)?;
         let mut ring = IoUring::<squeue::Entry>::builder()
@@ -191,7 +198,7 @@ mod uring {
                 // connection that is kept until none of its operations is in flight.
                 while unsafe { sq.push(&e) }.is_err() {
                     sq.sync();
-                    submitter.submit()?;
+                    submitter.submit().unwrap_or_else(|e| fail(e));
                     sq.sync();
                 }
             }
@@ -199,7 +206,7 @@ mod uring {
             match submitter.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => return Err(e),
+                Err(e) => fail(e),
             }
             cq.sync();
             for cqe in &mut cq {
