@@ -31,9 +31,9 @@ SLUICE = os.path.join(ROOT, "target", "dist", "sluice")
 # Another sluice binary (an earlier commit's) measured in the same rounds, interleaved,
 # as "sluice-base": the fair before/after on a noisy machine.
 SLUICE_BASE = os.environ.get("SLUICE_BASE", "")
-# FLOOR=path/to/sluice-floor (bench/floor.sh sets it): two bare byte relays, over epoll
-# and over io_uring, as "floor-epoll" and "floor-uring" in the relay scenarios — what a
-# proxy that does no HTTP work at all costs here.
+# FLOOR=path/to/sluice-floor (bench/floor.sh sets it): bare byte relays, over epoll and
+# over io_uring (plain and multishot receives), as "floor-epoll", "floor-uring" and
+# "floor-multi" in the relay scenarios — what a proxy that does no HTTP work costs here.
 FLOOR = os.environ.get("FLOOR", "")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 DURATION = int(os.environ.get("DURATION", "4"))
@@ -551,10 +551,12 @@ def main():
     if FLOOR:
         proxies["floor-epoll"] = lambda: floor_proxy(backend, "epoll")
         proxies["floor-uring"] = lambda: floor_proxy(backend, "uring")
+        proxies["floor-multi"] = lambda: floor_proxy(backend, "uring-multi")
+        floors = {"floor-epoll", "floor-uring", "floor-multi"}
         for test in TESTS:
             if test not in FLOOR_TESTS:
-                SKIP.setdefault(test, set()).update({"floor-epoll", "floor-uring"})
-        SKIP.setdefault("idle", set()).update({"floor-epoll", "floor-uring"})
+                SKIP.setdefault(test, set()).update(floors)
+        SKIP.setdefault("idle", set()).update(floors)
     if ONLY:
         proxies = {k: v for k, v in proxies.items() if k in ONLY}
     else:
@@ -647,7 +649,7 @@ def report(results, proxies, tests, scaling, took):
             if not s:
                 continue
             parts = []
-            for other in ("nginx", "nginx16k", "haproxy", "floor-epoll", "floor-uring"):
+            for other in ("nginx", "nginx16k", "haproxy", "floor-epoll", "floor-uring", "floor-multi"):
                 o = results.get((test, other))
                 if o and med([r[key] for r in o]) > 0:
                     parts.append(f"÷{other} {med([r[key] for r in s]) / med([r[key] for r in o]):.2f}")

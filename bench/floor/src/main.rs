@@ -14,6 +14,9 @@
 //! - `uring`: one io_uring (single issuer, deferred task running), a receive and a
 //!   send in flight per direction; one `io_uring_enter` submits every operation queued
 //!   since the last and waits for the next completions.
+//! - `uring-multi`: the same ring with one multishot receive per direction, armed once
+//!   for the connection's life, into buffers the kernel picks from a registered ring of
+//!   16 KiB buffers shared by every connection (given back once their bytes are sent).
 //!
 //! Not part of sluice (its own workspace; `bench/floor.sh` builds and runs it).
 
@@ -22,7 +25,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: sluice-floor epoll|uring LISTEN BACKEND";
+    let usage = "usage: sluice-floor epoll|uring|uring-multi LISTEN BACKEND";
     let [_, mode, listen, backend] = &args[..] else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -34,6 +37,7 @@ fn main() {
     let result = match mode.as_str() {
         "epoll" => epoll::run(listen, backend),
         "uring" => uring::run(listen, backend),
+        "uring-multi" => multi::run(listen, backend),
         _ => {
             eprintln!("{usage}");
             std::process::exit(2);
@@ -272,6 +276,247 @@ mod uring {
                     queue.push(conn.op(slot, d));
                 }
                 if conn.dirs.iter().all(|d| d.done) && conn.in_flight == 0 {
+                    conns[slot] = None;
+                    free.push(slot);
+                }
+            }
+        }
+    }
+}
+
+mod multi {
+    use super::*;
+    use io_uring::types::BufRingEntry;
+    use io_uring::{cqueue, opcode, squeue, types, IoUring};
+    use std::collections::VecDeque;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::sync::atomic::{AtomicU16, Ordering};
+
+    const BUFS: u16 = 4096;
+    const BUF: usize = 16 * 1024;
+    const GROUP: u16 = 0;
+    const ACCEPT: u64 = u64::MAX;
+
+    /// The registered ring of provided buffers, and the buffers (never freed: the
+    /// process exits with them).
+    struct Bufs {
+        base: *mut BufRingEntry,
+        tail: u16,
+        mem: &'static mut [u8],
+    }
+
+    impl Bufs {
+        fn new() -> Bufs {
+            let layout = std::alloc::Layout::from_size_align(BUFS as usize * 16, 4096).unwrap();
+            // SAFETY: a non-zero size; zeroed memory is a valid empty ring.
+            let base = unsafe { std::alloc::alloc_zeroed(layout) } as *mut BufRingEntry;
+            assert!(!base.is_null());
+            let mem = vec![0u8; BUFS as usize * BUF].leak();
+            let mut b = Bufs { base, tail: 0, mem };
+            for bid in 0..BUFS {
+                b.give(bid);
+            }
+            b.publish();
+            b
+        }
+
+        /// Puts buffer `bid` back in the ring (seen by the kernel after `publish`).
+        fn give(&mut self, bid: u16) {
+            // SAFETY: the index is masked into the ring's entries.
+            let e = unsafe { &mut *self.base.add((self.tail & (BUFS - 1)) as usize) };
+            e.set_addr(self.mem.as_ptr() as u64 + bid as u64 * BUF as u64);
+            e.set_len(BUF as u32);
+            e.set_bid(bid);
+            self.tail = self.tail.wrapping_add(1);
+        }
+
+        fn publish(&self) {
+            // SAFETY: the ring's tail is a u16 the kernel reads; it is written atomically.
+            unsafe {
+                let tail = BufRingEntry::tail(self.base) as *const AtomicU16;
+                (*tail).store(self.tail, Ordering::Release);
+            }
+        }
+
+        fn bytes(&self, bid: u16, from: usize, to: usize) -> &[u8] {
+            &self.mem[bid as usize * BUF..][from..to]
+        }
+    }
+
+    #[derive(Default)]
+    struct Dir {
+        /// Received buffers not yet sent on: (buffer id, length).
+        queue: VecDeque<(u16, usize)>,
+        /// How much of the front buffer is sent.
+        at: usize,
+        sending: bool,
+        /// The receive side ended (end of stream or an error).
+        ended: bool,
+    }
+
+    struct Conn {
+        socks: [TcpStream; 2],
+        dirs: [Dir; 2],
+        in_flight: u32,
+    }
+
+    fn ud(slot: usize, d: usize, send: bool) -> u64 {
+        (slot as u64) << 2 | (d as u64) << 1 | send as u64
+    }
+
+    fn recv(conn: &mut Conn, slot: usize, d: usize) -> squeue::Entry {
+        conn.in_flight += 1;
+        opcode::RecvMulti::new(types::Fd(conn.socks[d].as_raw_fd()), GROUP)
+            .build()
+            .user_data(ud(slot, d, false))
+    }
+
+    fn send(conn: &mut Conn, bufs: &Bufs, slot: usize, d: usize) -> squeue::Entry {
+        let dir = &mut conn.dirs[d];
+        let (bid, len) = dir.queue[0];
+        let rest = bufs.bytes(bid, dir.at, len);
+        dir.sending = true;
+        conn.in_flight += 1;
+        opcode::Send::new(
+            types::Fd(conn.socks[1 - d].as_raw_fd()),
+            rest.as_ptr(),
+            rest.len() as u32,
+        )
+        .flags(libc::MSG_NOSIGNAL)
+        .build()
+        .user_data(ud(slot, d, true))
+    }
+
+    fn fail(e: io::Error) -> ! {
+        eprintln!("sluice-floor: {e}");
+        std::process::exit(1)
+    }
+
+    pub fn run(listen: SocketAddr, backend: SocketAddr) -> io::Result<()> {
+        let l = std::net::TcpListener::bind(listen)?;
+        let mut ring = IoUring::<squeue::Entry>::builder()
+            .setup_single_issuer()
+            .setup_coop_taskrun()
+            .setup_defer_taskrun()
+            .build(1024)?;
+        let mut bufs = Bufs::new();
+        // SAFETY: the ring memory is page-aligned, BUFS entries, and lives forever.
+        unsafe {
+            ring.submitter()
+                .register_buf_ring_with_flags(bufs.base as u64, BUFS, GROUP, 0)?
+        };
+        let (submitter, mut sq, mut cq) = ring.split();
+        let mut conns: Vec<Option<Conn>> = Vec::new();
+        let mut free: Vec<usize> = Vec::new();
+        let accept = opcode::AcceptMulti::new(types::Fd(l.as_raw_fd()))
+            .build()
+            .user_data(ACCEPT);
+        let mut queue: Vec<squeue::Entry> = vec![accept.clone()];
+        loop {
+            bufs.publish();
+            for e in queue.drain(..) {
+                // SAFETY: sends point into the never-freed buffer pool, at buffers not
+                // given back to the ring until the send completes.
+                while unsafe { sq.push(&e) }.is_err() {
+                    sq.sync();
+                    submitter.submit().unwrap_or_else(|e| fail(e));
+                    sq.sync();
+                }
+            }
+            sq.sync();
+            match submitter.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => fail(e),
+            }
+            cq.sync();
+            for cqe in &mut cq {
+                let (ud, res, flags) = (cqe.user_data(), cqe.result(), cqe.flags());
+                if ud == ACCEPT {
+                    if !cqueue::more(flags) {
+                        queue.push(accept.clone());
+                    }
+                    if res < 0 {
+                        continue;
+                    }
+                    // SAFETY: the accept's result is a new descriptor nothing else owns.
+                    let c = unsafe { TcpStream::from_raw_fd(res) };
+                    let Ok(b) = c.set_nodelay(true).and_then(|_| dial(backend)) else {
+                        continue;
+                    };
+                    let slot = free.pop().unwrap_or_else(|| {
+                        conns.push(None);
+                        conns.len() - 1
+                    });
+                    let mut conn = Conn {
+                        socks: [c, b],
+                        dirs: Default::default(),
+                        in_flight: 0,
+                    };
+                    queue.push(recv(&mut conn, slot, 0));
+                    queue.push(recv(&mut conn, slot, 1));
+                    conns[slot] = Some(conn);
+                    continue;
+                }
+                let (slot, d, is_send) = ((ud >> 2) as usize, (ud >> 1 & 1) as usize, ud & 1 == 1);
+                let Some(conn) = conns[slot].as_mut() else {
+                    continue;
+                };
+                if is_send {
+                    conn.in_flight -= 1;
+                    let dir = &mut conn.dirs[d];
+                    dir.sending = false;
+                    if res < 0 {
+                        dir.ended = true;
+                        let _ = conn.socks[0].shutdown(Shutdown::Both);
+                        let _ = conn.socks[1].shutdown(Shutdown::Both);
+                        for (bid, _) in dir.queue.drain(..) {
+                            bufs.give(bid);
+                        }
+                    } else {
+                        dir.at += res as usize;
+                        if dir.at == dir.queue[0].1 {
+                            let (bid, _) = dir.queue.pop_front().unwrap();
+                            bufs.give(bid);
+                            dir.at = 0;
+                        }
+                        if !dir.queue.is_empty() {
+                            queue.push(send(conn, &bufs, slot, d));
+                        } else if dir.ended {
+                            let _ = conn.socks[1 - d].shutdown(Shutdown::Write);
+                        }
+                    }
+                } else {
+                    if !cqueue::more(flags) {
+                        conn.in_flight -= 1;
+                    }
+                    if res > 0 {
+                        let bid = cqueue::buffer_select(flags).expect("a provided buffer");
+                        conn.dirs[d].queue.push_back((bid, res as usize));
+                        if !conn.dirs[d].sending {
+                            queue.push(send(conn, &bufs, slot, d));
+                        }
+                        if !cqueue::more(flags) {
+                            queue.push(recv(conn, slot, d));
+                        }
+                    } else if res == -libc::ENOBUFS {
+                        // The ring ran dry: arm again (buffers come back as sends end).
+                        queue.push(recv(conn, slot, d));
+                    } else {
+                        // The end of this direction: pass the close on once sent; on an
+                        // error, end both.
+                        let dir = &mut conn.dirs[d];
+                        dir.ended = true;
+                        if res < 0 {
+                            let _ = conn.socks[0].shutdown(Shutdown::Both);
+                            let _ = conn.socks[1].shutdown(Shutdown::Both);
+                        } else if !dir.sending && dir.queue.is_empty() {
+                            let _ = conn.socks[1 - d].shutdown(Shutdown::Write);
+                        }
+                    }
+                }
+                let idle = |dir: &Dir| dir.ended && !dir.sending && dir.queue.is_empty();
+                if conn.dirs.iter().all(idle) && conn.in_flight == 0 {
                     conns[slot] = None;
                     free.push(slot);
                 }
