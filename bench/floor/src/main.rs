@@ -56,6 +56,72 @@ fn dial(backend: SocketAddr) -> io::Result<TcpStream> {
     Ok(b)
 }
 
+/// What the two io_uring relays share: the ring, the submit-and-wait turn, accepting.
+mod ring {
+    use super::*;
+    use io_uring::{squeue, IoUring};
+    use std::os::fd::FromRawFd;
+
+    /// Ends the process where it stands: returning would free the connections'
+    /// buffers while their operations are still in the kernel's hands.
+    pub fn fail(e: io::Error) -> ! {
+        eprintln!("sluice-floor: {e}");
+        std::process::exit(1)
+    }
+
+    /// One ring for the one thread: single issuer, completions run when it waits.
+    pub fn new() -> io::Result<IoUring> {
+        IoUring::<squeue::Entry>::builder()
+            .setup_single_issuer()
+            .setup_coop_taskrun()
+            .setup_defer_taskrun()
+            .build(1024)
+    }
+
+    /// Queues `queue`'s entries, submits them and waits for one completion at least.
+    ///
+    /// # Safety
+    /// Every buffer an entry points into must stay put until its completion is seen.
+    pub unsafe fn turn(
+        submitter: &io_uring::Submitter<'_>,
+        sq: &mut io_uring::SubmissionQueue<'_>,
+        queue: &mut Vec<squeue::Entry>,
+    ) {
+        for e in queue.drain(..) {
+            while sq.push(&e).is_err() {
+                sq.sync();
+                submitter.submit().unwrap_or_else(|e| fail(e));
+                sq.sync();
+            }
+        }
+        sq.sync();
+        match submitter.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) => fail(e),
+        }
+    }
+
+    /// A multishot accept's result: the client and its backend connection.
+    pub fn accepted(res: i32, backend: SocketAddr) -> Option<[TcpStream; 2]> {
+        if res < 0 {
+            return None;
+        }
+        // SAFETY: the accept's result is a new descriptor nothing else owns.
+        let c = unsafe { TcpStream::from_raw_fd(res) };
+        let b = c.set_nodelay(true).and_then(|_| dial(backend)).ok()?;
+        Some([c, b])
+    }
+
+    /// A free slot in `conns`.
+    pub fn slot<T>(conns: &mut Vec<Option<T>>, free: &mut Vec<usize>) -> usize {
+        free.pop().unwrap_or_else(|| {
+            conns.push(None);
+            conns.len() - 1
+        })
+    }
+}
+
 mod epoll {
     use super::*;
     use tokio::io::unix::AsyncFd;
@@ -130,8 +196,8 @@ mod epoll {
 
 mod uring {
     use super::*;
-    use io_uring::{opcode, squeue, types, IoUring};
-    use std::os::fd::{AsRawFd, FromRawFd};
+    use io_uring::{opcode, squeue, types};
+    use std::os::fd::AsRawFd;
 
     const BUF: usize = 128 * 1024;
     /// `user_data` of the listener's multishot accept.
@@ -175,20 +241,9 @@ mod uring {
         }
     }
 
-    /// Ends the process where it stands: returning would free the connections'
-    /// buffers while their receives are still in the kernel's hands.
-    fn fail(e: io::Error) -> ! {
-        eprintln!("sluice-floor: {e}");
-        std::process::exit(1)
-    }
-
     pub fn run(listen: SocketAddr, backend: SocketAddr) -> io::Result<()> {
         let l = std::net::TcpListener::bind(listen)?;
-        let mut ring = IoUring::<squeue::Entry>::builder()
-            .setup_single_issuer()
-            .setup_coop_taskrun()
-            .setup_defer_taskrun()
-            .build(1024)?;
+        let mut ring = ring::new()?;
         let (submitter, mut sq, mut cq) = ring.split();
         let mut conns: Vec<Option<Conn>> = Vec::new();
         let mut free: Vec<usize> = Vec::new();
@@ -197,21 +252,9 @@ mod uring {
             .user_data(ACCEPT);
         let mut queue: Vec<squeue::Entry> = vec![accept.clone()];
         loop {
-            for e in queue.drain(..) {
-                // SAFETY: every buffer an entry points into is a boxed slice owned by a
-                // connection that is kept until none of its operations is in flight.
-                while unsafe { sq.push(&e) }.is_err() {
-                    sq.sync();
-                    submitter.submit().unwrap_or_else(|e| fail(e));
-                    sq.sync();
-                }
-            }
-            sq.sync();
-            match submitter.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => fail(e),
-            }
+            // SAFETY: every buffer an entry points into is a boxed slice owned by a
+            // connection that is kept until none of its operations is in flight.
+            unsafe { ring::turn(&submitter, &mut sq, &mut queue) };
             cq.sync();
             for cqe in &mut cq {
                 let (ud, res) = (cqe.user_data(), cqe.result());
@@ -219,12 +262,7 @@ mod uring {
                     if !io_uring::cqueue::more(cqe.flags()) {
                         queue.push(accept.clone());
                     }
-                    if res < 0 {
-                        continue;
-                    }
-                    // SAFETY: the accept's result is a new descriptor nothing else owns.
-                    let c = unsafe { TcpStream::from_raw_fd(res) };
-                    let Ok(b) = c.set_nodelay(true).and_then(|_| dial(backend)) else {
+                    let Some(socks) = ring::accepted(res, backend) else {
                         continue;
                     };
                     let dir = || Dir {
@@ -234,12 +272,9 @@ mod uring {
                         reading: true,
                         done: false,
                     };
-                    let slot = free.pop().unwrap_or_else(|| {
-                        conns.push(None);
-                        conns.len() - 1
-                    });
+                    let slot = ring::slot(&mut conns, &mut free);
                     let mut conn = Conn {
-                        socks: [c, b],
+                        socks,
                         dirs: [dir(), dir()],
                         in_flight: 0,
                     };
@@ -287,9 +322,9 @@ mod uring {
 mod multi {
     use super::*;
     use io_uring::types::BufRingEntry;
-    use io_uring::{cqueue, opcode, squeue, types, IoUring};
+    use io_uring::{cqueue, opcode, squeue, types};
     use std::collections::VecDeque;
-    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::fd::AsRawFd;
     use std::sync::atomic::{AtomicU16, Ordering};
 
     const BUFS: u16 = 4096;
@@ -387,18 +422,9 @@ mod multi {
         .user_data(ud(slot, d, true))
     }
 
-    fn fail(e: io::Error) -> ! {
-        eprintln!("sluice-floor: {e}");
-        std::process::exit(1)
-    }
-
     pub fn run(listen: SocketAddr, backend: SocketAddr) -> io::Result<()> {
         let l = std::net::TcpListener::bind(listen)?;
-        let mut ring = IoUring::<squeue::Entry>::builder()
-            .setup_single_issuer()
-            .setup_coop_taskrun()
-            .setup_defer_taskrun()
-            .build(1024)?;
+        let mut ring = ring::new()?;
         let mut bufs = Bufs::new();
         // SAFETY: the ring memory is page-aligned, BUFS entries, and lives forever.
         unsafe {
@@ -414,21 +440,9 @@ mod multi {
         let mut queue: Vec<squeue::Entry> = vec![accept.clone()];
         loop {
             bufs.publish();
-            for e in queue.drain(..) {
-                // SAFETY: sends point into the never-freed buffer pool, at buffers not
-                // given back to the ring until the send completes.
-                while unsafe { sq.push(&e) }.is_err() {
-                    sq.sync();
-                    submitter.submit().unwrap_or_else(|e| fail(e));
-                    sq.sync();
-                }
-            }
-            sq.sync();
-            match submitter.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => fail(e),
-            }
+            // SAFETY: sends point into the never-freed buffer pool, at buffers not
+            // given back to the ring until the send completes.
+            unsafe { ring::turn(&submitter, &mut sq, &mut queue) };
             cq.sync();
             for cqe in &mut cq {
                 let (ud, res, flags) = (cqe.user_data(), cqe.result(), cqe.flags());
@@ -436,20 +450,12 @@ mod multi {
                     if !cqueue::more(flags) {
                         queue.push(accept.clone());
                     }
-                    if res < 0 {
-                        continue;
-                    }
-                    // SAFETY: the accept's result is a new descriptor nothing else owns.
-                    let c = unsafe { TcpStream::from_raw_fd(res) };
-                    let Ok(b) = c.set_nodelay(true).and_then(|_| dial(backend)) else {
+                    let Some(socks) = ring::accepted(res, backend) else {
                         continue;
                     };
-                    let slot = free.pop().unwrap_or_else(|| {
-                        conns.push(None);
-                        conns.len() - 1
-                    });
+                    let slot = ring::slot(&mut conns, &mut free);
                     let mut conn = Conn {
-                        socks: [c, b],
+                        socks,
                         dirs: Default::default(),
                         in_flight: 0,
                     };
