@@ -144,27 +144,15 @@ pub(crate) fn itoa_u64(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
     }
 }
 
-/// Writes one chunk (size line, data, CRLF) with a single vectored write when it can.
+/// Writes one chunk (size line, data, CRLF) with a single vectored write when it can;
+/// `data` is never copied.
 pub(crate) async fn chunk<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> std::io::Result<()> {
-    chunk_after(w, b"", data, false).await
-}
-
-/// Writes `before` (a head, say), then one chunk of `data`, then the body's terminator
-/// when `last`, in a single vectored write when it can; `data` is never copied.
-pub(crate) async fn chunk_after<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    before: &[u8],
-    data: &[u8],
-    last: bool,
-) -> std::io::Result<()> {
     let mut size = [0u8; 18];
     let n = hex_line(&mut size, data.len());
-    let tail: &[u8] = if last { b"\r\n0\r\n\r\n" } else { b"\r\n" };
     let mut slices = [
-        IoSlice::new(before),
         IoSlice::new(&size[..n]),
         IoSlice::new(data),
-        IoSlice::new(tail),
+        IoSlice::new(b"\r\n"),
     ];
     write_all_vectored(w, &mut slices).await
 }
