@@ -543,6 +543,9 @@ def main():
         "sluice-filters": lambda: sluice_proxy(backend, filters=FILTERS),
         # Only when asked for (ONLY=sluice,sluice-observed): metrics and access log on.
         "sluice-observed": lambda: sluice_proxy(backend, observed=True),
+        # Only when asked for (ONLY=sluice,sluice-w2): `workers 2` on the same one core,
+        # so its CPU a request is compared with `workers 1`'s.
+        "sluice-w2": lambda: sluice_proxy(backend, workers=2),
     }
     if SLUICE_BASE:
         # SLUICE_BASE_PLAIN=1: an older binary without TLS listeners, FastCGI or h2c pools.
@@ -562,6 +565,7 @@ def main():
     else:
         del proxies["sluice-filters"]
         del proxies["sluice-observed"]
+        del proxies["sluice-w2"]
     tests = [t for t in list(TESTS) + ["idle"] if not TESTS_ONLY or t in TESTS_ONLY]
     results = {}  # (test, proxy) -> list of dicts
     started = time.time()

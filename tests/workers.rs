@@ -1,0 +1,144 @@
+//! `workers N`: N threads, each with a runtime of its own, each accepting on every
+//! listener. What must hold whichever worker takes a connection: every connection is
+//! served, a listener a reload removes stops accepting on all of them, an L4
+//! listener's `max_conns` counts across them, and a kept backend connection is reused
+//! by any of them. Over real sockets, with the real binary.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The names of the process's threads that are extra workers (`sluice-worker-N`).
+fn worker_threads(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .map(|n| n.trim().to_string())
+                .filter(|n| n.starts_with("sluice-worker-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_worker_serves_and_a_removed_listener_closes_on_all() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let extra = free.local_addr().unwrap();
+    drop(free);
+    let config = |with_extra: bool| {
+        let listen = match with_extra {
+            true => format!("listen {extra}\n"),
+            false => String::new(),
+        };
+        without_admin(&format!(
+            "global {{ workers 4 }}\nlisten 127.0.0.1:0\n{listen}site * {{ respond \"hi\" }}"
+        ))
+    };
+    let dir = TempDir::new();
+    let path = dir.write("sluice.conf", &config(true));
+    let p = path.to_str().unwrap().to_string();
+    let s = Sluice::spawn(&["run", "-c", &p], dir);
+    if std::path::Path::new("/proc/self/task").exists() {
+        // A thread names itself as it starts: give them the moment.
+        let start = Instant::now();
+        while worker_threads(s.pid()).len() < 3 && start.elapsed() < WAIT {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            worker_threads(s.pid()),
+            ["sluice-worker-1", "sluice-worker-2", "sluice-worker-3"],
+            "workers 4: the main thread and three more"
+        );
+    }
+    // A connection a request, some at once: each is answered, whichever worker took it.
+    for _ in 0..10 {
+        let answers: Vec<Resp> =
+            futures_util::future::join_all((0..8).map(|_| get(extra, "/"))).await;
+        assert!(answers.iter().all(|r| r.status == 200 && r.text() == "hi"));
+    }
+    std::fs::write(&path, config(false)).unwrap();
+    s.signal("HUP");
+    s.wait_log("reloaded: revision 2");
+    // Every worker holds the socket: it closes only once all four have let it go.
+    let start = Instant::now();
+    while TcpStream::connect(extra).await.is_ok() {
+        assert!(
+            start.elapsed() < WAIT,
+            "the removed listener still accepts: a worker kept it"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        get(s.addr, "/").await.text(),
+        "hi",
+        "the kept one serves on"
+    );
+}
+
+/// An L4 listener's `max_conns` is the listener's, not each worker's: with four
+/// workers and a cap of 2, no third connection is relayed, whichever worker takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l4_cap_counts_across_the_workers() {
+    let (b, _t) = raw_backend(|mut c| async move {
+        let _ = c.write_all(b"hello ").await;
+        let mut buf = [0u8; 64];
+        while let Ok(n @ 1..) = c.read(&mut buf).await {
+            let _ = c.write_all(&buf[..n]).await;
+        }
+    })
+    .await;
+    let s = Sluice::start(&format!(
+        "global {{ workers 4 }}\ntcp 127.0.0.1:0 {{\n max_conns 2\n proxy {b}\n }}\nsite * {{ respond ok }}"
+    ));
+    let line = s.wait_log("relaying tcp on ");
+    let addr: std::net::SocketAddr = line.rsplit_once(' ').unwrap().1.parse().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let mut greet = [0u8; 6];
+        tokio::time::timeout(WAIT, c.read_exact(&mut greet))
+            .await
+            .expect("the first two are relayed")
+            .unwrap();
+        held.push(c);
+    }
+    for i in 0..8 {
+        let mut over = TcpStream::connect(addr).await.unwrap();
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(WAIT, over.read(&mut buf))
+            .await
+            .expect("closed at once")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "connection {} over the cap was relayed", i + 3);
+    }
+}
+
+/// A backend connection kept by one worker is taken by another whose own list is
+/// empty, rather than a new one dialled beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_backend_connection_serves_every_worker() {
+    let b = Backend::text("kept").await;
+    let s = Sluice::start(&format!(
+        "global {{ workers 4 }}\nsite * {{ proxy {} }}",
+        b.addr
+    ));
+    for _ in 0..30 {
+        // A new client connection each time: any worker may take it.
+        assert_eq!(get(s.addr, "/").await.text(), "kept");
+        // The backend connection goes back to its list once the response has been read.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(b.requests.load(Ordering::SeqCst), 30);
+    assert_eq!(
+        b.connections.load(Ordering::SeqCst),
+        1,
+        "one backend connection, kept and reused by whichever worker took the request"
+    );
+}
