@@ -595,7 +595,7 @@ fn admin_post(
 }
 
 fn demo(listen: &str, admin: &str) -> ExitCode {
-    let rt = match lifecycle::runtime() {
+    let rt = match lifecycle::runtime(None) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("sluice demo: cannot start the runtime: {e}");

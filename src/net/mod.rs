@@ -13,7 +13,6 @@ pub(crate) mod proxy_protocol;
 pub(crate) mod stream;
 pub(crate) mod tls;
 pub(crate) mod transport;
-pub(crate) mod worker;
 
 use std::io;
 use std::net::SocketAddr;

@@ -131,15 +131,13 @@ pub(crate) async fn accept_loop(
     endpoint: quinn::Endpoint,
     live: Arc<Live>,
     drain: Drain,
-    close: super::Close,
+    close: Arc<Notify>,
     access: super::h1::Access,
 ) {
     endpoint.set_server_config(Some(server_config(live.clone())));
     let mut watch = drain.watch();
     let (closing, closed) = watch::channel(false);
     let local = endpoint.local_addr().ok();
-    let removed = close.closed();
-    tokio::pin!(removed);
     loop {
         let incoming = tokio::select! {
             i = endpoint.accept() => match i {
@@ -147,7 +145,7 @@ pub(crate) async fn accept_loop(
                 None => break,
             },
             _ = watch.closing() => break,
-            _ = &mut removed => break,
+            _ = close.notified() => break,
         };
         if endpoint.open_connections() >= MAX_CONNECTIONS {
             crate::throttle::QUIC_FULL.warn(format_args!(

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
 use super::drain::Drain;
@@ -27,17 +27,18 @@ use crate::config::units::format_duration;
 use crate::config::{self, Config, Listen};
 use crate::runtime::{Generation, Live};
 
-/// The main thread's runtime: worker 0 of `workers N` (each worker runs a
-/// single-threaded runtime of its own; `super::workers`).
-pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-}
-
-/// How many workers `workers` asks for: the machine's cores when it is not set.
-fn worker_count(workers: Option<usize>) -> usize {
-    workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+/// A tokio runtime with `workers` threads (default: the machine's cores).
+pub fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    // One worker needs no work stealing: the current-thread scheduler does the same
+    // work with fewer atomics and no cross-thread wakeups.
+    let mut b = match workers {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    if let Some(n) = workers.filter(|n| *n > 1) {
+        b.worker_threads(n);
+    }
+    b.enable_all().build()
 }
 
 /// Where the running config came from: the file a reload re-reads, if any, and the
@@ -56,7 +57,7 @@ pub struct Source {
 
 /// Runs `config` until stopped.
 pub fn serve(config: Config, source: Source) -> ExitCode {
-    match runtime() {
+    match runtime(config.global.workers) {
         Ok(rt) => serve_on(rt, config, source),
         Err(e) => {
             eprintln!("sluice: cannot start the runtime: {e}");
@@ -143,16 +144,11 @@ impl Drop for PidFile {
     }
 }
 
-/// [`serve`] on a runtime the caller built with [`runtime`] (and may have started
-/// tasks on): it becomes worker 0.
+/// [`serve`] on a runtime the caller built (and may have started tasks on).
 pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> ExitCode {
     raise_open_file_limit();
-    let workers = worker_count(config.global.workers);
-    // Before the first generation is compiled: its pools keep a slot per worker.
-    crate::net::worker::set_count(workers);
     let code = rt.block_on(async move {
-        let workers = super::workers::Workers::start(workers);
-        match start(config, source, workers).await {
+        match start(config, source).await {
             Ok((server, commands)) => {
                 server.run(commands).await;
                 ExitCode::SUCCESS
@@ -173,7 +169,6 @@ pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> 
 async fn start(
     config: Config,
     source: Source,
-    workers: super::workers::Workers,
 ) -> Result<(Server, mpsc::Receiver<Command>), StartError> {
     let bound = bind_new(&wanted(&config), &HashMap::new())?;
     let _ = crate::stats::STARTED.set(std::time::SystemTime::now());
@@ -226,7 +221,6 @@ async fn start(
         admin_token,
         signals: Signals::new(),
         pid_file: None,
-        workers,
     };
     // Signals first (above): once a listener is announced, a SIGHUP must reload, not
     // kill (the default action) a process still setting up.
@@ -358,9 +352,8 @@ impl Bound {
 }
 
 struct Accepting {
-    close: super::Close,
-    /// Its accept loops: one on each worker (one in all for QUIC).
-    tasks: Vec<JoinHandle<()>>,
+    close: Arc<Notify>,
+    task: JoinHandle<()>,
     /// The address as bound, as the admin API lists it.
     local: String,
     /// The port as bound (a `quic` listener's UDP side takes its TCP side's).
@@ -393,8 +386,6 @@ struct Server {
     /// The admin API's token, which a reload may change.
     admin_token: admin::Token,
     signals: Signals,
-    /// Dropped last: the other workers stop once the server is done.
-    workers: super::workers::Workers,
 }
 
 /// WebSocket tunnels or L4 relays open in this process.
@@ -635,9 +626,7 @@ impl Server {
         tell_systemd(&[sd_notify::NotifyState::MainPid(pid)]);
         self.drain.step_aside();
         for (_, a) in std::mem::take(&mut self.listeners) {
-            for t in a.tasks {
-                let _ = t.await;
-            }
+            let _ = a.task.await;
         }
         let tunnel_drain = self.live.load().tunnel_drain;
         tracing::info!(
@@ -698,15 +687,15 @@ impl Server {
         for (k, b) in bound {
             let port = b.port().unwrap_or(0);
             let fd = b.dup();
-            let close = super::Close::default();
-            let (tasks, local, alt_svc) = match b {
+            let close = Arc::new(Notify::new());
+            let (task, local, alt_svc) = match b {
                 Bound::Tcp(l) if k.2 == Kind::Tcp => self.relay(l, k, &close),
                 Bound::Tcp(l) => self.http(l, k, &close),
                 Bound::Quic(e, _) => self.quic(e, &close),
             };
             let accepting = Accepting {
                 close,
-                tasks,
+                task,
                 local,
                 port,
                 alt_svc,
@@ -727,38 +716,33 @@ impl Server {
             .push(name);
     }
 
-    /// An L4 (`tcp`) listener's accept loops, and its name for the admin API.
+    /// An L4 (`tcp`) listener's accept loop, and its name for the admin API.
     fn relay(
         &self,
         l: TcpListener,
         k: ListenKey,
-        close: &super::Close,
-    ) -> (Vec<JoinHandle<()>>, String, Option<super::AltSvc>) {
+        close: &Arc<Notify>,
+    ) -> (JoinHandle<()>, String, Option<super::AltSvc>) {
         let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
         self.list(format!("tcp {addr}"));
         tracing::info!("sluice: relaying tcp on {addr}");
-        // Counted across the workers: `max_conns` is the listener's.
-        let open = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let tasks = self.on_every_worker(l, |l| {
-            super::tcp_accept_loop(
-                l,
-                self.live.clone(),
-                self.drain.clone(),
-                close.clone(),
-                k.0,
-                open.clone(),
-            )
-        });
-        (tasks, format!("tcp {addr}"), None)
+        let task = tokio::spawn(super::tcp_accept_loop(
+            l,
+            self.live.clone(),
+            self.drain.clone(),
+            close.clone(),
+            k.0,
+        ));
+        (task, format!("tcp {addr}"), None)
     }
 
-    /// An HTTP listener's accept loops, and its name for the admin API.
+    /// An HTTP listener's accept loop, and its name for the admin API.
     fn http(
         &self,
         l: TcpListener,
         k: ListenKey,
-        close: &super::Close,
-    ) -> (Vec<JoinHandle<()>>, String, Option<super::AltSvc>) {
+        close: &Arc<Notify>,
+    ) -> (JoinHandle<()>, String, Option<super::AltSvc>) {
         let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
         let scheme = if k.3 { "https" } else { "http" };
         self.list(addr.clone());
@@ -774,59 +758,27 @@ impl Server {
             a.store(self.alt_svc_for(k));
             a
         });
-        let tasks = self.on_every_worker(l, |l| {
-            super::accept_loop(
-                l,
-                self.live.clone(),
-                self.drain.clone(),
-                close.clone(),
-                self.access.clone(),
-                super::Front {
-                    tls: k.3,
-                    proxy_protocol: k.4,
-                },
-                alt_svc.clone(),
-            )
-        });
-        (tasks, addr, alt_svc)
+        let task = tokio::spawn(super::accept_loop(
+            l,
+            self.live.clone(),
+            self.drain.clone(),
+            close.clone(),
+            self.access.clone(),
+            super::Front {
+                tls: k.3,
+                proxy_protocol: k.4,
+            },
+            alt_svc.clone(),
+        ));
+        (task, addr, alt_svc)
     }
 
-    /// Runs `accept(listener)` on every worker: worker 0 (this thread) accepts on `l`,
-    /// each other worker on a duplicate of it registered with its own poller. A
-    /// worker that cannot take the duplicate is logged and left out.
-    fn on_every_worker<F>(
-        &self,
-        l: TcpListener,
-        accept: impl Fn(TcpListener) -> F,
-    ) -> Vec<JoinHandle<()>>
-    where
-        F: std::future::Future<Output = ()> + Send + 'static,
-    {
-        let mut tasks = Vec::with_capacity(self.workers.handles().len());
-        for (i, handle) in self.workers.handles().iter().enumerate().skip(1) {
-            let dup = l.as_fd().try_clone_to_owned().and_then(|fd| {
-                let _in = handle.enter();
-                TcpListener::from_std(std::net::TcpListener::from(fd))
-            });
-            match dup {
-                Ok(d) => tasks.push(handle.spawn(accept(d))),
-                Err(e) => tracing::error!(
-                    "sluice: worker {i} cannot accept on {}: {e}; the other workers do",
-                    l.local_addr().map(|a| a.to_string()).unwrap_or_default()
-                ),
-            }
-        }
-        tasks.push(tokio::spawn(accept(l)));
-        tasks
-    }
-
-    /// A `quic` listener's accept loop, and its name for the admin API. QUIC stays
-    /// on worker 0: its connections share the one UDP socket's endpoint.
+    /// A `quic` listener's accept loop, and its name for the admin API.
     fn quic(
         &self,
         e: quinn::Endpoint,
-        close: &super::Close,
-    ) -> (Vec<JoinHandle<()>>, String, Option<super::AltSvc>) {
+        close: &Arc<Notify>,
+    ) -> (JoinHandle<()>, String, Option<super::AltSvc>) {
         let addr = e.local_addr().map(|a| a.to_string()).unwrap_or_default();
         self.list(format!("quic {addr}"));
         tracing::info!("sluice: listening on h3 (QUIC, UDP) {addr}");
@@ -837,7 +789,7 @@ impl Server {
             close.clone(),
             self.access.clone(),
         ));
-        (vec![task], format!("quic {addr}"), None)
+        (task, format!("quic {addr}"), None)
     }
 
     /// Points each TCP TLS listener's `Alt-Svc` at the `quic` listener that shares its
@@ -1029,7 +981,7 @@ impl Server {
                     origin.as_str(),
                     a.local
                 );
-                a.close.close();
+                a.close.notify_one();
                 closed.push(a.local.clone());
             }
             kept
@@ -1055,9 +1007,7 @@ impl Server {
         // Stop accepting first: once the accept loops return, the listeners are closed.
         self.drain.start();
         for (_, a) in self.listeners {
-            for t in a.tasks {
-                let _ = t.await;
-            }
+            let _ = a.task.await;
         }
         let drain = &self.drain;
         tracing::info!(

@@ -15,7 +15,6 @@ mod stall;
 pub(crate) mod tls;
 pub(crate) mod transport;
 pub mod upgrade;
-mod workers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -50,37 +49,9 @@ fn bind_one(l: &Listen) -> std::io::Result<TcpListener> {
 /// address (a reload may add or remove that one).
 pub(crate) type AltSvc = Arc<arc_swap::ArcSwapOption<http::HeaderValue>>;
 
-/// Tells a listener's accept loops (one per worker) to return: a reload removed it.
-#[derive(Clone, Default)]
-pub(crate) struct Close(Arc<CloseState>);
-
-#[derive(Default)]
-struct CloseState {
-    closed: std::sync::atomic::AtomicBool,
-    notify: tokio::sync::Notify,
-}
-
-impl Close {
-    /// Every loop returns, those waiting now and those not started yet.
-    pub(crate) fn close(&self) {
-        self.0
-            .closed
-            .store(true, std::sync::atomic::Ordering::Release);
-        self.0.notify.notify_waiters();
-    }
-
-    /// Returns once [`Close::close`] has been called.
-    pub(crate) async fn closed(&self) {
-        let notified = self.0.notify.notified();
-        tokio::pin!(notified);
-        // Registered before the flag is read: a close between the two still wakes it.
-        notified.as_mut().enable();
-        if !self.0.closed.load(std::sync::atomic::Ordering::Acquire) {
-            notified.await;
-        }
-    }
-}
-
+/// Accepts on `listener` until shutdown starts or `close` is notified (a reload
+/// removed it); then the listener is dropped, which closes it. Connections already
+/// accepted are not touched.
 /// What a listener's connections start with: TLS, and before it a PROXY protocol
 /// header.
 #[derive(Debug, Clone, Copy)]
@@ -89,14 +60,11 @@ pub(crate) struct Front {
     pub proxy_protocol: bool,
 }
 
-/// Accepts on `listener` until shutdown starts or `close` says so (a reload removed
-/// it); then the listener is dropped, which closes it once every worker's loop has
-/// returned. Connections already accepted are not touched.
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     live: Arc<Live>,
     drain: Drain,
-    close: Close,
+    close: Arc<tokio::sync::Notify>,
     access: h1::Access,
     front: Front,
     alt_svc: Option<AltSvc>,
@@ -107,8 +75,6 @@ pub(crate) async fn accept_loop(
     // own address, `0.0.0.0:PORT`, stands).
     let bound = listener.local_addr().ok();
     let wildcard = bound.is_some_and(|a| a.ip().is_unspecified());
-    let closed = close.closed();
-    tokio::pin!(closed);
     loop {
         let (stream, client) = tokio::select! {
             r = listener.accept() => match r {
@@ -120,7 +86,7 @@ pub(crate) async fn accept_loop(
                 }
             },
             _ = watch.closing() => return,
-            _ = &mut closed => return,
+            _ = close.notified() => return,
         };
         // Counted before the task runs, so a drain starting now waits for it.
         let counted = drain.connection();
@@ -236,19 +202,16 @@ async fn proxied(
 
 /// Accepts on an L4 (`tcp`) listener until shutdown or `close`: each connection is
 /// relayed to the pool the current generation has for this listener's address.
-/// `open`: the connections this listener relays now, on every worker; carried across
-/// reloads with the listener.
 pub(crate) async fn tcp_accept_loop(
     listener: TcpListener,
     live: Arc<Live>,
     drain: Drain,
-    close: Close,
+    close: Arc<tokio::sync::Notify>,
     addr: SocketAddr,
-    open: Arc<std::sync::atomic::AtomicU64>,
 ) {
     let mut watch = drain.watch();
-    let closed = close.closed();
-    tokio::pin!(closed);
+    // Connections this listener relays now; carried across reloads with the listener.
+    let open = Arc::new(std::sync::atomic::AtomicU64::new(0));
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -260,7 +223,7 @@ pub(crate) async fn tcp_accept_loop(
                 }
             },
             _ = watch.closing() => return,
-            _ = &mut closed => return,
+            _ = close.notified() => return,
         };
         let gen = live.load();
         let Some(route) = gen.tcp_route(addr) else {
