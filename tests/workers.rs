@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_worker_serves_and_a_removed_listener_closes_on_all() {
+async fn every_connection_is_served_and_a_removed_listener_closes() {
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let extra = free.local_addr().unwrap();
     drop(free);

@@ -108,6 +108,27 @@ delegate_write!(WriteHalf<'_>);
 
 impl super::transport::SendFile for WriteHalf<'_> {}
 
+impl Stream {
+    /// Whether the connection is open with nothing to read, asked of the kernel now (a
+    /// `recv` with `MSG_PEEK`, one system call), not of the poller's last word: a FIN or
+    /// bytes that arrived since the runtime last polled show here. For TLS, the socket
+    /// under it: bytes waiting on an idle TLS connection (a `close_notify`, rarely a
+    /// late session ticket) count as not quiet, which costs a fresh connection at
+    /// worst, never a request.
+    pub(crate) fn is_quiet_now(&self) -> bool {
+        fn quiet(fd: &impl std::os::fd::AsFd) -> bool {
+            let mut probe = [std::mem::MaybeUninit::uninit(); 1];
+            matches!(socket2::SockRef::from(fd).peek(&mut probe),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        }
+        match self {
+            Stream::Tcp(s) => quiet(s),
+            Stream::Unix(s) => quiet(s),
+            Stream::Tls(s) => s.with_tcp(quiet),
+        }
+    }
+}
+
 impl Transport for Stream {
     type Read<'a> = ReadHalf<'a>;
     type Write<'a> = WriteHalf<'a>;

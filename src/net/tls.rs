@@ -35,6 +35,11 @@ impl TlsConn {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `f` on the TCP socket under the TLS layer.
+    pub(crate) fn with_tcp<R>(&self, f: impl FnOnce(&TcpStream) -> R) -> R {
+        f(self.lock().get_ref().0)
+    }
+
     fn get_mut(&mut self) -> &mut TlsStream<TcpStream> {
         self.inner.get_mut().unwrap_or_else(|e| e.into_inner())
     }

@@ -26,7 +26,9 @@ use http::{Request, Response, StatusCode, Uri, Version};
 
 pub(crate) use self::body::ResponseBody;
 use self::refusal::{out_of_capacity, peer_or_refusal, BUSY, UNREACHABLE};
-use self::retry::{is_idempotent, retry_sent, retry_to, retry_unreached, Retry};
+use self::retry::{
+    is_idempotent, is_idempotent_head, retry_sent, retry_to, retry_unreached, Retry,
+};
 use crate::body::Body;
 use crate::config::template::Values;
 use crate::config::units::format_duration;
@@ -438,6 +440,11 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
                 if !reused && !preface(pool, &mut conn, client).await {
                     return not_taken();
                 }
+                if reused && !fresh && !sure_of(&conn, out) {
+                    // Closed since tokio last heard from it: never tried, not counted.
+                    fresh = true;
+                    continue;
+                }
                 match send(pool, i, &mut conn, out, client.metered).await {
                     Ok(head) => return Attempt::Answered(Answer::H1(conn, head)),
                     Err(SendError::NotSent) if reused => {
@@ -459,6 +466,16 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
             e => return Attempt::Failed(e),
         }
     }
+}
+
+/// Whether a kept connection may take `out`. A request that cannot be sent twice
+/// (not idempotent) asks the kernel whether the backend closed it a moment ago: its
+/// first write would still succeed, and the failure that followed could not be told
+/// from a request the backend saw, so it would be answered 502. Idempotent ones trust
+/// the poller's word (no system call): a first write that fails sends them again
+/// whole, and `retry_on reset` covers a failure after it.
+fn sure_of(conn: &BackendConn, out: &Outgoing) -> bool {
+    is_idempotent_head(&out.parts.method, &out.parts.headers) || conn.is_quiet_now()
 }
 
 /// A fresh connection that did not take the request: the peer is unreachable for it.

@@ -136,6 +136,13 @@ impl BackendConn {
         self.buf.is_empty() && is_quiet(&mut self.io)
     }
 
+    /// As [`BackendConn::is_reusable`], asked of the kernel (a system call): for a
+    /// request that cannot be sent twice, which must not meet a connection the
+    /// backend closed a moment ago.
+    pub(crate) fn is_quiet_now(&self) -> bool {
+        self.buf.is_empty() && self.io.is_quiet_now()
+    }
+
     /// The stream and the bytes already read past the last response head (the start
     /// of an upgraded protocol).
     pub(crate) fn into_parts(self) -> (Stream, BytesMut) {
@@ -410,6 +417,35 @@ mod tests {
             .await
             .unwrap();
         got
+    }
+
+    /// A backend that closed a kept connection a moment ago: tokio has not heard yet
+    /// (its poller has not turned since), the kernel has. A request that cannot be
+    /// sent twice asks the kernel (`is_quiet_now`), so it never takes such a
+    /// connection.
+    #[tokio::test]
+    async fn a_close_the_poller_has_not_reported_is_seen_by_the_kernel() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let mut conn = BackendConn::new(Stream::Unix(ours));
+        assert!(conn.is_reusable() && conn.is_quiet_now(), "open and idle");
+        drop(theirs);
+        // No await since the close: the runtime has not polled for readiness.
+        assert!(
+            conn.is_reusable(),
+            "tokio's word is stale here: the window this guards"
+        );
+        assert!(!conn.is_quiet_now(), "the kernel knows it closed");
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let conn = BackendConn::new(Stream::Unix(ours));
+        let mut theirs = theirs;
+        theirs
+            .write_all(b"HTTP/1.1 408 late\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(
+            !conn.is_quiet_now(),
+            "bytes nobody asked for: not quiet either"
+        );
     }
 
     /// The first connection was closed by its peer before anything was written: the
