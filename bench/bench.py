@@ -150,12 +150,14 @@ def children(pid):
 
 
 def cpu_ticks(pids):
-    total = 0
+    """(user, system) clock ticks of the processes."""
+    user = system = 0
     for pid in pids:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total
+        user += int(fields[11])
+        system += int(fields[12])
+    return user, system
 
 
 def status_kib(pids, key):
@@ -586,7 +588,10 @@ def main():
                         t0 = cpu_ticks(pids)
                         r = TESTS[test](ports)
                         t1 = cpu_ticks(pids)
-                        r["cpu_us"] = (t1 - t0) / TICK * 1e6 / max(r["requests"], 1)
+                        per = TICK * max(r["requests"], 1) / 1e6
+                        r["user_us"] = (t1[0] - t0[0]) / per
+                        r["sys_us"] = (t1[1] - t0[1]) / per
+                        r["cpu_us"] = r["user_us"] + r["sys_us"]
                         r["peak_rss_kib"] = status_kib(pids, "VmHWM:")
                 finally:
                     if proc is not None:
@@ -635,14 +640,15 @@ def report(results, proxies, tests, scaling, took):
                     lines.append(f"{name:12} {med(b):18.0f} {'[%.0f-%.0f]' % (min(b), max(b)):>18} {med([r['rss_kib'] for r in rs]):9.0f}")
         else:
             lat = "mean/max" if test in ("h2c-front", "tls-h2-13B", "h3-13B") else "p50/p99"
-            lines.append(f"{'proxy':12} {'req/s':>9} {'[min-max]':>17} {'cpu us/req':>10} {'[min-max]':>13} {lat + ' us':>16} {'peak RSS KiB':>12}")
+            lines.append(f"{'proxy':12} {'req/s':>9} {'[min-max]':>17} {'cpu us/req':>10} {'[min-max]':>13} {'user/sys':>11} {lat + ' us':>16} {'peak RSS KiB':>12}")
             for name in proxies:
                 rs = results.get((test, name))
                 if not rs:
                     continue
                 rps = [r["rps"] for r in rs]
                 c = [r["cpu_us"] for r in rs]
-                lines.append(f"{name:12} {med(rps):9.0f} {'[%.0f-%.0f]' % (min(rps), max(rps)):>17} {med(c):10.1f} {'[%.1f-%.1f]' % (min(c), max(c)):>13} "
+                split = "%.1f/%.1f" % (med([r["user_us"] for r in rs]), med([r["sys_us"] for r in rs]))
+                lines.append(f"{name:12} {med(rps):9.0f} {'[%.0f-%.0f]' % (min(rps), max(rps)):>17} {med(c):10.1f} {'[%.1f-%.1f]' % (min(c), max(c)):>13} {split:>11} "
                              f"{'%.0f/%.0f' % (med([r['p50'] for r in rs]), med([r['p99'] for r in rs])):>16} {med([r['peak_rss_kib'] for r in rs]):12.0f}")
         lines.append("")
     if "sluice" in proxies:
