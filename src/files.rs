@@ -3,7 +3,8 @@
 //!
 //! Nothing outside DIR is ever served: an encoded `/` or `\` in the path, a `..` that
 //! survived normalisation (none can), and a symlink whose target lies outside DIR all
-//! answer `404` — the file's canonical path must lie under DIR's. `GET` and `HEAD` only
+//! answer `404` — the file's canonical path must lie under DIR's; a file under DIR the
+//! process may not read answers `403` (nginx's and Caddy's answer). `GET` and `HEAD` only
 //! (`405` otherwise). Validators: a strong `ETag` from the modification time and size,
 //! and `Last-Modified`; `If-None-Match` (weak comparison) and, without it,
 //! `If-Modified-Since` answer `304`. One `Range` of bytes answers `206` (`416` when it
@@ -61,6 +62,7 @@ pub(crate) async fn serve(
         Found::File(f) => send(cfg, f, headers, head).await,
         Found::Folder => slash_redirect(received, query),
         Found::Listing(real) => listing(&real, path, head, cfg.dotfiles).await,
+        Found::Forbidden => forbidden(),
         Found::Nothing => match cfg.fallback.as_deref().and_then(|f| fallback(cfg, f)) {
             Some(f) => send(cfg, f, headers, head).await,
             None => not_found(),
@@ -76,7 +78,19 @@ enum Found {
     Folder,
     /// A folder without an index, under `browse on`.
     Listing(PathBuf),
+    /// A file (or a folder's index) under the root that sluice may not read: `403`.
+    Forbidden,
     Nothing,
+}
+
+/// Why [`Opened::lookup`] found nothing to serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unserved {
+    /// No such file, or none under the root, or nothing a file handler serves.
+    Absent,
+    /// A file under the root that the process may not read (`403`, as nginx and
+    /// Caddy answer; `404` would send an operator looking for a file that is there).
+    Forbidden,
 }
 
 /// A file or folder under the root: where it really is, open, and its metadata read
@@ -95,23 +109,32 @@ impl Opened {
     /// outside through. A folder that may be searched but not read (`0711`) is opened
     /// for its metadata only, so its index can still be served.
     pub(crate) fn under(root: &Path, path: &Path) -> Option<Opened> {
+        Opened::lookup(root, path).ok()
+    }
+
+    /// As [`Opened::under`], saying why nothing is served: a file under the root that
+    /// the process may not read is [`Unserved::Forbidden`]. Only a name whose canonical
+    /// form is under the root is called forbidden; one that leads out of it (or cannot
+    /// be resolved) stays absent, so nothing is told of files elsewhere.
+    pub(crate) fn lookup(root: &Path, path: &Path) -> Result<Opened, Unserved> {
         let file = match open(path, false) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                let f = open(path, true).ok()?;
-                if !f.metadata().is_ok_and(|m| m.is_dir()) {
-                    tracing::warn!("sluice: files: cannot open {}: {e}", path.display());
-                    return None;
-                }
-                f
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => match open(path, true) {
+                Ok(f) if f.metadata().is_ok_and(|m| m.is_dir()) => f,
+                _ => return Err(refused(root, path, &e)),
+            },
             Err(e) => {
                 if !is_absent(&e) {
                     tracing::warn!("sluice: files: cannot open {}: {e}", path.display());
                 }
-                return None;
+                return Err(Unserved::Absent);
             }
         };
+        Opened::checked(root, path, file).ok_or(Unserved::Absent)
+    }
+
+    /// `file`, opened from `path`, if it is a file or folder that lies under `root`.
+    fn checked(root: &Path, path: &Path, file: std::fs::File) -> Option<Opened> {
         let meta = file.metadata().ok()?;
         // A named pipe, a device or a socket is never served; nor is a file unlinked
         // since it was opened.
@@ -159,6 +182,17 @@ fn is_absent(e: &std::io::Error) -> bool {
         .any(|n| e.raw_os_error() == Some(n.raw_os_error()))
 }
 
+/// What an open refused for want of permission says: forbidden when the name's
+/// canonical form lies under `root`, else absent. Logged either way: a file the
+/// worker cannot read is an operator's to fix.
+fn refused(root: &Path, path: &Path, e: &std::io::Error) -> Unserved {
+    tracing::warn!("sluice: files: cannot open {}: {e}", path.display());
+    match std::fs::canonicalize(path) {
+        Ok(real) if real.starts_with(root) => Unserved::Forbidden,
+        _ => Unserved::Absent,
+    }
+}
+
 /// Where the open `file` lies: the kernel's name for the descriptor
 /// (`/proc/self/fd/N`); without `/proc`, the canonical form of `path`, only if it
 /// names the very file that was opened (device and inode).
@@ -180,8 +214,10 @@ fn located_by_name(path: &Path, meta: &std::fs::Metadata) -> Option<PathBuf> {
 /// The file `rel` names under the root: itself, or for a folder its first index.
 fn find(cfg: &FilesConfig, rel: &Path, path: &str) -> Found {
     let wanted = cfg.root.join(rel);
-    let Some(found) = Opened::under(&cfg.root, &wanted) else {
-        return Found::Nothing;
+    let found = match Opened::lookup(&cfg.root, &wanted) {
+        Ok(found) => found,
+        Err(Unserved::Forbidden) => return Found::Forbidden,
+        Err(Unserved::Absent) => return Found::Nothing,
     };
     if found.meta.is_file() {
         return Found::File(found);
@@ -192,9 +228,11 @@ fn find(cfg: &FilesConfig, rel: &Path, path: &str) -> Found {
     }
     for name in &cfg.index {
         // The index must lie under the root too (it may be a symlink).
-        let index = Opened::under(&cfg.root, &found.real.join(name));
-        if let Some(f) = index.filter(Opened::is_file) {
-            return Found::File(f);
+        match Opened::lookup(&cfg.root, &found.real.join(name)) {
+            Ok(f) if f.is_file() => return Found::File(f),
+            // nginx's answer too: the index is there, sluice may not read it.
+            Err(Unserved::Forbidden) => return Found::Forbidden,
+            _ => {}
         }
     }
     if cfg.browse {
@@ -292,6 +330,11 @@ pub(crate) fn slash_redirect(folder: &str, query: Option<&str>) -> Response<Body
 
 pub(crate) fn not_found() -> Response<Body> {
     local_response(StatusCode::NOT_FOUND, "Not found\n")
+}
+
+/// A file under the root that sluice may not read.
+pub(crate) fn forbidden() -> Response<Body> {
+    local_response(StatusCode::FORBIDDEN, "Forbidden\n")
 }
 
 /// The path's segments, percent-decoded, as a relative filesystem path. `None` when a

@@ -622,3 +622,68 @@ async fn a_file_that_shrinks_while_sent_closes_the_connection() {
         "the response was cut short: {total} bytes"
     );
 }
+
+/// A file under the root that sluice may not read answers 403 and is logged, as nginx
+/// and Caddy answer (404 would send the operator looking for a file that is there); a
+/// folder's unreadable index too; an absent file stays 404, and so does an unreadable
+/// one outside the root that a link points at. Root reads every file
+/// whatever its mode, so as root the test runs sluice as `nobody` (`setpriv`).
+#[tokio::test]
+async fn an_unreadable_file_is_forbidden_not_missing() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let as_root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists());
+    if as_root && setpriv.is_none() {
+        assert!(
+            !require_interop(),
+            "setpriv (util-linux) is needed to run sluice as nobody"
+        );
+        eprintln!("skipped: running as root without setpriv, every file is readable");
+        return;
+    }
+    let root = TempDir::new();
+    root.write("open.txt", "served");
+    let secret = root.write("secret.txt", "unreadable");
+    let index = root.write("locked/index.html", "unreadable index");
+    let outside = TempDir::new();
+    let elsewhere = outside.write("elsewhere.txt", "unreadable, outside");
+    std::os::unix::fs::symlink(&elsewhere, root.0.join("link.txt")).unwrap();
+    for p in [&secret, &index, &elsewhere] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o000)).unwrap();
+    }
+    let dir = TempDir::new();
+    let conf = dir.write(
+        "sluice.conf",
+        &without_admin(&format!(
+            "listen 127.0.0.1:0\nsite * {{ files {} }}",
+            root.0.display()
+        )),
+    );
+    let mut cmd = match setpriv.filter(|_| as_root) {
+        Some(setpriv) => {
+            let mut c = std::process::Command::new(setpriv);
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", bin()]);
+            c
+        }
+        None => std::process::Command::new(bin()),
+    };
+    cmd.args(["run", "-c", conf.to_str().unwrap()]);
+    let s = Sluice::spawn_cmd(cmd, dir);
+    assert_eq!(get(s.addr, "/open.txt").await.text(), "served");
+    let r = get(s.addr, "/secret.txt").await;
+    assert_eq!((r.status, r.text()), (403, "Forbidden\n".to_string()));
+    s.wait_log("cannot open");
+    assert_eq!(
+        get(s.addr, "/locked/").await.status,
+        403,
+        "an index sluice may not read"
+    );
+    assert_eq!(get(s.addr, "/missing.txt").await.status, 404);
+    assert_eq!(
+        get(s.addr, "/link.txt").await.status,
+        404,
+        "an unreadable file outside the root tells nothing of itself"
+    );
+}

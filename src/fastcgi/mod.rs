@@ -100,9 +100,10 @@ pub(crate) async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) ->
                     .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
                 return r;
             }
-            return match crate::files::Opened::under(&f.cfg.root, path) {
-                Some(f) => crate::files::file(f, req.headers(), head).await,
-                None => crate::files::not_found(),
+            return match crate::files::Opened::lookup(&f.cfg.root, path) {
+                Ok(f) => crate::files::file(f, req.headers(), head).await,
+                Err(crate::files::Unserved::Forbidden) => crate::files::forbidden(),
+                Err(crate::files::Unserved::Absent) => crate::files::not_found(),
             };
         }
         Target::Redirect => return crate::files::slash_redirect(facts.folder, req.uri().query()),
