@@ -663,13 +663,29 @@ async fn an_unreadable_file_is_forbidden_not_missing() {
     );
     let mut cmd = match setpriv.filter(|_| as_root) {
         Some(setpriv) => {
+            // A copy nobody may run: the build folder may sit under a home nobody
+            // can enter.
+            let copy = dir.0.join("sluice");
+            std::fs::copy(bin(), &copy).unwrap();
+            std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
             let mut c = std::process::Command::new(setpriv);
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", bin()]);
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&copy);
             c
         }
         None => std::process::Command::new(bin()),
     };
     cmd.args(["run", "-c", conf.to_str().unwrap()]);
+    // Whatever the umask: what nobody must reach, it may.
+    for (p, mode) in [
+        (&root.0, 0o755),
+        (&root.0.join("locked"), 0o755),
+        (&root.0.join("open.txt"), 0o644),
+        (&dir.0, 0o755),
+        (&conf, 0o644),
+    ] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
     let s = Sluice::spawn_cmd(cmd, dir);
     assert_eq!(get(s.addr, "/open.txt").await.text(), "served");
     let r = get(s.addr, "/secret.txt").await;
