@@ -63,9 +63,10 @@ pub(crate) async fn serve(
         Found::Folder => slash_redirect(received, query),
         Found::Listing(real) => listing(&real, path, head, cfg.dotfiles).await,
         Found::Forbidden => forbidden(),
-        Found::Nothing => match cfg.fallback.as_deref().and_then(|f| fallback(cfg, f)) {
-            Some(f) => send(cfg, f, headers, head).await,
-            None => not_found(),
+        Found::Nothing => match cfg.fallback.as_deref().map(|f| fallback(cfg, f)) {
+            Some(Ok(f)) => send(cfg, f, headers, head).await,
+            Some(Err(Unserved::Forbidden)) => forbidden(),
+            Some(Err(Unserved::Absent)) | None => not_found(),
         },
     }
 }
@@ -182,13 +183,28 @@ fn is_absent(e: &std::io::Error) -> bool {
         .any(|n| e.raw_os_error() == Some(n.raw_os_error()))
 }
 
-/// What an open refused for want of permission says: forbidden when the name's
-/// canonical form lies under `root`, else absent. Logged either way: a file the
-/// worker cannot read is an operator's to fix.
+/// What an open refused for want of permission says: forbidden when the file lies
+/// under `root`, else absent. The name is opened again for its location only
+/// (`O_PATH`) and checked like any file; then that very file is opened for reading
+/// through its descriptor, so the refusal answered is the checked file's, whatever a
+/// link on the way became meanwhile. Logged: a file the worker cannot read is an
+/// operator's to fix.
 fn refused(root: &Path, path: &Path, e: &std::io::Error) -> Unserved {
+    use std::os::fd::AsRawFd;
     tracing::warn!("sluice: files: cannot open {}: {e}", path.display());
-    match std::fs::canonicalize(path) {
-        Ok(real) if real.starts_with(root) => Unserved::Forbidden,
+    let Ok(f) = open(path, true) else {
+        return Unserved::Absent;
+    };
+    let under = f
+        .metadata()
+        .ok()
+        .and_then(|meta| located(&f, path, &meta))
+        .is_some_and(|real| real.starts_with(root));
+    if !under {
+        return Unserved::Absent;
+    }
+    match std::fs::File::open(format!("/proc/self/fd/{}", f.as_raw_fd())) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Unserved::Forbidden,
         _ => Unserved::Absent,
     }
 }
@@ -249,10 +265,15 @@ fn hidden(rel: &Path) -> bool {
         .any(|(k, seg)| seg.as_bytes().first() == Some(&b'.') && !(k == 0 && seg == ".well-known"))
 }
 
-/// `fallback FILE`: the file, when it exists under the root.
-fn fallback(cfg: &FilesConfig, file: &str) -> Option<Opened> {
-    let rel = decode(file)?;
-    Opened::under(&cfg.root, &cfg.root.join(rel)).filter(Opened::is_file)
+/// `fallback FILE`: the file, when it exists under the root (forbidden when sluice
+/// may not read it: every missing path would otherwise answer 404 for an operator's
+/// mistake).
+fn fallback(cfg: &FilesConfig, file: &str) -> Result<Opened, Unserved> {
+    let rel = decode(file).ok_or(Unserved::Absent)?;
+    match Opened::lookup(&cfg.root, &cfg.root.join(rel))? {
+        f if f.is_file() => Ok(f),
+        _ => Err(Unserved::Absent),
+    }
 }
 
 /// Sends the file, or under `precompressed` the sibling the client accepts best (its

@@ -329,3 +329,85 @@ async fn a_malformed_backend_length_is_a_502() {
         assert_eq!(get(s.addr, "/").await.status, 502);
     }
 }
+
+/// Reads one request's head off `c` and its body (by `Content-Length`); its request
+/// line, or `None` when the connection ended first.
+async fn read_one(c: &mut TcpStream) -> Option<String> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = loop {
+        if let Some(at) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        match c.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&got[..end]).to_string();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    while got.len() < end + length {
+        match c.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    head.lines().next().map(str::to_string)
+}
+
+/// A backend that closes a kept connection as the next request arrives (its keep-alive
+/// timeout ran out just then), before tokio can have seen it close. A GET, which may
+/// be sent twice, goes out again on a new connection and is answered, as nginx does for
+/// a cached connection; a POST is never sent twice: it is answered 502 and the backend
+/// saw it once.
+#[tokio::test]
+async fn a_kept_connection_closed_under_a_request() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log = seen.clone();
+    let (addr, _t) = raw_backend(move |mut c| {
+        let log = log.clone();
+        async move {
+            // The first request on a connection is answered and the connection kept.
+            let Some(first) = read_one(&mut c).await else {
+                return;
+            };
+            log.lock().unwrap().push(first);
+            let _ = c
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await;
+            // The next one is read, and the connection closed without an answer.
+            if let Some(next) = read_one(&mut c).await {
+                log.lock().unwrap().push(next);
+            }
+        }
+    })
+    .await;
+    let s = Sluice::start(&format!("site * {{ proxy {addr} }}"));
+    assert_eq!(get(s.addr, "/a").await.text(), "ok");
+    let r = get(s.addr, "/b").await;
+    assert_eq!(
+        (r.status, r.text()),
+        (200, "ok".to_string()),
+        "a GET whose kept connection closed under it is sent again"
+    );
+    let r = request(s.addr, "POST", "/c", &[], b"x").await;
+    assert_eq!(r.status, 502, "a POST is not sent twice");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            "GET /a HTTP/1.1",
+            "GET /b HTTP/1.1",
+            "GET /b HTTP/1.1",
+            "POST /c HTTP/1.1"
+        ],
+        "what the backend saw, in order"
+    );
+}

@@ -625,7 +625,7 @@ async fn a_file_that_shrinks_while_sent_closes_the_connection() {
 
 /// A file under the root that sluice may not read answers 403 and is logged, as nginx
 /// and Caddy answer (404 would send the operator looking for a file that is there); a
-/// folder's unreadable index too; an absent file stays 404, and so does an unreadable
+/// folder's unreadable index and `fallback` too; an absent file stays 404, and so does an unreadable
 /// one outside the root that a link points at. Root reads every file
 /// whatever its mode, so as root the test runs sluice as `nobody` (`setpriv`).
 #[tokio::test]
@@ -657,8 +657,8 @@ async fn an_unreadable_file_is_forbidden_not_missing() {
     let conf = dir.write(
         "sluice.conf",
         &without_admin(&format!(
-            "listen 127.0.0.1:0\nsite * {{ files {} }}",
-            root.0.display()
+            "listen 127.0.0.1:0\nsite * {{ route /app/* {{ strip /app; files {r} {{ fallback /secret.txt }} }} files {r} }}",
+            r = root.0.display()
         )),
     );
     let mut cmd = match setpriv.filter(|_| as_root) {
@@ -668,6 +668,19 @@ async fn an_unreadable_file_is_forbidden_not_missing() {
             let copy = dir.0.join("sluice");
             std::fs::copy(bin(), &copy).unwrap();
             std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+            // A child another test forked while the copy was open for writing holds it
+            // until it execs: running the copy fails with ETXTBSY meanwhile.
+            let runs = || {
+                std::process::Command::new(&copy)
+                    .arg("--version")
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            };
+            let start = std::time::Instant::now();
+            while !runs() {
+                assert!(start.elapsed() < WAIT, "the copy of sluice never ran");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
             let mut c = std::process::Command::new(setpriv);
             c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
                 .arg(&copy);
@@ -680,6 +693,7 @@ async fn an_unreadable_file_is_forbidden_not_missing() {
     for (p, mode) in [
         (&root.0, 0o755),
         (&root.0.join("locked"), 0o755),
+        (&outside.0, 0o755),
         (&root.0.join("open.txt"), 0o644),
         (&dir.0, 0o755),
         (&conf, 0o644),
@@ -697,6 +711,11 @@ async fn an_unreadable_file_is_forbidden_not_missing() {
         "an index sluice may not read"
     );
     assert_eq!(get(s.addr, "/missing.txt").await.status, 404);
+    assert_eq!(
+        get(s.addr, "/app/missing").await.status,
+        403,
+        "a fallback sluice may not read"
+    );
     assert_eq!(
         get(s.addr, "/link.txt").await.status,
         404,

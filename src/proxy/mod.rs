@@ -26,9 +26,7 @@ use http::{Request, Response, StatusCode, Uri, Version};
 
 pub(crate) use self::body::ResponseBody;
 use self::refusal::{out_of_capacity, peer_or_refusal, BUSY, UNREACHABLE};
-use self::retry::{
-    is_idempotent, is_idempotent_head, retry_sent, retry_to, retry_unreached, Retry,
-};
+use self::retry::{is_idempotent, retry_sent, retry_to, retry_unreached, Retry};
 use crate::body::Body;
 use crate::config::template::Values;
 use crate::config::units::format_duration;
@@ -151,13 +149,15 @@ fn attempts<'a, 'c>(
         };
         let cfg = &pool.cfg;
         let key = hash_key(&cfg.lb, req, client);
-        let replayable = cfg.retry_on.any() && is_idempotent(req);
+        // Decided on the client's request, before `header_up` may add fields.
+        let idempotent = is_idempotent(req);
         let mut out = Outgoing::new(prepare(pool, crate::body::take_request(req), client));
-        if replayable {
+        if cfg.retry_on.any() && idempotent {
             out.keep_for_replay(cfg.retry_buffer);
         }
         let mut sending = Sending {
             out,
+            idempotent,
             tried: Tried::default(),
             key,
             switch_retried: false,
@@ -180,7 +180,7 @@ fn attempts<'a, 'c>(
             dialed.peer = Some(i);
             dialed.attempts = sending.tried.count as u32;
             let mut lease = Lease::new(pool.clone(), i, permit.take());
-            let outcome = attempt(pool, i, &mut sending.out, client).await;
+            let outcome = attempt(pool, i, &mut sending.out, sending.idempotent, client).await;
             match sending.then(pool, i, outcome, &mut dialed.note) {
                 Then::Pass(answer) => {
                     sending.evidence.record(pool, &mut dialed.note);
@@ -202,6 +202,8 @@ fn attempts<'a, 'c>(
 /// A request between its attempts: what goes out, where it went, and how.
 struct Sending {
     out: Outgoing,
+    /// The client's request may be sent twice (RFC 9110 §9.2.2, or `Idempotency-Key`).
+    idempotent: bool,
     tried: Tried,
     /// `lb hash`'s key.
     key: Option<u64>,
@@ -401,8 +403,6 @@ impl Answer {
 /// backend did not process it (a closed idle connection, a refused HTTP/2 stream).
 const NOT_SENT_AGAIN: u32 = 3;
 
-/// Step 2: one peer, on the connection the pool gives ([`Pool::connect`]). A request
-/// the connection never took goes out again on another (not a retry): after an idle
 /// A fresh connection of a `proxy_protocol` pool starts with the header naming the
 /// client; `false`: it could not be written (or there is no client to name).
 pub(crate) async fn preface(pool: &Pool, conn: &mut BackendConn, client: &Client<'_>) -> bool {
@@ -416,9 +416,22 @@ pub(crate) async fn preface(pool: &Pool, conn: &mut BackendConn, client: &Client
     conn.write_preface(&header).await.is_ok()
 }
 
+/// Step 2: one peer, on the connection the pool gives ([`Pool::connect`]). A request
+/// the connection never took goes out again on another (not a retry): after an idle
 /// HTTP/1.1 connection that turned out closed, on a fresh one; after a refused HTTP/2
 /// stream, on another stream, a few times.
-async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>) -> Attempt {
+///
+/// A kept HTTP/1.1 connection the backend closed a moment ago may still take the
+/// first write (the kernel accepts bytes for a peer that has closed): tokio's poller
+/// has not reported the FIN yet, more likely the busier the worker. What follows
+/// depends on whether the request can go out again ([`Stale`]).
+async fn attempt(
+    pool: &Pool,
+    i: usize,
+    out: &mut Outgoing,
+    idempotent: bool,
+    client: &Client<'_>,
+) -> Attempt {
     let peer = &pool.peers()[i];
     headers::finish_request(
         &mut out.parts.headers,
@@ -426,6 +439,7 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
         peer.host_header.as_ref(),
         &client.values,
     );
+    let stale = Stale::of(idempotent, out);
     let mut again = 0;
     let mut fresh = false;
     loop {
@@ -440,7 +454,8 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
                 if !reused && !preface(pool, &mut conn, client).await {
                     return not_taken();
                 }
-                if reused && !fresh && !sure_of(&conn, out) {
+                let kept = reused && !fresh;
+                if kept && stale == Stale::AskTheKernel && !conn.is_quiet_now() {
                     // Closed since tokio last heard from it: never tried, not counted.
                     fresh = true;
                     continue;
@@ -448,6 +463,19 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
                 match send(pool, i, &mut conn, out, client.metered).await {
                     Ok(head) => return Attempt::Answered(Answer::H1(conn, head)),
                     Err(SendError::NotSent) if reused => {
+                        fresh = true;
+                        continue;
+                    }
+                    Err(SendError::ClosedEarly | SendError::Io(_))
+                        if kept && stale == Stale::SendAgain =>
+                    {
+                        tracing::debug!(
+                            pool = pool.name(),
+                            peer = %peer.addr.text,
+                            "sluice: {}: a kept connection to {} closed under a request; sent again on a new one",
+                            pool.name(),
+                            peer.addr.text
+                        );
                         fresh = true;
                         continue;
                     }
@@ -468,14 +496,27 @@ async fn attempt(pool: &Pool, i: usize, out: &mut Outgoing, client: &Client<'_>)
     }
 }
 
-/// Whether a kept connection may take `out`. A request that cannot be sent twice
-/// (not idempotent) asks the kernel whether the backend closed it a moment ago: its
-/// first write would still succeed, and the failure that followed could not be told
-/// from a request the backend saw, so it would be answered 502. Idempotent ones trust
-/// the poller's word (no system call): a first write that fails sends them again
-/// whole, and `retry_on reset` covers a failure after it.
-fn sure_of(conn: &BackendConn, out: &Outgoing) -> bool {
-    is_idempotent_head(&out.parts.method, &out.parts.headers) || conn.is_quiet_now()
+/// What a request does about a kept connection the backend may have closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stale {
+    /// An idempotent request without a body: it trusts the poller (no system call),
+    /// and when the kept connection breaks before a response byte it goes out again
+    /// on a new connection, as nginx does for a cached connection.
+    SendAgain,
+    /// Any other (a POST, a PUT whose body is gone once sent): it asks the kernel
+    /// first (`recv` with `MSG_PEEK`, one system call) and takes a new connection when
+    /// the backend closed the kept one. A FIN still in flight then is the one case left,
+    /// answered 502 as nginx does: such a request is never sent twice.
+    AskTheKernel,
+}
+
+impl Stale {
+    fn of(idempotent: bool, out: &Outgoing) -> Stale {
+        match idempotent && out.nothing_to_send() {
+            true => Stale::SendAgain,
+            false => Stale::AskTheKernel,
+        }
+    }
 }
 
 /// A fresh connection that did not take the request: the peer is unreachable for it.

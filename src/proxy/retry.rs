@@ -106,14 +106,9 @@ pub(super) fn retry_to(
 /// Methods that may be sent twice (RFC 9110 §9.2.2), or a request that says so with
 /// `Idempotency-Key`.
 pub(super) fn is_idempotent(req: &Request<Body>) -> bool {
-    is_idempotent_head(req.method(), req.headers())
-}
-
-/// [`is_idempotent`], from a request's method and fields.
-pub(super) fn is_idempotent_head(method: &http::Method, headers: &http::HeaderMap) -> bool {
     use http::Method;
     matches!(
-        *method,
+        *req.method(),
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    ) || headers.contains_key("idempotency-key")
+    ) || req.headers().contains_key("idempotency-key")
 }
