@@ -149,15 +149,16 @@ fn attempts<'a, 'c>(
         };
         let cfg = &pool.cfg;
         let key = hash_key(&cfg.lb, req, client);
-        // Decided on the client's request, before `header_up` may add fields.
-        let idempotent = is_idempotent(req);
+        // Both decided on the client's request, before `header_up` may add fields.
+        let stale = Stale::of(req);
+        let replayable = cfg.retry_on.any() && is_idempotent(req);
         let mut out = Outgoing::new(prepare(pool, crate::body::take_request(req), client));
-        if cfg.retry_on.any() && idempotent {
+        if replayable {
             out.keep_for_replay(cfg.retry_buffer);
         }
         let mut sending = Sending {
             out,
-            idempotent,
+            stale,
             tried: Tried::default(),
             key,
             switch_retried: false,
@@ -180,7 +181,7 @@ fn attempts<'a, 'c>(
             dialed.peer = Some(i);
             dialed.attempts = sending.tried.count as u32;
             let mut lease = Lease::new(pool.clone(), i, permit.take());
-            let outcome = attempt(pool, i, &mut sending.out, sending.idempotent, client).await;
+            let outcome = attempt(pool, i, &mut sending.out, sending.stale, client).await;
             match sending.then(pool, i, outcome, &mut dialed.note) {
                 Then::Pass(answer) => {
                     sending.evidence.record(pool, &mut dialed.note);
@@ -202,8 +203,8 @@ fn attempts<'a, 'c>(
 /// A request between its attempts: what goes out, where it went, and how.
 struct Sending {
     out: Outgoing,
-    /// The client's request may be sent twice (RFC 9110 §9.2.2, or `Idempotency-Key`).
-    idempotent: bool,
+    /// What the request does about a kept connection the backend may have closed.
+    stale: Stale,
     tried: Tried,
     /// `lb hash`'s key.
     key: Option<u64>,
@@ -429,7 +430,7 @@ async fn attempt(
     pool: &Pool,
     i: usize,
     out: &mut Outgoing,
-    idempotent: bool,
+    stale: Stale,
     client: &Client<'_>,
 ) -> Attempt {
     let peer = &pool.peers()[i];
@@ -439,7 +440,6 @@ async fn attempt(
         peer.host_header.as_ref(),
         &client.values,
     );
-    let stale = Stale::of(idempotent, out);
     let mut again = 0;
     let mut fresh = false;
     loop {
@@ -511,8 +511,10 @@ enum Stale {
 }
 
 impl Stale {
-    fn of(idempotent: bool, out: &Outgoing) -> Stale {
-        match idempotent && out.nothing_to_send() {
+    /// Of the client's request (a body first: a POST with one looks at no field).
+    fn of(req: &Request<Body>) -> Stale {
+        use http_body::Body as _;
+        match req.body().is_end_stream() && is_idempotent(req) {
             true => Stale::SendAgain,
             false => Stale::AskTheKernel,
         }
