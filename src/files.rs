@@ -122,7 +122,7 @@ impl Opened {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => match open(path, true) {
                 Ok(f) if f.metadata().is_ok_and(|m| m.is_dir()) => f,
-                _ => return Err(refused(root, path, &e)),
+                located => return Err(refused(root, path, &e, located)),
             },
             Err(e) => {
                 if !is_absent(&e) {
@@ -184,27 +184,36 @@ fn is_absent(e: &std::io::Error) -> bool {
 }
 
 /// What an open refused for want of permission says: forbidden when the file lies
-/// under `root`, else absent. The name is opened again for its location only
-/// (`O_PATH`) and checked like any file; then that very file is opened for reading
-/// through its descriptor, so the refusal answered is the checked file's, whatever a
-/// link on the way became meanwhile. Logged: a file the worker cannot read is an
-/// operator's to fix.
-fn refused(root: &Path, path: &Path, e: &std::io::Error) -> Unserved {
+/// under `root`, else absent. `located` is the name opened again for its location
+/// only (`O_PATH`): it must be a file (a pipe, a device or a socket stays absent, as
+/// one that can be read does) and lie under the root; then that very file is opened
+/// for reading through its descriptor, so the refusal answered is the checked file's,
+/// whatever a link on the way became meanwhile. Without `/proc` the first refusal
+/// stands. Logged: a file the worker cannot read is an operator's to fix.
+fn refused(
+    root: &Path,
+    path: &Path,
+    e: &std::io::Error,
+    located_fd: std::io::Result<std::fs::File>,
+) -> Unserved {
     use std::os::fd::AsRawFd;
     tracing::warn!("sluice: files: cannot open {}: {e}", path.display());
-    let Ok(f) = open(path, true) else {
+    let Ok(f) = located_fd else {
         return Unserved::Absent;
     };
-    let under = f
-        .metadata()
-        .ok()
-        .and_then(|meta| located(&f, path, &meta))
-        .is_some_and(|real| real.starts_with(root));
-    if !under {
+    let Ok(meta) = f.metadata() else {
+        return Unserved::Absent;
+    };
+    if !meta.is_file() || meta.nlink() == 0 {
         return Unserved::Absent;
     }
-    match std::fs::File::open(format!("/proc/self/fd/{}", f.as_raw_fd())) {
+    if !located(&f, path, &meta).is_some_and(|real| real.starts_with(root)) {
+        return Unserved::Absent;
+    }
+    let again = Path::new("/proc/self/fd").join(f.as_raw_fd().to_string());
+    match open(&again, false) {
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Unserved::Forbidden,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Unserved::Forbidden,
         _ => Unserved::Absent,
     }
 }

@@ -411,3 +411,36 @@ async fn a_kept_connection_closed_under_a_request() {
         "what the backend saw, in order"
     );
 }
+
+/// A kept connection that breaks after part of an answer came (half a head) is not
+/// the backend closing an idle connection: the GET it carried is not sent again.
+#[tokio::test]
+async fn a_kept_connection_broken_within_an_answer_is_not_sent_again() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log = seen.clone();
+    let (addr, _t) = raw_backend(move |mut c| {
+        let log = log.clone();
+        async move {
+            let Some(first) = read_one(&mut c).await else {
+                return;
+            };
+            log.lock().unwrap().push(first);
+            let _ = c
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await;
+            if let Some(next) = read_one(&mut c).await {
+                log.lock().unwrap().push(next);
+                let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Le").await;
+            }
+        }
+    })
+    .await;
+    let s = Sluice::start(&format!("site * {{ proxy {addr} }}"));
+    assert_eq!(get(s.addr, "/a").await.text(), "ok");
+    assert_eq!(get(s.addr, "/b").await.status, 502);
+    assert_eq!(
+        seen.lock().unwrap().clone(),
+        ["GET /a HTTP/1.1", "GET /b HTTP/1.1"],
+        "the GET went out once"
+    );
+}

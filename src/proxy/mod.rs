@@ -280,7 +280,10 @@ impl Sending {
                 // not (the request's last one counts).
                 if matches!(
                     e,
-                    SendError::TimedOut | SendError::Io(_) | SendError::ClosedEarly
+                    SendError::TimedOut
+                        | SendError::Io(_)
+                        | SendError::ClosedEarly
+                        | SendError::Unanswered
                 ) {
                     self.evidence.note(i, false);
                 }
@@ -466,9 +469,7 @@ async fn attempt(
                         fresh = true;
                         continue;
                     }
-                    Err(SendError::ClosedEarly | SendError::Io(_))
-                        if kept && stale == Stale::SendAgain =>
-                    {
+                    Err(SendError::Unanswered) if kept && stale == Stale::SendAgain => {
                         tracing::debug!(
                             pool = pool.name(),
                             peer = %peer.addr.text,
@@ -500,8 +501,12 @@ async fn attempt(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stale {
     /// An idempotent request without a body: it trusts the poller (no system call),
-    /// and when the kept connection breaks before a response byte it goes out again
-    /// on a new connection, as nginx does for a cached connection.
+    /// and when the kept connection closes or is reset before a response byte
+    /// ([`SendError::Unanswered`]) it goes out again on a new connection to the same
+    /// peer, as nginx does for a cached connection. Once: a new connection that
+    /// breaks is the attempt's failure. The new send has its own `timeout`, as nginx's
+    /// next try has, so a backend that holds a request and drops it without a word
+    /// is sent it twice, within twice the `timeout`.
     SendAgain,
     /// Any other (a POST, a PUT whose body is gone once sent): it asks the kernel
     /// first (`recv` with `MSG_PEEK`, one system call) and takes a new connection when

@@ -27,7 +27,11 @@ pub(super) fn retry_sent(
 ) -> Result<usize, Box<Response<Body>>> {
     let why = match &e {
         SendError::TimedOut if pool.cfg.retry_on.timeout => Retry::Timeout,
-        SendError::Io(_) | SendError::ClosedEarly if pool.cfg.retry_on.reset => Retry::Reset,
+        SendError::Io(_) | SendError::ClosedEarly | SendError::Unanswered
+            if pool.cfg.retry_on.reset =>
+        {
+            Retry::Reset
+        }
         _ => return Err(Box::new(sent_and_failed(pool, i, e))),
     };
     if why == Retry::Reset {

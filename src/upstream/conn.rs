@@ -280,6 +280,8 @@ impl BackendConn {
 
     async fn read_head(&mut self, is_head: bool) -> Result<ResponseHead, SendError> {
         let mut scan = ResponseScan::default();
+        // Whether any byte of an answer came (an interim one is taken off `buf`).
+        let mut heard = !self.buf.is_empty();
         loop {
             if let Some(len) = scan.find_end(&self.buf) {
                 match parse_response(&mut self.buf, len, is_head) {
@@ -298,8 +300,10 @@ impl BackendConn {
             }
             make_room(&mut self.buf, READ_CHUNK);
             match self.io.read_buf(&mut self.buf).await {
+                Ok(0) if !heard => return Err(SendError::Unanswered),
                 Ok(0) => return Err(SendError::ClosedEarly),
-                Ok(_) => {}
+                Ok(_) => heard = true,
+                Err(e) if !heard && is_closed_error(&e) => return Err(SendError::Unanswered),
                 Err(e) => return Err(SendError::Io(e)),
             }
         }

@@ -170,7 +170,13 @@ pub(crate) enum SendError {
     /// The connection broke with the request on it.
     #[error("{0}")]
     Io(io::Error),
+    /// The connection closed or was reset after the request went out and before one
+    /// byte of an answer: a kept connection the backend closed as the request arrived,
+    /// or a backend that dropped the request.
     #[error("connection closed before a response")]
+    Unanswered,
+    /// The connection closed within a response head (or after an interim answer).
+    #[error("connection closed within a response head")]
     ClosedEarly,
     /// The backend's response head breaks HTTP.
     #[error("invalid response: {0}")]
