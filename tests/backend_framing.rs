@@ -362,19 +362,20 @@ async fn read_one(c: &mut TcpStream) -> Option<String> {
     head.lines().next().map(str::to_string)
 }
 
-/// A backend that closes a kept connection as the next request arrives (its keep-alive
-/// timeout ran out just then), before tokio can have seen it close. A GET, which may
-/// be sent twice, goes out again on a new connection and is answered, as nginx does for
-/// a cached connection; a POST is never sent twice: it is answered 502 and the backend
-/// saw it once.
-#[tokio::test]
-async fn a_kept_connection_closed_under_a_request() {
+/// A backend that answers the first request of each connection (and keeps it), then
+/// reads the next one, writes `then` and closes: the request lines it read, in order.
+async fn closing_backend(
+    then: &'static [u8],
+) -> (
+    SocketAddr,
+    tokio::task::JoinHandle<()>,
+    Arc<std::sync::Mutex<Vec<String>>>,
+) {
     let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let log = seen.clone();
-    let (addr, _t) = raw_backend(move |mut c| {
+    let (addr, task) = raw_backend(move |mut c| {
         let log = log.clone();
         async move {
-            // The first request on a connection is answered and the connection kept.
             let Some(first) = read_one(&mut c).await else {
                 return;
             };
@@ -382,13 +383,24 @@ async fn a_kept_connection_closed_under_a_request() {
             let _ = c
                 .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
                 .await;
-            // The next one is read, and the connection closed without an answer.
             if let Some(next) = read_one(&mut c).await {
                 log.lock().unwrap().push(next);
+                let _ = c.write_all(then).await;
             }
         }
     })
     .await;
+    (addr, task, seen)
+}
+
+/// A backend that closes a kept connection as the next request arrives (its keep-alive
+/// timeout ran out just then), before tokio can have seen it close. A GET, which may
+/// be sent twice, goes out again on a new connection and is answered, as nginx does for
+/// a cached connection; a POST is never sent twice: it is answered 502 and the backend
+/// saw it once.
+#[tokio::test]
+async fn a_kept_connection_closed_under_a_request() {
+    let (addr, _t, seen) = closing_backend(b"").await;
     let s = Sluice::start(&format!("site * {{ proxy {addr} }}"));
     assert_eq!(get(s.addr, "/a").await.text(), "ok");
     let r = get(s.addr, "/b").await;
@@ -416,25 +428,7 @@ async fn a_kept_connection_closed_under_a_request() {
 /// the backend closing an idle connection: the GET it carried is not sent again.
 #[tokio::test]
 async fn a_kept_connection_broken_within_an_answer_is_not_sent_again() {
-    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let log = seen.clone();
-    let (addr, _t) = raw_backend(move |mut c| {
-        let log = log.clone();
-        async move {
-            let Some(first) = read_one(&mut c).await else {
-                return;
-            };
-            log.lock().unwrap().push(first);
-            let _ = c
-                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                .await;
-            if let Some(next) = read_one(&mut c).await {
-                log.lock().unwrap().push(next);
-                let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Le").await;
-            }
-        }
-    })
-    .await;
+    let (addr, _t, seen) = closing_backend(b"HTTP/1.1 200 OK\r\nContent-Le").await;
     let s = Sluice::start(&format!("site * {{ proxy {addr} }}"));
     assert_eq!(get(s.addr, "/a").await.text(), "ok");
     assert_eq!(get(s.addr, "/b").await.status, 502);
