@@ -114,9 +114,10 @@ impl Opened {
     }
 
     /// As [`Opened::under`], saying why nothing is served: a file under the root that
-    /// the process may not read is [`Unserved::Forbidden`]. Only a name whose canonical
-    /// form is under the root is called forbidden; one that leads out of it (or cannot
-    /// be resolved) stays absent, so nothing is told of files elsewhere.
+    /// the process may not read is [`Unserved::Forbidden`]. Only a file the kernel
+    /// places under the root is called forbidden; one a link leads out of it to (or
+    /// one behind a folder sluice may not search) stays absent, so nothing is told of
+    /// files elsewhere.
     pub(crate) fn lookup(root: &Path, path: &Path) -> Result<Opened, Unserved> {
         let file = match open(path, false) {
             Ok(f) => f,
@@ -184,12 +185,13 @@ fn is_absent(e: &std::io::Error) -> bool {
 }
 
 /// What an open refused for want of permission says: forbidden when the file lies
-/// under `root`, else absent. `located` is the name opened again for its location
-/// only (`O_PATH`): it must be a file (a pipe, a device or a socket stays absent, as
-/// one that can be read does) and lie under the root; then that very file is opened
-/// for reading through its descriptor, so the refusal answered is the checked file's,
-/// whatever a link on the way became meanwhile. Without `/proc` the first refusal
-/// stands. Logged: a file the worker cannot read is an operator's to fix.
+/// under `root`, else absent. `located_fd` is the name opened again for its location
+/// only (`O_PATH`): it must be a regular file (a pipe, a device or a socket stays
+/// absent) lying under the root; then that very file is opened for reading through
+/// its descriptor, so the refusal answered is the checked file's, whatever a link on
+/// the way became meanwhile (one that turns out readable then is absent too). Without
+/// `/proc` the first refusal stands. Logged: a file the worker cannot read is an
+/// operator's to fix.
 fn refused(
     root: &Path,
     path: &Path,
