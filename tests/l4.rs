@@ -49,14 +49,9 @@ async fn bytes_flow_both_ways_and_the_server_may_speak_first() {
         "tcp 127.0.0.1:0 {{ proxy {dead} {b} {{ lb first; connect_timeout 1s }} }}\nsite * {{ respond ok }}"
     ));
     let addr = tcp_addr(&s);
-    let mut c = TcpStream::connect(addr).await.unwrap();
-    let mut greet = [0u8; 6];
-    tokio::time::timeout(WAIT, c.read_exact(&mut greet))
-        .await
-        .unwrap()
-        .unwrap();
+    let (mut c, greet) = greeted(addr, 6).await;
     assert_eq!(
-        &greet, b"hello ",
+        greet, b"hello ",
         "the backend spoke first, before the client sent anything"
     );
     c.write_all(b"ping").await.unwrap();
@@ -97,13 +92,7 @@ async fn max_conns_closes_the_connection_over_the_cap() {
     let addr = tcp_addr(&s);
     let mut held = Vec::new();
     for _ in 0..2 {
-        let mut c = TcpStream::connect(addr).await.unwrap();
-        let mut greet = [0u8; 6];
-        tokio::time::timeout(WAIT, c.read_exact(&mut greet))
-            .await
-            .unwrap()
-            .unwrap();
-        held.push(c);
+        held.push(greeted(addr, 6).await.0);
     }
     let mut third = TcpStream::connect(addr).await.unwrap();
     let mut buf = [0u8; 16];

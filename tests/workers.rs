@@ -74,13 +74,8 @@ async fn an_l4_cap_counts_across_the_workers() {
     let addr: std::net::SocketAddr = line.rsplit_once(' ').unwrap().1.parse().unwrap();
     let mut held = Vec::new();
     for _ in 0..2 {
-        let mut c = TcpStream::connect(addr).await.unwrap();
-        let mut greet = [0u8; 6];
-        tokio::time::timeout(WAIT, c.read_exact(&mut greet))
-            .await
-            .expect("the first two are relayed")
-            .unwrap();
-        held.push(c);
+        // The first two are relayed.
+        held.push(greeted(addr, 6).await.0);
     }
     for i in 0..8 {
         let mut over = TcpStream::connect(addr).await.unwrap();

@@ -616,6 +616,18 @@ where
     (addr, task)
 }
 
+/// A connection to `addr` (a relay to a backend that speaks first) once the backend's
+/// first `n` bytes arrived, and those bytes; the test fails past `WAIT`.
+pub async fn greeted(addr: SocketAddr, n: usize) -> (TcpStream, Vec<u8>) {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let mut greeting = vec![0u8; n];
+    tokio::time::timeout(WAIT, c.read_exact(&mut greeting))
+        .await
+        .expect("the backend's greeting came through in time")
+        .unwrap();
+    (c, greeting)
+}
+
 /// An h2c (prior knowledge) client connection to `addr`; the task drives the connection
 /// and ends when it closes.
 pub async fn h2c<B>(
