@@ -11,6 +11,7 @@
 //! plain TCP).
 
 use std::io::{BufRead, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -48,6 +49,15 @@ fn millis(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
 
+/// Makes a store's folder and the folders above it that are missing, readable by
+/// sluice's user alone: stored responses can hold what one client was meant to see.
+pub(crate) fn make_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 /// Writes `obj` (whose body is in memory) under `dir`; where its body now lies.
 pub(crate) fn write(dir: &Path, key: &str, obj: &Stored) -> std::io::Result<OnDisk> {
     let Held::Memory(body) = &obj.body else {
@@ -74,7 +84,11 @@ pub(crate) fn write(dir: &Path, key: &str, obj: &Stored) -> std::io::Result<OnDi
     .to_string();
     let (tmp, path) = fresh_name(dir);
     let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(MAGIC.as_bytes())?;
         f.write_all(meta.as_bytes())?;
         f.write_all(b"\n")?;

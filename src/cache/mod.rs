@@ -45,11 +45,12 @@ pub(crate) struct Cache {
     store: Arc<Store>,
 }
 
-/// A path in the normal form routing decides on, or `None` when it has none.
-pub(crate) type Normalize = fn(&str) -> Option<String>;
+/// The longest key the cache stores under (method, scheme, host, target and the
+/// key's fields): a longer one passes through uncached, so a client cannot make the
+/// store keep its 64 KiB query strings.
+const MAX_KEY: usize = 8 * 1024;
 
 struct Settings {
-    normalize: Normalize,
     /// Keys of this route start with this (its name, and an occurrence number when
     /// routes share a name), so routes sharing a store never answer for each other.
     namespace: Box<str>,
@@ -60,6 +61,9 @@ struct Settings {
     sie: Duration,
     lock: Duration,
     mode: CacheMode,
+    /// The query is part of the key (`key … query`).
+    keys_query: bool,
+    client_revalidate: bool,
 }
 
 /// How a request counted (`sluice_cache_requests_total{result}`), once each.
@@ -191,15 +195,9 @@ struct Asked {
 }
 
 impl Cache {
-    pub(crate) fn new(
-        cfg: &CacheConfig,
-        store: Arc<Store>,
-        normalize: Normalize,
-        namespace: String,
-    ) -> Cache {
+    pub(crate) fn new(cfg: &CacheConfig, store: Arc<Store>, namespace: String) -> Cache {
         Cache {
             settings: Arc::new(Settings {
-                normalize,
                 namespace: namespace.into(),
                 max_object: cfg.max_object,
                 rules: Rules {
@@ -212,20 +210,24 @@ impl Cache {
                 sie: cfg.stale_if_error,
                 lock: cfg.lock,
                 mode: cfg.mode,
+                keys_query: cfg.key.contains(&CacheKeyPart::Query),
+                client_revalidate: cfg.client_revalidate,
             }),
             store,
         }
     }
 
     /// Answers `req` from the store or through `fetch` (the handler), storing what it
-    /// may. `host` is the normalised host and `path` the normalised path the client
-    /// asked for (before `strip`/`rewrite`); `refresh` makes a fetch that can run after
-    /// this request is answered (a `stale-while-revalidate` refresh).
+    /// may. The key is the request as the backend receives it (DESIGN §18.1): the
+    /// `scheme` of the client's connection, `host` as the client sent it, and the
+    /// target now in `req` (after `strip`/`rewrite`), so two requests the backend would
+    /// see differently never share an entry. `refresh` makes a fetch that can run
+    /// after this request is answered (a `stale-while-revalidate` refresh).
     pub(crate) async fn serve<F, Fut, R>(
         &self,
         req: Request<Body>,
+        scheme: &str,
         host: &str,
-        path: &str,
         fetch: F,
         refresh: R,
     ) -> Response<Body>
@@ -234,16 +236,33 @@ impl Cache {
         Fut: Future<Output = Response<Body>>,
         R: FnOnce(Request<Body>) -> Refresh,
     {
+        let host = key_host(host);
         let method = req.method();
         let upgrade = req.headers().contains_key(header::UPGRADE);
         if (method != Method::GET && method != Method::HEAD) || upgrade {
             if self.settings.mode == CacheMode::CacheOnly {
                 return self.not_cached(Status::fwd("method"));
             }
-            return self.pass(req, host, path, fetch).await;
+            return self.pass(req, &host, fetch).await;
         }
-        let key = self.key(host, path, req.uri().query(), req.headers());
-        let rdirs = RequestDirectives::of(req.headers());
+        let key = self.key(scheme, &host, self.target(req.uri()), req.headers());
+        if key.len() > MAX_KEY {
+            if self.settings.mode == CacheMode::CacheOnly {
+                return self.not_cached(Status::fwd("bypass"));
+            }
+            Outcome::Bypass.count();
+            let resp = fetch(req).await;
+            let status = Status {
+                detail: Some("key"),
+                ..Status::fwd("bypass")
+            };
+            return mark(resp, status);
+        }
+        let mut rdirs = RequestDirectives::of(req.headers());
+        if !self.settings.client_revalidate {
+            rdirs.no_cache = false;
+            rdirs.max_age = None;
+        }
         let (found, why) = self.find(&key, req.headers());
         let now = SystemTime::now();
         match self.settings.mode {
@@ -279,7 +298,9 @@ impl Cache {
                     if rdirs.only_if_cached {
                         return gateway_timeout(Status::fwd("request"));
                     }
-                    return self.revalidate(req, key, obj, by_client, fetch).await;
+                    return self
+                        .revalidate(req, key, obj, by_client, &rdirs, fetch)
+                        .await;
                 }
             }
         }
@@ -313,12 +334,22 @@ impl Cache {
         })
     }
 
-    /// The key of `host`, `path`, the query and the request's fields, as the config's
-    /// `key` lists them: the route's namespace, a newline, then `GET app.test /x?a=1`
-    /// and a ` name=value` per header (` cookie:name=value` per cookie; values
-    /// percent-encoded, a bare ` name` when the request lacks it).
-    fn key(&self, host: &str, path: &str, query: Option<&str>, h: &HeaderMap) -> String {
-        let mut k = self.base_key(host, path, query);
+    /// The target a key holds: the path and query as the backend receives them (the
+    /// query left out when the key does not list it).
+    fn target<'u>(&self, uri: &'u http::Uri) -> &'u str {
+        match uri.path_and_query() {
+            Some(pq) if self.settings.keys_query => pq.as_str(),
+            Some(pq) => pq.path(),
+            None => "/",
+        }
+    }
+
+    /// The key of a request: the route's namespace, a newline, then
+    /// `GET https app.test:8443 /x?a=1` and a ` name=value` per header of the config's
+    /// `key` (` cookie:name=value` per cookie; values percent-encoded, a bare ` name`
+    /// when the request lacks it).
+    fn key(&self, scheme: &str, host: &str, target: &str, h: &HeaderMap) -> String {
+        let mut k = self.base_key(scheme, host, target);
         for part in self.settings.key.iter() {
             let value = match part {
                 CacheKeyPart::Header(name) => {
@@ -341,38 +372,13 @@ impl Cache {
         k
     }
 
-    /// The key's method, host, path and query parts (what a purge by key names).
-    fn base_key(&self, host: &str, path: &str, query: Option<&str>) -> String {
+    /// The key's method, scheme, host and target (what a purge by key names). Only
+    /// `GET` responses are stored (a `HEAD` is answered from them).
+    fn base_key(&self, scheme: &str, host: &str, target: &str) -> String {
         let ns = &self.settings.namespace;
-        let mut k = String::with_capacity(ns.len() + host.len() + path.len() + 8);
-        k.push_str(ns);
-        k.push('\n');
-        let start = k.len();
-        let mut after_path = false;
-        for part in self.settings.key.iter() {
-            let glued = matches!(part, CacheKeyPart::Query) && after_path;
-            let text = match part {
-                CacheKeyPart::Method => "GET",
-                CacheKeyPart::Host => host,
-                CacheKeyPart::Path => path,
-                CacheKeyPart::Query => match query {
-                    Some(q) => {
-                        if !glued && k.len() > start {
-                            k.push(' ');
-                        }
-                        k.push('?');
-                        k.push_str(q);
-                        continue;
-                    }
-                    None => continue,
-                },
-                CacheKeyPart::Header(_) | CacheKeyPart::Cookie(_) => continue,
-            };
-            after_path = matches!(part, CacheKeyPart::Path);
-            if k.len() > start {
-                k.push(' ');
-            }
-            k.push_str(text);
+        let mut k = String::with_capacity(ns.len() + host.len() + target.len() + 16);
+        for part in [ns, "\nGET ", scheme, " ", host, " ", target] {
+            k.push_str(part);
         }
         k
     }
@@ -410,15 +416,9 @@ impl Cache {
     }
 
     /// A method the cache does not answer: forwarded; an unsafe one that succeeds
-    /// invalidates what is stored for its URI and the URIs its `Location` and
-    /// `Content-Location` name on the same host (RFC 9111 §4.4).
-    async fn pass<F, Fut>(
-        &self,
-        req: Request<Body>,
-        host: &str,
-        path: &str,
-        fetch: F,
-    ) -> Response<Body>
+    /// invalidates what is stored for its target and the targets its `Location` and
+    /// `Content-Location` name on the same host (RFC 9111 §4.4), over either scheme.
+    async fn pass<F, Fut>(&self, req: Request<Body>, host: &str, fetch: F) -> Response<Body>
     where
         F: FnOnce(Request<Body>) -> Fut,
         Fut: Future<Output = Response<Body>>,
@@ -428,20 +428,17 @@ impl Cache {
             Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
         );
         let is_method = req.method() != Method::GET && req.method() != Method::HEAD;
-        let target = unsafe_method.then(|| self.base_key(host, path, req.uri().query()));
+        let target = unsafe_method.then(|| self.target(req.uri()).to_string());
         let resp = fetch(req).await;
         Outcome::Bypass.count();
-        if let Some(base) = target {
+        if let Some(target) = target {
             let s = resp.status();
             if s.is_success() || s.is_redirection() {
-                self.invalidate(&base);
+                self.invalidate(host, &target);
                 for name in [header::LOCATION, header::CONTENT_LOCATION] {
-                    if let Some((p, q)) = resp
-                        .headers()
-                        .get(name)
-                        .and_then(|v| same_host(v, host, self.settings.normalize))
-                    {
-                        self.invalidate(&self.base_key(host, &p, q.as_deref()));
+                    let named = resp.headers().get(name);
+                    if let Some(uri) = named.and_then(|v| same_host(v, host)) {
+                        self.invalidate(host, self.target(&uri));
                     }
                 }
             }
@@ -452,13 +449,17 @@ impl Cache {
         )
     }
 
-    /// Drops what is stored under a base key: every header or cookie variant of it.
-    fn invalidate(&self, base: &str) {
-        if self.keys_have_fields() {
-            let under = format!("{base} ");
-            self.store.purge(|k| k == base || k.starts_with(&under));
-        } else {
-            self.store.remove(base);
+    /// Drops what is stored for `target` on `host` over either scheme: every header or
+    /// cookie variant of it.
+    fn invalidate(&self, host: &str, target: &str) {
+        for scheme in ["http", "https"] {
+            let base = self.base_key(scheme, host, target);
+            if self.keys_have_fields() {
+                let under = format!("{base} ");
+                self.store.purge(|k| k == base || k.starts_with(&under));
+            } else {
+                self.store.remove(&base);
+            }
         }
     }
 
@@ -477,21 +478,13 @@ impl Cache {
         Fut: Future<Output = Response<Body>>,
     {
         let no_store = rdirs.no_store;
-        let mut guard = None;
-        if req.method() == Method::GET && !no_store && !self.settings.lock.is_zero() {
-            match self.store.join(&key) {
-                Flight::Leader(g) => guard = Some(g),
-                Flight::Follower(rx) => {
-                    store::wait(rx, self.settings.lock).await;
-                    let now = SystemTime::now();
-                    if let (Some(obj), _) = self.find(&key, req.headers()) {
-                        if matches!(verdict(&obj, rdirs, now), Verdict::Fresh) {
-                            return fresh_hit(&req, &obj);
-                        }
-                    }
-                }
-            }
-        }
+        let guard = match self
+            .coalesce(req.method(), req.headers(), &key, rdirs, None)
+            .await
+        {
+            Ok(guard) => guard,
+            Err(answered) => return answered,
+        };
         let asked = Asked {
             method: req.method().clone(),
             headers: req.headers().clone(),
@@ -515,12 +508,21 @@ impl Cache {
         key: String,
         obj: Arc<Stored>,
         by_client: bool,
+        rdirs: &RequestDirectives,
         fetch: F,
     ) -> Response<Body>
     where
         F: FnOnce(Request<Body>) -> Fut,
         Fut: Future<Output = Response<Body>>,
     {
+        let asked = (req.method(), req.headers());
+        let guard = match self
+            .coalesce(asked.0, asked.1, &key, rdirs, Some(&obj))
+            .await
+        {
+            Ok(guard) => guard,
+            Err(answered) => return answered,
+        };
         let asked = Asked {
             method: req.method().clone(),
             headers: req.headers().clone(),
@@ -565,7 +567,46 @@ impl Cache {
             );
             return answer(&asked.method, &asked.headers, &obj, stale, Outcome::Stale);
         }
-        self.keep(key, &asked, resp, sent, None, status, true)
+        self.keep(key, &asked, resp, sent, guard, status, true)
+    }
+
+    /// One origin fetch per key at a time (`lock`), for misses and revalidations alike
+    /// (a client's `no-cache` included, DESIGN §18.1): the first request leads and holds
+    /// the guard until what it fetched is stored or found not storable; the others wait
+    /// for it and are answered from what it stored (`Err`), or go themselves when it
+    /// stored nothing newer than `had` in time.
+    async fn coalesce(
+        &self,
+        method: &Method,
+        headers: &HeaderMap,
+        key: &str,
+        rdirs: &RequestDirectives,
+        had: Option<&Arc<Stored>>,
+    ) -> Result<Option<FlightGuard>, Response<Body>> {
+        if method != Method::GET || rdirs.no_store || self.settings.lock.is_zero() {
+            return Ok(None);
+        }
+        let rx = match self.store.join(key) {
+            Flight::Leader(g) => return Ok(Some(g)),
+            Flight::Follower(rx) => rx,
+        };
+        store::wait(rx, self.settings.lock).await;
+        let (Some(obj), _) = self.find(key, headers) else {
+            return Ok(None);
+        };
+        let newer = had.is_none_or(|h| !Arc::ptr_eq(h, &obj));
+        let now = SystemTime::now();
+        let usable = match verdict(&obj, rdirs, now) {
+            Verdict::Fresh => true,
+            // Asked again for this client: what the leader just brought is the
+            // origin's word.
+            Verdict::Revalidate(true) => newer && obj.is_fresh(now),
+            _ => false,
+        };
+        if usable {
+            return Err(answer(method, headers, &obj, Status::hit(), Outcome::Hit));
+        }
+        Ok(None)
     }
 
     /// A stale response inside its `stale-while-revalidate` window: one refresh per key
@@ -747,14 +788,14 @@ impl Cache {
                 pending.commit(b.clone());
                 Body::Full(Some(b))
             }
-            body => Body::Boxed(Box::pin(Tee {
+            body => fill(Tee {
                 inner: body,
                 parts: Vec::new(),
                 len: 0,
                 limit: self.settings.max_object,
                 expected,
                 pending: Some(pending),
-            })),
+            }),
         };
         mark(resp, status)
     }
@@ -1097,23 +1138,33 @@ fn cookie<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 /// The path and query of a `Location` / `Content-Location` on `host` (relative, or
 /// absolute naming the same host).
-/// `normalize` is routing's path normal form (keys hold normalised paths).
-fn same_host(
-    v: &HeaderValue,
-    host: &str,
-    normalize: Normalize,
-) -> Option<(String, Option<String>)> {
+/// The target a `Location` or `Content-Location` names, when it is on `host` (a
+/// relative reference always is).
+fn same_host(v: &HeaderValue, host: &str) -> Option<http::Uri> {
     let uri: http::Uri = v.to_str().ok()?.parse().ok()?;
     if let Some(h) = uri.host() {
-        if !h.eq_ignore_ascii_case(host) {
+        let name = host.rsplit_once(':').map_or(host, |(n, _)| n);
+        if !h.eq_ignore_ascii_case(name) && !h.eq_ignore_ascii_case(host) {
             return None;
         }
     }
-    let path = normalize(uri.path())?;
-    if !path.starts_with('/') {
-        return None;
-    }
-    Some((path, uri.query().map(str::to_string)))
+    uri.path().starts_with('/').then_some(uri)
+}
+
+/// The `Host` as a key holds it (DESIGN §18.1): the name in lower case without one
+/// trailing dot, the port as sent.
+fn key_host(host: &str) -> String {
+    let split = match host.strip_prefix('[') {
+        Some(rest) => rest.find(']').map(|i| i + 2),
+        None => host.find(':'),
+    };
+    let (name, port) = host.split_at(split.unwrap_or(host.len()));
+    let name = name.strip_suffix('.').unwrap_or(name);
+    let mut k = String::with_capacity(host.len());
+    k.push_str(name);
+    k.make_ascii_lowercase();
+    k.push_str(port);
+    k
 }
 
 /// A response on its way into the store once its body has passed whole.
@@ -1148,7 +1199,7 @@ impl Pending {
     }
 }
 
-/// A body passed to the client as it comes and kept, up to `limit` bytes, for the
+/// An origin's body on its way to the client and, up to `limit` bytes, into the
 /// store; stored when it ends whole, dropped when it breaks off or grows too large.
 struct Tee {
     inner: Body,
@@ -1167,9 +1218,112 @@ impl Tee {
             p.commit(concat(std::mem::take(&mut self.parts), self.len));
         }
     }
+
+    /// Keeps a frame's data for the store while it still fits.
+    fn keep(&mut self, frame: &Frame<Bytes>) {
+        let Some(data) = frame.data_ref().filter(|_| self.pending.is_some()) else {
+            return;
+        };
+        self.len += data.len() as u64;
+        if self.len > self.limit {
+            self.pending = None;
+            self.parts = Vec::new();
+        } else {
+            self.parts.push(data.clone());
+            if Some(self.len) == self.expected {
+                self.commit();
+            }
+        }
+    }
 }
 
-impl http_body::Body for Tee {
+/// How far the origin may run ahead of a slow client once its response is no longer
+/// being stored (past `max_object`): from there the client's pace holds again.
+const AHEAD: u64 = 256 * 1024;
+
+/// The bytes read from the origin that the client has not taken yet.
+#[derive(Default)]
+struct Window {
+    unread: std::sync::atomic::AtomicU64,
+    taken: tokio::sync::Notify,
+}
+
+type Frames = tokio::sync::mpsc::UnboundedSender<Result<Frame<Bytes>, BodyError>>;
+
+impl Window {
+    /// Waits until the client is within [`AHEAD`] bytes; `false` when it went away.
+    async fn room(&self, tx: &Frames) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        loop {
+            let taken = self.taken.notified();
+            if tx.is_closed() {
+                return false;
+            }
+            if self.unread.load(Relaxed) <= AHEAD {
+                return true;
+            }
+            tokio::select! {
+                _ = taken => {}
+                _ = tx.closed() => return false,
+            }
+        }
+    }
+}
+
+/// The body the client reads while a task of its own reads the origin at the
+/// origin's pace into the store (DESIGN §18.1): a slow first reader never holds the
+/// requests waiting for the store, and a client that leaves does not stop the fill.
+/// Memory stays bounded: what is buffered for the client is what is being stored (at
+/// most `max_object`), or [`AHEAD`] once the response is too large to store.
+fn fill(tee: Tee) -> Body {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let window = Arc::new(Window::default());
+    let left = http_body::Body::size_hint(&tee.inner).exact();
+    tokio::spawn(fill_from_origin(tee, tx, window.clone()));
+    Body::Boxed(Box::pin(Filled { rx, window, left }))
+}
+
+async fn fill_from_origin(mut tee: Tee, tx: Frames, window: Arc<Window>) {
+    use http_body_util::BodyExt;
+    loop {
+        if tee.pending.is_none() && !window.room(&tx).await {
+            return;
+        }
+        match tee.inner.frame().await {
+            Some(Ok(frame)) => {
+                tee.keep(&frame);
+                if let Some(d) = frame.data_ref() {
+                    let n = d.len() as u64;
+                    window
+                        .unread
+                        .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                }
+                if tx.send(Ok(frame)).is_err() && tee.pending.is_none() {
+                    return;
+                }
+            }
+            Some(Err(e)) => {
+                tee.pending = None;
+                let _ = tx.send(Err(e));
+                return;
+            }
+            None => {
+                tee.commit();
+                return;
+            }
+        }
+    }
+}
+
+/// The client's side of [`fill`].
+struct Filled {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Result<Frame<Bytes>, BodyError>>,
+    window: Arc<Window>,
+    /// Bytes still to come, when the origin declared its length.
+    left: Option<u64>,
+}
+
+impl http_body::Body for Filled {
     type Data = Bytes;
     type Error = BodyError;
 
@@ -1178,35 +1332,29 @@ impl http_body::Body for Tee {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        let polled = std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx));
-        match &polled {
-            Some(Ok(frame)) => {
-                if let (Some(data), true) = (frame.data_ref(), this.pending.is_some()) {
-                    this.len += data.len() as u64;
-                    if this.len > this.limit {
-                        this.pending = None;
-                        this.parts = Vec::new();
-                    } else {
-                        this.parts.push(data.clone());
-                        if Some(this.len) == this.expected {
-                            this.commit();
-                        }
-                    }
-                }
+        let polled = std::task::ready!(this.rx.poll_recv(cx));
+        if let Some(Ok(data)) = polled.as_ref().map(|f| f.as_ref().map(Frame::data_ref)) {
+            if let Some(d) = data {
+                let n = d.len() as u64;
+                this.window
+                    .unread
+                    .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+                this.window.taken.notify_one();
+                this.left = this.left.map(|l| l.saturating_sub(n));
             }
-            Some(Err(_)) => this.pending = None,
-            None => this.commit(),
         }
         Poll::Ready(polled)
     }
 
     fn is_end_stream(&self) -> bool {
-        // Reported only once the end has been read, so the store sees it.
         false
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        match self.left {
+            Some(n) => http_body::SizeHint::with_exact(n),
+            None => http_body::SizeHint::default(),
+        }
     }
 }
 

@@ -65,26 +65,49 @@ impl Purge {
         Some((p, from))
     }
 
-    /// Keys are stored as `NAMESPACE\nKEY`; a purge names the part after the newline.
+    /// Keys are stored as `NAMESPACE\nGET SCHEME HOST TARGET[ FIELDS]`; a purge names
+    /// the part after the newline, with or without the scheme and the Host's port
+    /// (`GET app.test /x` purges `/x` over both schemes and any port).
     fn apply(&self, store: &Store) -> u64 {
-        let visible = |k: &str| k.split_once('\n').map_or(k, |(_, v)| v).to_string();
         match self {
             Purge::Key(key) => {
                 let with_fields = format!("{key} ");
-                store.purge(|k| {
-                    let v = visible(k);
-                    v == *key || v.starts_with(&with_fields)
-                })
+                store.purge(|k| spellings(k).any(|v| v == *key || v.starts_with(&with_fields)))
             }
             Purge::Prefix(p) => store.purge(|k| {
-                let v = visible(k);
-                v.starts_with(p.as_str())
-                    || v.split_once(' ')
-                        .is_some_and(|(_, rest)| rest.starts_with(p.as_str()))
+                spellings(k).any(|v| {
+                    v.starts_with(p.as_str())
+                        || v.split_once(' ')
+                            .is_some_and(|(_, rest)| rest.starts_with(p.as_str()))
+                })
             }),
             Purge::All => store.purge(|_| true),
         }
     }
+}
+
+/// The ways a purge may name a stored key: as stored, without its scheme, and both
+/// without the Host's port.
+fn spellings(stored: &str) -> impl Iterator<Item = String> + '_ {
+    let visible = stored.split_once('\n').map_or(stored, |(_, v)| v);
+    let mut words = visible.splitn(4, ' ');
+    let (method, scheme, host, rest) = (
+        words.next().unwrap_or(""),
+        words.next().unwrap_or(""),
+        words.next().unwrap_or(""),
+        words.next().unwrap_or(""),
+    );
+    let name = match host.rfind(':') {
+        Some(i) if !host[i..].contains(']') => &host[..i],
+        _ => host,
+    };
+    [
+        format!("{method} {scheme} {host} {rest}"),
+        format!("{method} {host} {rest}"),
+        format!("{method} {scheme} {name} {rest}"),
+        format!("{method} {name} {rest}"),
+    ]
+    .into_iter()
 }
 
 /// Applies `what` to every store; how many objects went.
@@ -218,4 +241,35 @@ fn apply(msg: &redis::Msg, stores: &ArcSwap<Vec<Arc<Store>>>) {
     }
     let n = purge(stores.load().iter(), &what);
     tracing::info!("sluice: cache: purged {n} objects ({what}) published by another instance");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_purge_names_a_key_with_or_without_its_scheme_and_port() {
+        let stored = "route\nGET https app.test:8443 /x?a=1 accept-language=en";
+        let named = |key: &str| {
+            let with_fields = format!("{key} ");
+            spellings(stored).any(|v| v == key || v.starts_with(&with_fields))
+        };
+        for key in [
+            "GET https app.test:8443 /x?a=1",
+            "GET app.test:8443 /x?a=1",
+            "GET https app.test /x?a=1",
+            "GET app.test /x?a=1",
+            "GET app.test /x?a=1 accept-language=en",
+        ] {
+            assert!(named(key), "{key}");
+        }
+        for key in [
+            "GET http app.test:8443 /x?a=1",
+            "GET app.test:80 /x?a=1",
+            "GET app.test /x",
+            "GET other.test /x?a=1",
+        ] {
+            assert!(!named(key), "{key}");
+        }
+    }
 }

@@ -1,7 +1,12 @@
 //! Where stored responses live: a memory store, least recently used out first by
 //! bytes. Sharded by key so that hits on different keys never wait on one lock; the
-//! byte total is one counter, and an insert that passes it evicts from its own shard
-//! first, then from the others.
+//! byte total is one counter. Every use stamps its key from one clock, so eviction
+//! goes by the whole store's recency: the least recently used key of all is the
+//! oldest of the shards' least recently used ones (DESIGN §18.1).
+//!
+//! What an object costs counts everything it keeps in memory: its key (a query
+//! string can be long), its fields, the request values of its `Vary` fields and its
+//! body (unless on disk), so distinct keys cannot grow memory past the store's size.
 //!
 //! Each key holds the variants of one URI (one per set of `Vary` values). The store
 //! also keeps the fetches in flight per key (`lock`): one leader fetches, followers
@@ -26,7 +31,7 @@ const SHARDS: usize = 16;
 /// stored goes first.
 const MAX_VARIANTS: usize = 32;
 
-/// What a stored object costs besides its body and fields: the key, the bookkeeping.
+/// What a stored object costs besides its key, body and fields: the bookkeeping.
 const OVERHEAD: u64 = 256;
 
 /// A stored body: in memory, or in a disk store's file.
@@ -79,7 +84,12 @@ impl Stored {
             .iter()
             .map(|(n, v)| n.as_str().len() + v.len() + 4)
             .sum();
-        self.body.len() + fields as u64 + OVERHEAD
+        let vary: usize = self
+            .vary
+            .iter()
+            .map(|(n, v)| n.len() + v.as_ref().map_or(0, String::len) + 8)
+            .sum();
+        self.body.len() + (fields + vary) as u64 + OVERHEAD
     }
 
     /// How old it is now.
@@ -104,8 +114,19 @@ impl Stored {
 
 type Variants = Vec<Arc<Stored>>;
 
+/// What a key holds, and when it was last used (the store's clock).
+struct Entry {
+    used: u64,
+    variants: Variants,
+}
+
+/// What keeping `obj` under `key` costs the store.
+fn cost(key: &str, obj: &Stored) -> u64 {
+    obj.size() + key.len() as u64
+}
+
 struct Shard {
-    lru: lru::LruCache<String, Variants>,
+    lru: lru::LruCache<String, Entry>,
     /// Fetches in flight, by key: followers subscribe, the leader's guard drops the
     /// sender when it is done.
     flights: std::collections::HashMap<String, watch::Receiver<()>>,
@@ -122,6 +143,8 @@ pub(crate) struct Store {
     hasher: std::collections::hash_map::RandomState,
     bytes: AtomicU64,
     objects: AtomicU64,
+    /// Stamps each use of a key, for recency across shards.
+    clock: AtomicU64,
 }
 
 /// Who fetches a key: this request (holding the guard until its response is stored
@@ -176,6 +199,7 @@ impl Store {
             hasher: Default::default(),
             bytes: AtomicU64::new(0),
             objects: AtomicU64::new(0),
+            clock: AtomicU64::new(0),
         })
     }
 
@@ -184,7 +208,7 @@ impl Store {
     pub(crate) fn disk(identity: String, dir: &std::path::Path, cap: u64) -> Arc<Store> {
         let mut store = Store::memory(identity, cap);
         Arc::get_mut(&mut store).expect("just made").dir = Some(dir.to_path_buf());
-        if let Err(e) = std::fs::create_dir_all(dir) {
+        if let Err(e) = disk::make_dir(dir) {
             tracing::warn!(
                 "sluice: cache: disk store {}: {e}; objects stay in memory until it can be written",
                 dir.display()
@@ -237,25 +261,36 @@ impl Store {
         self.cap.store(cap, Relaxed);
     }
 
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Relaxed)
+    }
+
     /// The variants stored for `key`, marked as just used.
     pub(crate) fn get(&self, key: &str) -> Option<Variants> {
-        self.shard(key).lru.get(key).cloned()
+        let mut shard = self.shard(key);
+        let entry = shard.lru.get_mut(key)?;
+        entry.used = self.tick();
+        Some(entry.variants.clone())
     }
 
     /// Stores `obj` for `key`, replacing the variant with the same `Vary` values, then
     /// evicts the least recently used until the store fits. A disk store serves a new
     /// body from memory until its file is written (off the worker threads).
     pub(crate) fn put(self: &Arc<Self>, key: &str, obj: Arc<Stored>) {
-        let size = obj.size();
+        let size = cost(key, &obj);
         if size > self.cap() {
             return;
         }
-        let i = self.index(key);
         {
-            let mut shard = lock(&self.shards[i]);
-            let variants = shard.lru.get_or_insert_mut(key.to_string(), Vec::new);
+            let mut shard = self.shard(key);
+            let entry = shard.lru.get_or_insert_mut(key.to_string(), || Entry {
+                used: 0,
+                variants: Vec::new(),
+            });
+            entry.used = self.tick();
+            let variants = &mut entry.variants;
             if let Some(old) = variants.iter_mut().find(|v| v.vary == obj.vary) {
-                self.forget(old.size(), 1);
+                self.forget(cost(key, old), 1);
                 if !old.body.same_file(&obj.body) {
                     unlink(old);
                 }
@@ -263,7 +298,7 @@ impl Store {
             } else {
                 if variants.len() >= MAX_VARIANTS {
                     let oldest = variants.remove(0);
-                    self.forget(oldest.size(), 1);
+                    self.forget(cost(key, &oldest), 1);
                     unlink(&oldest);
                 }
                 variants.push(obj.clone());
@@ -271,7 +306,7 @@ impl Store {
             self.bytes.fetch_add(size, Relaxed);
             self.objects.fetch_add(1, Relaxed);
         }
-        self.evict(i, key);
+        self.evict(key);
         if let (Some(dir), Held::Memory(_)) = (&self.dir, &obj.body) {
             let (store, dir, key) = (self.clone(), dir.clone(), key.to_string());
             let write = move || match disk::write(&dir, &key, &obj) {
@@ -296,11 +331,11 @@ impl Store {
         let Some(slot) = shard
             .lru
             .get_mut(key)
-            .and_then(|vs| vs.iter_mut().find(|v| Arc::ptr_eq(v, old)))
+            .and_then(|e| e.variants.iter_mut().find(|v| Arc::ptr_eq(v, old)))
         else {
             return;
         };
-        let (before, after) = (old.size(), new.size());
+        let (before, after) = (cost(key, old), cost(key, &new));
         *slot = new;
         drop(shard);
         self.forget(before, 0);
@@ -314,7 +349,7 @@ impl Store {
         let slot = shard
             .lru
             .peek_mut(key)
-            .and_then(|vs| vs.iter_mut().find(|v| Arc::ptr_eq(v, obj)));
+            .and_then(|e| e.variants.iter_mut().find(|v| Arc::ptr_eq(v, obj)));
         match slot {
             Some(v) => {
                 let mut on_disk = (**v).clone();
@@ -332,23 +367,30 @@ impl Store {
         self.objects.fetch_sub(objects, Relaxed);
     }
 
-    /// Drops least recently used keys, from `key`'s shard first (never `key` itself,
-    /// just stored), then from the others, while the store is over its size. Each
-    /// shard's order is exact; across shards it is an approximation.
-    fn evict(&self, first: usize, key: &str) {
-        for k in 0..SHARDS {
-            if self.bytes() <= self.cap() {
-                return;
+    /// Drops the least recently used key of the whole store (never `key`, just
+    /// stored) while the store is over its size: each shard's order is exact and
+    /// every use is stamped from one clock, so the oldest of the shards' oldest is
+    /// the store's.
+    fn evict(&self, key: &str) {
+        while self.bytes() > self.cap() {
+            let oldest = self
+                .shards
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| {
+                    let shard = lock(s);
+                    let (k, e) = shard.lru.peek_lru()?;
+                    (k != key).then_some((e.used, i))
+                })
+                .min();
+            let Some((used, i)) = oldest else { return };
+            let mut shard = lock(&self.shards[i]);
+            // Used again since it was looked at: look again.
+            if shard.lru.peek_lru().is_none_or(|(_, e)| e.used != used) {
+                continue;
             }
-            let mut shard = lock(&self.shards[(first + k) % SHARDS]);
-            while self.bytes() > self.cap() {
-                if shard.lru.peek_lru().is_none_or(|(k, _)| k == key) {
-                    break;
-                }
-                let Some((_, variants)) = shard.lru.pop_lru() else {
-                    break;
-                };
-                self.dropped(&variants);
+            if let Some((k, e)) = shard.lru.pop_lru() {
+                self.dropped(&k, &e.variants);
             }
         }
     }
@@ -356,14 +398,14 @@ impl Store {
     /// Removes `key` (every variant); how many objects went.
     pub(crate) fn remove(&self, key: &str) -> u64 {
         match self.shard(key).lru.pop(key) {
-            Some(variants) => self.dropped(&variants),
+            Some(e) => self.dropped(key, &e.variants),
             None => 0,
         }
     }
 
-    fn dropped(&self, variants: &Variants) -> u64 {
+    fn dropped(&self, key: &str, variants: &Variants) -> u64 {
         variants.iter().for_each(|v| unlink(v));
-        let bytes = variants.iter().map(|v| v.size()).sum();
+        let bytes = variants.iter().map(|v| cost(key, v)).sum();
         self.forget(bytes, variants.len() as u64);
         variants.len() as u64
     }
@@ -380,8 +422,8 @@ impl Store {
                 .map(|(k, _)| k.clone())
                 .collect();
             for k in doomed {
-                if let Some(v) = shard.lru.pop(&k) {
-                    purged += self.dropped(&v);
+                if let Some(e) = shard.lru.pop(&k) {
+                    purged += self.dropped(&k, &e.variants);
                 }
             }
         }
@@ -456,19 +498,34 @@ mod tests {
             assert!(store.bytes() <= store.capacity());
             assert!(store.objects() <= 4);
         }
-        // Within one key's shard the order is exact: touched survives untouched.
-        let one = Store::memory("memory".into(), 2 * (1000 + OVERHEAD));
-        let keys: Vec<String> = (0..1000)
-            .map(|k| format!("GET h /{k}"))
-            .filter(|k| one.index(k) == one.index("GET h /0"))
-            .take(3)
-            .collect();
-        one.put(&keys[0], object(1000, "a"));
-        one.put(&keys[1], object(1000, "a"));
-        assert!(one.get(&keys[0]).is_some());
-        one.put(&keys[2], object(1000, "a"));
-        assert!(one.get(&keys[0]).is_some(), "recently used");
-        assert!(one.get(&keys[1]).is_none(), "least recently used");
+        // The order is the whole store's, whichever shards the keys fall in.
+        for round in 0..50 {
+            let one = Store::memory("memory".into(), 2 * (1000 + OVERHEAD + 40));
+            let keys: Vec<String> = (0..3).map(|k| format!("GET h /{round}-{k}")).collect();
+            one.put(&keys[0], object(1000, "a"));
+            one.put(&keys[1], object(1000, "a"));
+            assert!(one.get(&keys[0]).is_some());
+            one.put(&keys[2], object(1000, "a"));
+            assert!(one.get(&keys[0]).is_some(), "{round}: recently used");
+            assert!(one.get(&keys[1]).is_none(), "{round}: least recently used");
+        }
+    }
+
+    #[test]
+    fn keys_and_vary_values_count_in_the_store_size() {
+        let store = Store::memory("memory".into(), 1 << 20);
+        let long = format!("GET h /?q={}", "x".repeat(4000));
+        store.put(&long, object(10, "a"));
+        assert!(
+            store.bytes() >= 4000 + 10,
+            "a long key counts: {} bytes",
+            store.bytes()
+        );
+        let before = store.bytes();
+        store.put(&long, object(10, &"v".repeat(3000)));
+        assert!(store.bytes() >= before + 3000 + 4000, "a vary value counts");
+        store.remove(&long);
+        assert_eq!((store.objects(), store.bytes()), (0, 0));
     }
 
     #[test]

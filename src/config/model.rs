@@ -506,6 +506,8 @@ pub struct CacheConfig {
     /// How long concurrent misses of one key wait for the one fetching it.
     pub lock: std::time::Duration,
     pub mode: CacheMode,
+    /// A client's `no-cache` / `max-age` asks the origin (`off`: ignored, as a CDN).
+    pub client_revalidate: bool,
     /// `redis://HOST:PORT[/DB]`: purges are published to every instance.
     pub purge_store: Option<String>,
     pub span: Span,

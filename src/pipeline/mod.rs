@@ -236,12 +236,6 @@ fn run<'a>(
         } else {
             client.addr.ip()
         };
-        // A cache keys on the path the client asked for, before `strip`/`rewrite`.
-        let asked_path = route.cache.as_ref().map(|_| {
-            normalized
-                .clone()
-                .unwrap_or_else(|| req.uri().path().to_owned())
-        });
         let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
         cx.client_cert = tls_client.is_some_and(|t| t.cert.is_some());
         let asked = Asked::of(route, req);
@@ -265,12 +259,7 @@ fn run<'a>(
                         call_handler(gen, route, req, client, &cx, slots, offer, received).await
                     }
                     Some(cache) => {
-                        let at = Place {
-                            gen,
-                            site,
-                            route,
-                            asked_path: asked_path.as_deref().unwrap_or("/"),
-                        };
+                        let at = Place { gen, site, route };
                         Box::pin(cached(at, cache, req, client, &cx, slots, offer, received)).await
                     }
                 };
@@ -775,8 +764,6 @@ struct Place<'g> {
     gen: &'g Arc<Generation>,
     site: &'g Site,
     route: &'g Route,
-    /// The normalised path the client asked for.
-    asked_path: &'g str,
 }
 
 /// The handler behind the route's cache.
@@ -791,7 +778,9 @@ async fn cached(
     offer: Offer,
     received: Option<PathAndQuery>,
 ) -> Response<Body> {
-    let host = normalize_host(host_of(req)).into_owned();
+    // The cache keys on the request as forwarded: the Host as sent, the target after
+    // `strip`/`rewrite` (now in `req`).
+    let host = host_of(req).to_owned();
     let path = cx.path(req).to_string();
     let fetch = |mut req: Request<Body>| async move {
         call_handler(
@@ -801,7 +790,13 @@ async fn cached(
     };
     let refresh = |req| refresh(at, req, client.clone(), path.clone(), cx.client_ip);
     cache
-        .serve(take_request(req), &host, at.asked_path, fetch, refresh)
+        .serve(
+            take_request(req),
+            client.scheme.as_str(),
+            &host,
+            fetch,
+            refresh,
+        )
         .await
 }
 

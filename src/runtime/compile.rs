@@ -280,12 +280,7 @@ impl Shared<'_> {
             1 => route.to_string(),
             k => format!("{route}#{k}"),
         };
-        let normalize = |p: &str| {
-            crate::route::path::normalize(p)
-                .ok()
-                .map(|p| p.into_owned())
-        };
-        crate::cache::Cache::new(c, store, normalize, namespace)
+        crate::cache::Cache::new(c, store, namespace)
     }
 
     /// The identity of a pool named `name`, told apart from this generation's other

@@ -17,7 +17,8 @@ const DEFAULT_MAX_OBJECT: u64 = 8 << 20;
 
 impl Builder {
     /// `cache [{ store …; max_object SIZE; key PART...; heuristic on|off; default_ttl D;
-    /// stale_while_revalidate D; stale_if_error D; lock D; mode M; purge_store URL }]`.
+    /// stale_while_revalidate D; stale_if_error D; lock D; mode M; client_revalidate on|off;
+    /// purge_store URL }]`.
     pub(super) fn cache(&mut self, d: &Directive) -> Res<CacheConfig> {
         if let Some(w) = d.args.first() {
             return Err(extra(
@@ -40,6 +41,7 @@ impl Builder {
             stale_if_error: Duration::ZERO,
             lock: Duration::from_secs(5),
             mode: CacheMode::Normal,
+            client_revalidate: true,
             purge_store: None,
             span: d.span(),
         };
@@ -95,6 +97,7 @@ impl Builder {
             }
             "key" => c.key = cache_key(item)?,
             "heuristic" => c.heuristic = on_off(item)?,
+            "client_revalidate" => c.client_revalidate = on_off(item)?,
             "default_ttl" => c.default_ttl = duration(one_arg(item, "default_ttl DURATION")?)?,
             "stale_while_revalidate" => {
                 c.stale_while_revalidate =
@@ -236,10 +239,20 @@ fn cache_key(d: &Directive) -> Res<Vec<CacheKeyPart>> {
         }
         parts.push(part);
     }
-    if !parts.contains(&CacheKeyPart::Path) {
-        return Err(missing(d, USAGE, "key method host path query").with_hint(
-            "a key without `path` would answer every URL with one response; keep `path` in it",
-        ));
+    for (part, name) in [
+        (CacheKeyPart::Method, "method"),
+        (CacheKeyPart::Host, "host"),
+        (CacheKeyPart::Path, "path"),
+    ] {
+        if !parts.contains(&part) {
+            return Err(
+                missing(d, USAGE, "key method host path query").with_hint(format!(
+                    "a key always holds the method, scheme, host and path the backend sees \
+                 (two requests it would answer differently must never share a response); \
+                 list `{name}` in it. Only `query` may be left out"
+                )),
+            );
+        }
     }
     Ok(parts)
 }

@@ -87,6 +87,7 @@ impl Place {
                 "stale_if_error",
                 "lock",
                 "mode",
+                "client_revalidate",
                 "purge_store",
             ],
             Place::Acme => &[
