@@ -1163,8 +1163,13 @@ async fn forward_auth_asks_a_service_for_every_request() {
         ("Authorization", "Bearer good"),
         ("Cookie", "c=1"),
         ("X-User", "forged"),
+        ("X_User", "forged"),
+        ("x_uSER", "forged"),
         ("X-Missing", "forged"),
+        ("X_Missing", "forged"),
         ("X-Forwarded-Uri", "/forged"),
+        ("X_Forwarded_Uri", "/forged"),
+        ("X_Forwarded_Method", "forged"),
     ];
     let r = req(&s, "GET", "/app/x?y=1", &good).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -1175,7 +1180,17 @@ async fn forward_auth_asks_a_service_for_every_request() {
         "{at_backend}"
     );
     assert!(!at_backend.contains("x-missing"), "{at_backend}");
+    for spelling in ["x_user:", "x-user: forged", "x_missing:"] {
+        assert!(
+            !at_backend.contains(spelling),
+            "no spelling of a copied field passes beside it: {at_backend}"
+        );
+    }
     let asked = seen.lock().unwrap().clone();
+    assert!(
+        !asked.contains("forged"),
+        "the service never sees a spelling of the fields sluice sets: {asked}"
+    );
     assert!(asked.starts_with("GET /check?app=1\n"), "{asked}");
     for line in [
         "x-forwarded-method: GET\n",

@@ -361,7 +361,8 @@ async fn tracing_on_sends_a_traceparent_continuing_a_valid_one() {
 
 /// Every spelling of a client-address or URL-override field — underscores for dashes,
 /// any case, the lesser-known names — is dropped from an untrusted client and kept from
-/// a trusted one; over HTTP/1.1 and HTTP/2 fronts alike.
+/// a trusted one, but for the `_` spellings of the fields sluice sets itself (DESIGN
+/// §18.2); over HTTP/1.1 and HTTP/2 fronts alike.
 #[tokio::test]
 async fn every_spelling_of_a_forwarding_field_is_scrubbed_unless_trusted() {
     let spoofs = [
@@ -376,7 +377,15 @@ async fn every_spelling_of_a_forwarding_field_is_scrubbed_unless_trusted() {
         ("True_Client_IP", "6.6.6.6"),
         ("CF-Connecting_IP", "6.6.6.6"),
         ("X-Forwarded_Host", "evil.example"),
+        ("X-Forwarded-Port", "6666"),
+        ("X_Forwarded_Prefix", "/evil"),
+        ("X-Forwarded-Scheme", "https"),
+        ("x_forwarded_ssl", "on"),
+        ("X-Original-Forwarded-For", "6.6.6.6"),
+        ("Front-End_Https", "on"),
     ];
+    // sluice sets these for a trusted client too: their `_` spellings never pass.
+    let set_by_sluice = ["X_Forwarded_For", "X-Forwarded_Host"];
     let b = Backend::echo_head().await;
     for trusted in [false, true] {
         let trust = if trusted {
@@ -411,13 +420,73 @@ async fn every_spelling_of_a_forwarding_field_is_scrubbed_unless_trusted() {
                 let line = format!("{}: {}\n", k.to_ascii_lowercase(), v.to_ascii_lowercase());
                 assert_eq!(
                     text.contains(&line),
-                    trusted,
+                    trusted && !set_by_sluice.contains(&k),
                     "{front} front, trusted {trusted}: `{k}` reaching the backend: {text}"
                 );
             }
         }
         assert!(text.contains("x-kept: yes\n"), "other fields pass: {text}");
     }
+}
+
+/// Every field sluice sets on a request (`header_up` with a fixed or an identity value,
+/// the forwarding fields, `X-Sluice-*`), sent by a client in every `_` and case
+/// spelling, over each front: the backend sees sluice's value alone (DESIGN §18.2).
+#[tokio::test]
+async fn no_spelling_of_a_field_sluice_sets_reaches_the_backend() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!(
+        "site * {{
+            proxy {} {{
+                header_up Remote-User alice
+                header_up X-Client-Subject {{client_ip}}
+                header_up -X-Api-Secret
+            }}
+        }}",
+        b.addr
+    ));
+    let fields = [
+        "Remote-User",
+        "X-Client-Subject",
+        "X-Api-Secret",
+        "X-Forwarded-For",
+        "X-Forwarded-Proto",
+        "X-Forwarded-Host",
+        "X-Sluice-Peer",
+    ];
+    let spell = |name: &str| {
+        [
+            name.replace('-', "_"),
+            name.to_ascii_uppercase().replace('-', "_"),
+            name.to_ascii_lowercase().replacen('-', "_", 1),
+        ]
+    };
+    for name in fields {
+        for spelling in spell(name) {
+            let h1 = request(s.addr, "GET", "/p", &[(spelling.as_str(), "forged")], b"").await;
+            let h2 = {
+                let (mut send, _conn) = h2c(s.addr).await;
+                let req = Request::builder()
+                    .uri("http://app.example/p")
+                    .header(spelling.as_str(), "forged")
+                    .body(http_body_util::Empty::<bytes::Bytes>::new())
+                    .unwrap();
+                let resp = send.send_request(req).await.unwrap();
+                use http_body_util::BodyExt;
+                let body = resp.into_body().collect().await.unwrap().to_bytes();
+                String::from_utf8_lossy(&body).into_owned()
+            };
+            for (front, text) in [("h1", h1.text()), ("h2", h2)] {
+                assert!(
+                    !text.contains("forged"),
+                    "{front}: `{spelling}` passed beside the `{name}` sluice sets: {text}"
+                );
+            }
+        }
+    }
+    let r = get(s.addr, "/p").await.text();
+    assert!(r.contains("remote-user: alice\n"), "{r}");
+    assert!(r.contains("x-client-subject: 127.0.0.1\n"), "{r}");
 }
 
 /// An HTTP/2 client sends each cookie as its own field; an HTTP/1.1 backend gets them

@@ -70,6 +70,8 @@ async fn paths_that_cannot_be_normalised_are_400() {
         "/%2e%2e/etc",
         "/a%00b",
         "/a%zzb",
+        "/\\evil.example",
+        "/public/a\\b",
     ] {
         let r = raw_get(&s, target, "a.test").await;
         assert_eq!(r.status, 400, "{target} answered {}", r.text());

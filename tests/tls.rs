@@ -397,7 +397,11 @@ async fn client_certificates_are_verified_per_site() {
     let later = time::OffsetDateTime::now_utc() + time::Duration::days(30);
     let alice = clients.client_leaf(
         "alice",
-        &["alice.example", "email:alice@example.com"],
+        &[
+            "alice.example",
+            "email:alice@example.com",
+            "x\\y.test,admin.test",
+        ],
         11,
         later,
     );
@@ -447,8 +451,11 @@ async fn client_certificates_are_verified_per_site() {
         assert_eq!(r.status, 200, "{site}");
         assert_eq!(
             r.text(),
-            // RFC 4514 reverses the DER order (rcgen writes CN, then O).
-            format!("{site}|O=Example,CN=alice|alice.example,alice@example.com|{fp}")
+            // RFC 4514 reverses the DER order (rcgen writes CN, then O). A `,` or `\`
+            // inside a SAN entry is escaped: one name never reads as two.
+            format!(
+                "{site}|O=Example,CN=alice|alice.example, alice@example.com, x\\\\y.test\\,admin.test|{fp}"
+            )
         );
         assert_eq!(r.header("x-cert"), Some("yes"));
         for (who, bad) in [

@@ -28,7 +28,7 @@ pub enum Placeholder {
     Method,
     /// The verified client certificate's subject (RFC 4514); empty without one.
     TlsClientSubject,
-    /// Its subject alternative names, comma-separated.
+    /// Its subject alternative names, joined by `, ` (a `,` or `\` in one escaped).
     TlsClientSan,
     /// SHA-256 of its DER, lower-case hex.
     TlsClientFingerprint,
@@ -293,6 +293,13 @@ impl HeaderOp {
 
     pub fn has_placeholders(&self) -> bool {
         matches!(self, HeaderOp::Set(_, HeaderTemplate::Render(_)))
+    }
+
+    /// The field the line sets or removes.
+    pub fn name(&self) -> &HeaderName {
+        match self {
+            HeaderOp::Set(n, _) | HeaderOp::Remove(n) => n,
+        }
     }
 
     /// Applies the line. A rendered value that cannot be a header value (a control

@@ -21,7 +21,9 @@ pub(crate) struct PeerIdentity {
     /// RFC 4514, most specific first (`CN=alice,O=Example`); bytes outside printable
     /// ASCII as `\XX`.
     pub subject: String,
-    /// DNS names, e-mail addresses, URIs and IP addresses, comma-separated.
+    /// DNS names, e-mail addresses, URIs and IP addresses, joined by `, `; a `,` or `\`
+    /// inside an entry is written `\,` / `\\` (DESIGN §18.2), so one name can never
+    /// read as two.
     pub san: String,
     /// SHA-256 of the DER, lower-case hex.
     pub fingerprint: String,
@@ -47,15 +49,34 @@ impl PeerIdentity {
             .get::<SubjectAltName>()
             .ok()
             .flatten()
-            .map(|(_, names)| names.0.iter().filter_map(general_name).collect::<Vec<_>>())
+            .map(|(_, names)| {
+                names
+                    .0
+                    .iter()
+                    .filter_map(general_name)
+                    .map(|n| ascii(&escape_entry(&n)))
+                    .collect::<Vec<_>>()
+            })
             .unwrap_or_default()
-            .join(",");
+            .join(", ");
         PeerIdentity {
             subject: ascii(&tbs.subject.to_string()),
-            san: ascii(&san),
+            san,
             fingerprint,
         }
     }
+}
+
+/// One SAN entry with its `\` and `,` escaped, so the list splits where it was joined.
+fn escape_entry(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c == '\\' || c == ',' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// `s` with every byte outside printable ASCII written `\XX` (RFC 4514's hex escape),

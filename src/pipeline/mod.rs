@@ -381,6 +381,7 @@ async fn request_phase(
 ) -> (u128, Option<Response<Body>>) {
     // `forward_auth`'s `copy_headers` come from the auth service only.
     for name in route.auth_headers.iter() {
+        crate::proxy::remove_spellings(req.headers_mut(), name);
         req.headers_mut().remove(name);
     }
     let mut ran: u128 = 0;
@@ -506,6 +507,7 @@ async fn stage(
         Step::Amend(fields) => {
             let h = req.headers_mut();
             for (name, values) in fields {
+                crate::proxy::remove_spellings(h, &name);
                 h.remove(&name);
                 for v in values {
                     h.append(name.clone(), v);

@@ -56,6 +56,8 @@ impl ForwardAuth {
         h.clone_from(req.headers());
         h.remove(header::CONTENT_LENGTH);
         h.remove(header::TRANSFER_ENCODING);
+        super::remove_spellings(h, &X_FORWARDED_METHOD);
+        super::remove_spellings(h, &X_FORWARDED_URI);
         h.insert(
             X_FORWARDED_METHOD.clone(),
             HeaderValue::from_str(req.method().as_str()).expect("a method is a header value"),

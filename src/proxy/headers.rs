@@ -41,12 +41,18 @@ fn hop_by_hop(k: &HeaderName) -> Option<usize> {
 }
 
 /// Fields that carry a client's address or override the URL, dropped from a client
-/// outside `trust`: the forwarding fields, the other client-address spellings some
-/// frameworks believe, and the URL overrides some servers route by.
-const FORWARDING: [&[u8]; 12] = [
+/// outside `trust`: the forwarding fields, the other client-address and scheme
+/// spellings some frameworks believe, and the URL overrides some servers route by.
+const FORWARDING: [&[u8]; 18] = [
     b"x-forwarded-for",
     b"x-forwarded-proto",
     b"x-forwarded-host",
+    b"x-forwarded-port",
+    b"x-forwarded-prefix",
+    b"x-forwarded-scheme",
+    b"x-forwarded-ssl",
+    b"x-original-forwarded-for",
+    b"front-end-https",
     b"forwarded",
     b"x-real-ip",
     b"true-client-ip",
@@ -62,13 +68,39 @@ const FORWARDING: [&[u8]; 12] = [
 /// some frameworks fold the two, so `X_Forwarded_For` would pass as the real thing).
 fn is_forwarding(k: &HeaderName) -> bool {
     let k = k.as_str().as_bytes();
-    (9..=19).contains(&k.len())
-        && FORWARDING.iter().any(|n| {
-            n.len() == k.len()
-                && k.iter()
-                    .zip(*n)
-                    .all(|(&a, &b)| a == b || (a == b'_' && b == b'-'))
-        })
+    (9..=24).contains(&k.len()) && FORWARDING.iter().any(|n| same_field(k, n))
+}
+
+/// Whether the lower-case name `k` spells `name` with `_` for any `-`.
+fn same_field(k: &[u8], name: &[u8]) -> bool {
+    k.len() == name.len()
+        && k.iter()
+            .zip(name)
+            .all(|(&a, &b)| a == b || (a == b'_' && b == b'-'))
+}
+
+/// Whether `k` spells `name` with a `_` for a `-`: not the field itself, but one a
+/// backend that folds the two (CGI, WSGI, some frameworks) would take for it.
+fn underscore_spelling(k: &HeaderName, name: &HeaderName) -> bool {
+    k != name && same_field(k.as_str().as_bytes(), name.as_str().as_bytes())
+}
+
+/// Removes the client's fields that spell `name` with `_` for `-` (DESIGN §18.2),
+/// before sluice sets or removes `name` itself: `Remote_User` must not pass beside
+/// the `Remote-User` sluice sets. A name without `-` has no such spelling, and a
+/// head without one pays a scan of its names, no allocation.
+pub(crate) fn remove_spellings(h: &mut HeaderMap, name: &HeaderName) {
+    if !name.as_str().contains('-') || !h.keys().any(|k| underscore_spelling(k, name)) {
+        return;
+    }
+    let doomed: Vec<HeaderName> = h
+        .keys()
+        .filter(|k| underscore_spelling(k, name))
+        .cloned()
+        .collect();
+    for k in doomed {
+        h.remove(k);
+    }
 }
 
 const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -76,8 +108,8 @@ const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Removes hop-by-hop fields, those named in `Connection`, `X-Sluice-*`, (for an
-/// untrusted client) the forwarding fields in any spelling, and (a backend's answer)
-/// `X-Powered-By`. One pass over the names finds what is present; only those are
+/// untrusted client) the forwarding fields in any spelling, (for a trusted one) the
+/// `_` spellings of those sluice sets, and (a backend's answer) `X-Powered-By`. One pass over the names finds what is present; only those are
 /// removed, so a clean head costs no hash lookup at all.
 fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool, answer: bool) {
     const TE_BIT: u32 = 1 << 31;
@@ -91,6 +123,7 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool, answe
         } else {
             extra |= is_sluice(k)
                 || (drop_forwarding && is_forwarding(k))
+                || (!answer && !drop_forwarding && sets_spelling(k))
                 || (answer && is_powered_by(k));
         }
     }
@@ -132,6 +165,7 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool, answe
             .filter(|k| {
                 is_sluice(k)
                     || (drop_forwarding && is_forwarding(k))
+                    || (!answer && !drop_forwarding && sets_spelling(k))
                     || (answer && is_powered_by(k))
             })
             .cloned()
@@ -142,8 +176,15 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool, answe
     }
 }
 
+/// `X-Sluice-*` in any spelling.
 fn is_sluice(k: &HeaderName) -> bool {
-    k.as_str().starts_with("x-sluice-")
+    let k = k.as_str().as_bytes();
+    k.len() > 9 && same_field(&k[..9], b"x-sluice-")
+}
+
+/// A `_` spelling of a forwarding field sluice sets for a trusted client too.
+fn sets_spelling(k: &HeaderName) -> bool {
+    [XFF, XFP, XFH].iter().any(|n| underscore_spelling(k, n))
 }
 
 /// A backend's `X-Powered-By` tells the world its stack and version: dropped
@@ -224,6 +265,9 @@ pub(crate) fn finish_request(
 ) {
     if let (HostMode::Upstream, Some(v)) = (&cfg.host, peer_host) {
         h.insert(header::HOST, v.clone());
+    }
+    for op in cfg.header_up.iter() {
+        remove_spellings(h, op.name());
     }
     apply_all(h, &cfg.header_up, values);
 }

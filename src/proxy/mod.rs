@@ -25,6 +25,7 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 
 pub(crate) use self::body::ResponseBody;
+pub(crate) use self::headers::remove_spellings;
 use self::refusal::{out_of_capacity, peer_or_refusal, BUSY, UNREACHABLE};
 use self::retry::{is_idempotent, retry_sent, retry_to, retry_unreached, Retry};
 use crate::body::Body;

@@ -6,7 +6,7 @@
 //! Percent-encoded unreserved characters are decoded, the hex digits of the other
 //! escapes upper-cased, `.` and `..` segments resolved (RFC 3986 §5.2.4) and runs of
 //! `/` merged. `%2F` and `%5C` stay encoded and are never separators. A `..` above the
-//! root, a NUL or a control character, or a broken escape is refused. A path that is
+//! root, a NUL or a control character, a raw `\`, or a broken escape is refused. A path that is
 //! already normal (nearly every path) is borrowed, not copied.
 
 use std::borrow::Cow;
@@ -28,6 +28,10 @@ pub(crate) enum PathError {
     /// removes `a` or the empty segment, so no rule can be sure what they will see.
     #[error("a `..` segment after an empty segment")]
     Ambiguous,
+    /// RFC 3986 has no raw `\` in a path; browsers and some servers read it as `/`
+    /// (`/\evil.example` in a `Location` is another host to them).
+    #[error("a raw backslash in the path")]
+    Backslash,
 }
 
 /// The normalised form of an origin-form path (no query).
@@ -54,6 +58,7 @@ fn is_normal(b: &[u8]) -> Result<bool, PathError> {
     for (i, &c) in b.iter().enumerate() {
         match c {
             0..=0x1f | 0x7f => return Err(PathError::Control),
+            b'\\' => return Err(PathError::Backslash),
             // Escaped, so one spelling routes however the client wrote it.
             b'%' | 0x80..=0xff => normal = false,
             b'/' => {
@@ -360,6 +365,8 @@ mod tests {
             "an encoded slash stays"
         );
         assert_eq!(n("/a%5Cb").as_deref(), Ok("/a%5Cb"));
+        assert_eq!(n("/\\evil.example"), Err(PathError::Backslash));
+        assert_eq!(n("/a/%2e%2e/\\x"), Err(PathError::Backslash));
         assert_eq!(n("/a/b/").as_deref(), Ok("/a/b/"), "a trailing slash stays");
         assert_eq!(n("/a/.").as_deref(), Ok("/a/"));
         assert_eq!(n("/a/..").as_deref(), Ok("/"));
