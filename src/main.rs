@@ -151,7 +151,7 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             match load(&config, key.as_deref()) {
-                Some((c, text, signed_by)) => lifecycle::serve(
+                Some((c, text, signed_by, signed_at)) => lifecycle::serve(
                     c,
                     lifecycle::Source {
                         file: Some(config),
@@ -159,6 +159,7 @@ fn main() -> ExitCode {
                         banner: None,
                         verify_key: key,
                         signed_by,
+                        signed_at,
                     },
                 ),
                 None => ExitCode::from(1),
@@ -321,7 +322,12 @@ fn key(path: Option<&str>, command: &str) -> Result<Key, ExitCode> {
 fn load(
     path: &str,
     key: Option<&config::signed::VerifyKey>,
-) -> Option<(Config, std::sync::Arc<str>, Option<String>)> {
+) -> Option<(
+    Config,
+    std::sync::Arc<str>,
+    Option<String>,
+    config::signed::SignedAt,
+)> {
     if !Path::new(path).is_file() {
         eprintln!("sluice: cannot read config file {path}: no such file");
         sluice::upgrade::tell_parent(&format!(
@@ -329,13 +335,14 @@ fn load(
         ));
         return None;
     }
-    match config::load_file_verified(path, key) {
+    // A start has no running revision: nothing to compare signing times with.
+    match config::load_file_verified(path, key, &Default::default()) {
         Ok(l) => {
             for w in l.warnings.warnings() {
                 eprintln!("{}", w.render(&l.warnings.sources));
             }
             let text = std::sync::Arc::from(l.warnings.sources.text(0));
-            Some((l.config, text, l.signed_by))
+            Some((l.config, text, l.signed_by, l.signed_at))
         }
         Err(r) => {
             eprintln!("{r}");
@@ -357,7 +364,7 @@ fn check(path: &str, strict: bool, key: Option<&config::signed::VerifyKey>) -> E
         eprintln!("sluice check: cannot read config file {path}: no such file");
         return ExitCode::from(1);
     }
-    match config::load_file_verified(path, key) {
+    match config::load_file_verified(path, key, &Default::default()) {
         Ok(l) => {
             let mut warnings: Vec<_> = l.warnings.warnings().cloned().collect();
             if strict {
@@ -473,7 +480,7 @@ fn reload_target(
     }
     let loaded = match &config {
         Some(path) => Some(
-            config::load_file_verified(path, key.as_deref())
+            config::load_file_verified(path, key.as_deref(), &Default::default())
                 .map_err(|r| format!("{r}\nsluice {verb}: {path} is refused here; nothing was asked of the server"))?
                 .config,
         ),
@@ -620,6 +627,7 @@ fn demo(listen: &str, admin: &str) -> ExitCode {
                 banner: Some("sluice demo".into()),
                 verify_key: None,
                 signed_by: None,
+                signed_at: Default::default(),
             },
         ),
         Err(r) => {

@@ -687,6 +687,87 @@ async fn signed_configs_are_verified_on_every_load() {
     );
 }
 
+/// A signed config cannot be rolled back by putting an older file and its valid
+/// signature back on disk (DESIGN §18.3): a reload refuses a file signed before the
+/// running one, naming both times, and the running revision stays; an explicit
+/// rollback still goes back, and a newer signature reloads again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_signed_file_is_refused_on_reload() {
+    if Command::new("minisign").arg("-v").output().is_err() {
+        assert!(
+            !common::require_interop(),
+            "minisign is required (SLUICE_INTEROP=require) but not installed"
+        );
+        eprintln!("skipping: minisign is not installed");
+        return;
+    }
+    let dir = TempDir::new();
+    let d = dir.0.clone();
+    assert!(minisign(&d, &["-G", "-W", "-p", "k.pub", "-s", "k.sec"]));
+    let main = dir.write(
+        "main.conf",
+        "listen 127.0.0.1:0\nglobal { admin 127.0.0.1:0 }\nsite * { respond old }\n",
+    );
+    assert!(minisign(&d, &["-S", "-s", "k.sec", "-m", "main.conf"]));
+    let old_text = std::fs::read(&main).unwrap();
+    let old_sig = std::fs::read(d.join("main.conf.minisig")).unwrap();
+    // minisign's timestamp counts seconds.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::write(
+        &main,
+        "listen 127.0.0.1:0\nglobal { admin 127.0.0.1:0 }\nsite * { respond new }\n",
+    )
+    .unwrap();
+    assert!(minisign(&d, &["-S", "-s", "k.sec", "-m", "main.conf"]));
+    let pubkey = d.join("k.pub").display().to_string();
+    let m = main.display().to_string();
+    let s = Sluice::spawn(&["run", "--verify-key", &pubkey, "-c", &m], TempDir::new());
+    assert_eq!(get(s.addr, "/").await.text(), "new");
+    let admin = s.admin().to_string();
+    std::fs::write(&main, &old_text).unwrap();
+    std::fs::write(d.join("main.conf.minisig"), &old_sig).unwrap();
+    let out = sluice(&["reload", "--admin", &admin]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("main.conf: signature: older than the running revision (signed "),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains(", running "), "{}", out.stderr);
+    assert_eq!(
+        get(s.addr, "/").await.text(),
+        "new",
+        "the running revision stays"
+    );
+    // A signature without its time cannot be judged: refused.
+    assert!(minisign(
+        &d,
+        &[
+            "-S",
+            "-s",
+            "k.sec",
+            "-m",
+            "main.conf",
+            "-t",
+            "file:main.conf"
+        ]
+    ));
+    let out = sluice(&["reload", "--admin", &admin]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("has no signing time"), "{}", out.stderr);
+    // Signed again now: the old text is the newest signature, and reloads.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert!(minisign(&d, &["-S", "-s", "k.sec", "-m", "main.conf"]));
+    let out = sluice(&["reload", "--admin", &admin]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(get(s.addr, "/").await.text(), "old");
+    // The explicit way back: revision 1 ("new"), whatever its signing time.
+    let r = common::post_json(s.admin(), "/rollback/1", "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(get(s.addr, "/").await.text(), "new");
+}
+
 /// `global { pid_file FILE }` (DESIGN §16): written once the listeners are bound,
 /// relative to the config file, and removed at a clean exit.
 #[test]

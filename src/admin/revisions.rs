@@ -35,6 +35,8 @@ pub(crate) struct Revision {
     pub text: Arc<str>,
     /// The id of the key its files were verified with (`--verify-key`).
     pub signed_by: Option<String>,
+    /// When its files were signed, by path: a reload may not go back past them.
+    pub signed_at: crate::config::signed::SignedAt,
 }
 
 /// The revisions kept, and what the admin API shows besides.
@@ -63,6 +65,7 @@ impl Revisions {
         origin: Origin,
         text: Arc<str>,
         signed_by: Option<String>,
+        signed_at: crate::config::signed::SignedAt,
     ) -> u64 {
         let number = self.current() + 1;
         if self.list.len() == KEEP {
@@ -74,6 +77,7 @@ impl Revisions {
             origin,
             text,
             signed_by,
+            signed_at,
         });
         number
     }
@@ -100,7 +104,7 @@ mod tests {
     fn keeps_the_last_twenty() {
         let mut r = Revisions::default();
         for _ in 0..25 {
-            r.record(Origin::Reload, Arc::from("x"), None);
+            r.record(Origin::Reload, Arc::from("x"), None, Default::default());
         }
         assert_eq!(r.current(), 25);
         assert!(r.get(5).is_none());

@@ -25,6 +25,8 @@ pub struct Loaded {
     pub warnings: Report,
     /// The id of the key every file was verified with (`--verify-key`).
     pub signed_by: Option<String>,
+    /// When each file was signed, by path (empty unless verified).
+    pub signed_at: signed::SignedAt,
 }
 
 /// Loads `path` and everything it imports, with the process environment.
@@ -33,9 +35,14 @@ pub fn load_file(path: &str) -> Result<Loaded, Report> {
 }
 
 /// As [`load_file`]; with `key`, every file read must carry a valid signature
-/// (`FILE.minisig`) by it, else the load fails with `FILE: signature: …`.
-pub fn load_file_verified(path: &str, key: Option<&signed::VerifyKey>) -> Result<Loaded, Report> {
-    verified(load_file(path), key, 0)
+/// (`FILE.minisig`) by it, made no earlier than the same file's in `running` (the
+/// running revision's), else the load fails with `FILE: signature: …`.
+pub fn load_file_verified(
+    path: &str,
+    key: Option<&signed::VerifyKey>,
+    running: &signed::SignedAt,
+) -> Result<Loaded, Report> {
+    verified(load_file(path), key, 0, running)
 }
 
 /// A rollback's text (checked when it was first loaded) with its imports re-read and,
@@ -45,13 +52,15 @@ pub fn load_text_verified(
     text: &str,
     key: Option<&signed::VerifyKey>,
 ) -> Result<Loaded, Report> {
-    verified(load_text(name, text), key, 1)
+    // A rollback is the operator's explicit way back: no file is judged by its age.
+    verified(load_text(name, text), key, 1, &signed::SignedAt::new())
 }
 
 fn verified(
     loaded: Result<Loaded, Report>,
     key: Option<&signed::VerifyKey>,
     first: usize,
+    running: &signed::SignedAt,
 ) -> Result<Loaded, Report> {
     let Some(key) = key else {
         return loaded;
@@ -60,7 +69,7 @@ fn verified(
         Ok(l) => &l.warnings.sources,
         Err(r) => &r.sources,
     };
-    let errors = signed::verify(sources, key, first);
+    let (errors, signed_at) = signed::verify(sources, key, first, running);
     match loaded {
         Ok(_) if !errors.is_empty() => Err(Report {
             diagnostics: errors,
@@ -68,6 +77,7 @@ fn verified(
         }),
         Ok(mut l) => {
             l.signed_by = Some(key.id().to_string());
+            l.signed_at = signed_at;
             Ok(l)
         }
         // A file that does not load and is not signed either: the signature first.
@@ -116,6 +126,7 @@ fn load_with(
                 sources,
             },
             signed_by: None,
+            signed_at: signed::SignedAt::new(),
         }),
         Err(diagnostics) => Err(Report {
             diagnostics,

@@ -2,6 +2,14 @@
 //! read — the main file and each import — needs a valid minisign signature beside it
 //! (`FILE.minisig`), checked against the bytes that were parsed. The key comes from the
 //! command line, never from the config it verifies.
+//!
+//! A signature also says when it was made (minisign's trusted comment carries
+//! `timestamp:UNIX`, which the signature covers). A reload refuses a file signed before
+//! the same file of the running revision (DESIGN §18.3): last month's file and its
+//! valid signature, put back on disk, cannot roll the config back. An explicit rollback
+//! (`POST /rollback/N`) is the only way back.
+
+use std::collections::BTreeMap;
 
 use std::sync::Arc;
 
@@ -50,10 +58,21 @@ fn key_id(b64: &str) -> Option<String> {
     Some(format!("{:016X}", u64::from_le_bytes(id)))
 }
 
+/// When each file of a load was signed (Unix seconds), by its path.
+pub type SignedAt = BTreeMap<String, u64>;
+
 /// Checks the signature of every file of `sources` from `first` on (a rollback's main
-/// text was checked when it was first loaded); the errors, one per file.
-pub(crate) fn verify(sources: &Sources, key: &VerifyKey, first: usize) -> Vec<Diagnostic> {
+/// text was checked when it was first loaded), and that none was signed before the
+/// same file in `running` (the running revision's times); the errors, one per file,
+/// and when each file was signed.
+pub(crate) fn verify(
+    sources: &Sources,
+    key: &VerifyKey,
+    first: usize,
+    running: &SignedAt,
+) -> (Vec<Diagnostic>, SignedAt) {
     let mut errors = Vec::new();
+    let mut signed = SignedAt::new();
     for id in first..sources.len() {
         let name = sources.name(id);
         let at = Span {
@@ -61,16 +80,42 @@ pub(crate) fn verify(sources: &Sources, key: &VerifyKey, first: usize) -> Vec<Di
             line: 0,
             col: 0,
         };
-        if let Err(why) = check_one(name, sources.text(id).as_bytes(), key) {
-            errors.push(Diagnostic::error(at, format!("signature: {why}")).with_hint(format!(
+        match check_one(name, sources.text(id).as_bytes(), key) {
+            Ok(t) => match running.get(name) {
+                Some(&was) if t < was => errors.push(
+                    Diagnostic::error(
+                        at,
+                        format!(
+                            "signature: older than the running revision (signed {}, running {})",
+                            when(t),
+                            when(was)
+                        ),
+                    )
+                    .with_hint(
+                        "a file signed before the one running is a rollback: use POST /rollback/N \
+                         on the admin API, or sign the file again",
+                    ),
+                ),
+                _ => {
+                    signed.insert(name.to_string(), t);
+                }
+            },
+            Err(why) => errors.push(Diagnostic::error(at, format!("signature: {why}")).with_hint(format!(
                 "sign it with: minisign -S -s YOUR.key -m {name} (the key whose public half is --verify-key)"
-            )));
+            ))),
         }
     }
-    errors
+    (errors, signed)
 }
 
-fn check_one(name: &str, bytes: &[u8], key: &VerifyKey) -> Result<(), String> {
+/// A signing time as an operator reads it, with the number it is.
+fn when(t: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t);
+    format!("{} ({t})", httpdate::fmt_http_date(at))
+}
+
+/// Checks one file's signature; when it was signed.
+fn check_one(name: &str, bytes: &[u8], key: &VerifyKey) -> Result<u64, String> {
     let sig_path = format!("{name}.minisig");
     let text = std::fs::read_to_string(&sig_path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => format!("{sig_path} is missing"),
@@ -86,7 +131,22 @@ fn check_one(name: &str, bytes: &[u8], key: &VerifyKey) -> Result<(), String> {
         e => format!("{sig_path} does not match the file ({e}): it changed since it was signed, or the signature is damaged"),
     })?;
     // Checked after the signature: the trusted comment is covered by it.
-    signed_name(name, sig.trusted_comment())
+    signed_name(name, sig.trusted_comment())?;
+    signed_time(name, sig.trusted_comment())
+}
+
+/// When the signature was made: minisign writes `timestamp:UNIX` in the trusted
+/// comment by default. Without it, a file could not be told from an older one.
+fn signed_time(name: &str, trusted: &str) -> Result<u64, String> {
+    trusted
+        .split('\t')
+        .find_map(|f| f.strip_prefix("timestamp:"))
+        .and_then(|t| t.trim().parse().ok())
+        .ok_or_else(|| {
+            format!(
+                "{name}.minisig has no signing time (sign without -t, so minisign records `timestamp:`)"
+            )
+        })
 }
 
 /// The signature was made for a file of this name: `minisign` records the signed
@@ -125,6 +185,15 @@ mod tests {
         assert!(signed_name("main.conf", "release 42")
             .unwrap_err()
             .contains("names no file"));
+    }
+
+    #[test]
+    fn a_signature_says_when_it_was_made() {
+        let t = "timestamp:1796225383\tfile:main.conf\thashed";
+        assert_eq!(signed_time("main.conf", t), Ok(1796225383));
+        let e = signed_time("main.conf", "file:main.conf").unwrap_err();
+        assert!(e.contains("has no signing time"), "{e}");
+        assert!(when(0).starts_with("Thu, 01 Jan 1970 00:00:00 GMT"));
     }
 
     #[test]

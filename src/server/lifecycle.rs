@@ -51,6 +51,8 @@ pub struct Source {
     pub verify_key: Option<Arc<crate::config::signed::VerifyKey>>,
     /// The key id the start's files were verified with.
     pub signed_by: Option<String>,
+    /// When the start's files were signed, by path.
+    pub signed_at: crate::config::signed::SignedAt,
     /// Printed on stdout with each listening address (the demo's banner).
     pub banner: Option<String>,
 }
@@ -179,6 +181,7 @@ async fn start(
         Origin::Start,
         source.text.clone(),
         source.signed_by.clone(),
+        source.signed_at.clone(),
     );
     let (commands_tx, commands) = mpsc::channel(8);
     let admin_token = admin::Token::default();
@@ -830,7 +833,14 @@ impl Server {
                 "sluice was started without a config file: nothing to re-read".into(),
             ));
         };
-        let loaded = config::load_file_verified(&file, self.source.verify_key.as_deref());
+        // A file signed before the running revision's is refused (DESIGN §18.3).
+        let running = {
+            let r = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
+            r.get(r.current())
+                .map(|rev| rev.signed_at.clone())
+                .unwrap_or_default()
+        };
+        let loaded = config::load_file_verified(&file, self.source.verify_key.as_deref(), &running);
         let result = self.apply(loaded, Origin::Reload);
         let (counter, error) = match &result {
             Ok(_) => (&crate::stats::COUNTERS.reloads_ok, None),
@@ -858,10 +868,15 @@ impl Server {
     fn rollback(&mut self, n: u64) -> Result<u64, Refused> {
         let text = {
             let r = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
-            r.get(n)
-                .map(|rev| (rev.text.clone(), rev.signed_by.clone()))
+            r.get(n).map(|rev| {
+                (
+                    rev.text.clone(),
+                    rev.signed_by.clone(),
+                    rev.signed_at.clone(),
+                )
+            })
         };
-        let Some((text, signed_by)) = text else {
+        let Some((text, signed_by, signed_at)) = text else {
             return Err(Refused::NoRevision(n));
         };
         // Imports resolve from the config file's folder, as they did.
@@ -874,6 +889,7 @@ impl Server {
             .map(|mut l| {
                 // The restored text was verified when it was first loaded.
                 l.signed_by = signed_by;
+                l.signed_at.extend(signed_at);
                 l
             });
         self.apply(loaded, Origin::Rollback)
@@ -900,7 +916,7 @@ impl Server {
             tracing::warn!("{}", w.render(&loaded.warnings.sources));
         }
         let text: Arc<str> = Arc::from(loaded.warnings.sources.text(0));
-        let signed_by = loaded.signed_by;
+        let (signed_by, signed_at) = (loaded.signed_by, loaded.signed_at);
         let config = loaded.config;
         if config.global.admin != self.admin_addr
             && config.global.admin.is_some()
@@ -949,7 +965,7 @@ impl Server {
             .revisions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .record(origin, text, signed_by);
+            .record(origin, text, signed_by, signed_at);
         let verb = match origin {
             Origin::Rollback => "rolled back",
             _ => "reloaded",
