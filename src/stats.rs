@@ -19,6 +19,8 @@ pub(crate) struct Counters {
     pub no_route: AtomicU64,
     /// 413: a body over `max_body`.
     pub body_too_large: AtomicU64,
+    /// 503: a FastCGI request body would pass `spool_max`.
+    pub spool_full: AtomicU64,
     /// 503: a pool's `limit` reached and the wait ran out.
     pub limit_rejections: AtomicU64,
     /// 503: dialing failed for want of local ports or descriptors.
@@ -77,6 +79,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     unknown_site: AtomicU64::new(0),
     no_route: AtomicU64::new(0),
     body_too_large: AtomicU64::new(0),
+    spool_full: AtomicU64::new(0),
     limit_rejections: AtomicU64::new(0),
     out_of_ports: AtomicU64::new(0),
     bad_gateway: AtomicU64::new(0),

@@ -124,9 +124,14 @@ impl Responder {
                         let stdin_len = seen.stdin.len();
                         sn.lock().unwrap().push(seen);
                         let mut out = Vec::new();
+                        let body = format!("script={script} info={info} stdin={stdin_len}");
                         let head: String = match mode.as_str() {
                             "two-status" => "Status: 200 OK\r\nStatus: 500 Oops\r\n\r\n".into(),
-                            "hop" => "Status: 200 OK\r\nConnection: close\r\n\r\n".into(),
+                            // What DokuWiki's task runner and others send: the hop's.
+                            "hop" => "Status: 200 OK\r\nConnection: close\r\nKeep-Alive: timeout=5\r\nProxy-Connection: close\r\nX-App: yes\r\n\r\n".into(),
+                            "te" => "Status: 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".into(),
+                            "length" => format!("Status: 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()),
+                            "length-over" => format!("Status: 200 OK\r\nContent-Length: {}\r\n\r\n", body.len() + 10),
                             "location" => "Location: /elsewhere\r\n\r\n".into(),
                             "slow" => {
                                 tokio::time::sleep(std::time::Duration::from_millis(800)).await;
@@ -152,10 +157,7 @@ impl Responder {
                         out.extend(record(6, a));
                         out.extend(record(7, b"warn: \x1b[31mred\nsecond line"));
                         out.extend(record(6, b));
-                        out.extend(record(
-                            6,
-                            format!("script={script} info={info} stdin={stdin_len}").as_bytes(),
-                        ));
+                        out.extend(record(6, body.as_bytes()));
                         out.extend(record(6, b""));
                         out.extend(record(3, &[0, 0, 0, 0, 0, 0, 0, 0]));
                         if s.write_all(&out).await.is_err() {
@@ -281,10 +283,44 @@ async fn the_wire_variables_reuse_and_strict_heads() {
     assert_eq!((r.status, r.header("x-lf")), (201, Some("yes")));
     let before = app.conns.load(Ordering::SeqCst);
     assert_eq!(get(s.addr, "/app.php?two-status").await.status, 502);
-    assert_eq!(get(s.addr, "/app.php?hop").await.status, 502);
+    assert_eq!(get(s.addr, "/app.php?te").await.status, 502);
     // Each broken answer poisoned its connection: new ones were opened.
     assert_eq!(get(s.addr, "/app.php").await.status, 200);
     assert!(app.conns.load(Ordering::SeqCst) >= before + 2);
+    // The hop's fields in an application's answer are dropped, not a 502 (DESIGN §18.4).
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    let r = ask(&mut c, "/app.php?hop").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-app"), Some("yes"));
+    assert_eq!(r.header("keep-alive"), None);
+    assert_eq!(r.header("proxy-connection"), None);
+    assert_eq!(
+        r.header("connection"),
+        None,
+        "the client's connection stays open"
+    );
+    assert_eq!(
+        ask(&mut c, "/app.php").await.status,
+        200,
+        "and serves the next"
+    );
+    // A Content-Length is kept and held to the body.
+    let r = ask(&mut c, "/app.php?length").await;
+    let len = r.body.len().to_string();
+    assert_eq!(
+        (r.status, r.header("content-length")),
+        (200, Some(len.as_str()))
+    );
+    let out = raw(
+        s.addr,
+        b"GET /app.php?length-over HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(
+        parse_response(&out).is_none(),
+        "fewer bytes than announced: never a complete answer: {}",
+        String::from_utf8_lossy(&out)
+    );
     // Closed mid-response: the client sees the truncation, the next request a new one.
     let out = raw(
         s.addr,
@@ -441,6 +477,51 @@ async fn resolutions_are_kept_for_a_second() {
         "a static answer was kept: {} {}",
         r.status,
         r.text()
+    );
+}
+
+/// Request bodies held at once count against `global { spool_max }` (DESIGN §18.4):
+/// while one upload waits for a slow application, a second that would pass the budget
+/// gets `503` with `Retry-After: 5` and is counted; once the first is answered, the
+/// budget is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_share_one_spool_budget() {
+    let app = Responder::start().await;
+    let root = app_root();
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0; spool_max 1M }}\nsite * {{ fastcgi {} {{ root {} }} }}\n",
+        app.addr,
+        root.0.display()
+    ));
+    let body = vec![b'u'; 700 << 10];
+    let first = {
+        let (addr, body) = (s.addr, body.clone());
+        tokio::spawn(async move { request(addr, "POST", "/app.php?slow", &[], &body).await })
+    };
+    let t = std::time::Instant::now();
+    while app.seen.lock().unwrap().is_empty() {
+        assert!(
+            t.elapsed() < WAIT,
+            "the first upload reached the application"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let second = request(s.addr, "POST", "/app.php", &[], &body).await;
+    assert_eq!(second.status, 503, "{}", second.text());
+    assert_eq!(second.header("retry-after"), Some("5"));
+    assert_eq!(second.text(), "Server busy, retry in a moment\n");
+    assert_eq!(first.await.unwrap().status, 200);
+    let third = request(s.addr, "POST", "/app.php", &[], &body).await;
+    assert_eq!(
+        third.status,
+        200,
+        "the budget is given back: {}",
+        third.text()
+    );
+    let metrics = get(s.admin(), "/metrics").await.text();
+    assert!(
+        metrics.contains("sluice_fastcgi_spool_full_total 1\n"),
+        "{metrics}"
     );
 }
 

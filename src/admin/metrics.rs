@@ -321,6 +321,11 @@ static REFUSALS: &[(&str, &AtomicU64, &str)] = &[
         "dials refused for want of local ports or descriptors",
     ),
     (
+        "sluice_fastcgi_spool_full_total",
+        &COUNTERS.spool_full,
+        "FastCGI requests refused 503 because their bodies would pass spool_max",
+    ),
+    (
         "sluice_limit_rejections_total",
         &COUNTERS.limit_rejections,
         "requests refused at a pool's limit",

@@ -158,6 +158,8 @@ pub struct Global {
     pub retries_off: bool,
     /// The most upgraded connections (WebSockets) open at once.
     pub max_tunnels: u64,
+    /// Bytes of FastCGI request bodies held at once (memory and temporary files).
+    pub spool_max: u64,
     /// How long a tunnel of a pool a reload removed may stay open.
     pub tunnel_drain: Duration,
     /// A tunnel with no byte either way for this long closes.
@@ -274,6 +276,7 @@ impl Default for Global {
             server_tokens: true,
             retries_off: false,
             max_tunnels: 16_384,
+            spool_max: 1 << 30,
             tunnel_drain: Duration::from_secs(3600),
             tunnel_idle: Duration::from_secs(3600),
             pid_file: None,

@@ -1,7 +1,10 @@
 //! The application's response head (CGI style): `Name: value` lines ending at an empty
 //! line, CRLF or bare LF. Parsed strictly: one `Status` at most (a second is a broken
-//! application, not a choice), `Location` without `Status` means `302`, and a
-//! connection-level field (the application does not own the connection) is refused.
+//! application, not a choice), `Location` without `Status` means `302`. Connection-level
+//! fields (`Connection`, `Keep-Alive`, …) are the hop's, not the application's: dropped,
+//! as nginx does (DESIGN §18.4; DokuWiki and others send them). What frames the body is
+//! checked: `Transfer-Encoding` is refused (records frame the body, never a coding the
+//! application chose), and a `Content-Length` is kept and held to the body.
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
@@ -15,8 +18,10 @@ pub(crate) enum HeadError {
     TwoStatus,
     #[error("a malformed Status field")]
     BadStatus,
-    #[error("a hop-by-hop field `{0}` in the response")]
-    HopByHop(String),
+    #[error("a Transfer-Encoding field in the response (FastCGI records frame the body)")]
+    TransferEncoding,
+    #[error("a malformed or conflicting Content-Length")]
+    BadLength,
     #[error("a malformed header line")]
     Malformed,
     #[error("a response head over {MAX_HEAD} bytes")]
@@ -27,13 +32,15 @@ pub(crate) enum HeadError {
 pub(crate) struct Head {
     pub status: StatusCode,
     pub headers: HeaderMap,
+    /// The body's length, when the application declared it.
+    pub length: Option<u64>,
 }
 
+/// Fields about the connection, which the application does not own: dropped.
 const HOP_BY_HOP: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-connection",
-    "transfer-encoding",
     "te",
     "trailer",
     "upgrade",
@@ -44,6 +51,7 @@ const HOP_BY_HOP: &[&str] = &[
 pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
     let mut headers = HeaderMap::new();
     let mut status: Option<StatusCode> = None;
+    let mut length: Option<u64> = None;
     let mut at = 0;
     loop {
         let Some(nl) = buf[at..].iter().position(|&b| b == b'\n') else {
@@ -84,10 +92,24 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
             continue;
         }
         if HOP_BY_HOP.contains(&name.as_str()) {
-            return Err(HeadError::HopByHop(name.as_str().to_string()));
+            tracing::debug!(
+                "sluice: fastcgi: dropped the hop-by-hop field `{name}` of the application's answer"
+            );
+            continue;
         }
-        // sluice frames the body itself.
+        if name == http::header::TRANSFER_ENCODING {
+            return Err(HeadError::TransferEncoding);
+        }
         if name == http::header::CONTENT_LENGTH {
+            let n = std::str::from_utf8(value)
+                .ok()
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or(HeadError::BadLength)?;
+            if length.is_some_and(|was| was != n) {
+                return Err(HeadError::BadLength);
+            }
+            length = Some(n);
             continue;
         }
         let value = HeaderValue::from_bytes(value).map_err(|_| HeadError::Malformed)?;
@@ -98,7 +120,14 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
         None if headers.contains_key(http::header::LOCATION) => StatusCode::FOUND,
         None => StatusCode::OK,
     };
-    Ok(Some((Head { status, headers }, at)))
+    Ok(Some((
+        Head {
+            status,
+            headers,
+            length,
+        },
+        at,
+    )))
 }
 
 #[cfg(test)]
@@ -119,6 +148,19 @@ mod tests {
             .unwrap();
         assert_eq!(h.status, StatusCode::OK);
         assert!(h.headers.get("content-length").is_none());
+        assert_eq!(h.length, Some(5));
+        let (h, _) = parse(b"Connection: close\nKeep-Alive: timeout=5\nX-A: 1\n\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.headers.len(), 1, "hop-by-hop fields are dropped");
+        assert_eq!(
+            parse(b"Content-Length: 5\nContent-Length: 6\n\n").unwrap_err(),
+            HeadError::BadLength
+        );
+        assert_eq!(
+            parse(b"Content-Length: -1\n\n").unwrap_err(),
+            HeadError::BadLength
+        );
         assert!(parse(b"Status: 200\r\nX-A: 1").unwrap().is_none());
         assert_eq!(
             parse(b"Status: 200\nStatus: 500\n\n").unwrap_err(),
@@ -131,7 +173,7 @@ mod tests {
         );
         assert_eq!(
             parse(b"Transfer-Encoding: chunked\n\n").unwrap_err(),
-            HeadError::HopByHop("transfer-encoding".into())
+            HeadError::TransferEncoding
         );
         assert_eq!(parse(b"no colon\n\n").unwrap_err(), HeadError::Malformed);
         assert_eq!(parse(b"Bad Name: x\n\n").unwrap_err(), HeadError::Malformed);

@@ -120,7 +120,9 @@ pub(crate) async fn serve(f: &FastCgi, req: Request<Body>, facts: &Facts<'_>) ->
             spool::SpoolError::Body(BodyError::TooLarge(f.cfg.max_body)),
         );
     }
-    let body = match spool::collect(body, f.cfg.max_body).await {
+    // Held until the application has answered: the body is in the records or the file.
+    let mut held = spool::Held::default();
+    let body = match spool::collect(body, f.cfg.max_body, &mut held).await {
         Ok(b) => b,
         Err(e) => return body_refused(f, e),
     };
@@ -176,6 +178,20 @@ fn body_refused(f: &FastCgi, e: spool::SpoolError) -> Response<Body> {
                 StatusCode::BAD_REQUEST,
                 "Bad request: broken request body\n",
             )
+        }
+        spool::SpoolError::Budget => {
+            crate::stats::bump(&crate::stats::COUNTERS.spool_full);
+            tracing::warn!(
+                "sluice: fastcgi {}: request bodies held at once would pass spool_max; answered 503",
+                f.name
+            );
+            let mut r = local_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Server busy, retry in a moment\n",
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            r
         }
         spool::SpoolError::File(e) => {
             tracing::warn!(
@@ -383,10 +399,15 @@ async fn response(h: head::Head, rest: Bytes, state: Reader, is_head: bool) -> R
     }
     let no_body =
         is_head || h.status == StatusCode::NO_CONTENT || h.status == StatusCode::NOT_MODIFIED;
+    if let (Some(n), false) = (h.length, no_body) {
+        resp.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
     let mut body = StdoutBody {
         first: (!rest.is_empty()).then_some(rest),
         reader: state,
         discard: no_body,
+        left: h.length.filter(|_| !no_body),
     };
     if no_body {
         while let Some(frame) = body.frame().await {
@@ -551,6 +572,35 @@ struct StdoutBody {
     first: Option<Bytes>,
     reader: Reader,
     discard: bool,
+    /// What the application's `Content-Length` says is still to come: more, or an end
+    /// before it, is a broken answer (the client's connection is cut, never a body of
+    /// another length than the one announced).
+    left: Option<u64>,
+}
+
+impl StdoutBody {
+    /// `b`, counted against the declared length.
+    fn counted(&mut self, b: Bytes) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        if let Some(left) = &mut self.left {
+            match left.checked_sub(b.len() as u64) {
+                Some(l) => *left = l,
+                None => return self.length_broken("more bytes than its Content-Length"),
+            }
+        }
+        Poll::Ready(Some(Ok(Frame::data(b))))
+    }
+
+    fn length_broken(&mut self, what: &str) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        self.reader.poison();
+        tracing::warn!(
+            "sluice: fastcgi {}: the application sent {what}; the response was cut off",
+            self.reader.name
+        );
+        Poll::Ready(Some(Err(BodyError::Backend(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the application's body disagrees with its Content-Length",
+        )))))
+    }
 }
 
 impl http_body::Body for StdoutBody {
@@ -564,7 +614,7 @@ impl http_body::Body for StdoutBody {
         let this = &mut *self;
         if let Some(b) = this.first.take() {
             if !this.discard {
-                return Poll::Ready(Some(Ok(Frame::data(b))));
+                return this.counted(b);
             }
         }
         loop {
@@ -577,11 +627,14 @@ impl http_body::Body for StdoutBody {
                     if this.discard || b.is_empty() {
                         continue;
                     }
-                    return Poll::Ready(Some(Ok(Frame::data(b))));
+                    return this.counted(b);
                 }
                 Poll::Ready(Ok(Some(Record::End {
                     protocol_status, ..
                 }))) => {
+                    if this.left.is_some_and(|l| l > 0) {
+                        return this.length_broken("fewer bytes than its Content-Length");
+                    }
                     this.reader.finish(protocol_status);
                     this.reader.log_stderr();
                     return Poll::Ready(None);
@@ -608,7 +661,11 @@ impl http_body::Body for StdoutBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
+        match self.left {
+            // What is left includes the first piece, not counted yet.
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
     }
 }
 

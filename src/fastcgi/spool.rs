@@ -3,6 +3,10 @@
 //! up to [`SPOOL_AT`], past that in an unlinked temporary file, so memory per upload is
 //! bounded whatever `max_body` allows (six 60 MiB uploads once held 577 MB).
 //!
+//! Every byte held counts against one process-wide budget, `global { spool_max }`
+//! (DESIGN §18.4): without it, N uploads at once held N × `max_body` in the temporary
+//! folder (RAM, on tmpfs). A body that would pass it is refused `503`.
+//!
 //! Also the write of the whole request, counting what the socket took: a request is
 //! sent again on a fresh connection only when not one byte of it left (DESIGN §1).
 
@@ -20,6 +24,48 @@ use crate::body::{Body, BodyError};
 /// Bodies larger than this go to a temporary file instead of memory.
 pub(crate) const SPOOL_AT: usize = 1 << 20;
 
+/// Bytes of request bodies held now by every FastCGI request.
+static HELD: AtomicU64 = AtomicU64::new(0);
+/// The most they may hold (`spool_max`; each generation sets it).
+static MAX: AtomicU64 = AtomicU64::new(1 << 30);
+
+/// Sets `spool_max`: requests reading a body from now on count against it.
+pub(crate) fn set_budget(max: u64) {
+    MAX.store(max, Ordering::Relaxed);
+}
+
+/// The bytes of the budget one request holds, given back when it is dropped (once the
+/// application has answered, or the request failed).
+#[derive(Default)]
+pub(crate) struct Held(u64);
+
+impl Held {
+    /// Takes `n` more bytes of the budget; `false` (nothing taken) when they would pass
+    /// it.
+    fn take(&mut self, n: u64) -> bool {
+        let max = MAX.load(Ordering::Relaxed);
+        let mut now = HELD.load(Ordering::Relaxed);
+        loop {
+            if now.saturating_add(n) > max {
+                return false;
+            }
+            match HELD.compare_exchange_weak(now, now + n, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    self.0 += n;
+                    return true;
+                }
+                Err(was) => now = was,
+            }
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        HELD.fetch_sub(self.0, Ordering::Relaxed);
+    }
+}
+
 /// A request body, read whole.
 pub(crate) enum Spooled {
     Mem(Vec<u8>),
@@ -32,6 +78,8 @@ pub(crate) enum SpoolError {
     Body(BodyError),
     /// The temporary file could not be made or written.
     File(io::Error),
+    /// The body would pass `spool_max`.
+    Budget,
 }
 
 impl Spooled {
@@ -43,8 +91,13 @@ impl Spooled {
     }
 }
 
-/// Reads `body` whole, up to `max` bytes (else `BodyError::TooLarge`).
-pub(crate) async fn collect(mut body: Body, max: u64) -> Result<Spooled, SpoolError> {
+/// Reads `body` whole, up to `max` bytes (else `BodyError::TooLarge`), each byte
+/// counted in `held` against `spool_max` (else `SpoolError::Budget`).
+pub(crate) async fn collect(
+    mut body: Body,
+    max: u64,
+    held: &mut Held,
+) -> Result<Spooled, SpoolError> {
     let mut mem = Vec::new();
     let mut file: Option<(File, u64)> = None;
     while let Some(frame) = body.frame().await {
@@ -54,6 +107,9 @@ pub(crate) async fn collect(mut body: Body, max: u64) -> Result<Spooled, SpoolEr
         let so_far = file.as_ref().map_or(mem.len() as u64, |f| f.1);
         if so_far + data.len() as u64 > max {
             return Err(SpoolError::Body(BodyError::TooLarge(max)));
+        }
+        if !held.take(data.len() as u64) {
+            return Err(SpoolError::Budget);
         }
         match &mut file {
             Some((f, n)) => {

@@ -110,6 +110,8 @@ impl Generation {
         };
         let sends_proxy_protocol = sites.pools().any(|p| p.cfg.proxy_protocol.is_some());
         let auth_pools = shared.auth_pools.take();
+        // Process-wide: the generation that takes over sets it for every request.
+        crate::fastcgi::spool::set_budget(config.global.spool_max);
         Generation {
             sends_proxy_protocol,
             rate_memory: shared.rates.take(),

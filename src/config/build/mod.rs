@@ -583,6 +583,9 @@ static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
     }),
     ("trust", trust),
     ("access_log", access_log),
+    ("spool_max", |_, d, g| {
+        values::size(one_arg(d, "spool_max SIZE")?).map(|n| g.spool_max = n.max(1))
+    }),
     ("max_tunnels", |_, d, g| {
         int_in(one_arg(d, "max_tunnels N")?, 1, 10_000_000).map(|n| g.max_tunnels = n)
     }),

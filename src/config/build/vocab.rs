@@ -31,6 +31,7 @@ impl Place {
                 "workers",
                 "trust",
                 "max_tunnels",
+                "spool_max",
                 "tunnel_drain",
                 "tunnel_idle",
                 "grace",
