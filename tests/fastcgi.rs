@@ -25,6 +25,8 @@ struct Seen {
 struct Responder {
     addr: SocketAddr,
     conns: Arc<AtomicUsize>,
+    /// The most connections open at once.
+    peak: Arc<AtomicUsize>,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -83,13 +85,25 @@ impl Responder {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let conns = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let (c, sn) = (conns.clone(), seen.clone());
+        let (c, sn, pk) = (conns.clone(), seen.clone(), peak.clone());
         tokio::spawn(async move {
             while let Ok((mut s, _)) = l.accept().await {
                 c.fetch_add(1, Ordering::SeqCst);
+                let now = open.fetch_add(1, Ordering::SeqCst) + 1;
+                pk.fetch_max(now, Ordering::SeqCst);
                 let sn = sn.clone();
+                let open = open.clone();
                 tokio::spawn(async move {
+                    struct Closed(Arc<AtomicUsize>);
+                    impl Drop for Closed {
+                        fn drop(&mut self) {
+                            self.0.fetch_sub(1, Ordering::SeqCst);
+                        }
+                    }
+                    let _closed = Closed(open);
                     loop {
                         let mut seen = Seen::default();
                         let Some((kind, begin)) = read_record(&mut s).await else {
@@ -167,7 +181,12 @@ impl Responder {
                 });
             }
         });
-        Responder { addr, conns, seen }
+        Responder {
+            addr,
+            conns,
+            peak,
+            seen,
+        }
     }
 
     fn last(&self) -> Seen {
@@ -522,6 +541,57 @@ async fn request_bodies_share_one_spool_budget() {
     assert!(
         metrics.contains("sluice_fastcgi_spool_full_total 1\n"),
         "{metrics}"
+    );
+}
+
+/// A reload keeps a FastCGI route's pool (DESIGN §18.4): the connections the old
+/// generation's requests hold count under the same `max_conns`, so at most N reach the
+/// application across the swap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_conns_holds_across_a_reload() {
+    let app = Responder::start().await;
+    let root = app_root();
+    let dir = TempDir::new();
+    let conf = |extra: &str| {
+        format!(
+            "listen 127.0.0.1:0\nglobal {{ admin 127.0.0.1:0 }}\nsite * {{ {extra}\n fastcgi {} {{ root {}; max_conns 2 }} }}\n",
+            app.addr,
+            root.0.display()
+        )
+    };
+    let path = dir.write("sluice.conf", &conf(""));
+    let s = Sluice::spawn(&["run", "-c", path.to_str().unwrap()], dir);
+    let slow = |n: usize| {
+        let addr = s.addr;
+        (0..n)
+            .map(move |_| tokio::spawn(async move { get(addr, "/app.php?slow").await.status }))
+            .collect::<Vec<_>>()
+    };
+    let before = slow(2);
+    let t = std::time::Instant::now();
+    while app.seen.lock().unwrap().len() < 2 {
+        assert!(
+            t.elapsed() < WAIT,
+            "both slow requests reached the application"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    std::fs::write(&path, conf("route /other { respond other }")).unwrap();
+    let r = common::post_json(s.admin(), "/reload", "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        get(s.addr, "/other").await.text(),
+        "other",
+        "the new generation serves"
+    );
+    let after = slow(2);
+    for h in before.into_iter().chain(after) {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    assert_eq!(
+        app.peak.load(Ordering::SeqCst),
+        2,
+        "max_conns 2 across the reload: the new generation waited for the old one's places"
     );
 }
 

@@ -100,6 +100,18 @@ impl Pool {
         pool
     }
 
+    /// Whether a new generation's route with `cfg` can go on with this pool: the same
+    /// application, cap, timeouts and resolver. (A changed one starts a pool of its
+    /// own; the old one closes as its last requests end.)
+    pub(crate) fn carries(&self, cfg: &FastCgiConfig, dns: &Arc<crate::safety::Dns>) -> bool {
+        self.target == cfg.target
+            && self.max_conns == cfg.max_conns
+            && self.connect_timeout == cfg.connect_timeout
+            && self.keepalive_timeout == cfg.keepalive_timeout
+            && self.dest.dns_budget == crate::safety::BUDGET.min(cfg.timeout)
+            && Arc::ptr_eq(&self.dest.dns, dns)
+    }
+
     /// Its connections now.
     pub(crate) fn counts(&self) -> Counts {
         Counts {

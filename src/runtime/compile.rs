@@ -79,7 +79,16 @@ impl Generation {
             .flat_map(|g| g.meters())
             .map(|m| ((m.site, m.route), m.meter))
             .collect();
+        // FastCGI pools by route name and occurrence, kept when their settings stay.
+        let mut fastcgi_before: HashMap<(String, usize), Arc<crate::fastcgi::pool::Pool>> =
+            HashMap::new();
+        for f in previous.into_iter().flat_map(|g| g.sites.fastcgi()) {
+            let n = (0..).find(|n| !fastcgi_before.contains_key(&(f.name.clone(), *n)));
+            fastcgi_before.insert((f.name.clone(), n.unwrap_or(0)), f.pool.clone());
+        }
         let shared = Shared {
+            fastcgi_before: &fastcgi_before,
+            fastcgi_seen: Default::default(),
             meters_before: config.global.admin.is_some().then_some(&meters_before),
             meters: Default::default(),
             auth_pools: Default::default(),
@@ -223,6 +232,10 @@ struct Shared<'a> {
     /// How many pools of each identity this generation has so far.
     pool_ids: std::cell::RefCell<HashMap<PoolId, usize>>,
     probe_slots: &'a Arc<Semaphore>,
+    /// The previous generation's FastCGI pools, by route name and occurrence.
+    fastcgi_before: &'a HashMap<(String, usize), Arc<crate::fastcgi::pool::Pool>>,
+    /// How many FastCGI routes of each name so far.
+    fastcgi_seen: std::cell::RefCell<HashMap<String, usize>>,
     dns: &'a Arc<Dns>,
     /// The destination policy strict pools share.
     policy: Arc<Policy>,
@@ -240,6 +253,16 @@ impl Shared<'_> {
                 (url, p)
             })
             .collect()
+    }
+
+    /// A route's FastCGI handler, on the previous generation's pool of the same route
+    /// when its settings stayed.
+    fn fastcgi(&self, r: &config::Route, c: &config::FastCgiConfig) -> crate::fastcgi::FastCgi {
+        let mut seen = self.fastcgi_seen.borrow_mut();
+        let n = seen.entry(r.name.clone()).or_insert(0);
+        let before = self.fastcgi_before.get(&(r.name.clone(), *n));
+        *n += 1;
+        crate::fastcgi::FastCgi::new(r.name.clone(), c.clone(), self.dns.clone(), before)
     }
 
     /// A route's cache, on the store of its `store` setting: one per setting, carried
@@ -433,9 +456,7 @@ fn handler(r: &config::Route, shared: &Shared, filters: &mut Vec<Stage>) -> Hand
             target: target.clone(),
         },
         Some(config::Handler::Files(f)) => Handler::Files(Arc::new(f.clone())),
-        Some(config::Handler::FastCgi(c)) => Handler::FastCgi(Arc::new(
-            crate::fastcgi::FastCgi::new(r.name.clone(), (**c).clone(), shared.dns.clone()),
-        )),
+        Some(config::Handler::FastCgi(c)) => Handler::FastCgi(Arc::new(shared.fastcgi(r, c))),
         None => Handler::None,
     }
 }
