@@ -329,3 +329,92 @@ site app.test {{ tls {} {}; request_id; proxy {} }}
         }
     }
 }
+
+/// Every request gets one line (DESIGN §18.4): a client that gives up before the
+/// answer (an HTTP/1.1 close, an HTTP/2 stream reset) is logged `499` with the bytes
+/// sent, as is an HTTP/2 stream reset in the middle of the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_gives_up_gets_a_499_line() {
+    let b = Backend::start(|req: hyper::Request<hyper::body::Incoming>| async move {
+        if req.uri().path() == "/stream" {
+            let (tx, body) = channel_body();
+            tokio::spawn(async move {
+                let _ = tx.send(bytes::Bytes::from_static(b"first")).await;
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let _ = tx.send(bytes::Bytes::from_static(b"late")).await;
+            });
+            return hyper::Response::new(body);
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        hyper::Response::new(full("late"))
+    })
+    .await;
+    let (s, log) = logged("", &format!("site * {{ proxy {} }}", b.addr));
+    // HTTP/1.1: the client closes before the answer.
+    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    use tokio::io::AsyncWriteExt;
+    c.write_all(b"GET /h1 HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    while b.requests.load(std::sync::atomic::Ordering::SeqCst) < 1 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(c);
+    let got = lines(&log, 1);
+    let v: Value = serde_json::from_str(got.first().expect("a line for the h1 request")).unwrap();
+    assert_eq!(
+        (
+            v["path"].as_str(),
+            v["status"].as_u64(),
+            v["bytes"].as_u64()
+        ),
+        (Some("/h1"), Some(499), Some(0)),
+        "{v}"
+    );
+    // HTTP/2: the stream is reset before the answer.
+    let (mut send, _conn) = h2c(s.addr).await;
+    let req = hyper::Request::builder()
+        .uri("http://a/h2")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let pending = tokio::spawn(send.send_request(req));
+    while b.requests.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    pending.abort();
+    let got = lines(&log, 2);
+    let v: Value = serde_json::from_str(got.get(1).expect("a line for the reset stream")).unwrap();
+    assert_eq!(
+        (
+            v["path"].as_str(),
+            v["status"].as_u64(),
+            v["protocol"].as_str()
+        ),
+        (Some("/h2"), Some(499), Some("HTTP/2")),
+        "{v}"
+    );
+    // HTTP/2: reset in the middle of the answer, after 5 bytes.
+    let req = hyper::Request::builder()
+        .uri("http://a/stream")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    use http_body_util::BodyExt;
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(&first[..], b"first");
+    drop(body);
+    let got = lines(&log, 3);
+    let v: Value = serde_json::from_str(got.get(2).expect("a line for the cut stream")).unwrap();
+    assert_eq!(
+        (
+            v["path"].as_str(),
+            v["status"].as_u64(),
+            v["bytes"].as_u64()
+        ),
+        (Some("/stream"), Some(499), Some(5)),
+        "{v}"
+    );
+    assert_eq!(got.len(), 3, "one line each: {got:?}");
+}

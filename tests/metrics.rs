@@ -282,3 +282,40 @@ async fn a_client_that_gives_up_is_counted_as_499() {
     }
     task.abort();
 }
+
+/// A request body counts in `sluice_http_request_bytes_total` when it was received,
+/// whether or not the handler read it (DESIGN §18.4): a `respond` route never does.
+/// (Over HTTP/2, what had arrived when the handler let it go: here a slow
+/// `forward_auth` makes sure all of it had.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_the_handler_never_read_still_counts() {
+    let auth = Backend::start(|_req: Request<Incoming>| async move {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        Response::new(full("ok"))
+    })
+    .await;
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0 }}\nsite app.test {{
+            route /drop {{ respond ok }}
+            route /slow {{ forward_auth http://{}/check\n respond ok }}
+        }}\n",
+        auth.addr
+    ));
+    let body = [b'b'; 1000];
+    let r = request(s.addr, "POST", "/drop", &[("Host", "app.test")], &body).await;
+    assert_eq!(r.status, 200);
+    let (status, _) = h2c_post(s.addr, "/slow", &[b'b'; 1000]).await;
+    assert_eq!(status, 200);
+    let m = request(s.admin(), "GET", "/metrics", &[], b"").await.text();
+    let bytes_in = "sluice_http_request_bytes_total";
+    assert_eq!(
+        labelled(&m, bytes_in, "app.test", "/drop"),
+        1000.0,
+        "HTTP/1.1"
+    );
+    assert_eq!(
+        labelled(&m, bytes_in, "app.test", "/slow"),
+        1000.0,
+        "HTTP/2"
+    );
+}

@@ -70,8 +70,14 @@ pub(crate) struct Entry<'a> {
 }
 
 /// A request the access log will record once its response is done: what it needs of
-/// the request, taken before the request is dispatched.
+/// the request, taken before the request is dispatched. Every request gets exactly one
+/// line (DESIGN §18.4): one dropped before its line was written (the client closed the
+/// connection or reset the stream before the answer) is written then, as `499`.
 pub(crate) struct Pending {
+    /// The client's address, for the line written on drop.
+    client: http::HeaderValue,
+    /// The line was written (or, [`Pending::forget`], is not to be).
+    logged: bool,
     log: Arc<AccessLog>,
     /// When the head was read: the start of the line's duration (its wall-clock time
     /// is worked out at the end, so a request reads the clock once at each end).
@@ -177,6 +183,8 @@ impl Pending {
             }
         }
         Pending {
+            client: client.ip_value.clone(),
+            logged: false,
             tls: client.tls,
             scheme: client.scheme.as_str(),
             headers: asked,
@@ -192,9 +200,15 @@ impl Pending {
         }
     }
 
+    /// No line for this request: it was not one (an HTTP/2 stream sent back to be
+    /// retried over HTTP/1.1).
+    pub(crate) fn forget(mut self) {
+        self.logged = true;
+    }
+
     /// Writes the line.
     pub(crate) fn finish(
-        &self,
+        &mut self,
         client: &str,
         status: u16,
         bytes: u64,
@@ -202,6 +216,7 @@ impl Pending {
         request_id: Option<&http::HeaderValue>,
         done: Instant,
     ) {
+        self.logged = true;
         let took = done.saturating_duration_since(self.start);
         self.log.record(&Entry {
             time: SystemTime::now() - took,
@@ -229,6 +244,24 @@ impl Pending {
             scheme: self.scheme,
             headers: &self.headers,
         });
+    }
+}
+
+impl Drop for Pending {
+    /// The client gave up before the answer: `499`, nginx's "client closed request",
+    /// with what was sent (nothing).
+    fn drop(&mut self) {
+        if !self.logged {
+            let client = self.client.clone();
+            self.finish(
+                client.to_str().unwrap_or(""),
+                499,
+                0,
+                None,
+                None,
+                Instant::now(),
+            );
+        }
     }
 }
 

@@ -202,7 +202,7 @@ impl Conn {
         buf: &mut BytesMut,
         mut ex: Exchange,
         resp: Response<Body>,
-        log: Option<Pending>,
+        mut log: Option<Pending>,
         tunnel: Box<crate::tunnel::Tunnel>,
     ) {
         let (parts, _) = resp.into_parts();
@@ -210,7 +210,7 @@ impl Conn {
         ex.status = 101;
         let done = ex.done(log.is_some());
         ex.meter(0, done);
-        if let (Some(l), Some(done)) = (&log, done) {
+        if let (Some(l), Some(done)) = (&mut log, done) {
             ex.log(l, &self.client, None, done);
         }
         let early = buf.split().freeze();
@@ -286,10 +286,11 @@ impl Conn {
         }
         let request_id = log.as_ref().and_then(|_| request_id(&resp));
         let keep = ex.respond(stream, buf, resp).await;
+        ex.count_unread(buf);
         let done = ex.done(log.is_some());
         ex.meter(ex.bytes, done);
-        if let (Some(l), Some(done)) = (log, done) {
-            ex.log(&l, &self.client, request_id.as_ref(), done);
+        if let (Some(mut l), Some(done)) = (log, done) {
+            ex.log(&mut l, &self.client, request_id.as_ref(), done);
         }
         if !keep && ex.pump.is_some() {
             // Boxed: its 4 KiB sink would otherwise sit in every request's state.
@@ -377,6 +378,18 @@ impl Exchange {
         (self.started.is_some() || logging).then(std::time::Instant::now)
     }
 
+    /// What arrived of a request body the handler let go unread counts as received
+    /// (DESIGN §18.4). Only when nothing reads it: the connection closes after this
+    /// response, so the bytes taken from `buf` were never a next request.
+    fn count_unread(&mut self, buf: &mut BytesMut) {
+        let Some(p) = self.pump.as_mut().filter(|p| p.tx.is_closed()) else {
+            return;
+        };
+        while let Ok(Decoded::Data(b)) = p.decoder.decode(buf) {
+            self.received += b.len() as u64;
+        }
+    }
+
     /// Counts the response, done now, on its route's meter.
     fn meter(&self, sent: u64, done: Option<std::time::Instant>) {
         if let (Some(m), Some(t), Some(done)) = (&self.meter, self.started, done) {
@@ -386,7 +399,7 @@ impl Exchange {
 
     fn log(
         &self,
-        l: &Pending,
+        l: &mut Pending,
         client: &ClientInfo,
         request_id: Option<&http::HeaderValue>,
         done: std::time::Instant,
@@ -760,6 +773,11 @@ async fn read_side<R: AsyncRead + Unpin>(
     }
     let Ok(permit) = p.tx.reserve().await else {
         // The handler dropped the body: stop reading it; the connection will close.
+        // What already arrived of it still counts as received (DESIGN §18.4).
+        while let Ok(Decoded::Data(b)) = p.decoder.decode(buf) {
+            *received += b.len() as u64;
+        }
+        p.failed = true;
         return std::future::pending().await;
     };
     loop {

@@ -170,6 +170,7 @@ impl Holds {
     /// The response, with the stream's holds and log line riding on its body.
     fn on(self, resp: Response<Body>, log: Option<Box<StreamDone>>) -> Response<Guarded> {
         resp.map(|b| Guarded {
+            ended: http_body::Body::is_end_stream(&b),
             body: Held::new(b),
             _guard: self.guard,
             _stream: self.stream,
@@ -227,7 +228,9 @@ async fn one_stream(
         .get::<pipeline::Http11Required>()
         .is_some()
     {
-        // The site is not served over HTTP/2: the client retries over HTTP/1.1.
+        // The site is not served over HTTP/2: the client retries over HTTP/1.1, and
+        // that request gets the line.
+        pending.map(Pending::forget);
         return Err(::h2::Error::from(::h2::Reason::HTTP_1_1_REQUIRED));
     }
     crate::stats::count_status(resp.status().as_u16());
@@ -242,10 +245,23 @@ async fn one_stream(
     Ok(held.on(resp, done))
 }
 
-/// A request body whose bytes are counted as they are read (for a meter).
+/// A request body whose bytes are counted as they are read (for a meter); what had
+/// arrived of it when the handler let it go unread counts too (DESIGN §18.4).
 pub(super) struct Counted {
     pub body: Body,
     pub n: Arc<AtomicU64>,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        // Only what is here already: a waker that never wakes, no wait.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        use http_body::Body as _;
+        while let Poll::Ready(Some(Ok(f))) = Pin::new(&mut self.body).poll_frame(&mut cx) {
+            let len = f.data_ref().map_or(0, |d| d.len() as u64);
+            self.n.fetch_add(len, Ordering::Relaxed);
+        }
+    }
 }
 
 impl http_body::Body for Counted {
@@ -476,9 +492,20 @@ fn websocket_key() -> HeaderValue {
 /// and writes its access log line when it is.
 struct Guarded {
     body: Held,
+    /// The body was read to its end (or had none).
+    ended: bool,
     _guard: RequestGuard,
     _stream: StreamOpen,
     log: Option<Box<StreamDone>>,
+}
+
+impl Drop for Guarded {
+    /// Dropped before its end: the client reset the stream (or went away) mid-answer.
+    fn drop(&mut self) {
+        if let (false, Some(l)) = (self.ended, self.log.as_mut()) {
+            l.cut = !l.switched;
+        }
+    }
 }
 
 /// What an h2 or h3 response leaves when its body is done: its access log line and
@@ -493,6 +520,9 @@ pub(super) struct StreamDone {
     /// An extended CONNECT that opened a tunnel.
     pub switched: bool,
     pub bytes: u64,
+    /// The client stopped the stream before the body ended: counted and logged as
+    /// `499` (DESIGN §18.4), with the bytes sent.
+    pub cut: bool,
 }
 
 pub(super) struct StreamLog {
@@ -519,6 +549,7 @@ impl StreamDone {
             status: resp.status().as_u16(),
             switched,
             bytes: 0,
+            cut: false,
         })
     }
 }
@@ -531,14 +562,19 @@ impl Drop for StreamDone {
                 .received
                 .as_ref()
                 .map_or(0, |n| n.load(Ordering::Relaxed));
-            let status = if self.switched { 101 } else { self.status };
+            let status = match (self.cut, self.switched) {
+                (true, _) => 499,
+                (false, true) => 101,
+                (false, false) => self.status,
+            };
             m.record(status, done - *started, received, self.bytes);
         }
-        if let Some(l) = &self.log {
+        let status = if self.cut { 499 } else { self.status };
+        if let Some(l) = &mut self.log {
             let upstream = l.served.as_ref().map(crate::admin::access::Upstream::from);
             l.pending.finish(
                 l.client.to_str().unwrap_or(""),
-                self.status,
+                status,
                 self.bytes,
                 upstream,
                 l.request_id.as_ref(),
@@ -558,8 +594,16 @@ impl http_body::Body for Guarded {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
         let r = this.body.poll_frame(cx, &this._stream.0.stalls);
-        if let (Some(l), Poll::Ready(Some(Ok(f)))) = (this.log.as_mut(), &r) {
-            l.bytes += f.data_ref().map_or(0, |d| d.len() as u64);
+        match &r {
+            Poll::Ready(Some(Ok(f))) => {
+                if let Some(l) = this.log.as_mut() {
+                    l.bytes += f.data_ref().map_or(0, |d| d.len() as u64);
+                }
+                this.ended = this.body.is_end_stream();
+            }
+            // A body that broke off is the backend's doing, not the client's.
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.ended = true,
+            Poll::Pending => {}
         }
         r
     }

@@ -759,7 +759,10 @@ async fn respond(
         Err(_) => Err("the client read nothing for 60s".to_string()),
     };
     let head = send.send_response(Response::from_parts(parts, ()));
-    sent(tokio::time::timeout(SEND_TIMEOUT, head).await)?;
+    if let Err(why) = sent(tokio::time::timeout(SEND_TIMEOUT, head).await) {
+        gave_up(done);
+        return Err(why);
+    }
     let mut body = pin!(body);
     if bodiless {
         return sent(tokio::time::timeout(SEND_TIMEOUT, send.finish()).await);
@@ -783,10 +786,19 @@ async fn respond(
         }
         if let Err(why) = sent(tokio::time::timeout(SEND_TIMEOUT, send.send_data(data)).await) {
             send.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
+            gave_up(done);
             return Err(why);
         }
     }
     sent(tokio::time::timeout(SEND_TIMEOUT, send.finish()).await)
+}
+
+/// The client stopped the stream (or stopped reading) before the answer was sent
+/// whole: `499` in the log and on the meter (DESIGN §18.4).
+fn gave_up(done: Option<&mut StreamDone>) {
+    if let Some(d) = done {
+        d.cut = true;
+    }
 }
 
 /// The `Alt-Svc` value a TCP TLS listener's responses carry when a `quic` listener
