@@ -438,3 +438,31 @@ async fn a_kept_connection_broken_within_an_answer_is_not_sent_again() {
         "the GET went out once"
     );
 }
+
+/// A backend that resets the connection instead of answering: the log states the OS's
+/// word for it (DESIGN §18.4), not "closed"; a clean close says "closed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_backend_is_logged_as_a_reset() {
+    for (reset, want) in [
+        (
+            true,
+            "Connection reset by peer (os error 104) before a response",
+        ),
+        (false, "connection closed before a response"),
+    ] {
+        let (addr, task) = raw_backend(move |mut c| async move {
+            let mut head = [0u8; 1024];
+            let _ = c.read(&mut head).await;
+            if reset {
+                let _ = c.set_zero_linger();
+            }
+            drop(c);
+        })
+        .await;
+        let s = Sluice::start(&format!("site * {{ proxy {addr} }}"));
+        assert_eq!(get(s.addr, "/").await.status, 502);
+        let line = s.wait_log(want);
+        assert!(line.contains(&addr.to_string()), "names the peer: {line}");
+        task.abort();
+    }
+}

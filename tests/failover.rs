@@ -344,3 +344,56 @@ async fn failover_evidence_is_per_request() {
     );
     assert_eq!(hit(&s).await, t(200, "backup", "backup", "none"));
 }
+
+/// The request that reaches `failure_threshold` is served by the new role, whatever the
+/// peer's own breaker says (DESIGN §18.4): with `breaker 3` or `fail_duration 0s` the
+/// dead primary stays eligible, so no pick ever finds every primary down; the switch is
+/// decided when the attempt fails, the request goes to the backup once, and its
+/// response names the transition.
+#[tokio::test]
+async fn the_request_that_trips_the_switch_is_served_by_the_backup() {
+    for passive in ["breaker 3", "fail_duration 0s"] {
+        let dead = dead_addr().await;
+        let (b, _) = switchable("backup").await;
+        let s = Sluice::start(&format!(
+            "site * {{ proxy {dead} {{ backup {}\n {passive}\n failover {{ failure_threshold 1; hold_down 5s }}\n origin_headers on }} }}",
+            b.addr
+        ));
+        assert_eq!(
+            hit(&s).await,
+            t(200, "backup", "backup", "primary_failure_threshold"),
+            "{passive}: the request that switched the pool"
+        );
+        assert_eq!(
+            hit(&s).await,
+            t(200, "backup", "backup", "none"),
+            "{passive}"
+        );
+    }
+}
+
+/// A failed trial of a recovering primary restarts the hold even when the request is
+/// then served by a backup (`retry_on 503`): 30 quick requests after the hold make one
+/// trial, not one in ten (DESIGN §18.4).
+#[tokio::test]
+async fn a_failed_trial_restarts_the_hold_even_when_a_retry_saves_the_request() {
+    let (p, p_status) = switchable("primary").await;
+    let (b, _) = switchable("backup").await;
+    let s = Sluice::start(&format!(
+        "site * {{ proxy {} {{ backup {}\n retries 1\n retry_on 503\n failover {{ failure_threshold 1; hold_down 5s; failback_delay 5s }}\n origin_headers on }} }}",
+        p.addr, b.addr
+    ));
+    p_status.store(503, Ordering::SeqCst);
+    let first = hit(&s).await;
+    assert_eq!(first.3, "primary_failure_threshold", "{first:?}");
+    tokio::time::sleep(Duration::from_millis(5100)).await;
+    let before = p.requests.load(Ordering::SeqCst);
+    for _ in 0..30 {
+        assert_eq!(hit(&s).await.0, 200, "a backup serves, or saves a trial");
+    }
+    assert_eq!(
+        p.requests.load(Ordering::SeqCst) - before,
+        1,
+        "one trial, then the hold again"
+    );
+}

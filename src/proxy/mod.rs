@@ -168,9 +168,12 @@ fn attempts<'a, 'c>(
         let mut next = None;
         loop {
             let note = &mut dialed.note;
-            let pick = next
+            let mut pick = next
                 .take()
                 .map_or_else(|| pool.pick(&sending.tried, key, note), Pick::Peer);
+            if matches!(pick, Pick::Exhausted) && sending.switch_instead_of_ending(pool, note) {
+                pick = pool.pick(&sending.tried, key, note);
+            }
             let i = match peer_or_refusal(pick) {
                 Ok(i) => i,
                 Err(refusal) => {
@@ -217,6 +220,10 @@ struct Sending {
 /// What the request tells failover, recorded once when it ends: its last attempt's
 /// outcome, so a retry that succeeded records no failure and a request whose every
 /// attempt failed records one (a peer's own breaker still counts each failed attempt).
+/// "When it ends" is the moment its last attempt failed with no retry left, before
+/// its answer is made, so a switch it causes can still serve it
+/// ([`Sending::switch_instead_of_ending`]). A failed trial of a recovering primary is
+/// counted at once: it restarts the hold whatever the retry on a backup then does.
 #[derive(Default)]
 pub(crate) struct Evidence(Option<(usize, bool)>);
 
@@ -246,6 +253,35 @@ enum Then {
 }
 
 impl Sending {
+    /// The request would end here, its last attempt failed: its failover evidence counts
+    /// now, and when that switched the pool to the other role (the request reached
+    /// `failure_threshold`), it gets one attempt on the new role, within the retry
+    /// budget (DESIGN §18.4). Only for a request that may go out again (never sent, or
+    /// already being retried).
+    fn switch_instead_of_ending(&mut self, pool: &Pool, note: &mut Note) -> bool {
+        let Some((i, false)) = self.evidence.0 else {
+            return false;
+        };
+        self.evidence.record(pool, note);
+        let moved = pool.state.failover.role() != pool.peers()[i].role;
+        if !moved || self.switch_retried {
+            return false;
+        }
+        self.switch_retried = true;
+        retry::take_retry(pool, Retry::Unreachable)
+    }
+
+    /// A failed attempt's failover evidence: a trial's at once, any other's for when
+    /// the request ends.
+    fn failed(&mut self, pool: &Pool, i: usize, note: &mut Note) {
+        if note.trial {
+            pool.failover_result(i, false, note);
+            note.trial = false;
+        } else {
+            self.evidence.note(i, false);
+        }
+    }
+
     /// Judges attempt `outcome` on peer `i`: the peer's record and failover evidence,
     /// then whether the request goes to another peer.
     fn then(&mut self, pool: &Pool, i: usize, outcome: Attempt, note: &mut Note) -> Then {
@@ -253,7 +289,11 @@ impl Sending {
             Attempt::Answered(answer) => {
                 let code = answer.status().as_u16();
                 pool.record_answer(i, code);
-                self.evidence.note(i, code < 500);
+                if code < 500 {
+                    self.evidence.note(i, true);
+                } else {
+                    self.failed(pool, i, note);
+                }
                 if pool.cfg.retry_on.status(code) {
                     let (tried, key, out) = (&self.tried, self.key, &mut self.out);
                     if let Some(j) = retry_to(pool, tried, key, out, Retry::Status, note) {
@@ -271,7 +311,7 @@ impl Sending {
             Attempt::Refused(resp) => return Then::Answer(resp),
             Attempt::Unreachable(e) => {
                 if pool.unreachable(i, &e) {
-                    self.evidence.note(i, false);
+                    self.failed(pool, i, note);
                 }
                 // Not reached: the body is intact, so even a POST may go elsewhere.
                 Retry::Unreachable
@@ -284,9 +324,9 @@ impl Sending {
                     SendError::TimedOut
                         | SendError::Io(_)
                         | SendError::ClosedEarly
-                        | SendError::Unanswered
+                        | SendError::Unanswered(_)
                 ) {
-                    self.evidence.note(i, false);
+                    self.failed(pool, i, note);
                 }
                 let (tried, key, out) = (&self.tried, self.key, &mut self.out);
                 return match retry_sent(pool, i, e, tried, key, out, note) {
@@ -295,7 +335,9 @@ impl Sending {
                 };
             }
         };
-        if retry_unreached(pool, &self.tried, i, why, note, &mut self.switch_retried) {
+        if retry_unreached(pool, &self.tried, i, why, note, &mut self.switch_retried)
+            || self.switch_instead_of_ending(pool, note)
+        {
             return Then::Again(None);
         }
         bump(&COUNTERS.bad_gateway);
@@ -470,7 +512,7 @@ async fn attempt(
                         fresh = true;
                         continue;
                     }
-                    Err(SendError::Unanswered) if kept && stale == Stale::SendAgain => {
+                    Err(SendError::Unanswered(_)) if kept && stale == Stale::SendAgain => {
                         tracing::debug!(
                             pool = pool.name(),
                             peer = %peer.addr.text,

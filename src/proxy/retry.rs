@@ -27,7 +27,7 @@ pub(super) fn retry_sent(
 ) -> Result<usize, Box<Response<Body>>> {
     let why = match &e {
         SendError::TimedOut if pool.cfg.retry_on.timeout => Retry::Timeout,
-        SendError::Io(_) | SendError::ClosedEarly | SendError::Unanswered
+        SendError::Io(_) | SendError::ClosedEarly | SendError::Unanswered(_)
             if pool.cfg.retry_on.reset =>
         {
             Retry::Reset

@@ -300,10 +300,12 @@ impl BackendConn {
             }
             make_room(&mut self.buf, READ_CHUNK);
             match self.io.read_buf(&mut self.buf).await {
-                Ok(0) if !heard => return Err(SendError::Unanswered),
+                Ok(0) if !heard => return Err(SendError::Unanswered(None)),
                 Ok(0) => return Err(SendError::ClosedEarly),
                 Ok(_) => heard = true,
-                Err(e) if !heard && is_closed_error(&e) => return Err(SendError::Unanswered),
+                Err(e) if !heard && is_closed_error(&e) => {
+                    return Err(SendError::Unanswered(Some(e)))
+                }
                 Err(e) => return Err(SendError::Io(e)),
             }
         }

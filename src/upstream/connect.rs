@@ -272,7 +272,7 @@ impl Pool {
 
     /// An attempt that could not reach peer `i`: the peer's failure (its breaker) —
     /// unless another request's dial failed and counted it already. Whether it is
-    /// failover evidence: the request's final outcome decides (see `Evidence`).
+    /// failover evidence (`true`: counted at once by the caller).
     pub(crate) fn unreachable(&self, i: usize, e: &DialError) -> bool {
         if matches!(e, DialError::Shared) {
             return false;

@@ -157,6 +157,14 @@ impl Outgoing {
     }
 }
 
+/// How an unanswered request's connection ended, as the log says it.
+fn unanswered(e: Option<&io::Error>) -> String {
+    match e {
+        None => "connection closed before a response".to_string(),
+        Some(e) => format!("{e} before a response"),
+    }
+}
+
 /// Why sending a request or reading its answer failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SendError {
@@ -172,9 +180,10 @@ pub(crate) enum SendError {
     Io(io::Error),
     /// The connection closed or was reset after the request went out and before one
     /// byte of an answer: a kept connection the backend closed as the request arrived,
-    /// or a backend that dropped the request.
-    #[error("connection closed before a response")]
-    Unanswered,
+    /// or a backend that dropped the request. With the OS's word when it was not a
+    /// clean close (a reset): the log states it (DESIGN §18.4).
+    #[error("{}", unanswered(.0.as_ref()))]
+    Unanswered(Option<io::Error>),
     /// The connection closed within a response head (or after an interim answer).
     #[error("connection closed within a response head")]
     ClosedEarly,
