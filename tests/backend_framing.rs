@@ -400,28 +400,42 @@ async fn closing_backend(
 /// saw it once.
 #[tokio::test]
 async fn a_kept_connection_closed_under_a_request() {
-    let (addr, _t, seen) = closing_backend(b"").await;
-    let s = Sluice::start(&format!("site * {{ proxy {addr} }}"));
-    assert_eq!(get(s.addr, "/a").await.text(), "ok");
-    let r = get(s.addr, "/b").await;
-    assert_eq!(
-        (r.status, r.text()),
-        (200, "ok".to_string()),
-        "a GET whose kept connection closed under it is sent again"
-    );
-    let r = request(s.addr, "POST", "/c", &[], b"x").await;
-    assert_eq!(r.status, 502, "a POST is not sent twice");
-    let seen = seen.lock().unwrap().clone();
-    assert_eq!(
-        seen,
-        [
-            "GET /a HTTP/1.1",
-            "GET /b HTTP/1.1",
-            "GET /b HTTP/1.1",
-            "POST /c HTTP/1.1"
-        ],
-        "what the backend saw, in order"
-    );
+    // `global { retries off }` stops the resend too (DESIGN §18.4); each is counted.
+    for retries_off in [false, true] {
+        let (addr, _t, seen) = closing_backend(b"").await;
+        let global = if retries_off { "; retries off" } else { "" };
+        let s = Sluice::start(&format!(
+            "global {{ admin 127.0.0.1:0{global} }}\nsite * {{ proxy {addr} }}"
+        ));
+        assert_eq!(get(s.addr, "/a").await.text(), "ok");
+        let r = get(s.addr, "/b").await;
+        let want = if retries_off { 502 } else { 200 };
+        assert_eq!(
+            r.status, want,
+            "a GET whose kept connection closed under it is sent again, unless retries are off"
+        );
+        // After a resend the new connection is kept, and closes under the POST, which
+        // is never sent twice; after a 502 the POST goes on a new connection.
+        let r = request(s.addr, "POST", "/c", &[], b"x").await;
+        let want = if retries_off { 200 } else { 502 };
+        assert_eq!(r.status, want, "a POST is not sent twice");
+        let seen = seen.lock().unwrap().clone();
+        let mut expected = vec!["GET /a HTTP/1.1", "GET /b HTTP/1.1"];
+        if !retries_off {
+            expected.push("GET /b HTTP/1.1");
+        }
+        expected.push("POST /c HTTP/1.1");
+        assert_eq!(seen, expected, "what the backend saw, in order");
+        let m = get(s.admin(), "/metrics").await.text();
+        let line = format!(
+            "sluice_upstream_stale_resends_total{{pool=\"localhost\"}} {}\n",
+            u8::from(!retries_off)
+        );
+        assert!(
+            m.contains(&line) || m.contains(&line.replace("localhost", "*")),
+            "{line} in\n{m}"
+        );
+    }
 }
 
 /// A kept connection that breaks after part of an answer came (half a head) is not

@@ -99,6 +99,15 @@ fn check_names_line_and_column_for_each_kind_of_mistake() {
         "unterminated string",
     );
     assert_error_at("site a {\n  timeout 5s\n}\n", 2, 3, "does not belong");
+    let long = format!("{}.test", "a".repeat(250));
+    for (host, at) in [(long.clone(), 28), (format!("{long}:8080"), 28)] {
+        assert_error_at(
+            &format!("site a {{\n  proxy 127.0.0.1:1 {{ host {host} }}\n}}\n"),
+            2,
+            at,
+            "the host name is 255 characters long",
+        );
+    }
     assert_error_at("site a {\n  proxy 127.0.0.1:1/x\n}\n", 2, 9, "no path");
     assert_error_at(
         "site a {\n  proxy 127.0.0.1:1 { lb fastest }\n}\n",

@@ -49,6 +49,12 @@ async fn handle(
     delay: Duration,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let proto = format!("{:?}", req.version());
+    if req.uri().path() == "/big-head" {
+        let mut r = Response::new(Full::new(Bytes::from_static(b"big")));
+        r.headers_mut()
+            .insert("x-big", "b".repeat(70 << 10).parse().unwrap());
+        return Ok(r);
+    }
     if req.method() == hyper::Method::POST {
         let body = req.into_body().collect().await.unwrap().to_bytes();
         return Ok(Response::new(Full::new(body)));
@@ -191,6 +197,21 @@ async fn many(addr: SocketAddr, n: usize, path: &str) -> Vec<Resp> {
         );
     }
     out
+}
+
+/// An HTTP/2 backend's response head is bounded as an HTTP/1.1 one's, 64 KiB (DESIGN
+/// §18.4): past it, `502`.
+#[tokio::test]
+async fn an_h2_backend_head_over_64_kib_is_refused() {
+    let up = Upstream::start(Opts::default()).await;
+    let sluice = Sluice::start(&format!("site * {{ proxy h2c://{} }}", up.addr));
+    let r = get(sluice.addr, "/big-head").await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(
+        get(sluice.addr, "/small").await.status,
+        200,
+        "the pool still serves"
+    );
 }
 
 #[tokio::test]

@@ -283,6 +283,20 @@ fn pool_metrics(o: &mut String, pools: &[&Arc<Pool>]) {
     }
     head(
         o,
+        "sluice_upstream_stale_resends_total",
+        "counter",
+        "idempotent requests sent once more after a kept connection closed under them unanswered",
+    );
+    for p in pools {
+        let _ = writeln!(
+            o,
+            "sluice_upstream_stale_resends_total{{pool=\"{}\"}} {}",
+            esc(p.name()),
+            get(&p.state.stale_resends)
+        );
+    }
+    head(
+        o,
         "sluice_upstream_seconds",
         "histogram",
         "from the request going out to the response head",

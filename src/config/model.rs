@@ -912,6 +912,10 @@ pub struct ProxyConfig {
     /// The most request body kept for a retry.
     pub retry_buffer: u64,
     pub retry_budget: RetryBudget,
+    /// An idempotent request without a body that meets a kept connection closed before
+    /// any byte of an answer goes out once more on a new one (RFC 9112 §9.3.1); `global
+    /// { retries off }` stops that too.
+    pub resend_stale: bool,
     /// A returning peer's effective weight ramps from 10 % to 100 % over this.
     pub slow_start: Option<Duration>,
     pub outlier: Option<Outlier>,
@@ -962,6 +966,7 @@ impl ProxyConfig {
                 percent: 20,
                 min_per_s: 3,
             },
+            resend_stale: true,
             slow_start: None,
             outlier: None,
             backups: Vec::new(),

@@ -151,7 +151,7 @@ fn attempts<'a, 'c>(
         let cfg = &pool.cfg;
         let key = hash_key(&cfg.lb, req, client);
         // Both decided on the client's request, before `header_up` may add fields.
-        let stale = Stale::of(req);
+        let stale = Stale::of(req, &pool.cfg);
         let replayable = cfg.retry_on.any() && is_idempotent(req);
         let mut out = Outgoing::new(prepare(pool, crate::body::take_request(req), client));
         if replayable {
@@ -513,6 +513,7 @@ async fn attempt(
                         continue;
                     }
                     Err(SendError::Unanswered(_)) if kept && stale == Stale::SendAgain => {
+                        bump(&pool.state.stale_resends);
                         tracing::debug!(
                             pool = pool.name(),
                             peer = %peer.addr.text,
@@ -559,10 +560,11 @@ enum Stale {
 }
 
 impl Stale {
-    /// Of the client's request (a body first: a POST with one looks at no field).
-    fn of(req: &Request<Body>) -> Stale {
+    /// Of the client's request (a body first: a POST with one looks at no field), and
+    /// the pool's `resend_stale` (`global { retries off }` sends nothing twice).
+    fn of(req: &Request<Body>, cfg: &crate::config::ProxyConfig) -> Stale {
         use http_body::Body as _;
-        match req.body().is_end_stream() && is_idempotent(req) {
+        match cfg.resend_stale && req.body().is_end_stream() && is_idempotent(req) {
             true => Stale::SendAgain,
             false => Stale::AskTheKernel,
         }

@@ -290,6 +290,8 @@ where
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONN_WINDOW)
             .enable_push(false)
+            // A response head is bounded as over HTTP/1.1 (DESIGN §18.4).
+            .max_header_list_size(crate::http1::MAX_RESPONSE_HEAD as u32)
             .handshake::<_, Bytes>(io)
             .await
             .map_err(|e| format!("HTTP/2 handshake failed: {e}"))?;

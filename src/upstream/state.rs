@@ -69,6 +69,8 @@ pub(crate) struct PoolState {
     pub failover: failover::State,
     /// Retries by reason: [unreachable, reset, timeout, status].
     pub retries: [AtomicU64; 4],
+    /// Requests sent once more after a kept connection closed under them unanswered.
+    pub stale_resends: AtomicU64,
     /// Time from the request going out to the response head.
     pub upstream_seconds: crate::stats::Histogram,
 }
@@ -130,6 +132,7 @@ impl PoolState {
             probing: AtomicBool::new(false),
             budget: Default::default(),
             retries: Default::default(),
+            stale_resends: Default::default(),
             failover: Default::default(),
             upstream_seconds: Default::default(),
         });

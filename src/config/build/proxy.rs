@@ -70,8 +70,10 @@ impl Builder {
         self.pool_checks(&p, retry_on_at, weights_at)?;
         if self.retries_off {
             // `global { retries off }`: nothing is sent twice, the attempt on a new
-            // failover role included (its budget is empty).
+            // failover role included (its budget is empty), a request that met a
+            // stale kept connection too.
             p.retries = 0;
+            p.resend_stale = false;
             p.retry_on = RetryOn::default();
             p.retry_budget = RetryBudget {
                 percent: 0,
@@ -346,15 +348,31 @@ fn all_down(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
 
 fn host(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
     let w = one_arg(d, "host keep|upstream|NAME")?;
-    p.host =
-        match w.text.as_str() {
-            "keep" => HostMode::Keep,
-            "upstream" => HostMode::Upstream,
-            name => HostMode::Name(HeaderValue::from_str(name).map_err(|_| {
-                Diagnostic::error(w.span, format!("`{name}` cannot be a Host header"))
-            })?),
-        };
+    p.host = match w.text.as_str() {
+        "keep" => HostMode::Keep,
+        "upstream" => HostMode::Upstream,
+        _ => HostMode::Name(host_value(w)?),
+    };
     Ok(())
+}
+
+/// A Host a backend is sent: a header value whose name (before a `:PORT`) is at most
+/// 253 characters, the longest a DNS name can be.
+fn host_value(w: &Word) -> Res<HeaderValue> {
+    let text = w.text.as_str();
+    let name = match text.rsplit_once(':') {
+        Some((n, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => n,
+        _ => text,
+    };
+    if name.len() > 253 {
+        return Err(Diagnostic::error(
+            w.span,
+            format!("the host name is {} characters long", name.len()),
+        )
+        .with_hint("a host name has at most 253 characters"));
+    }
+    HeaderValue::from_str(text)
+        .map_err(|_| Diagnostic::error(w.span, format!("`{text}` cannot be a Host header")))
 }
 
 fn header_up(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
@@ -614,7 +632,7 @@ fn health_option(d: &Directive, h: &mut Health) -> Res<()> {
         "host" => {
             http_only(h)?;
             let w = one_arg(d, "host NAME")?;
-            let v = HeaderValue::from_str(&w.text).map_err(|_| expected(w, "a host name"))?;
+            let v = host_value(w)?;
             if let Probe::Http { host, .. } = &mut h.probe {
                 *host = Some(v);
             }
