@@ -548,38 +548,92 @@ async fn until_ok(s: &Sluice, path: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_share_one_limit_through_redis() {
-    let Some(redis) = RedisServer::start() else {
-        return;
-    };
-    let b = Backend::text("ok").await;
-    let config = format!(
-        "site * {{ rate_limit 10/s burst 10 store redis://127.0.0.1:{}\n proxy {} }}",
-        redis.port, b.addr
+    // Redis as it is deployed (DESIGN §18.4): plain, with a password, and over TLS
+    // with a password, verified against `redis_ca`.
+    let dir = TempDir::new();
+    let ca = common::pki::Ca::new();
+    let leaf = ca.leaf(&["127.0.0.1"]);
+    let tls = (
+        dir.write("redis.pem", &leaf.cert_pem),
+        dir.write("redis.key", &leaf.key_pem),
+        dir.write("ca.pem", &ca.pem()),
     );
-    let one = Sluice::start(&config);
-    let two = Sluice::start(&config);
-    until_ok(&one, "/warmup").await;
-    until_ok(&two, "/warmup").await;
-    // Let the bucket refill after the warm-up, then go at it from both sides for 2 s.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let start = Instant::now();
-    let mut ok = 0;
-    let mut limited = 0;
-    while start.elapsed() < Duration::from_secs(2) {
-        for s in [&one, &two] {
-            match get(s.addr, "/").await.status {
-                200 => ok += 1,
-                429 => limited += 1,
-                other => panic!("unexpected {other}: {}", s.logs()),
+    let password = "s3cr3t-pw".to_string();
+    let kinds = [
+        ("plain", common::redis::Deployed::default()),
+        (
+            "password",
+            common::redis::Deployed {
+                password: Some(password.clone()),
+                tls: None,
+            },
+        ),
+        (
+            "tls",
+            common::redis::Deployed {
+                password: Some(password.clone()),
+                tls: Some(tls.clone()),
+            },
+        ),
+    ];
+    for (kind, how) in kinds {
+        let Some(redis) = RedisServer::start_as(&how) else {
+            return;
+        };
+        let url = match (&how.password, &how.tls) {
+            (None, _) => format!("redis://127.0.0.1:{}", redis.port),
+            (Some(p), None) => format!("redis://:{p}@127.0.0.1:{}", redis.port),
+            (Some(p), Some(_)) => format!("rediss://:{p}@127.0.0.1:{}/0", redis.port),
+        };
+        let b = Backend::text("ok").await;
+        // Room for a machine busy with other tests: the default 50 ms is for production.
+        let config = format!(
+            "global {{ redis_timeout 1s; redis_ca {} }}\nsite * {{ rate_limit 10/s burst 10 store {url}\n proxy {} }}",
+            tls.2.display(),
+            b.addr
+        );
+        let one = Sluice::start(&config);
+        let two = Sluice::start(&config);
+        until_ok(&one, "/warmup").await;
+        until_ok(&two, "/warmup").await;
+        // Let the bucket refill after the warm-up, then go at it from both sides for 2 s.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let start = Instant::now();
+        let mut ok = 0;
+        let mut limited = 0;
+        while start.elapsed() < Duration::from_secs(2) {
+            for s in [&one, &two] {
+                match get(s.addr, "/").await.status {
+                    200 => ok += 1,
+                    429 => limited += 1,
+                    other => panic!("{kind}: unexpected {other}: {}", s.logs()),
+                }
             }
         }
+        let elapsed = start.elapsed().as_secs_f64();
+        let expected = 10.0 + 10.0 * elapsed;
+        assert!(
+            (ok as f64) <= expected + 3.0 && (ok as f64) >= expected - 5.0,
+            "{kind}: {ok} passed across two instances in {elapsed:.2}s, expected about {expected:.0} (one shared limit), {limited} limited"
+        );
     }
-    let elapsed = start.elapsed().as_secs_f64();
-    let expected = 10.0 + 10.0 * elapsed;
+}
+
+/// A Redis address's password is never in a log line: the store that cannot be
+/// reached is named with `***` in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_password_is_never_logged() {
+    let dead = dead_addr().await;
+    let s = Sluice::start(&format!(
+        "site * {{ rate_limit 10/s store redis://:hunter2@{dead} failure closed\n respond ok }}"
+    ));
+    assert_eq!(get(s.addr, "/").await.status, 500);
+    let line = s.wait_log("rate_limit store");
     assert!(
-        (ok as f64) <= expected + 3.0 && (ok as f64) >= expected - 5.0,
-        "{ok} passed across two instances in {elapsed:.2}s, expected about {expected:.0} (one shared limit), {limited} limited"
+        line.contains(&format!("redis://***@{dead}")),
+        "the store is named: {line}"
     );
+    assert!(!s.logs().contains("hunter2"), "{}", s.logs());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

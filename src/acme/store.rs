@@ -74,9 +74,10 @@ impl Storage {
                 dir: dir.clone(),
                 scope: flatten(directory.trim_end_matches('/')),
             },
+            // What messages and `/status` say of it: never its password.
             AcmeStorage::Redis(url) => Storage::Redis {
-                url: url.clone(),
-                client: redis::Client::open(url.as_str()).ok(),
+                url: crate::net::redis::shown(url),
+                client: crate::net::redis::client(url.as_str()).ok(),
                 scope: directory.trim_end_matches('/').to_string(),
                 conn: std::sync::Mutex::new(None),
                 skip_until: std::sync::Mutex::new(None),

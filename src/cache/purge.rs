@@ -145,7 +145,7 @@ impl Drop for Publisher {
 impl Publisher {
     /// Starts listening on `url` (within the tokio runtime).
     pub(crate) fn new(url: &str) -> Arc<Publisher> {
-        let client = redis::Client::open(url).ok();
+        let client = crate::net::redis::client(url).ok();
         let stores: Arc<ArcSwap<Vec<Arc<Store>>>> = Default::default();
         let listener = tokio::spawn(listen(client.clone(), url.to_string(), stores.clone()));
         Arc::new(Publisher {
@@ -166,7 +166,10 @@ impl Publisher {
         let Some(client) = self.client.clone() else {
             return;
         };
-        let (msg, url) = (what.to_json(instance()), self.url.clone());
+        let (msg, url) = (
+            what.to_json(instance()),
+            crate::net::redis::shown(&self.url),
+        );
         tokio::spawn(async move {
             let sent = async {
                 let mut conn = client.get_multiplexed_async_connection().await?;
@@ -197,6 +200,8 @@ pub(crate) fn publish(publishers: &HashMap<String, Arc<Publisher>>, what: &Purge
 /// Subscribes to the channel and applies what others publish; reconnects once a
 /// second after a failure.
 async fn listen(client: Option<redis::Client>, url: String, stores: Arc<ArcSwap<Vec<Arc<Store>>>>) {
+    // What the log says of the address: never its password.
+    let url = crate::net::redis::shown(&url);
     let Some(client) = client else {
         tracing::warn!("sluice: cache: purge_store {url} is not a usable Redis address");
         return;

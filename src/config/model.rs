@@ -160,6 +160,10 @@ pub struct Global {
     pub max_tunnels: u64,
     /// Bytes of FastCGI request bodies held at once (memory and temporary files).
     pub spool_max: u64,
+    /// How long one Redis check on the request path may take.
+    pub redis_timeout: std::time::Duration,
+    /// `redis_ca FILE`: PEM roots `rediss://` servers are verified against.
+    pub redis_ca: Option<std::sync::Arc<Vec<u8>>>,
     /// How long a tunnel of a pool a reload removed may stay open.
     pub tunnel_drain: Duration,
     /// A tunnel with no byte either way for this long closes.
@@ -277,6 +281,8 @@ impl Default for Global {
             retries_off: false,
             max_tunnels: 16_384,
             spool_max: 1 << 30,
+            redis_timeout: std::time::Duration::from_millis(50),
+            redis_ca: None,
             tunnel_drain: Duration::from_secs(3600),
             tunnel_idle: Duration::from_secs(3600),
             pid_file: None,

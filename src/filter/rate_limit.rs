@@ -9,7 +9,7 @@
 //! (an idle key and a fresh one are the same), then the longest unused. With `store
 //! redis://…` the buckets live in Redis, checked by one atomic script per request on a
 //! multiplexed connection, so every sluice instance sharing the Redis enforces one
-//! limit. A Redis that does not answer within [`REDIS_BUDGET`] is an error: the
+//! limit. A Redis that does not answer within `redis_timeout` (50 ms) is an error: the
 //! filter's `failure open|closed` decides, and the outage is logged once, not per
 //! request.
 
@@ -32,8 +32,6 @@ use crate::stats::{bump, COUNTERS};
 /// The most keys one in-memory `rate_limit` remembers.
 pub(crate) const MAX_KEYS: usize = 100_000;
 const SHARDS: usize = 64;
-/// How long a Redis check may take before the filter's failure mode decides.
-pub(crate) const REDIS_BUDGET: Duration = Duration::from_millis(50);
 
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -361,7 +359,7 @@ impl Redis {
             url: url.to_string(),
             // Checked for shape at load; a client that still cannot be made fails
             // every check (logged once).
-            client: redis::Client::open(url).ok(),
+            client: crate::net::redis::client(url).ok(),
             conn: ArcSwapOption::empty(),
             connecting: AtomicBool::new(false),
             ready: tokio::sync::Notify::new(),
@@ -379,13 +377,15 @@ impl Redis {
         burst: f64,
     ) -> Result<Option<u64>, String> {
         let start = tokio::time::Instant::now();
+        // `global { redis_timeout }`: the failure mode decides past it.
+        let deadline = crate::net::redis::timeout();
         let conn = match self.conn.load_full() {
             Some(c) => c,
             None => {
                 // Not connected: a connection being made may still come in time.
                 let ready = self.ready.notified();
                 self.connect();
-                let _ = tokio::time::timeout(REDIS_BUDGET, ready).await;
+                let _ = tokio::time::timeout(deadline, ready).await;
                 match self.conn.load_full() {
                     Some(c) => c,
                     None => return Err(self.failed("cannot connect")),
@@ -393,7 +393,7 @@ impl Redis {
             }
         };
         let mut conn = (*conn).clone();
-        let budget = REDIS_BUDGET.saturating_sub(start.elapsed());
+        let budget = deadline.saturating_sub(start.elapsed());
         let mut invocation = self.script.prepare_invoke();
         invocation
             .key(format!("sluice:rl:{key}"))
@@ -403,7 +403,10 @@ impl Redis {
         match tokio::time::timeout(budget, call).await {
             Ok(Ok(wait)) => {
                 if self.down.swap(false, Ordering::Relaxed) {
-                    tracing::info!("sluice: rate_limit store {} answers again", self.url);
+                    tracing::info!(
+                        "sluice: rate_limit store {} answers again",
+                        crate::net::redis::shown(&self.url)
+                    );
                 }
                 Ok((wait > 0).then_some(wait))
             }
@@ -417,7 +420,7 @@ impl Redis {
                 // A host gone without a reset would time out forever on this connection:
                 // the next check opens a new one.
                 self.conn.store(None);
-                Err(self.failed(&format!("no answer within {REDIS_BUDGET:?}")))
+                Err(self.failed(&format!("no answer within {deadline:?}")))
             }
         }
     }
@@ -427,7 +430,7 @@ impl Redis {
         if !self.down.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 "sluice: rate_limit store {}: {why}; failing {} until it answers (logged once per outage)",
-                self.url,
+                crate::net::redis::shown(&self.url),
                 if self.failure_open {
                     "open (requests pass unlimited)"
                 } else {

@@ -10,6 +10,7 @@
 
 pub(crate) mod identity;
 pub(crate) mod proxy_protocol;
+pub(crate) mod redis;
 pub(crate) mod stream;
 pub(crate) mod tls;
 pub(crate) mod transport;

@@ -56,6 +56,8 @@ fn acme_manager(
 impl Generation {
     /// Compiles `config`; pools whose identity `previous` also has keep its state.
     pub(crate) fn compile(config: &Config, previous: Option<&Generation>) -> Generation {
+        // Before any store's client is made: its CA, and the deadline of its checks.
+        crate::net::redis::configure(config.global.redis_timeout, config.global.redis_ca.clone());
         let carried: HashMap<&PoolId, &Arc<PoolState>> = previous
             .into_iter()
             .flat_map(|g| g.pools())

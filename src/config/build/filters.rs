@@ -350,26 +350,45 @@ fn rate_limit(d: &Directive) -> Res<RateLimit> {
     Ok(r)
 }
 
-/// `redis://HOST:PORT[/DB]`, checked for shape (the connection is made at run time).
+/// `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]` or `rediss://…` (TLS), DESIGN §18.4:
+/// checked for shape and by the Redis client's own parser (the connection is made at
+/// run time). `{$ENV}` was expanded by the lexer, so a password can stay out of the
+/// file.
 pub(super) fn redis_url(w: &Word) -> Res<String> {
     let bad = || {
         expected(
             w,
-            "a Redis address like redis://127.0.0.1:6379 or redis://cache:6379/2",
+            "a Redis address like redis://127.0.0.1:6379, redis://:PASSWORD@cache:6379/2 or rediss://cache:6380",
         )
+        .with_hint("a password can come from the environment: redis://:{$REDIS_PASSWORD}@cache:6379")
     };
-    let rest = w.text.strip_prefix("redis://").ok_or_else(bad)?;
-    let (hostport, db) = match rest.split_once('/') {
-        Some((h, db)) => (h, Some(db)),
+    let rest = w
+        .text
+        .strip_prefix("redis://")
+        .or_else(|| w.text.strip_prefix("rediss://"))
+        .ok_or_else(bad)?;
+    let (authority, db) = match rest.split_once('/') {
+        Some((a, db)) => (a, Some(db)),
         None => (rest, None),
     };
-    let (host, port) = hostport.rsplit_once(':').ok_or_else(bad)?;
-    if host.is_empty() || host.contains('@') || port.parse::<u16>().map_or(true, |p| p == 0) {
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = match hostport.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((h, tail)) => (h, tail.strip_prefix(':')),
+            None => return Err(bad()),
+        },
+        None => match hostport.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        },
+    };
+    if host.is_empty() || port.is_some_and(|p| p.parse::<u16>().map_or(true, |p| p == 0)) {
         return Err(bad());
     }
-    if db.is_some_and(|db| db.parse::<u8>().is_err()) {
+    if db.is_some_and(|db| !db.is_empty() && db.parse::<u16>().is_err()) {
         return Err(bad());
     }
+    redis::IntoConnectionInfo::into_connection_info(w.text.as_str()).map_err(|_| bad())?;
     Ok(w.text.clone())
 }
 

@@ -583,6 +583,24 @@ static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
     }),
     ("trust", trust),
     ("access_log", access_log),
+    ("redis_timeout", |_, d, g| {
+        positive(one_arg(d, "redis_timeout 50ms")?).map(|t| g.redis_timeout = t)
+    }),
+    ("redis_ca", |b, d, g| {
+        let w = one_arg(d, "redis_ca FILE")?;
+        let path = b.dir_of(d.span()).join(&w.text);
+        match crate::config::certs::load_chain(&path) {
+            Ok(_) => {
+                let pem = std::fs::read(&path)
+                    .map_err(|e| Diagnostic::error(w.span, format!("{}: {e}", path.display())))?;
+                g.redis_ca = Some(std::sync::Arc::new(pem));
+                Ok(())
+            }
+            Err(e) => Err(Diagnostic::error(w.span, e.message.clone()).with_hint(
+                "give the PEM certificate of the CA that issued your Redis servers' certificates",
+            )),
+        }
+    }),
     ("spool_max", |_, d, g| {
         values::size(one_arg(d, "spool_max SIZE")?).map(|n| g.spool_max = n.max(1))
     }),

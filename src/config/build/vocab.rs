@@ -32,6 +32,8 @@ impl Place {
                 "trust",
                 "max_tunnels",
                 "spool_max",
+                "redis_timeout",
+                "redis_ca",
                 "tunnel_drain",
                 "tunnel_idle",
                 "grace",
