@@ -286,3 +286,57 @@ async fn sni_picks_the_pool_without_terminating_tls() {
         .unwrap();
     assert_eq!(read_all(&mut c).await, "");
 }
+
+/// An HTTP listener judges its connections at accept as a `tcp` block does (DESIGN
+/// §18.4): `allow`/`deny` and a connection `rate_limit` close a refused one at once,
+/// before a byte is read, counted by listener and reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_listener_judges_connections_at_accept() {
+    for (guard, refused, reason) in [
+        ("deny 127.0.0.0/8", true, "access"),
+        ("allow 10.0.0.0/8", true, "access"),
+        ("allow 127.0.0.1/32", false, "access"),
+        ("rate_limit 2/s burst 2", false, "rate"),
+    ] {
+        let s = Sluice::start(&format!(
+            "global {{ admin 127.0.0.1:0 }}\nlisten 127.0.0.1:0 {{ {guard} }}\nsite * {{ respond ok }}\n"
+        ));
+        let out = raw(
+            s.addr,
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert_eq!(
+            out.is_empty(),
+            refused,
+            "{guard}: {:?}",
+            String::from_utf8_lossy(&out)
+        );
+        let mut closed = u64::from(refused);
+        if reason == "rate" {
+            // Two a second, two at once: a burst of five leaves three closed.
+            let mut answered = 1;
+            for _ in 0..4 {
+                let out = raw(
+                    s.addr,
+                    b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                )
+                .await;
+                if out.is_empty() {
+                    closed += 1;
+                } else {
+                    answered += 1;
+                }
+            }
+            assert!(
+                answered <= 3 && closed >= 2,
+                "{guard}: {answered} answered, {closed} closed"
+            );
+        }
+        let m = get(s.admin(), "/metrics").await.text();
+        let line = format!(
+            "sluice_connections_refused_total{{listener=\"127.0.0.1:0\",reason=\"{reason}\"}} {closed}\n"
+        );
+        assert!(m.contains(&line), "{guard}: {line} in\n{m}");
+    }
+}

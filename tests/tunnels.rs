@@ -15,6 +15,14 @@ use tokio::net::TcpStream;
 /// A backend that answers an upgrade with 101 (or `refuse` with 426), then echoes in
 /// upper case until the client's half-close, says "bye" and closes.
 async fn upgrading(refuse: bool) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    upgrading_to("websocket", refuse).await
+}
+
+/// As [`upgrading`], for the `Upgrade` token `token`.
+async fn upgrading_to(
+    token: &'static str,
+    refuse: bool,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     raw_backend(move |mut c| async move {
         let mut head = Vec::new();
         let mut b = [0u8; 1];
@@ -26,19 +34,18 @@ async fn upgrading(refuse: bool) -> (SocketAddr, tokio::task::JoinHandle<()>) {
         }
         let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
         if refuse
-            || !head.contains("upgrade: websocket")
+            || !head.contains(&format!("upgrade: {}", token.to_ascii_lowercase()))
             || !head.contains("connection: upgrade")
         {
             let _ = c
-                .write_all(
-                    b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 4\r\n\r\nnope",
-                )
+                .write_all(b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 4\r\n\r\nnope")
                 .await;
             return;
         }
-        let _ = c
-            .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nhi ")
-            .await;
+        let switched = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: {token}\r\nConnection: Upgrade\r\n\r\nhi "
+        );
+        let _ = c.write_all(switched.as_bytes()).await;
         let mut buf = [0u8; 4096];
         loop {
             match c.read(&mut buf).await {
@@ -59,10 +66,15 @@ async fn upgrading(refuse: bool) -> (SocketAddr, tokio::task::JoinHandle<()>) {
 /// Sends an upgrade request (with `early` bytes right behind it); returns the stream
 /// and what came back up to the end of the response head.
 async fn open(addr: SocketAddr, early: &[u8]) -> (TcpStream, String) {
+    open_to(addr, "websocket", early).await
+}
+
+/// As [`open`], asking for the `Upgrade` token `token`.
+async fn open_to(addr: SocketAddr, token: &str, early: &[u8]) -> (TcpStream, String) {
     let mut c = TcpStream::connect(addr).await.unwrap();
     let mut req =
-        b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
-            .to_vec();
+        format!("GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: {token}\r\n\r\n")
+            .into_bytes();
     req.extend_from_slice(early);
     c.write_all(&req).await.unwrap();
     let mut head = Vec::new();
@@ -566,5 +578,60 @@ async fn websocket_off_refuses_upgrades_with_403() {
     assert!(
         head.starts_with("HTTP/1.1 403") && !head.contains("101"),
         "{head}"
+    );
+}
+
+/// `proxy { upgrade NAME... }` relays those `Upgrade` tokens as it does WebSocket
+/// (DESIGN §18.4): a `101`, then the bytes both ways, counted as a tunnel; a token the
+/// pool does not list goes as a plain request (the backend never sees the `Upgrade`),
+/// and `websocket off` does not refuse them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listed_upgrade_tokens_are_relayed_like_websockets() {
+    for token in ["tcp-tunnel", "Foo/2"] {
+        let (b, task) = upgrading_to(token, false).await;
+        let s = Sluice::start(&format!(
+            "global {{ admin 127.0.0.1:0 }}\nsite * {{
+                route /ws {{ proxy {b} {{ upgrade tcp-tunnel foo/2; websocket off }} }}
+                route /plain/* {{ proxy {b} }}
+            }}"
+        ));
+        let (mut c, head) = open_to(s.addr, token, b"").await;
+        assert!(head.starts_with("HTTP/1.1 101"), "{token}: {head}");
+        let mut hi = [0u8; 3];
+        tokio::time::timeout(WAIT, c.read_exact(&mut hi))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&hi, b"hi ");
+        c.write_all(b"ping").await.unwrap();
+        let mut pong = [0u8; 4];
+        tokio::time::timeout(WAIT, c.read_exact(&mut pong))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&pong, b"PING", "{token}: relayed both ways");
+        let m = get(s.admin(), "/metrics").await.text();
+        assert!(
+            m.contains("sluice_tunnels_open 1\n"),
+            "{token}: counted: {m}"
+        );
+        drop(c);
+        // Not listed: a plain request, its Upgrade dropped.
+        let r = request(
+            s.addr,
+            "GET",
+            "/plain/x",
+            &[("Connection", "Upgrade"), ("Upgrade", token)],
+            b"",
+        )
+        .await;
+        assert_eq!(r.status, 426, "{token}: the backend saw no Upgrade");
+        task.abort();
+    }
+    let dir = TempDir::new();
+    assert_check_fails(
+        &dir,
+        "site * { proxy 127.0.0.1:1 { upgrade h2c } }",
+        "`h2c` cannot be relayed as an upgrade",
     );
 }

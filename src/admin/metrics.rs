@@ -20,6 +20,7 @@ pub(crate) fn render(gen: &Generation) -> String {
     peers(&mut out, &pools);
     pool_metrics(&mut out, &pools);
     counters(&mut out);
+    listeners(&mut out, gen);
     certificates(&mut out, gen);
     cache(&mut out, gen);
     acme(&mut out, gen);
@@ -385,6 +386,26 @@ static REFUSALS: &[(&str, &AtomicU64, &str)] = &[
         "filters that could not decide (their failure mode applied)",
     ),
 ];
+
+/// Connections each listener's `allow`/`deny`/`rate_limit` closed at accept.
+fn listeners(o: &mut String, gen: &Generation) {
+    head(
+        o,
+        "sluice_connections_refused_total",
+        "counter",
+        "connections a listener's allow/deny (reason access) or rate_limit (reason rate) closed at accept",
+    );
+    for g in gen.conn_guards().filter(|g| !g.guards.is_empty()) {
+        for (reason, n) in [("access", &g.refused.access), ("rate", &g.refused.rate)] {
+            let _ = writeln!(
+                o,
+                "sluice_connections_refused_total{{listener=\"{}\",reason=\"{reason}\"}} {}",
+                esc(&g.name),
+                get(n)
+            );
+        }
+    }
+}
 
 /// Process-wide counters: tunnels, refusals by reason, the access log.
 fn counters(o: &mut String) {

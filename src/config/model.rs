@@ -314,6 +314,9 @@ pub struct Listen {
     /// Its place among the `listen` and `tcp` lines as read (an import's where the
     /// import stands): which of two lines of one address is the repeat.
     pub seq: usize,
+    /// `listen ADDR { allow …; deny …; rate_limit N/s }`: connections judged at accept
+    /// (DESIGN §18.4), as a `tcp` block's.
+    pub guards: Vec<Filter>,
 }
 
 #[derive(Debug, Clone)]
@@ -932,6 +935,9 @@ pub struct ProxyConfig {
     pub origin_headers: bool,
     /// `websocket on|off`: WebSocket upgrades pass to the backends (on) or get `403`.
     pub websocket: bool,
+    /// `upgrade NAME...`: further `Upgrade` tokens relayed like WebSocket (lower case;
+    /// never `h2c`).
+    pub upgrade: Vec<String>,
     /// Compress responses the client accepts compressed (default on).
     pub compress: Compression,
     pub fail_duration: Duration,
@@ -979,6 +985,7 @@ impl ProxyConfig {
             failover: Failover::default(),
             origin_headers: false,
             websocket: true,
+            upgrade: Vec::new(),
             compress: Compression::On,
             fail_duration: Duration::from_secs(30),
             breaker: 1,

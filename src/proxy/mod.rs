@@ -84,10 +84,15 @@ pub(crate) fn forward<'a, 'c>(
             started: client.served.map(|_| std::time::Instant::now()),
             ..Dialed::default()
         };
-        let resp = match (client.tunnel, upgrade::upgrade_protocol(req)) {
+        let resp = match (
+            client.tunnel,
+            upgrade::upgrade_protocol(req, &pool.cfg.upgrade),
+        ) {
             // Boxed: rare, and inline its future would make every request's as large.
-            // `websocket off`: the pool takes no upgrade.
-            (_, Some(_)) if !pool.cfg.websocket => refusal::no_websocket(pool),
+            // `websocket off`: the pool takes no WebSocket.
+            (_, Some(p)) if !pool.cfg.websocket && upgrade::is_websocket(&p) => {
+                refusal::no_websocket(pool)
+            }
             (Some(slot), Some(protocol)) => {
                 Box::pin(upgrade::upgrade(
                     pool,

@@ -22,10 +22,11 @@ use crate::upstream::{Lease, Note, Pool, Tried};
 const NO_UPGRADE: &str = "Bad gateway: the backend cannot take an upgrade\n";
 
 /// The protocol an HTTP/1.1 request asks to switch to (`Upgrade`, with `upgrade` among
-/// its `Connection` tokens) when it is one sluice passes on: WebSocket only. Any other
-/// (`h2c` above all: a backend that switched would give the client a connection past
+/// its `Connection` tokens) when it is one sluice passes on: WebSocket, and the tokens
+/// the pool's `upgrade` lists (DESIGN §18.4). Any other (`h2c` above all, which no
+/// `upgrade` may list: a backend that switched would give the client a connection past
 /// every filter) goes as a plain request, its `Upgrade` dropped as hop-by-hop.
-pub(super) fn upgrade_protocol(req: &Request<Body>) -> Option<HeaderValue> {
+pub(super) fn upgrade_protocol(req: &Request<Body>, also: &[String]) -> Option<HeaderValue> {
     let asks = req
         .headers()
         .get_all(header::CONNECTION)
@@ -36,11 +37,20 @@ pub(super) fn upgrade_protocol(req: &Request<Body>) -> Option<HeaderValue> {
         return None;
     }
     let asked = req.headers().get(header::UPGRADE)?;
-    asked
+    let token = asked.as_bytes().trim_ascii();
+    let relayed = token.eq_ignore_ascii_case(b"websocket")
+        || also
+            .iter()
+            .any(|t| token.eq_ignore_ascii_case(t.as_bytes()));
+    relayed.then(|| asked.clone())
+}
+
+/// Whether `protocol` is WebSocket (which `websocket off` refuses).
+pub(super) fn is_websocket(protocol: &HeaderValue) -> bool {
+    protocol
         .as_bytes()
         .trim_ascii()
         .eq_ignore_ascii_case(b"websocket")
-        .then(|| asked.clone())
 }
 
 /// An upgrade (WebSocket) handshake: a fresh connection to one peer (never pooled,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use super::{certs, Generation, TcpGuard, TcpRoute, TcpTarget};
+use super::{certs, ConnGuards, Generation, Refused, TcpGuard, TcpRoute, TcpTarget};
 use crate::config::{self, Compression, Config};
 use crate::filter::access::Access;
 use crate::filter::basic_auth::BasicAuth;
@@ -88,7 +88,14 @@ impl Generation {
             let n = (0..).find(|n| !fastcgi_before.contains_key(&(f.name.clone(), *n)));
             fastcgi_before.insert((f.name.clone(), n.unwrap_or(0)), f.pool.clone());
         }
+        // What each listener refused so far, by its name.
+        let refused_before: HashMap<&str, Arc<Refused>> = previous
+            .into_iter()
+            .flat_map(|g| g.conn_guards())
+            .map(|g| (g.name.as_str(), g.refused.clone()))
+            .collect();
         let shared = Shared {
+            refused_before: &refused_before,
             fastcgi_before: &fastcgi_before,
             fastcgi_seen: Default::default(),
             meters_before: config.global.admin.is_some().then_some(&meters_before),
@@ -113,6 +120,7 @@ impl Generation {
             sites.add(&s.hosts, site(s, &shared));
         }
         let tcp = tcp_routes(config, &shared);
+        let listen_guards = listen_guards(config, &shared);
         let acme = acme_manager(config, previous);
         let tls = if config.listeners.iter().any(|l| l.tls) {
             certs::build(&config.sites, acme.as_ref())
@@ -131,6 +139,7 @@ impl Generation {
             tls,
             sites,
             tcp,
+            listen_guards,
             trust: config.global.trust.clone(),
             tracing: config.global.tracing,
             max_tunnels: config.global.max_tunnels,
@@ -234,6 +243,8 @@ struct Shared<'a> {
     /// How many pools of each identity this generation has so far.
     pool_ids: std::cell::RefCell<HashMap<PoolId, usize>>,
     probe_slots: &'a Arc<Semaphore>,
+    /// The previous generation's listeners' refusal counts, by listener name.
+    refused_before: &'a HashMap<&'a str, Arc<Refused>>,
     /// The previous generation's FastCGI pools, by route name and occurrence.
     fastcgi_before: &'a HashMap<(String, usize), Arc<crate::fastcgi::pool::Pool>>,
     /// How many FastCGI routes of each name so far.
@@ -322,19 +333,30 @@ impl Shared<'_> {
     }
 
     /// A `tcp` block's `allow`, `deny` and `rate_limit` lines, compiled.
-    fn tcp_guards(&self, t: &config::TcpProxy) -> Vec<TcpGuard> {
-        let route = format!("tcp {}", t.listen.text);
-        t.guards
+    /// A listener's connection guards, named `name` (`tcp ADDR` for a `tcp` block,
+    /// `ADDR` for an HTTP listener), with the refusals its predecessor counted.
+    fn conn_guards(&self, name: String, filters: &[config::Filter]) -> ConnGuards {
+        let guards = filters
             .iter()
             .filter_map(|g| match g {
                 config::Filter::Allow(n) => Some(TcpGuard::Allow(n.clone())),
                 config::Filter::Deny(n) => Some(TcpGuard::Deny(n.clone())),
                 config::Filter::RateLimit(rl) => {
-                    Some(TcpGuard::Rate(self.rate(rl, None, true, &route)))
+                    Some(TcpGuard::Rate(self.rate(rl, None, true, &name)))
                 }
                 _ => None,
             })
-            .collect()
+            .collect();
+        let refused = self
+            .refused_before
+            .get(name.as_str())
+            .cloned()
+            .unwrap_or_default();
+        ConnGuards {
+            name,
+            guards,
+            refused,
+        }
     }
 
     /// A `rate_limit` filter named `name` (if it is) on `route`, with the buckets of
@@ -419,8 +441,18 @@ fn tcp_routes(config: &Config, shared: &Shared) -> Vec<TcpRoute> {
                 .collect(),
             names: tcp_names(&t.pools),
             max_conns: t.max_conns,
-            guards: shared.tcp_guards(t),
+            guards: shared.conn_guards(format!("tcp {}", t.listen.text), &t.guards),
         })
+        .collect()
+}
+
+/// The HTTP listeners' connection guards (`listen ADDR { allow …; … }`).
+fn listen_guards(config: &Config, shared: &Shared) -> Vec<(std::net::SocketAddr, ConnGuards)> {
+    config
+        .listeners
+        .iter()
+        .filter(|l| !l.guards.is_empty())
+        .map(|l| (l.addr, shared.conn_guards(l.text.clone(), &l.guards)))
         .collect()
 }
 

@@ -25,7 +25,55 @@ pub(crate) struct TcpRoute {
     pub names: crate::route::HostIndex,
     pub max_conns: u64,
     /// `allow`, `deny`, `rate_limit` of the `tcp` block, in written order.
+    pub guards: ConnGuards,
+}
+
+/// A listener's `allow`, `deny` and `rate_limit` (a `tcp` block's, or an HTTP
+/// `listen ADDR { … }`'s, DESIGN §18.4), judged on each connection at accept, with
+/// what they refused.
+pub(crate) struct ConnGuards {
+    /// The listener as `sluice_connections_refused_total` labels it.
+    pub name: String,
     pub guards: Vec<TcpGuard>,
+    pub refused: Arc<Refused>,
+}
+
+/// Connections a listener refused, by reason; carried across reloads by its name.
+#[derive(Default)]
+pub(crate) struct Refused {
+    /// `allow`/`deny`.
+    pub access: std::sync::atomic::AtomicU64,
+    /// `rate_limit`.
+    pub rate: std::sync::atomic::AtomicU64,
+}
+
+impl ConnGuards {
+    /// Whether a connection from `client` is taken; a refused one is counted (here
+    /// by listener and reason, and as the same filters on HTTP count them).
+    pub(crate) fn admits(&self, client: IpAddr) -> bool {
+        use crate::stats::{bump, COUNTERS};
+        for g in &self.guards {
+            let (ok, counter, mine) = match g {
+                TcpGuard::Allow(nets) => (
+                    crate::filter::cond::in_nets(nets, client),
+                    &COUNTERS.access_denied,
+                    &self.refused.access,
+                ),
+                TcpGuard::Deny(nets) => (
+                    !crate::filter::cond::in_nets(nets, client),
+                    &COUNTERS.access_denied,
+                    &self.refused.access,
+                ),
+                TcpGuard::Rate(r) => (r.admit(client), &COUNTERS.rate_limited, &self.refused.rate),
+            };
+            if !ok {
+                bump(counter);
+                bump(mine);
+                return false;
+            }
+        }
+        true
+    }
 }
 
 /// One pool of a `tcp` listener, and the TLS server names it takes.
@@ -59,34 +107,17 @@ pub(crate) enum TcpGuard {
 }
 
 impl TcpRoute {
-    /// Whether a connection from `client` is relayed; refused ones are counted (as
-    /// the same filters on HTTP count them).
+    /// Whether a connection from `client` is relayed; refused ones are counted.
     pub(crate) fn admits(&self, client: IpAddr) -> bool {
-        use crate::stats::{bump, COUNTERS};
-        for g in &self.guards {
-            let (ok, counter) = match g {
-                TcpGuard::Allow(nets) => (
-                    crate::filter::cond::in_nets(nets, client),
-                    &COUNTERS.access_denied,
-                ),
-                TcpGuard::Deny(nets) => (
-                    !crate::filter::cond::in_nets(nets, client),
-                    &COUNTERS.access_denied,
-                ),
-                TcpGuard::Rate(r) => (r.admit(client), &COUNTERS.rate_limited),
-            };
-            if !ok {
-                bump(counter);
-                return false;
-            }
-        }
-        true
+        self.guards.admits(client)
     }
 }
 
 pub(crate) struct Generation {
     pub sites: Sites,
     pub tcp: Vec<TcpRoute>,
+    /// HTTP listeners with `allow`/`deny`/`rate_limit`, by configured address.
+    pub listen_guards: Vec<(std::net::SocketAddr, ConnGuards)>,
     pub trust: Vec<IpNet>,
     /// Some HTTP pool sends PROXY protocol headers: a wildcard listener looks up each
     /// connection's own address (the header's destination).
@@ -168,6 +199,21 @@ impl Generation {
     /// The L4 route for a `tcp` listener's configured address.
     pub(crate) fn tcp_route(&self, addr: std::net::SocketAddr) -> Option<&TcpRoute> {
         self.tcp.iter().find(|t| t.addr == addr)
+    }
+
+    /// The guards of the HTTP listener configured at `addr`, if it has any.
+    pub(crate) fn listen_guards(&self, addr: std::net::SocketAddr) -> Option<&ConnGuards> {
+        self.listen_guards
+            .iter()
+            .find_map(|(a, g)| (*a == addr).then_some(g))
+    }
+
+    /// Every listener's guards, `tcp` blocks' and HTTP ones'.
+    pub(crate) fn conn_guards(&self) -> impl Iterator<Item = &ConnGuards> {
+        self.tcp
+            .iter()
+            .map(|t| &t.guards)
+            .chain(self.listen_guards.iter().map(|(_, g)| g))
     }
 }
 

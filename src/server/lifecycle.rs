@@ -763,6 +763,7 @@ impl Server {
         });
         let task = tokio::spawn(super::accept_loop(
             l,
+            k.0,
             self.live.clone(),
             self.drain.clone(),
             close.clone(),

@@ -60,8 +60,12 @@ pub(crate) struct Front {
     pub proxy_protocol: bool,
 }
 
+/// An HTTP listener's loop; `configured` is its address as the config writes it
+/// (where its `allow`/`deny`/`rate_limit` are found).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn accept_loop(
     listener: TcpListener,
+    configured: SocketAddr,
     live: Arc<Live>,
     drain: Drain,
     close: Arc<tokio::sync::Notify>,
@@ -88,9 +92,18 @@ pub(crate) async fn accept_loop(
             _ = watch.closing() => return,
             _ = close.notified() => return,
         };
+        let gen = live.load();
+        if let Some(g) = gen.listen_guards(configured) {
+            if !g.admits(client.ip().to_canonical()) {
+                // `allow`/`deny`/`rate_limit` refused it: closed at once, counted.
+                tracing::debug!("sluice: {}: refused a connection from {client}", g.name);
+                drop(stream);
+                continue;
+            }
+        }
         // Counted before the task runs, so a drain starting now waits for it.
         let counted = drain.connection();
-        let local = match wildcard && live.load().sends_proxy_protocol {
+        let local = match wildcard && gen.sends_proxy_protocol {
             true => stream.local_addr().ok().or(bound),
             false => bound,
         };

@@ -266,6 +266,7 @@ impl Builder {
                 span: Span::default(),
                 addr_span: Span::default(),
                 seq: 0,
+                guards: Vec::new(),
             });
         }
         self.redirect_ports(&listeners, &mut sites);

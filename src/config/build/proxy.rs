@@ -298,6 +298,7 @@ static PROXY_OPTIONS: &[(&str, ProxyOption)] = &[
         on_off(d).map(|v| p.origin_headers = v)
     }),
     ("websocket", |_, d, p| on_off(d).map(|v| p.websocket = v)),
+    ("upgrade", upgrade_tokens),
     ("proxy_protocol", |_, d, p| {
         let w = one_arg(d, "proxy_protocol v1|v2")?;
         p.proxy_protocol = Some(match w.text.as_str() {
@@ -373,6 +374,36 @@ fn host_value(w: &Word) -> Res<HeaderValue> {
     }
     HeaderValue::from_str(text)
         .map_err(|_| Diagnostic::error(w.span, format!("`{text}` cannot be a Host header")))
+}
+
+/// `upgrade NAME...`: `Upgrade` tokens relayed besides `websocket` (DESIGN §18.4).
+fn upgrade_tokens(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
+    if d.args.is_empty() {
+        return Err(missing(d, "upgrade NAME...", "upgrade tcp-tunnel"));
+    }
+    for w in &d.args {
+        let token = w.text.to_ascii_lowercase();
+        if token == "h2c" {
+            return Err(Diagnostic::error(w.span, "`h2c` cannot be relayed as an upgrade")
+                .with_hint("a backend that switched to h2c would give the client a connection past every filter; use proxy h2c://ADDR to speak HTTP/2 to a backend"));
+        }
+        if token == "websocket" {
+            return Err(Diagnostic::error(w.span, "`websocket` is relayed already")
+                .with_hint("`websocket on|off` decides it; list other tokens here"));
+        }
+        let is_token = !token.is_empty()
+            && token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~/".contains(&b));
+        if !is_token {
+            return Err(expected(
+                w,
+                "an Upgrade token, like `tcp-tunnel` or `foo/2`",
+            ));
+        }
+        p.upgrade.push(token);
+    }
+    Ok(())
 }
 
 fn header_up(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> {
@@ -941,6 +972,7 @@ fn tcp_listen(d: &Directive) -> Res<(Listen, &[Directive])> {
         span: d.span(),
         addr_span: w.span,
         seq: 0,
+        guards: Vec::new(),
     };
     Ok((listen, items))
 }
@@ -1016,7 +1048,7 @@ fn policy(d: &Directive) -> Res<Policy> {
 /// on the client's address when a connection is accepted. A rate counts new
 /// connections per client address, in this process: no `key` or `store`, no
 /// conditions or branches.
-fn tcp_guard(d: &Directive) -> Res<Filter> {
+pub(super) fn tcp_guard(d: &Directive) -> Res<Filter> {
     let f = super::filters::filter(d)?;
     if let Filter::RateLimit(r) = &f {
         if r.key_header.is_some() || r.store.is_some() {

@@ -107,9 +107,26 @@ pub(super) fn dns_server(w: &Word) -> Res<SocketAddr> {
     })
 }
 
+/// `listen ADDR [tls [quic]] [proxy_protocol] [{ allow …; deny …; rate_limit N/s }]`.
 pub(super) fn listen(d: &Directive) -> Res<Listen> {
     const USAGE: &str = "write: listen ADDR [tls [quic]] [proxy_protocol]";
-    let w = first_arg(d, "listen ADDR")?;
+    let w = d
+        .args
+        .first()
+        .ok_or_else(|| missing(d, "listen ADDR", "listen ADDR"))?;
+    let mut guards = Vec::new();
+    for item in d.block.as_deref().unwrap_or(&[]) {
+        match item.name.text.as_str() {
+            "allow" | "deny" | "rate_limit" => guards.push(super::proxy::tcp_guard(item)?),
+            _ => {
+                return Err(Diagnostic::error(
+                    item.name.span,
+                    format!("`{}` does not belong in a `listen` block", item.name.text),
+                )
+                .with_hint("a listen block judges connections at accept: allow CIDR...; deny CIDR...; rate_limit N/s [burst N]"))
+            }
+        }
+    }
     let (mut tls, mut proxy_protocol, mut quic) = (false, false, false);
     for t in &d.args[1..] {
         let flag = match t.text.as_str() {
@@ -137,6 +154,13 @@ pub(super) fn listen(d: &Directive) -> Res<Listen> {
                 "a PROXY protocol header travels on TCP only; put quic on a listener of its own",
             ));
         }
+        if let Some(s) = d.block_span.filter(|_| !guards.is_empty()) {
+            return Err(Diagnostic::error(
+                s,
+                "a `listen … quic` line cannot judge connections yet",
+            )
+            .with_hint("put allow/deny/rate_limit on a `listen ADDR tls` line of its own, or filter in the site"));
+        }
     }
     let (addr, dual_stack) = listen_addr(w)?;
     Ok(Listen {
@@ -148,6 +172,7 @@ pub(super) fn listen(d: &Directive) -> Res<Listen> {
         quic,
         span: d.span(),
         addr_span: w.span,
+        guards,
         seq: 0,
     })
 }

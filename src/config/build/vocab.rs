@@ -156,6 +156,7 @@ const PROXY: &[&str] = &[
     "compress",
     "origin_headers",
     "websocket",
+    "upgrade",
     "proxy_protocol",
 ];
 
