@@ -1333,15 +1333,13 @@ impl http_body::Body for Filled {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
         let polled = std::task::ready!(this.rx.poll_recv(cx));
-        if let Some(Ok(data)) = polled.as_ref().map(|f| f.as_ref().map(Frame::data_ref)) {
-            if let Some(d) = data {
-                let n = d.len() as u64;
-                this.window
-                    .unread
-                    .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
-                this.window.taken.notify_one();
-                this.left = this.left.map(|l| l.saturating_sub(n));
-            }
+        if let Some(Ok(Some(d))) = polled.as_ref().map(|f| f.as_ref().map(Frame::data_ref)) {
+            let n = d.len() as u64;
+            this.window
+                .unread
+                .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+            this.window.taken.notify_one();
+            this.left = this.left.map(|l| l.saturating_sub(n));
         }
         Poll::Ready(polled)
     }

@@ -230,7 +230,9 @@ async fn one_stream(
     {
         // The site is not served over HTTP/2: the client retries over HTTP/1.1, and
         // that request gets the line.
-        pending.map(Pending::forget);
+        if let Some(p) = pending {
+            p.forget();
+        }
         return Err(::h2::Error::from(::h2::Reason::HTTP_1_1_REQUIRED));
     }
     crate::stats::count_status(resp.status().as_u16());
