@@ -247,16 +247,7 @@ impl Cache {
         }
         let key = self.key(scheme, &host, self.target(req.uri()), req.headers());
         if key.len() > MAX_KEY {
-            if self.settings.mode == CacheMode::CacheOnly {
-                return self.not_cached(Status::fwd("bypass"));
-            }
-            Outcome::Bypass.count();
-            let resp = fetch(req).await;
-            let status = Status {
-                detail: Some("key"),
-                ..Status::fwd("bypass")
-            };
-            return mark(resp, status);
+            return self.too_long(req, fetch).await;
         }
         let mut rdirs = RequestDirectives::of(req.headers());
         if !self.settings.client_revalidate {
@@ -308,6 +299,24 @@ impl Cache {
             return gateway_timeout(Status::fwd(why));
         }
         self.miss(req, key, why, &rdirs, fetch).await
+    }
+
+    /// A request whose key would be over [`MAX_KEY`]: passed through uncached.
+    async fn too_long<F, Fut>(&self, req: Request<Body>, fetch: F) -> Response<Body>
+    where
+        F: FnOnce(Request<Body>) -> Fut,
+        Fut: Future<Output = Response<Body>>,
+    {
+        if self.settings.mode == CacheMode::CacheOnly {
+            return self.not_cached(Status::fwd("bypass"));
+        }
+        Outcome::Bypass.count();
+        let resp = fetch(req).await;
+        let status = Status {
+            detail: Some("key"),
+            ..Status::fwd("bypass")
+        };
+        mark(resp, status)
     }
 
     /// A stored response served without asking the origin, stale or not.

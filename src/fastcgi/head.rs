@@ -101,15 +101,7 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
             return Err(HeadError::TransferEncoding);
         }
         if name == http::header::CONTENT_LENGTH {
-            let n = std::str::from_utf8(value)
-                .ok()
-                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or(HeadError::BadLength)?;
-            if length.is_some_and(|was| was != n) {
-                return Err(HeadError::BadLength);
-            }
-            length = Some(n);
+            length = Some(content_length(value, length)?);
             continue;
         }
         let value = HeaderValue::from_bytes(value).map_err(|_| HeadError::Malformed)?;
@@ -128,6 +120,19 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
         },
         at,
     )))
+}
+
+/// A `Content-Length` value: digits only, and the same as one seen before (`was`).
+fn content_length(value: &[u8], was: Option<u64>) -> Result<u64, HeadError> {
+    let n = std::str::from_utf8(value)
+        .ok()
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or(HeadError::BadLength)?;
+    match was {
+        Some(w) if w != n => Err(HeadError::BadLength),
+        _ => Ok(n),
+    }
 }
 
 #[cfg(test)]

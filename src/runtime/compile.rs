@@ -56,8 +56,7 @@ fn acme_manager(
 impl Generation {
     /// Compiles `config`; pools whose identity `previous` also has keep its state.
     pub(crate) fn compile(config: &Config, previous: Option<&Generation>) -> Generation {
-        // Before any store's client is made: its CA, and the deadline of its checks.
-        crate::net::redis::configure(config.global.redis_timeout, config.global.redis_ca.clone());
+        process_wide(config);
         let carried: HashMap<&PoolId, &Arc<PoolState>> = previous
             .into_iter()
             .flat_map(|g| g.pools())
@@ -68,12 +67,7 @@ impl Generation {
             || Arc::new(Semaphore::new(config.global.probe_concurrency)),
             |g| g.probe_slots.clone(),
         );
-        // The resolver (and its cache) lives as long as its servers stay the same.
-        let dns = previous
-            .map(|g| &g.dns)
-            .filter(|d| d.servers() == config.global.resolver.as_slice())
-            .cloned()
-            .unwrap_or_else(|| Arc::new(Dns::new(&config.global.resolver)));
+        let dns = resolver(config, previous);
         // A site's or route's meter goes on counting across reloads while its labels
         // stay.
         let meters_before: HashMap<(&str, &str), &Arc<Meter>> = previous
@@ -81,19 +75,8 @@ impl Generation {
             .flat_map(|g| g.meters())
             .map(|m| ((m.site, m.route), m.meter))
             .collect();
-        // FastCGI pools by route name and occurrence, kept when their settings stay.
-        let mut fastcgi_before: HashMap<(String, usize), Arc<crate::fastcgi::pool::Pool>> =
-            HashMap::new();
-        for f in previous.into_iter().flat_map(|g| g.sites.fastcgi()) {
-            let n = (0..).find(|n| !fastcgi_before.contains_key(&(f.name.clone(), *n)));
-            fastcgi_before.insert((f.name.clone(), n.unwrap_or(0)), f.pool.clone());
-        }
-        // What each listener refused so far, by its name.
-        let refused_before: HashMap<&str, Arc<Refused>> = previous
-            .into_iter()
-            .flat_map(|g| g.conn_guards())
-            .map(|g| (g.name.as_str(), g.refused.clone()))
-            .collect();
+        let fastcgi_before = fastcgi_pools(previous);
+        let refused_before = refusals(previous);
         let shared = Shared {
             refused_before: &refused_before,
             fastcgi_before: &fastcgi_before,
@@ -129,8 +112,6 @@ impl Generation {
         };
         let sends_proxy_protocol = sites.pools().any(|p| p.cfg.proxy_protocol.is_some());
         let auth_pools = shared.auth_pools.take();
-        // Process-wide: the generation that takes over sets it for every request.
-        crate::fastcgi::spool::set_budget(config.global.spool_max);
         Generation {
             sends_proxy_protocol,
             rate_memory: shared.rates.take(),
@@ -415,6 +396,45 @@ impl Shared<'_> {
             dns_budget: crate::safety::BUDGET.min(p.timeout),
         }
     }
+}
+
+/// What the process has one of, set by the generation being made before anything of
+/// it is built: a Redis store's CA and check deadline (before its client is made), the
+/// FastCGI spool budget.
+fn process_wide(config: &Config) {
+    crate::net::redis::configure(config.global.redis_timeout, config.global.redis_ca.clone());
+    crate::fastcgi::spool::set_budget(config.global.spool_max);
+}
+
+/// The resolver (and its cache), which lives as long as its servers stay the same.
+fn resolver(config: &Config, previous: Option<&Generation>) -> Arc<Dns> {
+    previous
+        .map(|g| &g.dns)
+        .filter(|d| d.servers() == config.global.resolver.as_slice())
+        .cloned()
+        .unwrap_or_else(|| Arc::new(Dns::new(&config.global.resolver)))
+}
+
+/// What each listener of a generation refused so far, by its name.
+fn refusals(previous: Option<&Generation>) -> HashMap<&str, Arc<Refused>> {
+    previous
+        .into_iter()
+        .flat_map(|g| g.conn_guards())
+        .map(|g| (g.name.as_str(), g.refused.clone()))
+        .collect()
+}
+
+/// A generation's FastCGI pools by route name and occurrence, for the next to keep
+/// when their settings stay.
+fn fastcgi_pools(
+    previous: Option<&Generation>,
+) -> HashMap<(String, usize), Arc<crate::fastcgi::pool::Pool>> {
+    let mut pools = HashMap::new();
+    for f in previous.into_iter().flat_map(|g| g.sites.fastcgi()) {
+        let n = (0..).find(|n| !pools.contains_key(&(f.name.clone(), *n)));
+        pools.insert((f.name.clone(), n.unwrap_or(0)), f.pool.clone());
+    }
+    pools
 }
 
 /// The `tcp` listeners' routes, each pool with its predecessor's state.
