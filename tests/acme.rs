@@ -618,7 +618,7 @@ fn a_bad_acme_setup_fails_the_check_with_where_and_why() {
             "an email address",
         ),
         (
-            &format!("{tls}global {{ acme {{ storage redis://x }} }}"),
+            &format!("{tls}global {{ acme {{ storage redis://x:99999 }} }}"),
             "a Redis address",
         ),
         (

@@ -200,7 +200,6 @@ async fn nothing_outside_the_folder_is_served() {
         "/..%2Fsecret.txt",
         "/sub%2F..%2F..%2Fsecret.txt",
         "/%5C..%5Csecret.txt",
-        "/sub\\..\\..\\secret.txt",
         "/static/leak.txt",
         "/nope.txt",
     ] {
@@ -208,8 +207,9 @@ async fn nothing_outside_the_folder_is_served() {
         assert_eq!(r.status, 404, "{path}: {}", r.text());
         assert!(!r.text().contains("do not serve"), "{path}");
     }
-    // Climbing above the root is refused before any route.
+    // Climbing above the root is refused before any route, and so is a raw `\`.
     for path in [
+        "/sub\\..\\..\\secret.txt",
         "/../secret.txt",
         "/%2e%2e/secret.txt",
         "/sub/../../secret.txt",

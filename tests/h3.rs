@@ -498,3 +498,41 @@ async fn framing_tricks_are_refused_before_the_backend() {
     assert!(r.body.is_empty());
     assert!(r.header("date").is_some());
 }
+
+/// The `_` spellings of the fields sluice sets never reach the backend over HTTP/3
+/// either (DESIGN §18.2; `tests/forwarding.rs` loops the HTTP/1.1 and HTTP/2 fronts).
+#[tokio::test]
+async fn no_spelling_of_a_field_sluice_sets_reaches_the_backend_over_h3() {
+    let (ca, _dir, ac, ak) = a_test();
+    let backend = Backend::echo_head().await;
+    let sluice = Sluice::start(&format!(
+        "listen 127.0.0.1:0 tls quic
+         site a.test {{ tls {ac} {ak}; proxy {} {{ header_up Remote-User alice }} }}",
+        backend.addr
+    ));
+    let mut c = connect_a(&sluice, &ca).await;
+    for name in [
+        "Remote_User",
+        "REMOTE_USER",
+        "X_Forwarded_For",
+        "x_forwarded-proto",
+        "X_Forwarded_Host",
+        "X_Sluice_Peer",
+    ] {
+        let req = http::Request::builder()
+            .uri("https://a.test/p")
+            .header(name, "forged")
+            .body(())
+            .unwrap();
+        let r = c
+            .request(req, bytes::Bytes::new())
+            .await
+            .expect("an answer");
+        let text = r.text();
+        assert!(
+            !text.contains("forged"),
+            "h3: `{name}` passed beside the field sluice sets: {text}"
+        );
+        assert!(text.contains("remote-user: alice\n"), "{text}");
+    }
+}
