@@ -554,24 +554,33 @@ fn minisign(dir: &std::path::Path, args: &[&str]) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// A folder with a minisign key pair made in it (`k.pub`, `k.sec`, no password), and
+/// its path; `None` (after saying why) when minisign is not installed and may be
+/// missing.
+fn signing_folder() -> Option<(TempDir, std::path::PathBuf)> {
+    if Command::new("minisign").arg("-v").output().is_err() {
+        assert!(
+            !common::require_interop(),
+            "minisign is required (SLUICE_INTEROP=require) but not installed"
+        );
+        eprintln!("skipping: minisign is not installed");
+        return None;
+    }
+    let dir = TempDir::new();
+    let d = dir.0.clone();
+    assert!(minisign(&d, &["-G", "-W", "-p", "k.pub", "-s", "k.sec"]));
+    Some((dir, d))
+}
+
 /// Signed configs with the real `minisign` tool: every file read needs its signature
 /// by the `--verify-key` key (prehashed or legacy), for check, run and reload; a
 /// missing, damaged or foreign signature refuses the load and the running revision
 /// stays; `/revisions` shows the key id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signed_configs_are_verified_on_every_load() {
-    let have = Command::new("minisign").arg("-v").output().is_ok();
-    if !have {
-        assert!(
-            !common::require_interop(),
-            "minisign is required (SLUICE_INTEROP=require) but not installed"
-        );
-        eprintln!("skipping: minisign is not installed");
+    let Some((dir, d)) = signing_folder() else {
         return;
-    }
-    let dir = TempDir::new();
-    let d = dir.0.clone();
-    assert!(minisign(&d, &["-G", "-W", "-p", "k.pub", "-s", "k.sec"]));
+    };
     assert!(minisign(
         &d,
         &["-G", "-W", "-p", "other.pub", "-s", "other.sec"]
@@ -702,17 +711,9 @@ async fn signed_configs_are_verified_on_every_load() {
 /// rollback still goes back, and a newer signature reloads again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_signed_file_is_refused_on_reload() {
-    if Command::new("minisign").arg("-v").output().is_err() {
-        assert!(
-            !common::require_interop(),
-            "minisign is required (SLUICE_INTEROP=require) but not installed"
-        );
-        eprintln!("skipping: minisign is not installed");
+    let Some((dir, d)) = signing_folder() else {
         return;
-    }
-    let dir = TempDir::new();
-    let d = dir.0.clone();
-    assert!(minisign(&d, &["-G", "-W", "-p", "k.pub", "-s", "k.sec"]));
+    };
     let main = dir.write(
         "main.conf",
         "listen 127.0.0.1:0\nglobal { admin 127.0.0.1:0 }\nsite * { respond old }\n",
