@@ -26,6 +26,7 @@ const NO_UPGRADE: &str = "Bad gateway: the backend cannot take an upgrade\n";
 /// the pool's `upgrade` lists (DESIGN §18.4). Any other (`h2c` above all, which no
 /// `upgrade` may list: a backend that switched would give the client a connection past
 /// every filter) goes as a plain request, its `Upgrade` dropped as hop-by-hop.
+#[inline]
 pub(super) fn upgrade_protocol(req: &Request<Body>, also: &[String]) -> Option<HeaderValue> {
     let asks = req
         .headers()
