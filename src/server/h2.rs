@@ -170,7 +170,8 @@ impl Holds {
     /// The response, with the stream's holds and log line riding on its body.
     fn on(self, resp: Response<Body>, log: Option<Box<StreamDone>>) -> Response<Guarded> {
         resp.map(|b| Guarded {
-            ended: http_body::Body::is_end_stream(&b),
+            // Watched only for a line or a meter.
+            ended: log.is_none() || http_body::Body::is_end_stream(&b),
             body: Held::new(b),
             _guard: self.guard,
             _stream: self.stream,
@@ -596,11 +597,12 @@ impl http_body::Body for Guarded {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
         let r = this.body.poll_frame(cx, &this._stream.0.stalls);
+        let Some(l) = this.log.as_mut() else {
+            return r;
+        };
         match &r {
             Poll::Ready(Some(Ok(f))) => {
-                if let Some(l) = this.log.as_mut() {
-                    l.bytes += f.data_ref().map_or(0, |d| d.len() as u64);
-                }
+                l.bytes += f.data_ref().map_or(0, |d| d.len() as u64);
                 this.ended = this.body.is_end_stream();
             }
             // A body that broke off is the backend's doing, not the client's.
