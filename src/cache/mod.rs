@@ -603,7 +603,9 @@ impl Cache {
         let (Some(obj), _) = self.find(key, headers) else {
             return Ok(None);
         };
-        let newer = had.is_none_or(|h| !Arc::ptr_eq(h, &obj));
+        // Stored since this request began waiting (a disk store's write swaps the
+        // object in place without making it newer).
+        let newer = had.is_none_or(|h| obj.response_time > h.response_time);
         let now = SystemTime::now();
         let usable = match verdict(&obj, rdirs, now) {
             Verdict::Fresh => true,
@@ -1298,7 +1300,15 @@ async fn fill_from_origin(mut tee: Tee, tx: Frames, window: Arc<Window>) {
         if tee.pending.is_none() && !window.room(&tx).await {
             return;
         }
-        match tee.inner.frame().await {
+        // Once the client has left, the store is filled only while the origin keeps
+        // sending: a stalled one lets go of its connection and the key's `lock`.
+        let gone = tx.is_closed();
+        let next = tokio::select! {
+            f = tee.inner.frame() => f,
+            _ = tx.closed(), if !gone => continue,
+            _ = tokio::time::sleep(crate::body::BODY_READ_TIMEOUT), if gone => return,
+        };
+        match next {
             Some(Ok(frame)) => {
                 tee.keep(&frame);
                 if let Some(d) = frame.data_ref() {

@@ -176,7 +176,10 @@ fn attempts<'a, 'c>(
             let mut pick = next
                 .take()
                 .map_or_else(|| pool.pick(&sending.tried, key, note), Pick::Peer);
-            if matches!(pick, Pick::Exhausted) && sending.switch_instead_of_ending(pool, note) {
+            // The retry that led here was charged already.
+            if matches!(pick, Pick::Exhausted)
+                && sending.switch_instead_of_ending(pool, note, false)
+            {
                 pick = pool.pick(&sending.tried, key, note);
             }
             let i = match peer_or_refusal(pick) {
@@ -263,7 +266,9 @@ impl Sending {
     /// `failure_threshold`), it gets one attempt on the new role, within the retry
     /// budget (DESIGN §18.4). Only for a request that may go out again (never sent, or
     /// already being retried).
-    fn switch_instead_of_ending(&mut self, pool: &Pool, note: &mut Note) -> bool {
+    /// `charge`: the attempt takes a retry from the budget (not when the retry that
+    /// found every peer tried was charged already).
+    fn switch_instead_of_ending(&mut self, pool: &Pool, note: &mut Note, charge: bool) -> bool {
         let Some((i, false)) = self.evidence.0 else {
             return false;
         };
@@ -273,7 +278,7 @@ impl Sending {
             return false;
         }
         self.switch_retried = true;
-        retry::take_retry(pool, Retry::Unreachable)
+        !charge || retry::take_retry(pool, Retry::Unreachable)
     }
 
     /// A failed attempt's failover evidence: a trial's at once, any other's for when
@@ -341,7 +346,7 @@ impl Sending {
             }
         };
         if retry_unreached(pool, &self.tried, i, why, note, &mut self.switch_retried)
-            || self.switch_instead_of_ending(pool, note)
+            || self.switch_instead_of_ending(pool, note, true)
         {
             return Then::Again(None);
         }

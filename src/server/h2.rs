@@ -603,7 +603,8 @@ impl http_body::Body for Guarded {
         match &r {
             Poll::Ready(Some(Ok(f))) => {
                 l.bytes += f.data_ref().map_or(0, |d| d.len() as u64);
-                this.ended = this.body.is_end_stream();
+                // Trailers end a stream: the sender polls no more after them.
+                this.ended = f.is_trailers() || this.body.is_end_stream();
             }
             // A body that broke off is the backend's doing, not the client's.
             Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.ended = true,
