@@ -255,7 +255,7 @@ pub fn http1_response(data: &[u8]) {
 }
 
 /// Path normalisation: a normal result is absolute, has no dot segments or empty
-/// segments, no control bytes, is its own normal form, and is borrowed only when the
+/// segments, no control bytes, no raw backslash, is its own normal form, and is borrowed only when the
 /// input was already normal. Host normalisation: idempotent, lower case.
 pub fn path(data: &[u8]) {
     let Ok(p) = std::str::from_utf8(data) else {
@@ -270,6 +270,7 @@ pub fn path(data: &[u8]) {
                 "{p:?} -> {n:?}"
             );
             assert!(!n.bytes().any(|b| b < 0x20 || b == 0x7f), "{p:?}");
+            assert!(!n.contains('\\'), "a raw backslash passed: {p:?}");
             let b = n.as_bytes();
             for (i, _) in n.match_indices('%') {
                 let hex = &b[i + 1..i + 3];
