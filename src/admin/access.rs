@@ -74,7 +74,7 @@ pub(crate) struct Entry<'a> {
 /// line (DESIGN §18.4): one dropped before its line was written (the client closed the
 /// connection or reset the stream before the answer) is written then, as `499`.
 pub(crate) struct Pending {
-    /// The client's address, for the line written on drop.
+    /// The client's address, as its line names it.
     client: http::HeaderValue,
     /// The line was written (or, [`Pending::forget`], is not to be).
     logged: bool,
@@ -209,7 +209,6 @@ impl Pending {
     /// Writes the line.
     pub(crate) fn finish(
         &mut self,
-        client: &str,
         status: u16,
         bytes: u64,
         upstream: Option<Upstream<'_>>,
@@ -220,7 +219,7 @@ impl Pending {
         let took = done.saturating_duration_since(self.start);
         self.log.record(&Entry {
             time: SystemTime::now() - took,
-            client,
+            client: self.client.to_str().unwrap_or(""),
             host: self.host.as_ref().map_or(&b""[..], |h| h.as_bytes()),
             method: self.method.as_str(),
             path: self.path.as_ref().map_or("/", |pq| pq.as_str()),
@@ -252,15 +251,7 @@ impl Drop for Pending {
     /// with what was sent (nothing).
     fn drop(&mut self) {
         if !self.logged {
-            let client = self.client.clone();
-            self.finish(
-                client.to_str().unwrap_or(""),
-                499,
-                0,
-                None,
-                None,
-                Instant::now(),
-            );
+            self.finish(499, 0, None, None, Instant::now());
         }
     }
 }

@@ -101,7 +101,11 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
             return Err(HeadError::TransferEncoding);
         }
         if name == http::header::CONTENT_LENGTH {
-            length = Some(content_length(value, length)?);
+            // The same rule as an HTTP/1.1 head's (a list of equal values is one).
+            length = Some(
+                crate::http1::head::length_field(value, length)
+                    .map_err(|_| HeadError::BadLength)?,
+            );
             continue;
         }
         let value = HeaderValue::from_bytes(value).map_err(|_| HeadError::Malformed)?;
@@ -120,19 +124,6 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
         },
         at,
     )))
-}
-
-/// A `Content-Length` value: digits only, and the same as one seen before (`was`).
-fn content_length(value: &[u8], was: Option<u64>) -> Result<u64, HeadError> {
-    let n = std::str::from_utf8(value)
-        .ok()
-        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|v| v.parse::<u64>().ok())
-        .ok_or(HeadError::BadLength)?;
-    match was {
-        Some(w) if w != n => Err(HeadError::BadLength),
-        _ => Ok(n),
-    }
 }
 
 #[cfg(test)]

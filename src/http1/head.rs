@@ -52,7 +52,7 @@ pub(crate) enum HeadError {
     Coding,
 }
 
-fn is_tchar(b: u8) -> bool {
+pub(crate) fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
@@ -280,7 +280,7 @@ fn parse_length(b: &[u8]) -> Option<u64> {
 /// A Content-Length field value: digits only, a list of equal values allowed
 /// (`5, 5`), anything else (`+5`, `5, 6`) refused. `prev` is the value of an earlier
 /// field, which must agree too.
-fn length_field(value: &[u8], prev: Option<u64>) -> Result<u64, &'static str> {
+pub(crate) fn length_field(value: &[u8], prev: Option<u64>) -> Result<u64, &'static str> {
     let mut n = prev;
     for part in value.split(|&b| b == b',') {
         let v = parse_length(trim(part)).ok_or("invalid Content-Length")?;

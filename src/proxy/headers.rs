@@ -112,8 +112,9 @@ const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Removes hop-by-hop fields, those named in `Connection`, `X-Sluice-*`, (for an
 /// untrusted client) the forwarding fields in any spelling, (for a trusted one) the
-/// `_` spellings of those sluice sets, and (a backend's answer) `X-Powered-By`. One pass over the names finds what is present; only those are
-/// removed, so a clean head costs no hash lookup at all.
+/// `_` spellings of those sluice sets, and (a backend's answer) `X-Powered-By`. One
+/// pass over the names finds what is present; only those are removed, so a clean head
+/// costs no hash lookup at all.
 fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool, answer: bool) {
     const TE_BIT: u32 = 1 << 31;
     let mut present: u32 = 0;

@@ -39,7 +39,7 @@ pub(super) fn upgrade_protocol(req: &Request<Body>, also: &[String]) -> Option<H
     }
     let asked = req.headers().get(header::UPGRADE)?;
     let token = asked.as_bytes().trim_ascii();
-    let relayed = token.eq_ignore_ascii_case(b"websocket")
+    let relayed = is_websocket(asked)
         || also
             .iter()
             .any(|t| token.eq_ignore_ascii_case(t.as_bytes()));

@@ -211,7 +211,7 @@ impl Conn {
         let done = ex.done(log.is_some());
         ex.meter(0, done);
         if let (Some(l), Some(done)) = (&mut log, done) {
-            ex.log(l, &self.client, None, done);
+            ex.log(l, None, done);
         }
         let early = buf.split().freeze();
         stream.keepalive();
@@ -290,7 +290,7 @@ impl Conn {
         let done = ex.done(log.is_some());
         ex.meter(ex.bytes, done);
         if let (Some(mut l), Some(done)) = (log, done) {
-            ex.log(&mut l, &self.client, request_id.as_ref(), done);
+            ex.log(&mut l, request_id.as_ref(), done);
         }
         if !keep && ex.pump.is_some() {
             // Boxed: its 4 KiB sink would otherwise sit in every request's state.
@@ -382,11 +382,8 @@ impl Exchange {
     /// (DESIGN §18.4). Only when nothing reads it: the connection closes after this
     /// response, so the bytes taken from `buf` were never a next request.
     fn count_unread(&mut self, buf: &mut BytesMut) {
-        let Some(p) = self.pump.as_mut().filter(|p| p.tx.is_closed()) else {
-            return;
-        };
-        while let Ok(Decoded::Data(b)) = p.decoder.decode(buf) {
-            self.received += b.len() as u64;
+        if let Some(p) = self.pump.as_mut().filter(|p| p.tx.is_closed()) {
+            p.count_unread(buf, &mut self.received);
         }
     }
 
@@ -400,7 +397,6 @@ impl Exchange {
     fn log(
         &self,
         l: &mut Pending,
-        client: &ClientInfo,
         request_id: Option<&http::HeaderValue>,
         done: std::time::Instant,
     ) {
@@ -408,14 +404,7 @@ impl Exchange {
             .served
             .as_ref()
             .map(crate::admin::access::Upstream::from);
-        l.finish(
-            client.ip_value.to_str().unwrap_or(""),
-            self.status,
-            self.bytes,
-            upstream,
-            request_id,
-            done,
-        );
+        l.finish(self.status, self.bytes, upstream, request_id, done);
     }
 
     /// Runs the pipeline while pumping the request body, answering `Expect`, and
@@ -714,6 +703,14 @@ struct Pump {
 }
 
 impl Pump {
+    /// Counts what is buffered of a body nobody reads any more (DESIGN §18.4: request
+    /// bytes count whether or not the handler read them), taking it from `buf`.
+    fn count_unread(&mut self, buf: &mut BytesMut, received: &mut u64) {
+        while let Ok(Decoded::Data(b)) = self.decoder.decode(buf) {
+            *received += b.len() as u64;
+        }
+    }
+
     fn channel(
         decoder: Decoder,
         len: Option<u64>,
@@ -773,10 +770,8 @@ async fn read_side<R: AsyncRead + Unpin>(
     }
     let Ok(permit) = p.tx.reserve().await else {
         // The handler dropped the body: stop reading it; the connection will close.
-        // What already arrived of it still counts as received (DESIGN §18.4).
-        while let Ok(Decoded::Data(b)) = p.decoder.decode(buf) {
-            *received += b.len() as u64;
-        }
+        // What already arrived of it still counts as received.
+        p.count_unread(buf, received);
         p.failed = true;
         return std::future::pending().await;
     };

@@ -203,7 +203,6 @@ async fn one_stream(
         upgrade: websocket.is_some(),
     };
     let client_addr = client.addr;
-    let client_ip = client.ip_value.clone();
     // Request body bytes are counted only for a meter.
     let received = started.map(|_| Arc::default());
     let (parts, incoming) = req.into_parts();
@@ -240,7 +239,6 @@ async fn one_stream(
     let metered = meter.zip(started);
     let log = pending.map(|pending| StreamLog {
         pending,
-        client: client_ip,
         served,
         request_id: super::h1::request_id(&resp),
     });
@@ -530,7 +528,6 @@ pub(super) struct StreamDone {
 
 pub(super) struct StreamLog {
     pub pending: Pending,
-    pub client: HeaderValue,
     pub served: Option<crate::pipeline::Served>,
     pub request_id: Option<HeaderValue>,
 }
@@ -575,14 +572,8 @@ impl Drop for StreamDone {
         let status = if self.cut { 499 } else { self.status };
         if let Some(l) = &mut self.log {
             let upstream = l.served.as_ref().map(crate::admin::access::Upstream::from);
-            l.pending.finish(
-                l.client.to_str().unwrap_or(""),
-                status,
-                self.bytes,
-                upstream,
-                l.request_id.as_ref(),
-                done,
-            );
+            l.pending
+                .finish(status, self.bytes, upstream, l.request_id.as_ref(), done);
         }
     }
 }

@@ -457,7 +457,7 @@ async fn serve_stream(
             n: Arc::clone(n),
         }),
     };
-    let (peer, client_ip) = (client.addr, client.ip_value.clone());
+    let peer = client.addr;
     let head_only = req.method() == http::Method::HEAD;
     let offer = pipeline::Offer {
         record: pending.is_some(),
@@ -471,7 +471,6 @@ async fn serve_stream(
     let metered = answer.meter.zip(started);
     let log = pending.map(|pending| StreamLog {
         pending,
-        client: client_ip,
         served: answer.served,
         request_id: super::h1::request_id(&resp),
     });

@@ -24,7 +24,7 @@ use self::values::*;
 use self::vocab::{Place, ALL_PLACES};
 use super::diag::{nearest, Diagnostic, Sources, Span};
 use super::model::*;
-use super::parser::Directive;
+use super::parser::{Directive, Word};
 
 type Res<T> = Result<T, Diagnostic>;
 
@@ -570,6 +570,23 @@ struct Seen(HashMap<String, Span>);
 /// How one option of `global { … }` is read.
 type GlobalOption = fn(&mut Builder, &Directive, &mut Global) -> Res<()>;
 
+/// `redis_ca FILE`'s bytes, read once: the PEM checked is the PEM kept.
+fn redis_ca(w: &Word, path: &std::path::Path) -> Res<Vec<u8>> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let hint = "give the PEM certificate of the CA that issued your Redis servers' certificates";
+    let pem = std::fs::read(path).map_err(|e| {
+        Diagnostic::error(w.span, format!("{}: {e}", path.display())).with_hint(hint)
+    })?;
+    if !CertificateDer::pem_slice_iter(&pem).any(|c| c.is_ok()) {
+        return Err(Diagnostic::error(
+            w.span,
+            format!("{}: no PEM certificate in the file", path.display()),
+        )
+        .with_hint(hint));
+    }
+    Ok(pem)
+}
+
 /// Every option of `global { … }` with its parser.
 static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
     ("workers", |_, d, g| {
@@ -590,17 +607,7 @@ static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
     ("redis_ca", |b, d, g| {
         let w = one_arg(d, "redis_ca FILE")?;
         let path = b.dir_of(d.span()).join(&w.text);
-        match crate::config::certs::load_chain(&path) {
-            Ok(_) => {
-                let pem = std::fs::read(&path)
-                    .map_err(|e| Diagnostic::error(w.span, format!("{}: {e}", path.display())))?;
-                g.redis_ca = Some(std::sync::Arc::new(pem));
-                Ok(())
-            }
-            Err(e) => Err(Diagnostic::error(w.span, e.message.clone()).with_hint(
-                "give the PEM certificate of the CA that issued your Redis servers' certificates",
-            )),
-        }
+        redis_ca(w, &path).map(|pem| g.redis_ca = Some(std::sync::Arc::new(pem)))
     }),
     ("spool_max", |_, d, g| {
         values::size(one_arg(d, "spool_max SIZE")?).map(|n| g.spool_max = n.max(1))

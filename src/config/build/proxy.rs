@@ -391,10 +391,11 @@ fn upgrade_tokens(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()
             return Err(Diagnostic::error(w.span, "`websocket` is relayed already")
                 .with_hint("`websocket on|off` decides it; list other tokens here"));
         }
+        // A protocol is a token, with `/VERSION` allowed (RFC 9110 §7.8).
         let is_token = !token.is_empty()
             && token
                 .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~/".contains(&b));
+                .all(|b| crate::http1::head::is_tchar(b) || b == b'/');
         if !is_token {
             return Err(expected(
                 w,
