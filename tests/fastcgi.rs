@@ -670,6 +670,12 @@ async fn real_php_fpm_over_tcp_and_a_unix_socket() {
         "index.php",
         r#"<?php echo 'front:', $_SERVER['REQUEST_URI'], ' script:', $_SERVER['SCRIPT_NAME'];"#,
     );
+    // What DokuWiki's task runner does on every page view: the hop's fields, and its
+    // own length (DESIGN §18.4: dropped and kept, never a 502).
+    root.write(
+        "hop.php",
+        r#"<?php header('Connection: close'); header('Keep-Alive: timeout=5'); header('Content-Length: 7'); echo 'hop ok!';"#,
+    );
     root.write("logo.txt", "static beside php");
     let run = TempDir::new();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -774,6 +780,17 @@ async fn real_php_fpm_over_tcp_and_a_unix_socket() {
     );
     assert_eq!(r.text(), "body");
     s.wait_log("secret-stderr-text");
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    let r = ask(&mut c, "/hop.php").await;
+    assert_eq!((r.status, r.text()), (200, "hop ok!".to_string()));
+    assert_eq!(r.header("content-length"), Some("7"));
+    assert_eq!(r.header("keep-alive"), None);
+    assert_eq!(
+        r.header("connection"),
+        None,
+        "the client's connection stays open"
+    );
+    assert_eq!(ask(&mut c, "/logo.txt").await.status, 200);
     // Static files beside the scripts; a script's source never.
     assert_eq!(get(s.addr, "/logo.txt").await.text(), "static beside php");
     assert!(!get(s.addr, "/index.php").await.text().contains("<?php"));
