@@ -500,8 +500,8 @@ async fn attempt(
     let mut fresh = false;
     loop {
         let sent = match pool.connect(i, Want::Request { fresh }).await {
-            Ok(Connection::Http2(st)) => {
-                match Box::pin(send_h2(pool, i, &st, out, client.metered)).await {
+            Ok(Connection::Http2(mut st)) => {
+                match Box::pin(send_h2(pool, i, &mut st, out, client.metered)).await {
                     Ok(resp) => return Attempt::Answered(Answer::H2(resp, st)),
                     Err(e) => e,
                 }
@@ -591,7 +591,7 @@ fn not_taken() -> Attempt {
 async fn send_h2(
     pool: &Pool,
     i: usize,
-    st: &h2::Stream,
+    st: &mut h2::Stream,
     out: &mut Outgoing,
     metered: bool,
 ) -> Result<Response<::h2::RecvStream>, SendError> {

@@ -85,6 +85,9 @@ impl Session {
 /// A stream taken on a session; gives its place back when dropped.
 pub(crate) struct Stream {
     session: Arc<Session>,
+    /// The rest of a request body still going out after its response head arrived
+    /// (DESIGN §18.5): stopped when the response is let go before its end.
+    upload: Option<tokio::task::AbortHandle>,
 }
 
 impl Stream {
@@ -111,6 +114,9 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        if let Some(upload) = self.upload.take() {
+            upload.abort();
+        }
         if self.session.active.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.session.idle_since.store(now_ms(), Ordering::Relaxed);
         }
@@ -162,7 +168,10 @@ impl Opening<'_> {
             st.opening -= 1;
             session.active.fetch_add(1, Ordering::AcqRel);
             st.sessions.push(session.clone());
-            Stream { session }
+            Stream {
+                session,
+                upload: None,
+            }
         };
         self.mux.opened.notify_waiters();
         stream
@@ -210,7 +219,10 @@ impl Mux {
             .max_by_key(|s| s.active.load(Ordering::Relaxed))
         {
             s.active.fetch_add(1, Ordering::AcqRel);
-            return Take::Stream(Stream { session: s.clone() });
+            return Take::Stream(Stream {
+                session: s.clone(),
+                upload: None,
+            });
         }
         if st.opening > 0 {
             return Take::Wait(self.failures.load(Ordering::Acquire));
@@ -228,7 +240,10 @@ impl Mux {
         session.active.fetch_add(1, Ordering::AcqRel);
         self.lock().sessions.push(session.clone());
         self.opened.notify_waiters();
-        Stream { session }
+        Stream {
+            session,
+            upload: None,
+        }
     }
 
     /// Waits until the connection being opened is done (or `limit` passes). `false`:
@@ -352,9 +367,11 @@ where
 
 /// Sends `out` on `stream` and reads the response head. `scheme` is the request's
 /// `:scheme` (`http` for h2c, `https` over TLS). A request the backend never processed
-/// comes back as [`SendError::NotSent`] when it can go out again whole.
+/// comes back as [`SendError::NotSent`] when it can go out again whole. A response head
+/// that arrives before the upload ended does not end it (DESIGN §18.5): the rest goes
+/// on beside the response, in a task of its own held by `stream`.
 pub(crate) async fn send(
-    stream: &Stream,
+    stream: &mut Stream,
     out: &mut Outgoing,
     scheme: &'static str,
 ) -> Result<Response<RecvStream>, SendError> {
@@ -372,8 +389,11 @@ pub(crate) async fn send(
         .map_err(|e| unprocessed_or(session, None, e, out))?;
     let id = body.stream_id();
     if !end {
+        // What of a data frame is not sent yet, kept out of the pump so that stopping
+        // it loses nothing.
+        let mut pending = Bytes::new();
         let early = {
-            let pumped = pump(&mut body, out);
+            let pumped = pump(&mut body, out, &mut pending);
             tokio::pin!(pumped);
             tokio::select! {
                 biased;
@@ -385,13 +405,23 @@ pub(crate) async fn send(
             }
         };
         if let Some(r) = early {
-            // Answered before the upload ended: what is left is not sent (the stream is
-            // reset once the response is read).
-            return r.map_err(|e| unprocessed_or(session, Some(id), e, out));
+            let r = r.map_err(|e| unprocessed_or(session, Some(id), e, out))?;
+            let rest = out.take_rest();
+            stream.upload = Some(tokio::spawn(upload_rest(body, rest, pending)).abort_handle());
+            return Ok(r);
         }
     }
     resp.await
         .map_err(|e| unprocessed_or(session, Some(id), e, out))
+}
+
+/// The rest of a request body after its response head arrived, until it ends, the
+/// backend resets the stream (any code: `NO_ERROR` after a complete response too), or
+/// the client's body fails (the backend's stream is then cancelled).
+async fn upload_rest(mut body: h2::SendStream<Bytes>, mut rest: Outgoing, mut pending: Bytes) {
+    if let Err(SendError::Body(_)) = pump(&mut body, &mut rest, &mut pending).await {
+        body.send_reset(h2::Reason::CANCEL);
+    }
 }
 
 /// The request's head as HTTP/2 has it: `:authority` from `Host`, no connection-level
@@ -438,29 +468,49 @@ fn head(out: &Outgoing, scheme: &'static str) -> Request<()> {
     req
 }
 
-/// Streams the request body into the h2 stream, within the flow-control window.
-async fn pump(body: &mut h2::SendStream<Bytes>, out: &mut Outgoing) -> Result<(), SendError> {
-    while let Some(frame) = out.next_frame().await.map_err(SendError::Body)? {
-        let frame = match frame.into_data() {
-            Ok(mut data) => {
-                while !data.is_empty() {
-                    body.reserve_capacity(data.len());
-                    let got = std::future::poll_fn(|cx| body.poll_capacity(cx))
-                        .await
-                        .ok_or_else(|| SendError::Io(io::ErrorKind::BrokenPipe.into()))?
-                        .map_err(h2_io)?;
-                    let piece = data.split_to(got.min(data.len()));
-                    body.send_data(piece, false).map_err(h2_io)?;
-                }
-                continue;
+/// Streams the request body into the h2 stream, within the flow-control window; the
+/// data frame on its way is `pending`. Ends early when the backend resets the stream.
+async fn pump(
+    body: &mut h2::SendStream<Bytes>,
+    out: &mut Outgoing,
+    pending: &mut Bytes,
+) -> Result<(), SendError> {
+    loop {
+        send_all(body, pending).await?;
+        let frame = tokio::select! {
+            biased;
+            f = out.next_frame() => f.map_err(SendError::Body)?,
+            r = std::future::poll_fn(|cx| body.poll_reset(cx)) => {
+                let e = r.map_or_else(h2_io, |why| h2_io(why.into()));
+                return Err(e);
             }
-            Err(f) => f,
         };
-        if let Ok(trailers) = frame.into_trailers() {
-            return body.send_trailers(trailers).map_err(h2_io);
+        let Some(frame) = frame else {
+            return body.send_data(Bytes::new(), true).map_err(h2_io);
+        };
+        match frame.into_data() {
+            Ok(data) => *pending = data,
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    return body.send_trailers(trailers).map_err(h2_io);
+                }
+            }
         }
     }
-    body.send_data(Bytes::new(), true).map_err(h2_io)
+}
+
+/// Sends `data` as the window allows, taking from its front what went.
+async fn send_all(body: &mut h2::SendStream<Bytes>, data: &mut Bytes) -> Result<(), SendError> {
+    while !data.is_empty() {
+        body.reserve_capacity(data.len());
+        let got = std::future::poll_fn(|cx| body.poll_capacity(cx))
+            .await
+            .ok_or_else(|| SendError::Io(io::ErrorKind::BrokenPipe.into()))?
+            .map_err(h2_io)?;
+        let piece = data.split_to(got.min(data.len()));
+        body.send_data(piece, false).map_err(h2_io)?;
+    }
+    Ok(())
 }
 
 fn h2_io(e: h2::Error) -> SendError {
@@ -539,8 +589,16 @@ impl http_body::Body for ResponseBody {
         }
         match this.recv.poll_trailers(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(Some(t))) => Poll::Ready(Some(Ok(Frame::trailers(t)))),
-            Poll::Ready(Ok(None)) => Poll::Ready(None),
+            Poll::Ready(Ok(Some(t))) => {
+                this._stream.upload = None;
+                Poll::Ready(Some(Ok(Frame::trailers(t))))
+            }
+            Poll::Ready(Ok(None)) => {
+                // A complete response: what is left of the upload goes on until it
+                // ends or the backend resets the stream.
+                this._stream.upload = None;
+                Poll::Ready(None)
+            }
             Poll::Ready(Err(e)) => Poll::Ready(Some(Err(io::Error::other(e)))),
         }
     }

@@ -359,13 +359,13 @@ pub(super) async fn ask(
         }
         dial::Dialed::H2(session) => {
             let mux = super::h2::Mux::default();
-            let stream = mux.adopt(session);
+            let mut stream = mux.adopt(session);
             let scheme = if state.scheme == BackendScheme::Https {
                 "https"
             } else {
                 "http"
             };
-            let resp = super::h2::send(&stream, &mut out, scheme)
+            let resp = super::h2::send(&mut stream, &mut out, scheme)
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(resp.status().as_u16())

@@ -144,6 +144,21 @@ impl Outgoing {
         }
     }
 
+    /// What is left to send once an answer came: the body and the frames an earlier
+    /// attempt left, moved out (the head and the replay buffer are no longer needed).
+    pub(crate) fn take_rest(&mut self) -> Outgoing {
+        let (parts, ()) = Request::new(()).into_parts();
+        Outgoing {
+            parts,
+            body: std::mem::replace(&mut self.body, Body::Empty),
+            framing: self.framing,
+            resend: std::mem::take(&mut self.resend),
+            body_ended: self.body_ended,
+            kept: None,
+            taken: true,
+        }
+    }
+
     /// After an HTTP/2 stream the backend never processed: whether the request can go
     /// out again whole (nothing was taken, or the replay buffer has it all).
     pub(crate) fn rewind_all(&mut self) -> bool {
