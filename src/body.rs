@@ -53,7 +53,7 @@ pub(crate) enum Body {
     Incoming(hyper::body::Incoming, Option<Box<Stall>>),
     /// An HTTP/1 client's request body, fed by the connection task.
     Channel {
-        rx: mpsc::Receiver<Result<Bytes, BodyError>>,
+        rx: mpsc::Receiver<Result<Frame<Bytes>, BodyError>>,
         len: Option<u64>,
         /// Told on the first read, for `Expect: 100-continue`.
         want: Option<oneshot::Sender<()>>,
@@ -203,7 +203,7 @@ impl http_body::Body for Body {
                 if let Some(w) = want.take() {
                     let _ = w.send(());
                 }
-                rx.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data)))
+                rx.poll_recv(cx)
             }
             Body::Boxed(b) => b.as_mut().poll_frame(cx),
             Body::File(f) => Poll::Ready(f.read()),

@@ -179,6 +179,7 @@ fn drain<'a>(
         match decoder.decode(buf) {
             Err(_) => return false,
             Ok(Decoded::Done) => return true,
+            Ok(Decoded::Trailers(_)) => assert!(decoder.is_done()),
             Ok(Decoded::Data(d)) => {
                 assert!(!d.is_empty());
                 body += d.len();

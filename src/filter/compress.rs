@@ -255,6 +255,8 @@ struct Compressed {
     /// Something was fed since the last flush.
     fed: bool,
     done: bool,
+    /// The body's trailers, sent after the compressed body ended (DESIGN §18.5).
+    trailers: Option<HeaderMap>,
 }
 
 impl Compressed {
@@ -272,6 +274,7 @@ impl Compressed {
             enc,
             fed: false,
             done: false,
+            trailers: None,
         }
     }
 
@@ -293,6 +296,24 @@ impl Compressed {
             Poll::Ready(Ok(())) => Ok(Bytes::from(std::mem::take(self.enc.output()))),
             Poll::Ready(Err(e)) => Err(BodyError::Backend(e)),
             Poll::Pending => Err(BodyError::Malformed("compressor stalled")),
+        }
+    }
+
+    /// The inner body ended (with `trailers`, or none): the compressed stream's last
+    /// bytes, or the trailers when there are none.
+    fn end(
+        &mut self,
+        cx: &mut Context<'_>,
+        trailers: Option<HeaderMap>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        self.done = true;
+        self.trailers = trailers;
+        match self.finish(cx) {
+            Ok(out) if out.is_empty() => {
+                Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))))
+            }
+            Ok(out) => Poll::Ready(Some(Ok(Frame::data(out)))),
+            Err(e) => Poll::Ready(Some(Err(e))),
         }
     }
 
@@ -318,7 +339,7 @@ impl http_body::Body for Compressed {
         let this = &mut *self;
         loop {
             if this.done {
-                return Poll::Ready(None);
+                return Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(t))));
             }
             match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Pending => {
@@ -335,8 +356,13 @@ impl http_body::Body for Compressed {
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(Some(Ok(frame))) => {
-                    let Ok(data) = frame.into_data() else {
-                        continue;
+                    let data = match frame.into_data() {
+                        Ok(data) => data,
+                        Err(frame) => match frame.into_trailers() {
+                            // Trailers end the body: the compressed stream ends first.
+                            Ok(t) => return this.end(cx, Some(t)),
+                            Err(_) => continue,
+                        },
                     };
                     if data.is_empty() {
                         continue;
@@ -353,20 +379,13 @@ impl http_body::Body for Compressed {
                         };
                     }
                 }
-                Poll::Ready(None) => {
-                    this.done = true;
-                    return match this.finish(cx) {
-                        Ok(out) if out.is_empty() => Poll::Ready(None),
-                        Ok(out) => Poll::Ready(Some(Ok(Frame::data(out)))),
-                        Err(e) => Poll::Ready(Some(Err(e))),
-                    };
-                }
+                Poll::Ready(None) => return this.end(cx, None),
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done
+        self.done && self.trailers.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -306,7 +306,8 @@ mod tests {
     fn streamed(chunks: &[&'static [u8]]) -> Body {
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         for c in chunks {
-            tx.try_send(Ok(Bytes::from_static(c))).unwrap();
+            tx.try_send(Ok(http_body::Frame::data(Bytes::from_static(c))))
+                .unwrap();
         }
         Body::Channel {
             rx,

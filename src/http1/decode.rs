@@ -10,12 +10,18 @@ use bytes::{Buf, Bytes, BytesMut};
 
 /// Longest chunk-size line accepted (size and extensions).
 const MAX_SIZE_LINE: usize = 4096;
-/// Most trailer bytes accepted; trailers are read and dropped.
+/// Most trailer bytes accepted (the whole section stays in the read buffer until its
+/// end: at most this much).
 const MAX_TRAILERS: usize = 64 * 1024;
+/// Most trailer fields accepted.
+const MAX_TRAILER_FIELDS: usize = 64;
 
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Decoded {
     Data(Bytes),
+    /// A chunked body's trailer fields (those that may be trailers: DESIGN §18.5), once,
+    /// before [`Decoded::Done`]; a body with none goes straight to `Done`.
+    Trailers(Box<http::HeaderMap>),
     NeedMore,
     Done,
 }
@@ -33,10 +39,11 @@ pub(crate) enum Chunk {
     Size,
     Data(u64),
     DataEnd,
-    /// Trailer lines: bytes of complete lines taken so far, and how much of the current
-    /// (incomplete) line was already looked at, so a trickled trailer is scanned once.
+    /// The trailer section, kept at the front of the buffer until its empty line:
+    /// where its current line starts, and how much of the buffer was looked at already,
+    /// so a trickled trailer is scanned once.
     Trailers {
-        seen: usize,
+        line: usize,
         scanned: usize,
     },
     Done,
@@ -117,7 +124,7 @@ fn chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, &'static st
                 Some((len, 0)) => {
                     buf.advance(len);
                     *state = Chunk::Trailers {
-                        seen: 0,
+                        line: 0,
                         scanned: 0,
                     };
                 }
@@ -151,55 +158,77 @@ fn chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, &'static st
                 buf.advance(2);
                 *state = Chunk::Size;
             }
-            Chunk::Trailers { seen, scanned } => {
-                if !trailer_line(state, seen, scanned, buf)? {
-                    return Ok(Decoded::NeedMore);
-                }
+            Chunk::Trailers { line, scanned } => {
+                return Ok(trailer_section(state, line, scanned, buf)?.unwrap_or(Decoded::NeedMore));
             }
             Chunk::Done => return Ok(Decoded::Done),
         }
     }
 }
 
-/// Takes one trailer line (`seen` bytes of trailers so far, `scanned` of `buf` looked
-/// at already); `false` when its end is not here yet. The empty line ends the body.
-fn trailer_line(
+/// Looks for the end of the trailer section (the empty line), which stays at the
+/// front of `buf` until it is whole: `None` when it is not here yet. The section's
+/// fields that may be trailers come back as [`Decoded::Trailers`].
+fn trailer_section(
     state: &mut Chunk,
-    seen: usize,
+    mut line: usize,
     scanned: usize,
     buf: &mut BytesMut,
-) -> Result<bool, &'static str> {
-    let Some(lf) = buf[scanned..]
-        .iter()
-        .position(|&b| b == b'\n')
-        .map(|off| scanned + off)
-    else {
-        if seen + buf.len() > MAX_TRAILERS {
+) -> Result<Option<Decoded>, &'static str> {
+    let mut at = scanned.max(line);
+    loop {
+        let Some(lf) = memchr::memchr(b'\n', &buf[at..]).map(|off| at + off) else {
+            if buf.len() > MAX_TRAILERS {
+                return Err("trailers too large");
+            }
+            *state = Chunk::Trailers {
+                line,
+                scanned: buf.len(),
+            };
+            return Ok(None);
+        };
+        // A line starting with LF, or a CR-less one, is a bare LF.
+        if lf == line || buf[lf - 1] != b'\r' {
+            return Err("bare LF in trailers");
+        }
+        if lf >= MAX_TRAILERS {
             return Err("trailers too large");
         }
-        *state = Chunk::Trailers {
-            seen,
-            scanned: buf.len(),
-        };
-        return Ok(false);
+        if lf == line + 1 {
+            let section = buf.split_to(lf + 1);
+            *state = Chunk::Done;
+            if line == 0 {
+                return Ok(Some(Decoded::Done));
+            }
+            return Ok(Some(match trailer_fields(&section)? {
+                Some(map) => Decoded::Trailers(Box::new(map)),
+                None => Decoded::Done,
+            }));
+        }
+        line = lf + 1;
+        at = line;
+    }
+}
+
+/// The fields of a whole trailer section (its empty line included) that may be
+/// trailers; `None` when that is none of them.
+fn trailer_fields(section: &[u8]) -> Result<Option<http::HeaderMap>, &'static str> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_TRAILER_FIELDS];
+    let parsed = match httparse::parse_headers(section, &mut fields) {
+        Ok(httparse::Status::Complete((_, parsed))) => parsed,
+        Err(httparse::Error::TooManyHeaders) => return Err("too many trailer fields"),
+        _ => return Err("invalid trailer field"),
     };
-    if lf == 0 || buf[lf - 1] != b'\r' {
-        return Err("bare LF in trailers");
-    }
-    let empty = lf == 1;
-    buf.advance(lf + 1);
-    if empty {
-        *state = Chunk::Done;
-    } else {
-        if seen + lf + 1 > MAX_TRAILERS {
-            return Err("trailers too large");
+    let mut map = http::HeaderMap::new();
+    for f in parsed {
+        let name =
+            http::HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| "invalid trailer field")?;
+        let value = http::HeaderValue::from_bytes(f.value).map_err(|_| "invalid trailer field")?;
+        if super::names::may_be_trailer(&name) {
+            map.append(name, value);
         }
-        *state = Chunk::Trailers {
-            seen: seen + lf + 1,
-            scanned: 0,
-        };
     }
-    Ok(true)
+    Ok((!map.is_empty()).then_some(map))
 }
 
 /// Parses a chunk-size line at the start of `buf`: its length with CRLF, and the size.
@@ -245,6 +274,11 @@ mod tests {
         loop {
             match dec.decode(&mut buf)? {
                 Decoded::Data(b) => out.extend_from_slice(&b),
+                Decoded::Trailers(t) => {
+                    for (k, v) in t.iter() {
+                        out.extend_from_slice(format!("[{k}: {}]", v.to_str().unwrap()).as_bytes());
+                    }
+                }
                 Decoded::NeedMore => return Err("incomplete"),
                 Decoded::Done => return Ok(String::from_utf8(out).unwrap()),
             }
@@ -259,8 +293,57 @@ mod tests {
                 &mut d,
                 "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-T: 1\r\n\r\n"
             ),
-            Ok("hello world".into())
+            Ok("hello world[x-t: 1]".into())
         );
+    }
+
+    #[test]
+    fn trailers_that_may_not_be_trailers_are_dropped() {
+        let mut d = Decoder::chunked();
+        assert_eq!(
+            all(
+                &mut d,
+                "1\r\na\r\n0\r\ngrpc-status: 0\r\nContent-Length: 5\r\n\
+                 Transfer-Encoding: chunked\r\nConnection: close\r\nHost: x\r\n\r\n"
+            ),
+            Ok("a[grpc-status: 0]".into())
+        );
+        let mut d = Decoder::chunked();
+        assert_eq!(all(&mut d, "0\r\nHost: x\r\n\r\n"), Ok(String::new()));
+    }
+
+    proptest::proptest! {
+        /// However the bytes arrive, a chunked body with trailers decodes the same, and
+        /// what follows it stays in the buffer.
+        #[test]
+        fn trailers_decode_the_same_in_any_split(cut in proptest::collection::vec(0usize..60, 0..6)) {
+            let input = b"3\r\nabc\r\n0\r\nx-a: 1\r\nx-b: two\r\n\r\nNEXT";
+            let mut cuts: Vec<usize> = cut.into_iter().map(|c| c.min(input.len())).collect();
+            cuts.sort_unstable();
+            cuts.push(input.len());
+            let mut d = Decoder::chunked();
+            let mut buf = BytesMut::new();
+            let (mut data, mut trailers, mut done) = (Vec::new(), None, false);
+            let mut from = 0;
+            for to in cuts {
+                buf.extend_from_slice(&input[from..to]);
+                from = to;
+                while !done {
+                    match d.decode(&mut buf).unwrap() {
+                        Decoded::Data(b) => data.extend_from_slice(&b),
+                        Decoded::Trailers(t) => trailers = Some(t),
+                        Decoded::Done => done = true,
+                        Decoded::NeedMore => break,
+                    }
+                }
+            }
+            proptest::prop_assert!(done);
+            proptest::prop_assert_eq!(&data[..], b"abc");
+            let t = trailers.unwrap();
+            proptest::prop_assert_eq!(t.get("x-a").unwrap(), "1");
+            proptest::prop_assert_eq!(t.get("x-b").unwrap(), "two");
+            proptest::prop_assert_eq!(&buf[..], b"NEXT");
+        }
     }
 
     #[test]

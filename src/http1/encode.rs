@@ -9,6 +9,7 @@ use http_body::Body as _;
 
 use http::{HeaderMap, StatusCode, Version};
 
+use super::COALESCE;
 use crate::body::{Body, BodyError};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
@@ -186,6 +187,14 @@ impl Spill {
         [self.frames[0].as_ref(), self.frames[1].as_ref()]
     }
 
+    /// Copies the frames into `out` (chunked) and lets them go: rare, for trailers
+    /// that follow them.
+    fn copy_into(&mut self, out: &mut Vec<u8>) {
+        for data in self.frames.iter_mut().filter_map(Option::take) {
+            chunk_into(out, &data);
+        }
+    }
+
     /// Takes `data`; whether there is room for another frame.
     fn push(&mut self, data: bytes::Bytes) -> bool {
         let room = self.frames[0].is_none();
@@ -248,12 +257,13 @@ pub(crate) fn spilled_slices<'a>(
 }
 
 /// Moves body frames that are ready now (without waiting) into `out`, framed as
-/// chunks when `chunked`, until `out` holds `limit` bytes. `Ok(true)`: the body ended
-/// and its terminator is in `out`. Used on both sides, so a small message's head and
+/// chunks when `chunked`, until `out` holds [`COALESCE`] bytes. `Ok(true)`: the body
+/// ended and its terminator is in `out` (with its trailer fields when `trailers` and
+/// `chunked`: any spilled frames are then copied in before them). Used on both sides, so a small message's head and
 /// body leave in one write. `taken`, when given, keeps each data frame moved (a
 /// reference, not a copy), so the body can go out again if the write fails with
 /// nothing written. `spill`, when given, takes the frame that would carry `out` past
-/// `limit`, or that is larger than [`COPY_AT_MOST`], and the ready frames after it,
+/// the limit, or that is larger than [`COPY_AT_MOST`], and the ready frames after it,
 /// instead of copying them there (the caller writes them beside `out`, in the same
 /// `writev`): a large body is never copied behind its head. With frames spilled, an
 /// ended body's terminator is not put in `out`: the caller writes it after them.
@@ -262,12 +272,13 @@ pub(crate) fn take_ready(
     body: &mut Body,
     chunked: bool,
     out: &mut Vec<u8>,
-    limit: usize,
+    trailers: bool,
     mut taken: Option<&mut Vec<bytes::Bytes>>,
     mut spill: Option<&mut Spill>,
     counted: &mut u64,
 ) -> Result<bool, BodyError> {
     let mut cx = Context::from_waker(Waker::noop());
+    let limit = COALESCE;
     let mut ended = false;
     while out.len() < limit {
         if body.is_end_stream() {
@@ -282,8 +293,19 @@ pub(crate) fn take_ready(
             }
             Poll::Ready(Some(Err(e))) => return Err(e),
             Poll::Ready(Some(Ok(frame))) => {
-                let Ok(data) = frame.into_data() else {
-                    continue;
+                let data = match frame.into_data() {
+                    Ok(data) => data,
+                    Err(frame) => {
+                        let Some(t) = frame.trailers_ref().filter(|_| chunked && trailers) else {
+                            continue;
+                        };
+                        // Trailers end the body; frames spilled before them are copied.
+                        if let Some(spill) = spill {
+                            spill.copy_into(out);
+                        }
+                        last_chunk_with(out, t);
+                        return Ok(true);
+                    }
                 };
                 // An empty frame carries nothing, and chunked it would read as the end.
                 if data.is_empty() {
@@ -321,6 +343,21 @@ pub(crate) fn take_ready(
 }
 
 /// Appends one chunk (size line, data, CRLF) to `out`.
+/// The end of a chunked body with its trailer fields: the last chunk, the fields that
+/// may be trailers (whatever their source), the empty line.
+pub(crate) fn last_chunk_with(out: &mut Vec<u8>, trailers: &HeaderMap) {
+    out.extend_from_slice(b"0\r\n");
+    for (name, value) in trailers {
+        if super::names::may_be_trailer(name) {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
 pub(crate) fn chunk_into(out: &mut Vec<u8>, data: &[u8]) {
     let mut size = [0u8; 18];
     let n = hex_line(&mut size, data.len());

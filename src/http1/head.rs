@@ -36,6 +36,8 @@ pub(crate) struct RequestHead {
     pub framing: Framing,
     pub keep_alive: bool,
     pub expect_continue: bool,
+    /// The client takes trailer fields (`TE: trailers`).
+    pub trailers: bool,
     /// `Upgrade` with `upgrade` among the `Connection` tokens: the client asks to
     /// switch protocols.
     pub upgrade: bool,
@@ -125,6 +127,7 @@ pub(crate) fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
         framing,
         keep_alive,
         expect_continue: facts.expect_continue && is_11,
+        trailers: facts.te_trailers,
         upgrade: facts.conn_upgrade && facts.upgrade_field && is_11,
     })
 }
@@ -165,6 +168,7 @@ struct RequestFacts<'h> {
     conn_upgrade: bool,
     upgrade_field: bool,
     expect_continue: bool,
+    te_trailers: bool,
     /// Content-Length was repeated or listed: one plain field replaces it.
     length_rewritten: bool,
 }
@@ -204,6 +208,10 @@ impl<'h> RequestFacts<'h> {
             }
         } else if name == http::header::UPGRADE {
             self.upgrade_field = true;
+        } else if name == http::header::TE {
+            self.te_trailers |= value.split(|&b| b == b',').any(|c| {
+                trim(c.split(|&b| b == b';').next().unwrap_or(c)).eq_ignore_ascii_case(b"trailers")
+            });
         } else if name == http::header::EXPECT {
             self.expect_continue = trim(value).eq_ignore_ascii_case(b"100-continue");
         }

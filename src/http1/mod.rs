@@ -10,6 +10,7 @@ pub(crate) mod decode;
 pub(crate) mod encode;
 pub(crate) mod head;
 mod names;
+pub(crate) use names::keep_trailers;
 pub(crate) mod scan;
 
 /// The largest request head accepted from a client: more is 431.

@@ -69,13 +69,13 @@ impl http_body::Body for ResponseBody {
                 this.release();
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(Ok(data))) => {
+            Poll::Ready(Some(Ok(frame))) => {
                 // A consumer may stop polling once `is_end_stream` holds (hyper's h2
                 // server does), so the connection goes back as soon as the end is known.
                 if this.decoder.is_done() {
                     this.release();
                 }
-                Poll::Ready(Some(Ok(Frame::data(data))))
+                Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
                 this.conn = None;

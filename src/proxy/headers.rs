@@ -11,11 +11,12 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use crate::config::template::{apply_all, Values};
 use crate::config::{HostMode, ProxyConfig};
 
-static HOP_BY_HOP: [HeaderName; 9] = [
+/// `Trailer` is not among them: it announces the trailers, which pass end to end
+/// (RFC 9110 §6.6.2; Go's HTTP/2 server keeps only the request trailers it announces).
+static HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
-    header::TRAILER,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
     header::PROXY_AUTHENTICATE,
@@ -24,18 +25,17 @@ static HOP_BY_HOP: [HeaderName; 9] = [
 ];
 
 /// Where `k` is in [`HOP_BY_HOP`]: one `match` on the name (its length first) rather
-/// than nine comparisons a field.
+/// than eight comparisons a field.
 fn hop_by_hop(k: &HeaderName) -> Option<usize> {
     Some(match k.as_str() {
         "connection" => 0,
         "keep-alive" => 1,
         "proxy-connection" => 2,
-        "trailer" => 3,
-        "transfer-encoding" => 4,
-        "upgrade" => 5,
-        "proxy-authenticate" => 6,
-        "proxy-authorization" => 7,
-        "expect" => 8,
+        "transfer-encoding" => 3,
+        "upgrade" => 4,
+        "proxy-authenticate" => 5,
+        "proxy-authorization" => 6,
+        "expect" => 7,
         _ => return None,
     })
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
-use http_body::Body as _;
+use http_body::{Body as _, Frame};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
@@ -28,7 +28,7 @@ use crate::http1::decode::{self, Decoded, Decoder};
 use crate::http1::encode::{self, Delimit};
 use crate::http1::head::{parse_request, Framing, HeadError, RequestHead};
 use crate::http1::scan::RequestScan;
-use crate::http1::{COALESCE, MAX_HEAD, READ_CHUNK};
+use crate::http1::{MAX_HEAD, READ_CHUNK};
 use crate::net::transport::{make_room, SendFile, Transport};
 use crate::pipeline::{self, ClientInfo};
 use crate::reply::date;
@@ -233,6 +233,7 @@ impl Conn {
             framing,
             keep_alive,
             expect_continue,
+            trailers,
             upgrade,
         } = head;
         let is_head = method == Method::HEAD;
@@ -262,6 +263,7 @@ impl Conn {
             keep_alive,
             version,
             is_head,
+            trailers,
             record: log.is_some(),
             upgrade,
             status: 0,
@@ -352,6 +354,8 @@ struct Exchange {
     keep_alive: bool,
     version: Version,
     is_head: bool,
+    /// The client takes trailer fields (`TE: trailers`): a chunked answer carries them.
+    trailers: bool,
     /// The access log is on: what it needs is kept.
     record: bool,
     /// The client asked to switch protocols.
@@ -562,6 +566,7 @@ impl Exchange {
             &mut finished,
             by_send_file,
             &mut self.bytes,
+            self.trailers,
         ) {
             Err(_) => return false,
             Ok(Some(spill)) => {
@@ -618,7 +623,18 @@ impl Exchange {
                         return out != Delimit::Chunked || wr.write_all(b"0\r\n\r\n").await.is_ok();
                     }
                     Some(Ok(frame)) => {
-                        let Ok(data) = frame.into_data() else { continue };
+                        let data = match frame.into_data() {
+                            Ok(data) => data,
+                            Err(frame) => match frame.trailers_ref() {
+                                // Trailers end the body, for a client that takes them.
+                                Some(t) if out == Delimit::Chunked && self.trailers => {
+                                    let mut end = Vec::with_capacity(64);
+                                    encode::last_chunk_with(&mut end, t);
+                                    return wr.write_all(&end).await.is_ok();
+                                }
+                                _ => continue,
+                            },
+                        };
                         if data.is_empty() {
                             continue;
                         }
@@ -651,6 +667,7 @@ fn ready_body(
     finished: &mut bool,
     by_file: bool,
     bytes: &mut u64,
+    trailers: bool,
 ) -> Result<Option<encode::Spill>, crate::body::BodyError> {
     if *finished || by_file {
         return Ok(None);
@@ -660,7 +677,7 @@ fn ready_body(
         rbody,
         chunked,
         wbuf,
-        COALESCE,
+        trailers,
         None,
         Some(&mut spill),
         bytes,
@@ -697,7 +714,7 @@ async fn first_chunk_line<S: AsyncRead + Unpin>(
 /// Feeds a request body from the connection into its channel.
 struct Pump {
     decoder: Decoder,
-    tx: mpsc::Sender<Result<Bytes, BodyError>>,
+    tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
     /// The body failed (malformed, client gone): nothing more is read from it.
     failed: bool,
 }
@@ -779,7 +796,12 @@ async fn read_side<R: AsyncRead + Unpin>(
         match p.decoder.decode(buf) {
             Ok(Decoded::Data(b)) => {
                 *received += b.len() as u64;
-                permit.send(Ok(b));
+                permit.send(Ok(Frame::data(b)));
+                return Side::Progress;
+            }
+            Ok(Decoded::Trailers(t)) => {
+                permit.send(Ok(Frame::trailers(*t)));
+                *pump = None;
                 return Side::Progress;
             }
             Ok(Decoded::Done) => {

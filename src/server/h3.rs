@@ -622,6 +622,26 @@ struct RequestBody {
 }
 
 impl RequestBody {
+    /// After the data: the request's trailers, if it has any, then the end.
+    fn poll_trailers(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let r = std::task::ready!(self.recv.poll_recv_trailers(cx));
+        self.done = true;
+        Poll::Ready(match r {
+            Ok(Some(mut t)) => {
+                crate::http1::keep_trailers(&mut t);
+                Some(Ok(Frame::trailers(t)))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!("sluice: h3 request trailers failed: {e}");
+                Some(Err(BodyError::ClientGone("the h3 stream was reset")))
+            }
+        })
+    }
+
     fn counted(&mut self, b: Bytes) -> Option<Result<Frame<Bytes>, BodyError>> {
         if let Some(left) = &mut self.left {
             match left.checked_sub(b.len() as u64) {
@@ -686,15 +706,16 @@ impl http_body::Body for RequestBody {
                 }
                 match r {
                     Ok(Some(b)) => Poll::Ready(this.counted(b)),
-                    Ok(None) => {
-                        this.done = true;
-                        match this.left {
-                            Some(l) if l > 0 => Poll::Ready(Some(Err(BodyError::Malformed(
+                    Ok(None) => match this.left {
+                        Some(l) if l > 0 => {
+                            this.done = true;
+                            Poll::Ready(Some(Err(BodyError::Malformed(
                                 "h3 body shorter than its Content-Length",
-                            )))),
-                            _ => Poll::Ready(None),
+                            ))))
                         }
-                    }
+                        // The data ended: trailers may follow (DESIGN §18.5).
+                        _ => this.poll_trailers(cx),
+                    },
                     Err(e) => {
                         this.done = true;
                         Poll::Ready(Some(Err(e)))
@@ -727,8 +748,8 @@ impl http_body::Body for RequestBody {
 /// Sends `resp` on the stream: its head (with `Date`, and `Content-Length` when the
 /// body's length is known), its body as it comes (each send waiting on the client's
 /// flow control for at most 60 s, so a large body is never held in memory and a client
-/// that stops reading frees the backend), no trailers; no body after a HEAD, 204 or
-/// 304.
+/// that stops reading frees the backend), then its trailers; no body after a HEAD, 204
+/// or 304.
 async fn respond(
     send: &mut SendHalf,
     resp: Response<Body>,
@@ -770,10 +791,22 @@ async fn respond(
         let frame = poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
         let data = match frame {
             None => break,
-            // Trailers are dropped, as for an HTTP/1.1 client.
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(d) if !d.is_empty() => d,
-                _ => continue,
+                Ok(_) => continue,
+                Err(frame) => match frame.into_trailers() {
+                    // Trailers end the body (DESIGN §18.5).
+                    Ok(mut t) => {
+                        crate::http1::keep_trailers(&mut t);
+                        let trailers = send.send_trailers(t);
+                        if let Err(why) = sent(tokio::time::timeout(SEND_TIMEOUT, trailers).await) {
+                            gave_up(done);
+                            return Err(why);
+                        }
+                        break;
+                    }
+                    Err(_) => continue,
+                },
             },
             Some(Err(e)) => {
                 send.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);

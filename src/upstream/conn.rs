@@ -17,6 +17,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http::Method;
+use http_body::Frame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub(crate) use super::outgoing::{Outgoing, SendError};
@@ -25,7 +26,7 @@ use crate::http1::decode::{Decoded, Decoder};
 use crate::http1::encode::{self, chunk_into, spilled_slices, take_ready, BodyOut, Spill};
 use crate::http1::head::{parse_response, ResponseHead};
 use crate::http1::scan::ResponseScan;
-use crate::http1::{COALESCE, MAX_RESPONSE_HEAD, READ_CHUNK};
+use crate::http1::{MAX_RESPONSE_HEAD, READ_CHUNK};
 use crate::net::stream::Stream;
 use crate::net::transport::{is_quiet, make_room, read_now, Transport};
 
@@ -250,7 +251,7 @@ impl BackendConn {
             &mut out.body,
             chunked,
             &mut self.wbuf,
-            COALESCE,
+            true,
             Some(&mut out.resend),
             Some(&mut spill),
             &mut 0,
@@ -316,10 +317,11 @@ impl BackendConn {
         &mut self,
         decoder: &mut Decoder,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<io::Result<Bytes>>> {
+    ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
         loop {
             match decoder.decode(&mut self.buf) {
-                Ok(Decoded::Data(b)) => return Poll::Ready(Some(Ok(b))),
+                Ok(Decoded::Data(b)) => return Poll::Ready(Some(Ok(Frame::data(b)))),
+                Ok(Decoded::Trailers(t)) => return Poll::Ready(Some(Ok(Frame::trailers(*t)))),
                 Ok(Decoded::Done) => return Poll::Ready(None),
                 Ok(Decoded::NeedMore) => {}
                 Err(why) => {
@@ -390,7 +392,8 @@ mod tests {
         let total: usize = pieces.iter().map(|p| p.len()).sum();
         let (tx, rx) = mpsc::channel(pieces.len());
         for p in pieces {
-            tx.try_send(Ok(Bytes::from_static(p.as_bytes()))).unwrap();
+            tx.try_send(Ok(http_body::Frame::data(Bytes::from_static(p.as_bytes()))))
+                .unwrap();
         }
         let mut req = Request::new(Body::Channel {
             rx,

@@ -491,7 +491,8 @@ async fn pump(
         match frame.into_data() {
             Ok(data) => *pending = data,
             Err(frame) => {
-                if let Ok(trailers) = frame.into_trailers() {
+                if let Ok(mut trailers) = frame.into_trailers() {
+                    crate::http1::keep_trailers(&mut trailers);
                     return body.send_trailers(trailers).map_err(h2_io);
                 }
             }
@@ -589,7 +590,8 @@ impl http_body::Body for ResponseBody {
         }
         match this.recv.poll_trailers(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(Some(t))) => {
+            Poll::Ready(Ok(Some(mut t))) => {
+                crate::http1::keep_trailers(&mut t);
                 this._stream.upload = None;
                 Poll::Ready(Some(Ok(Frame::trailers(t))))
             }

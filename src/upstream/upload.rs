@@ -59,6 +59,16 @@ impl Piece {
         }
     }
 
+    /// The last chunk with trailer fields.
+    fn last_chunk_with(trailers: &http::HeaderMap) -> Piece {
+        let mut end = Vec::with_capacity(64);
+        crate::http1::encode::last_chunk_with(&mut end, trailers);
+        Piece {
+            data: end.into(),
+            ..Piece::default()
+        }
+    }
+
     fn is_done(&self) -> bool {
         self.size_at == self.size_len && self.data.is_empty() && self.tail.is_empty()
     }
@@ -142,8 +152,16 @@ pub(super) async fn upload<T: AsyncRead + AsyncWrite + Unpin>(
             }
             Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(SendError::Body(e))),
             Poll::Ready(Some(Ok(frame))) => {
-                let Ok(data) = frame.into_data() else {
-                    continue;
+                let data = match frame.into_data() {
+                    Ok(data) => data,
+                    Err(frame) => {
+                        // Trailers end the body; with a declared length they cannot go.
+                        if let (true, Some(t)) = (chunked, frame.trailers_ref()) {
+                            out.body_ended = true;
+                            piece = Piece::last_chunk_with(t);
+                        }
+                        continue;
+                    }
                 };
                 if !data.is_empty() {
                     out.sent(&data);
