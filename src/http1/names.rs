@@ -102,6 +102,61 @@ fn folded_eq(b: &[u8], lower: &[u8; 32]) -> bool {
         && (n <= 16 || w(b, 8) | FOLD == w(lower, 8))
 }
 
+/// Whether a field may travel as a trailer (DESIGN §18.5; RFC 9110 §6.5.1): never
+/// framing, routing, connection-level (hop-by-hop) fields, nor those that must be
+/// known before the content (its type, coding and range, authentication, controls).
+pub(crate) fn may_be_trailer(name: &HeaderName) -> bool {
+    use http::header as h;
+    const NEVER: [HeaderName; 26] = [
+        h::CONNECTION,
+        h::TRANSFER_ENCODING,
+        h::CONTENT_LENGTH,
+        h::TE,
+        h::TRAILER,
+        h::UPGRADE,
+        h::HOST,
+        h::CONTENT_TYPE,
+        h::CONTENT_ENCODING,
+        h::CONTENT_RANGE,
+        h::RANGE,
+        h::EXPECT,
+        h::MAX_FORWARDS,
+        h::AUTHORIZATION,
+        h::PROXY_AUTHORIZATION,
+        h::PROXY_AUTHENTICATE,
+        h::WWW_AUTHENTICATE,
+        h::SET_COOKIE,
+        h::COOKIE,
+        h::CACHE_CONTROL,
+        h::PRAGMA,
+        h::AGE,
+        h::EXPIRES,
+        h::DATE,
+        h::LOCATION,
+        h::VARY,
+    ];
+    if NEVER.contains(name) {
+        return false;
+    }
+    let n = name.as_str();
+    !(n == "keep-alive" || n == "proxy-connection" || n == "retry-after" || n.starts_with("if-"))
+}
+
+/// Drops from `trailers` the fields that may not be trailers ([`may_be_trailer`]).
+pub(crate) fn keep_trailers(trailers: &mut http::HeaderMap) {
+    if trailers.keys().all(may_be_trailer) {
+        return;
+    }
+    let drop: Vec<HeaderName> = trailers
+        .keys()
+        .filter(|k| !may_be_trailer(k))
+        .cloned()
+        .collect();
+    for k in drop {
+        trailers.remove(k);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,60 +251,5 @@ mod tests {
             let theirs = HeaderName::from_bytes(&b).map(|n| n.as_str().to_owned()).ok();
             proptest::prop_assert_eq!(ours, theirs);
         }
-    }
-}
-
-/// Whether a field may travel as a trailer (DESIGN §18.5; RFC 9110 §6.5.1): never
-/// framing, routing, connection-level (hop-by-hop) fields, nor those that must be
-/// known before the content (its type, coding and range, authentication, controls).
-pub(crate) fn may_be_trailer(name: &HeaderName) -> bool {
-    use http::header as h;
-    const NEVER: [HeaderName; 26] = [
-        h::CONNECTION,
-        h::TRANSFER_ENCODING,
-        h::CONTENT_LENGTH,
-        h::TE,
-        h::TRAILER,
-        h::UPGRADE,
-        h::HOST,
-        h::CONTENT_TYPE,
-        h::CONTENT_ENCODING,
-        h::CONTENT_RANGE,
-        h::RANGE,
-        h::EXPECT,
-        h::MAX_FORWARDS,
-        h::AUTHORIZATION,
-        h::PROXY_AUTHORIZATION,
-        h::PROXY_AUTHENTICATE,
-        h::WWW_AUTHENTICATE,
-        h::SET_COOKIE,
-        h::COOKIE,
-        h::CACHE_CONTROL,
-        h::PRAGMA,
-        h::AGE,
-        h::EXPIRES,
-        h::DATE,
-        h::LOCATION,
-        h::VARY,
-    ];
-    if NEVER.contains(name) {
-        return false;
-    }
-    let n = name.as_str();
-    !(n == "keep-alive" || n == "proxy-connection" || n == "retry-after" || n.starts_with("if-"))
-}
-
-/// Drops from `trailers` the fields that may not be trailers ([`may_be_trailer`]).
-pub(crate) fn keep_trailers(trailers: &mut http::HeaderMap) {
-    if trailers.keys().all(may_be_trailer) {
-        return;
-    }
-    let drop: Vec<HeaderName> = trailers
-        .keys()
-        .filter(|k| !may_be_trailer(k))
-        .cloned()
-        .collect();
-    for k in drop {
-        trailers.remove(k);
     }
 }
