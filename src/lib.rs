@@ -28,6 +28,7 @@ pub(crate) mod clock;
 pub(crate) mod fastcgi;
 pub(crate) mod files;
 pub(crate) mod filter;
+pub(crate) mod grpc;
 pub(crate) mod http1;
 pub(crate) mod inplace;
 pub(crate) mod net;

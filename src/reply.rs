@@ -48,6 +48,11 @@ pub(crate) fn drop_powered_by(h: &mut http::HeaderMap) {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Own;
 
+/// Marks one of sluice's own answers as a refusal for want of room (a pool's `limit`):
+/// a gRPC client reads it as `RESOURCE_EXHAUSTED`, not `UNAVAILABLE`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Exhausted;
+
 /// Whether sluice made `resp` itself ([`Own`]).
 pub(crate) fn is_own(resp: &Response<Body>) -> bool {
     resp.extensions().get::<Own>().is_some()

@@ -160,6 +160,8 @@ pub(crate) struct Meter {
     pub duration: Histogram,
     pub request_bytes: AtomicU64,
     pub response_bytes: AtomicU64,
+    /// gRPC calls by the `grpc-status` they ended with (DESIGN §18.5).
+    pub grpc: [AtomicU64; 17],
 }
 
 impl Default for Meter {
@@ -175,6 +177,7 @@ impl Meter {
             duration: Histogram::new(),
             request_bytes: AtomicU64::new(0),
             response_bytes: AtomicU64::new(0),
+            grpc: [const { AtomicU64::new(0) }; 17],
         }
     }
 

@@ -163,7 +163,11 @@ fn go_net_http_trailers_and_continue_through_every_front_and_backend() {
         ));
         let fronts = [
             (format!("http://127.0.0.1:{a}"), None, "HTTP/1.1"),
-            (format!("https://127.0.0.1:{b}"), Some(ca_file.as_path()), "HTTP/2.0"),
+            (
+                format!("https://127.0.0.1:{b}"),
+                Some(ca_file.as_path()),
+                "HTTP/2.0",
+            ),
         ];
         for (url, ca, proto) in &fronts {
             let v = go_call(bin, url, "trailers", *ca);

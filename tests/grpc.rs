@@ -94,10 +94,18 @@ struct Front {
 
 /// Runs one case of grpcio's client against `front`: its JSON answer.
 fn call(front: &Front, case: &str) -> Value {
+    call_as(front, case, None)
+}
+
+/// As [`call`], with `:authority` set to `host`.
+fn call_as(front: &Front, case: &str, host: Option<&str>) -> Value {
     let mut cmd = Command::new("timeout");
     cmd.args(["30", PYTHON])
         .arg(script())
         .args(["call", &front.target, case]);
+    if let Some(host) = host {
+        cmd.args(["--authority", host]);
+    }
     if let Some((ca, name)) = &front.tls {
         cmd.arg("--tls").arg(ca).arg(name);
     }
@@ -235,4 +243,192 @@ fn grpcio_through_every_front_to_every_backend_scheme() {
         every_case(&h2c, &format!("h2c front, {scheme} backend"));
         every_case(&tls, &format!("TLS front, {scheme} backend"));
     }
+}
+
+/// sluice's own answers to gRPC calls are trailers-only `grpc-status` answers a gRPC
+/// client reads (DESIGN §18.5), each with its reason as `grpc-message`; the calls are
+/// counted by status in `sluice_grpc_requests_total` and logged with `grpc_status`.
+/// nginx answers these with an HTML error page, which gRPC clients report as
+/// `UNKNOWN` or `UNIMPLEMENTED` with a "Received http2 header with status: 502".
+#[test]
+fn sluices_own_answers_are_grpc_statuses() {
+    if !have_grpcio() {
+        return;
+    }
+    let server = GrpcServer::start(None);
+    let dir = TempDir::new();
+    let log = dir.0.join("access.log");
+    let dead_port = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(dead_addr())
+        .port();
+    let up = format!("h2c://127.0.0.1:{}", server.port);
+    let hash = bcrypt::hash("secret", 4).unwrap();
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0; access_log {} json }}\n\
+         site ok.test {{ proxy {up} }}\n\
+         site dead.test {{ proxy h2c://127.0.0.1:{dead_port} {{ retries 0 }} }}\n\
+         site auth.test {{ basic_auth u \"{hash}\"; proxy {up} }}\n\
+         site deny.test {{ deny 127.0.0.0/8; proxy {up} }}\n\
+         site rate.test {{ rate_limit 1/m; proxy {up} }}\n\
+         site routes.test {{ route /other/* {{ proxy {up} }} }}",
+        log.display()
+    ));
+    let front = Front {
+        target: s.addr.to_string(),
+        tls: None,
+    };
+    let cases = [
+        ("ok.test", "OK"),
+        ("dead.test", "UNAVAILABLE"),
+        ("auth.test", "UNAUTHENTICATED"),
+        ("deny.test", "PERMISSION_DENIED"),
+        ("routes.test", "UNIMPLEMENTED"),
+        ("nowhere.test", "UNIMPLEMENTED"),
+    ];
+    for (host, want) in cases {
+        let v = call_as(&front, "unary:hi", Some(host));
+        assert_eq!(v["code"], want, "{host}: {v}");
+        if want != "OK" {
+            assert!(
+                !v["details"].as_str().unwrap_or("").is_empty(),
+                "{host}: the reason in words: {v}"
+            );
+        }
+    }
+    let first = call_as(&front, "unary:hi", Some("rate.test"));
+    assert_eq!(first["code"], "OK", "{first}");
+    let limited = call_as(&front, "unary:hi", Some("rate.test"));
+    assert_eq!(limited["code"], "RESOURCE_EXHAUSTED", "{limited}");
+
+    let v = call_as(&front, "abort:NOT_FOUND:gone", Some("ok.test"));
+    assert_eq!(v["code"], "NOT_FOUND", "{v}");
+
+    let metrics = get_metrics(s.admin());
+    for (site, code, n) in [
+        ("ok.test", 0, 1),
+        ("ok.test", 5, 1),
+        ("dead.test", 14, 1),
+        ("auth.test", 16, 1),
+        ("deny.test", 7, 1),
+        ("rate.test", 0, 1),
+        ("rate.test", 8, 1),
+    ] {
+        let line = format!("sluice_grpc_requests_total{{site=\"{site}\",");
+        let found = metrics
+            .lines()
+            .find(|l| l.starts_with(&line) && l.contains(&format!("grpc_status=\"{code}\"}}")));
+        assert_eq!(
+            found.and_then(|l| l.rsplit(' ').next()),
+            Some(n.to_string()).as_deref(),
+            "{site} {code}:\n{metrics}"
+        );
+    }
+    let lines = wait_lines(&log, 9);
+    let statuses: Vec<_> = lines.iter().map(|v| v["grpc_status"].clone()).collect();
+    for code in [0, 14, 16, 7, 12, 8, 5] {
+        assert!(
+            statuses.contains(&Value::from(code)),
+            "grpc_status {code} in the access log: {statuses:?}"
+        );
+    }
+}
+
+/// The access log's JSON lines, once there are `n`.
+fn wait_lines(path: &Path, n: usize) -> Vec<Value> {
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if lines.len() >= n || std::time::Instant::now() > end {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn get_metrics(admin: std::net::SocketAddr) -> String {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(get(admin, "/metrics")).text()
+}
+
+/// A gRPC call's `grpc-timeout` bounds it at sluice (the wait for a `limit` slot
+/// included), and the backend gets what is left of it.
+#[tokio::test]
+async fn grpc_timeout_bounds_the_call_and_what_is_left_goes_on() {
+    use http_body_util::{BodyExt, Full};
+    let b = Backend::start(|req: hyper::Request<hyper::body::Incoming>| async move {
+        if req.uri().path() == "/slow" {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
+        let got = req
+            .headers()
+            .get("grpc-timeout")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let mut r = hyper::Response::new(full(got));
+        r.headers_mut()
+            .insert("grpc-status", hyper::header::HeaderValue::from_static("0"));
+        r
+    })
+    .await;
+    let s = Sluice::start(&format!(
+        "site * {{ proxy {} {{ timeout 30s; limit 1 5s }} }}",
+        b.addr
+    ));
+    let (mut send, _conn) = h2c::<Full<bytes::Bytes>>(s.addr).await;
+    let call = |path: &str, timeout: &str| {
+        hyper::Request::post(format!("http://app.test{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("grpc-timeout", timeout)
+            .body(Full::new(bytes::Bytes::new()))
+            .unwrap()
+    };
+    // What is left goes on: less than asked, in the finest unit that fits.
+    let r = send.send_request(call("/x", "5S")).await.unwrap();
+    let got = r.into_body().collect().await.unwrap().to_bytes();
+    let got = std::str::from_utf8(&got).unwrap();
+    let (n, unit) = got.split_at(got.len() - 1);
+    let nanos: u128 = n.parse::<u128>().unwrap()
+        * match unit {
+            "n" => 1,
+            "u" => 1_000,
+            "m" => 1_000_000,
+            "S" => 1_000_000_000,
+            other => panic!("unit {other}"),
+        };
+    assert!(
+        nanos < 5_000_000_000 && nanos > 4_000_000_000,
+        "the backend got {got}"
+    );
+
+    // A backend slower than the deadline: sluice's own DEADLINE_EXCEEDED, at the deadline.
+    let started = std::time::Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        send.send_request(call("/slow", "300m")),
+    )
+    .await
+    .expect("answered by the deadline, not the pool's timeout")
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["grpc-status"], "4", "{:?}", r.headers());
+    assert!(started.elapsed() < Duration::from_secs(3));
+
+    // The wait for a `limit` slot counts: one call holds the only slot.
+    let mut hold = send.clone();
+    let holder = tokio::spawn(async move { hold.send_request(call("/slow", "20S")).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let r = send.send_request(call("/x", "400m")).await.unwrap();
+    assert_eq!(r.headers()["grpc-status"], "4", "{:?}", r.headers());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "not the limit's 5s wait"
+    );
+    holder.abort();
 }

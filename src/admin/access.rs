@@ -60,6 +60,8 @@ pub(crate) struct Entry<'a> {
     pub user: Option<&'a str>,
     /// The `request_id` filter's id.
     pub request_id: Option<&'a [u8]>,
+    /// A gRPC call's `grpc-status` (DESIGN §18.5).
+    pub grpc_status: Option<u8>,
     /// The TLS version, over TLS.
     pub tls: Option<&'static str>,
     /// From the proxy's first dial to the response head (or its failure).
@@ -93,6 +95,27 @@ pub(crate) struct Pending {
     scheme: &'static str,
     /// What a template's `{header.NAME}` parts show.
     headers: Vec<Option<http::HeaderValue>>,
+}
+
+/// What a response carries for its line besides its status, marked on it by whoever
+/// knew (a response without extensions costs one test): the `request_id` filter's id,
+/// and a gRPC call's end.
+#[derive(Default)]
+pub(crate) struct Marks {
+    pub request_id: Option<http::HeaderValue>,
+    pub grpc: Option<Arc<crate::grpc::Call>>,
+}
+
+impl Marks {
+    pub(crate) fn of<B>(resp: &http::Response<B>) -> Marks {
+        let ext = resp.extensions();
+        Marks {
+            request_id: ext
+                .get::<crate::filter::request_id::Logged>()
+                .map(|l| l.0.clone()),
+            grpc: ext.get::<Arc<crate::grpc::Call>>().cloned(),
+        }
+    }
 }
 
 /// Who served a response (or, for a 502/504, the last peer dialed), for its line.
@@ -212,7 +235,7 @@ impl Pending {
         status: u16,
         bytes: u64,
         upstream: Option<Upstream<'_>>,
-        request_id: Option<&http::HeaderValue>,
+        marks: Option<&Marks>,
         done: Instant,
     ) {
         self.logged = true;
@@ -235,7 +258,10 @@ impl Pending {
             user_agent: self.user_agent.as_ref().map(|v| v.as_bytes()),
             referer: self.referer.as_ref().map(|v| v.as_bytes()),
             user: self.user.as_deref(),
-            request_id: request_id.map(|v| v.as_bytes()),
+            request_id: marks
+                .and_then(|m| m.request_id.as_ref())
+                .map(|v| v.as_bytes()),
+            grpc_status: marks.and_then(|m| m.grpc.as_ref()).and_then(|c| c.status()),
             tls: self.tls,
             upstream_ms: upstream
                 .and_then(|u| u.upstream)
@@ -432,6 +458,11 @@ fn json(s: &mut Line, e: &Entry<'_>) {
             None => s.push_str("null"),
         }
     }
+    if let Some(code) = e.grpc_status {
+        // Only on a gRPC call's line.
+        s.push_str(",\"grpc_status\":");
+        number(s, u64::from(code));
+    }
     s.push_str("}\n");
 }
 
@@ -470,6 +501,11 @@ fn text(s: &mut Line, e: &Entry<'_>) {
         e.tls.unwrap_or("-"),
     );
     s.push_str(&line);
+    if let Some(code) = e.grpc_status {
+        // Only on a gRPC call's line: ` grpc=N` before its end.
+        s.0.pop();
+        s.push_str(&format!(" grpc={code}\n"));
+    }
 }
 
 /// The operator's template: each value escaped as in Apache's formats, `-` for one
@@ -513,6 +549,10 @@ fn template(s: &mut Line, t: &LogTemplate, e: &Entry<'_>) {
                     None => s.push('-'),
                 },
                 LogField::Time => timestamp(s, e.time),
+                LogField::GrpcStatus => match e.grpc_status {
+                    Some(n) => number(s, u64::from(n)),
+                    None => s.push('-'),
+                },
             },
         }
     }

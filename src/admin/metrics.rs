@@ -566,6 +566,27 @@ fn http(o: &mut String, gen: &Generation) {
             let _ = writeln!(o, "{name}{{{l}}} {}", f(m));
         }
     }
+    grpc(o, &meters);
+}
+
+/// gRPC calls by site, route and the `grpc-status` they ended with (a status no call
+/// ended with is not listed).
+fn grpc(o: &mut String, meters: &[(String, &Meter)]) {
+    let name = "sluice_grpc_requests_total";
+    head(
+        o,
+        name,
+        "counter",
+        "gRPC calls by site, route and grpc-status",
+    );
+    for (l, m) in meters {
+        for (code, c) in m.grpc.iter().enumerate() {
+            let n = get(c);
+            if n != 0 {
+                let _ = writeln!(o, "{name}{{{l},grpc_status=\"{code}\"}} {n}");
+            }
+        }
+    }
 }
 
 fn get(c: &AtomicU64) -> u64 {

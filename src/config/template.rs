@@ -419,10 +419,11 @@ pub enum LogField {
     Tls,
     UpstreamMs,
     Time,
+    GrpcStatus,
 }
 
 impl LogField {
-    pub const ALL: [(&'static str, LogField); 18] = [
+    pub const ALL: [(&'static str, LogField); 19] = [
         ("host", LogField::Host),
         ("path", LogField::Path),
         ("query", LogField::Query),
@@ -441,6 +442,7 @@ impl LogField {
         ("tls", LogField::Tls),
         ("upstream_ms", LogField::UpstreamMs),
         ("time", LogField::Time),
+        ("grpc_status", LogField::GrpcStatus),
     ];
 }
 

@@ -171,7 +171,12 @@ fn serve(
             meter: None,
             started: gen.metered.then(std::time::Instant::now),
         };
-        let resp = run(&gen, &mut req, &client, &slots, offer, &mut metering.meter).await;
+        // gRPC needs HTTP/2 or HTTP/3: an HTTP/1.1 request is not asked.
+        let grpc = crate::grpc::is_call(&req);
+        let mut resp = run(&gen, &mut req, &client, &slots, offer, &mut metering.meter).await;
+        if grpc {
+            resp = grpc_answer(resp, metering.meter.clone());
+        }
         Answer {
             resp,
             served: slots.served.into_inner(),
@@ -179,6 +184,20 @@ fn serve(
             meter: metering.meter.take(),
         }
     }
+}
+
+/// A gRPC call's answer: sluice's own as trailers-only `grpc-status`, any other
+/// watched for the status it ends with; either way marked for the access log.
+#[inline(never)]
+fn grpc_answer(resp: Response<Body>, meter: Option<Arc<Meter>>) -> Response<Body> {
+    let call = crate::grpc::Call::new(meter);
+    let mut resp = if crate::reply::is_own(&resp) {
+        crate::grpc::trailers_only(resp, &call)
+    } else {
+        crate::grpc::watch(resp, call.clone())
+    };
+    resp.extensions_mut().insert(call);
+    resp
 }
 
 /// A metered request whose pipeline has not answered: when its future is dropped

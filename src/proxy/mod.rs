@@ -149,7 +149,13 @@ fn attempts<'a, 'c>(
     dialed: &'a mut Dialed,
 ) -> impl std::future::Future<Output = Response<Body>> + use<'a, 'c> {
     async move {
-        let mut permit = match acquire_slot(pool).await {
+        // A gRPC call's `grpc-timeout` bounds it from here, the wait for a slot too.
+        let deadline = crate::grpc::is_call(req)
+            .then(|| req.headers().get(&crate::grpc::GRPC_TIMEOUT))
+            .flatten()
+            .and_then(crate::grpc::parse_timeout)
+            .and_then(|d| std::time::Instant::now().checked_add(d));
+        let mut permit = match acquire_slot(pool, deadline).await {
             Ok(p) => p,
             Err(refusal) => return refusal,
         };
@@ -162,6 +168,7 @@ fn attempts<'a, 'c>(
         if replayable {
             out.keep_for_replay(cfg.retry_buffer);
         }
+        out.deadline = deadline;
         let mut sending = Sending {
             out,
             stale,
@@ -189,6 +196,9 @@ fn attempts<'a, 'c>(
                     return *refusal;
                 }
             };
+            if deadline.is_some() && !sending.out.pass_deadline_on() {
+                return deadline_passed();
+            }
             sending.tried.add(i);
             dialed.peer = Some(i);
             dialed.attempts = sending.tried.count as u32;
@@ -355,8 +365,22 @@ impl Sending {
     }
 }
 
-/// Step 1: a slot under the pool's `limit`, waiting up to its WAIT. `Err`: the 503.
-async fn acquire_slot(pool: &Pool) -> Result<Option<Slot>, Response<Body>> {
+/// sluice's own answer when a gRPC call's deadline passed before it could go out.
+#[cold]
+fn deadline_passed() -> Response<Body> {
+    bump(&COUNTERS.gateway_timeout);
+    local_response(
+        StatusCode::GATEWAY_TIMEOUT,
+        "Deadline exceeded before the call reached a backend\n",
+    )
+}
+
+/// Step 1: a slot under the pool's `limit`, waiting up to its WAIT (no longer than a
+/// gRPC call's `deadline`). `Err`: the 503, or the 504 when the deadline came first.
+async fn acquire_slot(
+    pool: &Pool,
+    deadline: Option<std::time::Instant>,
+) -> Result<Option<Slot>, Response<Body>> {
     let Some(limit) = &pool.limit else {
         return Ok(None);
     };
@@ -364,9 +388,17 @@ async fn acquire_slot(pool: &Pool) -> Result<Option<Slot>, Response<Body>> {
     if let Some(slot) = limit.try_take() {
         return Ok(Some(slot));
     }
-    let wait = pool.cfg.limit.map(|l| l.wait).unwrap_or_default();
+    let mut wait = pool.cfg.limit.map(|l| l.wait).unwrap_or_default();
+    let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+    let by_deadline = left.is_some_and(|l| l < wait);
+    if let Some(l) = left.filter(|_| by_deadline) {
+        wait = l;
+    }
     if let Some(slot) = limit.take(wait).await {
         return Ok(Some(slot));
+    }
+    if by_deadline {
+        return Err(deadline_passed());
     }
     bump(&COUNTERS.limit_rejections);
     tracing::debug!(
@@ -378,6 +410,7 @@ async fn acquire_slot(pool: &Pool) -> Result<Option<Slot>, Response<Body>> {
     let mut r = local_response(StatusCode::SERVICE_UNAVAILABLE, BUSY);
     r.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+    r.extensions_mut().insert(crate::reply::Exhausted);
     Err(r)
 }
 
@@ -599,7 +632,8 @@ async fn send_h2(
         BackendScheme::Https => "https",
         _ => "http",
     };
-    timed(pool, i, None, metered, h2::send(st, out, scheme)).await
+    let cap = out.deadline;
+    timed(pool, i, None, metered, cap, h2::send(st, out, scheme)).await
 }
 
 /// Step 3: the request out and the response head in, under `timeout` (504 past it,
@@ -612,13 +646,14 @@ async fn send(
     metered: bool,
 ) -> Result<crate::http1::head::ResponseHead, SendError> {
     let mut timer = c.timer.take();
-    let r = timed(pool, i, Some(&mut timer), metered, c.send(out)).await;
+    let cap = out.deadline;
+    let r = timed(pool, i, Some(&mut timer), metered, cap, c.send(out)).await;
     c.timer = timer;
     r
 }
 
-/// A send under the pool's `timeout`, its latency observed when it succeeds and
-/// `metered`. `kept`: a connection's own timer, to use (its deadline moved) or to leave
+/// A send under the pool's `timeout` (or the gRPC call's deadline, `cap`, when sooner),
+/// its latency observed when it succeeds and `metered`. `kept`: a connection's own timer, to use (its deadline moved) or to leave
 /// the one made in for next time; `None`: a timer on the stack, for this send only (an
 /// HTTP/2 stream).
 async fn timed<T>(
@@ -626,6 +661,7 @@ async fn timed<T>(
     i: usize,
     kept: Option<&mut crate::upstream::conn::KeptTimer>,
     metered: bool,
+    cap: Option<std::time::Instant>,
     send: impl std::future::Future<Output = Result<T, SendError>>,
 ) -> Result<T, SendError> {
     use std::future::Future;
@@ -640,6 +676,11 @@ async fn timed<T>(
     let deadline = deadline
         .checked_add(pool.cfg.timeout)
         .unwrap_or_else(|| deadline + std::time::Duration::from_secs(86_400 * 365 * 30));
+    let capped = cap.is_some_and(|c| tokio::time::Instant::from_std(c) < deadline);
+    let deadline = match cap {
+        Some(c) if capped => tokio::time::Instant::from_std(c),
+        _ => deadline,
+    };
     let mut fresh = std::pin::pin!(None);
     let mut sleep = match kept {
         Some(Some(sleep)) => {
@@ -669,6 +710,18 @@ async fn timed<T>(
                 pool.state.upstream_seconds.observe(started.elapsed());
             }
             r
+        }
+        Err(_) if capped => {
+            bump(&COUNTERS.gateway_timeout);
+            tracing::debug!(
+                pool = pool.name(),
+                peer = %pool.peers()[i].addr.text,
+                reason = "grpc-timeout",
+                "sluice: {}: {} sent no response head before the call's grpc-timeout ran out",
+                pool.name(),
+                pool.peers()[i].addr.text,
+            );
+            Err(SendError::TimedOut)
         }
         Err(_) => {
             bump(&COUNTERS.gateway_timeout);

@@ -127,7 +127,7 @@ async fn admit_upgrade(
     pool: &Pool,
     client: &Client<'_>,
 ) -> Result<(Option<Slot>, Opened), Response<Body>> {
-    let permit = acquire_slot(pool).await?;
+    let permit = acquire_slot(pool, None).await?;
     let Some(opened) = Opened::try_open(client.max_tunnels) else {
         bump(&COUNTERS.limit_rejections);
         tracing::warn!(

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, timeout_at, Instant};
 
 use super::drain::{ConnectionGuard, Watch};
-use crate::admin::access::{AccessLog, Pending};
+use crate::admin::access::{AccessLog, Marks, Pending};
 use crate::body::{Body, BodyError};
 use crate::http1::decode::{self, Decoded, Decoder};
 use crate::http1::encode::{self, Delimit};
@@ -286,13 +286,13 @@ impl Conn {
             Box::pin(self.switch(stream, buf, ex, resp, log, tunnel)).await;
             return false;
         }
-        let request_id = log.as_ref().and_then(|_| request_id(&resp));
+        let marks = log.as_ref().map(|_| Marks::of(&resp));
         let keep = ex.respond(stream, buf, resp).await;
         ex.count_unread(buf);
         let done = ex.done(log.is_some());
         ex.meter(ex.bytes, done);
         if let (Some(mut l), Some(done)) = (log, done) {
-            ex.log(&mut l, request_id.as_ref(), done);
+            ex.log(&mut l, marks.as_ref(), done);
         }
         if !keep && ex.pump.is_some() {
             // Boxed: its 4 KiB sink would otherwise sit in every request's state.
@@ -316,14 +316,6 @@ fn request(
     *req.version_mut() = version;
     *req.headers_mut() = headers;
     req
-}
-
-/// The `request_id` filter's id, for the access log (marked on the response by the
-/// filter: a response without extensions costs one test).
-pub(super) fn request_id(resp: &Response<Body>) -> Option<http::HeaderValue> {
-    resp.extensions()
-        .get::<crate::filter::request_id::Logged>()
-        .map(|l| l.0.clone())
 }
 
 /// A lingering close, after answering a client that is still sending a body nobody
@@ -398,17 +390,12 @@ impl Exchange {
         }
     }
 
-    fn log(
-        &self,
-        l: &mut Pending,
-        request_id: Option<&http::HeaderValue>,
-        done: std::time::Instant,
-    ) {
+    fn log(&self, l: &mut Pending, marks: Option<&Marks>, done: std::time::Instant) {
         let upstream = self
             .served
             .as_ref()
             .map(crate::admin::access::Upstream::from);
-        l.finish(self.status, self.bytes, upstream, request_id, done);
+        l.finish(self.status, self.bytes, upstream, marks, done);
     }
 
     /// Runs the pipeline while pumping the request body, answering `Expect`, and

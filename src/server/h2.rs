@@ -240,7 +240,7 @@ async fn one_stream(
     let log = pending.map(|pending| StreamLog {
         pending,
         served,
-        request_id: super::h1::request_id(&resp),
+        marks: crate::admin::access::Marks::of(&resp),
     });
     let done = StreamDone::new(log, metered, received, &resp, switched).map(Box::new);
     Ok(held.on(resp, done))
@@ -529,7 +529,7 @@ pub(super) struct StreamDone {
 pub(super) struct StreamLog {
     pub pending: Pending,
     pub served: Option<crate::pipeline::Served>,
-    pub request_id: Option<HeaderValue>,
+    pub marks: crate::admin::access::Marks,
 }
 
 impl StreamDone {
@@ -573,7 +573,7 @@ impl Drop for StreamDone {
         if let Some(l) = &mut self.log {
             let upstream = l.served.as_ref().map(crate::admin::access::Upstream::from);
             l.pending
-                .finish(status, self.bytes, upstream, l.request_id.as_ref(), done);
+                .finish(status, self.bytes, upstream, Some(&l.marks), done);
         }
     }
 }

@@ -472,7 +472,7 @@ async fn serve_stream(
     let log = pending.map(|pending| StreamLog {
         pending,
         served: answer.served,
-        request_id: super::h1::request_id(&resp),
+        marks: crate::admin::access::Marks::of(&resp),
     });
     let mut done = StreamDone::new(log, metered, received, &resp, false);
     if let Err(why) = respond(send, resp, head_only, done.as_mut()).await {

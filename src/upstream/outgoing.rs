@@ -30,6 +30,8 @@ pub(crate) struct Outgoing {
     kept: Option<Kept>,
     /// Some of the body was handed to an HTTP/2 stream.
     taken: bool,
+    /// A gRPC call's deadline (`grpc-timeout`): what is left of it goes to the backend.
+    pub deadline: Option<std::time::Instant>,
 }
 
 /// Every body frame sent so far, up to a cap: past it, the request can no longer be
@@ -76,6 +78,7 @@ impl Outgoing {
             body_ended: false,
             kept: None,
             taken: false,
+            deadline: None,
         }
     }
 
@@ -156,7 +159,24 @@ impl Outgoing {
             body_ended: self.body_ended,
             kept: None,
             taken: true,
+            deadline: None,
         }
+    }
+
+    /// Sets `grpc-timeout` to what is left of the deadline; `false` when nothing is.
+    pub(crate) fn pass_deadline_on(&mut self) -> bool {
+        let Some(d) = self.deadline else {
+            return true;
+        };
+        let left = d.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        self.parts.headers.insert(
+            crate::grpc::GRPC_TIMEOUT.clone(),
+            crate::grpc::format_timeout(left),
+        );
+        true
     }
 
     /// After an HTTP/2 stream the backend never processed: whether the request can go

@@ -3,7 +3,8 @@ project wrote, on both sides of sluice. No generated code: the methods take and 
 bytes (`generic` handlers), and health checking is grpcio-health-checking's servicer.
 
     grpc_peer.py serve [--tls CERT KEY]       prints "port N", serves until stdin closes
-    grpc_peer.py call TARGET CASE [--tls CA NAME]   runs one case, prints one JSON line
+    grpc_peer.py call TARGET CASE [--tls CA NAME] [--authority HOST]
+                                              runs one case, prints one JSON line
 """
 import json
 import sys
@@ -96,6 +97,10 @@ def method(channel, kind, name):
 def call(target, case, args):
     opts = [("grpc.max_receive_message_length", 16 << 20),
             ("grpc.max_send_message_length", 16 << 20)]
+    if "--authority" in args:
+        i = args.index("--authority")
+        opts.append(("grpc.default_authority", args[i + 1]))
+        args = args[:i] + args[i + 2:]
     if args and args[0] == "--tls":
         creds = grpc.ssl_channel_credentials(root_certificates=open(args[1], "rb").read())
         opts.append(("grpc.ssl_target_name_override", args[2]))
