@@ -432,3 +432,117 @@ async fn grpc_timeout_bounds_the_call_and_what_is_left_goes_on() {
     );
     holder.abort();
 }
+
+/// `health grpc [SERVICE]` asks grpcio's own health service, over h2c and over TLS:
+/// `SERVING` keeps a peer in, `NOT_SERVING` takes it out with that as its reason, and
+/// calls then get `UNAVAILABLE` from sluice.
+#[test]
+fn health_grpc_follows_grpcios_health_service() {
+    if !have_grpcio() {
+        return;
+    }
+    let dir = TempDir::new();
+    let c = certs(&dir);
+    let mut plain = GrpcServer::start(None);
+    let mut secure = GrpcServer::start(Some((&c.backend.0, &c.backend.1)));
+    let probe = "{ interval 1s; timeout 1s; rise 1; fall 1 }";
+    let s = Sluice::start(&format!(
+        "global {{ admin 127.0.0.1:0 }}\n\
+         site h2c.test {{ proxy h2c://127.0.0.1:{} {{ all_down fail; health grpc test.Echo {probe} }} }}\n\
+         site tls.test {{ proxy https://127.0.0.1:{} {{ all_down fail; tls_ca {}; tls_server_name backend.test; health grpc test.Echo {probe} }} }}\n\
+         site whole.test {{ proxy h2c://127.0.0.1:{} {{ health grpc {probe} }} }}\n\
+         site missing.test {{ proxy h2c://127.0.0.1:{} {{ health grpc test.Missing {probe} }} }}",
+        plain.port,
+        secure.port,
+        c.ca.display(),
+        plain.port,
+        plain.port,
+    ));
+    let admin = s.admin();
+    let front = Front {
+        target: s.addr.to_string(),
+        tls: None,
+    };
+    let reason = |site: &str| -> (String, Value) {
+        let status = get_json(admin, "/status");
+        let pool = status["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"].as_str().unwrap().contains(site))
+            .unwrap_or_else(|| panic!("no pool for {site}: {status}"))
+            .clone();
+        let peer = &pool["peers"][0];
+        (
+            peer["state"].as_str().unwrap().to_string(),
+            peer["reason"].clone(),
+        )
+    };
+    let wait_state = |site: &str, want: &str| {
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (state, why) = reason(site);
+            if state == want || std::time::Instant::now() > end {
+                return (state, why);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    for site in ["h2c.test", "tls.test", "whole.test"] {
+        assert_eq!(wait_state(site, "healthy").0, "healthy", "{site}");
+    }
+    let (state, why) = wait_state("missing.test", "unhealthy");
+    assert_eq!(state, "unhealthy");
+    assert_eq!(why, "grpc: NOT_FOUND", "an unknown service");
+
+    plain.say("down test.Echo");
+    secure.say("down test.Echo");
+    for site in ["h2c.test", "tls.test"] {
+        let (state, why) = wait_state(site, "unhealthy");
+        assert_eq!(state, "unhealthy", "{site}");
+        assert_eq!(why, "grpc: NOT_SERVING", "{site}");
+        let v = call_as(&front, "unary:hi", Some(site));
+        assert_eq!(v["code"], "UNAVAILABLE", "{site}: {v}");
+    }
+    // The server as a whole still serves.
+    assert_eq!(reason("whole.test").0, "healthy");
+
+    plain.say("up test.Echo");
+    secure.say("up test.Echo");
+    for site in ["h2c.test", "tls.test"] {
+        assert_eq!(wait_state(site, "healthy").0, "healthy", "{site}");
+        let v = ok(call_as(&front, "unary:back", Some(site)));
+        assert_eq!(v["reply"], "back");
+    }
+}
+
+fn get_json(admin: std::net::SocketAddr, path: &str) -> Value {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    serde_json::from_str(&rt.block_on(get(admin, path)).text()).unwrap()
+}
+
+/// `health grpc` mistakes are load errors at their line, saying what to write.
+#[test]
+fn health_grpc_mistakes_fail_check() {
+    let dir = TempDir::new();
+    for (text, want) in [
+        (
+            "site * { proxy 127.0.0.1:9 { health grpc } }",
+            "`health grpc` asks over HTTP/2, and this pool speaks HTTP/1.1",
+        ),
+        (
+            "site * { proxy h2c://127.0.0.1:9 { health grpc a.B extra } }",
+            "extra",
+        ),
+        (
+            "site * { proxy h2c://127.0.0.1:9 { health grpc { method HEAD } } }",
+            "`method` is for HTTP probes",
+        ),
+        (
+            "tcp 127.0.0.1:0 { proxy 127.0.0.1:9 { health grpc } }",
+            "a `tcp` proxy checks health with `health connect`",
+        ),
+    ] {
+        assert_check_fails(&dir, text, want);
+    }
+}

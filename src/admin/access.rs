@@ -869,6 +869,7 @@ mod tests {
             referer: None,
             user: None,
             request_id: Some(b"r-1"),
+            grpc_status: Some(7),
             tls: None,
             upstream_ms: Some(2),
             scheme: "http",
@@ -892,6 +893,7 @@ mod tests {
         assert_eq!(v["user_agent"], "curl/8 \"x\"");
         assert_eq!(v["referer"], serde_json::Value::Null);
         assert_eq!(v["request_id"], "r-1");
+        assert_eq!(v["grpc_status"], 7);
         assert_eq!(v["tls"], serde_json::Value::Null);
         assert_eq!(v["upstream_ms"], 2);
     }
@@ -940,6 +942,7 @@ mod tests {
             referer: Some(b"http://www.example.com/start.html"),
             user: Some("frank"),
             request_id: None,
+            grpc_status: None,
             tls: Some("TLSv1.3"),
             upstream_ms: None,
             scheme: "https",

@@ -229,10 +229,12 @@ fn state_since(peer: &Peer, state: &str, now: u64) -> (Option<u64>, Option<Strin
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
-            let why = error.map_or_else(
-                || "health probes fail".to_string(),
-                |e| format!("health probe: {e}"),
-            );
+            let why = match error {
+                None => "health probes fail".to_string(),
+                // `health grpc`: the status says it all (`grpc: NOT_SERVING`).
+                Some(e) if e.starts_with("grpc: ") => e,
+                Some(e) => format!("health probe: {e}"),
+            };
             (at(&peer.active.changed_ms), Some(why))
         }
         "ejected" => (

@@ -1185,6 +1185,9 @@ pub enum Probe {
     },
     /// A TCP (or Unix) connect.
     Connect,
+    /// `grpc.health.v1.Health/Check` for `service` (empty: the server as a whole);
+    /// passes on `SERVING`.
+    Grpc { service: String },
 }
 
 impl Health {

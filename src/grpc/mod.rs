@@ -37,6 +37,30 @@ pub(crate) const INTERNAL: u8 = 13;
 pub(crate) const UNAVAILABLE: u8 = 14;
 pub(crate) const UNAUTHENTICATED: u8 = 16;
 
+/// A status code's name, as gRPC spells it.
+pub(crate) fn code_name(code: u8) -> &'static str {
+    const NAMES: [&str; CODES] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    NAMES.get(usize::from(code)).copied().unwrap_or("UNKNOWN")
+}
+
 /// Whether `req` is a gRPC call: HTTP/2 or HTTP/3 with a `Content-Type` of
 /// `application/grpc` or `application/grpc+…` (gRPC-Web is not: it is translated).
 pub(crate) fn is_call<B>(req: &Request<B>) -> bool {
@@ -225,6 +249,89 @@ impl Drop for Watched {
     }
 }
 
+/// The path of the standard health check (`grpc.health.v1`).
+pub(crate) const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
+
+/// A `HealthCheckRequest { service }` as one gRPC message (uncompressed): the 5-byte
+/// prefix, then field 1 (a length-delimited string) when `service` is not empty.
+pub(crate) fn health_request(service: &str) -> Bytes {
+    let mut msg = Vec::with_capacity(service.len() + 8);
+    if !service.is_empty() {
+        msg.push(0x0a);
+        varint(&mut msg, service.len() as u64);
+        msg.extend_from_slice(service.as_bytes());
+    }
+    let mut out = Vec::with_capacity(5 + msg.len());
+    out.push(0);
+    out.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    out.extend_from_slice(&msg);
+    out.into()
+}
+
+fn varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn read_varint(b: &mut &[u8]) -> Option<u64> {
+    let mut n = 0u64;
+    for shift in (0..64).step_by(7) {
+        let (&byte, rest) = b.split_first()?;
+        *b = rest;
+        n |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(n);
+        }
+    }
+    None
+}
+
+/// The `status` of a `HealthCheckResponse` gRPC message (prefix included; `0`,
+/// `UNKNOWN`, when the field is absent, as protobuf reads it); `None` when the bytes
+/// are not one uncompressed message.
+pub(crate) fn health_status(frame: &[u8]) -> Option<u64> {
+    let (&flag, rest) = frame.split_first()?;
+    let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    let mut msg = rest.get(4..4 + len)?;
+    if flag != 0 || rest.len() != 4 + len {
+        return None;
+    }
+    let mut status = 0;
+    while !msg.is_empty() {
+        let key = read_varint(&mut msg)?;
+        match key & 7 {
+            0 => {
+                let v = read_varint(&mut msg)?;
+                if key >> 3 == 1 {
+                    status = v;
+                }
+            }
+            2 => {
+                let n = usize::try_from(read_varint(&mut msg)?).ok()?;
+                msg = msg.get(n..)?;
+            }
+            1 => msg = msg.get(8..)?,
+            5 => msg = msg.get(4..)?,
+            _ => return None,
+        }
+    }
+    Some(status)
+}
+
+/// A `HealthCheckResponse.ServingStatus` by name.
+pub(crate) fn serving_name(status: u64) -> &'static str {
+    match status {
+        0 => "UNKNOWN",
+        1 => "SERVING",
+        2 => "NOT_SERVING",
+        3 => "SERVICE_UNKNOWN",
+        _ => "an unknown status",
+    }
+}
+
 /// A `grpc-timeout` value (1–8 digits and a unit: `H`ours, `M`inutes, `S`econds,
 /// `m`illi-, `u`micro-, `n`anoseconds); `None` when it is not one.
 pub(crate) fn parse_timeout(v: &HeaderValue) -> Option<Duration> {
@@ -325,6 +432,27 @@ mod tests {
         #[test]
         fn any_value_parses_or_not(v in proptest::collection::vec(0x21u8..0x7f, 0..12)) {
             let _ = parse_timeout(&HeaderValue::from_bytes(&v).unwrap());
+        }
+    }
+
+    #[test]
+    fn health_messages() {
+        assert_eq!(&health_request("")[..], b"\0\0\0\0\0");
+        assert_eq!(&health_request("a.B")[..], b"\0\0\0\0\x05\x0a\x03a.B");
+        assert_eq!(health_status(b"\0\0\0\0\x02\x08\x01"), Some(1));
+        assert_eq!(health_status(b"\0\0\0\0\x02\x08\x02"), Some(2));
+        assert_eq!(health_status(b"\0\0\0\0\0"), Some(0));
+        // An unknown field before the status is skipped.
+        assert_eq!(health_status(b"\0\0\0\0\x05\x12\x01x\x08\x01"), Some(1));
+        assert_eq!(health_status(b"\x01\0\0\0\x02\x08\x01"), None, "compressed");
+        assert_eq!(health_status(b"\0\0\0\0\x09\x08\x01"), None, "short");
+    }
+
+    proptest::proptest! {
+        /// Whatever a backend sends as its health answer, it reads or not, never panics.
+        #[test]
+        fn any_health_answer_reads_or_not(b in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
+            let _ = health_status(&b);
         }
     }
 

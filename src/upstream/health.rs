@@ -259,7 +259,8 @@ async fn probe(state: &PoolState, peer: &Peer, h: &Health) -> Result<(), ProbeEr
 }
 
 /// A probe speaks the pool's scheme: HTTP/1.1 in the clear, over TLS (offering only
-/// `http/1.1`), or HTTP/2 with prior knowledge for `h2c://`.
+/// `http/1.1`, or only `h2` for `health grpc`), or HTTP/2 with prior knowledge for
+/// `h2c://`.
 async fn probe_inner(state: &PoolState, peer: &Peer, h: &Health) -> Result<(), ProbeError> {
     let dialed = dial_probe(state, peer, h).await?;
     exchange(state, peer, h, dialed)
@@ -292,7 +293,8 @@ async fn dial_only(state: &PoolState, peer: &Peer, h: &Health) -> Result<dial::D
         state.tls.as_deref(),
         &state.settings().dest,
         h.timeout + Duration::from_secs(1),
-        true,
+        // HTTP/1.1 over TLS, except for gRPC's check, which needs HTTP/2.
+        !matches!(h.probe, Probe::Grpc { .. }),
         &peer.addr.text,
     )
     .await
@@ -309,14 +311,15 @@ async fn exchange(
     h: &Health,
     dialed: dial::Dialed,
 ) -> Result<(), String> {
-    let Probe::Http {
-        path,
-        head,
-        expect,
-        host,
-    } = &h.probe
-    else {
-        return Ok(());
+    let (path, head, expect, host) = match &h.probe {
+        Probe::Http {
+            path,
+            head,
+            expect,
+            host,
+        } => (path, head, expect, host),
+        Probe::Grpc { service } => return grpc_check(state, peer, dialed, service).await,
+        Probe::Connect => return Ok(()),
     };
     let method = if *head { Method::HEAD } else { Method::GET };
     let code = ask(state, peer, dialed, method, path, host.clone()).await?;
@@ -324,6 +327,89 @@ async fn exchange(
         Ok(())
     } else {
         Err(format!("status {code}"))
+    }
+}
+
+/// `grpc.health.v1.Health/Check` for `service` over the pool's HTTP/2: `SERVING`
+/// passes; anything else fails with the status as its reason (`grpc: NOT_SERVING`).
+async fn grpc_check(
+    state: &PoolState,
+    peer: &Peer,
+    dialed: dial::Dialed,
+    service: &str,
+) -> Result<(), String> {
+    use crate::grpc;
+    let dial::Dialed::H2(session) = dialed else {
+        return Err("the backend did not speak HTTP/2".to_string());
+    };
+    let mut req = Request::new(Body::full(grpc::health_request(service)));
+    *req.method_mut() = Method::POST;
+    *req.uri_mut() = http::Uri::from_static(grpc::HEALTH_CHECK);
+    let h = req.headers_mut();
+    h.insert(
+        header::HOST,
+        peer.host_header
+            .clone()
+            .unwrap_or(HeaderValue::from_static("localhost")),
+    );
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert(header::TE, HeaderValue::from_static("trailers"));
+    h.insert(
+        header::USER_AGENT,
+        HeaderValue::from_static("sluice-health-check"),
+    );
+    let mut out = Outgoing::new(req);
+    let mux = super::h2::Mux::default();
+    let mut stream = mux.adopt(session);
+    let scheme = if state.scheme == BackendScheme::Https {
+        "https"
+    } else {
+        "http"
+    };
+    let resp = super::h2::send(&mut stream, &mut out, scheme)
+        .await
+        .map_err(|e| e.to_string())?;
+    if resp.status() != http::StatusCode::OK {
+        return Err(format!("status {}", resp.status().as_u16()));
+    }
+    let failed = |t: &http::HeaderMap| {
+        t.get(&grpc::GRPC_STATUS)
+            .map(|v| {
+                v.to_str()
+                    .ok()
+                    .and_then(|s| s.parse::<u8>().ok())
+                    .unwrap_or(2)
+            })
+            .filter(|&code| code != 0)
+            .map(|code| format!("grpc: {}", grpc::code_name(code)))
+    };
+    // Trailers-only: the status is in the head.
+    if let Some(why) = failed(resp.headers()) {
+        return Err(why);
+    }
+    let mut recv = resp.into_body();
+    let mut message = Vec::new();
+    while let Some(data) = recv.data().await {
+        let data = data.map_err(|e| e.to_string())?;
+        let _ = recv.flow_control().release_capacity(data.len());
+        if message.len() + data.len() > 64 * 1024 {
+            return Err("grpc: an answer over 64 KiB".to_string());
+        }
+        message.extend_from_slice(&data);
+    }
+    let trailers = recv.trailers().await.map_err(|e| e.to_string())?;
+    match trailers.as_ref().map(failed) {
+        Some(Some(why)) => return Err(why),
+        Some(None) => {}
+        None => return Err("grpc: no grpc-status".to_string()),
+    }
+    match grpc::health_status(&message) {
+        Some(1) => Ok(()),
+        Some(other) => Err(format!("grpc: {}", grpc::serving_name(other))),
+        None => Err("grpc: not a HealthCheckResponse".to_string()),
     }
 }
 

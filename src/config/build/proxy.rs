@@ -33,6 +33,7 @@ impl Builder {
         let mut weights_at = None;
         let mut retry_on_at = None;
         let mut failover_at = None;
+        let mut health_at = None;
         for item in d.block.as_deref().unwrap_or(&[]) {
             if !self.known_here(item, Place::Proxy) || !self.once(&mut seen, item) {
                 continue;
@@ -41,6 +42,7 @@ impl Builder {
                 "weights" => weights_at = Some(item),
                 "retry_on" => retry_on_at = Some(item),
                 "failover" => failover_at = Some(item),
+                "health" => health_at = Some(item),
                 _ => {}
             }
             let r = self.proxy_option(item, &mut p);
@@ -48,6 +50,22 @@ impl Builder {
         }
         self.apply_defaults(&seen, &mut p);
         self.one_scheme(d, &p)?;
+        if let (
+            Some(h),
+            Some(Health {
+                probe: Probe::Grpc { .. },
+                ..
+            }),
+        ) = (health_at, &p.health)
+        {
+            if p.backends[0].scheme == BackendScheme::Http {
+                return Err(Diagnostic::error(
+                    h.span(),
+                    "`health grpc` asks over HTTP/2, and this pool speaks HTTP/1.1",
+                )
+                .with_hint("gRPC backends are h2c://ADDR (in the clear) or https://ADDR"));
+            }
+        }
         if let Some(b) = p
             .backends
             .iter()
@@ -562,15 +580,24 @@ fn retry_budget(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> 
 }
 
 impl Builder {
-    /// `health PATH { … }` or `health connect [{ … }]`.
+    /// `health PATH { … }`, `health grpc [SERVICE] { … }` or `health connect [{ … }]`.
     fn health(&mut self, d: &Directive) -> Res<Health> {
-        const USAGE: &str = "health PATH { … } | health connect";
-        let w = match d.args.as_slice() {
-            [w] => w,
+        const USAGE: &str = "health PATH { … } | health grpc [SERVICE] | health connect";
+        let (w, rest) = match d.args.as_slice() {
+            [w, rest @ ..] => (w, rest),
             [] => return Err(missing(d, USAGE, "health /healthz")),
-            [_, x, ..] => return Err(extra(x, USAGE)),
         };
-        let probe = if w.text == "connect" {
+        let probe = if w.text == "grpc" {
+            let service = match rest {
+                [] => String::new(),
+                [s] if s.text.bytes().all(|b| b.is_ascii_graphic()) => s.text.clone(),
+                [s] => return Err(expected(s, "a gRPC service name, like my.pkg.Service")),
+                [_, x, ..] => return Err(extra(x, USAGE)),
+            };
+            Probe::Grpc { service }
+        } else if let Some(x) = rest.first() {
+            return Err(extra(x, USAGE));
+        } else if w.text == "connect" {
             Probe::Connect
         } else if w.text.starts_with('/') {
             if w.text.contains(['#', ' ']) {
@@ -583,7 +610,7 @@ impl Builder {
                 host: None,
             }
         } else {
-            return Err(expected(w, "a path starting with / or `connect`"));
+            return Err(expected(w, "a path starting with /, `grpc` or `connect`"));
         };
         let mut h = Health::new(probe);
         let mut seen = Seen::default();
@@ -618,6 +645,11 @@ fn health_option(d: &Directive, h: &mut Health) -> Res<()> {
                 format!("`{}` is for HTTP probes", d.name.text),
             )
             .with_hint("`health connect` only opens a connection; remove this line")),
+            Probe::Grpc { .. } => Err(Diagnostic::error(
+                d.span(),
+                format!("`{}` is for HTTP probes", d.name.text),
+            )
+            .with_hint("`health grpc` always asks grpc.health.v1.Health/Check; remove this line")),
         }
     };
     match d.name.text.as_str() {
@@ -889,6 +921,14 @@ impl Builder {
                     Ok(t) => idle_timeout = t,
                     Err(e) => self.errors.push(e),
                 }
+            } else if name == "health" && item.args.first().is_some_and(|w| w.text == "grpc") {
+                self.errors.push(
+                    Diagnostic::error(
+                        item.span(),
+                        "a `tcp` proxy checks health with `health connect`",
+                    )
+                    .with_hint("a gRPC probe means nothing to a byte relay"),
+                );
             } else if L4_OPTIONS.contains(&name) {
                 options.push(item.clone());
             } else if Place::Proxy.known().contains(&name) {
@@ -936,7 +976,7 @@ impl Builder {
             return None;
         }
         if let Some(Health {
-            probe: Probe::Http { .. },
+            probe: Probe::Http { .. } | Probe::Grpc { .. },
             ..
         }) = &proxy.health
         {
