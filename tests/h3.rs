@@ -536,3 +536,117 @@ async fn no_spelling_of_a_field_sluice_sets_reaches_the_backend_over_h3() {
         assert!(text.contains("remote-user: alice\n"), "{text}");
     }
 }
+
+/// Reads one request from a raw backend connection: its head, and a chunked body with
+/// its trailer section when it has one.
+async fn read_request(c: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let chunked = text[..end].to_ascii_lowercase().contains("transfer-encoding: chunked");
+            if !chunked || text[end + 4..].contains("\r\n\r\n") || text[end + 4..].starts_with("0\r\n\r\n") {
+                return text;
+            }
+        }
+        match tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+            _ => return String::from_utf8_lossy(&got).to_string(),
+        }
+    }
+}
+
+/// Over HTTP/3 (DESIGN §18.5): a backend's `103 Early Hints` reaches the client before
+/// its answer; trailers go both ways (the request's to an HTTP/1.1 backend as chunked
+/// trailer fields, the backend's back as an h3 trailer section); and a request body
+/// keeps flowing after the response head arrived (a ping-pong echo through an h2c
+/// backend, which hung before: each message waited for the one before it to return).
+#[tokio::test]
+async fn h3_relays_early_hints_trailers_and_full_duplex() {
+    use bytes::Buf;
+    use tokio::io::AsyncWriteExt;
+    let (ca, _dir, ac, ak) = a_test();
+    let (raw, _raw_task) = raw_backend(|mut c| async move {
+        let req = read_request(&mut c).await;
+        let reply = if req.starts_with("GET /early") {
+            let _ = c
+                .write_all(b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\n\r\n")
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            "HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nfinal".to_string()
+        } else {
+            let saw = req.to_ascii_lowercase().contains("\r\nx-client: yes\r\n");
+            let body = format!("saw-trailer={saw}");
+            format!(
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-sum\r\nconnection: close\r\n\r\n{:x}\r\n{body}\r\n0\r\nx-sum: 42\r\n\r\n",
+                body.len()
+            )
+        };
+        let _ = c.write_all(reply.as_bytes()).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    })
+    .await;
+    let (echo, _echo_task) = h2c_echo().await;
+    let sluice = Sluice::start(&format!(
+        "listen 127.0.0.1:0 tls quic
+         site a.test {{
+           tls {ac} {ak}
+           route /echo {{ proxy h2c://{echo} }}
+           route /* {{ proxy {raw} }}
+         }}"
+    ));
+    let mut h3 = connect_a(&sluice, &ca).await;
+
+    // 103, then the answer.
+    let req = http::Request::get("https://a.test/early").body(()).unwrap();
+    let mut s = h3.send.send_request(req).await.unwrap();
+    s.finish().await.unwrap();
+    let first = s.recv_response().await.unwrap();
+    assert_eq!(first.status(), 103);
+    assert_eq!(first.headers()["link"], "</a.css>; rel=preload");
+    let last = s.recv_response().await.unwrap();
+    assert_eq!(last.status(), 200);
+
+    // Trailers both ways.
+    let req = http::Request::post("https://a.test/trailers").body(()).unwrap();
+    let mut s = h3.send.send_request(req).await.unwrap();
+    s.send_data(Bytes::from_static(b"body")).await.unwrap();
+    let mut t = http::HeaderMap::new();
+    t.insert("x-client", "yes".parse().unwrap());
+    s.send_trailers(t).await.unwrap();
+    s.finish().await.unwrap();
+    let resp = s.recv_response().await.unwrap();
+    assert_eq!(resp.status(), 200, "{}", sluice.logs());
+    let mut body = Vec::new();
+    while let Some(mut d) = s.recv_data().await.unwrap() {
+        let n = d.remaining();
+        body.extend_from_slice(&d.copy_to_bytes(n));
+    }
+    assert_eq!(body, b"saw-trailer=true", "the request's trailer reached the backend");
+    let trailers = s.recv_trailers().await.unwrap().expect("the response's trailers");
+    assert_eq!(trailers["x-sum"], "42");
+
+    // Full duplex: each message goes out only after the one before came back.
+    let req = http::Request::post("https://a.test/echo").body(()).unwrap();
+    let mut s = h3.send.send_request(req).await.unwrap();
+    s.send_data(Bytes::from_static(b"ping0")).await.unwrap();
+    let resp = tokio::time::timeout(WAIT, s.recv_response()).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut got = Vec::new();
+    for i in 0..5 {
+        if i > 0 {
+            s.send_data(Bytes::from(format!("ping{i}"))).await.unwrap();
+        }
+        let mut d = tokio::time::timeout(WAIT, s.recv_data())
+            .await
+            .unwrap_or_else(|_| panic!("echo {i} came back"))
+            .unwrap()
+            .unwrap();
+        let n = d.remaining();
+        got.push(String::from_utf8(d.copy_to_bytes(n).to_vec()).unwrap());
+    }
+    assert_eq!(got, ["ping0", "ping1", "ping2", "ping3", "ping4"]);
+    s.finish().await.unwrap();
+}

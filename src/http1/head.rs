@@ -335,6 +335,19 @@ pub(crate) fn parse_response(
     let status =
         StatusCode::from_u16(resp.code.unwrap_or(0)).map_err(|_| bad("invalid status code"))?;
     if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+        // Relayed to the client when it can take it (`103 Early Hints`), else dropped.
+        if status != StatusCode::CONTINUE && crate::interim::wanted() {
+            let mut headers = HeaderMap::with_capacity(resp.headers.len());
+            for h in resp.headers.iter() {
+                if let (Ok(name), Ok(value)) = (
+                    super::names::from_token(h.name.as_bytes()),
+                    HeaderValue::from_maybe_shared(head.slice_ref(h.value)),
+                ) {
+                    headers.append(name, value);
+                }
+            }
+            crate::interim::relay(status, headers);
+        }
         return Ok(None);
     }
     let version = if resp.version == Some(1) {

@@ -414,15 +414,22 @@ impl Exchange {
             upgrade: self.upgrade,
         };
         let mut fut = pipeline::handle(live, req, client.clone(), offer);
+        // An HTTP/1.0 client must not get an interim answer.
+        let interim = self.version == Version::HTTP_11;
         let (mut rd, mut wr) = stream.split();
         loop {
             tokio::select! {
                 biased;
-                answer = &mut fut => {
-                    self.served = answer.served;
-                    self.tunnel = answer.tunnel;
-                    self.meter = answer.meter;
-                    return Some(answer.resp);
+                (answer, heads) = std::future::poll_fn(|cx| poll_answer(&mut fut, cx, interim)) => {
+                    if !heads.is_empty() && write_interim(&mut wr, heads).await.is_err() {
+                        return None;
+                    }
+                    if let Some(answer) = answer {
+                        self.served = answer.served;
+                        self.tunnel = answer.tunnel;
+                        self.meter = answer.meter;
+                        return Some(answer.resp);
+                    }
                 }
                 r = async { want.as_mut().expect("guarded by the precondition").await }, if want.is_some() => {
                     want = None;
@@ -641,6 +648,32 @@ impl Exchange {
             }
         }
     }
+}
+
+/// One poll of a request's future, watching for interim answers when the client can
+/// take them: ready with the answer, or with interim heads to write first (or both).
+fn poll_answer(
+    fut: &mut pipeline::ResponseFuture,
+    cx: &mut std::task::Context<'_>,
+    interim: bool,
+) -> std::task::Poll<(Option<pipeline::Answer>, crate::interim::Heads)> {
+    if !interim {
+        return fut.as_mut().poll(cx).map(|a| (Some(a), Vec::new()));
+    }
+    crate::interim::poll_watched(fut, cx)
+}
+
+/// Writes interim answers (`103 Early Hints`) as they came, before the final one.
+async fn write_interim<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    heads: crate::interim::Heads,
+) -> std::io::Result<()> {
+    let mut wbuf = Vec::with_capacity(256);
+    for (status, headers) in &heads {
+        count_status(status.as_u16());
+        encode::head(&mut wbuf, *status, headers, Version::HTTP_11, true);
+    }
+    wr.write_all(&wbuf).await
 }
 
 /// Moves what of a response body is ready behind its head in `wbuf` (setting

@@ -438,6 +438,30 @@ async fn one_stream(
     drop((guard, hold));
 }
 
+/// The pipeline's answer, with the interim answers (`103 Early Hints`) that came before
+/// it sent as they come; `None` when the client stopped reading them.
+async fn with_interim(
+    mut fut: pipeline::ResponseFuture,
+    send: &mut SendHalf,
+) -> Option<pipeline::Answer> {
+    loop {
+        let (answer, heads) = poll_fn(|cx| crate::interim::poll_watched(&mut fut, cx)).await;
+        for (status, headers) in heads {
+            crate::stats::count_status(status.as_u16());
+            let mut head = Response::new(());
+            *head.status_mut() = status;
+            *head.headers_mut() = headers;
+            let sent = tokio::time::timeout(SEND_TIMEOUT, send.send_response(head)).await;
+            if !matches!(sent, Ok(Ok(()))) {
+                return None;
+            }
+        }
+        if answer.is_some() {
+            return answer;
+        }
+    }
+}
+
 /// A checked request through the pipeline, and its answer sent, logged and metered.
 async fn serve_stream(
     req: Request<()>,
@@ -464,7 +488,10 @@ async fn serve_stream(
         upgrade: false,
     };
     let (parts, ()) = req.into_parts();
-    let answer = pipeline::handle(&live, Request::from_parts(parts, body), client, offer).await;
+    let fut = pipeline::handle(&live, Request::from_parts(parts, body), client, offer);
+    let Some(answer) = with_interim(fut, send).await else {
+        return;
+    };
     let resp = answer.resp;
     crate::stats::count_status(resp.status().as_u16());
     bump(&COUNTERS.h3_requests);

@@ -397,7 +397,7 @@ pub(crate) async fn send(
             tokio::pin!(pumped);
             tokio::select! {
                 biased;
-                r = &mut resp => Some(r),
+                r = final_head(&mut resp) => Some(r),
                 p = &mut pumped => {
                     p?;
                     None
@@ -411,8 +411,24 @@ pub(crate) async fn send(
             return Ok(r);
         }
     }
-    resp.await
+    final_head(&mut resp)
+        .await
         .map_err(|e| unprocessed_or(session, Some(id), e, out))
+}
+
+/// The final response head; interim ones (`103`) before it are relayed when the
+/// client can take them.
+async fn final_head(resp: &mut h2::client::ResponseFuture) -> Result<Response<RecvStream>, h2::Error> {
+    std::future::poll_fn(|cx| {
+        if crate::interim::wanted() {
+            while let Poll::Ready(Some(Ok(info))) = resp.poll_informational(cx) {
+                let (parts, ()) = info.into_parts();
+                crate::interim::relay(parts.status, parts.headers);
+            }
+        }
+        Pin::new(&mut *resp).poll(cx)
+    })
+    .await
 }
 
 /// The rest of a request body after its response head arrived, until it ends, the

@@ -762,3 +762,25 @@ pub async fn ws_echo_backend() -> SocketAddr {
     });
     addr
 }
+
+/// An h2c backend that echoes each request's body as it arrives (full duplex): the
+/// response head goes at once, each data frame back as it comes.
+pub async fn h2c_echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((c, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let svc = service_fn(|req: Request<Incoming>| async move {
+                    Ok::<_, Infallible>(Response::new(req.into_body()))
+                });
+                let _ = hyper::server::conn::http2::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(TokioIo::new(c), svc)
+                .await;
+            });
+        }
+    });
+    (addr, task)
+}

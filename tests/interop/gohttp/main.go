@@ -16,6 +16,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"os"
 	"strings"
 	"time"
@@ -35,6 +37,13 @@ func handler(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Got", r.Trailer.Get("X-Client-Trailer"))
 		// Not announced in Trailer: still a trailer.
 		w.Header().Set(http.TrailerPrefix+"X-Proto", r.Proto)
+	case "/early":
+		// 103 Early Hints (Go 1.19+ sends any 1xx), then the answer a moment later.
+		w.Header().Set("Link", "</style.css>; rel=preload; as=style")
+		w.WriteHeader(http.StatusEarlyHints)
+		time.Sleep(100 * time.Millisecond)
+		w.Header().Del("Link")
+		io.WriteString(w, "final")
 	case "/continue":
 		// Go's server sends 100 Continue when the handler first reads the body.
 		body, _ := io.ReadAll(r.Body)
@@ -74,7 +83,7 @@ func client(args []string) *http.Client {
 }
 
 func call(url, kind string, c *http.Client) map[string]any {
-	out := map[string]any{}
+	out := map[string]any{"interim": []string{}}
 	var req *http.Request
 	upload := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
 	switch kind {
@@ -89,6 +98,17 @@ func call(url, kind string, c *http.Client) map[string]any {
 	case "continue":
 		req, _ = http.NewRequest("POST", url+"/continue", bytes.NewReader(upload))
 		req.Header.Set("Expect", "100-continue")
+	case "early":
+		req, _ = http.NewRequest("GET", url+"/early", nil)
+		var interim []string
+		trace := &httptrace.ClientTrace{
+			Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+				interim = append(interim, fmt.Sprintf("%d %s", code, h.Get("Link")))
+				out["interim"] = interim
+				return nil
+			},
+		}
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
 	default:
 		panic("unknown case " + kind)
 	}
@@ -104,7 +124,7 @@ func call(url, kind string, c *http.Client) map[string]any {
 	out["uncompressed"] = resp.Uncompressed
 	out["body_len"] = len(body)
 	out["got_in_head"] = resp.Header.Get("X-Got-In-Head")
-	if kind == "continue" {
+	if kind == "continue" || kind == "early" {
 		out["body"] = string(body)
 	}
 	tr := map[string]string{}

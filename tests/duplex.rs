@@ -1,0 +1,87 @@
+//! Full duplex through every front (DESIGN §18.5): a request body keeps flowing to the
+//! backend after the response head arrived, until it ends. Each test is a ping-pong
+//! through an h2c backend that echoes frames as they come: every message goes out only
+//! after the one before came back, so a proxy that stops the upload once the response
+//! head arrived hangs at the second message (sluice did, before). The HTTP/3 front's
+//! case is in `tests/h3.rs`; real gRPC programs in `tests/grpc.rs`.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::BodyExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const ROUNDS: usize = 5;
+
+/// HTTP/1.1 front: a chunked upload, the answer chunked back as it comes.
+#[tokio::test]
+async fn ping_pong_over_an_http1_client() {
+    let (echo, _task) = h2c_echo().await;
+    let s = Sluice::start(&format!("site * {{ proxy h2c://{echo} }}"));
+    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"POST /echo HTTP/1.1\r\nhost: a.test\r\ntransfer-encoding: chunked\r\n\r\n5\r\nping0\r\n")
+        .await
+        .unwrap();
+    let mut got = String::new();
+    let mut buf = [0u8; 4096];
+    for i in 0..ROUNDS {
+        if i > 0 {
+            c.write_all(format!("5\r\nping{i}\r\n").as_bytes()).await.unwrap();
+        }
+        let want = format!("ping{i}");
+        while !got.contains(&want) {
+            let n = tokio::time::timeout(WAIT, c.read(&mut buf))
+                .await
+                .unwrap_or_else(|_| panic!("echo {i} came back: {got:?}"))
+                .unwrap();
+            assert!(n > 0, "closed: {got:?}");
+            got.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    c.write_all(b"0\r\n\r\n").await.unwrap();
+    // The answer ends once the upload did.
+    let end = tokio::time::timeout(WAIT, async {
+        while !got.ends_with("0\r\n\r\n") {
+            let n = c.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            got.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "{got}");
+}
+
+/// HTTP/2 front (h2c): the request body a channel the test feeds message by message.
+#[tokio::test]
+async fn ping_pong_over_an_http2_client() {
+    let (echo, _task) = h2c_echo().await;
+    let s = Sluice::start(&format!("site * {{ proxy h2c://{echo} }}"));
+    let (tx, body) = channel_body();
+    let (mut send, _conn) = h2c::<Body>(s.addr).await;
+    tx.send(Bytes::from_static(b"ping0")).await.unwrap();
+    let req = hyper::Request::post("http://a.test/echo").body(body).unwrap();
+    let resp = tokio::time::timeout(WAIT, send.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    for i in 0..ROUNDS {
+        if i > 0 {
+            tx.send(Bytes::from(format!("ping{i}"))).await.unwrap();
+        }
+        let frame = tokio::time::timeout(WAIT, body.frame())
+            .await
+            .unwrap_or_else(|_| panic!("echo {i} came back"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(frame.into_data().unwrap(), format!("ping{i}"));
+    }
+    drop(tx);
+    let end = tokio::time::timeout(Duration::from_secs(5), body.collect()).await;
+    assert!(end.is_ok(), "the answer ends once the upload did");
+}
