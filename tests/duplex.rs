@@ -22,14 +22,18 @@ async fn ping_pong_over_an_http1_client() {
     let (echo, _task) = h2c_echo().await;
     let s = Sluice::start(&format!("site * {{ proxy h2c://{echo} }}"));
     let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
-    c.write_all(b"POST /echo HTTP/1.1\r\nhost: a.test\r\ntransfer-encoding: chunked\r\n\r\n5\r\nping0\r\n")
-        .await
-        .unwrap();
+    c.write_all(
+        b"POST /echo HTTP/1.1\r\nhost: a.test\r\ntransfer-encoding: chunked\r\n\r\n5\r\nping0\r\n",
+    )
+    .await
+    .unwrap();
     let mut got = String::new();
     let mut buf = [0u8; 4096];
     for i in 0..ROUNDS {
         if i > 0 {
-            c.write_all(format!("5\r\nping{i}\r\n").as_bytes()).await.unwrap();
+            c.write_all(format!("5\r\nping{i}\r\n").as_bytes())
+                .await
+                .unwrap();
         }
         let want = format!("ping{i}");
         while !got.contains(&want) {
@@ -63,7 +67,9 @@ async fn ping_pong_over_an_http2_client() {
     let (tx, body) = channel_body();
     let (mut send, _conn) = h2c::<Body>(s.addr).await;
     tx.send(Bytes::from_static(b"ping0")).await.unwrap();
-    let req = hyper::Request::post("http://a.test/echo").body(body).unwrap();
+    let req = hyper::Request::post("http://a.test/echo")
+        .body(body)
+        .unwrap();
     let resp = tokio::time::timeout(WAIT, send.send_request(req))
         .await
         .unwrap()

@@ -546,3 +546,124 @@ fn health_grpc_mistakes_fail_check() {
         assert_check_fails(&dir, text, want);
     }
 }
+
+/// `grpc_web`: sonora's gRPC-Web client (binary, over HTTP/1.1) calls grpcio through
+/// sluice: unary, server streaming, an abort's status and message from the trailer
+/// message, and sluice's own answer; a `-text` (base64) call from a raw client whose
+/// answer is checked message by message; and a CORS preflight answered by `cors`.
+/// nginx has no gRPC-Web translation (Envoy's `grpc_web` filter is the usual answer).
+#[tokio::test]
+async fn grpc_web_calls_from_http1_reach_grpcio() {
+    if !have_grpcio() {
+        return;
+    }
+    let server = GrpcServer::start(None);
+    let s = Sluice::start(&format!(
+        "site * {{
+            route /test.Echo/* {{
+                cors {{ origins https://app.test; headers content-type x-grpc-web x-user-agent grpc-timeout }}
+                grpc_web
+                proxy h2c://127.0.0.1:{}
+            }}
+            route /nothing/* {{ grpc_web; proxy h2c://127.0.0.1:9 {{ retries 0 }} }}
+        }}",
+        server.port
+    ));
+    let url = format!("http://{}", s.addr);
+    let web = |case: &str| -> Value {
+        let out = Command::new("timeout")
+            .args(["30", PYTHON])
+            .arg(script())
+            .args(["webcall", &url, case])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+            panic!(
+                "{case}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    };
+    let v = web("unary:from the web");
+    assert_eq!(v["code"], "OK", "{v}");
+    assert_eq!(v["reply"], "from the web");
+    let v = web("server_stream:3");
+    assert_eq!(
+        v["messages"],
+        serde_json::json!(["msg 0", "msg 1", "msg 2"]),
+        "{v}"
+    );
+    let v = web("abort:PERMISSION_DENIED:not you");
+    assert_eq!(v["code"], "PERMISSION_DENIED", "{v}");
+    assert_eq!(v["details"], "not you", "{v}");
+
+    // -text: base64 both ways; the answer ends with the trailer message (0x80).
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let msg = b"\0\0\0\0\x05hello";
+    let body = b64.encode(msg);
+    let r = request(
+        s.addr,
+        "POST",
+        "/test.Echo/Unary",
+        &[
+            ("origin", "https://app.test"),
+            ("content-type", "application/grpc-web-text"),
+            ("x-grpc-web", "1"),
+        ],
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/grpc-web-text"));
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.test")
+    );
+    assert!(r
+        .header("access-control-expose-headers")
+        .unwrap()
+        .contains("grpc-status"));
+    let text: String = r.text().split_whitespace().collect();
+    let mut decoded = Vec::new();
+    for group in text.as_bytes().chunks(4) {
+        decoded.extend(b64.decode(group).unwrap());
+    }
+    assert_eq!(&decoded[..10], msg, "the message back: {decoded:?}");
+    assert_eq!(decoded[10], 0x80, "then the trailer message: {decoded:?}");
+    let trailer = String::from_utf8_lossy(&decoded[15..]).to_lowercase();
+    assert!(trailer.contains("grpc-status: 0\r\n"), "{trailer}");
+
+    // sluice's own answer to a gRPC-Web call: status in the head.
+    let r = request(
+        s.addr,
+        "POST",
+        "/nothing/x",
+        &[("content-type", "application/grpc-web+proto")],
+        b"\0\0\0\0\0",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("grpc-status"), Some("14"), "{:?}", r.headers);
+    assert_eq!(r.header("content-type"), Some("application/grpc-web"));
+
+    // The browser's preflight.
+    let r = request(
+        s.addr,
+        "OPTIONS",
+        "/test.Echo/Unary",
+        &[
+            ("origin", "https://app.test"),
+            ("access-control-request-method", "POST"),
+            ("access-control-request-headers", "content-type,x-grpc-web"),
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.test")
+    );
+}

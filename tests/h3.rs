@@ -546,8 +546,13 @@ async fn read_request(c: &mut tokio::net::TcpStream) -> String {
     loop {
         let text = String::from_utf8_lossy(&got).to_string();
         if let Some(end) = text.find("\r\n\r\n") {
-            let chunked = text[..end].to_ascii_lowercase().contains("transfer-encoding: chunked");
-            if !chunked || text[end + 4..].contains("\r\n\r\n") || text[end + 4..].starts_with("0\r\n\r\n") {
+            let chunked = text[..end]
+                .to_ascii_lowercase()
+                .contains("transfer-encoding: chunked");
+            if !chunked
+                || text[end + 4..].contains("\r\n\r\n")
+                || text[end + 4..].starts_with("0\r\n\r\n")
+            {
                 return text;
             }
         }
@@ -610,7 +615,9 @@ async fn h3_relays_early_hints_trailers_and_full_duplex() {
     assert_eq!(last.status(), 200);
 
     // Trailers both ways.
-    let req = http::Request::post("https://a.test/trailers").body(()).unwrap();
+    let req = http::Request::post("https://a.test/trailers")
+        .body(())
+        .unwrap();
     let mut s = h3.send.send_request(req).await.unwrap();
     s.send_data(Bytes::from_static(b"body")).await.unwrap();
     let mut t = http::HeaderMap::new();
@@ -624,15 +631,25 @@ async fn h3_relays_early_hints_trailers_and_full_duplex() {
         let n = d.remaining();
         body.extend_from_slice(&d.copy_to_bytes(n));
     }
-    assert_eq!(body, b"saw-trailer=true", "the request's trailer reached the backend");
-    let trailers = s.recv_trailers().await.unwrap().expect("the response's trailers");
+    assert_eq!(
+        body, b"saw-trailer=true",
+        "the request's trailer reached the backend"
+    );
+    let trailers = s
+        .recv_trailers()
+        .await
+        .unwrap()
+        .expect("the response's trailers");
     assert_eq!(trailers["x-sum"], "42");
 
     // Full duplex: each message goes out only after the one before came back.
     let req = http::Request::post("https://a.test/echo").body(()).unwrap();
     let mut s = h3.send.send_request(req).await.unwrap();
     s.send_data(Bytes::from_static(b"ping0")).await.unwrap();
-    let resp = tokio::time::timeout(WAIT, s.recv_response()).await.unwrap().unwrap();
+    let resp = tokio::time::timeout(WAIT, s.recv_response())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(resp.status(), 200);
     let mut got = Vec::new();
     for i in 0..5 {

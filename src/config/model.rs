@@ -724,6 +724,8 @@ pub enum Filter {
     Cors(Cors),
     /// `forward_auth URL { copy_headers NAME...; timeout D }`.
     ForwardAuth(Box<ForwardAuth>),
+    /// `grpc_web`: gRPC-Web calls go on as gRPC, answers come back as gRPC-Web.
+    GrpcWeb,
 }
 
 /// `forward_auth URL { … }`: each request is first asked of an auth service.
@@ -759,6 +761,7 @@ impl Filter {
             Filter::BodyDeny(_) => "body_deny",
             Filter::Cors(_) => "cors",
             Filter::ForwardAuth(_) => "forward_auth",
+            Filter::GrpcWeb => "grpc_web",
         }
     }
 

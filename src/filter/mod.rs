@@ -15,6 +15,7 @@ pub(crate) mod body_deny;
 pub(crate) mod compress;
 pub(crate) mod cond;
 pub(crate) mod cors;
+pub(crate) mod grpc_web;
 pub(crate) mod header_down;
 pub(crate) mod hold;
 pub(crate) mod max_body;
@@ -206,6 +207,8 @@ pub(crate) struct Cx<'a> {
     pub compress: Option<crate::config::Compression>,
     /// The TLS connection carries a verified client certificate.
     pub client_cert: bool,
+    /// `grpc_web`: the call came as gRPC-Web, in this mode.
+    pub grpc_web: Option<crate::grpc::web::Mode>,
 }
 
 impl<'a> Cx<'a> {
@@ -225,6 +228,7 @@ impl<'a> Cx<'a> {
             cors_origin: None,
             compress: None,
             client_cert: false,
+            grpc_web: None,
         }
     }
 

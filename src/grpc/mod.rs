@@ -7,6 +7,8 @@
 //! [`is_call`] only of HTTP/2 and HTTP/3 requests (gRPC needs one of them), and a call's
 //! response is watched by a [`Watched`] body only then.
 
+pub(crate) mod web;
+
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI16, Ordering};
 use std::sync::Arc;

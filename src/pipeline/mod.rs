@@ -174,8 +174,10 @@ fn serve(
         // gRPC needs HTTP/2 or HTTP/3: an HTTP/1.1 request is not asked.
         let grpc = crate::grpc::is_call(&req);
         let mut resp = run(&gen, &mut req, &client, &slots, offer, &mut metering.meter).await;
-        if grpc {
-            resp = grpc_answer(resp, metering.meter.clone());
+        // A gRPC-Web call's answer is marked by the `grpc_web` filter.
+        let web = resp.extensions().get::<crate::grpc::web::Mode>().copied();
+        if grpc || web.is_some() {
+            resp = grpc_answer(resp, metering.meter.clone(), web);
         }
         Answer {
             resp,
@@ -187,15 +189,23 @@ fn serve(
 }
 
 /// A gRPC call's answer: sluice's own as trailers-only `grpc-status`, any other
-/// watched for the status it ends with; either way marked for the access log.
+/// watched for the status it ends with, then as gRPC-Web for a gRPC-Web call; either
+/// way marked for the access log.
 #[inline(never)]
-fn grpc_answer(resp: Response<Body>, meter: Option<Arc<Meter>>) -> Response<Body> {
+fn grpc_answer(
+    resp: Response<Body>,
+    meter: Option<Arc<Meter>>,
+    web: Option<crate::grpc::web::Mode>,
+) -> Response<Body> {
     let call = crate::grpc::Call::new(meter);
     let mut resp = if crate::reply::is_own(&resp) {
         crate::grpc::trailers_only(resp, &call)
     } else {
         crate::grpc::watch(resp, call.clone())
     };
+    if let Some(mode) = web {
+        resp = crate::grpc::web::to_web(resp, mode);
+    }
     resp.extensions_mut().insert(call);
     resp
 }

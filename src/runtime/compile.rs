@@ -706,6 +706,7 @@ fn stage(line: &config::FilterLine, route: &str, shared: &Shared) -> Stage {
         config::Filter::MaxBody(max) => Arc::new(MaxBody { max: *max }),
         config::Filter::Compress(mode) => Arc::new(Compress { mode: *mode }),
         config::Filter::RequestId => Arc::new(RequestId),
+        config::Filter::GrpcWeb => Arc::new(crate::filter::grpc_web::GrpcWeb),
         config::Filter::Allow(nets) => Arc::new(Access {
             nets: nets.clone(),
             allow: true,

@@ -418,7 +418,9 @@ pub(crate) async fn send(
 
 /// The final response head; interim ones (`103`) before it are relayed when the
 /// client can take them.
-async fn final_head(resp: &mut h2::client::ResponseFuture) -> Result<Response<RecvStream>, h2::Error> {
+async fn final_head(
+    resp: &mut h2::client::ResponseFuture,
+) -> Result<Response<RecvStream>, h2::Error> {
     std::future::poll_fn(|cx| {
         if crate::interim::wanted() {
             while let Poll::Ready(Some(Ok(info))) = resp.poll_informational(cx) {

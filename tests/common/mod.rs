@@ -774,11 +774,10 @@ pub async fn h2c_echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
                 let svc = service_fn(|req: Request<Incoming>| async move {
                     Ok::<_, Infallible>(Response::new(req.into_body()))
                 });
-                let _ = hyper::server::conn::http2::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                )
-                .serve_connection(TokioIo::new(c), svc)
-                .await;
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(TokioIo::new(c), svc)
+                        .await;
             });
         }
     });

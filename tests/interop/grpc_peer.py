@@ -5,6 +5,7 @@ bytes (`generic` handlers), and health checking is grpcio-health-checking's serv
     grpc_peer.py serve [--tls CERT KEY]       prints "port N", serves until stdin closes
     grpc_peer.py call TARGET CASE [--tls CA NAME] [--authority HOST]
                                               runs one case, prints one JSON line
+    grpc_peer.py webcall URL CASE             the same through sonora's gRPC-Web client
 """
 import json
 import sys
@@ -181,8 +182,34 @@ def run_case(channel, case):
     raise SystemExit("unknown case " + case)
 
 
+def webcall(url, case):
+    # sonora: an independent gRPC-Web client (binary, over HTTP/1.1).
+    import sonora.client
+    same = lambda b: b
+    name, _, arg = case.partition(":")
+    out = {}
+    with sonora.client.insecure_web_channel(url) as channel:
+        try:
+            if name == "unary":
+                reply = channel.unary_unary("/%s/Unary" % SERVICE, same, same)(arg.encode(), timeout=10)
+                out = {"code": "OK", "reply": reply.decode()}
+            elif name == "abort":
+                channel.unary_unary("/%s/Unary" % SERVICE, same, same)(("abort:" + arg).encode(), timeout=10)
+                out = {"code": "OK"}
+            elif name == "server_stream":
+                got = [m.decode() for m in channel.unary_stream("/%s/ServerStream" % SERVICE, same, same)(arg.encode(), timeout=10)]
+                out = {"code": "OK", "messages": got}
+            else:
+                raise SystemExit("unknown case " + case)
+        except grpc.RpcError as e:
+            out = {"code": e.code().name, "details": e.details()}
+    print(json.dumps(out), flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2:])
+    elif sys.argv[1] == "webcall":
+        webcall(sys.argv[2], sys.argv[3])
     else:
         call(sys.argv[2], sys.argv[3], sys.argv[4:])

@@ -33,6 +33,7 @@ pub(super) const FILTERS: &[&str] = &[
     "cors",
     "body_deny",
     "forward_auth",
+    "grpc_web",
 ];
 
 /// One filter line, its clauses parsed.
@@ -248,6 +249,7 @@ pub(super) fn filter(d: &Directive) -> Res<Filter> {
         "max_body" => one_arg(d, "max_body SIZE").and_then(|w| Ok(Filter::MaxBody(size(w)?))),
         "compress" => compression(d).map(Filter::Compress),
         "request_id" => no_args(d).map(|()| Filter::RequestId),
+        "grpc_web" => no_args(d).map(|()| Filter::GrpcWeb),
         "allow" | "deny" => {
             if d.args.is_empty() {
                 return Err(missing(

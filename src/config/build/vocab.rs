@@ -180,6 +180,7 @@ pub(super) const SITE: &[&str] = &[
     "rewrite",
     "header_down",
     "request_id",
+    "grpc_web",
     "rate_limit",
     "allow",
     "deny",
