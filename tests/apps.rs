@@ -210,3 +210,163 @@ fn go_net_http_trailers_and_continue_through_every_front_and_backend() {
         }
     }
 }
+
+const VENV: &str = "/opt/sluice-interop/bin";
+
+/// `uvicorn` or `gunicorn` from the venv `.ci/run` makes (`None`, after saying why,
+/// when it is missing).
+fn venv_program(name: &str) -> Option<PathBuf> {
+    let p = Path::new(VENV).join(name);
+    if p.is_file() {
+        return Some(p);
+    }
+    if require_interop() {
+        panic!("{name} in {VENV} is required (SLUICE_INTEROP=require); .ci/run installs it");
+    }
+    eprintln!("skipping: {name} is not installed in {VENV} (.ci/run installs it)");
+    None
+}
+
+/// A Python server on `port`, once it accepts connections; stopped when dropped.
+fn python_server(mut cmd: Command, port: u16) -> Group {
+    cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let group = Group::spawn(cmd).expect("the server starts");
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < end,
+            "the server on {port} never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    group
+}
+
+/// uvicorn serving a starlette app: its event stream arrives live through sluice, each
+/// event as it is sent (not when the stream ends), and its WebSocket echoes. nginx
+/// needs `proxy_buffering off` (or `X-Accel-Buffering: no`) for the first.
+#[tokio::test]
+async fn uvicorn_sse_live_and_a_websocket_through_sluice() {
+    let Some(uvicorn) = venv_program("uvicorn") else {
+        return;
+    };
+    let port = free_port();
+    let mut cmd = Command::new(uvicorn);
+    cmd.args([
+        "asgi_app:app",
+        "--host",
+        "127.0.0.1",
+        "--log-level",
+        "warning",
+    ])
+    .args(["--port", &port.to_string()]);
+    let _app = python_server(cmd, port);
+    let s = Sluice::start(&format!("site * {{ proxy 127.0.0.1:{port} }}"));
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let started = std::time::Instant::now();
+    c.write_all(b"GET /events HTTP/1.1\r\nhost: app.test\r\naccept: text/event-stream\r\n\r\n")
+        .await
+        .unwrap();
+    let (mut got, mut first, mut buf) = (String::new(), None, [0u8; 4096]);
+    while !got.contains("event 4") {
+        let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf))
+            .await
+            .expect("events keep coming")
+            .unwrap();
+        assert!(n > 0, "{got}");
+        got.push_str(&String::from_utf8_lossy(&buf[..n]));
+        if first.is_none() && got.contains("event 0") {
+            first = Some(started.elapsed());
+        }
+    }
+    let last = started.elapsed();
+    let first = first.unwrap();
+    assert!(got.contains("text/event-stream"), "{got}");
+    // Five events 200 ms apart: the first must not wait for the last.
+    assert!(
+        last - first >= Duration::from_millis(600),
+        "first at {first:?}, last at {last:?}: buffered, not live"
+    );
+
+    use futures_util::{SinkExt, StreamExt};
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", s.addr))
+        .await
+        .expect("the WebSocket opens through sluice");
+    for text in ["hello", "again"] {
+        ws.send(tokio_tungstenite::tungstenite::Message::text(text))
+            .await
+            .unwrap();
+        let back = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(back.into_text().unwrap().as_str(), format!("echo: {text}"));
+    }
+}
+
+/// gunicorn serving a Flask app: a 50 MiB upload arrives whole (checked by its hash)
+/// over HTTP/1.1 and HTTP/2, its redirect passes as written, and an HTTP/2 client's
+/// cookie crumbs reach it as one `Cookie` field (RFC 9113 §8.2.3), which Flask reads.
+#[tokio::test]
+async fn gunicorn_flask_upload_redirect_and_cookies_through_sluice() {
+    let Some(gunicorn) = venv_program("gunicorn") else {
+        return;
+    };
+    let port = free_port();
+    let mut cmd = Command::new(gunicorn);
+    cmd.args([
+        "-w",
+        "2",
+        "-b",
+        &format!("127.0.0.1:{port}"),
+        "wsgi_app:app",
+    ]);
+    let _app = python_server(cmd, port);
+    let s = Sluice::start(&format!(
+        "site * {{ proxy 127.0.0.1:{port} {{ max_body 64M; timeout 60s }} }}"
+    ));
+    use sha2_free::sha256_hex;
+    let upload: Vec<u8> = (0..50u32 << 20).map(|i| (i % 251) as u8).collect();
+    let want = format!("{} {}", upload.len(), sha256_hex(&upload));
+    let r = request(s.addr, "POST", "/upload", &[], &upload).await;
+    assert_eq!((r.status, r.text()), (200, want.clone()), "over HTTP/1.1");
+
+    use http_body_util::BodyExt;
+    let (mut send, _conn) = h2c::<Body>(s.addr).await;
+    let req = hyper::Request::post("http://app.test/upload")
+        .body(full(upload))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    let text = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(String::from_utf8_lossy(&text), want, "over HTTP/2");
+
+    let r = get(s.addr, "/old").await;
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("/new?x=1"));
+
+    let req = hyper::Request::get("http://app.test/cookies")
+        .header("cookie", "a=1")
+        .header("cookie", "b=2")
+        .body(full(""))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    let text = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        String::from_utf8_lossy(&text),
+        "cookie=a=1; b=2; parsed=a:1,b:2"
+    );
+}
+
+/// SHA-256 for the upload check, from `ring` (a dependency of sluice itself).
+mod sha2_free {
+    pub fn sha256_hex(data: &[u8]) -> String {
+        let d = ring::digest::digest(&ring::digest::SHA256, data);
+        d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    }
+}

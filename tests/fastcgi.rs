@@ -676,6 +676,10 @@ async fn real_php_fpm_over_tcp_and_a_unix_socket() {
         "hop.php",
         r#"<?php header('Connection: close'); header('Keep-Alive: timeout=5'); header('Content-Length: 7'); echo 'hop ok!';"#,
     );
+    root.write(
+        "redir.php",
+        r#"<?php header('Location: /vars.php?from=redir', true, 302); header('Connection: keep-alive'); echo 'moved';"#,
+    );
     root.write("logo.txt", "static beside php");
     let run = TempDir::new();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -790,6 +794,12 @@ async fn real_php_fpm_over_tcp_and_a_unix_socket() {
         None,
         "the client's connection stays open"
     );
+    assert_eq!(ask(&mut c, "/logo.txt").await.status, 200);
+    // A redirect from the application, as written, its hop-by-hop field dropped.
+    let r = ask(&mut c, "/redir.php").await;
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("/vars.php?from=redir"));
+    assert_eq!(r.header("connection"), None);
     assert_eq!(ask(&mut c, "/logo.txt").await.status, 200);
     // Static files beside the scripts; a script's source never.
     assert_eq!(get(s.addr, "/logo.txt").await.text(), "static beside php");
