@@ -787,3 +787,100 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
     );
     assert_eq!(stdout, "200 GET /from-aioquic?x=1\n200 True\n");
 }
+
+/// Headless Chromium loads a page from sluice over TLS HTTP/2 and over HTTP/3 (QUIC,
+/// forced for the origin; the test CA's key allowed by its SPKI hash, as QUIC takes no
+/// other exception), and the page's script opens a WebSocket through sluice to an echo
+/// backend (over HTTP/2's extended CONNECT, or a TCP connection beside HTTP/3, as
+/// Chromium does). The page writes what it saw into its DOM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_loads_a_page_over_h2_and_h3_with_a_websocket() {
+    let Some(chromium) = program("chromium") else {
+        return;
+    };
+    let Some(openssl) = program("openssl") else {
+        return;
+    };
+    let echo = ws_echo_backend().await;
+    let ca = common::pki::Ca::new();
+    let leaf = ca.leaf(&["browser.test"]);
+    let dir = TempDir::new();
+    let cert = dir.write("browser.pem", &leaf.cert_pem);
+    let key = dir.write("browser.key", &leaf.key_pem);
+    dir.write(
+        "www/index.html",
+        r#"<!doctype html><html><body><pre id="out">pending</pre><script>
+const out = document.getElementById('out');
+const nav = performance.getEntriesByType('navigation')[0];
+const proto = nav ? nav.nextHopProtocol : 'none';
+const ws = new WebSocket('wss://' + location.host + '/ws');
+ws.onopen = () => ws.send('hello from the page');
+ws.onmessage = (m) => { out.textContent = 'proto=' + proto + ' ws=' + m.data; };
+ws.onerror = () => { out.textContent = 'proto=' + proto + ' ws=error'; };
+</script></body></html>"#,
+    );
+    let port = StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _s = Sluice::start(&format!(
+        "listen 127.0.0.1:{port} tls quic
+         site browser.test {{
+             tls {cert} {key}
+             route /ws {{ proxy {echo} }}
+             files {www}
+         }}",
+        cert = cert.display(),
+        key = key.display(),
+        www = dir.0.join("www").display(),
+    ));
+    // The leaf's public key hash, the one exception QUIC in Chromium honours.
+    let spki = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{o} x509 -in {c} -pubkey -noout | {o} pkey -pubin -outform der | {o} dgst -sha256 -binary | {o} base64",
+            o = openssl.display(),
+            c = cert.display()
+        ))
+        .output()
+        .unwrap();
+    let spki = String::from_utf8_lossy(&spki.stdout).trim().to_string();
+    let url = format!("https://browser.test:{port}/");
+    for (want, quic) in [("h2", false), ("h3", true)] {
+        let mut cmd = Command::new(&chromium);
+        cmd.args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=5000",
+            &format!("--ignore-certificate-errors-spki-list={spki}"),
+            "--host-resolver-rules=MAP browser.test 127.0.0.1",
+            &format!(
+                "--user-data-dir={}",
+                dir.0.join(format!("profile-{want}")).display()
+            ),
+        ]);
+        if quic {
+            cmd.args([
+                "--enable-quic",
+                &format!("--origin-to-force-quic-on=browser.test:{port}"),
+            ]);
+        }
+        let out = cmd
+            .arg("--dump-dom")
+            .arg(&url)
+            .output()
+            .expect("chromium runs");
+        let dom = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            dom.contains(&format!("proto={want} ws=hello from the page")),
+            "over {want}: {dom}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .filter(|l| !l.contains("dbus"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+}
