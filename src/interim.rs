@@ -3,80 +3,65 @@
 //!
 //! A thread-local, not a channel: the connection that will write them polls the
 //! handler's future itself, and the backend side reads an interim head within that
-//! poll, on that thread. So the connection [`watch`]es each poll of the request's
-//! future; a head [`relay`]ed during it is handed back when the poll returns, and the
-//! connection writes it before the final head. Nothing is allocated and no waker is
-//! registered for a request that gets none: a plain request pays one thread-local
-//! test a poll. Outside a watched poll (an HTTP/2 client, which hyper's server cannot
-//! send 1xx to; an HTTP/1.0 client, which must not get one; a cache's fill) a relayed
-//! head is dropped. Never stored by a cache: only final answers are.
+//! poll, on that thread, in that task. So a relayed head waits in a thread-local,
+//! tagged with the task that read it, and the connection looks right after each poll
+//! of the request's future ([`held`], [`take`]: one thread-local read when there is
+//! nothing) and writes it before the final head. Nothing is allocated, no waker is
+//! registered and no flag is set around a poll for a request that gets none. A head no
+//! connection takes — relayed for an HTTP/2 client, which hyper's server cannot send
+//! 1xx to, an HTTP/1.0 client, which must not get one, or a cache's fill — is dropped
+//! by the next look of a task that is not its own. Never stored by a cache: only final
+//! answers are.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::Poll;
 
 use http::{HeaderMap, StatusCode};
 
-/// At most this many interim answers are relayed a poll; more are dropped.
+/// At most this many interim answers wait to be written; more are dropped.
 const MAX_PENDING: usize = 16;
 
 /// Interim heads, oldest first.
 pub(crate) type Heads = Vec<(StatusCode, HeaderMap)>;
 
 thread_local! {
-    static WATCHING: Cell<bool> = const { Cell::new(false) };
-    static HEADS: RefCell<Heads> = const { RefCell::new(Vec::new()) };
+    /// Something was relayed and waits in `HEADS`.
+    static HELD: Cell<bool> = const { Cell::new(false) };
+    static HEADS: RefCell<(Option<tokio::task::Id>, Heads)> = const { RefCell::new((None, Vec::new())) };
 }
 
-/// Runs `poll` (one poll of a request's future) watching for interim answers: what it
-/// relayed comes back beside its result.
-pub(crate) fn watch<T>(poll: impl FnOnce() -> T) -> (T, Heads) {
-    /// Puts the flag back however the poll ends (a panic a connection catches too).
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            WATCHING.with(|w| w.set(self.0));
-        }
+/// What was relayed in this task, oldest first (nothing: one thread-local read).
+#[inline]
+pub(crate) fn take() -> Option<Heads> {
+    if !HELD.with(Cell::get) {
+        return None;
     }
-    let outer = WATCHING.with(|w| w.replace(true));
-    let restore = Restore(outer);
-    let r = poll();
-    drop(restore);
-    let heads = if outer {
-        Vec::new()
-    } else {
-        HEADS.with(|h| std::mem::take(&mut *h.borrow_mut()))
-    };
-    (r, heads)
+    take_held()
 }
 
-/// One [`watch`]ed poll of a request's future: ready with its output, or with interim
-/// heads to write first (or both).
-pub(crate) fn poll_watched<F: Future + Unpin>(
-    fut: &mut F,
-    cx: &mut Context<'_>,
-) -> Poll<(Option<F::Output>, Heads)> {
-    match watch(|| Pin::new(&mut *fut).poll(cx)) {
-        (Poll::Ready(a), heads) => Poll::Ready((Some(a), heads)),
-        (Poll::Pending, heads) if heads.is_empty() => Poll::Pending,
-        (Poll::Pending, heads) => Poll::Ready((None, heads)),
-    }
+#[cold]
+fn take_held() -> Option<Heads> {
+    HELD.with(|h| h.set(false));
+    let (task, heads) = HEADS.with(|h| std::mem::take(&mut *h.borrow_mut()));
+    (task == tokio::task::try_id() && !heads.is_empty()).then_some(heads)
 }
 
-/// Whether an interim answer read now would be relayed (else it need not be parsed).
-pub(crate) fn wanted() -> bool {
-    WATCHING.with(Cell::get)
+/// Ready with what the request's poll just before it (in the same `select!`, the same
+/// task) relayed; never ready otherwise, and needs no waker: that poll comes first.
+pub(crate) fn held() -> impl Future<Output = Heads> {
+    std::future::poll_fn(|_| match take() {
+        Some(heads) => Poll::Ready(heads),
+        None => Poll::Pending,
+    })
 }
 
-/// A backend's interim answer: relayed when the poll reading it is watched, unless it
-/// is `100` or `101` (sluice answers `Expect` itself; a switch is not interim), without
-/// connection-level fields.
+/// A backend's interim answer: relayed unless it is `100` or `101` (sluice answers
+/// `Expect` itself; a switch is not interim), without connection-level fields.
 pub(crate) fn relay(status: StatusCode, mut headers: HeaderMap) {
     if !status.is_informational()
         || status == StatusCode::CONTINUE
         || status == StatusCode::SWITCHING_PROTOCOLS
-        || !WATCHING.with(Cell::get)
     {
         return;
     }
@@ -91,33 +76,46 @@ pub(crate) fn relay(status: StatusCode, mut headers: HeaderMap) {
     }
     headers.remove("keep-alive");
     headers.remove("proxy-connection");
+    let task = tokio::task::try_id();
     HEADS.with(|h| {
         let mut h = h.borrow_mut();
-        if h.len() < MAX_PENDING {
-            h.push((status, headers));
+        if h.0 != task {
+            // Another task's, never taken: dropped.
+            *h = (task, Vec::new());
+        }
+        if h.1.len() < MAX_PENDING {
+            h.1.push((status, headers));
         }
     });
+    HELD.with(|h| h.set(true));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn only_a_watched_poll_relays() {
-        relay(StatusCode::EARLY_HINTS, HeaderMap::new());
-        let ((), heads) = watch(|| {
+    #[tokio::test]
+    async fn only_the_relaying_task_takes() {
+        let mut h = HeaderMap::new();
+        h.insert("link", "</a.css>; rel=preload".parse().unwrap());
+        h.insert("connection", "close".parse().unwrap());
+        tokio::spawn(async move {
             relay(StatusCode::CONTINUE, HeaderMap::new());
-            let mut h = HeaderMap::new();
-            h.insert("link", "</a.css>; rel=preload".parse().unwrap());
-            h.insert("connection", "close".parse().unwrap());
             relay(StatusCode::EARLY_HINTS, h);
-        });
-        assert_eq!(heads.len(), 1, "not the unwatched one, nor 100");
-        assert_eq!(heads[0].0, StatusCode::EARLY_HINTS);
-        assert!(heads[0].1.contains_key("link"));
-        assert!(!heads[0].1.contains_key("connection"));
-        let ((), heads) = watch(|| {});
-        assert!(heads.is_empty());
+            let heads = take().unwrap();
+            assert_eq!(heads.len(), 1, "not 100");
+            assert_eq!(heads[0].0, StatusCode::EARLY_HINTS);
+            assert!(heads[0].1.contains_key("link"));
+            assert!(!heads[0].1.contains_key("connection"));
+            assert!(take().is_none());
+            // Relayed here, looked for by another task: dropped.
+            relay(StatusCode::EARLY_HINTS, HeaderMap::new());
+        })
+        .await
+        .unwrap();
+        // The same thread (a current-thread runtime), another task: nothing to take.
+        assert!(take().is_none(), "another task's interim answer");
+        relay(StatusCode::EARLY_HINTS, HeaderMap::new());
+        assert_eq!(take().map(|h| h.len()), Some(1));
     }
 }

@@ -336,7 +336,7 @@ pub(crate) fn parse_response(
         StatusCode::from_u16(resp.code.unwrap_or(0)).map_err(|_| bad("invalid status code"))?;
     if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
         // Relayed to the client when it can take it (`103 Early Hints`), else dropped.
-        if status != StatusCode::CONTINUE && crate::interim::wanted() {
+        if status != StatusCode::CONTINUE {
             let mut headers = HeaderMap::with_capacity(resp.headers.len());
             for h in resp.headers.iter() {
                 if let (Ok(name), Ok(value)) = (

@@ -175,9 +175,8 @@ fn serve(
         let grpc = crate::grpc::is_call(&req);
         let mut resp = run(&gen, &mut req, &client, &slots, offer, &mut metering.meter).await;
         // A gRPC-Web call's answer is marked by the `grpc_web` filter.
-        let web = resp.extensions().get::<crate::grpc::web::Mode>().copied();
-        if grpc || web.is_some() {
-            resp = grpc_answer(resp, metering.meter.clone(), web);
+        if grpc || resp.extensions().get::<crate::grpc::web::Mode>().is_some() {
+            grpc_answer(&mut resp, metering.meter.clone());
         }
         Answer {
             resp,
@@ -192,11 +191,10 @@ fn serve(
 /// watched for the status it ends with, then as gRPC-Web for a gRPC-Web call; either
 /// way marked for the access log.
 #[inline(never)]
-fn grpc_answer(
-    resp: Response<Body>,
-    meter: Option<Arc<Meter>>,
-    web: Option<crate::grpc::web::Mode>,
-) -> Response<Body> {
+#[cold]
+fn grpc_answer(slot: &mut Response<Body>, meter: Option<Arc<Meter>>) {
+    let resp = std::mem::replace(slot, Response::new(Body::Empty));
+    let web = resp.extensions().get::<crate::grpc::web::Mode>().copied();
     let call = crate::grpc::Call::new(meter);
     let mut resp = if crate::reply::is_own(&resp) {
         crate::grpc::trailers_only(resp, &call)
@@ -207,7 +205,7 @@ fn grpc_answer(
         resp = crate::grpc::web::to_web(resp, mode);
     }
     resp.extensions_mut().insert(call);
-    resp
+    *slot = resp;
 }
 
 /// A metered request whose pipeline has not answered: when its future is dropped

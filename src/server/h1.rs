@@ -420,15 +420,21 @@ impl Exchange {
         loop {
             tokio::select! {
                 biased;
-                (answer, heads) = std::future::poll_fn(|cx| poll_answer(&mut fut, cx, interim)) => {
-                    if !heads.is_empty() && write_interim(&mut wr, heads).await.is_err() {
-                        return None;
+                answer = &mut fut => {
+                    // Interim answers (`103`) go first, those of the final poll too.
+                    if let Some(heads) = crate::interim::take().filter(|_| interim) {
+                        if write_interim(&mut wr, heads).await.is_err() {
+                            return None;
+                        }
                     }
-                    if let Some(answer) = answer {
-                        self.served = answer.served;
-                        self.tunnel = answer.tunnel;
-                        self.meter = answer.meter;
-                        return Some(answer.resp);
+                    self.served = answer.served;
+                    self.tunnel = answer.tunnel;
+                    self.meter = answer.meter;
+                    return Some(answer.resp);
+                }
+                heads = crate::interim::held(), if interim => {
+                    if write_interim(&mut wr, heads).await.is_err() {
+                        return None;
                     }
                 }
                 r = async { want.as_mut().expect("guarded by the precondition").await }, if want.is_some() => {
@@ -648,19 +654,6 @@ impl Exchange {
             }
         }
     }
-}
-
-/// One poll of a request's future, watching for interim answers when the client can
-/// take them: ready with the answer, or with interim heads to write first (or both).
-fn poll_answer(
-    fut: &mut pipeline::ResponseFuture,
-    cx: &mut std::task::Context<'_>,
-    interim: bool,
-) -> std::task::Poll<(Option<pipeline::Answer>, crate::interim::Heads)> {
-    if !interim {
-        return fut.as_mut().poll(cx).map(|a| (Some(a), Vec::new()));
-    }
-    crate::interim::poll_watched(fut, cx)
 }
 
 /// Writes interim answers (`103 Early Hints`) as they came, before the final one.

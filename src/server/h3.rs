@@ -445,7 +445,11 @@ async fn with_interim(
     send: &mut SendHalf,
 ) -> Option<pipeline::Answer> {
     loop {
-        let (answer, heads) = poll_fn(|cx| crate::interim::poll_watched(&mut fut, cx)).await;
+        let (answer, heads) = tokio::select! {
+            biased;
+            a = &mut fut => (Some(a), crate::interim::take().unwrap_or_default()),
+            heads = crate::interim::held() => (None, heads),
+        };
         for (status, headers) in heads {
             crate::stats::count_status(status.as_u16());
             let mut head = Response::new(());

@@ -422,11 +422,9 @@ async fn final_head(
     resp: &mut h2::client::ResponseFuture,
 ) -> Result<Response<RecvStream>, h2::Error> {
     std::future::poll_fn(|cx| {
-        if crate::interim::wanted() {
-            while let Poll::Ready(Some(Ok(info))) = resp.poll_informational(cx) {
-                let (parts, ()) = info.into_parts();
-                crate::interim::relay(parts.status, parts.headers);
-            }
+        while let Poll::Ready(Some(Ok(info))) = resp.poll_informational(cx) {
+            let (parts, ()) = info.into_parts();
+            crate::interim::relay(parts.status, parts.headers);
         }
         Pin::new(&mut *resp).poll(cx)
     })
