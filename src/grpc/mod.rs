@@ -334,6 +334,14 @@ pub(crate) fn serving_name(status: u64) -> &'static str {
     }
 }
 
+/// The deadline a gRPC call's `grpc-timeout` sets, from now.
+#[cold]
+#[inline(never)]
+pub(crate) fn deadline<B>(call: &Request<B>) -> Option<std::time::Instant> {
+    let d = parse_timeout(call.headers().get(&GRPC_TIMEOUT)?)?;
+    std::time::Instant::now().checked_add(d)
+}
+
 /// A `grpc-timeout` value (1–8 digits and a unit: `H`ours, `M`inutes, `S`econds,
 /// `m`illi-, `u`micro-, `n`anoseconds); `None` when it is not one.
 pub(crate) fn parse_timeout(v: &HeaderValue) -> Option<Duration> {

@@ -166,13 +166,16 @@ fn serve(
     offer: Offer,
 ) -> impl std::future::Future<Output = Answer> + Send {
     async move {
-        let slots = Slots::default();
+        // gRPC needs HTTP/2 or HTTP/3: an HTTP/1.1 request is not asked.
+        let grpc = crate::grpc::is_call(&req);
+        let slots = Slots {
+            grpc,
+            ..Slots::default()
+        };
         let mut metering = Unanswered {
             meter: None,
             started: gen.metered.then(std::time::Instant::now),
         };
-        // gRPC needs HTTP/2 or HTTP/3: an HTTP/1.1 request is not asked.
-        let grpc = crate::grpc::is_call(&req);
         let mut resp = run(&gen, &mut req, &client, &slots, offer, &mut metering.meter).await;
         // A gRPC-Web call's answer is marked by the `grpc_web` filter.
         if grpc || resp.extensions().get::<crate::grpc::web::Mode>().is_some() {
@@ -229,6 +232,8 @@ impl Drop for Unanswered {
 struct Slots {
     served: std::sync::OnceLock<Served>,
     tunnel: std::sync::OnceLock<Box<crate::tunnel::Tunnel>>,
+    /// The request is a gRPC call (asked once, for the proxy's `grpc-timeout` too).
+    grpc: bool,
 }
 
 /// An `async move` block, as [`serve`] (and `call_handler`). The request is lent, not
@@ -745,6 +750,7 @@ fn call_handler<'a, 'x>(
                     tunnel_idle: gen.tunnel_idle,
                     addrs: client.local.map(|l| (client.addr, l)),
                     metered: gen.metered,
+                    grpc: slots.grpc,
                 };
                 proxy::forward(pool, req, &c).await
             }

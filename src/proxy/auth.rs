@@ -99,6 +99,7 @@ impl Filter for ForwardAuth {
                 // Observed as before: the filter does not know whether the admin API
                 // is on, and a subrequest is not the plain proxy's path.
                 metered: true,
+                grpc: false,
             };
             let asked = async {
                 let answer = super::forward(&pool, &mut ask, &client).await;

@@ -20,6 +20,8 @@ pub(crate) struct ResponseBody {
     decoder: Decoder,
     reusable: bool,
     lease: Lease,
+    /// A chunked body's trailer fields, given after its data.
+    trailers: Option<Box<http::HeaderMap>>,
 }
 
 impl ResponseBody {
@@ -34,6 +36,7 @@ impl ResponseBody {
             decoder,
             reusable,
             lease,
+            trailers: None,
         };
         if body.decoder.is_done() {
             body.release();
@@ -61,21 +64,21 @@ impl http_body::Body for ResponseBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
         let Some(conn) = this.conn.as_mut() else {
-            return Poll::Ready(None);
+            return Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(*t))));
         };
-        match conn.poll_body(&mut this.decoder, cx) {
+        match conn.poll_body(&mut this.decoder, &mut this.trailers, cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(None) => {
                 this.release();
-                Poll::Ready(None)
+                Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(*t))))
             }
-            Poll::Ready(Some(Ok(frame))) => {
+            Poll::Ready(Some(Ok(data))) => {
                 // A consumer may stop polling once `is_end_stream` holds (hyper's h2
                 // server does), so the connection goes back as soon as the end is known.
                 if this.decoder.is_done() {
                     this.release();
                 }
-                Poll::Ready(Some(Ok(frame)))
+                Poll::Ready(Some(Ok(Frame::data(data))))
             }
             Poll::Ready(Some(Err(e))) => {
                 this.conn = None;
@@ -91,7 +94,7 @@ impl http_body::Body for ResponseBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.decoder.is_done()
+        self.decoder.is_done() && self.trailers.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {

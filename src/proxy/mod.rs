@@ -68,6 +68,8 @@ pub(crate) struct Client<'a> {
     pub addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
     /// The admin API is on: backend latencies are observed for its metrics.
     pub metered: bool,
+    /// The request is a gRPC call: its `grpc-timeout` bounds it.
+    pub grpc: bool,
 }
 
 /// An `async move` block rather than an `async fn` (here and in [`attempts`]): an
@@ -150,11 +152,7 @@ fn attempts<'a, 'c>(
 ) -> impl std::future::Future<Output = Response<Body>> + use<'a, 'c> {
     async move {
         // A gRPC call's `grpc-timeout` bounds it from here, the wait for a slot too.
-        let deadline = crate::grpc::is_call(req)
-            .then(|| req.headers().get(&crate::grpc::GRPC_TIMEOUT))
-            .flatten()
-            .and_then(crate::grpc::parse_timeout)
-            .and_then(|d| std::time::Instant::now().checked_add(d));
+        let deadline = client.grpc.then(|| crate::grpc::deadline(req)).flatten();
         let mut permit = match acquire_slot(pool, deadline).await {
             Ok(p) => p,
             Err(refusal) => return refusal,
@@ -196,7 +194,7 @@ fn attempts<'a, 'c>(
                     return *refusal;
                 }
             };
-            if deadline.is_some() && !sending.out.pass_deadline_on() {
+            if sending.out.deadline.is_some() && !sending.out.pass_deadline_on() {
                 return deadline_passed();
             }
             sending.tried.add(i);

@@ -377,6 +377,7 @@ impl Exchange {
     /// What arrived of a request body the handler let go unread counts as received
     /// (DESIGN §18.4). Only when nothing reads it: the connection closes after this
     /// response, so the bytes taken from `buf` were never a next request.
+    #[inline]
     fn count_unread(&mut self, buf: &mut BytesMut) {
         if let Some(p) = self.pump.as_mut().filter(|p| p.tx.is_closed()) {
             p.count_unread(buf, &mut self.received);

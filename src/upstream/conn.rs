@@ -17,7 +17,6 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http::Method;
-use http_body::Frame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub(crate) use super::outgoing::{Outgoing, SendError};
@@ -312,16 +311,18 @@ impl BackendConn {
         }
     }
 
-    /// Reads the next piece of a response body into its decoder's output.
+    /// Reads the next piece of a response body into its decoder's output; a chunked
+    /// body's trailer fields, before its end, into `trailers`.
     pub(crate) fn poll_body(
         &mut self,
         decoder: &mut Decoder,
+        trailers: &mut Option<Box<http::HeaderMap>>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+    ) -> Poll<Option<io::Result<Bytes>>> {
         loop {
             match decoder.decode(&mut self.buf) {
-                Ok(Decoded::Data(b)) => return Poll::Ready(Some(Ok(Frame::data(b)))),
-                Ok(Decoded::Trailers(t)) => return Poll::Ready(Some(Ok(Frame::trailers(*t)))),
+                Ok(Decoded::Data(b)) => return Poll::Ready(Some(Ok(b))),
+                Ok(Decoded::Trailers(t)) => *trailers = Some(t),
                 Ok(Decoded::Done) => return Poll::Ready(None),
                 Ok(Decoded::NeedMore) => {}
                 Err(why) => {
