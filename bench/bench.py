@@ -66,6 +66,11 @@ PYTHON = "/usr/bin/python3"
 WSECHO = os.path.join(ROOT, "bench", "wsecho.py")
 # bench/h3load.rs, built by run.sh beside sluice.
 H3LOAD = os.path.join(ROOT, "target", "dist", "examples", "h3load")
+# bench/grpcecho.rs: the gRPC unary backend every proxy reaches for `grpc-unary`.
+GRPCECHO = os.path.join(ROOT, "target", "dist", "examples", "grpcecho")
+GRPC_BACKEND = 0
+# One gRPC message (a 5-byte prefix and 16 bytes), posted by h2load for `grpc-unary`.
+GRPC_MESSAGE = b"\x00\x00\x00\x00\x10" + b"0123456789abcdef"
 WS_BACKEND = 0
 BACKEND_H2 = 0
 PHP_PORT = 0
@@ -274,6 +279,9 @@ def nginx_proxy(backend, buffers16k):
     loc += (f" location = /php/ {{ fastcgi_pass php; fastcgi_keep_conn on; include {NGINX_FASTCGI_PARAMS};"
             f" fastcgi_param SCRIPT_FILENAME {WORK}/php/index.php; fastcgi_param SCRIPT_NAME /index.php; }}")
     loc += f" location /static/ {{ alias {WORK}/static/; }}"
+    # gRPC: grpc_pass over kept HTTP/2 connections (nginx speaks HTTP/2 to a backend
+    # only for gRPC).
+    loc += f" location /test.Echo/ {{ grpc_pass grpc://g; }}"
     # The cache scenarios: nginx's proxy_cache (files under WORK, read from the page
     # cache with sendfile), every request a hit after the warm-up. `tcp_nopush off`:
     # with it on, a 64 KiB hit (head and file sent apart) waits ~40 ms on a delayed ACK
@@ -293,6 +301,7 @@ http {{
   upstream b {{ server 127.0.0.1:{backend}; keepalive 128; keepalive_requests 1000000; }}
   proxy_cache_path {WORK}/{name}_cache levels=1:2 keys_zone=c:10m max_size=1g inactive=60m use_temp_path=off;
   upstream php {{ server 127.0.0.1:{PHP_PORT}; keepalive 8; }}
+  upstream g {{ server 127.0.0.1:{GRPC_BACKEND}; keepalive 16; keepalive_requests 1000000; }}
   sendfile on; tcp_nopush on;
   server {{ listen 127.0.0.1:{port} backlog=4096; {loc} }}
   server {{ listen 127.0.0.1:{h2port} http2 backlog=4096; {loc} }}
@@ -332,6 +341,7 @@ frontend f1
     default_backend b
 frontend f2
     bind 127.0.0.1:{h2port} proto h2
+    use_backend g if {{ path_beg /test.Echo/ }}
     default_backend b
 frontend f3
     bind 127.0.0.1:{tls} ssl crt {COMBINED} alpn h2,http/1.1
@@ -341,6 +351,8 @@ backend b
 backend h2b
     http-request replace-path /h2b(/.*) \\1
     server s2 127.0.0.1:{BACKEND_H2} proto h2
+backend g
+    server g1 127.0.0.1:{GRPC_BACKEND} proto h2
 backend w
     timeout tunnel 300s
     server w1 127.0.0.1:{WS_BACKEND}
@@ -368,7 +380,8 @@ def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True, filters="",
     cached = f"route /cache/* {{ cache {{ store memory 256M }} proxy 127.0.0.1:{backend} }} " if binary == SLUICE else ""
     site = (f"tls {CERT} {KEY}; {cached}route /h2b/* {{ strip /h2b; proxy h2c://127.0.0.1:{BACKEND_H2} }} "
             f"route /php/* {{ strip /php; fastcgi 127.0.0.1:{PHP_PORT} {{ root {WORK}/php; max_conns 2 }} }} "
-            f"route /static/* {{ strip /static; files {WORK}/static }} ") if tls else ""
+            f"route /static/* {{ strip /static; files {WORK}/static }} "
+            f"route /test.Echo/* {{ proxy h2c://127.0.0.1:{GRPC_BACKEND} }} ") if tls else ""
     with open(conf, "w") as f:
         # observed: metrics (the admin API) and a JSON access log on, as an operator runs it.
         # OBSERVED="..." replaces those global options (to tell their costs apart).
@@ -426,6 +439,29 @@ def h2load(port, duration=DURATION, scheme="http"):
     if not (m and rps and lat):
         sys.exit(f"bench: cannot read h2load output:\n{out}")
     return {"requests": int(m.group(1)), "rps": float(rps.group(1)), "p50": to_us(lat.group(5), lat.group(6)), "p99": to_us(lat.group(3), lat.group(4))}
+
+
+def grpc_unary(port, duration=DURATION):
+    # h2load posts one gRPC message per call over h2c: 16 connections, 8 calls in flight.
+    data = os.path.join(WORK, "grpc.bin")
+    with open(data, "wb") as f:
+        f.write(GRPC_MESSAGE)
+    cmd = ["taskset", "-c", "1", H2LOAD, "-c", "16", "-m", "8", "-D", str(duration), "-d", data,
+           "-H", "content-type: application/grpc", "-H", "te: trailers",
+           f"http://127.0.0.1:{port}/test.Echo/Unary"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
+    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded", out)
+    rps = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
+    lat = re.search(r"time for request:\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)", out)
+    if not (m and rps and lat):
+        sys.exit(f"bench: cannot read h2load output:\n{out}")
+    return {"requests": int(m.group(1)), "rps": float(rps.group(1)), "p50": to_us(lat.group(5), lat.group(6)), "p99": to_us(lat.group(3), lat.group(4))}
+
+
+def start_grpc_backend():
+    global GRPC_BACKEND
+    GRPC_BACKEND = free_port()
+    return start([GRPCECHO, f"127.0.0.1:{GRPC_BACKEND}"], 1, [GRPC_BACKEND])
 
 
 def h3load(port, duration=DURATION):
@@ -500,12 +536,16 @@ TESTS = {
     # store against nginx's proxy_cache.
     "cache-hit-13B": lambda p: wrk(p["h1"], "/cache/small", 64),
     "cache-hit-64KiB": lambda p: wrk(p["h1"], "/cache/big", 64),
+    # gRPC unary calls over h2c to bench/grpcecho.rs (nginx: grpc_pass; HAProxy: an h2
+    # server line; sluice: an h2c:// pool).
+    "grpc-unary": lambda p: grpc_unary(p["h2c"]),
 }
 
 # Which proxies cannot run a test: the backend alone has no proxy features, nginx 1.22
 # cannot speak HTTP/2 to a backend.
 SKIP = {
     "h2c-front": {"direct"},
+    "grpc-unary": {"direct", "nginx16k", "sluice-base"},
     "ws-echo-1KiB": {"direct"},
     "tls-h1-13B": {"direct"},
     "tls-h2-13B": {"direct"},
@@ -533,6 +573,7 @@ def main():
     start_php()
     global WS_BACKEND
     _, WS_BACKEND = start_ws_backend()
+    start_grpc_backend()
     time.sleep(0.2)
     backend_pids = [backend_proc.pid] + children(backend_proc.pid)
     proxies = {

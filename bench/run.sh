@@ -10,6 +10,6 @@ cd "$(dirname "$0")/.."
 
 . bench/need.sh
 need bench nginx:nginx haproxy:haproxy wrk:wrk h2load:nghttp2-client taskset:util-linux python3:python3 openssl:openssl
-cargo build --profile dist --quiet --bin sluice --example h3load
+cargo build --profile dist --quiet --bin sluice --example h3load --example grpcecho
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 exec python3 bench/bench.py "$@"

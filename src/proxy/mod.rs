@@ -709,32 +709,35 @@ async fn timed<T>(
             }
             r
         }
-        Err(_) if capped => {
-            bump(&COUNTERS.gateway_timeout);
-            tracing::debug!(
-                pool = pool.name(),
-                peer = %pool.peers()[i].addr.text,
-                reason = "grpc-timeout",
-                "sluice: {}: {} sent no response head before the call's grpc-timeout ran out",
-                pool.name(),
-                pool.peers()[i].addr.text,
-            );
-            Err(SendError::TimedOut)
-        }
-        Err(_) => {
-            bump(&COUNTERS.gateway_timeout);
-            tracing::info!(
-                pool = pool.name(),
-                peer = %pool.peers()[i].addr.text,
-                reason = "timeout",
-                "sluice: {}: {} sent no response head within {}",
-                pool.name(),
-                pool.peers()[i].addr.text,
-                format_duration(pool.cfg.timeout)
-            );
-            Err(SendError::TimedOut)
-        }
+        Err(_) => Err(timed_out(pool, i, capped)),
     }
+}
+
+/// No response head in time: the pool's `timeout`, or (`capped`) a gRPC call's
+/// deadline, which is the client's choice and logged at `debug` only.
+#[cold]
+fn timed_out(pool: &Pool, i: usize, capped: bool) -> SendError {
+    bump(&COUNTERS.gateway_timeout);
+    let peer = &pool.peers()[i].addr.text;
+    if capped {
+        tracing::debug!(
+            pool = pool.name(),
+            peer = %peer,
+            reason = "grpc-timeout",
+            "sluice: {}: {peer} sent no response head before the call's grpc-timeout ran out",
+            pool.name(),
+        );
+    } else {
+        tracing::info!(
+            pool = pool.name(),
+            peer = %peer,
+            reason = "timeout",
+            "sluice: {}: {peer} sent no response head within {}",
+            pool.name(),
+            format_duration(pool.cfg.timeout)
+        );
+    }
+    SendError::TimedOut
 }
 
 /// Step 4: the response, its body read from the backend as the client takes it.

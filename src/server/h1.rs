@@ -245,11 +245,7 @@ impl Conn {
         {
             return false;
         }
-        let (want, pump, body) = match framing {
-            Framing::None => (None, None, Body::Empty),
-            Framing::Length(n) => Pump::channel(Decoder::length(n), Some(n), expect_continue),
-            Framing::Chunked => Pump::channel(Decoder::chunked(), None, expect_continue),
-        };
+        let (want, pump, body) = Pump::of(framing, expect_continue);
         // One clock read serves the meter and the log.
         let started = self.live.metered().then(std::time::Instant::now);
         let log = self
@@ -739,6 +735,16 @@ impl Pump {
     fn count_unread(&mut self, buf: &mut BytesMut, received: &mut u64) {
         while let Ok(Decoded::Data(b)) = self.decoder.decode(buf) {
             *received += b.len() as u64;
+        }
+    }
+
+    /// The body's channel and its pump for a request framed so (none without a body).
+    #[inline]
+    fn of(framing: Framing, expect: bool) -> (Option<oneshot::Receiver<()>>, Option<Pump>, Body) {
+        match framing {
+            Framing::None => (None, None, Body::Empty),
+            Framing::Length(n) => Pump::channel(Decoder::length(n), Some(n), expect),
+            Framing::Chunked => Pump::channel(Decoder::chunked(), None, expect),
         }
     }
 

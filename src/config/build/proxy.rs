@@ -50,22 +50,7 @@ impl Builder {
         }
         self.apply_defaults(&seen, &mut p);
         self.one_scheme(d, &p)?;
-        if let (
-            Some(h),
-            Some(Health {
-                probe: Probe::Grpc { .. },
-                ..
-            }),
-        ) = (health_at, &p.health)
-        {
-            if p.backends[0].scheme == BackendScheme::Http {
-                return Err(Diagnostic::error(
-                    h.span(),
-                    "`health grpc` asks over HTTP/2, and this pool speaks HTTP/1.1",
-                )
-                .with_hint("gRPC backends are h2c://ADDR (in the clear) or https://ADDR"));
-            }
-        }
+        grpc_health_speaks_h2(health_at, &p)?;
         if let Some(b) = p
             .backends
             .iter()
@@ -577,6 +562,24 @@ fn retry_budget(_: &mut Builder, d: &Directive, p: &mut ProxyConfig) -> Res<()> 
     };
     p.retry_budget = RetryBudget { percent, min_per_s };
     Ok(())
+}
+
+/// `health grpc` needs HTTP/2: a load error on an HTTP/1.1 pool, at its line.
+fn grpc_health_speaks_h2(at: Option<&Directive>, p: &ProxyConfig) -> Res<()> {
+    match (at, &p.health) {
+        (
+            Some(h),
+            Some(Health {
+                probe: Probe::Grpc { .. },
+                ..
+            }),
+        ) if p.backends[0].scheme == BackendScheme::Http => Err(Diagnostic::error(
+            h.span(),
+            "`health grpc` asks over HTTP/2, and this pool speaks HTTP/1.1",
+        )
+        .with_hint("gRPC backends are h2c://ADDR (in the clear) or https://ADDR")),
+        _ => Ok(()),
+    }
 }
 
 impl Builder {
