@@ -91,3 +91,80 @@ async fn ping_pong_over_an_http2_client() {
     let end = tokio::time::timeout(Duration::from_secs(5), body.collect()).await;
     assert!(end.is_ok(), "the answer ends once the upload did");
 }
+
+/// An HTTP/1.1 backend that answers at once and then echoes a chunked upload as it
+/// arrives: the upload goes on after the answer's head (until the answer is complete),
+/// so each message comes back before the next is sent.
+#[tokio::test]
+async fn ping_pong_with_an_http1_backend() {
+    let (backend, _task) = raw_backend(|mut c| async move {
+        // The head, then the answer's head at once, then each chunk echoed.
+        let mut buf = Vec::new();
+        let mut tmp = [0u8; 4096];
+        let head_end = loop {
+            let n = c.read(&mut tmp).await.unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            buf.extend_from_slice(&tmp[..n]);
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+        };
+        let _ = c
+            .write_all(
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n",
+            )
+            .await;
+        let mut body = buf.split_off(head_end);
+        loop {
+            // Echo every whole chunk; the last one ends both.
+            while let Some(line) = body.windows(2).position(|w| w == b"\r\n") {
+                let size =
+                    usize::from_str_radix(std::str::from_utf8(&body[..line]).unwrap(), 16).unwrap();
+                if size == 0 {
+                    let _ = c.write_all(b"0\r\n\r\n").await;
+                    return;
+                }
+                if body.len() < line + 2 + size + 2 {
+                    break;
+                }
+                let chunk: Vec<u8> = body.drain(..line + 2 + size + 2).collect();
+                let _ = c.write_all(&chunk).await;
+            }
+            let n = c.read(&mut tmp).await.unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            body.extend_from_slice(&tmp[..n]);
+        }
+    })
+    .await;
+    let s = Sluice::start(&format!("site * {{ proxy {backend} }}"));
+    let (tx, body) = channel_body();
+    let (mut send, _conn) = h2c::<Body>(s.addr).await;
+    tx.send(Bytes::from_static(b"ping0")).await.unwrap();
+    let req = hyper::Request::post("http://a.test/echo")
+        .body(body)
+        .unwrap();
+    let resp = tokio::time::timeout(WAIT, send.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    for i in 0..ROUNDS {
+        if i > 0 {
+            tx.send(Bytes::from(format!("ping{i}"))).await.unwrap();
+        }
+        let frame = tokio::time::timeout(WAIT, body.frame())
+            .await
+            .unwrap_or_else(|_| panic!("echo {i} came back"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(frame.into_data().unwrap(), format!("ping{i}"));
+    }
+    drop(tx);
+    let end = tokio::time::timeout(Duration::from_secs(5), body.collect()).await;
+    assert!(end.is_ok(), "the answer ends once the upload did");
+}

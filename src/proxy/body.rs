@@ -66,6 +66,8 @@ impl http_body::Body for ResponseBody {
         let Some(conn) = this.conn.as_mut() else {
             return Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(*t))));
         };
+        // An upload the backend answered before it ended goes on beside the answer.
+        conn.poll_upload(cx);
         match conn.poll_body(&mut this.decoder, &mut this.trailers, cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(None) => {

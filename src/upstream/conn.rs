@@ -20,7 +20,7 @@ use http::Method;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub(crate) use super::outgoing::{Outgoing, SendError};
-use super::upload::{upload, Upload};
+use super::upload::{upload, Piece, Rest, Upload};
 use crate::http1::decode::{Decoded, Decoder};
 use crate::http1::encode::{self, chunk_into, spilled_slices, take_ready, BodyOut, Spill};
 use crate::http1::head::{parse_response, ResponseHead};
@@ -44,6 +44,11 @@ pub(crate) struct BackendConn {
     /// (When the deadline passes while the connection idles, it wakes the task that
     /// last waited on it once, for nothing.)
     pub timer: KeptTimer,
+    /// What is left of an upload the backend answered before it ended: it goes on
+    /// while the answer is read (DESIGN §18.5). In a `Mutex` only to keep the
+    /// connection `Sync` (a client's body is not): reached through `get_mut`, never
+    /// locked.
+    upload: Option<std::sync::Mutex<Box<Rest>>>,
 }
 
 /// A request's head (and what was copied behind it), written whole; `NotSent` when
@@ -126,6 +131,7 @@ impl BackendConn {
             wbuf: Vec::new(),
             named: None,
             timer: None,
+            upload: None,
         }
     }
 
@@ -199,9 +205,16 @@ impl BackendConn {
         }
         let mut early = false;
         if write_failed.is_none() && !out.body_ended {
-            match upload(&mut self.io, &mut self.buf, out, chunked).await? {
+            // Boxed: kept only by an upload the backend answers before it ends.
+            let mut piece = Box::<Piece>::default();
+            match upload(&mut self.io, &mut self.buf, out, chunked, &mut piece).await? {
                 Upload::Sent => {}
-                Upload::Early => early = true,
+                Upload::Early => {
+                    early = true;
+                    // The rest goes on while the answer is read (DESIGN §18.5).
+                    let rest = Rest::new(out.take_rest(), *piece, chunked);
+                    self.upload = Some(std::sync::Mutex::new(Box::new(rest)));
+                }
                 Upload::WriteFailed(e) => write_failed = Some(e),
             }
         }
@@ -299,7 +312,24 @@ impl BackendConn {
                 return Err(SendError::Invalid("response head too large"));
             }
             make_room(&mut self.buf, READ_CHUNK);
-            match self.io.read_buf(&mut self.buf).await {
+            let read = match self.upload.as_mut().and_then(|m| m.get_mut().ok()) {
+                None => self.io.read_buf(&mut self.buf).await,
+                Some(rest) => {
+                    // The upload goes on while the head is awaited.
+                    let (io, buf) = (&mut self.io, &mut self.buf);
+                    let mut rest = Some(rest);
+                    std::future::poll_fn(|cx| {
+                        if let Some(r) = rest.as_deref_mut() {
+                            if r.poll_send(io, cx).is_ready() {
+                                rest = None;
+                            }
+                        }
+                        std::pin::pin!(io.read_buf(buf)).poll(cx)
+                    })
+                    .await
+                }
+            };
+            match read {
                 Ok(0) if !heard => return Err(SendError::Unanswered(None)),
                 Ok(0) => return Err(SendError::ClosedEarly),
                 Ok(_) => heard = true,
@@ -309,6 +339,18 @@ impl BackendConn {
                 Err(e) => return Err(SendError::Io(e)),
             }
         }
+    }
+
+    /// Moves an upload the backend answered early along; `true` while it goes on.
+    pub(crate) fn poll_upload(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(rest) = self.upload.as_mut().and_then(|m| m.get_mut().ok()) else {
+            return false;
+        };
+        if rest.poll_send(&mut self.io, cx).is_ready() {
+            self.upload = None;
+            return false;
+        }
+        true
     }
 
     /// Reads the next piece of a response body into its decoder's output; a chunked

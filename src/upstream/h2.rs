@@ -399,8 +399,13 @@ pub(crate) async fn send(
                 biased;
                 r = final_head(&mut resp) => Some(r),
                 p = &mut pumped => {
-                    p?;
-                    None
+                    match p {
+                        // The client's body failed: its fault, nothing to wait for.
+                        Err(e @ SendError::Body(_)) => return Err(e),
+                        // The backend ended its side (answered and reset the stream,
+                        // any code): its answer, if it sent one, says the rest.
+                        Ok(()) | Err(_) => None,
+                    }
                 }
             }
         };

@@ -10,7 +10,7 @@
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http_body::Body as _;
@@ -31,7 +31,7 @@ pub(super) enum Upload {
 /// What is left to write of one piece of the body: the chunk-size line, the data,
 /// and the line end (or, for the last chunk, the terminator).
 #[derive(Default)]
-struct Piece {
+pub(super) struct Piece {
     size: [u8; 18],
     size_len: usize,
     size_at: usize,
@@ -92,15 +92,126 @@ impl Piece {
     }
 }
 
-/// Sends what is left of `out`'s body over `io` (see the module). Bytes the backend
-/// sends meanwhile go to `buf`.
+/// The rest of an upload the backend answered before it ended (DESIGN §18.5): it goes
+/// on while the answer is read, until it ends or the answer is complete.
+pub(crate) struct Rest {
+    out: Outgoing,
+    piece: Piece,
+    chunked: bool,
+}
+
+impl Rest {
+    pub(super) fn new(out: Outgoing, piece: Piece, chunked: bool) -> Rest {
+        Rest {
+            out,
+            piece,
+            chunked,
+        }
+    }
+
+    /// Writes what it can; ready when the upload ended (sent whole, or failed: the
+    /// backend is no longer reading, and its answer says the rest).
+    pub(super) fn poll_send<T: AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut T,
+        cx: &mut Context<'_>,
+    ) -> Poll<()> {
+        loop {
+            match step(io, &mut self.out, &mut self.piece, self.chunked, cx) {
+                Poll::Ready(None) => continue,
+                Poll::Ready(Some(_)) => return Poll::Ready(()),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+/// How writing the body went, for one poll.
+enum Sent {
+    Whole,
+    WriteFailed(io::Error),
+    Body(crate::body::BodyError),
+}
+
+/// One step of the upload: one write of what is left of `piece`, or the body's next
+/// frame taken; ready with `None` when it made progress (the caller steps again), with
+/// `Some` when the upload ended.
+fn step<T: AsyncWrite + Unpin>(
+    io: &mut T,
+    out: &mut Outgoing,
+    piece: &mut Piece,
+    chunked: bool,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Sent>> {
+    loop {
+        if !piece.is_done() {
+            return match Pin::new(&mut *io).poll_write_vectored(cx, &piece.slices()) {
+                Poll::Ready(Ok(0)) => {
+                    Poll::Ready(Some(Sent::WriteFailed(io::ErrorKind::WriteZero.into())))
+                }
+                Poll::Ready(Ok(n)) => {
+                    piece.advance(n);
+                    Poll::Ready(None)
+                }
+                Poll::Ready(Err(e)) => Poll::Ready(Some(Sent::WriteFailed(e))),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+        if out.body_ended {
+            return match Pin::new(&mut *io).poll_flush(cx) {
+                Poll::Ready(Ok(())) => Poll::Ready(Some(Sent::Whole)),
+                Poll::Ready(Err(e)) => Poll::Ready(Some(Sent::WriteFailed(e))),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+        match Pin::new(&mut out.body).poll_frame(cx) {
+            // Nothing more to send yet: what the writer still holds (a TLS session's
+            // records) goes out now, not with the next piece — a backend may answer
+            // only once it has read everything so far.
+            Poll::Pending => {
+                return match Pin::new(&mut *io).poll_flush(cx) {
+                    Poll::Ready(Err(e)) => Poll::Ready(Some(Sent::WriteFailed(e))),
+                    _ => Poll::Pending,
+                }
+            }
+            Poll::Ready(None) => {
+                out.body_ended = true;
+                if chunked {
+                    *piece = Piece::last_chunk();
+                }
+            }
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Sent::Body(e))),
+            Poll::Ready(Some(Ok(frame))) => {
+                let data = match frame.into_data() {
+                    Ok(data) => data,
+                    Err(frame) => {
+                        // Trailers end the body; with a declared length they cannot go.
+                        if let (true, Some(t)) = (chunked, frame.trailers_ref()) {
+                            out.body_ended = true;
+                            *piece = Piece::last_chunk_with(t);
+                        }
+                        continue;
+                    }
+                };
+                if !data.is_empty() {
+                    out.sent(&data);
+                    *piece = Piece::data(data, chunked);
+                }
+            }
+        }
+    }
+}
+
+/// Sends what is left of `out`'s body over `io` (see the module); the piece under way
+/// is `piece`, so an upload the backend answered can go on. Bytes the backend sends
+/// meanwhile go to `buf`.
 pub(super) async fn upload<T: AsyncRead + AsyncWrite + Unpin>(
     io: &mut T,
     buf: &mut BytesMut,
     out: &mut Outgoing,
     chunked: bool,
+    piece: &mut Piece,
 ) -> Result<Upload, SendError> {
-    let mut piece = Piece::default();
     std::future::poll_fn(|cx| loop {
         // The backend spoke: its answer comes before the rest of the upload.
         let mut first = [const { MaybeUninit::<u8>::uninit() }; 4096];
@@ -113,62 +224,13 @@ pub(super) async fn upload<T: AsyncRead + AsyncWrite + Unpin>(
             Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e))),
             Poll::Pending => {}
         }
-        if !piece.is_done() {
-            match Pin::new(&mut *io).poll_write_vectored(cx, &piece.slices()) {
-                Poll::Ready(Ok(0)) => {
-                    let e = io::ErrorKind::WriteZero.into();
-                    return Poll::Ready(Ok(Upload::WriteFailed(e)));
-                }
-                Poll::Ready(Ok(n)) => {
-                    piece.advance(n);
-                    continue;
-                }
-                Poll::Ready(Err(e)) => return Poll::Ready(Ok(Upload::WriteFailed(e))),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-        if out.body_ended {
-            return match Pin::new(&mut *io).poll_flush(cx) {
-                Poll::Ready(Ok(())) => Poll::Ready(Ok(Upload::Sent)),
-                Poll::Ready(Err(e)) => Poll::Ready(Ok(Upload::WriteFailed(e))),
-                Poll::Pending => Poll::Pending,
-            };
-        }
-        match Pin::new(&mut out.body).poll_frame(cx) {
-            // Nothing more to send yet: what the writer still holds (a TLS session's
-            // records) goes out now, not with the next piece — a backend may answer
-            // only once it has read everything so far.
-            Poll::Pending => {
-                return match Pin::new(&mut *io).poll_flush(cx) {
-                    Poll::Ready(Err(e)) => Poll::Ready(Ok(Upload::WriteFailed(e))),
-                    _ => Poll::Pending,
-                }
-            }
-            Poll::Ready(None) => {
-                out.body_ended = true;
-                if chunked {
-                    piece = Piece::last_chunk();
-                }
-            }
-            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(SendError::Body(e))),
-            Poll::Ready(Some(Ok(frame))) => {
-                let data = match frame.into_data() {
-                    Ok(data) => data,
-                    Err(frame) => {
-                        // Trailers end the body; with a declared length they cannot go.
-                        if let (true, Some(t)) = (chunked, frame.trailers_ref()) {
-                            out.body_ended = true;
-                            piece = Piece::last_chunk_with(t);
-                        }
-                        continue;
-                    }
-                };
-                if !data.is_empty() {
-                    out.sent(&data);
-                    piece = Piece::data(data, chunked);
-                }
-            }
-        }
+        return match step(io, out, piece, chunked, cx) {
+            Poll::Ready(None) => continue,
+            Poll::Ready(Some(Sent::Whole)) => Poll::Ready(Ok(Upload::Sent)),
+            Poll::Ready(Some(Sent::WriteFailed(e))) => Poll::Ready(Ok(Upload::WriteFailed(e))),
+            Poll::Ready(Some(Sent::Body(e))) => Poll::Ready(Err(SendError::Body(e))),
+            Poll::Pending => Poll::Pending,
+        };
     })
     .await
 }
