@@ -976,3 +976,57 @@ async fn one_key_keeps_at_most_32_variants_and_head_on_a_stale_one_gets_its_fiel
     );
     assert!(head.contains("fwd-status=304"), "{head}");
 }
+
+/// A backend's `103 Early Hints` passes through a cache route to an HTTP/1.1 client on
+/// a miss, and the final answer is stored (the interim one never is): the next request
+/// is a hit, without a 103 (cache-tests' `interim-102` and `interim-103`).
+#[tokio::test]
+async fn interim_answers_pass_a_cache_and_are_never_stored() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (origin, _task) = raw_backend(|mut c| async move {
+        let mut buf = [0u8; 4096];
+        let _ = c.read(&mut buf).await;
+        let _ = c
+            .write_all(b"HTTP/1.1 103 Early Hints\r\nlink: </s.css>; rel=preload\r\n\r\n")
+            .await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let _ = c
+            .write_all(b"HTTP/1.1 200 OK\r\ncache-control: max-age=100000\r\ncontent-length: 5\r\nconnection: close\r\n\r\nfinal")
+            .await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    })
+    .await;
+    let s = Sluice::start(&format!(
+        "site * {{ cache {{ store memory 16M }} proxy {origin} }}"
+    ));
+    let first = raw(
+        s.addr,
+        b"GET /page HTTP/1.1\r\nhost: a.test\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let text = String::from_utf8_lossy(&first);
+    assert!(
+        text.starts_with("HTTP/1.1 103 Early Hints\r\n")
+            && text.contains("link: </s.css>; rel=preload"),
+        "{text}"
+    );
+    assert!(
+        text.contains("HTTP/1.1 200 OK\r\n") && text.ends_with("final"),
+        "{text}"
+    );
+    let second = raw(
+        s.addr,
+        b"GET /page HTTP/1.1\r\nhost: a.test\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let text = String::from_utf8_lossy(&second);
+    assert!(
+        text.starts_with("HTTP/1.1 200 OK\r\n"),
+        "a hit, no 103: {text}"
+    );
+    assert!(
+        text.to_ascii_lowercase()
+            .contains("cache-status: sluice; hit"),
+        "{text}"
+    );
+}
