@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -61,21 +60,7 @@ struct Served {
 fn serve(mut cmd: Command) -> Served {
     cmd.stdout(Stdio::piped()).stdin(Stdio::null());
     let mut group = Group::spawn(cmd).expect("the program starts");
-    let stdout = group.0.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the program says its port");
-    let port = line
-        .trim()
-        .strip_prefix("port ")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("the program said {line:?}"));
+    let port = said_port(&mut group);
     Served {
         port,
         _group: group,

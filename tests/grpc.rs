@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
 use std::time::Duration;
@@ -56,21 +56,7 @@ impl GrpcServer {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
         let mut group = Group::spawn(cmd).expect("python runs");
         let stdin = group.0.stdin.take().unwrap();
-        let stdout = group.0.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the gRPC server starts");
-        let port = line
-            .trim()
-            .strip_prefix("port ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("the gRPC server said {line:?}"));
+        let port = said_port(&mut group);
         GrpcServer {
             port,
             stdin,

@@ -783,3 +783,23 @@ pub async fn h2c_echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
     });
     (addr, task)
 }
+
+/// The port a program it started says it listens on: its first line of output, `port
+/// N` (the test fails past 30 s or on anything else).
+pub fn said_port(group: &mut Group) -> u16 {
+    use std::io::BufRead;
+    let stdout = group.0.stdout.take().expect("stdout piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the program says its port");
+    line.trim()
+        .strip_prefix("port ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the program said {line:?}"))
+}
