@@ -178,7 +178,8 @@ fn go_net_http_trailers_and_continue_through_every_front_and_backend() {
 
             // 103 Early Hints reach an HTTP/1.1 client before the answer. hyper's HTTP/2
             // server cannot send a 1xx, so an HTTP/2 client gets the answer alone
-            // (docs/config.md says so). nginx drops a backend's 103 on every front.
+            // (docs/config.md says so). nginx 1.22 (Debian's) drops a backend's 103;
+            // 1.29 added `early_hints` to pass it.
             let v = go_call(bin, url, "early", *ca);
             assert_eq!(v["status"], 200, "{what}: {v}");
             assert_eq!(v["body"], "final", "{what}: {v}");
@@ -298,6 +299,8 @@ async fn uvicorn_sse_live_and_a_websocket_through_sluice() {
 /// gunicorn serving a Flask app: a 50 MiB upload arrives whole (checked by its hash)
 /// over HTTP/1.1 and HTTP/2, its redirect passes as written, and an HTTP/2 client's
 /// cookie crumbs reach it as one `Cookie` field (RFC 9113 §8.2.3), which Flask reads.
+/// nginx does the same with `client_max_body_size 64m` (its default 1 MiB answers
+/// 413), and joins the crumbs as well.
 #[tokio::test]
 async fn gunicorn_flask_upload_redirect_and_cookies_through_sluice() {
     let Some(gunicorn) = venv_program("gunicorn") else {

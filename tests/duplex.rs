@@ -3,7 +3,10 @@
 //! through an h2c backend that echoes frames as they come: every message goes out only
 //! after the one before came back, so a proxy that stops the upload once the response
 //! head arrived hangs at the second message (sluice did, before). The HTTP/3 front's
-//! case is in `tests/h3.rs`; real gRPC programs in `tests/grpc.rs`.
+//! case is in `tests/h3.rs`; real gRPC programs in `tests/grpc.rs`. nginx buffers a
+//! request body whole before it proxies it unless `proxy_request_buffering off`, so a
+//! ping-pong through its `proxy_pass` waits for the upload's end; `grpc_pass` streams
+//! both ways.
 
 mod common;
 

@@ -421,7 +421,8 @@ async fn grpc_timeout_bounds_the_call_and_what_is_left_goes_on() {
 
 /// `health grpc [SERVICE]` asks grpcio's own health service, over h2c and over TLS:
 /// `SERVING` keeps a peer in, `NOT_SERVING` takes it out with that as its reason, and
-/// calls then get `UNAVAILABLE` from sluice.
+/// calls then get `UNAVAILABLE` from sluice. nginx has no active checks (its commercial
+/// build's `health_check type=grpc` does this); Envoy's `grpc_health_check` does.
 #[test]
 fn health_grpc_follows_grpcios_health_service() {
     if !have_grpcio() {

@@ -792,7 +792,8 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 /// forced for the origin; the test CA's key allowed by its SPKI hash, as QUIC takes no
 /// other exception), and the page's script opens a WebSocket through sluice to an echo
 /// backend (over HTTP/2's extended CONNECT, or a TCP connection beside HTTP/3, as
-/// Chromium does). The page writes what it saw into its DOM.
+/// Chromium does). The page writes what it saw into its DOM. nginx 1.22 (Debian's) has
+/// no HTTP/3, and takes WebSockets over HTTP/1.1 only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_loads_a_page_over_h2_and_h3_with_a_websocket() {
     let Some(chromium) = program("chromium") else {
