@@ -347,7 +347,7 @@ fn get_metrics(admin: std::net::SocketAddr) -> String {
 async fn grpc_timeout_bounds_the_call_and_what_is_left_goes_on() {
     use http_body_util::{BodyExt, Full};
     let b = Backend::start(|req: hyper::Request<hyper::body::Incoming>| async move {
-        if req.uri().path() == "/slow" {
+        if req.uri().path().ends_with("/slow") {
             tokio::time::sleep(Duration::from_secs(10)).await;
         }
         let got = req
@@ -362,8 +362,8 @@ async fn grpc_timeout_bounds_the_call_and_what_is_left_goes_on() {
     })
     .await;
     let s = Sluice::start(&format!(
-        "site * {{ proxy {} {{ timeout 30s; limit 1 5s }} }}",
-        b.addr
+        "site * {{ route /busy/* {{ proxy {a} {{ limit 1 200ms }} }} proxy {a} {{ timeout 30s; limit 1 5s }} }}",
+        a = b.addr
     ));
     let (mut send, _conn) = h2c::<Full<bytes::Bytes>>(s.addr).await;
     let call = |path: &str, timeout: &str| {
@@ -416,6 +416,19 @@ async fn grpc_timeout_bounds_the_call_and_what_is_left_goes_on() {
         started.elapsed() < Duration::from_secs(3),
         "not the limit's 5s wait"
     );
+    holder.abort();
+
+    // A `limit` refusal (its wait over, the deadline not) is RESOURCE_EXHAUSTED.
+    let mut hold = send.clone();
+    let holder = tokio::spawn(async move { hold.send_request(call("/busy/slow", "20S")).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = send.send_request(call("/busy/x", "10S")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["grpc-status"], "8", "{:?}", r.headers());
+    assert!(r.headers()["grpc-message"]
+        .to_str()
+        .unwrap()
+        .contains("busy"));
     holder.abort();
 }
 
