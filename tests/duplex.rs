@@ -151,3 +151,84 @@ async fn ping_pong_with_an_http1_backend() {
     let s = Sluice::start(&format!("site * {{ proxy {backend} }}"));
     ping_pong_h2(s.addr).await;
 }
+
+/// An HTTP/2 backend that answers whole at once and reads the upload afterwards: an
+/// HTTP/1.1 client's body still reaches it to its end (not cut where the answer
+/// ended), and the client's connection then carries its next request.
+#[tokio::test]
+async fn the_upload_goes_on_after_a_complete_answer() {
+    use std::sync::{Arc, Mutex};
+    let got: Arc<Mutex<Option<usize>>> = Arc::default();
+    let seen = got.clone();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = l.local_addr().unwrap();
+    let _task = tokio::spawn(async move {
+        while let Ok((c, _)) = l.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let seen = seen.clone();
+                        async move {
+                            // The body is read after the answer, in a task of its own.
+                            tokio::spawn(async move {
+                                if let Ok(b) = req.into_body().collect().await {
+                                    *seen.lock().unwrap() = Some(b.to_bytes().len());
+                                }
+                            });
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(full("early")))
+                        }
+                    },
+                );
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(c), svc)
+                        .await;
+            });
+        }
+    });
+    let s = Sluice::start(&format!("site * {{ proxy h2c://{backend} }}"));
+    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(
+        b"POST /up HTTP/1.1\r\nhost: a.test\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n",
+    )
+    .await
+    .unwrap();
+    let mut got_text = String::new();
+    let mut buf = [0u8; 4096];
+    while !got_text.contains("early") {
+        let n = tokio::time::timeout(WAIT, c.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "{got_text}");
+        got_text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    for piece in ["6\r\nsecond\r\n", "5\r\nthird\r\n", "0\r\n\r\n"] {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        c.write_all(piece.as_bytes()).await.unwrap();
+    }
+    let end = std::time::Instant::now() + WAIT;
+    while got.lock().unwrap().is_none() && std::time::Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        *got.lock().unwrap(),
+        Some(16),
+        "every byte, to the body's end: {}",
+        s.logs()
+    );
+    // The connection carries the next request.
+    c.write_all(b"GET /again HTTP/1.1\r\nhost: a.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut again = String::new();
+    while !again.contains("early") {
+        let n = tokio::time::timeout(WAIT, c.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "the connection closed: {again}");
+        again.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+}

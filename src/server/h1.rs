@@ -283,13 +283,16 @@ impl Conn {
             return false;
         }
         let marks = log.as_ref().map(|_| Marks::of(&resp));
-        let keep = ex.respond(stream, buf, resp).await;
-        ex.count_unread(buf);
-        let done = ex.done(log.is_some());
-        ex.meter(ex.bytes, done);
-        if let (Some(mut l), Some(done)) = (log, done) {
-            ex.log(&mut l, marks.as_ref(), done);
+        let mut keep = ex.respond(stream, buf, resp).await;
+        if ex.still_uploading() {
+            // Boxed: rare.
+            Box::pin(ex.finish_upload(stream, buf)).await;
         }
+        // A request body the handler did not read to its end leaves the stream
+        // mid-request.
+        keep &= ex.pump.is_none();
+        ex.count_unread(buf);
+        ex.record(log, marks.as_ref());
         if !keep && ex.pump.is_some() {
             // Boxed: its 4 KiB sink would otherwise sit in every request's state.
             Box::pin(linger(stream)).await;
@@ -597,8 +600,42 @@ impl Exchange {
             return false;
         }
         drop(rbody);
-        // A request body the handler did not read to its end leaves the stream mid-request.
-        self.keep_alive && out != Delimit::Close && self.pump.is_none()
+        self.keep_alive && out != Delimit::Close
+    }
+
+    /// A backend still takes the upload after its answer (full duplex, DESIGN §18.5):
+    /// the body goes on to its end ([`Exchange::finish_upload`]).
+    fn still_uploading(&self) -> bool {
+        self.pump
+            .as_ref()
+            .is_some_and(|p| !p.failed && !p.tx.is_closed())
+    }
+
+    /// The request is done: metered, and its access log line written.
+    fn record(&self, log: Option<Pending>, marks: Option<&Marks>) {
+        let done = self.done(log.is_some());
+        self.meter(self.bytes, done);
+        if let (Some(mut l), Some(done)) = (log, done) {
+            self.log(&mut l, marks, done);
+        }
+    }
+
+    /// Pumps what is left of the request body after the answer, for a backend that
+    /// still reads it, until it ends, the backend lets it go, the client stalls for
+    /// `BODY_READ_TIMEOUT` or leaves.
+    async fn finish_upload<S: Transport>(&mut self, stream: &mut S, buf: &mut BytesMut) {
+        let (mut rd, _) = stream.split();
+        while self
+            .pump
+            .as_ref()
+            .is_some_and(|p| !p.failed && !p.tx.is_closed())
+        {
+            let step = read_side(&mut self.pump, &mut self.received, &mut rd, buf, false);
+            match timeout(BODY_READ_TIMEOUT, step).await {
+                Ok(Side::Progress) => {}
+                Ok(Side::ClientClosed) | Err(_) => break,
+            }
+        }
     }
 
     /// The rest of the response body, frame by frame, while a request body still being

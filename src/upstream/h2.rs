@@ -440,7 +440,8 @@ async fn final_head(
 /// backend resets the stream (any code: `NO_ERROR` after a complete response too), or
 /// the client's body fails (the backend's stream is then cancelled).
 async fn upload_rest(mut body: h2::SendStream<Bytes>, mut rest: Outgoing, mut pending: Bytes) {
-    if let Err(SendError::Body(_)) = pump(&mut body, &mut rest, &mut pending).await {
+    let r = pump(&mut body, &mut rest, &mut pending).await;
+    if let Err(SendError::Body(_)) = r {
         body.send_reset(h2::Reason::CANCEL);
     }
 }
@@ -580,12 +581,24 @@ pub(crate) struct ResponseBody {
 }
 
 impl ResponseBody {
-    pub(crate) fn new(recv: RecvStream, stream: Stream) -> ResponseBody {
+    pub(crate) fn new(recv: RecvStream, mut stream: Stream) -> ResponseBody {
+        let data_done = recv.is_end_stream();
+        if data_done {
+            // Complete already: what is left of the upload goes on (see `ended`).
+            stream.upload = None;
+        }
         ResponseBody {
-            data_done: recv.is_end_stream(),
+            data_done,
             recv,
             _stream: stream,
         }
+    }
+
+    /// The response is complete: what is left of the upload goes on until it ends or
+    /// the backend resets the stream, no longer stopped with the response. (A consumer
+    /// may stop polling once the end is known, so this is said as soon as it is.)
+    fn ended(&mut self) {
+        self._stream.upload = None;
     }
 }
 
@@ -603,6 +616,10 @@ impl http_body::Body for ResponseBody {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(data))) => {
                     let _ = this.recv.flow_control().release_capacity(data.len());
+                    // (Asked only with an upload going on: it takes the stream's lock.)
+                    if this._stream.upload.is_some() && this.recv.is_end_stream() {
+                        this.ended();
+                    }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(io::Error::other(e)))),
@@ -613,13 +630,11 @@ impl http_body::Body for ResponseBody {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(Some(mut t))) => {
                 crate::http1::keep_trailers(&mut t);
-                this._stream.upload = None;
+                this.ended();
                 Poll::Ready(Some(Ok(Frame::trailers(t))))
             }
             Poll::Ready(Ok(None)) => {
-                // A complete response: what is left of the upload goes on until it
-                // ends or the backend resets the stream.
-                this._stream.upload = None;
+                this.ended();
                 Poll::Ready(None)
             }
             Poll::Ready(Err(e)) => Poll::Ready(Some(Err(io::Error::other(e)))),
