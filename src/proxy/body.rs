@@ -13,6 +13,7 @@ use http_body::{Frame, SizeHint};
 use crate::body::BodyError;
 use crate::http1::decode::Decoder;
 use crate::upstream::conn::BackendConn;
+use crate::upstream::upload::Rest;
 use crate::upstream::{FailureKind, Lease};
 
 pub(crate) struct ResponseBody {
@@ -22,6 +23,9 @@ pub(crate) struct ResponseBody {
     lease: Lease,
     /// A chunked body's trailer fields, given after its data.
     trailers: Option<Box<http::HeaderMap>>,
+    /// What is left of an upload the backend answered early: it goes on beside the
+    /// answer, until it ends or the answer does (DESIGN §18.5).
+    upload: Option<Box<Rest>>,
 }
 
 impl ResponseBody {
@@ -30,6 +34,7 @@ impl ResponseBody {
         decoder: Decoder,
         reusable: bool,
         lease: Lease,
+        upload: Option<Box<Rest>>,
     ) -> ResponseBody {
         let mut body = ResponseBody {
             conn: Some(conn),
@@ -37,6 +42,7 @@ impl ResponseBody {
             reusable,
             lease,
             trailers: None,
+            upload,
         };
         if body.decoder.is_done() {
             body.release();
@@ -66,8 +72,11 @@ impl http_body::Body for ResponseBody {
         let Some(conn) = this.conn.as_mut() else {
             return Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(*t))));
         };
-        // An upload the backend answered before it ended goes on beside the answer.
-        conn.poll_upload(cx);
+        if let Some(rest) = this.upload.as_deref_mut() {
+            if conn.poll_upload(rest, cx).is_ready() {
+                this.upload = None;
+            }
+        }
         match conn.poll_body(&mut this.decoder, &mut this.trailers, cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(None) => {

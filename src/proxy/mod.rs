@@ -474,14 +474,19 @@ enum Attempt {
 /// A backend's answer: over HTTP/1.1 (its connection and response head), or on an
 /// HTTP/2 stream.
 pub(crate) enum Answer {
-    H1(BackendConn, crate::http1::head::ResponseHead),
+    /// With what is left of an upload the backend answered before it ended.
+    H1(
+        BackendConn,
+        crate::http1::head::ResponseHead,
+        Option<Box<crate::upstream::upload::Rest>>,
+    ),
     H2(Response<::h2::RecvStream>, h2::Stream),
 }
 
 impl Answer {
     fn status(&self) -> StatusCode {
         match self {
-            Answer::H1(_, head) => head.parts.status,
+            Answer::H1(_, head, _) => head.parts.status,
             Answer::H2(resp, _) => resp.status(),
         }
     }
@@ -548,7 +553,9 @@ async fn attempt(
                     continue;
                 }
                 match send(pool, i, &mut conn, out, client.metered).await {
-                    Ok(head) => return Attempt::Answered(Answer::H1(conn, head)),
+                    Ok(head) => {
+                        return Attempt::Answered(Answer::H1(conn, head, out.upload.take()))
+                    }
                     Err(SendError::NotSent) if reused => {
                         fresh = true;
                         continue;
@@ -752,8 +759,8 @@ fn stream(
     let served = lease.peer;
     let served_pool = client.served.map(|_| lease.pool.clone());
     let (mut parts, body) = match answer {
-        Answer::H1(conn, head) => {
-            let body = ResponseBody::new(conn, head.decoder, head.reusable, lease);
+        Answer::H1(conn, head, upload) => {
+            let body = ResponseBody::new(conn, head.decoder, head.reusable, lease, upload);
             (head.parts, Body::stream(body))
         }
         Answer::H2(resp, st) => {

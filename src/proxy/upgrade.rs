@@ -109,7 +109,8 @@ pub(super) async fn upgrade(
         // switch, so it is never pooled.
         let mut head = head;
         head.reusable = false;
-        return stream(pool, Answer::H1(conn, head), lease, client, dialed);
+        let upload = out.upload.take();
+        return stream(pool, Answer::H1(conn, head, upload), lease, client, dialed);
     }
     let tunnel = Tunnel {
         conn,

@@ -248,7 +248,7 @@ impl Conn {
         let (want, pump, body) = Pump::of(framing, expect_continue);
         // One clock read serves the meter and the log.
         let started = self.live.metered().then(std::time::Instant::now);
-        let log = self
+        let mut log = self
             .access
             .load_full()
             .map(|log| Pending::new(log, &method, &uri, &headers, version, &self.client, started));
@@ -292,7 +292,7 @@ impl Conn {
         // mid-request.
         keep &= ex.pump.is_none();
         ex.count_unread(buf);
-        ex.record(log, marks.as_ref());
+        ex.record(log.as_mut(), marks.as_ref());
         if !keep && ex.pump.is_some() {
             // Boxed: its 4 KiB sink would otherwise sit in every request's state.
             Box::pin(linger(stream)).await;
@@ -612,11 +612,12 @@ impl Exchange {
     }
 
     /// The request is done: metered, and its access log line written.
-    fn record(&self, log: Option<Pending>, marks: Option<&Marks>) {
+    #[inline]
+    fn record(&self, log: Option<&mut Pending>, marks: Option<&Marks>) {
         let done = self.done(log.is_some());
         self.meter(self.bytes, done);
-        if let (Some(mut l), Some(done)) = (log, done) {
-            self.log(&mut l, marks, done);
+        if let (Some(l), Some(done)) = (log, done) {
+            self.log(l, marks, done);
         }
     }
 

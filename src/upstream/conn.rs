@@ -44,11 +44,6 @@ pub(crate) struct BackendConn {
     /// (When the deadline passes while the connection idles, it wakes the task that
     /// last waited on it once, for nothing.)
     pub timer: KeptTimer,
-    /// What is left of an upload the backend answered before it ended: it goes on
-    /// while the answer is read (DESIGN §18.5). In a `Mutex` only to keep the
-    /// connection `Sync` (a client's body is not): reached through `get_mut`, never
-    /// locked.
-    upload: Option<std::sync::Mutex<Box<Rest>>>,
 }
 
 /// A request's head (and what was copied behind it), written whole; `NotSent` when
@@ -131,7 +126,6 @@ impl BackendConn {
             wbuf: Vec::new(),
             named: None,
             timer: None,
-            upload: None,
         }
     }
 
@@ -213,7 +207,7 @@ impl BackendConn {
                     early = true;
                     // The rest goes on while the answer is read (DESIGN §18.5).
                     let rest = Rest::new(out.take_rest(), *piece, chunked);
-                    self.upload = Some(std::sync::Mutex::new(Box::new(rest)));
+                    out.upload = Some(Box::new(rest));
                 }
                 Upload::WriteFailed(e) => write_failed = Some(e),
             }
@@ -229,7 +223,7 @@ impl BackendConn {
                 None => Err(SendError::Io(e)),
             };
         }
-        let mut head = self.read_head(is_head).await?;
+        let mut head = self.read_head(is_head, out.upload.as_deref_mut()).await?;
         if early {
             head.reusable = false;
         }
@@ -291,7 +285,13 @@ impl BackendConn {
         }
     }
 
-    async fn read_head(&mut self, is_head: bool) -> Result<ResponseHead, SendError> {
+    /// Reads the response head; an upload the backend answered early (`upload`) goes
+    /// on meanwhile.
+    async fn read_head(
+        &mut self,
+        is_head: bool,
+        mut upload: Option<&mut Rest>,
+    ) -> Result<ResponseHead, SendError> {
         let mut scan = ResponseScan::default();
         // Whether any byte of an answer came (an interim one is taken off `buf`).
         let mut heard = !self.buf.is_empty();
@@ -312,22 +312,10 @@ impl BackendConn {
                 return Err(SendError::Invalid("response head too large"));
             }
             make_room(&mut self.buf, READ_CHUNK);
-            let read = match self.upload.as_mut().and_then(|m| m.get_mut().ok()) {
+            let read = match upload.as_deref_mut() {
                 None => self.io.read_buf(&mut self.buf).await,
-                Some(rest) => {
-                    // The upload goes on while the head is awaited.
-                    let (io, buf) = (&mut self.io, &mut self.buf);
-                    let mut rest = Some(rest);
-                    std::future::poll_fn(|cx| {
-                        if let Some(r) = rest.as_deref_mut() {
-                            if r.poll_send(io, cx).is_ready() {
-                                rest = None;
-                            }
-                        }
-                        std::pin::pin!(io.read_buf(buf)).poll(cx)
-                    })
-                    .await
-                }
+                // Boxed: only an upload answered early pays for it.
+                Some(rest) => Box::pin(read_uploading(&mut self.io, &mut self.buf, rest)).await,
             };
             match read {
                 Ok(0) if !heard => return Err(SendError::Unanswered(None)),
@@ -341,16 +329,9 @@ impl BackendConn {
         }
     }
 
-    /// Moves an upload the backend answered early along; `true` while it goes on.
-    pub(crate) fn poll_upload(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(rest) = self.upload.as_mut().and_then(|m| m.get_mut().ok()) else {
-            return false;
-        };
-        if rest.poll_send(&mut self.io, cx).is_ready() {
-            self.upload = None;
-            return false;
-        }
-        true
+    /// Moves an upload the backend answered early along; ready when it ended.
+    pub(crate) fn poll_upload(&mut self, rest: &mut Rest, cx: &mut Context<'_>) -> Poll<()> {
+        rest.poll_send(&mut self.io, cx)
     }
 
     /// Reads the next piece of a response body into its decoder's output; a chunked
@@ -390,6 +371,18 @@ impl BackendConn {
             }
         }
     }
+}
+
+/// A read of the response while what is left of the upload goes on (until it ends).
+async fn read_uploading(io: &mut Stream, buf: &mut BytesMut, rest: &mut Rest) -> io::Result<usize> {
+    let mut sending = true;
+    std::future::poll_fn(|cx| {
+        if sending && rest.poll_send(io, cx).is_ready() {
+            sending = false;
+        }
+        std::pin::pin!(io.read_buf(buf)).poll(cx)
+    })
+    .await
 }
 
 /// The most a body read asks for at once.

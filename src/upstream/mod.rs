@@ -28,7 +28,7 @@ mod peer;
 mod pool;
 mod state;
 pub(crate) mod tls;
-mod upload;
+pub(crate) mod upload;
 
 pub(crate) use self::peer::{FailureKind, Peer, Role, ALPN_H1, ALPN_H2};
 pub(crate) use self::pool::{Lease, Note, Pick, Pool, Served, Tried};

@@ -32,6 +32,9 @@ pub(crate) struct Outgoing {
     taken: bool,
     /// A gRPC call's deadline (`grpc-timeout`): what is left of it goes to the backend.
     pub deadline: Option<std::time::Instant>,
+    /// What is left of the upload after an HTTP/1.1 backend's answer began (DESIGN
+    /// §18.5): it goes on while the answer is read.
+    pub upload: Option<Box<super::upload::Rest>>,
 }
 
 /// Every body frame sent so far, up to a cap: past it, the request can no longer be
@@ -79,6 +82,7 @@ impl Outgoing {
             kept: None,
             taken: false,
             deadline: None,
+            upload: None,
         }
     }
 
@@ -160,6 +164,7 @@ impl Outgoing {
             kept: None,
             taken: true,
             deadline: None,
+            upload: None,
         }
     }
 
