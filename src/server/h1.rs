@@ -634,7 +634,16 @@ impl Exchange {
             let step = read_side(&mut self.pump, &mut self.received, &mut rd, buf, false);
             match timeout(BODY_READ_TIMEOUT, step).await {
                 Ok(Side::Progress) => {}
-                Ok(Side::ClientClosed) | Err(_) => break,
+                Ok(Side::ClientClosed) => break,
+                Err(_) => {
+                    // Said, when there is room, so the backend is not told the body
+                    // ended where it stopped.
+                    if let Some(p) = &self.pump {
+                        let _ =
+                            p.tx.try_send(Err(BodyError::ClientGone("no body bytes for 60s")));
+                    }
+                    break;
+                }
             }
         }
     }
