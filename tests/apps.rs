@@ -85,14 +85,7 @@ fn go_call(bin: &Path, url: &str, case: &str, ca: Option<&Path>) -> Value {
     v
 }
 
-/// A loopback port free now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use common::pebble::free_port;
 
 /// Go's client through sluice's plain (HTTP/1.1) and TLS (HTTP/2) fronts to Go's
 /// server over HTTP/1.1 and over TLS (HTTP/2): trailers both ways, with the response

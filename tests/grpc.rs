@@ -152,14 +152,7 @@ fn sluice(c: &Certs, proxy: &str) -> (Sluice, Front, Front) {
     (s, plain, secure)
 }
 
-/// A loopback port free now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use common::pebble::free_port;
 
 fn ok(v: Value) -> Value {
     assert_eq!(v["code"], "OK", "{v}");

@@ -22,21 +22,34 @@ pub struct Pebble {
     _dir: TempDir,
 }
 
-/// A free loopback TCP port (bound and released).
+/// A free loopback port (bound and released) for a program that must be told its
+/// port before it starts. Taken below the kernel's ephemeral range (32768 and up by
+/// default), from a sequence of this process's own: a port bound with `:0` and let go
+/// can be handed at once to another test's outgoing connection as its local port, and
+/// the program's bind then fails (it did, once, under the whole suite).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    fixed_port(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
 }
 
 fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    fixed_port(|p| std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok())
+}
+
+fn fixed_port(free: impl Fn(u16) -> bool) -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Each test process starts at its own place in the span.
+    let base = std::process::id() % SPAN;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (FIRST + (base + n * 7) % SPAN) as u16;
+        if free(port) {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + SPAN)
 }
 
 fn installed(program: &str) -> bool {
