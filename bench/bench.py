@@ -720,7 +720,9 @@ def report(results, proxies, tests, scaling, took):
         lines.append("")
     text = "\n".join(lines)
     print("\n" + text)
-    path = os.path.join(ROOT, "bench", "results.txt")
+    # A partial run (TESTS= or ONLY=) does not replace the whole table of record.
+    partial = TESTS_ONLY or ONLY
+    path = os.path.join(ROOT, "bench", "results-partial.txt" if partial else "results.txt")
     with open(path, "w") as f:
         f.write(text + "\n")
     print(f"written to {path}")
