@@ -1044,6 +1044,15 @@ impl BackendScheme {
             BackendScheme::H2c => "h2c",
         }
     }
+
+    /// A request's `:scheme` over HTTP/2 to such a backend: `https` over TLS, `http`
+    /// in the clear.
+    pub fn request_scheme(self) -> &'static str {
+        match self {
+            BackendScheme::Https => "https",
+            BackendScheme::Http | BackendScheme::H2c => "http",
+        }
+    }
 }
 
 /// How an `https://` pool checks its backends' certificates.

@@ -71,12 +71,15 @@ pub(crate) fn is_call<B>(req: &Request<B>) -> bool {
 
 /// `Content-Type: application/grpc` or `application/grpc+…` (or `;…`).
 pub(crate) fn is_grpc_type(h: &HeaderMap) -> bool {
-    h.get(header::CONTENT_TYPE).is_some_and(|v| {
-        let v = v.as_bytes();
-        v.len() >= 16
-            && v[..16].eq_ignore_ascii_case(b"application/grpc")
-            && matches!(v.get(16), None | Some(b'+' | b';'))
-    })
+    h.get(header::CONTENT_TYPE)
+        .and_then(|v| strip_prefix_ci(v.as_bytes(), b"application/grpc"))
+        .is_some_and(|rest| matches!(rest.first(), None | Some(b'+' | b';')))
+}
+
+/// What follows `prefix` (any case) at the start of `v`.
+fn strip_prefix_ci<'a>(v: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
+    (v.len() >= prefix.len() && v[..prefix.len()].eq_ignore_ascii_case(prefix))
+        .then(|| &v[prefix.len()..])
 }
 
 /// One call's end, as the meter and the access log see it: the `grpc-status` it ended

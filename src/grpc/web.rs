@@ -30,8 +30,8 @@ const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STA
 /// The call's mode when `req` is a gRPC-Web call (by its `Content-Type`).
 pub(crate) fn mode_of<B>(req: &Request<B>) -> Option<Mode> {
     let v = req.headers().get(header::CONTENT_TYPE)?.as_bytes();
-    let rest = strip_prefix_ci(v, b"application/grpc-web")?;
-    if strip_prefix_ci(rest, b"-text").is_some() {
+    let rest = super::strip_prefix_ci(v, b"application/grpc-web")?;
+    if super::strip_prefix_ci(rest, b"-text").is_some() {
         Some(Mode::Text)
     } else if matches!(rest.first(), None | Some(b'+' | b';')) {
         Some(Mode::Binary)
@@ -40,25 +40,25 @@ pub(crate) fn mode_of<B>(req: &Request<B>) -> Option<Mode> {
     }
 }
 
-fn strip_prefix_ci<'a>(v: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
-    (v.len() >= prefix.len() && v[..prefix.len()].eq_ignore_ascii_case(prefix))
-        .then(|| &v[prefix.len()..])
+/// Sets `Content-Type` to `base`, with the `+format` (`+proto`, `+json`) the one it
+/// replaces named.
+fn retype(h: &mut http::HeaderMap, base: &'static str) {
+    let typed = h
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once('+'))
+        .and_then(|(_, format)| HeaderValue::from_str(&format!("{base}+{format}")).ok());
+    h.insert(
+        header::CONTENT_TYPE,
+        typed.unwrap_or(HeaderValue::from_static(base)),
+    );
 }
 
 /// The call as gRPC: `Content-Type: application/grpc` (its `+format` kept), `TE:
 /// trailers`, no `Content-Length` (base64 changes it), the body decoded in text mode.
 pub(crate) fn to_grpc(req: &mut Request<Body>, mode: Mode) {
     let h = req.headers_mut();
-    let format = h
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once('+').map(|(_, f)| f.to_string()));
-    let grpc = match format {
-        Some(f) => HeaderValue::from_str(&format!("application/grpc+{f}"))
-            .unwrap_or(HeaderValue::from_static("application/grpc")),
-        None => HeaderValue::from_static("application/grpc"),
-    };
-    h.insert(header::CONTENT_TYPE, grpc);
+    retype(h, "application/grpc");
     h.insert(header::TE, HeaderValue::from_static("trailers"));
     if mode == Mode::Text {
         h.remove(header::CONTENT_LENGTH);
@@ -76,21 +76,12 @@ pub(crate) fn to_grpc(req: &mut Request<Body>, mode: Mode) {
 pub(crate) fn to_web(resp: Response<Body>, mode: Mode) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     let h = &mut parts.headers;
-    let format = h
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once('+').map(|(_, f)| f.to_string()));
-    let base = match mode {
-        Mode::Binary => "application/grpc-web",
-        Mode::Text => "application/grpc-web-text",
-    };
-    let ct = match format {
-        Some(f) => HeaderValue::from_str(&format!("{base}+{f}")).ok(),
-        None => None,
-    };
-    h.insert(
-        header::CONTENT_TYPE,
-        ct.unwrap_or(HeaderValue::from_static(base)),
+    retype(
+        h,
+        match mode {
+            Mode::Binary => "application/grpc-web",
+            Mode::Text => "application/grpc-web-text",
+        },
     );
     h.remove(header::CONTENT_LENGTH);
     if h.contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN) {

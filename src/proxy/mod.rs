@@ -31,7 +31,7 @@ use self::retry::{is_idempotent, retry_sent, retry_to, retry_unreached, Retry};
 use crate::body::Body;
 use crate::config::template::Values;
 use crate::config::units::format_duration;
-use crate::config::{BackendScheme, HashKey, Policy};
+use crate::config::{HashKey, Policy};
 use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
 use crate::tunnel::Tunnel;
@@ -633,10 +633,7 @@ async fn send_h2(
     out: &mut Outgoing,
     metered: bool,
 ) -> Result<Response<::h2::RecvStream>, SendError> {
-    let scheme = match pool.state.scheme {
-        BackendScheme::Https => "https",
-        _ => "http",
-    };
+    let scheme = pool.state.scheme.request_scheme();
     let cap = out.deadline;
     timed(pool, i, None, metered, cap, h2::send(st, out, scheme)).await
 }

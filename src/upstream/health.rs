@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 use super::conn::Outgoing;
 use super::{dial, Peer, PoolState};
 use crate::body::Body;
-use crate::config::{BackendScheme, Health, Probe};
+use crate::config::{Health, Probe};
 
 /// One peer's active health: the verdict and the streak that leads to the next one.
 #[derive(Debug)]
@@ -361,17 +361,7 @@ async fn grpc_check(
         header::USER_AGENT,
         HeaderValue::from_static("sluice-health-check"),
     );
-    let mut out = Outgoing::new(req);
-    let mux = super::h2::Mux::default();
-    let mut stream = mux.adopt(session);
-    let scheme = if state.scheme == BackendScheme::Https {
-        "https"
-    } else {
-        "http"
-    };
-    let resp = super::h2::send(&mut stream, &mut out, scheme)
-        .await
-        .map_err(|e| e.to_string())?;
+    let resp = on_own_session(state, session, req).await?;
     if resp.status() != http::StatusCode::OK {
         return Err(format!("status {}", resp.status().as_u16()));
     }
@@ -437,26 +427,30 @@ pub(super) async fn ask(
         HeaderValue::from_static("sluice-health-check"),
     );
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-    let mut out = Outgoing::new(req);
     match dialed {
         dial::Dialed::H1(mut conn) => {
+            let mut out = Outgoing::new(req);
             let resp = conn.send(&mut out).await.map_err(|e| e.to_string())?;
             Ok(resp.parts.status.as_u16())
         }
         dial::Dialed::H2(session) => {
-            let mux = super::h2::Mux::default();
-            let mut stream = mux.adopt(session);
-            let scheme = if state.scheme == BackendScheme::Https {
-                "https"
-            } else {
-                "http"
-            };
-            let resp = super::h2::send(&mut stream, &mut out, scheme)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(resp.status().as_u16())
+            Ok(on_own_session(state, session, req).await?.status().as_u16())
         }
     }
+}
+
+/// `req` on an HTTP/2 session the probe opened for itself: the response head.
+async fn on_own_session(
+    state: &PoolState,
+    session: std::sync::Arc<super::h2::Session>,
+    req: Request<Body>,
+) -> Result<http::Response<::h2::RecvStream>, String> {
+    let mux = super::h2::Mux::default();
+    let mut stream = mux.adopt(session);
+    let mut out = Outgoing::new(req);
+    super::h2::send(&mut stream, &mut out, state.scheme.request_scheme())
+        .await
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
