@@ -432,6 +432,10 @@ def wrk(port, path, conns, extra=(), duration=DURATION, scheme="http"):
 
 def h2load(port, duration=DURATION, scheme="http"):
     cmd = ["taskset", "-c", "1", H2LOAD, "-c", "16", "-m", "8", "-D", str(duration), f"{scheme}://127.0.0.1:{port}/small"]
+    return h2load_run(cmd, duration)
+
+
+def h2load_run(cmd, duration):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
     m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded", out)
     rps = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
@@ -449,13 +453,7 @@ def grpc_unary(port, duration=DURATION):
     cmd = ["taskset", "-c", "1", H2LOAD, "-c", "16", "-m", "8", "-D", str(duration), "-d", data,
            "-H", "content-type: application/grpc", "-H", "te: trailers",
            f"http://127.0.0.1:{port}/test.Echo/Unary"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
-    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded", out)
-    rps = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
-    lat = re.search(r"time for request:\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)", out)
-    if not (m and rps and lat):
-        sys.exit(f"bench: cannot read h2load output:\n{out}")
-    return {"requests": int(m.group(1)), "rps": float(rps.group(1)), "p50": to_us(lat.group(5), lat.group(6)), "p99": to_us(lat.group(3), lat.group(4))}
+    return h2load_run(cmd, duration)
 
 
 def start_grpc_backend():

@@ -21,10 +21,7 @@ fn gohttp() -> Option<&'static Path> {
     BUILT
         .get_or_init(|| {
             if Command::new("go").arg("version").output().is_err() {
-                if require_interop() {
-                    panic!("go is required (SLUICE_INTEROP=require); .ci/run installs golang-go");
-                }
-                eprintln!("skipping: go is not installed (.ci/run installs golang-go)");
+                missing("go (.ci/run installs golang-go)");
                 return None;
             }
             let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gohttp");
@@ -190,19 +187,14 @@ fn go_net_http_trailers_and_continue_through_every_front_and_backend() {
     }
 }
 
-const VENV: &str = "/opt/sluice-interop/bin";
-
 /// `uvicorn` or `gunicorn` from the venv `.ci/run` makes (`None`, after saying why,
 /// when it is missing).
 fn venv_program(name: &str) -> Option<PathBuf> {
-    let p = Path::new(VENV).join(name);
+    let p = Path::new(INTEROP_VENV).join(name);
     if p.is_file() {
         return Some(p);
     }
-    if require_interop() {
-        panic!("{name} in {VENV} is required (SLUICE_INTEROP=require); .ci/run installs it");
-    }
-    eprintln!("skipping: {name} is not installed in {VENV} (.ci/run installs it)");
+    missing(&format!("{name} in {INTEROP_VENV} (.ci/run installs it)"));
     None
 }
 
@@ -312,7 +304,6 @@ async fn gunicorn_flask_upload_redirect_and_cookies_through_sluice() {
     let s = Sluice::start(&format!(
         "site * {{ proxy 127.0.0.1:{port} {{ max_body 64M; timeout 60s }} }}"
     ));
-    use sha2_free::sha256_hex;
     let upload: Vec<u8> = (0..50u32 << 20).map(|i| (i % 251) as u8).collect();
     let want = format!("{} {}", upload.len(), sha256_hex(&upload));
     let r = request(s.addr, "POST", "/upload", &[], &upload).await;
@@ -344,10 +335,8 @@ async fn gunicorn_flask_upload_redirect_and_cookies_through_sluice() {
     );
 }
 
-/// SHA-256 for the upload check, from `ring` (a dependency of sluice itself).
-mod sha2_free {
-    pub fn sha256_hex(data: &[u8]) -> String {
-        let d = ring::digest::digest(&ring::digest::SHA256, data);
-        d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-    }
+/// SHA-256 in hex, for the upload check (`ring`: a dependency of sluice itself).
+fn sha256_hex(data: &[u8]) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, data);
+    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -17,7 +17,10 @@ use common::pki::Ca;
 use common::*;
 use serde_json::Value;
 
-const PYTHON: &str = "/opt/sluice-interop/bin/python3";
+/// The venv's Python, with grpcio and sonora.
+fn python() -> PathBuf {
+    Path::new(INTEROP_VENV).join("python3")
+}
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/grpc_peer.py")
@@ -25,16 +28,13 @@ fn script() -> PathBuf {
 
 /// Whether grpcio is there; `false` (after saying why) when the test should skip.
 fn have_grpcio() -> bool {
-    let ok = Command::new(PYTHON)
+    let ok = Command::new(python())
         .args(["-c", "import grpc, grpc_health.v1.health"])
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        if require_interop() {
-            panic!("grpcio in {PYTHON} is required (SLUICE_INTEROP=require); .ci/run installs it");
-        }
-        eprintln!("skipping: grpcio is not installed in {PYTHON} (.ci/run installs it)");
+        missing(&format!("grpcio in {INTEROP_VENV} (.ci/run installs it)"));
     }
     ok
 }
@@ -48,7 +48,7 @@ struct GrpcServer {
 
 impl GrpcServer {
     fn start(tls: Option<(&Path, &Path)>) -> GrpcServer {
-        let mut cmd = Command::new(PYTHON);
+        let mut cmd = Command::new(python());
         cmd.arg(script()).arg("serve");
         if let Some((cert, key)) = tls {
             cmd.arg("--tls").arg(cert).arg(key);
@@ -86,7 +86,8 @@ fn call(front: &Front, case: &str) -> Value {
 /// As [`call`], with `:authority` set to `host`.
 fn call_as(front: &Front, case: &str, host: Option<&str>) -> Value {
     let mut cmd = Command::new("timeout");
-    cmd.args(["30", PYTHON])
+    cmd.arg("30")
+        .arg(python())
         .arg(script())
         .args(["call", &front.target, case]);
     if let Some(host) = host {
@@ -565,7 +566,8 @@ async fn grpc_web_calls_from_http1_reach_grpcio() {
     let url = format!("http://{}", s.addr);
     let web = |case: &str| -> Value {
         let out = Command::new("timeout")
-            .args(["30", PYTHON])
+            .arg("30")
+            .arg(python())
             .arg(script())
             .args(["webcall", &url, case])
             .output()

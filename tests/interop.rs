@@ -23,10 +23,7 @@ fn program(name: &str) -> Option<PathBuf> {
         .map(|d| d.join(name))
         .find(|p| p.is_file());
     if found.is_none() {
-        if require_interop() {
-            panic!("{name} is required (SLUICE_INTEROP=require) but not installed");
-        }
-        eprintln!("skipping: {name} is not installed");
+        missing(name);
     }
     found
 }
@@ -608,45 +605,8 @@ async fn the_dashboard_asks_for_the_admin_token() {
     let profile = dir.0.join("profile");
     let s = Sluice::spawn(&["run", "-c", &p], dir);
     let admin = s.admin();
-    let port = StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut cmd = Command::new(&chromium);
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        &format!("--remote-debugging-port={port}"),
-        &format!("--user-data-dir={}", profile.display()),
-        &format!("http://{admin}/"),
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    let _browser = Group::spawn(cmd).expect("chromium starts");
-    // The page's DevTools socket, once the browser lists it.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let ws_url = loop {
-        assert!(Instant::now() < deadline, "chromium never listed the page");
-        let (code, out) = curl(&[&format!("http://127.0.0.1:{port}/json/list")]);
-        let list: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-        let page = list.as_array().and_then(|l| {
-            l.iter().find(|t| {
-                t["type"] == "page"
-                    && t["url"]
-                        .as_str()
-                        .is_some_and(|u| u.contains(&admin.to_string()))
-            })
-        });
-        if let (0, Some(url)) = (code, page.and_then(|p| p["webSocketDebuggerUrl"].as_str())) {
-            break url.to_string();
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url.as_str())
-        .await
-        .unwrap();
+    let (_browser, mut ws) =
+        devtools_page(&chromium, &[], &profile, &format!("http://{admin}/")).await;
     let mut id = 0;
     let mut until = async |ws: &mut _, expr: &str| {
         let end = Instant::now() + Duration::from_secs(10);
@@ -874,16 +834,17 @@ ws.onerror = () => { out.textContent = 'proto=' + proto + ' ws=error'; };
     }
 }
 
-/// Opens `url` in headless Chromium (with `args`), driven over DevTools, and reads
-/// `expr` in the page until it is no longer `pending` (real time, 20 s at most: a
-/// WebSocket does not hold a virtual-time budget): its last value.
-async fn page_settles(
+/// Headless Chromium (with `args`) showing `url`, and the DevTools socket of that page,
+/// once the browser lists it (20 s at most).
+async fn devtools_page(
     chromium: &std::path::Path,
     args: &[String],
     profile: &std::path::Path,
     url: &str,
-    expr: &str,
-) -> String {
+) -> (
+    Group,
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+) {
     let port = StdListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -901,23 +862,40 @@ async fn page_settles(
     .arg(url)
     .stdout(Stdio::null())
     .stderr(Stdio::null());
-    let _browser = Group::spawn(cmd).expect("chromium starts");
+    let browser = Group::spawn(cmd).expect("chromium starts");
     let deadline = Instant::now() + Duration::from_secs(20);
     let ws_url = loop {
         assert!(Instant::now() < deadline, "chromium never listed the page");
         let (code, out) = curl(&[&format!("http://127.0.0.1:{port}/json/list")]);
         let list: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-        let page = list
-            .as_array()
-            .and_then(|l| l.iter().find(|t| t["type"] == "page"));
+        let page = list.as_array().and_then(|l| {
+            l.iter().find(|t| {
+                t["type"] == "page" && t["url"].as_str().is_some_and(|u| u.starts_with(url))
+            })
+        });
         if let (0, Some(ws)) = (code, page.and_then(|p| p["webSocketDebuggerUrl"].as_str())) {
             break ws.to_string();
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url.as_str())
+    let (ws, _) = tokio_tungstenite::connect_async(ws_url.as_str())
         .await
         .unwrap();
+    (browser, ws)
+}
+
+/// Opens `url` in headless Chromium (with `args`), driven over DevTools, and reads
+/// `expr` in the page until it is no longer `pending` (real time, 20 s at most: a
+/// WebSocket does not hold a virtual-time budget): its last value.
+async fn page_settles(
+    chromium: &std::path::Path,
+    args: &[String],
+    profile: &std::path::Path,
+    url: &str,
+    expr: &str,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (_browser, mut ws) = devtools_page(chromium, args, profile, url).await;
     let mut last = serde_json::Value::Null;
     for id in 1.. {
         last = evaluate(&mut ws, id, expr).await;

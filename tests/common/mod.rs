@@ -550,6 +550,19 @@ pub fn require_interop() -> bool {
     std::env::var("SLUICE_INTEROP").as_deref() == Ok("require")
 }
 
+/// Where `.ci/run` puts the Python programs the interop tests run (grpcio, sonora,
+/// uvicorn, gunicorn, …): a venv of their own.
+pub const INTEROP_VENV: &str = "/opt/sluice-interop/bin";
+
+/// A program a test needs is not here (`what`, and how to get it): the test skips with
+/// that said, or fails under `SLUICE_INTEROP=require`.
+pub fn missing(what: &str) {
+    if require_interop() {
+        panic!("{what} is required (SLUICE_INTEROP=require) but not installed");
+    }
+    eprintln!("skipping: {what} is not installed");
+}
+
 /// RSS of a process in KiB (`VmRSS`) and its peak (`VmHWM`).
 pub fn rss_kib(pid: u32) -> (u64, u64) {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
