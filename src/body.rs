@@ -23,9 +23,9 @@ pub(crate) enum BodyError {
     /// The client went away or stalled before the body ended.
     #[error("client stopped sending the body: {0}")]
     ClientGone(&'static str),
-    /// An HTTP/2 stream's body failed.
+    /// An HTTP/2 client's stream failed (reset, or its connection broke).
     #[error("body stream failed: {0}")]
-    Stream(#[from] hyper::Error),
+    Stream(#[from] h2::Error),
     /// A filter that watches the body (`body_deny`) refused it after it began to
     /// stream.
     #[error("request body refused by a filter")]
@@ -38,6 +38,9 @@ pub(crate) enum BodyError {
 /// A request body that stalls this long between reads fails (h1 and h2 alike).
 pub(crate) const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// An HTTP/2 request body's length when it has no `Content-Length`.
+pub(crate) const UNKNOWN: u64 = u64::MAX;
+
 /// The timer of a body read that waits, made the first time one does.
 pub(crate) struct Stall {
     timer: Pin<Box<tokio::time::Sleep>>,
@@ -48,9 +51,10 @@ pub(crate) struct Stall {
 pub(crate) enum Body {
     Empty,
     Full(Option<Bytes>),
-    /// An HTTP/2 client's request body, and the timer of a read that waits for it
-    /// (made the first time one waits): [`BODY_READ_TIMEOUT`] without a byte fails it.
-    Incoming(hyper::body::Incoming, Option<Box<Stall>>),
+    /// An HTTP/2 client's request body: its stream, the bytes its `Content-Length`
+    /// says are left ([`UNKNOWN`] without one), and the timer of a read that waits for
+    /// it (made the first time one waits): [`BODY_READ_TIMEOUT`] without a byte fails it.
+    H2(h2::RecvStream, u64, Option<Box<Stall>>),
     /// An HTTP/1 client's request body, fed by the connection task.
     Channel {
         rx: mpsc::Receiver<Result<Frame<Bytes>, BodyError>>,
@@ -149,6 +153,42 @@ pub(crate) fn take_request(req: &mut http::Request<Body>) -> http::Request<Body>
     std::mem::replace(req, http::Request::new(Body::Empty))
 }
 
+/// A read that waits: the clock starts when a read begins to wait, not when the last
+/// frame came (time sluice itself spent not reading is not a stall), and fails the body
+/// once it ran [`BODY_READ_TIMEOUT`].
+fn waited(
+    stall: &mut Option<Box<Stall>>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    let timer = match stall {
+        Some(s) => {
+            let Stall { timer, armed } = &mut **s;
+            if !*armed {
+                timer
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + BODY_READ_TIMEOUT);
+                *armed = true;
+            }
+            timer
+        }
+        None => {
+            let deadline = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
+            &mut stall
+                .insert(Box::new(Stall {
+                    timer: Box::pin(tokio::time::sleep_until(deadline)),
+                    armed: true,
+                }))
+                .timer
+        }
+    };
+    match std::future::Future::poll(timer.as_mut(), cx) {
+        Poll::Ready(()) => Poll::Ready(Some(Err(BodyError::ClientGone(
+            "no request body bytes for 60s",
+        )))),
+        Poll::Pending => Poll::Pending,
+    }
+}
+
 impl http_body::Body for Body {
     type Data = Bytes;
     type Error = BodyError;
@@ -160,45 +200,34 @@ impl http_body::Body for Body {
         match self.get_mut() {
             Body::Empty => Poll::Ready(None),
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Body::Incoming(b, stall) => match Pin::new(b).poll_frame(cx) {
-                Poll::Pending => {
-                    // The clock starts when a read begins to wait, not when the last
-                    // frame came: time sluice itself spent not reading is not a stall.
-                    let timer = match stall {
-                        Some(s) => {
-                            let Stall { timer, armed } = &mut **s;
-                            if !*armed {
-                                timer
-                                    .as_mut()
-                                    .reset(tokio::time::Instant::now() + BODY_READ_TIMEOUT);
-                                *armed = true;
-                            }
-                            timer
+            Body::H2(recv, left, stall) => {
+                let r = match recv.poll_data(cx) {
+                    Poll::Ready(Some(Ok(d))) => {
+                        // Read is read: the client may send as much again.
+                        let _ = recv.flow_control().release_capacity(d.len());
+                        if *left != UNKNOWN {
+                            *left = left.saturating_sub(d.len() as u64);
                         }
-                        None => {
-                            let deadline = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
-                            &mut stall
-                                .insert(Box::new(Stall {
-                                    timer: Box::pin(tokio::time::sleep_until(deadline)),
-                                    armed: true,
-                                }))
-                                .timer
-                        }
-                    };
-                    match std::future::Future::poll(timer.as_mut(), cx) {
-                        Poll::Ready(()) => Poll::Ready(Some(Err(BodyError::ClientGone(
-                            "no request body bytes for 60s",
-                        )))),
+                        Poll::Ready(Some(Ok(Frame::data(d))))
+                    }
+                    Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(BodyError::Stream(e)))),
+                    Poll::Ready(None) => match recv.poll_trailers(cx) {
+                        Poll::Ready(Ok(t)) => Poll::Ready(t.map(|t| Ok(Frame::trailers(t)))),
+                        Poll::Ready(Err(e)) => Poll::Ready(Some(Err(BodyError::Stream(e)))),
                         Poll::Pending => Poll::Pending,
+                    },
+                    Poll::Pending => Poll::Pending,
+                };
+                match r {
+                    Poll::Pending => waited(stall, cx),
+                    ready => {
+                        if let Some(s) = stall {
+                            s.armed = false;
+                        }
+                        ready
                     }
                 }
-                ready => {
-                    if let Some(s) = stall {
-                        s.armed = false;
-                    }
-                    ready.map(|o| o.map(|r| r.map_err(BodyError::Stream)))
-                }
-            },
+            }
             Body::Channel { rx, want, .. } => {
                 if let Some(w) = want.take() {
                     let _ = w.send(());
@@ -226,7 +255,7 @@ impl http_body::Body for Body {
         match self {
             Body::Empty => true,
             Body::Full(b) => b.is_none(),
-            Body::Incoming(b, _) => b.is_end_stream(),
+            Body::H2(recv, _, _) => recv.is_end_stream(),
             Body::Channel { len, .. } => *len == Some(0),
             Body::Boxed(b) => b.is_end_stream(),
             Body::Limited(b, _) => b.is_end_stream(),
@@ -238,7 +267,9 @@ impl http_body::Body for Body {
         match self {
             Body::Empty => SizeHint::with_exact(0),
             Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            Body::Incoming(b, _) => b.size_hint(),
+            Body::H2(recv, _, _) if recv.is_end_stream() => SizeHint::with_exact(0),
+            Body::H2(_, UNKNOWN, _) => SizeHint::default(),
+            Body::H2(_, left, _) => SizeHint::with_exact(*left),
             Body::Channel { len: Some(n), .. } => SizeHint::with_exact(*n),
             Body::Channel { len: None, .. } => SizeHint::default(),
             Body::Boxed(b) => b.size_hint(),

@@ -25,7 +25,7 @@ use http_body::{Frame, SizeHint};
 use tokio::sync::{watch, Notify};
 
 use super::drain::{ConnectionGuard, Drain};
-use super::h2::{Counted, StreamDone, StreamLog};
+use super::h2::{Counted, StreamDone, StreamLog, CONNECTION_FIELDS};
 use super::transport::SEND_TIMEOUT;
 use crate::admin::access::{AccessLog, Pending};
 use crate::body::{Body, BodyError, BODY_READ_TIMEOUT};
@@ -510,16 +510,6 @@ async fn serve_stream(
         tracing::debug!("sluice: h3 response to {peer} cut off: {why}");
     }
 }
-
-/// Fields that name an HTTP/1.1 connection's own framing: malformed in an h3 request,
-/// never sent in an h3 response (RFC 9114 §4.2).
-const CONNECTION_FIELDS: [header::HeaderName; 5] = [
-    header::CONNECTION,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::HeaderName::from_static("keep-alive"),
-    header::HeaderName::from_static("proxy-connection"),
-];
 
 /// A stream refused before the pipeline: too many header fields (431); a
 /// connection-specific field, a `TE` other than `trailers`, a `Content-Length` that is

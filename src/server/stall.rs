@@ -1,5 +1,6 @@
-//! HTTP/2 response streams a client stopped reading. hyper asks a response body for its
-//! next frame only once the stream's flow-control window has room, so a stalled stream
+//! HTTP/2 response streams a client stopped reading. A stream asks its response body
+//! for the next frame only once the last one found room in the stream's flow-control
+//! window and the connection's send buffer (`h2::send`), so a stalled stream
 //! is one whose body is not asked for anything: nothing inside the body can notice.
 //! A body that yields a frame and is not done (any streamed response: a client can
 //! hold its window at zero from the start) is therefore moved where its connection's

@@ -1,6 +1,14 @@
-//! HTTP/2 with prior knowledge (h2c) on a plain listener, served by hyper's h2 server
-//! over any [`Transport`]. The bytes read while sniffing the protocol are replayed in
-//! front of the stream.
+//! HTTP/2 on a plain listener (prior knowledge) or after TLS's ALPN, served with the
+//! `h2` crate over any [`Transport`]. The bytes read while sniffing the protocol are
+//! replayed in front of the stream.
+//!
+//! The `h2` crate directly rather than hyper's server on top of it: a stream here is
+//! ours from its headers to its last frame, so an interim answer (`103 Early Hints`)
+//! can go before the final one (hyper's server has no way to send one), and a
+//! WebSocket's stream becomes its tunnel without an upgrade handshake in between.
+//! What a stream sends is in [`send`].
+
+mod send;
 
 use std::future::Future;
 use std::io;
@@ -13,12 +21,11 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
+use h2::server::{Connection, SendResponse};
+use h2::{Reason, RecvStream};
 use http::header::{self, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Frame, SizeHint};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::drain::{Drain, RequestGuard, Watch};
@@ -34,6 +41,27 @@ use crate::stats::{bump, COUNTERS};
 
 pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// Fields that name an HTTP/1.1 connection's own framing: never sent in an HTTP/2 or
+/// HTTP/3 response (RFC 9113 §8.2.2, RFC 9114 §4.2), malformed in an HTTP/3 request
+/// (the `h2` crate refuses them in an HTTP/2 one).
+pub(super) const CONNECTION_FIELDS: [header::HeaderName; 5] = [
+    header::CONNECTION,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::HeaderName::from_static("keep-alive"),
+    header::HeaderName::from_static("proxy-connection"),
+];
+
+/// A stream's window and the connection's, as large as hyper's server made them: a
+/// client uploads 1 MiB before it waits for sluice to read.
+const WINDOW: u32 = 1024 * 1024;
+/// Streams one connection may have open at once.
+const MAX_STREAMS: u32 = 200;
+/// What a connection buffers of its streams' answers before a stream waits for room.
+const SEND_BUFFER: usize = 400 * 1024;
+/// Streams a client may make sluice reset for its errors before the connection goes.
+const MAX_ERROR_RESETS: usize = 1024;
+
 pub(crate) async fn serve<S: Transport>(
     stream: S,
     pre: Bytes,
@@ -43,29 +71,53 @@ pub(crate) async fn serve<S: Transport>(
     mut watch: Watch,
     access: super::h1::Access,
 ) {
-    let io = TokioIo::new(Rewind { pre, inner: stream });
+    let io = Rewind { pre, inner: stream };
     let addr = client.addr;
+    let mut builder = h2::server::Builder::new();
+    builder
+        .initial_window_size(WINDOW)
+        .initial_connection_window_size(WINDOW)
+        .max_header_list_size(MAX_HEAD as u32)
+        .max_concurrent_streams(MAX_STREAMS)
+        .max_send_buffer_size(SEND_BUFFER)
+        .max_local_error_reset_streams(Some(MAX_ERROR_RESETS))
+        .enable_connect_protocol();
+    // The client's preface and settings, within the idle timeout.
+    let mut conn = tokio::select! {
+        c = tokio::time::timeout(super::h1::IDLE_TIMEOUT, builder.handshake(io)) => match c {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => {
+                tracing::debug!(client = %addr, "sluice: h2 connection ended before its preface: {e}");
+                return;
+            }
+            Err(_) => return,
+        },
+        _ = watch.closing() => return,
+    };
     let activity = Arc::new(Activity::new());
-    let streams = activity.clone();
-    let svc = service_fn(move |req: Request<Incoming>| {
+    let start = |req, respond| -> StreamTask {
         let held = Holds {
             guard: drain.request(),
-            stream: streams.open(),
+            stream: activity.open(),
         };
-        one_stream(req, live.clone(), client.clone(), held, access.load_full())
-    });
-    let owned = Owned::default();
-    let streams = &owned.0;
-    let mut builder = hyper::server::conn::http2::Builder::new(streams.clone());
-    builder
-        .timer(TokioTimer::new())
-        .max_header_list_size(MAX_HEAD as u32)
-        .enable_connect_protocol();
-    let conn = builder.serve_connection(io, svc);
-    tokio::pin!(conn);
+        let fut = one_stream(
+            req,
+            respond,
+            live.clone(),
+            client.clone(),
+            held,
+            access.load_full(),
+        );
+        // A panic ends its own stream only, as it would in a task of its own.
+        Box::pin(std::panic::AssertUnwindSafe(fut).catch_unwind().map(|r| {
+            if r.is_err() {
+                tracing::error!("sluice: an HTTP/2 stream's handling panicked; the stream was reset, its connection goes on");
+            }
+        }))
+    };
     let mut running = FuturesUnordered::new();
     tokio::select! {
-        r = drive(conn.as_mut(), streams, &mut running) => {
+        r = drive(&mut conn, &mut running, &start) => {
             if let Err(e) = r {
                 tracing::debug!(client = %addr, "sluice: h2 connection ended: {e}");
             }
@@ -79,81 +131,46 @@ pub(crate) async fn serve<S: Transport>(
         }
     }
     // GOAWAY: streams already open finish, no new ones start.
-    conn.as_mut().graceful_shutdown();
+    conn.graceful_shutdown();
     tokio::select! {
-        _ = drive(conn.as_mut(), streams, &mut running) => {}
+        _ = drive(&mut conn, &mut running, &start) => {}
         // A stream the client stopped reading: closed, not waited for.
         _ = activity.stalls.sweep(addr) => {}
     }
 }
 
-/// A stream's future, as hyper hands it over.
+/// One stream's work, from its request to its answer's last frame.
 type StreamTask = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// hyper's executor for a connection's streams: it keeps them for the connection's
-/// own task to run ([`drive`]) instead of spawning a task each. A stream's work
-/// (the pipeline, its backend exchange, its response frames) then happens where the
-/// connection's frames are read and written: no task to allocate and schedule per
-/// stream, and a response is written in the same wake-up that made it. A stream
-/// still running when its connection ends is dropped with it (hyper resets it), as
-/// an HTTP/1.1 request is when its client leaves. All of a connection's streams run
-/// on one thread, as in nginx and HAProxy.
-#[derive(Clone, Default)]
-struct Streams(Arc<std::sync::Mutex<Vec<StreamTask>>>);
-
-impl Streams {
-    fn queue(&self) -> std::sync::MutexGuard<'_, Vec<StreamTask>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for Streams {
-    fn execute(&self, fut: F) {
-        // A panic ends its own stream only, as it did in a task of its own.
-        let fut = std::panic::AssertUnwindSafe(fut)
-            .catch_unwind()
-            .map(|r| {
-                if r.is_err() {
-                    tracing::error!("sluice: an HTTP/2 stream's handling panicked; the stream was reset, its connection goes on");
-                }
-            });
-        self.queue().push(Box::pin(fut));
-    }
-}
-
-/// The connection's own handle on its stream queue. hyper gives every stream future
-/// a clone of the executor, so a future left in the queue would keep the queue, and
-/// itself, alive for ever: when the connection's task ends, this drops what is queued.
-#[derive(Default)]
-struct Owned(Streams);
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        // Taken out first, so the futures are dropped after the lock is released.
-        let left = std::mem::take(&mut *self.0.queue());
-        drop(left);
-    }
-}
-
-/// Polls the connection and its streams until the connection ends. A round in which
-/// a stream finished, or queued another (an upgrade's task), polls again, so what it
-/// queued is written (or run) now rather than on the next wake-up.
-fn drive<'a, C: Future + ?Sized>(
-    mut conn: Pin<&'a mut C>,
-    streams: &'a Streams,
+/// Runs the connection and its streams until the connection ends. The streams run in
+/// the connection's own task, not a task each: a stream's work (the pipeline, its
+/// backend exchange, its answer's frames) happens where the connection's frames are
+/// read and written, with no task to allocate and schedule per stream, and what a
+/// stream queued is written in the same wake-up (the streams go first, then the
+/// connection). A stream still running when its connection ends is dropped with it,
+/// as an HTTP/1.1 request is when its client leaves. All of a connection's streams
+/// run on one thread, as in nginx and HAProxy.
+fn drive<'a, T: AsyncRead + AsyncWrite + Unpin>(
+    conn: &'a mut Connection<T, Bytes>,
     running: &'a mut FuturesUnordered<StreamTask>,
-) -> impl Future<Output = C::Output> + 'a {
+    start: &'a impl Fn(Request<RecvStream>, SendResponse<Bytes>) -> StreamTask,
+) -> impl Future<Output = Result<(), h2::Error>> + 'a {
     std::future::poll_fn(move |cx| loop {
-        let ended = conn.as_mut().poll(cx);
-        running.extend(streams.queue().drain(..));
-        if let Poll::Ready(r) = ended {
-            return Poll::Ready(r);
+        while let Poll::Ready(Some(())) = running.poll_next_unpin(cx) {}
+        let mut started = false;
+        loop {
+            match conn.poll_accept(cx) {
+                Poll::Ready(Some(Ok((req, respond)))) => {
+                    running.push(start(req, respond));
+                    started = true;
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Pending => break,
+            }
         }
-        let mut finished = false;
-        while let Poll::Ready(Some(())) = running.poll_next_unpin(cx) {
-            finished = true;
-        }
-        if !finished && streams.queue().is_empty() {
+        // New streams run now, and what they answered at once is written at once.
+        if !started {
             return Poll::Pending;
         }
     })
@@ -181,48 +198,48 @@ impl Holds {
 }
 
 /// One stream: checked (header count, extended CONNECT protocol, `:authority`), run
-/// through the pipeline, and answered.
+/// through the pipeline, and answered, with the interim answers that came first.
 async fn one_stream(
-    mut req: Request<Incoming>,
+    req: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
     live: Arc<Live>,
     client: ClientInfo,
     held: Holds,
     log: Option<Arc<AccessLog>>,
-) -> Result<Response<Guarded>, ::h2::Error> {
-    if let Some(refusal) = refusal(&mut req, client.addr)? {
-        return Ok(held.on(refusal, None));
+) {
+    let (mut parts, recv) = req.into_parts();
+    parts.version = Version::HTTP_2;
+    let mut req = Request::from_parts(parts, ());
+    match refusal(&mut req, client.addr) {
+        Ok(None) => {}
+        Ok(Some(refused)) => {
+            return send::respond(&mut respond, held.on(refused, None), false).await
+        }
+        Err(reason) => return respond.send_reset(reason),
     }
     // One clock read serves the meter and the log.
     let started = live.metered().then(Instant::now);
     let pending = log.map(|log| Pending::of(log, &req, &client, started));
-    // A WebSocket over an h2 stream (RFC 8441) reaches the backend as an HTTP/1.1
-    // upgrade; the stream becomes the tunnel's client side.
-    let websocket = extended_connect(&mut req);
+    // Request body bytes are counted only for a meter.
+    let received = started.map(|_| Arc::default());
+    let (body, websocket) = request_body(&mut req, recv, received.as_ref());
     let offer = pipeline::Offer {
         record: pending.is_some(),
         upgrade: websocket.is_some(),
     };
     let client_addr = client.addr;
-    // Request body bytes are counted only for a meter.
-    let received = started.map(|_| Arc::default());
-    let (parts, incoming) = req.into_parts();
-    let body = match &received {
-        None => Body::Incoming(incoming, None),
-        Some(n) => Body::stream(Counted {
-            body: Body::Incoming(incoming, None),
-            n: Arc::clone(n),
-        }),
+    let head_only = req.method() == Method::HEAD;
+    let fut = pipeline::handle(&live, req.map(|()| body), client, offer);
+    // `None`: the client reset the stream first; the request is dropped (a 499).
+    let Some(answer) = send::answer(fut, &mut respond).await else {
+        return;
     };
-    let req = Request::from_parts(parts, body);
     let pipeline::Answer {
         mut resp,
         served,
         tunnel,
         meter,
-    } = pipeline::handle(&live, req, client, offer).await;
-    // A tunnel opened: counted as the `101` an HTTP/1.1 client gets (the stream says 200).
-    let switched = websocket.is_some() && tunnel.is_some();
-    websocket_answer(websocket, tunnel, &mut resp, &held, client_addr);
+    } = answer;
     if resp
         .extensions()
         .get::<pipeline::Http11Required>()
@@ -233,8 +250,9 @@ async fn one_stream(
         if let Some(p) = pending {
             p.forget();
         }
-        return Err(::h2::Error::from(::h2::Reason::HTTP_1_1_REQUIRED));
+        return respond.send_reset(Reason::HTTP_1_1_REQUIRED);
     }
+    let tunnel = websocket_answer(websocket, tunnel, &mut resp, client_addr);
     crate::stats::count_status(resp.status().as_u16());
     let metered = meter.zip(started);
     let log = pending.map(|pending| StreamLog {
@@ -242,8 +260,48 @@ async fn one_stream(
         served,
         marks: crate::admin::access::Marks::of(&resp),
     });
-    let done = StreamDone::new(log, metered, received, &resp, switched).map(Box::new);
-    Ok(held.on(resp, done))
+    // A tunnel opened: counted as the `101` an HTTP/1.1 client gets (the stream says 200).
+    let done = StreamDone::new(log, metered, received, &resp, tunnel.is_some()).map(Box::new);
+    let resp = held.on(resp, done);
+    match tunnel {
+        Some((tunnel, recv)) => send::tunnel(&mut respond, resp, recv, tunnel, client_addr).await,
+        None => send::respond(&mut respond, resp, head_only).await,
+    }
+}
+
+/// The request's body for the pipeline (counted into `received` for a meter). A
+/// WebSocket over an h2 stream (RFC 8441) reaches the backend as an HTTP/1.1 upgrade,
+/// and its stream, returned, becomes the tunnel's client side. A CONNECT has no body.
+fn request_body(
+    req: &mut Request<()>,
+    recv: RecvStream,
+    received: Option<&Arc<AtomicU64>>,
+) -> (Body, Option<RecvStream>) {
+    let (body, websocket) = if req.method() != Method::CONNECT {
+        (Body::H2(recv, content_length(req), None), None)
+    } else if extended_connect(req) {
+        (Body::Empty, Some(recv))
+    } else {
+        (Body::Empty, None)
+    };
+    let body = match received {
+        None => body,
+        Some(n) => Body::stream(Counted {
+            body,
+            n: Arc::clone(n),
+        }),
+    };
+    (body, websocket)
+}
+
+/// The length a request's `Content-Length` gives ([`crate::body::UNKNOWN`] without
+/// one); the `h2` crate refuses a stream whose field is not a number or whose DATA
+/// disagrees with it.
+fn content_length<B>(req: &Request<B>) -> u64 {
+    req.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(crate::body::UNKNOWN)
 }
 
 /// A request body whose bytes are counted as they are read (for a meter); what had
@@ -290,30 +348,18 @@ impl http_body::Body for Counted {
     }
 }
 
-/// An extended CONNECT's answer: a tunnel joined to the stream once it upgrades, or a
-/// 502 for a backend that answered 2xx without switching protocols.
+/// An extended CONNECT's answer: the tunnel to join to the stream, or a 502 for a
+/// backend that answered 2xx without switching protocols.
 fn websocket_answer(
-    websocket: Option<hyper::upgrade::OnUpgrade>,
+    websocket: Option<RecvStream>,
     tunnel: Option<Box<crate::tunnel::Tunnel>>,
     resp: &mut Response<Body>,
-    held: &Holds,
     client_addr: std::net::SocketAddr,
-) {
+) -> Option<(Box<crate::tunnel::Tunnel>, RecvStream)> {
     match (websocket, tunnel) {
-        (Some(on_upgrade), Some(tunnel)) => {
+        (Some(recv), Some(tunnel)) => {
             accepted(resp);
-            // The tunnel keeps the connection busy for as long as it is open.
-            let busy = held.stream.clone_open();
-            tokio::spawn(async move {
-                let _busy = busy;
-                match on_upgrade.await {
-                    Ok(stream) => tunnel.join(&mut TokioIo::new(stream), Bytes::new()).await,
-                    Err(e) => tracing::debug!(
-                        client = %client_addr,
-                        "sluice: h2 WebSocket stream ended before its tunnel opened: {e}"
-                    ),
-                }
-            });
+            Some((tunnel, recv))
         }
         // A 2xx to an extended CONNECT means "open": one from a backend that did not
         // switch protocols must not reach the client as such.
@@ -327,8 +373,9 @@ fn websocket_answer(
                 StatusCode::BAD_GATEWAY,
                 "The backend did not accept the WebSocket\n",
             );
+            None
         }
-        _ => {}
+        _ => None,
     }
 }
 
@@ -336,9 +383,9 @@ fn websocket_answer(
 /// `:authority` that cannot be a host (400) — or reset, for an extended CONNECT to a
 /// protocol other than WebSocket.
 fn refusal(
-    req: &mut Request<Incoming>,
+    req: &mut Request<()>,
     client: std::net::SocketAddr,
-) -> Result<Option<Response<Body>>, ::h2::Error> {
+) -> Result<Option<Response<Body>>, Reason> {
     if req.headers().len() > MAX_HEADERS {
         bump(&COUNTERS.head_too_large);
         crate::stats::count_status(431);
@@ -347,15 +394,15 @@ fn refusal(
             "Request header fields too large\n",
         )));
     }
-    if let Some(p) = req.extensions().get::<hyper::ext::Protocol>() {
+    if let Some(p) = req.extensions().get::<h2::ext::Protocol>() {
         if !p.as_str().eq_ignore_ascii_case("websocket") {
             // No backend speaks it through us: the stream is reset, never passed.
             bump(&COUNTERS.bad_request);
             crate::throttle::H2_CONNECT_PROTOCOL.warn(format_args!(
                 "sluice: client {client} asked for an HTTP/2 extended CONNECT to `{}`; only websocket is offered, stream reset",
-                String::from_utf8_lossy(p.as_str().as_bytes()).escape_debug()
+                p.as_str().escape_debug()
             ));
-            return Err(::h2::Error::from(::h2::Reason::PROTOCOL_ERROR));
+            return Err(Reason::PROTOCOL_ERROR);
         }
     }
     if let Some(why) = host_from_authority(req) {
@@ -431,16 +478,14 @@ impl Drop for StreamOpen {
 /// An extended CONNECT for `websocket` (RFC 8441) becomes the HTTP/1.1 handshake a
 /// backend expects: `GET` with `Upgrade: websocket` and a fresh `Sec-WebSocket-Key`
 /// (h2 has no key; the backend's accept value is checked by nobody and dropped).
-/// Returns the stream's upgrade, which resolves once the `200` is sent.
-fn extended_connect(req: &mut Request<Incoming>) -> Option<hyper::upgrade::OnUpgrade> {
-    if req.method() != Method::CONNECT {
-        return None;
-    }
-    let protocol = req.extensions().get::<hyper::ext::Protocol>()?;
+/// False for a CONNECT that is not one.
+fn extended_connect(req: &mut Request<()>) -> bool {
+    let Some(protocol) = req.extensions().get::<h2::ext::Protocol>() else {
+        return false;
+    };
     if !protocol.as_str().eq_ignore_ascii_case("websocket") {
-        return None;
+        return false;
     }
-    let on_upgrade = hyper::upgrade::on(&mut *req);
     *req.method_mut() = Method::GET;
     let h = req.headers_mut();
     h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -448,7 +493,7 @@ fn extended_connect(req: &mut Request<Incoming>) -> Option<hyper::upgrade::OnUpg
     h.insert(header::SEC_WEBSOCKET_KEY, websocket_key());
     h.entry(header::SEC_WEBSOCKET_VERSION)
         .or_insert(HeaderValue::from_static("13"));
-    Some(on_upgrade)
+    true
 }
 
 /// The backend's `101` as the h2 client's `200`: the negotiated subprotocol and

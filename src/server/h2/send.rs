@@ -1,0 +1,285 @@
+//! What an HTTP/2 stream sends: the interim answers that come before the final one,
+//! the final head, its body as the client's flow control lets it go, its trailers —
+//! or, for a WebSocket, the stream as the client side of a tunnel.
+
+use std::future::Future;
+use std::io;
+use std::pin::{pin, Pin};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body::Body as _;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::{Guarded, CONNECTION_FIELDS};
+use crate::pipeline;
+
+/// The pipeline's answer, with the interim answers (`103 Early Hints`) that came
+/// before it sent as they come; `None` when the client reset the stream first (the
+/// request is dropped, as an HTTP/1.1 request is when its client leaves).
+pub(super) async fn answer(
+    fut: pipeline::ResponseFuture,
+    respond: &mut SendResponse<Bytes>,
+) -> Option<pipeline::Answer> {
+    let mut fut = pin!(fut);
+    std::future::poll_fn(|cx| {
+        let answer = fut.as_mut().poll(cx);
+        // What the poll just made relayed, before the final head.
+        if let Some(heads) = crate::interim::take() {
+            for (status, headers) in heads {
+                crate::stats::count_status(status.as_u16());
+                let mut head = Response::new(());
+                *head.status_mut() = status;
+                *head.headers_mut() = headers;
+                if let Err(e) = respond.send_informational(head) {
+                    tracing::debug!("sluice: an h2 interim answer was not sent: {e}");
+                }
+            }
+        }
+        if let Poll::Ready(a) = answer {
+            return Poll::Ready(Some(a));
+        }
+        match respond.poll_reset(cx) {
+            Poll::Ready(_) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Sends `resp` on the stream: its head (connection fields dropped, with `Date`, and
+/// `Content-Length` when the body's length is known), its body as the client's flow
+/// control lets it go, then its trailers; no body after a HEAD, 204 or 304.
+pub(super) async fn respond(
+    respond: &mut SendResponse<Bytes>,
+    resp: Response<Guarded>,
+    head_only: bool,
+) {
+    let (mut parts, mut body) = resp.into_parts();
+    let bodiless = head_only
+        || parts.status == StatusCode::NO_CONTENT
+        || parts.status == StatusCode::NOT_MODIFIED;
+    prepare(&mut parts.headers);
+    let end = bodiless || body.is_end_stream();
+    if let (Some(n), false) = (body.size_hint().exact(), end) {
+        parts
+            .headers
+            .entry(header::CONTENT_LENGTH)
+            .or_insert_with(|| HeaderValue::from(n));
+    }
+    let tx = match respond.send_response(Response::from_parts(parts, ()), end) {
+        Ok(tx) => tx,
+        Err(e) => {
+            tracing::debug!("sluice: an h2 response head was not sent: {e}");
+            respond.send_reset(Reason::INTERNAL_ERROR);
+            return;
+        }
+    };
+    if end {
+        // Nothing of it is for the client: not a stream cut short.
+        body.ended = true;
+        return;
+    }
+    if let Err(why) = pipe(tx, &mut body).await {
+        tracing::debug!("sluice: an h2 response was cut off: {why}");
+    }
+}
+
+/// What no HTTP/2 head carries goes; `Date` comes when the answer has none.
+fn prepare(headers: &mut http::HeaderMap) {
+    for name in &CONNECTION_FIELDS {
+        headers.remove(name);
+    }
+    headers.remove(header::TE);
+    if !headers.contains_key(header::DATE) {
+        headers.insert(header::DATE, crate::reply::date());
+    }
+}
+
+/// The body's frames onto the stream, each data frame once the stream has room for
+/// some of it (the `h2` crate buffers the rest, up to the connection's send buffer).
+async fn pipe(mut tx: SendStream<Bytes>, body: &mut Guarded) -> Result<(), h2::Error> {
+    let mut body = Pin::new(body);
+    loop {
+        let frame = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = tx.poll_reset(cx) {
+                return Poll::Ready(Err(r.map_or_else(|e| e, h2::Error::from)));
+            }
+            body.as_mut().poll_frame(cx).map(Ok)
+        })
+        .await?;
+        let frame = match frame {
+            None => return tx.send_data(Bytes::new(), true),
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => {
+                // The backend's body broke off: the client must not take it as whole.
+                tracing::debug!("sluice: an h2 response body failed: {e}");
+                tx.send_reset(Reason::INTERNAL_ERROR);
+                return Ok(());
+            }
+        };
+        match frame.into_data() {
+            Ok(data) => {
+                let end = body.is_end_stream();
+                if data.is_empty() && !end {
+                    continue;
+                }
+                room(&mut tx, data.len()).await?;
+                tx.send_data(data, end)?;
+                if end {
+                    return Ok(());
+                }
+            }
+            // Trailers end the body (DESIGN §18.5).
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    return tx.send_trailers(trailers);
+                }
+            }
+        }
+    }
+}
+
+/// Waits until the stream has room for some of `len` bytes (at once when it has).
+async fn room(tx: &mut SendStream<Bytes>, len: usize) -> Result<(), h2::Error> {
+    if len == 0 {
+        return Ok(());
+    }
+    tx.reserve_capacity(len);
+    while tx.capacity() == 0 {
+        let got = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = tx.poll_reset(cx) {
+                return Poll::Ready(Some(Err(r.map_or_else(|e| e, h2::Error::from))));
+            }
+            tx.poll_capacity(cx)
+        })
+        .await;
+        match got {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(e),
+            None => return Err(h2::Error::from(Reason::STREAM_CLOSED)),
+        }
+    }
+    Ok(())
+}
+
+/// A WebSocket's stream: its `200` sent, then the stream joined to the backend's
+/// connection until either side ends. The answer's line is written once the `200` is
+/// sent (as the `101` an HTTP/1.1 client gets); the stream stays counted as open for
+/// the connection's idle timeout while the tunnel lasts.
+pub(super) async fn tunnel(
+    respond: &mut SendResponse<Bytes>,
+    resp: Response<Guarded>,
+    recv: RecvStream,
+    tunnel: Box<crate::tunnel::Tunnel>,
+    client: std::net::SocketAddr,
+) {
+    let (mut parts, body) = resp.into_parts();
+    prepare(&mut parts.headers);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let busy = body._stream.clone_open();
+    let send = match respond.send_response(Response::from_parts(parts, ()), false) {
+        Ok(send) => send,
+        Err(e) => {
+            tracing::debug!(client = %client, "sluice: h2 WebSocket stream ended before its tunnel opened: {e}");
+            return;
+        }
+    };
+    drop(body);
+    let mut io = StreamIo {
+        send,
+        recv,
+        unread: Bytes::new(),
+    };
+    tunnel.join(&mut io, Bytes::new()).await;
+    drop(busy);
+}
+
+/// An HTTP/2 stream as a byte stream, for a tunnel: DATA in, DATA out, END_STREAM as
+/// the end of writing.
+struct StreamIo {
+    send: SendStream<Bytes>,
+    recv: RecvStream,
+    /// What the last DATA frame had beyond the reader's buffer.
+    unread: Bytes,
+}
+
+fn broken(e: h2::Error) -> io::Error {
+    if e.is_io() {
+        e.into_io()
+            .unwrap_or_else(|| io::Error::other("h2 stream failed"))
+    } else {
+        io::Error::new(io::ErrorKind::ConnectionReset, e)
+    }
+}
+
+impl AsyncRead for StreamIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.unread.is_empty() {
+            match this.recv.poll_data(cx) {
+                Poll::Pending => return Poll::Pending,
+                // The client ended its side: the tunnel reads its end.
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(broken(e))),
+                Poll::Ready(Some(Ok(d))) => {
+                    let _ = this.recv.flow_control().release_capacity(d.len());
+                    this.unread = d;
+                }
+            }
+        }
+        let n = this.unread.len().min(buf.remaining());
+        buf.put_slice(&this.unread.split_to(n));
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for StreamIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let send = &mut self.send;
+        send.reserve_capacity(buf.len());
+        loop {
+            let room = send.capacity();
+            if room > 0 {
+                let n = room.min(buf.len());
+                send.send_data(Bytes::copy_from_slice(&buf[..n]), false)
+                    .map_err(broken)?;
+                return Poll::Ready(Ok(n));
+            }
+            if let Poll::Ready(r) = send.poll_reset(cx) {
+                let e = r.map_or_else(|e| e, h2::Error::from);
+                return Poll::Ready(Err(broken(e)));
+            }
+            match std::task::ready!(send.poll_capacity(cx)) {
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Poll::Ready(Err(broken(e))),
+                None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // The connection writes what the stream queued.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // END_STREAM, once: a stream already ended (or reset) has nothing to end.
+        let _ = self.send.send_data(Bytes::new(), true);
+        Poll::Ready(Ok(()))
+    }
+}
