@@ -546,20 +546,29 @@ async fn request_bodies_share_one_spool_budget() {
 
 /// A reload keeps a FastCGI route's pool (DESIGN §18.4): the connections the old
 /// generation's requests hold count under the same `max_conns`, so at most N reach the
-/// application across the swap.
+/// application across the swap — and a reload that changes N resizes that one cap
+/// (the same thing, resized), so lowering it never lets old and new add up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_conns_holds_across_a_reload() {
+    for after in [2, 1] {
+        max_conns_across_a_reload(after).await;
+    }
+}
+
+/// Two slow requests in flight under `max_conns 2`, a reload to `max_conns {after}`,
+/// two more: never more than two at the application at once.
+async fn max_conns_across_a_reload(after: usize) {
     let app = Responder::start().await;
     let root = app_root();
     let dir = TempDir::new();
-    let conf = |extra: &str| {
+    let conf = |extra: &str, max: usize| {
         format!(
-            "listen 127.0.0.1:0\nglobal {{ admin 127.0.0.1:0 }}\nsite * {{ {extra}\n fastcgi {} {{ root {}; max_conns 2 }} }}\n",
+            "listen 127.0.0.1:0\nglobal {{ admin 127.0.0.1:0 }}\nsite * {{ {extra}\n fastcgi {} {{ root {}; max_conns {max} }} }}\n",
             app.addr,
             root.0.display()
         )
     };
-    let path = dir.write("sluice.conf", &conf(""));
+    let path = dir.write("sluice.conf", &conf("", 2));
     let s = Sluice::spawn(&["run", "-c", path.to_str().unwrap()], dir);
     let slow = |n: usize| {
         let addr = s.addr;
@@ -576,7 +585,7 @@ async fn max_conns_holds_across_a_reload() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    std::fs::write(&path, conf("route /other { respond other }")).unwrap();
+    std::fs::write(&path, conf("route /other { respond other }", after)).unwrap();
     let r = common::post_json(s.admin(), "/reload", "").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
@@ -584,14 +593,19 @@ async fn max_conns_holds_across_a_reload() {
         "other",
         "the new generation serves"
     );
-    let after = slow(2);
-    for h in before.into_iter().chain(after) {
-        assert_eq!(h.await.unwrap(), 200);
+    let after_reload = slow(2);
+    for h in before.into_iter().chain(after_reload) {
+        assert_eq!(h.await.unwrap(), 200, "max_conns {after}");
     }
     assert_eq!(
         app.peak.load(Ordering::SeqCst),
         2,
-        "max_conns 2 across the reload: the new generation waited for the old one's places"
+        "max_conns 2, then {after}: the new generation waited for the old one's places"
+    );
+    let status = get(s.admin(), "/status").await.text();
+    assert!(
+        status.contains(&format!("\"max_conns\":{after}")),
+        "the pool shows its new cap: {status}"
     );
 }
 

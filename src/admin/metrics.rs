@@ -51,7 +51,7 @@ fn acme(o: &mut String, gen: &Generation) {
 
 /// Cache lookups by result, and each store's size and object count.
 fn cache(o: &mut String, gen: &Generation) {
-    if gen.cache_stores.is_empty() {
+    if gen.kept.stores.is_empty() {
         return;
     }
     head(

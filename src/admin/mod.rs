@@ -373,9 +373,9 @@ async fn purge(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
         }
     };
     let gen = api.live.load();
-    let purged = crate::cache::purge(gen.cache_stores.values(), &what);
+    let purged = crate::cache::purge(gen.kept.stores.values(), &what);
     tracing::info!("sluice: cache: purged {purged} objects ({what}) through the admin API");
-    crate::cache::publish(&gen.cache_publishers, &what);
+    crate::cache::publish(gen.kept.publishers.values(), &what);
     json_reply(StatusCode::OK, &json!({ "purged": purged }))
 }
 

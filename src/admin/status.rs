@@ -64,7 +64,7 @@ fn acme(gen: &Generation) -> Value {
 
 /// The cache stores in the order they are shown (by setting).
 pub(super) fn cache_stores(gen: &Generation) -> Vec<&std::sync::Arc<crate::cache::Store>> {
-    let mut stores: Vec<_> = gen.cache_stores.values().collect();
+    let mut stores: Vec<_> = gen.kept.stores.values().collect();
     stores.sort_by(|a, b| a.identity.cmp(&b.identity));
     stores
 }

@@ -6,7 +6,6 @@
 //! (carried across reloads like the stores); it reconnects after a lost connection,
 //! once a second, and says so in the log once per outage.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -191,8 +190,8 @@ impl Publisher {
 }
 
 /// Publishes `what` on every `purge_store`.
-pub(crate) fn publish(publishers: &HashMap<String, Arc<Publisher>>, what: &Purge) {
-    for p in publishers.values() {
+pub(crate) fn publish<'a>(publishers: impl Iterator<Item = &'a Arc<Publisher>>, what: &Purge) {
+    for p in publishers {
         p.publish(what);
     }
 }

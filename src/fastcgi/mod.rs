@@ -57,21 +57,10 @@ pub(crate) struct FastCgi {
 }
 
 impl FastCgi {
-    /// The handler of route `name`; `before` is the pool of the same route in the
-    /// previous generation, kept when it has the same settings: its connections, and
-    /// the places the old generation's requests still hold, stay under one
-    /// `max_conns` across the reload.
-    pub(crate) fn new(
-        name: String,
-        cfg: FastCgiConfig,
-        dns: Arc<crate::safety::Dns>,
-        before: Option<&Arc<Pool>>,
-    ) -> FastCgi {
+    /// The handler of route `name`, on `pool` (carried from the previous generation's
+    /// route when it reaches the same application: `Pool::carry`).
+    pub(crate) fn new(name: String, cfg: FastCgiConfig, pool: Arc<Pool>) -> FastCgi {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let pool = match before {
-            Some(p) if p.carries(&cfg, &dns) => p.clone(),
-            _ => Pool::new(&cfg, dns),
-        };
         let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         FastCgi {
             name,

@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::upstream::limit::{Limit, Slot};
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{FastCgiConfig, Target};
 use crate::http1::READ_CHUNK;
@@ -38,13 +38,22 @@ pub(crate) struct Pool {
     /// When each request still waiting for its first byte started waiting (by ticket).
     waiting: Mutex<Vec<(u64, Instant)>>,
     next_ticket: std::sync::atomic::AtomicU64,
-    places: Arc<Semaphore>,
+    /// One place per connection: `max_conns`, resized (never replaced) by a reload.
+    places: Arc<Limit>,
     idle: Mutex<VecDeque<(Conn, Instant)>>,
     /// A connection came back idle: a request waiting for a place can take it.
     released: tokio::sync::Notify,
     connect_timeout: Duration,
     keepalive_timeout: Duration,
-    max_conns: usize,
+    /// The application, which knows every pool that reaches it.
+    app: Arc<App>,
+}
+
+/// One FastCGI application (by address) and the pools that reach it, of every live
+/// generation: a stalled request frees workers another route's pool holds.
+#[derive(Default)]
+pub(crate) struct App {
+    pools: Mutex<Vec<std::sync::Weak<Pool>>>,
 }
 
 /// A pool's connections at one moment, for `/status` and metrics.
@@ -60,7 +69,7 @@ pub(crate) struct Counts {
 /// A connection and its place under `max_conns`.
 pub(crate) struct Conn {
     io: Stream,
-    _place: OwnedSemaphorePermit,
+    _place: Slot,
     /// It carried a request before (it may have been closed while idle).
     pub reused: bool,
 }
@@ -72,12 +81,27 @@ pub(crate) enum AcquireError {
     Dial(String),
 }
 
-/// Every live pool, so a stalled request can free workers held by another route's
-/// pool to the same application.
-static POOLS: Mutex<Vec<std::sync::Weak<Pool>>> = Mutex::new(Vec::new());
-
 impl Pool {
-    pub(crate) fn new(cfg: &FastCgiConfig, dns: Arc<crate::safety::Dns>) -> Arc<Pool> {
+    /// The pool of a route in a new generation: the previous generation's (`before`)
+    /// when it reaches the same application the same way, its `max_conns` resized (the
+    /// places the old generation's requests hold count under the new cap), else a new
+    /// one (the old one closes as its last requests end).
+    pub(crate) fn carry(
+        before: Option<&Arc<Pool>>,
+        cfg: &FastCgiConfig,
+        dns: &Arc<crate::safety::Dns>,
+        app: &Arc<App>,
+    ) -> Arc<Pool> {
+        match before {
+            Some(p) if p.reaches_like(cfg, dns) => {
+                p.places.resize(cfg.max_conns);
+                p.clone()
+            }
+            _ => Pool::new(cfg, dns.clone(), app.clone()),
+        }
+    }
+
+    fn new(cfg: &FastCgiConfig, dns: Arc<crate::safety::Dns>, app: Arc<App>) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             target: cfg.target.clone(),
             dest: crate::upstream::dial::Dest {
@@ -87,25 +111,24 @@ impl Pool {
             },
             waiting: Mutex::new(Vec::new()),
             next_ticket: std::sync::atomic::AtomicU64::new(0),
-            places: Arc::new(Semaphore::new(cfg.max_conns)),
+            places: Limit::new(cfg.max_conns),
             idle: Mutex::new(VecDeque::new()),
             released: tokio::sync::Notify::new(),
             connect_timeout: cfg.connect_timeout,
             keepalive_timeout: cfg.keepalive_timeout,
-            max_conns: cfg.max_conns,
+            app,
         });
-        let mut all = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = pool.app.pools.lock().unwrap_or_else(|e| e.into_inner());
         all.retain(|w| w.strong_count() > 0);
         all.push(Arc::downgrade(&pool));
+        drop(all);
         pool
     }
 
-    /// Whether a new generation's route with `cfg` can go on with this pool: the same
-    /// application, cap, timeouts and resolver. (A changed one starts a pool of its
-    /// own; the old one closes as its last requests end.)
-    pub(crate) fn carries(&self, cfg: &FastCgiConfig, dns: &Arc<crate::safety::Dns>) -> bool {
+    /// Whether a new generation's route with `cfg` reaches its application as this
+    /// pool does: the same address, timeouts and resolver (`max_conns` may differ).
+    fn reaches_like(&self, cfg: &FastCgiConfig, dns: &Arc<crate::safety::Dns>) -> bool {
         self.target == cfg.target
-            && self.max_conns == cfg.max_conns
             && self.connect_timeout == cfg.connect_timeout
             && self.keepalive_timeout == cfg.keepalive_timeout
             && self.dest.dns_budget == crate::safety::BUDGET.min(cfg.timeout)
@@ -115,10 +138,10 @@ impl Pool {
     /// Its connections now.
     pub(crate) fn counts(&self) -> Counts {
         Counts {
-            open: self.max_conns - self.places.available_permits().min(self.max_conns),
+            open: self.places.in_use(),
             idle: self.idle.lock().unwrap_or_else(|e| e.into_inner()).len(),
             waiting: self.waiting.lock().unwrap_or_else(|e| e.into_inner()).len(),
-            max_conns: self.max_conns,
+            max_conns: self.places.max(),
         }
     }
 
@@ -144,9 +167,9 @@ impl Pool {
                 }
             }
             tokio::select! {
-                p = self.places.clone().acquire_owned() => match p {
-                    Ok(p) => break p,
-                    Err(_) => return Err(AcquireError::Busy),
+                p = self.places.acquire() => match p {
+                    Some(p) => break p,
+                    None => return Err(AcquireError::Busy),
                 },
                 // Idle connections hold their places: one coming back is one to take (or,
                 // for a fresh connection, one to close for its place).
@@ -225,7 +248,9 @@ impl Pool {
     pub(crate) fn shed_idle(&self) {
         // Every pool to the same application: routes have pools of their own, and one
         // route's idle connections may hold the workers another route waits for.
-        let pools: Vec<Arc<Pool>> = POOLS
+        let pools: Vec<Arc<Pool>> = self
+            .app
+            .pools
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()

@@ -50,7 +50,7 @@ pub(crate) struct RateLimit {
     scope: String,
 }
 
-enum Store {
+pub(crate) enum Store {
     Memory(Arc<Memory>),
     Redis(Arc<Redis>),
 }
@@ -64,7 +64,7 @@ pub(crate) struct Memory {
 }
 
 impl Memory {
-    fn new() -> Memory {
+    pub(crate) fn new() -> Memory {
         Memory {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: std::hash::RandomState::new(),
@@ -143,29 +143,22 @@ struct Bucket {
 
 impl RateLimit {
     /// What makes two generations' in-memory filters the same: route, name, rate,
-    /// burst and key (`None` for a Redis store, whose buckets outlive the process).
-    pub(crate) fn identity(cfg: &Config, name: Option<&str>, route: &str) -> Option<String> {
-        cfg.store.is_none().then(|| {
-            format!(
-                "{route}\n{name:?}\n{}/{}ms\n{}\n{:?}",
-                cfg.count,
-                cfg.window.as_millis(),
-                cfg.burst,
-                cfg.key_header
-            )
-        })
+    /// burst and key (a Redis store's buckets outlive the process: its client is
+    /// carried by address instead).
+    pub(crate) fn identity(cfg: &Config, name: Option<&str>, route: &str) -> String {
+        format!(
+            "{route}\n{name:?}\n{}/{}ms\n{}\n{:?}",
+            cfg.count,
+            cfg.window.as_millis(),
+            cfg.burst,
+            cfg.key_header
+        )
     }
 
     /// `route`: the route's name, which (with the rate) scopes keys in Redis when the
-    /// filter has no `name`. `carried`: the buckets of the previous generation's filter
-    /// of the same identity.
-    pub(crate) fn new(
-        cfg: &Config,
-        name: Option<&str>,
-        route: &str,
-        failure_open: bool,
-        carried: Option<Arc<Memory>>,
-    ) -> RateLimit {
+    /// filter has no `name`. `store`: its buckets — the previous generation's of the
+    /// same identity, or a Redis client shared by every filter on that address.
+    pub(crate) fn new(cfg: &Config, name: Option<&str>, route: &str, store: Store) -> RateLimit {
         let scope = format!(
             "{}:{}/{}ms:{}",
             name.unwrap_or(route),
@@ -177,15 +170,6 @@ impl RateLimit {
         let window = cfg.window.as_secs().max(1);
         let policy = HeaderValue::from_str(&format!("\"{name}\";q={};w={window}", cfg.count))
             .expect("a name of letters, digits, _ and - is a valid header value");
-        let store = match &cfg.store {
-            None => Store::Memory(carried.unwrap_or_else(|| Arc::new(Memory::new()))),
-            Some(url) => {
-                let redis = Arc::new(Redis::new(url, failure_open));
-                // Connected before the first request, when Redis is there.
-                redis.connect();
-                Store::Redis(redis)
-            }
-        };
         RateLimit {
             name,
             key_header: cfg.key_header.clone(),
@@ -203,14 +187,6 @@ impl RateLimit {
         match &self.store {
             Store::Memory(m) => m.take(None, ip, self.per_ms, self.burst).is_ok(),
             Store::Redis(_) => true,
-        }
-    }
-
-    /// The in-memory buckets, for the next generation's filter of the same identity.
-    pub(crate) fn memory(&self) -> Option<Arc<Memory>> {
-        match &self.store {
-            Store::Memory(m) => Some(m.clone()),
-            Store::Redis(_) => None,
         }
     }
 }
@@ -319,7 +295,7 @@ impl Shard {
 
 /// Buckets in Redis: one script takes a token atomically, on Redis's clock (so
 /// instances with skewed clocks agree), and lets an idle key expire.
-struct Redis {
+pub(crate) struct Redis {
     url: String,
     client: Option<redis::Client>,
     conn: ArcSwapOption<redis::aio::MultiplexedConnection>,
@@ -354,6 +330,14 @@ return wait
 "#;
 
 impl Redis {
+    /// A client for `url`, connecting now (before the first request, when Redis is
+    /// there).
+    pub(crate) fn start(url: &str, failure_open: bool) -> Arc<Redis> {
+        let redis = Arc::new(Redis::new(url, failure_open));
+        redis.connect();
+        redis
+    }
+
     fn new(url: &str, failure_open: bool) -> Redis {
         Redis {
             url: url.to_string(),

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use super::{certs, ConnGuards, Generation, Refused, TcpGuard, TcpRoute, TcpTarget};
+use super::carry::{Filled, Kept};
+use super::{certs, ConnGuards, Generation, TcpGuard, TcpRoute, TcpTarget};
 use crate::config::{self, Compression, Config};
 use crate::filter::access::Access;
 use crate::filter::basic_auth::BasicAuth;
@@ -31,67 +32,47 @@ use crate::upstream::{Pool, PoolId, PoolState};
 
 /// The ACME manager when some site has `tls auto`: the previous generation's while the
 /// `acme` settings are the same.
-fn acme_manager(
-    config: &Config,
-    previous: Option<&Generation>,
-) -> Option<Arc<crate::acme::Manager>> {
+fn acme_manager(config: &Config, kept: &Filled) -> Option<Arc<crate::acme::Manager>> {
     let auto = config.sites.iter().any(|s| {
         s.tls
             .as_ref()
             .is_some_and(|t| matches!(t.source, config::CertSource::Auto { .. }))
     });
-    if !auto {
-        return None;
-    }
-    let before = previous.and_then(|g| g.acme.as_ref());
-    match before {
-        Some(m) if m.serves(&config.global.acme) => Some(m.clone()),
-        _ => Some(crate::acme::Manager::new(
-            &config.global.acme,
-            before.map(|m| &**m),
-        )),
-    }
+    let acme = &config.global.acme;
+    auto.then(|| {
+        kept.acme.take((), |before| match before {
+            Some(m) if m.serves(acme) => m.clone(),
+            _ => crate::acme::Manager::new(acme, before.map(|m| &**m)),
+        })
+    })
 }
 
 impl Generation {
-    /// Compiles `config`; pools whose identity `previous` also has keep its state.
+    /// Compiles `config`; what `previous` holds under an identity this one keeps is
+    /// carried (`runtime::carry`).
     pub(crate) fn compile(config: &Config, previous: Option<&Generation>) -> Generation {
         process_wide(config);
-        let carried: HashMap<&PoolId, &Arc<PoolState>> = previous
-            .into_iter()
-            .flat_map(|g| g.pools())
-            .map(|p| (&p.id, &p.state))
-            .collect();
+        let kept = Kept::fill(previous.map(|g| &g.kept));
         // One process-wide cap on probes at once, carried from generation to generation.
-        let probe_slots = previous.map_or_else(
-            || Arc::new(Semaphore::new(config.global.probe_concurrency)),
-            |g| g.probe_slots.clone(),
-        );
-        let dns = resolver(config, previous);
-        // A site's or route's meter goes on counting across reloads while its labels
-        // stay.
-        let meters_before: HashMap<(&str, &str), &Arc<Meter>> = previous
-            .into_iter()
-            .flat_map(|g| g.meters())
-            .map(|m| ((m.site, m.route), m.meter))
-            .collect();
-        let fastcgi_before = fastcgi_pools(previous);
-        let refused_before = refusals(previous);
+        let probe_slots = kept.probe_slots.take((), |before| {
+            before
+                .cloned()
+                .unwrap_or_else(|| Arc::new(Semaphore::new(config.global.probe_concurrency)))
+        });
+        // The resolver (and its cache) lives as long as its servers stay the same.
+        let servers = &config.global.resolver;
+        let dns = kept.dns.take(servers.clone(), |before| {
+            before
+                .cloned()
+                .unwrap_or_else(|| Arc::new(Dns::new(servers)))
+        });
         let shared = Shared {
-            refused_before: &refused_before,
-            fastcgi_before: &fastcgi_before,
+            kept: &kept,
+            metered: config.global.admin.is_some(),
             fastcgi_seen: Default::default(),
-            meters_before: config.global.admin.is_some().then_some(&meters_before),
-            meters: Default::default(),
             auth_pools: Default::default(),
-            carried: &carried,
-            rates_before: previous.map(|g| &g.rate_memory),
-            rates: Default::default(),
-            stores_before: previous.map(|g| &g.cache_stores),
-            stores: Default::default(),
             namespaces: Default::default(),
-            publishers_before: previous.map(|g| &g.cache_publishers),
-            publishers: Default::default(),
+            publishing: Default::default(),
             pool_ids: Default::default(),
             probe_slots: &probe_slots,
             dns: &dns,
@@ -104,19 +85,19 @@ impl Generation {
         }
         let tcp = tcp_routes(config, &shared);
         let listen_guards = listen_guards(config, &shared);
-        let acme = acme_manager(config, previous);
+        shared.publish();
+        let auth_pools = shared.auth_pools.take();
+        drop(shared);
+        let acme = acme_manager(config, &kept);
         let tls = if config.listeners.iter().any(|l| l.tls) {
             certs::build(&config.sites, acme.as_ref())
         } else {
             None
         };
         let sends_proxy_protocol = sites.pools().any(|p| p.cfg.proxy_protocol.is_some());
-        let auth_pools = shared.auth_pools.take();
         Generation {
             sends_proxy_protocol,
-            rate_memory: shared.rates.take(),
-            cache_stores: shared.stores.take(),
-            cache_publishers: shared.publishers(),
+            kept: kept.done(),
             tls,
             sites,
             tcp,
@@ -126,8 +107,6 @@ impl Generation {
             max_tunnels: config.global.max_tunnels,
             tunnel_drain: config.global.tunnel_drain,
             tunnel_idle: config.global.tunnel_idle,
-            probe_slots,
-            dns,
             metered: config.global.admin.is_some(),
             auth_pools,
             acme_http01: acme.clone().filter(|m| m.config.http01),
@@ -193,43 +172,26 @@ fn route_label<'a>(site: &str, route: &'a str) -> &'a str {
     }
 }
 
-/// What every pool and filter of one generation is built with.
-/// A purge publisher and the stores of this generation it applies purges to.
-type Publishing = (Arc<crate::cache::Publisher>, Vec<Arc<crate::cache::Store>>);
+/// The stores each purge publisher of one generation applies purges to, by URL.
+type Publishing = HashMap<String, (Arc<crate::cache::Publisher>, Vec<Arc<crate::cache::Store>>)>;
 
+/// What every pool and filter of one generation is built with.
 struct Shared<'a> {
-    /// The previous generation's meters by labels; `None` when this one meters
-    /// nothing (the admin API is off).
-    meters_before: Option<&'a HashMap<(&'a str, &'a str), &'a Arc<Meter>>>,
-    /// This generation's, so two routes of one pattern share theirs.
-    meters: std::cell::RefCell<HashMap<(String, String), Arc<Meter>>>,
+    /// The state this generation keeps, from the previous one's by identity.
+    kept: &'a Filled<'a>,
+    /// The admin API is on: sites and routes get meters.
+    metered: bool,
     /// The pools `forward_auth` filters ask, as they are built.
     auth_pools: std::cell::RefCell<Vec<Arc<Pool>>>,
-    /// The previous generation's pool states, by identity.
-    carried: &'a HashMap<&'a PoolId, &'a Arc<PoolState>>,
-    /// The previous generation's in-memory `rate_limit` buckets, by identity.
-    rates_before: Option<&'a HashMap<String, Arc<rate_limit::Memory>>>,
-    /// This generation's, as its filters are built.
-    rates: std::cell::RefCell<HashMap<String, Arc<rate_limit::Memory>>>,
-    /// The previous generation's cache stores, by their `store` setting.
-    stores_before: Option<&'a HashMap<String, Arc<crate::cache::Store>>>,
-    /// This generation's, as its routes are built.
-    stores: std::cell::RefCell<HashMap<String, Arc<crate::cache::Store>>>,
     /// How many cache routes of each name so far (their keys' namespaces).
     namespaces: std::cell::RefCell<HashMap<String, usize>>,
-    /// The previous generation's purge publishers, by URL.
-    publishers_before: Option<&'a HashMap<String, Arc<crate::cache::Publisher>>>,
-    /// This generation's, with the stores each serves.
-    publishers: std::cell::RefCell<HashMap<String, Publishing>>,
+    /// The purge publishers, with the stores each serves.
+    publishing: std::cell::RefCell<Publishing>,
     /// How many pools of each identity this generation has so far.
     pool_ids: std::cell::RefCell<HashMap<PoolId, usize>>,
-    probe_slots: &'a Arc<Semaphore>,
-    /// The previous generation's listeners' refusal counts, by listener name.
-    refused_before: &'a HashMap<&'a str, Arc<Refused>>,
-    /// The previous generation's FastCGI pools, by route name and occurrence.
-    fastcgi_before: &'a HashMap<(String, usize), Arc<crate::fastcgi::pool::Pool>>,
     /// How many FastCGI routes of each name so far.
     fastcgi_seen: std::cell::RefCell<HashMap<String, usize>>,
+    probe_slots: &'a Arc<Semaphore>,
     dns: &'a Arc<Dns>,
     /// The destination policy strict pools share.
     policy: Arc<Policy>,
@@ -237,53 +199,48 @@ struct Shared<'a> {
 }
 
 impl Shared<'_> {
-    /// This generation's purge publishers, each told the stores it now serves.
-    fn publishers(&self) -> HashMap<String, Arc<crate::cache::Publisher>> {
-        self.publishers
-            .take()
-            .into_iter()
-            .map(|(url, (p, stores))| {
-                p.serve(stores);
-                (url, p)
-            })
-            .collect()
+    /// Tells each purge publisher the stores it now serves.
+    fn publish(&self) {
+        for (p, stores) in self.publishing.take().into_values() {
+            p.serve(stores);
+        }
     }
 
     /// A route's FastCGI handler, on the previous generation's pool of the same route
-    /// when its settings stayed.
+    /// (and occurrence) when it reaches the same application the same way: resized to
+    /// the new `max_conns`.
     fn fastcgi(&self, r: &config::Route, c: &config::FastCgiConfig) -> crate::fastcgi::FastCgi {
         let mut seen = self.fastcgi_seen.borrow_mut();
         let n = seen.entry(r.name.clone()).or_insert(0);
-        let before = self.fastcgi_before.get(&(r.name.clone(), *n));
+        let key = (r.name.clone(), *n);
         *n += 1;
-        crate::fastcgi::FastCgi::new(r.name.clone(), c.clone(), self.dns.clone(), before)
+        let app = self.kept.fastcgi_apps.take(c.target.clone(), |before| {
+            before.cloned().unwrap_or_default()
+        });
+        let pool = self.kept.fastcgi.take(key, |before| {
+            crate::fastcgi::pool::Pool::carry(before, c, self.dns, &app)
+        });
+        crate::fastcgi::FastCgi::new(r.name.clone(), c.clone(), pool)
     }
 
     /// A route's cache, on the store of its `store` setting: one per setting, carried
     /// from the previous generation when it had the same one.
     fn cache(&self, c: &config::CacheConfig, route: &str) -> crate::cache::Cache {
-        let id = c.store.identity();
-        let store = self
-            .stores
-            .borrow_mut()
-            .entry(id.clone())
-            .or_insert_with(|| {
-                self.stores_before
-                    .and_then(|m| m.get(&id))
-                    .cloned()
-                    .unwrap_or_else(|| crate::cache::Store::new(&c.store))
-            })
-            .clone();
+        let store = self.kept.stores.take(c.store.identity(), |before| {
+            before
+                .cloned()
+                .unwrap_or_else(|| crate::cache::Store::new(&c.store))
+        });
         if let Some(url) = &c.purge_store {
-            let mut publishers = self.publishers.borrow_mut();
-            let (_, stores) = publishers.entry(url.clone()).or_insert_with(|| {
-                let p = self
-                    .publishers_before
-                    .and_then(|m| m.get(url))
+            let publisher = self.kept.publishers.take(url.clone(), |before| {
+                before
                     .cloned()
-                    .unwrap_or_else(|| crate::cache::Publisher::new(url));
-                (p, Vec::new())
+                    .unwrap_or_else(|| crate::cache::Publisher::new(url))
             });
+            let mut publishing = self.publishing.borrow_mut();
+            let (_, stores) = publishing
+                .entry(url.clone())
+                .or_insert_with(|| (publisher, Vec::new()));
             if !stores.iter().any(|s| Arc::ptr_eq(s, &store)) {
                 stores.push(store.clone());
             }
@@ -329,10 +286,9 @@ impl Shared<'_> {
             })
             .collect();
         let refused = self
-            .refused_before
-            .get(name.as_str())
-            .cloned()
-            .unwrap_or_default();
+            .kept
+            .refused
+            .take(name.clone(), |before| before.cloned().unwrap_or_default());
         ConnGuards {
             name,
             guards,
@@ -350,42 +306,52 @@ impl Shared<'_> {
         failure_open: bool,
         route: &str,
     ) -> RateLimit {
-        let Some(base) = RateLimit::identity(rl, name, route) else {
-            return RateLimit::new(rl, name, route, failure_open, None);
+        let store = match &rl.store {
+            Some(url) => {
+                let key = (url.clone(), failure_open);
+                rate_limit::Store::Redis(self.kept.redis.take(key, |before| {
+                    before
+                        .cloned()
+                        .unwrap_or_else(|| rate_limit::Redis::start(url, failure_open))
+                }))
+            }
+            None => {
+                let base = RateLimit::identity(rl, name, route);
+                // A second filter of one identity on a route gets buckets of its own.
+                let id = (0..)
+                    .map(|k| format!("{base}#{k}"))
+                    .find(|id| !self.kept.rates.has(id))
+                    .expect("an unused identity");
+                rate_limit::Store::Memory(self.kept.rates.take(id, |before| {
+                    before
+                        .cloned()
+                        .unwrap_or_else(|| Arc::new(rate_limit::Memory::new()))
+                }))
+            }
         };
-        let mut rates = self.rates.borrow_mut();
-        let id = (0..)
-            .map(|k| format!("{base}#{k}"))
-            .find(|id| !rates.contains_key(id))
-            .expect("an unused identity");
-        let carried = self.rates_before.and_then(|m| m.get(&id)).cloned();
-        let filter = RateLimit::new(rl, name, route, failure_open, carried);
-        if let Some(m) = filter.memory() {
-            rates.insert(id, m);
-        }
-        filter
+        RateLimit::new(rl, name, route, store)
     }
 
     /// A pool named `name`, with the state of the previous generation's pool of its
     /// identity.
     fn pool(&self, name: String, cfg: &config::ProxyConfig) -> Arc<Pool> {
         let id = self.pool_id(name, cfg);
-        let state = self.carried.get(&id).map(|s| Arc::clone(s));
-        Pool::build(id, cfg.clone(), state, self.probe_slots, self.dest(cfg))
+        let dest = self.dest(cfg);
+        let state = self.kept.pools.take(id.clone(), |before| {
+            PoolState::carry(before, &id, cfg, &dest, self.probe_slots)
+        });
+        Pool::build(id, cfg.clone(), state, dest)
     }
 
     /// The meter of `site`'s `route` (labels), the previous generation's if it had
     /// one; `None` when nothing is metered.
     fn meter(&self, site: &str, route: &str) -> Option<Arc<Meter>> {
-        let before = self.meters_before?;
         let key = (site.to_string(), route.to_string());
-        let mut meters = self.meters.borrow_mut();
-        let m = meters.entry(key).or_insert_with(|| {
-            before
-                .get(&(site, route))
-                .map_or_else(Default::default, |m| Arc::clone(m))
-        });
-        Some(m.clone())
+        self.metered.then(|| {
+            self.kept
+                .meters
+                .take(key, |before| before.cloned().unwrap_or_default())
+        })
     }
 
     /// The resolver, and the policy when `p` is strict.
@@ -404,37 +370,6 @@ impl Shared<'_> {
 fn process_wide(config: &Config) {
     crate::net::redis::configure(config.global.redis_timeout, config.global.redis_ca.clone());
     crate::fastcgi::spool::set_budget(config.global.spool_max);
-}
-
-/// The resolver (and its cache), which lives as long as its servers stay the same.
-fn resolver(config: &Config, previous: Option<&Generation>) -> Arc<Dns> {
-    previous
-        .map(|g| &g.dns)
-        .filter(|d| d.servers() == config.global.resolver.as_slice())
-        .cloned()
-        .unwrap_or_else(|| Arc::new(Dns::new(&config.global.resolver)))
-}
-
-/// What each listener of a generation refused so far, by its name.
-fn refusals(previous: Option<&Generation>) -> HashMap<&str, Arc<Refused>> {
-    previous
-        .into_iter()
-        .flat_map(|g| g.conn_guards())
-        .map(|g| (g.name.as_str(), g.refused.clone()))
-        .collect()
-}
-
-/// A generation's FastCGI pools by route name and occurrence, for the next to keep
-/// when their settings stay.
-fn fastcgi_pools(
-    previous: Option<&Generation>,
-) -> HashMap<(String, usize), Arc<crate::fastcgi::pool::Pool>> {
-    let mut pools = HashMap::new();
-    for f in previous.into_iter().flat_map(|g| g.sites.fastcgi()) {
-        let n = (0..).find(|n| !pools.contains_key(&(f.name.clone(), *n)));
-        pools.insert((f.name.clone(), n.unwrap_or(0)), f.pool.clone());
-    }
-    pools
 }
 
 /// The `tcp` listeners' routes, each pool with its predecessor's state.

@@ -4,6 +4,7 @@
 //! to the end, so a swap never changes the rules under a request in flight. This module
 //! is data: it never calls the pipeline and knows no listener.
 
+pub(crate) mod carry;
 pub(crate) mod certs;
 pub(crate) mod compile;
 
@@ -127,20 +128,11 @@ pub(crate) struct Generation {
     pub max_tunnels: u64,
     pub tunnel_drain: std::time::Duration,
     pub tunnel_idle: std::time::Duration,
-    /// The process-wide cap on health probes at once.
-    pub probe_slots: Arc<tokio::sync::Semaphore>,
     /// The certificates and TLS settings of the `tls` listeners, when there are any.
     pub tls: Option<certs::Tls>,
-    /// The resolver every dial of this generation uses, carried while `resolver` is
-    /// unchanged.
-    pub dns: Arc<crate::safety::Dns>,
-    /// The in-memory `rate_limit` buckets, by filter identity, for the next
-    /// generation to carry.
-    pub rate_memory: std::collections::HashMap<String, Arc<crate::filter::rate_limit::Memory>>,
-    /// The cache stores, by their `store` setting, for the next generation to carry.
-    pub cache_stores: std::collections::HashMap<String, Arc<crate::cache::Store>>,
-    /// Every distinct `purge_store`, by URL, carried like the stores.
-    pub cache_publishers: std::collections::HashMap<String, Arc<crate::cache::Publisher>>,
+    /// What this generation keeps for the next, by identity: pools' state, FastCGI
+    /// pools, rate-limit buckets, cache stores and publishers, meters, … (`carry`).
+    pub kept: carry::Kept,
     /// The admin API is on: requests are metered (`sluice_http_*`).
     pub metered: bool,
     /// The pools `forward_auth` filters ask.
@@ -256,18 +248,14 @@ impl Live {
         self.metered.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Makes `next` the live generation. Pools of the old one that `next` did not carry
-    /// over are retired now: their background tasks stop and their idle connections
-    /// close, while requests still running on the old generation finish on it.
+    /// Makes `next` the live generation. What the old one kept that `next` did not
+    /// carry over is retired now (a pool's background tasks stop and its idle
+    /// connections close), while requests still running on the old generation finish
+    /// on it.
     pub(crate) fn swap(&self, next: Generation) {
         self.metered
             .store(next.metered, std::sync::atomic::Ordering::Relaxed);
         let old = self.current.swap(Arc::new(next));
-        let now = self.current.load();
-        for pool in old.pools() {
-            if !now.pools().any(|p| Arc::ptr_eq(&p.state, &pool.state)) {
-                pool.state.retire();
-            }
-        }
+        old.kept.retire_gone(&self.current.load().kept);
     }
 }

@@ -97,11 +97,15 @@ impl Limit {
 
     /// A place, waiting up to `wait` for one.
     pub(crate) async fn take(self: &Arc<Self>, wait: std::time::Duration) -> Option<Slot> {
-        let acquire = self.sem.clone().acquire_owned();
-        match tokio::time::timeout(wait, acquire).await {
-            Ok(Ok(permit)) => Some(self.slot(permit)),
-            _ => None,
-        }
+        tokio::time::timeout(wait, self.acquire())
+            .await
+            .unwrap_or(None)
+    }
+
+    /// A place, once one is free.
+    pub(crate) async fn acquire(self: &Arc<Self>) -> Option<Slot> {
+        let permit = self.sem.clone().acquire_owned().await.ok()?;
+        Some(self.slot(permit))
     }
 
     fn slot(self: &Arc<Self>, permit: OwnedSemaphorePermit) -> Slot {
@@ -112,8 +116,7 @@ impl Limit {
     }
 
     /// Places taken now.
-    #[cfg(test)]
-    fn in_use(&self) -> usize {
+    pub(crate) fn in_use(&self) -> usize {
         let free = self.sem.available_permits();
         (self.max() + self.debt.load(Ordering::Acquire)).saturating_sub(free)
     }

@@ -6,8 +6,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
-
 use super::balancer::{self, Balancer, Candidates};
 use super::failover::Transition;
 use super::peer::{FailureKind, Peer, Role};
@@ -29,22 +27,14 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    /// Builds this generation's pool, carrying `carried` state when the previous
-    /// generation had a pool of the same identity.
+    /// Builds this generation's pool on `state`, its own or carried from the previous
+    /// generation's pool of the same identity (`PoolState::carry`).
     pub(crate) fn build(
         id: PoolId,
         cfg: ProxyConfig,
-        carried: Option<Arc<PoolState>>,
-        probe_slots: &Arc<Semaphore>,
+        state: Arc<PoolState>,
         dest: dial::Dest,
     ) -> Arc<Pool> {
-        let state = match carried {
-            Some(s) => {
-                s.take_settings(&id, &cfg, &dest, probe_slots);
-                s
-            }
-            None => PoolState::new(&id, &cfg, probe_slots, &dest),
-        };
         Arc::new(Pool {
             balancer: balancer::for_policy(&cfg.lb, &state.peers, cfg.slow_start.is_some()),
             limit: state.limit_for(cfg.limit.map(|l| l.max)),

@@ -147,6 +147,24 @@ impl PoolState {
         state
     }
 
+    /// The state of `id` in a new generation: the previous generation's (`before`),
+    /// taking the new settings, else fresh.
+    pub(crate) fn carry(
+        before: Option<&Arc<PoolState>>,
+        id: &PoolId,
+        cfg: &ProxyConfig,
+        dest: &dial::Dest,
+        probe_slots: &Arc<Semaphore>,
+    ) -> Arc<PoolState> {
+        match before {
+            Some(s) => {
+                s.take_settings(id, cfg, dest, probe_slots);
+                s.clone()
+            }
+            None => PoolState::new(id, cfg, probe_slots, dest),
+        }
+    }
+
     /// The newest generation's settings for the background tasks.
     pub(crate) fn settings(&self) -> Arc<Settings> {
         self.settings.load_full()
@@ -156,7 +174,7 @@ impl PoolState {
     /// destination policy go (a changed policy must not be dodged by them); a pool
     /// whose `health` left the config returns its peers to passive health at once (no
     /// probe will ever clear a failing verdict), and probing starts if `health` is new.
-    pub(super) fn take_settings(
+    fn take_settings(
         self: &Arc<Self>,
         id: &PoolId,
         cfg: &ProxyConfig,

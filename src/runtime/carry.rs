@@ -1,0 +1,171 @@
+//! What a generation hands the next: every piece of state that must outlive a reload,
+//! found by identity.
+//!
+//! One rule for all of it ([`Filling::take`]): a new generation's state of an identity
+//! is the one this generation already took (two routes on one cache store share it);
+//! else what the kind's own constructor makes of the previous generation's state of
+//! that identity — the same thing, refitted to the new settings (a pool's `limit`, a
+//! store's size, a FastCGI pool's `max_conns`: resized, so "at most N" holds across the
+//! swap), or a new one when the settings changed what it is. Whatever the new
+//! generation did not keep is gone: once the swap made it live, each is retired
+//! ([`Carried::retire`]: background work stops, and what requests still running on the
+//! old generation hold drains as they end).
+//!
+//! A kind of carried state is one line of the `kept!` list below.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::Arc;
+
+/// State that may outlive the generation that made it.
+pub(crate) trait Carried: Send + Sync {
+    /// The live generation no longer has it (see the module).
+    fn retire(&self) {}
+}
+
+/// One kind of a generation's carried state, by identity.
+pub(crate) struct Shelf<K, V>(HashMap<K, Arc<V>>);
+
+impl<K, V> Default for Shelf<K, V> {
+    fn default() -> Self {
+        Shelf(HashMap::new())
+    }
+}
+
+impl<K: Eq + Hash, V: Carried> Shelf<K, V> {
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Arc<V>> {
+        self.0.values()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Retires what `next` does not hold under the same identity.
+    fn retire_gone(&self, next: &Shelf<K, V>) {
+        for (k, v) in &self.0 {
+            if !next.0.get(k).is_some_and(|n| Arc::ptr_eq(n, v)) {
+                v.retire();
+            }
+        }
+    }
+}
+
+/// A shelf being filled while a generation compiles, the previous generation's at hand.
+pub(crate) struct Filling<'a, K, V> {
+    before: Option<&'a Shelf<K, V>>,
+    now: RefCell<HashMap<K, Arc<V>>>,
+}
+
+impl<'a, K: Eq + Hash + Clone, V> Filling<'a, K, V> {
+    fn new(before: Option<&'a Shelf<K, V>>) -> Self {
+        Filling {
+            before,
+            now: RefCell::default(),
+        }
+    }
+
+    /// The state of identity `key` in the generation being made: the one it took
+    /// already, else `make` of the previous generation's (see the module).
+    pub(crate) fn take(&self, key: K, make: impl FnOnce(Option<&Arc<V>>) -> Arc<V>) -> Arc<V> {
+        if let Some(v) = self.now.borrow().get(&key) {
+            return v.clone();
+        }
+        let v = make(self.before.and_then(|b| b.0.get(&key)));
+        self.now.borrow_mut().insert(key, v.clone());
+        v
+    }
+
+    /// Whether the generation being made took `key` already (alike identities are
+    /// numbered by it).
+    pub(crate) fn has(&self, key: &K) -> bool {
+        self.now.borrow().contains_key(key)
+    }
+
+    fn done(self) -> Shelf<K, V> {
+        Shelf(self.now.into_inner())
+    }
+}
+
+macro_rules! kept {
+    ($($(#[$doc:meta])* $name:ident: $key:ty => $value:ty,)*) => {
+        /// Everything a generation hands the next, by identity.
+        #[derive(Default)]
+        pub(crate) struct Kept {
+            $($(#[$doc])* pub $name: Shelf<$key, $value>,)*
+        }
+
+        /// [`Kept`] being filled while a generation compiles.
+        pub(crate) struct Filled<'a> {
+            $(pub $name: Filling<'a, $key, $value>,)*
+        }
+
+        impl Kept {
+            /// An empty [`Kept`] to fill, the previous generation's at hand.
+            pub(crate) fn fill(before: Option<&Kept>) -> Filled<'_> {
+                Filled {
+                    $($name: Filling::new(before.map(|b| &b.$name)),)*
+                }
+            }
+
+            /// Retires what `next`, now live, did not keep.
+            pub(crate) fn retire_gone(&self, next: &Kept) {
+                $(self.$name.retire_gone(&next.$name);)*
+            }
+        }
+
+        impl Filled<'_> {
+            pub(crate) fn done(self) -> Kept {
+                Kept {
+                    $($name: self.$name.done(),)*
+                }
+            }
+        }
+    };
+}
+
+kept! {
+    /// Pools' peers, health, passive state, kept connections and `limit`.
+    pools: crate::upstream::PoolId => crate::upstream::PoolState,
+    /// FastCGI pools, by route name and occurrence: connections and `max_conns` places.
+    fastcgi: (String, usize) => crate::fastcgi::pool::Pool,
+    /// The FastCGI applications, by address, each knowing the pools that reach it.
+    fastcgi_apps: crate::config::Target => crate::fastcgi::pool::App,
+    /// In-memory `rate_limit` buckets, by filter identity.
+    rates: String => crate::filter::rate_limit::Memory,
+    /// `rate_limit`'s Redis clients, by address and failure mode.
+    redis: (String, bool) => crate::filter::rate_limit::Redis,
+    /// Cache stores, by their `store` setting.
+    stores: String => crate::cache::Store,
+    /// Cache purge publishers, by `purge_store` URL.
+    publishers: String => crate::cache::Publisher,
+    /// Request meters, by `site` and `route` labels.
+    meters: (String, String) => crate::stats::Meter,
+    /// Listeners' refusal counts, by listener name.
+    refused: String => super::Refused,
+    /// The resolver and its cache, by its servers.
+    dns: Vec<std::net::SocketAddr> => crate::safety::Dns,
+    /// The process-wide cap on health probes at once.
+    probe_slots: () => tokio::sync::Semaphore,
+    /// `tls auto`'s certificates and orders, while the `acme` settings stay.
+    acme: () => crate::acme::Manager,
+}
+
+impl Carried for crate::upstream::PoolState {
+    fn retire(&self) {
+        crate::upstream::PoolState::retire(self);
+    }
+}
+
+impl Carried for crate::fastcgi::pool::Pool {}
+impl Carried for crate::fastcgi::pool::App {}
+impl Carried for crate::filter::rate_limit::Memory {}
+impl Carried for crate::filter::rate_limit::Redis {}
+impl Carried for crate::cache::Store {}
+impl Carried for crate::cache::Publisher {}
+impl Carried for crate::stats::Meter {}
+impl Carried for super::Refused {}
+impl Carried for crate::safety::Dns {}
+impl Carried for tokio::sync::Semaphore {}
+impl Carried for crate::acme::Manager {}
