@@ -277,6 +277,7 @@ fn request_body(
     recv: RecvStream,
     received: Option<&Arc<AtomicU64>>,
 ) -> (Body, Option<RecvStream>) {
+    // A CONNECT here is a WebSocket's (`refusal` answered any other).
     let (body, websocket) = if req.method() != Method::CONNECT {
         (Body::H2(recv, content_length(req), None), None)
     } else if extended_connect(req) {
@@ -379,9 +380,10 @@ fn websocket_answer(
     }
 }
 
-/// A stream refused before the pipeline: too many header fields (431), an
-/// `:authority` that cannot be a host (400) — or reset, for an extended CONNECT to a
-/// protocol other than WebSocket.
+/// A stream refused before the pipeline: too many header fields (431), a CONNECT that
+/// opens no WebSocket or an `:authority` that cannot be a host (400, as HTTP/1.1
+/// answers them) — or reset, for an extended CONNECT to a protocol other than
+/// WebSocket.
 fn refusal(
     req: &mut Request<()>,
     client: std::net::SocketAddr,
@@ -404,6 +406,14 @@ fn refusal(
             ));
             return Err(Reason::PROTOCOL_ERROR);
         }
+    } else if req.method() == Method::CONNECT {
+        bump(&COUNTERS.bad_request);
+        crate::stats::count_status(400);
+        return Ok(Some(local_response(
+            StatusCode::BAD_REQUEST,
+            "Bad request: CONNECT is not served
+",
+        )));
     }
     if let Some(why) = host_from_authority(req) {
         bump(&COUNTERS.bad_request);

@@ -27,8 +27,13 @@ pub(super) async fn answer(
     let mut fut = pin!(fut);
     std::future::poll_fn(|cx| {
         let answer = fut.as_mut().poll(cx);
-        // What the poll just made relayed, before the final head.
-        if let Some(heads) = crate::interim::take() {
+        // What the poll just relayed, before the final head; a stream the client (or
+        // the `h2` crate, for a malformed body) reset meanwhile gets nothing more.
+        let heads = crate::interim::take();
+        if respond.poll_reset(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        if let Some(heads) = heads {
             for (status, headers) in heads {
                 crate::stats::count_status(status.as_u16());
                 let mut head = Response::new(());
@@ -39,32 +44,26 @@ pub(super) async fn answer(
                 }
             }
         }
-        if let Poll::Ready(a) = answer {
-            return Poll::Ready(Some(a));
-        }
-        match respond.poll_reset(cx) {
-            Poll::Ready(_) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
+        answer.map(Some)
     })
     .await
 }
 
 /// Sends `resp` on the stream: its head (connection fields dropped, with `Date`, and
-/// `Content-Length` when the body's length is known), its body as the client's flow
-/// control lets it go, then its trailers; no body after a HEAD, 204 or 304.
+/// `Content-Length` when the body's length is known — a HEAD's too, as HTTP/1.1 gives
+/// it), its body as the client's flow control lets it go, then its trailers; no body
+/// after a HEAD, 204 or 304.
 pub(super) async fn respond(
     respond: &mut SendResponse<Bytes>,
     resp: Response<Guarded>,
     head_only: bool,
 ) {
     let (mut parts, mut body) = resp.into_parts();
-    let bodiless = head_only
-        || parts.status == StatusCode::NO_CONTENT
-        || parts.status == StatusCode::NOT_MODIFIED;
+    let no_content =
+        parts.status == StatusCode::NO_CONTENT || parts.status == StatusCode::NOT_MODIFIED;
     prepare(&mut parts.headers);
-    let end = bodiless || body.is_end_stream();
-    if let (Some(n), false) = (body.size_hint().exact(), end) {
+    let end = head_only || no_content || body.is_end_stream();
+    if let (Some(n), false) = (body.size_hint().exact(), no_content || (end && !head_only)) {
         parts
             .headers
             .entry(header::CONTENT_LENGTH)
@@ -207,13 +206,25 @@ struct StreamIo {
     unread: Bytes,
 }
 
+/// A stream's failure as the tunnel sees it: `STREAM_CLOSED` is a write past the
+/// end; any other reason, a reset.
 fn broken(e: h2::Error) -> io::Error {
     if e.is_io() {
-        e.into_io()
-            .unwrap_or_else(|| io::Error::other("h2 stream failed"))
-    } else {
-        io::Error::new(io::ErrorKind::ConnectionReset, e)
+        return e
+            .into_io()
+            .unwrap_or_else(|| io::Error::other("h2 stream failed"));
     }
+    let kind = match e.reason() {
+        Some(Reason::STREAM_CLOSED) => io::ErrorKind::BrokenPipe,
+        _ => io::ErrorKind::ConnectionReset,
+    };
+    io::Error::new(kind, e)
+}
+
+/// Whether a reset only ends the stream (`NO_ERROR`, `CANCEL`: the client closed its
+/// WebSocket's stream), which a reader takes as the end.
+fn just_ended(e: &h2::Error) -> bool {
+    matches!(e.reason(), Some(Reason::NO_ERROR | Reason::CANCEL))
 }
 
 impl AsyncRead for StreamIo {
@@ -228,6 +239,7 @@ impl AsyncRead for StreamIo {
                 Poll::Pending => return Poll::Pending,
                 // The client ended its side: the tunnel reads its end.
                 Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Ready(Some(Err(e))) if just_ended(&e) => return Poll::Ready(Ok(())),
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(broken(e))),
                 Poll::Ready(Some(Ok(d))) => {
                     let _ = this.recv.flow_control().release_capacity(d.len());
@@ -277,9 +289,16 @@ impl AsyncWrite for StreamIo {
         Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        // END_STREAM, once: a stream already ended (or reset) has nothing to end.
-        let _ = self.send.send_data(Bytes::new(), true);
-        Poll::Ready(Ok(()))
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // END_STREAM; a stream the client reset has nothing to end.
+        if let Poll::Ready(r) = self.send.poll_reset(cx) {
+            let e = r.map_or_else(|e| e, h2::Error::from);
+            return Poll::Ready(if just_ended(&e) {
+                Ok(())
+            } else {
+                Err(broken(e))
+            });
+        }
+        Poll::Ready(self.send.send_data(Bytes::new(), true).map_err(broken))
     }
 }
