@@ -166,6 +166,20 @@ async fn a_101_joins_both_ways_with_half_close() {
     );
 }
 
+/// An upgrade reaches a peer the way a relay does (`Pool::reach`): one that cannot be
+/// reached is marked and the next one tried, so every handshake opens while one peer
+/// of the pool is down (the handshake itself was never sent to the dead one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_passes_over_a_peer_that_cannot_be_reached() {
+    let (ok, _t) = upgrading(false).await;
+    let dead = dead_addr().await;
+    let s = Sluice::start(&format!("site * {{ proxy {dead} {ok} }}"));
+    for n in 0..4 {
+        let (_c, head) = open(s.addr, b"").await;
+        assert!(head.starts_with("HTTP/1.1 101"), "handshake {n}: {head}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_and_limits() {
     let (refusing, _t1) = upgrading(true).await;

@@ -14,6 +14,7 @@ pub(crate) mod basic_auth;
 pub(crate) mod body_deny;
 pub(crate) mod compress;
 pub(crate) mod cond;
+pub(crate) mod conn;
 pub(crate) mod cors;
 pub(crate) mod grpc_web;
 pub(crate) mod header_down;

@@ -37,7 +37,7 @@ use crate::stats::{bump, COUNTERS};
 use crate::tunnel::Tunnel;
 use crate::upstream::balancer::hash_bytes;
 use crate::upstream::conn::{BackendConn, Outgoing, SendError};
-use crate::upstream::connect::{ConnectError, Connection, Want};
+use crate::upstream::connect::{ConnectError, Connection};
 use crate::upstream::dial::DialError;
 use crate::upstream::h2;
 use crate::upstream::limit::Slot;
@@ -535,7 +535,7 @@ async fn attempt(
     let mut again = 0;
     let mut fresh = false;
     loop {
-        let sent = match pool.connect(i, Want::Request { fresh }).await {
+        let sent = match pool.connect(i, fresh).await {
             Ok(Connection::Http2(mut st)) => {
                 match Box::pin(send_h2(pool, i, &mut st, out, client.metered)).await {
                     Ok(resp) => return Attempt::Answered(Answer::H2(resp, st)),

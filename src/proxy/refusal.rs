@@ -34,10 +34,7 @@ pub(super) fn no_websocket(pool: &Pool) -> Response<Body> {
 pub(super) fn peer_or_refusal(pick: Pick) -> Result<usize, Box<Response<Body>>> {
     match pick {
         Pick::Peer(i) => Ok(i),
-        Pick::AllDown => Err(Box::new(local_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "No backend available\n",
-        ))),
+        Pick::AllDown => Err(Box::new(no_backend())),
         Pick::Exhausted => {
             bump(&COUNTERS.bad_gateway);
             Err(Box::new(local_response(
@@ -46,6 +43,11 @@ pub(super) fn peer_or_refusal(pick: Pick) -> Result<usize, Box<Response<Body>>> 
             )))
         }
     }
+}
+
+/// 503: no peer may be tried (every one down, and `all_down fail`).
+pub(super) fn no_backend() -> Response<Body> {
+    local_response(StatusCode::SERVICE_UNAVAILABLE, "No backend available\n")
 }
 
 /// 503 for local exhaustion (ports, descriptors): not the backend's fault (the

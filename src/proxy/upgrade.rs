@@ -1,5 +1,6 @@
 //! WebSocket upgrades (DESIGN §8.11): the handshake goes to one peer on a fresh
-//! HTTP/1.1 connection (never pooled, never retried) under the pool's `limit`; a `101`
+//! HTTP/1.1 connection (never pooled; a peer that cannot be reached is marked and the
+//! next one tried, but a handshake sent is never sent again) under the pool's `limit`; a `101`
 //! gives the slot back and leaves the connection with the server, to be joined with
 //! the client's as a tunnel counted under `max_tunnels`.
 
@@ -8,16 +9,16 @@ use std::sync::Arc;
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 
-use super::refusal::{out_of_capacity, peer_or_refusal, sent_and_failed, BUSY, UNREACHABLE};
+use super::refusal::{no_backend, out_of_capacity, sent_and_failed, BUSY, UNREACHABLE};
 use super::{acquire_slot, hash_key, headers, prepare, send, stream, Answer, Client, Dialed};
 use crate::body::Body;
 use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
 use crate::tunnel::{Opened, Tunnel};
 use crate::upstream::conn::{BackendConn, Outgoing};
-use crate::upstream::connect::{ConnectError, Connection, Want};
+use crate::upstream::connect::{Passage, Unreached};
 use crate::upstream::limit::Slot;
-use crate::upstream::{Lease, Note, Pool, Tried};
+use crate::upstream::{Lease, Pool, Tried};
 
 const NO_UPGRADE: &str = "Bad gateway: the backend cannot take an upgrade\n";
 
@@ -77,13 +78,10 @@ pub(super) async fn upgrade(
         .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     req.headers_mut().insert(header::UPGRADE, protocol);
     let mut out = Outgoing::new(req);
-    let note = &mut dialed.note;
-    let i = match peer_or_refusal(pool.pick(&Tried::default(), key, note)) {
-        Ok(i) => i,
-        Err(refusal) => return *refusal,
+    let (mut conn, i) = match dial_upgrade(pool, key, dialed).await {
+        Ok(c) => c,
+        Err(refusal) => return refusal,
     };
-    dialed.peer = Some(i);
-    dialed.attempts = 1;
     let peer = &pool.peers()[i];
     let lease = Lease::new(pool.clone(), i, permit);
     headers::finish_request(
@@ -92,10 +90,6 @@ pub(super) async fn upgrade(
         peer.host_header.as_ref(),
         &client.values,
     );
-    let mut conn = match dial_upgrade(pool, i, note).await {
-        Ok(c) => c,
-        Err(refusal) => return refusal,
-    };
     if !super::preface(pool, &mut conn, client).await {
         bump(&COUNTERS.bad_gateway);
         return local_response(StatusCode::BAD_GATEWAY, UNREACHABLE);
@@ -141,25 +135,31 @@ async fn admit_upgrade(
     Ok((permit, opened))
 }
 
-/// A fresh HTTP/1.1 connection for an upgrade; a peer that cannot be reached is
-/// marked, and the answer is sluice's own.
+/// A fresh HTTP/1.1 connection for an upgrade, and its peer (`Pool::reach`: a peer
+/// that cannot be reached is marked and the next one tried); else sluice's own answer.
 async fn dial_upgrade(
     pool: &Pool,
-    i: usize,
-    note: &mut Note,
-) -> Result<BackendConn, Response<Body>> {
-    match pool.connect(i, Want::Upgrade).await {
-        Ok(Connection::Http1 { conn, .. }) => Ok(conn),
-        Ok(Connection::Http2(_)) => unreachable!("an upgrade is never given an HTTP/2 stream"),
-        Err(ConnectError::Local) => Err(out_of_capacity()),
-        Err(ConnectError::Unsupported) => {
+    key: Option<u64>,
+    dialed: &mut Dialed,
+) -> Result<(BackendConn, usize), Response<Body>> {
+    let mut tried = Tried::default();
+    let reached = pool
+        .reach(Passage::Upgrade, key, &mut tried, &mut dialed.note)
+        .await;
+    dialed.attempts = tried.count as u32;
+    match reached {
+        Ok((conn, i)) => {
+            dialed.peer = Some(i);
+            Ok((conn, i))
+        }
+        Err(Unreached::AllDown) => Err(no_backend()),
+        Err(Unreached::Local) => Err(out_of_capacity()),
+        Err(Unreached::Unsupported) => {
             bump(&COUNTERS.bad_gateway);
             Err(local_response(StatusCode::BAD_GATEWAY, NO_UPGRADE))
         }
-        Err(ConnectError::Unreachable(e)) => {
-            if pool.unreachable(i, &e) {
-                pool.failover_result(i, false, note);
-            }
+        Err(Unreached::Exhausted(last)) => {
+            dialed.peer = last;
             bump(&COUNTERS.bad_gateway);
             Err(local_response(StatusCode::BAD_GATEWAY, UNREACHABLE))
         }

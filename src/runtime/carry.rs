@@ -143,7 +143,7 @@ kept! {
     /// Request meters, by `site` and `route` labels.
     meters: (String, String) => crate::stats::Meter,
     /// Listeners' refusal counts, by listener name.
-    refused: String => super::Refused,
+    refused: String => crate::filter::conn::Refused,
     /// The resolver and its cache, by its servers.
     dns: Vec<std::net::SocketAddr> => crate::safety::Dns,
     /// The process-wide cap on health probes at once.
@@ -165,7 +165,7 @@ impl Carried for crate::filter::rate_limit::Redis {}
 impl Carried for crate::cache::Store {}
 impl Carried for crate::cache::Publisher {}
 impl Carried for crate::stats::Meter {}
-impl Carried for super::Refused {}
+impl Carried for crate::filter::conn::Refused {}
 impl Carried for crate::safety::Dns {}
 impl Carried for tokio::sync::Semaphore {}
 impl Carried for crate::acme::Manager {}

@@ -9,13 +9,14 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use super::carry::{Filled, Kept};
-use super::{certs, ConnGuards, Generation, TcpGuard, TcpRoute, TcpTarget};
+use super::{certs, Generation};
 use crate::config::{self, Compression, Config};
 use crate::filter::access::Access;
 use crate::filter::basic_auth::BasicAuth;
 use crate::filter::body_deny::BodyDeny;
 use crate::filter::compress::Compress;
 use crate::filter::cond::{Condition, ResponseCondition, ResponseTest, Test};
+use crate::filter::conn::{ConnGuard, ConnGuards};
 use crate::filter::cors::Cors;
 use crate::filter::header_down::HeaderDown;
 use crate::filter::max_body::MaxBody;
@@ -277,10 +278,10 @@ impl Shared<'_> {
         let guards = filters
             .iter()
             .filter_map(|g| match g {
-                config::Filter::Allow(n) => Some(TcpGuard::Allow(n.clone())),
-                config::Filter::Deny(n) => Some(TcpGuard::Deny(n.clone())),
+                config::Filter::Allow(n) => Some(ConnGuard::Allow(n.clone())),
+                config::Filter::Deny(n) => Some(ConnGuard::Deny(n.clone())),
                 config::Filter::RateLimit(rl) => {
-                    Some(TcpGuard::Rate(self.rate(rl, None, true, &name)))
+                    Some(ConnGuard::Rate(self.rate(rl, None, true, &name)))
                 }
                 _ => None,
             })
@@ -373,11 +374,11 @@ fn process_wide(config: &Config) {
 }
 
 /// The `tcp` listeners' routes, each pool with its predecessor's state.
-fn tcp_routes(config: &Config, shared: &Shared) -> Vec<TcpRoute> {
+fn tcp_routes(config: &Config, shared: &Shared) -> Vec<crate::l4::Route> {
     config
         .tcp
         .iter()
-        .map(|t| TcpRoute {
+        .map(|t| crate::l4::Route {
             addr: t.listen.addr,
             pools: t
                 .pools
@@ -387,7 +388,7 @@ fn tcp_routes(config: &Config, shared: &Shared) -> Vec<TcpRoute> {
                     if let Some(first) = p.sni.first() {
                         name.push_str(&format!(" sni {}", first));
                     }
-                    TcpTarget {
+                    crate::l4::Target {
                         sni: p.sni.clone(),
                         pool: shared.pool(name, &p.proxy),
                         idle_timeout: p.idle_timeout,

@@ -14,109 +14,13 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
 
+use crate::filter::conn::ConnGuards;
 use crate::route::Sites;
 use crate::upstream::Pool;
 
-/// An L4 listener's pool in one generation, found by the listener's address.
-pub(crate) struct TcpRoute {
-    pub addr: std::net::SocketAddr,
-    /// `sni` pools in written order, then the bare `proxy`'s (no names).
-    pub pools: Vec<TcpTarget>,
-    /// The `sni` names to their pool; the bare `proxy` is the `*` entry.
-    pub names: crate::route::HostIndex,
-    pub max_conns: u64,
-    /// `allow`, `deny`, `rate_limit` of the `tcp` block, in written order.
-    pub guards: ConnGuards,
-}
-
-/// A listener's `allow`, `deny` and `rate_limit` (a `tcp` block's, or an HTTP
-/// `listen ADDR { … }`'s, DESIGN §18.4), judged on each connection at accept, with
-/// what they refused.
-pub(crate) struct ConnGuards {
-    /// The listener as `sluice_connections_refused_total` labels it.
-    pub name: String,
-    pub guards: Vec<TcpGuard>,
-    pub refused: Arc<Refused>,
-}
-
-/// Connections a listener refused, by reason; carried across reloads by its name.
-#[derive(Default)]
-pub(crate) struct Refused {
-    /// `allow`/`deny`.
-    pub access: std::sync::atomic::AtomicU64,
-    /// `rate_limit`.
-    pub rate: std::sync::atomic::AtomicU64,
-}
-
-impl ConnGuards {
-    /// Whether a connection from `client` is taken; a refused one is counted (here
-    /// by listener and reason, and as the same filters on HTTP count them).
-    pub(crate) fn admits(&self, client: IpAddr) -> bool {
-        use crate::stats::{bump, COUNTERS};
-        for g in &self.guards {
-            let (ok, counter, mine) = match g {
-                TcpGuard::Allow(nets) => (
-                    crate::filter::cond::in_nets(nets, client),
-                    &COUNTERS.access_denied,
-                    &self.refused.access,
-                ),
-                TcpGuard::Deny(nets) => (
-                    !crate::filter::cond::in_nets(nets, client),
-                    &COUNTERS.access_denied,
-                    &self.refused.access,
-                ),
-                TcpGuard::Rate(r) => (r.admit(client), &COUNTERS.rate_limited, &self.refused.rate),
-            };
-            if !ok {
-                bump(counter);
-                bump(mine);
-                return false;
-            }
-        }
-        true
-    }
-}
-
-/// One pool of a `tcp` listener, and the TLS server names it takes.
-pub(crate) struct TcpTarget {
-    pub sni: Vec<crate::config::HostPattern>,
-    pub pool: Arc<Pool>,
-    pub idle_timeout: std::time::Duration,
-}
-
-impl TcpRoute {
-    /// Whether connections are routed by the ClientHello's server name.
-    pub(crate) fn by_sni(&self) -> bool {
-        self.pools.iter().any(|p| !p.sni.is_empty())
-    }
-
-    /// The pool for a ClientHello naming `sni` (any case): an exact name, then the
-    /// longest `*.suffix`, then the bare `proxy`.
-    pub(crate) fn choose(&self, sni: Option<&str>) -> Option<&TcpTarget> {
-        let name = sni.map_or(String::new(), |n| {
-            n.trim_end_matches('.').to_ascii_lowercase()
-        });
-        self.names.find(&name).map(|i| &self.pools[i])
-    }
-}
-
-/// One line judging a `tcp` listener's new connection by its client's address.
-pub(crate) enum TcpGuard {
-    Allow(Vec<IpNet>),
-    Deny(Vec<IpNet>),
-    Rate(crate::filter::rate_limit::RateLimit),
-}
-
-impl TcpRoute {
-    /// Whether a connection from `client` is relayed; refused ones are counted.
-    pub(crate) fn admits(&self, client: IpAddr) -> bool {
-        self.guards.admits(client)
-    }
-}
-
 pub(crate) struct Generation {
     pub sites: Sites,
-    pub tcp: Vec<TcpRoute>,
+    pub tcp: Vec<crate::l4::Route>,
     /// HTTP listeners with `allow`/`deny`/`rate_limit`, by configured address.
     pub listen_guards: Vec<(std::net::SocketAddr, ConnGuards)>,
     pub trust: Vec<IpNet>,
@@ -189,7 +93,7 @@ impl Generation {
     }
 
     /// The L4 route for a `tcp` listener's configured address.
-    pub(crate) fn tcp_route(&self, addr: std::net::SocketAddr) -> Option<&TcpRoute> {
+    pub(crate) fn tcp_route(&self, addr: std::net::SocketAddr) -> Option<&crate::l4::Route> {
         self.tcp.iter().find(|t| t.addr == addr)
     }
 

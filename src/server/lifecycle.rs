@@ -394,7 +394,7 @@ struct Server {
 /// WebSocket tunnels or L4 relays open in this process.
 fn tunnels_open() -> bool {
     use std::sync::atomic::Ordering::Relaxed;
-    crate::tunnel::OPEN.load(Relaxed) + super::RELAYS_OPEN.load(Relaxed) > 0
+    crate::tunnel::OPEN.load(Relaxed) + crate::l4::RELAYS_OPEN.load(Relaxed) > 0
 }
 
 /// How an upgrade ended.

@@ -214,7 +214,8 @@ async fn proxied(
 }
 
 /// Accepts on an L4 (`tcp`) listener until shutdown or `close`: each connection is
-/// relayed to the pool the current generation has for this listener's address.
+/// judged and relayed by `l4`, on the route the current generation has for this
+/// listener's address.
 pub(crate) async fn tcp_accept_loop(
     listener: TcpListener,
     live: Arc<Live>,
@@ -224,7 +225,7 @@ pub(crate) async fn tcp_accept_loop(
 ) {
     let mut watch = drain.watch();
     // Connections this listener relays now; carried across reloads with the listener.
-    let open = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let open = crate::l4::Open::default();
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -242,97 +243,24 @@ pub(crate) async fn tcp_accept_loop(
         let Some(route) = gen.tcp_route(addr) else {
             continue;
         };
-        if !route.admits(peer.ip().to_canonical()) {
-            // `allow`/`deny`/`rate_limit` refused it: closed at once, counted.
-            tracing::debug!("sluice: tcp {addr}: refused a connection from {peer}");
-            drop(stream);
+        let Some(admitted) = crate::l4::admit(route, peer, &open, gen.tunnel_drain) else {
             continue;
-        }
-        if open.load(std::sync::atomic::Ordering::Relaxed) >= route.max_conns {
-            // Closed at once, never relayed: a flood cannot pin a descriptor per client.
-            crate::stats::bump(&crate::stats::COUNTERS.limit_rejections);
-            crate::throttle::TCP_MAX_CONNS.warn(format_args!(
-                "sluice: tcp {addr}: max_conns ({}) relayed at once; closed a connection from {peer}",
-                route.max_conns
-            ));
-            drop(stream);
-            continue;
-        }
-        // Without `sni` pools the one pool is known now; with them, after the hello.
-        let fixed = match route.by_sni() {
-            false => route.choose(None).map(|t| (t.pool.clone(), t.idle_timeout)),
-            true => None,
         };
-        let drain_after = gen.tunnel_drain;
         let counted = drain.connection();
         let in_flight = drain.request();
-        let place = OpenPlace::take(&open);
         let live = live.clone();
         tokio::spawn(async move {
-            let mut stream = stream;
-            let (target, first) = match fixed {
-                Some(t) => (Some(t), bytes::Bytes::new()),
-                None => by_sni(&live, addr, &mut stream, peer).await,
+            // A pool chosen by the hello is the live generation's once it was read.
+            let now = |sni: Option<&str>| {
+                let gen = live.load();
+                let target = gen.tcp_route(addr)?.choose(sni)?;
+                Some((target.pool.clone(), target.idle_timeout))
             };
-            if let Some((pool, idle)) = target {
-                crate::tunnel::relay_l4(stream, first, pool, idle, drain_after).await;
-            }
-            drop((in_flight, counted, place));
+            admitted.relay(stream, addr, peer, now).await;
+            drop((in_flight, counted));
         });
     }
 }
-
-/// The pool an SNI-routed `tcp` listener relays this connection to, chosen by its
-/// ClientHello (read here, and returned to be sent on first). `None` (logged at debug)
-/// when the first bytes are no ClientHello, or no pool takes its name.
-async fn by_sni(
-    live: &Live,
-    addr: SocketAddr,
-    stream: &mut tokio::net::TcpStream,
-    peer: SocketAddr,
-) -> (Option<(Arc<crate::upstream::Pool>, Duration)>, bytes::Bytes) {
-    use crate::tunnel::hello::{self, Hello};
-    let (sni, read) = match hello::read(stream).await {
-        Hello::Tls { sni, read } => (sni, read),
-        Hello::Refused(why) => {
-            tracing::debug!("sluice: tcp {addr}: closed a connection from {peer}: {why}");
-            return (None, bytes::Bytes::new());
-        }
-    };
-    let gen = live.load();
-    let target = gen
-        .tcp_route(addr)
-        .and_then(|r| r.choose(sni.as_deref()))
-        .map(|t| (t.pool.clone(), t.idle_timeout));
-    if target.is_none() {
-        tracing::debug!(
-            "sluice: tcp {addr}: no pool for server name {:?} from {peer} and no bare proxy; closed",
-            sni.as_deref().unwrap_or("")
-        );
-    }
-    (target, read)
-}
-
-/// One of an L4 listener's open connections, counted until dropped.
-struct OpenPlace(Arc<std::sync::atomic::AtomicU64>);
-
-impl OpenPlace {
-    fn take(open: &Arc<std::sync::atomic::AtomicU64>) -> OpenPlace {
-        open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        RELAYS_OPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        OpenPlace(open.clone())
-    }
-}
-
-impl Drop for OpenPlace {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        RELAYS_OPEN.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// L4 (`tcp`) relays open now, process-wide: tunnels, for a process that upgraded.
-pub(crate) static RELAYS_OPEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// One client connection's task: waits for its first bytes (no buffer until then),
 /// sniffs the protocol (HTTP/2 by ALPN or by its preface, else HTTP/1.1) and runs the

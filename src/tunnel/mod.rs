@@ -7,8 +7,6 @@
 //! reload never cuts one; a tunnel whose pool a reload removed closes after
 //! `tunnel_drain`.
 
-pub(crate) mod hello;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -114,100 +112,8 @@ impl Tunnel {
     }
 }
 
-/// An L4 connection (`tcp` listener): the backend connection opens as soon as the
-/// client is accepted (protocols where the server speaks first work) — or, routed by
-/// SNI, once its ClientHello was read, which goes to the backend first (`first`) — a
-/// peer that cannot be reached is marked and the next one tried, and bytes are relayed
-/// both ways until both directions end or nothing moved for `idle`.
-pub(crate) async fn relay_l4(
-    mut client: tokio::net::TcpStream,
-    first: Bytes,
-    pool: std::sync::Arc<crate::upstream::Pool>,
-    idle: Duration,
-    drain: Duration,
-) {
-    use crate::upstream::connect::{ConnectError, Connection, Want};
-    use crate::upstream::{Note, Pick, Tried};
-    let mut tried = Tried::default();
-    let mut note = Note::default();
-    // The relay's outcome is failover evidence once: its last failed dial, when every
-    // one failed.
-    let mut failed = None;
-    let (conn, lease) = loop {
-        let i = match pool.pick(&tried, None, &mut note) {
-            Pick::Peer(i) => i,
-            Pick::AllDown | Pick::Exhausted => {
-                if let Some(i) = failed {
-                    pool.failover_result(i, false, &mut note);
-                }
-                tracing::info!(
-                    pool = pool.name(),
-                    "sluice: {}: no backend could be reached; closed the client's connection",
-                    pool.name()
-                );
-                return;
-            }
-        };
-        tried.add(i);
-        let lease = Lease::new(pool.clone(), i, None);
-        match pool.connect(i, Want::Relay).await {
-            Ok(Connection::Http1 { conn, .. }) => break (conn, lease),
-            Ok(Connection::Http2(_)) => unreachable!("a relay is never given an HTTP/2 stream"),
-            // Counted and logged by the connector; no other peer would do better.
-            Err(ConnectError::Local | ConnectError::Unsupported) => return,
-            Err(ConnectError::Unreachable(e)) => {
-                if pool.unreachable(i, &e) {
-                    failed = Some(i);
-                }
-            }
-        }
-    };
-    conn.keepalive();
-    let (mut backend, _) = conn.into_parts();
-    // `proxy_protocol`: the backend learns whose connection this is, before any byte.
-    if let Some(v) = pool.cfg.proxy_protocol {
-        let (Ok(peer), Ok(local)) = (client.peer_addr(), client.local_addr()) else {
-            return;
-        };
-        let header = crate::net::proxy_protocol::encode(v.into(), peer, local);
-        if backend.write_all(&header).await.is_err() {
-            return;
-        }
-    }
-    // What was read from the client to choose the pool (a ClientHello) goes next.
-    if !first.is_empty() && backend.write_all(&first).await.is_err() {
-        return;
-    }
-    let retired = lease.pool.state.retired();
-    tokio::select! {
-        _ = relay_idle(&mut client, backend, idle) => {}
-        _ = async {
-            retired.await;
-            tokio::time::sleep(drain).await;
-        } => {}
-    }
-    drop(lease);
-}
-
-/// Both directions, each ending on its own (a half-close is passed on), until both
-/// ended or no byte moved either way for `idle`.
-async fn relay_idle(
-    client: &mut tokio::net::TcpStream,
-    backend: crate::net::stream::Stream,
-    idle: Duration,
-) {
-    let last = AtomicU64::new(crate::clock::now_ms());
-    let (mut cr, mut cw) = client.split();
-    let (mut br, mut bw) = tokio::io::split(backend);
-    let both = async { tokio::join!(pump(&mut cr, &mut bw, &last), pump(&mut br, &mut cw, &last)) };
-    tokio::select! {
-        _ = both => {}
-        _ = idle_for(&last, idle) => {}
-    }
-}
-
 /// Resolves once no byte moved (as `last` says, in `now_ms`) for `idle`.
-async fn idle_for(last: &AtomicU64, idle: Duration) {
+pub(crate) async fn idle_for(last: &AtomicU64, idle: Duration) {
     loop {
         let since = crate::clock::now_ms().saturating_sub(last.load(Ordering::Relaxed));
         let left = (idle.as_millis() as u64).saturating_sub(since);
@@ -277,7 +183,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Stamped<'_, S> {
 
 /// One direction: copies until EOF, noting each move in `last`, then passes the
 /// half-close on.
-async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(r: &mut R, w: &mut W, last: &AtomicU64) {
+pub(crate) async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    last: &AtomicU64,
+) {
     use tokio::io::AsyncReadExt;
     let mut buf = vec![0u8; 16 * 1024];
     loop {

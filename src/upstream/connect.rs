@@ -18,12 +18,9 @@ use super::{h2, Lease, Pool, ALPN_H1, ALPN_H2};
 use crate::config::BackendScheme;
 use crate::stats::{bump, COUNTERS};
 
-/// What a caller needs of a peer's connection.
+/// What a connection that carries bytes, not requests, is for ([`Pool::reach`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Want {
-    /// A request: a stream on an HTTP/2 session, or an HTTP/1.1 connection, idle
-    /// unless `fresh` (an idle one just turned out closed).
-    Request { fresh: bool },
+pub(crate) enum Passage {
     /// An upgrade handshake: a fresh HTTP/1.1 connection (over TLS, `http/1.1` is the
     /// only protocol offered), never pooled.
     Upgrade,
@@ -31,10 +28,23 @@ pub(crate) enum Want {
     Relay,
 }
 
-/// A connection to a peer, ready for what was wanted.
+/// Why [`Pool::reach`] found no peer.
+#[derive(Debug)]
+pub(crate) enum Unreached {
+    /// No peer may be tried (every one down, and `all_down fail`).
+    AllDown,
+    /// Every peer it could try failed to connect; the last one, for the log.
+    Exhausted(Option<usize>),
+    /// This host is out of ports or descriptors (counted and logged).
+    Local,
+    /// The pool's scheme cannot carry it (logged).
+    Unsupported,
+}
+
+/// A connection to a peer for a request.
 pub(crate) enum Connection {
-    /// An HTTP/1.1 connection (or a bare one, for [`Want::Relay`]); `reused`: it came
-    /// from the idle list, so it may turn out closed before it takes a request.
+    /// An HTTP/1.1 connection; `reused`: it came from the idle list, so it may turn
+    /// out closed before it takes a request.
     Http1 { conn: BackendConn, reused: bool },
     /// A stream on an HTTP/2 session.
     Http2(h2::Stream),
@@ -54,28 +64,13 @@ pub(crate) enum ConnectError {
 }
 
 impl Pool {
-    /// A connection to peer `i` for `want`, by the pool's rules (see the module).
-    pub(crate) async fn connect(&self, i: usize, want: Want) -> Result<Connection, ConnectError> {
+    /// A connection to peer `i` for a request, by the pool's rules (see the module);
+    /// `fresh`: not an idle one (an idle one just turned out closed).
+    pub(crate) async fn connect(&self, i: usize, fresh: bool) -> Result<Connection, ConnectError> {
         let peer = &self.peers()[i];
-        match (want, self.state.scheme) {
-            (Want::Upgrade, BackendScheme::H2c) => {
-                tracing::info!(
-                    pool = self.name(),
-                    peer = %peer.addr.text,
-                    "sluice: {}: cannot pass a websocket upgrade to {}: it speaks HTTP/2 only (h2c://)",
-                    self.name(),
-                    peer.addr.text
-                );
-                return Err(ConnectError::Unsupported);
-            }
-            // Boxed: a dial's state (a name lookup among it) would otherwise sit in
-            // every request's.
-            (Want::Relay, _) => return Box::pin(self.relay(i)).await,
-            _ => {}
-        }
         loop {
             let mut opening = None;
-            if want != Want::Upgrade && self.h2_first(i) {
+            if self.h2_first(i) {
                 match peer.mux.take() {
                     h2::Take::Stream(st) => {
                         if let Some(named) = st.named().filter(Named::expired) {
@@ -101,7 +96,7 @@ impl Pool {
             }
             // A PROXY protocol header names one client: its connection is never shared.
             let shareable = self.cfg.proxy_protocol.is_none();
-            if opening.is_none() && shareable && want == (Want::Request { fresh: false }) {
+            if opening.is_none() && shareable && !fresh {
                 if let Some(conn) = peer.idle.checkout(self.cfg.keepalive.idle_timeout) {
                     if conn.named.as_ref().is_none_or(|n| !n.expired()) {
                         return Ok(Connection::Http1 { conn, reused: true });
@@ -110,7 +105,52 @@ impl Pool {
                     return Box::pin(self.reuse_renamed(i, conn)).await;
                 }
             }
-            return self.dial(i, want, opening).await;
+            return self.dial(i, opening).await;
+        }
+    }
+
+    /// A fresh connection that carries bytes (an upgrade handshake, an L4 relay) to
+    /// one of the pool's peers not in `tried`: pick, connect; a peer that cannot be
+    /// reached is marked and the next one tried. The failover evidence of a caller
+    /// every peer failed is recorded here, once; one that reached a peer records none.
+    pub(crate) async fn reach(
+        &self,
+        passage: Passage,
+        key: Option<u64>,
+        tried: &mut super::Tried,
+        note: &mut super::Note,
+    ) -> Result<(BackendConn, usize), Unreached> {
+        let mut failed = None;
+        loop {
+            let i = match self.pick(tried, key, note) {
+                super::Pick::Peer(i) => i,
+                pick => {
+                    if let Some(i) = failed {
+                        self.failover_result(i, false, note);
+                    }
+                    return Err(match pick {
+                        super::Pick::AllDown if failed.is_none() => Unreached::AllDown,
+                        _ => Unreached::Exhausted(failed),
+                    });
+                }
+            };
+            tried.add(i);
+            // Boxed: a dial's state (a name lookup among it) would otherwise sit in
+            // every caller's.
+            let dialed = match passage {
+                Passage::Relay => Box::pin(self.relay(i)).await,
+                Passage::Upgrade => Box::pin(self.upgrade(i)).await,
+            };
+            match dialed {
+                Ok(conn) => return Ok((conn, i)),
+                Err(ConnectError::Local) => return Err(Unreached::Local),
+                Err(ConnectError::Unsupported) => return Err(Unreached::Unsupported),
+                Err(ConnectError::Unreachable(e)) => {
+                    if self.unreachable(i, &e) {
+                        failed = Some(i);
+                    }
+                }
+            }
         }
     }
 
@@ -133,7 +173,7 @@ impl Pool {
                                 conn = next;
                                 continue;
                             }
-                            None => return self.dial(i, Want::Request { fresh: true }, None).await,
+                            None => return self.dial(i, None).await,
                         },
                     }
                 }
@@ -174,12 +214,11 @@ impl Pool {
         }
     }
 
-    /// A fresh connection to peer `i`; `opening`: this request opens the peer's next
-    /// HTTP/2 session, which the requests waiting for it learn the fate of.
+    /// A fresh connection to peer `i` for a request; `opening`: this request opens the
+    /// peer's next HTTP/2 session, which the requests waiting for it learn the fate of.
     async fn dial(
         &self,
         i: usize,
-        want: Want,
         opening: Option<h2::Opening<'_>>,
     ) -> Result<Connection, ConnectError> {
         let peer = &self.peers()[i];
@@ -192,13 +231,13 @@ impl Pool {
             self.state.tls.as_deref(),
             &self.dest,
             self.cfg.connect_timeout,
-            want == Want::Upgrade,
+            false,
             &peer.addr.text,
         ))
         .await;
         match dialed {
             Ok(dial::Dialed::H1(conn)) => {
-                if scheme == BackendScheme::Https && want != Want::Upgrade {
+                if scheme == BackendScheme::Https {
                     peer.alpn.store(ALPN_H1, Ordering::Relaxed);
                 }
                 // Waiters look again, and find the peer speaks HTTP/1.1.
@@ -209,18 +248,13 @@ impl Pool {
                     reused: false,
                 })
             }
-            Ok(dial::Dialed::H2(session)) if want != Want::Upgrade => {
+            Ok(dial::Dialed::H2(session)) => {
                 peer.passive.record_success();
                 peer.alpn.store(ALPN_H2, Ordering::Relaxed);
                 Ok(Connection::Http2(match opening {
                     Some(guard) => guard.opened(session),
                     None => peer.mux.adopt(session),
                 }))
-            }
-            Ok(dial::Dialed::H2(_)) => {
-                // Offered http/1.1 only: a backend that chose h2 anyway broke ALPN.
-                let why = "the backend chose h2 though only http/1.1 was offered";
-                Err(self.dial_failed(i, DialError::Tls(why.into())))
             }
             Err(e) => {
                 if let Some(guard) = opening {
@@ -231,16 +265,50 @@ impl Pool {
         }
     }
 
+    /// A fresh HTTP/1.1 connection to peer `i` for an upgrade handshake.
+    async fn upgrade(&self, i: usize) -> Result<BackendConn, ConnectError> {
+        let peer = &self.peers()[i];
+        if self.state.scheme == BackendScheme::H2c {
+            tracing::info!(
+                pool = self.name(),
+                peer = %peer.addr.text,
+                "sluice: {}: cannot pass a websocket upgrade to {}: it speaks HTTP/2 only (h2c://)",
+                self.name(),
+                peer.addr.text
+            );
+            return Err(ConnectError::Unsupported);
+        }
+        let dialed = dial::connect_peer(
+            &peer.addr.target,
+            self.state.scheme,
+            self.state.tls.as_deref(),
+            &self.dest,
+            self.cfg.connect_timeout,
+            true,
+            &peer.addr.text,
+        )
+        .await;
+        match dialed {
+            Ok(dial::Dialed::H1(conn)) => {
+                peer.passive.record_success();
+                Ok(conn)
+            }
+            Ok(dial::Dialed::H2(_)) => {
+                // Offered http/1.1 only: a backend that chose h2 anyway broke ALPN.
+                let why = "the backend chose h2 though only http/1.1 was offered";
+                Err(self.dial_failed(i, DialError::Tls(why.into())))
+            }
+            Err(e) => Err(self.dial_failed(i, e)),
+        }
+    }
+
     /// A fresh bare connection to peer `i`, for an L4 relay.
-    async fn relay(&self, i: usize) -> Result<Connection, ConnectError> {
+    async fn relay(&self, i: usize) -> Result<BackendConn, ConnectError> {
         let peer = &self.peers()[i];
         match dial::connect(&peer.addr.target, &self.dest, self.cfg.connect_timeout).await {
             Ok(conn) => {
                 peer.passive.record_success();
-                Ok(Connection::Http1 {
-                    conn,
-                    reused: false,
-                })
+                Ok(conn)
             }
             Err(e) => Err(self.dial_failed(i, e)),
         }
