@@ -18,7 +18,7 @@ pub mod config;
 pub mod demo;
 pub use crate::admin::log::init as init_logging;
 pub use crate::safety::{parse_ip, Dns, BUDGET as DNS_BUDGET};
-pub use crate::server::{lifecycle, upgrade};
+pub use crate::server::{handover, lifecycle};
 
 pub(crate) mod acme;
 pub(crate) mod admin;

@@ -127,7 +127,7 @@ enum Command {
 
 fn main() -> ExitCode {
     // Before anything else (and any thread): what an upgrade handed this process.
-    sluice::upgrade::capture();
+    sluice::handover::capture();
     let cli = Cli::parse();
     match cli.command {
         Command::Version => {
@@ -330,7 +330,7 @@ fn load(
 )> {
     if !Path::new(path).is_file() {
         eprintln!("sluice: cannot read config file {path}: no such file");
-        sluice::upgrade::tell_parent(&format!(
+        sluice::handover::tell_parent(&format!(
             "ERROR=cannot read config file {path}: no such file"
         ));
         return None;
@@ -350,7 +350,7 @@ fn load(
                 "sluice: {path}: config rejected ({}); nothing was started",
                 count(r.errors().count(), "error")
             );
-            sluice::upgrade::tell_parent(&format!(
+            sluice::handover::tell_parent(&format!(
                 "ERROR={path}: config rejected ({}):\n{r}",
                 count(r.errors().count(), "error")
             ));

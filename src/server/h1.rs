@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, timeout_at, Instant};
 
 use super::drain::{ConnectionGuard, Watch};
-use crate::admin::access::{AccessLog, Marks, Pending};
+use crate::admin::access::{Marks, Pending};
 use crate::body::{Body, BodyError};
 use crate::http1::decode::{self, Decoded, Decoder};
 use crate::http1::encode::{self, Delimit};
@@ -35,12 +35,7 @@ use crate::reply::date;
 use crate::runtime::Live;
 use crate::stats::{bump, count_status, COUNTERS};
 
-/// A new connection's first head, and any later head once its first byte arrived,
-/// must be complete within this.
-pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
-/// A kept-alive connection with no byte of a next request closes after this.
-pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-pub(crate) use crate::body::BODY_READ_TIMEOUT;
+use super::conn::{Access, BODY_READ_TIMEOUT, HEAD_TIMEOUT, IDLE_TIMEOUT};
 
 pub(crate) struct Conn {
     pub client: ClientInfo,
@@ -363,9 +358,6 @@ struct Exchange {
     /// A backend connection that switched protocols, to join with this one.
     tunnel: Option<Box<crate::tunnel::Tunnel>>,
 }
-
-/// The access log as the connections see it; a reload may swap it.
-pub(crate) type Access = Arc<arc_swap::ArcSwapOption<AccessLog>>;
 
 impl Exchange {
     /// Now, read once for the meter and the log, when either needs it.

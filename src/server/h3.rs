@@ -24,8 +24,10 @@ use http::{Request, Response, StatusCode, Version};
 use http_body::{Frame, SizeHint};
 use tokio::sync::{watch, Notify};
 
+use super::conn::{
+    Access, Counted, StreamDone, StreamLog, CONNECTION_FIELDS, HEAD_TIMEOUT, IDLE_TIMEOUT,
+};
 use super::drain::{ConnectionGuard, Drain};
-use super::h2::{Counted, StreamDone, StreamLog, CONNECTION_FIELDS};
 use super::transport::SEND_TIMEOUT;
 use crate::admin::access::{AccessLog, Pending};
 use crate::body::{Body, BodyError, BODY_READ_TIMEOUT};
@@ -37,8 +39,8 @@ use crate::stats::{bump, COUNTERS};
 
 /// A connection with no packet for this long is closed (QUIC's idle timeout, which
 /// either side's keep-alive PINGs reset).
-pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Request streams open at once on one connection: hyper's HTTP/2 default.
+const QUIC_IDLE: Duration = Duration::from_secs(60);
+/// Request streams open at once on one connection, as on the HTTP/2 front.
 const MAX_STREAMS: u32 = 200;
 /// A client's own unidirectional streams: control, the two QPACK ones, and room for
 /// grease.
@@ -108,7 +110,7 @@ fn server_config(live: Arc<Live>) -> quinn::ServerConfig {
         .max_concurrent_bidi_streams(MAX_STREAMS.into())
         .max_concurrent_uni_streams(MAX_UNI_STREAMS.into())
         .max_idle_timeout(Some(
-            quinn::IdleTimeout::try_from(IDLE_TIMEOUT).expect("60 s is a valid idle timeout"),
+            quinn::IdleTimeout::try_from(QUIC_IDLE).expect("60 s is a valid idle timeout"),
         ))
         .stream_receive_window(STREAM_WINDOW.into())
         .receive_window(CONNECTION_WINDOW.into())
@@ -132,7 +134,7 @@ pub(crate) async fn accept_loop(
     live: Arc<Live>,
     drain: Drain,
     close: Arc<Notify>,
-    access: super::h1::Access,
+    access: Access,
 ) {
     endpoint.set_server_config(Some(server_config(live.clone())));
     let mut watch = drain.watch();
@@ -198,7 +200,7 @@ async fn connection(
     live: Arc<Live>,
     counted: ConnectionGuard,
     mut closing: watch::Receiver<bool>,
-    access: super::h1::Access,
+    access: Access,
 ) {
     let peer = incoming.remote_address();
     // The address the client reached (the listener's may be a wildcard).
@@ -293,7 +295,7 @@ async fn serve_streams(
             biased;
             r = h3.accept() => Event::Stream(r.map(|o| o.map(Box::new))),
             _ = closing.changed(), if settle.is_none() => Event::Finish,
-            _ = open.idle(super::h1::IDLE_TIMEOUT), if settle.is_none() => Event::Finish,
+            _ = open.idle(IDLE_TIMEOUT), if settle.is_none() => Event::Finish,
             _ = async { tokio::time::sleep_until(settle.unwrap_or_else(tokio::time::Instant::now)).await },
                 if settle.is_some() && !settled => Event::Settled,
             _ = open.none(), if settled => Event::Done,
@@ -399,21 +401,20 @@ async fn one_stream(
     log: Option<Arc<AccessLog>>,
 ) {
     let peer = client.addr;
-    let (req, stream) =
-        match tokio::time::timeout(super::h1::HEAD_TIMEOUT, resolver.resolve_request()).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                // h3 has answered (431) or reset the stream itself.
-                bump(&COUNTERS.bad_request);
-                tracing::debug!("sluice: h3 request from {peer} refused: {e}");
-                return;
-            }
-            Err(_) => {
-                bump(&COUNTERS.head_timeout);
-                tracing::debug!("sluice: h3 request from {peer}: no head within 10s");
-                return;
-            }
-        };
+    let (req, stream) = match tokio::time::timeout(HEAD_TIMEOUT, resolver.resolve_request()).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            // h3 has answered (431) or reset the stream itself.
+            bump(&COUNTERS.bad_request);
+            tracing::debug!("sluice: h3 request from {peer} refused: {e}");
+            return;
+        }
+        Err(_) => {
+            bump(&COUNTERS.head_timeout);
+            tracing::debug!("sluice: h3 request from {peer}: no head within 10s");
+            return;
+        }
+    };
     let guard = drain.request();
     let (mut send, mut recv) = stream.split();
     if reject {
@@ -530,7 +531,7 @@ fn refusal(req: &mut Request<()>) -> Option<Response<Body>> {
     } else {
         content_length(req).err()
     };
-    let why = bad.or_else(|| super::h2::host_from_authority(req))?;
+    let why = bad.or_else(|| super::conn::host_from_authority(req))?;
     bump(&COUNTERS.bad_request);
     Some(local_response(StatusCode::BAD_REQUEST, why))
 }

@@ -17,14 +17,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::drain::Drain;
+use super::listeners::{self, bind_new, key, key_text, wanted, Accepting, Bound, Kind, ListenKey};
 use crate::admin::access::AccessLog;
 use crate::admin::{self, revisions::Origin, revisions::Revisions, Command, Refused};
 use crate::config::units::format_duration;
-use crate::config::{self, Config, Listen};
+use crate::config::{self, Config};
 use crate::runtime::{Generation, Live};
 
 /// A tokio runtime with `workers` threads (default: the machine's cores).
@@ -157,7 +158,7 @@ pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> 
             }
             Err(e) => {
                 eprintln!("sluice: {e}");
-                super::upgrade::tell_parent(&format!("ERROR={e}"));
+                super::handover::tell_parent(&format!("ERROR={e}"));
                 ExitCode::from(1)
             }
         }
@@ -202,7 +203,7 @@ async fn start(
         }
         None => (None, None, None),
     };
-    let access: super::h1::Access = Arc::new(arc_swap::ArcSwapOption::empty());
+    let access: super::conn::Access = Arc::new(arc_swap::ArcSwapOption::empty());
     if let Some(c) = &config.global.access_log {
         access.store(Some(
             AccessLog::start(c.clone()).map_err(StartError::AccessLog)?,
@@ -234,13 +235,13 @@ async fn start(
         None => None,
     };
     server.start(bound);
-    super::upgrade::close_unclaimed();
+    super::handover::close_unclaimed();
     tokio::spawn(watch_certificates(server.live.clone()));
     tell_systemd(&[
         sd_notify::NotifyState::Ready,
         sd_notify::NotifyState::MainPid(std::process::id()),
     ]);
-    super::upgrade::tell_parent("READY=1");
+    super::handover::tell_parent("READY=1");
     Ok((server, commands))
 }
 
@@ -255,7 +256,7 @@ struct AdminStarted {
 /// Binds the admin API's listener at `addr` (or adopts the one an upgrade handed
 /// over) and starts serving it.
 async fn start_admin(addr: SocketAddr, api: admin::Api) -> Result<AdminStarted, StartError> {
-    let l = match super::upgrade::take_tcp(&format!("admin|{addr}")) {
+    let l = match super::handover::take_tcp(&format!("admin|{addr}")) {
         Some(l) => l
             .set_nonblocking(true)
             .and_then(|()| TcpListener::from_std(l)),
@@ -283,95 +284,11 @@ fn tell_systemd(states: &[sd_notify::NotifyState]) {
     }
 }
 
-/// What a listening socket serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Kind {
-    /// HTTP/1.1 and HTTP/2, plain or TLS.
-    Http,
-    /// An L4 (`tcp`) relay.
-    Tcp,
-    /// HTTP/3: the UDP side of a `listen ADDR tls quic`.
-    Quic,
-}
-
-/// A listener is the same listener across reloads when its address, family mode,
-/// kind, TLS and PROXY protocol are.
-type ListenKey = (SocketAddr, bool, Kind, bool, bool);
-
-fn key(l: &Listen, kind: Kind) -> ListenKey {
-    (l.addr, l.dual_stack, kind, l.tls, l.proxy_protocol)
-}
-
-/// A listener's key as an upgrade names its socket to the new process.
-fn key_text(k: &ListenKey) -> String {
-    let kind = match k.2 {
-        Kind::Http => "http",
-        Kind::Tcp => "tcp",
-        Kind::Quic => "quic",
-    };
-    format!("{kind}|{}|{}|{}|{}", k.0, k.1, k.3, k.4)
-}
-
-/// Every listener a config asks for, with its kind: a `quic` listener is two, its TCP
-/// socket and its UDP one.
-fn wanted(config: &Config) -> Vec<(Listen, Kind)> {
-    let quic = config
-        .listeners
-        .iter()
-        .filter(|l| l.quic)
-        .map(|l| (l.clone(), Kind::Quic));
-    config
-        .listeners
-        .iter()
-        .map(|l| (l.clone(), Kind::Http))
-        .chain(config.tcp.iter().map(|t| (t.listen.clone(), Kind::Tcp)))
-        .chain(quic)
-        .collect()
-}
-
-/// A socket bound (or handed over by an upgrade) for a listener, not yet accepting.
-enum Bound {
-    Tcp(TcpListener),
-    /// A QUIC endpoint, its server config set when it starts accepting, and its UDP
-    /// socket for a later upgrade.
-    Quic(quinn::Endpoint, Option<OwnedFd>),
-}
-
-impl Bound {
-    fn port(&self) -> Option<u16> {
-        match self {
-            Bound::Tcp(l) => l.local_addr().ok().map(|a| a.port()),
-            Bound::Quic(e, _) => e.local_addr().ok().map(|a| a.port()),
-        }
-    }
-
-    /// A duplicate of the socket, for an upgrade to hand over.
-    fn dup(&self) -> Option<OwnedFd> {
-        match self {
-            Bound::Tcp(l) => l.as_fd().try_clone_to_owned().ok(),
-            Bound::Quic(_, fd) => fd.as_ref().and_then(|f| f.try_clone().ok()),
-        }
-    }
-}
-
-struct Accepting {
-    close: Arc<Notify>,
-    task: JoinHandle<()>,
-    /// The address as bound, as the admin API lists it.
-    local: String,
-    /// The port as bound (a `quic` listener's UDP side takes its TCP side's).
-    port: u16,
-    /// A TCP TLS listener's `Alt-Svc`, set while a `quic` listener shares its address.
-    alt_svc: Option<super::AltSvc>,
-    /// A duplicate of the socket, for an upgrade to hand over.
-    fd: Option<OwnedFd>,
-}
-
 struct Server {
     /// Removed when the server is dropped at the end of a clean run.
     pid_file: Option<PidFile>,
     /// The access log the connections write to; a reload may replace it.
-    access: super::h1::Access,
+    access: super::conn::Access,
     live: Arc<Live>,
     drain: Drain,
     listeners: HashMap<ListenKey, Accepting>,
@@ -405,80 +322,6 @@ enum Upgrade {
     Failed(String),
     /// A stop signal came meanwhile; the new process was stopped.
     Stopped,
-}
-
-/// Binds the listeners of `wanted` that are not running already; all or none. A
-/// `quic` listener's UDP socket takes the port its TCP socket has (the one bound for
-/// `:0`).
-fn bind_new(
-    wanted: &[(Listen, Kind)],
-    running: &HashMap<ListenKey, Accepting>,
-) -> Result<Vec<(ListenKey, Bound)>, super::BindError> {
-    let fresh = |quic: bool| {
-        wanted
-            .iter()
-            .filter(move |(l, k)| (*k == Kind::Quic) == quic && !running.contains_key(&key(l, *k)))
-    };
-    let mut bound = Vec::new();
-    for (l, kind) in fresh(false) {
-        let k = key(l, *kind);
-        let s = match super::upgrade::take_tcp(&key_text(&k)) {
-            Some(s) => s
-                .set_nonblocking(true)
-                .and_then(|()| TcpListener::from_std(s)),
-            None => super::bind_one(l),
-        }
-        .map_err(|source| super::BindError {
-            addr: l.text.clone(),
-            source,
-        })?;
-        bound.push((k, Bound::Tcp(s)));
-    }
-    for (l, _) in fresh(true) {
-        let k = key(l, Kind::Quic);
-        let socket = match super::upgrade::take_udp(&key_text(&k)) {
-            Some(s) => Ok(s),
-            None => quic_socket(l, running, &mut bound),
-        };
-        let (e, fd) =
-            socket
-                .and_then(super::h3::endpoint_on)
-                .map_err(|source| super::BindError {
-                    addr: format!("{} (UDP, for quic)", l.text),
-                    source,
-                })?;
-        bound.push((k, Bound::Quic(e, fd)));
-    }
-    Ok(bound)
-}
-
-/// The UDP socket of `quic` listener `l`, on its TCP twin's port. For `:0`, when the
-/// port the kernel gave the TCP socket is taken for UDP, the twin (bound just now) is
-/// bound again on another port, a few times.
-fn quic_socket(
-    l: &Listen,
-    running: &HashMap<ListenKey, Accepting>,
-    bound: &mut [(ListenKey, Bound)],
-) -> std::io::Result<std::net::UdpSocket> {
-    let tcp = key(l, Kind::Http);
-    if let Some(a) = running.get(&tcp) {
-        return crate::net::bind_udp(SocketAddr::new(l.addr.ip(), a.port), l.dual_stack);
-    }
-    let twin = bound.iter_mut().find(|(k, _)| *k == tcp).map(|(_, b)| b);
-    let Some(twin) = twin.filter(|_| l.addr.port() == 0) else {
-        return crate::net::bind_udp(l.addr, l.dual_stack);
-    };
-    let mut tries = 0;
-    loop {
-        let port = twin.port().unwrap_or(0);
-        match crate::net::bind_udp(SocketAddr::new(l.addr.ip(), port), l.dual_stack) {
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 8 => {
-                tries += 1;
-                *twin = Bound::Tcp(super::bind_one(l)?);
-            }
-            r => return r,
-        }
-    }
 }
 
 impl Server {
@@ -547,7 +390,7 @@ impl Server {
             "sluice: upgrade: starting the binary again with {} listening sockets",
             sockets.len()
         );
-        let starting = super::upgrade::start_successor(sockets);
+        let starting = super::handover::start_successor(sockets);
         tokio::pin!(starting);
         let mut reload_after = false;
         let result = loop {
@@ -593,10 +436,10 @@ impl Server {
 
     /// Duplicates of every listening socket, named by their listeners, for the new
     /// process.
-    fn handover(&self) -> Vec<super::upgrade::Handover> {
+    fn handover(&self) -> Vec<super::handover::Handover> {
         let listeners = self.listeners.iter().filter_map(|(k, a)| {
             let fd = a.fd.as_ref()?.try_clone().ok()?;
-            Some(super::upgrade::Handover {
+            Some(super::handover::Handover {
                 key: key_text(k),
                 fd,
             })
@@ -605,7 +448,7 @@ impl Server {
             .admin_config
             .zip(self.admin_fd.as_ref())
             .and_then(|(addr, fd)| {
-                Some(super::upgrade::Handover {
+                Some(super::handover::Handover {
                     key: format!("admin|{addr}"),
                     fd: fd.try_clone().ok()?,
                 })
@@ -688,21 +531,18 @@ impl Server {
         // QUIC first: a TCP listener knows its `Alt-Svc` before its first accept.
         bound.sort_by_key(|(k, _)| k.2 != Kind::Quic);
         for (k, b) in bound {
-            let port = b.port().unwrap_or(0);
-            let fd = b.dup();
-            let close = Arc::new(Notify::new());
-            let (task, local, alt_svc) = match b {
-                Bound::Tcp(l) if k.2 == Kind::Tcp => self.relay(l, k, &close),
-                Bound::Tcp(l) => self.http(l, k, &close),
-                Bound::Quic(e, _) => self.quic(e, &close),
-            };
-            let accepting = Accepting {
-                close,
-                task,
-                local,
-                port,
-                alt_svc,
-                fd,
+            let accepting = {
+                let list = |name: String| self.list(name);
+                let ctx = listeners::Context {
+                    live: &self.live,
+                    drain: &self.drain,
+                    access: &self.access,
+                    banner: self.source.banner.as_deref(),
+                    admin: self.admin_addr,
+                    alt_svc: self.alt_svc_for(k),
+                    list: &list,
+                };
+                listeners::start(k, b, &ctx)
             };
             self.listeners.insert(k, accepting);
         }
@@ -717,83 +557,6 @@ impl Server {
             .unwrap_or_else(|e| e.into_inner())
             .listeners
             .push(name);
-    }
-
-    /// An L4 (`tcp`) listener's accept loop, and its name for the admin API.
-    fn relay(
-        &self,
-        l: TcpListener,
-        k: ListenKey,
-        close: &Arc<Notify>,
-    ) -> (JoinHandle<()>, String, Option<super::AltSvc>) {
-        let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        self.list(format!("tcp {addr}"));
-        tracing::info!("sluice: relaying tcp on {addr}");
-        let task = tokio::spawn(super::tcp_accept_loop(
-            l,
-            self.live.clone(),
-            self.drain.clone(),
-            close.clone(),
-            k.0,
-        ));
-        (task, format!("tcp {addr}"), None)
-    }
-
-    /// An HTTP listener's accept loop, and its name for the admin API.
-    fn http(
-        &self,
-        l: TcpListener,
-        k: ListenKey,
-        close: &Arc<Notify>,
-    ) -> (JoinHandle<()>, String, Option<super::AltSvc>) {
-        let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        let scheme = if k.3 { "https" } else { "http" };
-        self.list(addr.clone());
-        tracing::info!("sluice: listening on {scheme}://{addr}");
-        if let Some(b) = &self.source.banner {
-            match self.admin_addr {
-                Some(a) => println!("{b}: listening on {scheme}://{addr} (dashboard http://{a}/)"),
-                None => println!("{b}: listening on {scheme}://{addr}"),
-            }
-        }
-        let alt_svc = k.3.then(|| {
-            let a = super::AltSvc::default();
-            a.store(self.alt_svc_for(k));
-            a
-        });
-        let task = tokio::spawn(super::accept_loop(
-            l,
-            k.0,
-            self.live.clone(),
-            self.drain.clone(),
-            close.clone(),
-            self.access.clone(),
-            super::Front {
-                tls: k.3,
-                proxy_protocol: k.4,
-            },
-            alt_svc.clone(),
-        ));
-        (task, addr, alt_svc)
-    }
-
-    /// A `quic` listener's accept loop, and its name for the admin API.
-    fn quic(
-        &self,
-        e: quinn::Endpoint,
-        close: &Arc<Notify>,
-    ) -> (JoinHandle<()>, String, Option<super::AltSvc>) {
-        let addr = e.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        self.list(format!("quic {addr}"));
-        tracing::info!("sluice: listening on h3 (QUIC, UDP) {addr}");
-        let task = tokio::spawn(super::h3::accept_loop(
-            e,
-            self.live.clone(),
-            self.drain.clone(),
-            close.clone(),
-            self.access.clone(),
-        ));
-        (task, format!("quic {addr}"), None)
     }
 
     /// Points each TCP TLS listener's `Alt-Svc` at the `quic` listener that shares its

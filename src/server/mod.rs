@@ -5,16 +5,19 @@
 //! Never blocks the runtime; an accept error (out of descriptors) is logged and
 //! retried after a pause rather than spinning.
 
+pub(crate) mod conn;
 pub(crate) mod drain;
 pub(crate) mod h1;
 pub(crate) mod h2;
 pub(crate) mod h3;
+pub mod handover;
 mod idle;
 pub mod lifecycle;
+mod listeners;
 mod stall;
+pub(crate) mod tcp;
 pub(crate) mod tls;
 pub(crate) mod transport;
-pub mod upgrade;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -69,7 +72,7 @@ pub(crate) async fn accept_loop(
     live: Arc<Live>,
     drain: Drain,
     close: Arc<tokio::sync::Notify>,
-    access: h1::Access,
+    access: conn::Access,
     front: Front,
     alt_svc: Option<AltSvc>,
 ) {
@@ -143,7 +146,7 @@ async fn front_door(
     front: Front,
     live: Arc<Live>,
     counted: drain::ConnectionGuard,
-    access: h1::Access,
+    access: conn::Access,
     alt_svc: Option<Arc<http::HeaderValue>>,
 ) {
     if front.proxy_protocol {
@@ -213,55 +216,6 @@ async fn proxied(
     None
 }
 
-/// Accepts on an L4 (`tcp`) listener until shutdown or `close`: each connection is
-/// judged and relayed by `l4`, on the route the current generation has for this
-/// listener's address.
-pub(crate) async fn tcp_accept_loop(
-    listener: TcpListener,
-    live: Arc<Live>,
-    drain: Drain,
-    close: Arc<tokio::sync::Notify>,
-    addr: SocketAddr,
-) {
-    let mut watch = drain.watch();
-    // Connections this listener relays now; carried across reloads with the listener.
-    let open = crate::l4::Open::default();
-    loop {
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!("sluice: accept failed on tcp {addr}: {e}; pausing 100ms");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            _ = watch.closing() => return,
-            _ = close.notified() => return,
-        };
-        let gen = live.load();
-        let Some(route) = gen.tcp_route(addr) else {
-            continue;
-        };
-        let Some(admitted) = crate::l4::admit(route, peer, &open, gen.tunnel_drain) else {
-            continue;
-        };
-        let counted = drain.connection();
-        let in_flight = drain.request();
-        let live = live.clone();
-        tokio::spawn(async move {
-            // A pool chosen by the hello is the live generation's once it was read.
-            let now = |sni: Option<&str>| {
-                let gen = live.load();
-                let target = gen.tcp_route(addr)?.choose(sni)?;
-                Some((target.pool.clone(), target.idle_timeout))
-            };
-            admitted.relay(stream, addr, peer, now).await;
-            drop((in_flight, counted));
-        });
-    }
-}
-
 /// One client connection's task: waits for its first bytes (no buffer until then),
 /// sniffs the protocol (HTTP/2 by ALPN or by its preface, else HTTP/1.1) and runs the
 /// h1 or h2 loop. Shutdown closes it at once while it has not sent a whole head.
@@ -270,7 +224,7 @@ fn connection<S: Transport>(
     client: ClientInfo,
     live: Arc<Live>,
     counted: drain::ConnectionGuard,
-    access: h1::Access,
+    access: conn::Access,
     alpn_h2: bool,
 ) -> impl std::future::Future<Output = ()> {
     let watch = counted.watch();
@@ -315,11 +269,11 @@ async fn first_bytes<S: Transport>(
     accepted: Instant,
 ) -> Option<bytes::BytesMut> {
     let wheel = conn.counted.wheel();
-    let buf = wheel.wait(stream, h1::HEAD_TIMEOUT).await?;
+    let buf = wheel.wait(stream, conn::HEAD_TIMEOUT).await?;
     if buf.len() >= h2::PREFACE.len() || !h2::PREFACE.starts_with(&buf) {
         return Some(buf);
     }
-    let deadline = accepted + h1::HEAD_TIMEOUT;
+    let deadline = accepted + conn::HEAD_TIMEOUT;
     Box::pin(sniff(stream, &mut conn.watch, buf, deadline)).await
 }
 
@@ -384,7 +338,7 @@ mod tests {
         let s = tokio::net::TcpStream::connect(l.local_addr().unwrap())
             .await
             .unwrap();
-        let access: h1::Access = Arc::new(arc_swap::ArcSwapOption::empty());
+        let access: conn::Access = Arc::new(arc_swap::ArcSwapOption::empty());
         let client = ClientInfo::new(l.local_addr().unwrap(), Scheme::Http);
         let drain = Drain::new();
         let task = connection(s, client, live, drain.connection(), access, false);

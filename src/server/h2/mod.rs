@@ -28,6 +28,7 @@ use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::conn::{Access, Counted, StreamDone, StreamLog, CONNECTION_FIELDS, IDLE_TIMEOUT};
 use super::drain::{Drain, RequestGuard, Watch};
 use super::stall::{Held, Stalls};
 use crate::admin::access::{AccessLog, Pending};
@@ -40,17 +41,6 @@ use crate::runtime::Live;
 use crate::stats::{bump, COUNTERS};
 
 pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// Fields that name an HTTP/1.1 connection's own framing: never sent in an HTTP/2 or
-/// HTTP/3 response (RFC 9113 §8.2.2, RFC 9114 §4.2), malformed in an HTTP/3 request
-/// (the `h2` crate refuses them in an HTTP/2 one).
-pub(super) const CONNECTION_FIELDS: [header::HeaderName; 5] = [
-    header::CONNECTION,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::HeaderName::from_static("keep-alive"),
-    header::HeaderName::from_static("proxy-connection"),
-];
 
 /// A stream's window and the connection's, as large as hyper's server made them: a
 /// client uploads 1 MiB before it waits for sluice to read.
@@ -69,7 +59,7 @@ pub(crate) async fn serve<S: Transport>(
     live: Arc<Live>,
     drain: Drain,
     mut watch: Watch,
-    access: super::h1::Access,
+    access: Access,
 ) {
     let io = Rewind { pre, inner: stream };
     let addr = client.addr;
@@ -84,7 +74,7 @@ pub(crate) async fn serve<S: Transport>(
         .enable_connect_protocol();
     // The client's preface and settings, within the idle timeout.
     let mut conn = tokio::select! {
-        c = tokio::time::timeout(super::h1::IDLE_TIMEOUT, builder.handshake(io)) => match c {
+        c = tokio::time::timeout(IDLE_TIMEOUT, builder.handshake(io)) => match c {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => {
                 tracing::debug!(client = %addr, "sluice: h2 connection ended before its preface: {e}");
@@ -126,8 +116,8 @@ pub(crate) async fn serve<S: Transport>(
         _ = watch.closing() => {}
         // A stream the client stopped reading: the connection closes at once.
         _ = activity.stalls.sweep(addr) => return,
-        _ = activity.idle(super::h1::IDLE_TIMEOUT) => {
-            tracing::debug!(client = %addr, "sluice: h2 connection idle for {:?}, closing", super::h1::IDLE_TIMEOUT);
+        _ = activity.idle(IDLE_TIMEOUT) => {
+            tracing::debug!(client = %addr, "sluice: h2 connection idle for {:?}, closing", IDLE_TIMEOUT);
         }
     }
     // GOAWAY: streams already open finish, no new ones start.
@@ -305,50 +295,6 @@ fn content_length<B>(req: &Request<B>) -> u64 {
         .unwrap_or(crate::body::UNKNOWN)
 }
 
-/// A request body whose bytes are counted as they are read (for a meter); what had
-/// arrived of it when the handler let it go unread counts too (DESIGN §18.4).
-pub(super) struct Counted {
-    pub body: Body,
-    pub n: Arc<AtomicU64>,
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        // Only what is here already: a waker that never wakes, no wait.
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        use http_body::Body as _;
-        while let Poll::Ready(Some(Ok(f))) = Pin::new(&mut self.body).poll_frame(&mut cx) {
-            let len = f.data_ref().map_or(0, |d| d.len() as u64);
-            self.n.fetch_add(len, Ordering::Relaxed);
-        }
-    }
-}
-
-impl http_body::Body for Counted {
-    type Data = Bytes;
-    type Error = BodyError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        let r = Pin::new(&mut self.body).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(f))) = &r {
-            let len = f.data_ref().map_or(0, |d| d.len() as u64);
-            self.n.fetch_add(len, Ordering::Relaxed);
-        }
-        r
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
 /// An extended CONNECT's answer: the tunnel to join to the stream, or a 502 for a
 /// backend that answered 2xx without switching protocols.
 fn websocket_answer(
@@ -415,7 +361,7 @@ fn refusal(
 ",
         )));
     }
-    if let Some(why) = host_from_authority(req) {
+    if let Some(why) = super::conn::host_from_authority(req) {
         bump(&COUNTERS.bad_request);
         crate::stats::count_status(400);
         return Ok(Some(local_response(StatusCode::BAD_REQUEST, why)));
@@ -564,75 +510,6 @@ impl Drop for Guarded {
     }
 }
 
-/// What an h2 or h3 response leaves when its body is done: its access log line and
-/// its count on the route's meter.
-pub(super) struct StreamDone {
-    pub log: Option<StreamLog>,
-    /// The route's meter, and when the request began.
-    pub metered: Option<(Arc<crate::stats::Meter>, Instant)>,
-    /// The request body's bytes so far (counted for a meter).
-    pub received: Option<Arc<AtomicU64>>,
-    pub status: u16,
-    /// An extended CONNECT that opened a tunnel.
-    pub switched: bool,
-    pub bytes: u64,
-    /// The client stopped the stream before the body ended: counted and logged as
-    /// `499` (DESIGN §18.4), with the bytes sent.
-    pub cut: bool,
-}
-
-pub(super) struct StreamLog {
-    pub pending: Pending,
-    pub served: Option<crate::pipeline::Served>,
-    pub marks: crate::admin::access::Marks,
-}
-
-impl StreamDone {
-    /// What `resp` leaves for when its body is done; `None` when neither the log nor a
-    /// meter wants it.
-    pub(super) fn new(
-        log: Option<StreamLog>,
-        metered: Option<(Arc<crate::stats::Meter>, Instant)>,
-        received: Option<Arc<AtomicU64>>,
-        resp: &Response<Body>,
-        switched: bool,
-    ) -> Option<StreamDone> {
-        (log.is_some() || metered.is_some()).then(|| StreamDone {
-            log,
-            metered,
-            received,
-            status: resp.status().as_u16(),
-            switched,
-            bytes: 0,
-            cut: false,
-        })
-    }
-}
-
-impl Drop for StreamDone {
-    fn drop(&mut self) {
-        let done = Instant::now();
-        if let Some((m, started)) = &self.metered {
-            let received = self
-                .received
-                .as_ref()
-                .map_or(0, |n| n.load(Ordering::Relaxed));
-            let status = match (self.cut, self.switched) {
-                (true, _) => 499,
-                (false, true) => 101,
-                (false, false) => self.status,
-            };
-            m.record(status, done - *started, received, self.bytes);
-        }
-        let status = if self.cut { 499 } else { self.status };
-        if let Some(l) = &mut self.log {
-            let upstream = l.served.as_ref().map(crate::admin::access::Upstream::from);
-            l.pending
-                .finish(status, self.bytes, upstream, Some(&l.marks), done);
-        }
-    }
-}
-
 impl http_body::Body for Guarded {
     type Data = Bytes;
     type Error = BodyError;
@@ -717,29 +594,6 @@ impl<S: Transport> AsyncWrite for Rewind<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-/// `:authority` is the host, for routing and the backend alike: it replaces any Host.
-/// Why the request is refused instead, if it is.
-pub(super) fn host_from_authority<B>(req: &mut http::Request<B>) -> Option<&'static str> {
-    match req
-        .uri()
-        .authority()
-        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-    {
-        // RFC 9113 §8.3.1: no userinfo; an HTTP/1.1 Host could not carry it.
-        Some(v) if v.as_bytes().contains(&b'@') => Some("Bad request: userinfo in :authority\n"),
-        Some(v) => {
-            req.headers_mut().insert(header::HOST, v);
-            None
-        }
-        // Two Hosts and no `:authority`: which one the backend believes is anyone's
-        // guess, so refused as on HTTP/1.1.
-        None if req.headers().get_all(header::HOST).iter().nth(1).is_some() => {
-            Some("Bad request: more than one Host\n")
-        }
-        None => None,
     }
 }
 

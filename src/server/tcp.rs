@@ -1,0 +1,60 @@
+//! A `tcp` (L4) listener's accept loop: each connection is judged and relayed by `l4`,
+//! on the route the live generation has for this listener's address.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use super::drain::Drain;
+use crate::runtime::Live;
+
+/// Accepts on an L4 (`tcp`) listener until shutdown or `close`: each connection is
+/// judged and relayed by `l4`, on the route the current generation has for this
+/// listener's address.
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    live: Arc<Live>,
+    drain: Drain,
+    close: Arc<tokio::sync::Notify>,
+    addr: SocketAddr,
+) {
+    let mut watch = drain.watch();
+    // Connections this listener relays now; carried across reloads with the listener.
+    let open = crate::l4::Open::default();
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("sluice: accept failed on tcp {addr}: {e}; pausing 100ms");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = watch.closing() => return,
+            _ = close.notified() => return,
+        };
+        let gen = live.load();
+        let Some(route) = gen.tcp_route(addr) else {
+            continue;
+        };
+        let Some(admitted) = crate::l4::admit(route, peer, &open, gen.tunnel_drain) else {
+            continue;
+        };
+        let counted = drain.connection();
+        let in_flight = drain.request();
+        let live = live.clone();
+        tokio::spawn(async move {
+            // A pool chosen by the hello is the live generation's once it was read.
+            let now = |sni: Option<&str>| {
+                let gen = live.load();
+                let target = gen.tcp_route(addr)?.choose(sni)?;
+                Some((target.pool.clone(), target.idle_timeout))
+            };
+            admitted.relay(stream, addr, peer, now).await;
+            drop((in_flight, counted));
+        });
+    }
+}
