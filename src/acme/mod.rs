@@ -301,7 +301,7 @@ impl Manager {
                 Some(self.0.clone())
             }
         }
-        let mut c = rustls::ServerConfig::builder_with_provider(crate::upstream::tls::provider())
+        let mut c = rustls::ServerConfig::builder_with_provider(crate::net::tls::provider())
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
             .expect("ring supports TLS 1.2 and 1.3")
             .with_no_client_auth()

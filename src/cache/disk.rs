@@ -21,17 +21,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde_json::{json, Value};
 
 use super::control::ResponseDirectives;
-use super::store::{Held, Stored};
+use super::object::{Held, OnDisk, Stored};
 
 const MAGIC: &str = "SLUICE-CACHE 1\n";
-
-/// Where a stored body lies: a file, from `offset`, `len` bytes.
-#[derive(Debug)]
-pub(crate) struct OnDisk {
-    pub path: PathBuf,
-    pub offset: u64,
-    pub len: u64,
-}
 
 /// A name no other write of this process uses, under `dir`.
 fn fresh_name(dir: &Path) -> (PathBuf, PathBuf) {

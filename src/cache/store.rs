@@ -15,14 +15,15 @@
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
 use tokio::sync::watch;
 
-use super::control::ResponseDirectives;
-use super::disk::{self, OnDisk};
+use super::disk;
+use super::object::OnDisk;
+#[cfg(test)]
+use super::object::OVERHEAD;
+pub(crate) use super::object::{Held, Stored};
 
 const SHARDS: usize = 16;
 
@@ -30,87 +31,6 @@ const SHARDS: usize = 16;
 /// endless values (`User-Agent`) must not fill the store under one key. The oldest
 /// stored goes first.
 const MAX_VARIANTS: usize = 32;
-
-/// What a stored object costs besides its key, body and fields: the bookkeeping.
-const OVERHEAD: u64 = 256;
-
-/// A stored body: in memory, or in a disk store's file.
-#[derive(Clone)]
-pub(crate) enum Held {
-    Memory(Bytes),
-    Disk(Arc<OnDisk>),
-}
-
-impl Held {
-    pub(crate) fn len(&self) -> u64 {
-        match self {
-            Held::Memory(b) => b.len() as u64,
-            Held::Disk(d) => d.len,
-        }
-    }
-
-    /// Both are the same file (a revalidated object keeps its body's file).
-    fn same_file(&self, other: &Held) -> bool {
-        matches!((self, other), (Held::Disk(a), Held::Disk(b)) if Arc::ptr_eq(a, b))
-    }
-}
-
-/// One stored response, immutable once stored (a revalidation stores a new one that
-/// shares the body).
-#[derive(Clone)]
-pub(crate) struct Stored {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: Held,
-    pub response_time: SystemTime,
-    /// The age it had on arrival (RFC 9111 §4.2.3).
-    pub initial_age: Duration,
-    /// Fresh for this long from its arrival age zero.
-    pub lifetime: Duration,
-    pub dirs: ResponseDirectives,
-    /// The request's values of the fields the response varies on (lower-case names;
-    /// `None`: the request did not have the field).
-    pub vary: Box<[(String, Option<String>)]>,
-    /// The `stale-while-revalidate` / `stale-if-error` windows: the response's own,
-    /// else the cache's setting.
-    pub swr: Duration,
-    pub sie: Duration,
-}
-
-impl Stored {
-    pub(crate) fn size(&self) -> u64 {
-        let fields: usize = self
-            .headers
-            .iter()
-            .map(|(n, v)| n.as_str().len() + v.len() + 4)
-            .sum();
-        let vary: usize = self
-            .vary
-            .iter()
-            .map(|(n, v)| n.len() + v.as_ref().map_or(0, String::len) + 8)
-            .sum();
-        self.body.len() + (fields + vary) as u64 + OVERHEAD
-    }
-
-    /// How old it is now.
-    pub(crate) fn age(&self, now: SystemTime) -> Duration {
-        self.initial_age + now.duration_since(self.response_time).unwrap_or_default()
-    }
-
-    /// Seconds of freshness left (negative once stale), as `Cache-Status` shows it.
-    pub(crate) fn ttl(&self, now: SystemTime) -> i64 {
-        self.lifetime.as_secs() as i64 - self.age(now).as_secs() as i64
-    }
-
-    pub(crate) fn is_fresh(&self, now: SystemTime) -> bool {
-        self.lifetime > self.age(now)
-    }
-
-    /// How long past its freshness it is (zero while fresh).
-    pub(crate) fn staleness(&self, now: SystemTime) -> Duration {
-        self.age(now).saturating_sub(self.lifetime)
-    }
-}
 
 type Variants = Vec<Arc<Stored>>;
 
@@ -471,6 +391,9 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use http::{HeaderMap, StatusCode};
+    use std::time::SystemTime;
 
     fn object(body: usize, vary: &str) -> Arc<Stored> {
         let now = SystemTime::now();

@@ -134,7 +134,7 @@ pub(crate) fn client_verifier(
             "X509 CRL",
         )?);
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crate::net::tls::provider();
     let mut builder =
         rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
             .with_crls(lists)

@@ -20,6 +20,15 @@ use tokio_rustls::TlsStream;
 
 use super::transport::{first_bytes, Closed, Transport, FIRST_READ};
 
+/// The one rustls crypto provider (ring) every TLS configuration of the process is
+/// built with: listeners, QUIC, backends, ACME, client-certificate checks.
+pub(crate) fn provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
+    static P: std::sync::OnceLock<std::sync::Arc<rustls::crypto::CryptoProvider>> =
+        std::sync::OnceLock::new();
+    P.get_or_init(|| std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .clone()
+}
+
 pub(crate) struct TlsConn {
     inner: Mutex<TlsStream<TcpStream>>,
 }

@@ -225,7 +225,7 @@ pub(crate) fn build(sites: &[Site], acme: Option<&Arc<crate::acme::Manager>>) ->
     if certs.slots.is_empty() {
         return None;
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crate::net::tls::provider();
     let base = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .ok()?;

@@ -94,7 +94,7 @@ pub(crate) fn endpoint_on(
 /// What the endpoint answers handshakes with: TLS 1.3 only (QUIC has no other), ALPN
 /// `h3`, no early data, the live generation's certificates, and the limits above.
 fn server_config(live: Arc<Live>) -> quinn::ServerConfig {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crate::net::tls::provider();
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .expect("ring offers TLS 1.3")

@@ -24,6 +24,21 @@ pub(crate) enum Transition {
 }
 
 impl Transition {
+    /// The switch in the log, as an operator reads it: which pool, to which role, why.
+    pub(crate) fn log(self, pool: &str, why: &str) {
+        let to = if self.to_backup() {
+            "backup"
+        } else {
+            "primary"
+        };
+        tracing::warn!(
+            pool,
+            reason = self.as_str(),
+            "sluice: {pool}: switched to {to} ({}: {why})",
+            self.as_str()
+        );
+    }
+
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Transition::PrimaryFailureThreshold => "primary_failure_threshold",

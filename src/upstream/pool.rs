@@ -146,7 +146,7 @@ impl Pool {
             } else {
                 "every backup is ineligible"
             };
-            log_switch(self.name(), t, why);
+            t.log(self.name(), why);
             note.transition = Some(t);
         }
         let role = st.role();
@@ -210,7 +210,7 @@ impl Pool {
                     f.recovery_threshold
                 ),
             };
-            log_switch(self.name(), t, &why);
+            t.log(self.name(), &why);
             note.transition = Some(t);
         }
     }
@@ -298,16 +298,6 @@ pub(crate) struct Note {
     pub trial: bool,
     pub transition: Option<Transition>,
     attempts: u32,
-}
-
-pub(super) fn log_switch(pool: &str, t: Transition, why: &str) {
-    let to = if t.to_backup() { "backup" } else { "primary" };
-    tracing::warn!(
-        pool,
-        reason = t.as_str(),
-        "sluice: {pool}: switched to {to} ({}: {why})",
-        t.as_str()
-    );
 }
 
 pub(crate) enum Pick {

@@ -275,7 +275,7 @@ impl PoolState {
             .failover
             .probe_result(passed, f, crate::clock::now_ms())
         {
-            super::pool::log_switch(pool, t, "its primaries pass their health checks");
+            t.log(pool, "its primaries pass their health checks");
         }
     }
 }

@@ -13,7 +13,6 @@
 use std::sync::{Arc, OnceLock};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio::net::TcpStream;
@@ -27,12 +26,6 @@ pub(crate) struct ClientTls {
     pub any: Arc<ClientConfig>,
     pub h1: Arc<ClientConfig>,
     server_name: Option<ServerName<'static>>,
-}
-
-pub(crate) fn provider() -> Arc<CryptoProvider> {
-    static P: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
-    P.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
-        .clone()
 }
 
 /// The system's trust roots, read once.
@@ -58,7 +51,7 @@ pub(crate) fn system_roots() -> Arc<RootCertStore> {
 
 impl ClientTls {
     pub(crate) fn new(t: &BackendTls) -> ClientTls {
-        let builder = ClientConfig::builder_with_provider(provider())
+        let builder = ClientConfig::builder_with_provider(crate::net::tls::provider())
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
             .expect("ring supports TLS 1.2 and 1.3");
         let base = if !t.verify {
@@ -151,7 +144,7 @@ impl ServerCertVerifier for NoVerify {
             message,
             cert,
             dss,
-            &provider().signature_verification_algorithms,
+            &crate::net::tls::provider().signature_verification_algorithms,
         )
     }
 
@@ -165,12 +158,12 @@ impl ServerCertVerifier for NoVerify {
             message,
             cert,
             dss,
-            &provider().signature_verification_algorithms,
+            &crate::net::tls::provider().signature_verification_algorithms,
         )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        provider()
+        crate::net::tls::provider()
             .signature_verification_algorithms
             .supported_schemes()
     }
