@@ -238,11 +238,11 @@ impl Builder {
 }
 
 /// How one option of a `proxy { … }` block is read into the pool's settings.
-type ProxyOption = fn(&mut Builder, &Directive, &mut ProxyConfig) -> Res<()>;
+pub(super) type ProxyOption = fn(&mut Builder, &Directive, &mut ProxyConfig) -> Res<()>;
 
 /// Every option of a `proxy { … }` block with its parser: one entry each, in the
 /// order the config reference lists them.
-static PROXY_OPTIONS: &[(&str, ProxyOption)] = &[
+pub(super) static PROXY_OPTIONS: &[(&str, ProxyOption)] = &[
     ("lb", |_, d, p| policy(d).map(|v| p.lb = v)),
     ("weights", weights),
     ("fail_duration", |_, d, p| {

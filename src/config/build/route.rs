@@ -581,10 +581,10 @@ impl Builder {
 
 /// How one option of a `fastcgi { … }` block is read; `base` is the folder relative
 /// paths start from.
-type FastCgiOption = fn(&Directive, &std::path::Path, &mut FastCgiConfig) -> Res<()>;
+pub(super) type FastCgiOption = fn(&Directive, &std::path::Path, &mut FastCgiConfig) -> Res<()>;
 
 /// Every option of a `fastcgi { … }` block with its parser.
-static FASTCGI_OPTIONS: &[(&str, FastCgiOption)] = &[
+pub(super) static FASTCGI_OPTIONS: &[(&str, FastCgiOption)] = &[
     ("root", fastcgi_root),
     ("suffix", fastcgi_names),
     ("index", fastcgi_names),

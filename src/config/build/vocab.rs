@@ -23,49 +23,28 @@ pub(super) enum Place {
 }
 
 impl Place {
-    pub(super) fn known(self) -> &'static [&'static str] {
-        match self {
+    /// The directives it knows. A block whose options have a table (`global`,
+    /// `proxy`, `fastcgi`) knows the table's names: written once.
+    pub(super) fn known(self) -> Vec<&'static str> {
+        let words: &[&str] = match self {
             Place::Top => &["global", "listen", "site", "tcp", "import"],
-            Place::Global => &[
-                "admin",
-                "workers",
-                "trust",
-                "max_tunnels",
-                "spool_max",
-                "redis_timeout",
-                "redis_ca",
-                "tunnel_drain",
-                "tunnel_idle",
-                "grace",
-                "access_log",
-                "tracing",
-                "server_tokens",
-                "proxy_defaults",
-                "retries",
-                "probe_concurrency",
-                "safety",
-                "resolver",
-                "verify_key",
-                "pid_file",
-                "acme",
-            ],
-            Place::Site => SITE,
+            Place::Global => return super::GLOBAL_OPTIONS.iter().map(|(n, _)| *n).collect(),
+            Place::Site => return with_filters(SITE_OWN),
             // A route takes what a site does but its certificate, routes and the
             // site-wide controls (maintenance it takes).
-            Place::Route => &SITE[5..],
-            Place::Proxy => PROXY,
-            Place::FastCgi => &[
-                "root",
-                "suffix",
-                "index",
-                "fallback",
-                "max_conns",
-                "connect_timeout",
-                "keepalive_timeout",
-                "env",
-                "max_body",
-                "timeout",
-            ],
+            Place::Route => return with_filters(&SITE_OWN[5..]),
+            Place::Proxy => {
+                return super::proxy::PROXY_OPTIONS
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect()
+            }
+            Place::FastCgi => {
+                return super::route::FASTCGI_OPTIONS
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect()
+            }
             Place::Files => &["index", "browse", "fallback", "precompressed", "dotfiles"],
             Place::Tcp => &["proxy", "sni", "max_conns", "allow", "deny", "rate_limit"],
             Place::Safety => &["default", "allow_private", "block"],
@@ -101,7 +80,8 @@ impl Place {
                 "challenge",
                 "renew_before",
             ],
-        }
+        };
+        words.to_vec()
     }
 
     pub(super) fn label(self) -> &'static str {
@@ -125,43 +105,9 @@ impl Place {
     }
 }
 
-/// A `proxy` block's options.
-const PROXY: &[&str] = &[
-    "lb",
-    "weights",
-    "backup",
-    "failover",
-    "health",
-    "fail_duration",
-    "breaker",
-    "all_down",
-    "host",
-    "header_up",
-    "header_down",
-    "timeout",
-    "connect_timeout",
-    "limit",
-    "max_body",
-    "retries",
-    "retry_on",
-    "retry_buffer",
-    "retry_budget",
-    "slow_start",
-    "outlier",
-    "safety",
-    "keepalive",
-    "tls_verify",
-    "tls_server_name",
-    "tls_ca",
-    "compress",
-    "origin_headers",
-    "websocket",
-    "upgrade",
-    "proxy_protocol",
-];
-
-/// A site block takes everything a route does, plus `tls` and `route`.
-pub(super) const SITE: &[&str] = &[
+/// What a site block takes besides its filters (`filters::FILTERS`) and `on`; a
+/// route takes it from `maintenance` on.
+const SITE_OWN: &[&str] = &[
     "tls",
     "route",
     "https_redirect",
@@ -176,22 +122,18 @@ pub(super) const SITE: &[&str] = &[
     "files",
     "redirect",
     "respond",
-    "strip",
-    "rewrite",
-    "header_down",
-    "request_id",
-    "grpc_web",
-    "rate_limit",
-    "allow",
-    "deny",
-    "basic_auth",
-    "body_deny",
-    "forward_auth",
-    "compress",
-    "max_body",
-    "cors",
-    "on",
 ];
+
+/// `words`, then every filter, then `on`.
+fn with_filters(words: &[&'static str]) -> Vec<&'static str> {
+    let filters = super::filters::FILTERS.iter();
+    words
+        .iter()
+        .chain(filters)
+        .chain(&["on"])
+        .copied()
+        .collect()
+}
 
 pub(super) const ALL_PLACES: [Place; 15] = [
     Place::Top,
