@@ -11,12 +11,11 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -198,7 +197,9 @@ async fn start(
     let admin_open = api.open.clone();
     let (admin_addr, admin_fd, admin_task) = match config.global.admin {
         Some(addr) => {
-            let a = start_admin(addr, api).await?;
+            let a = listeners::start_admin(addr, api)
+                .await
+                .map_err(|source| StartError::Admin { addr, source })?;
             (a.local, a.fd, Some(a.task))
         }
         None => (None, None, None),
@@ -243,36 +244,6 @@ async fn start(
     ]);
     super::handover::tell_parent("READY=1");
     Ok((server, commands))
-}
-
-/// The admin API, started.
-struct AdminStarted {
-    local: Option<SocketAddr>,
-    /// A duplicate of its socket, for an upgrade to hand over.
-    fd: Option<OwnedFd>,
-    task: JoinHandle<()>,
-}
-
-/// Binds the admin API's listener at `addr` (or adopts the one an upgrade handed
-/// over) and starts serving it.
-async fn start_admin(addr: SocketAddr, api: admin::Api) -> Result<AdminStarted, StartError> {
-    let l = match super::handover::take_tcp(&format!("admin|{addr}")) {
-        Some(l) => l
-            .set_nonblocking(true)
-            .and_then(|()| TcpListener::from_std(l)),
-        None => TcpListener::bind(addr).await,
-    }
-    .map_err(|source| StartError::Admin { addr, source })?;
-    let local = l.local_addr().ok();
-    tracing::info!(
-        "sluice: admin API on http://{}",
-        local.map(|a| a.to_string()).unwrap_or_default()
-    );
-    Ok(AdminStarted {
-        local,
-        fd: l.as_fd().try_clone_to_owned().ok(),
-        task: tokio::spawn(admin::serve(l, api)),
-    })
 }
 
 /// Tells systemd (`Type=notify`, `NOTIFY_SOCKET` set) where the process is: ready,
@@ -449,7 +420,7 @@ impl Server {
             .zip(self.admin_fd.as_ref())
             .and_then(|(addr, fd)| {
                 Some(super::handover::Handover {
-                    key: format!("admin|{addr}"),
+                    key: listeners::admin_key(addr),
                     fd: fd.try_clone().ok()?,
                 })
             });

@@ -174,6 +174,45 @@ fn quic_socket(
     }
 }
 
+/// The admin API's listener as an upgrade names its socket to the new process. (The
+/// admin listener is bound before the others, so the banner can name it, and a reload
+/// never moves it: it is kept apart from `Kind`.)
+pub(super) fn admin_key(addr: SocketAddr) -> String {
+    format!("admin|{addr}")
+}
+
+/// The admin API, started.
+pub(super) struct AdminStarted {
+    pub local: Option<SocketAddr>,
+    /// A duplicate of its socket, for an upgrade to hand over.
+    pub fd: Option<OwnedFd>,
+    pub task: JoinHandle<()>,
+}
+
+/// Binds the admin API's listener at `addr` (or adopts the one an upgrade handed
+/// over) and starts serving it.
+pub(super) async fn start_admin(
+    addr: SocketAddr,
+    api: crate::admin::Api,
+) -> std::io::Result<AdminStarted> {
+    let l = match super::handover::take_tcp(&admin_key(addr)) {
+        Some(l) => l
+            .set_nonblocking(true)
+            .and_then(|()| TcpListener::from_std(l)),
+        None => TcpListener::bind(addr).await,
+    }?;
+    let local = l.local_addr().ok();
+    tracing::info!(
+        "sluice: admin API on http://{}",
+        local.map(|a| a.to_string()).unwrap_or_default()
+    );
+    Ok(AdminStarted {
+        local,
+        fd: l.as_fd().try_clone_to_owned().ok(),
+        task: tokio::spawn(crate::admin::serve(l, api)),
+    })
+}
+
 /// What a listener's accept loop starts with.
 pub(super) struct Context<'a> {
     pub live: &'a Arc<Live>,
