@@ -137,7 +137,7 @@ impl Admitted {
         mut stream: TcpStream,
         addr: SocketAddr,
         peer: SocketAddr,
-        now: impl FnOnce(Option<&str>) -> Option<(Arc<Pool>, Duration)>,
+        now: impl FnOnce() -> Option<Arc<Route>>,
     ) {
         let (target, first) = match self.fixed {
             Some(t) => (Some(t), Bytes::new()),
@@ -151,14 +151,14 @@ impl Admitted {
 }
 
 /// The pool an SNI-routed `tcp` listener relays this connection to, chosen by its
-/// ClientHello (read here, and returned to be sent on first) through `choose`. `None`
-/// (logged at debug) when the first bytes are no ClientHello, or no pool takes its
-/// name.
+/// ClientHello (read here, and returned to be sent on first) on the listener's live
+/// route (`now`). `None` (logged at debug) when the first bytes are no ClientHello, or
+/// no pool takes its name.
 async fn by_sni(
     addr: SocketAddr,
     stream: &mut TcpStream,
     peer: SocketAddr,
-    choose: impl FnOnce(Option<&str>) -> Option<(Arc<Pool>, Duration)>,
+    now: impl FnOnce() -> Option<Arc<Route>>,
 ) -> (Option<(Arc<Pool>, Duration)>, Bytes) {
     use hello::Hello;
     let (sni, read) = match hello::read(stream).await {
@@ -168,7 +168,10 @@ async fn by_sni(
             return (None, Bytes::new());
         }
     };
-    let target = choose(sni.as_deref());
+    let target = now().and_then(|route| {
+        let t = route.choose(sni.as_deref())?;
+        Some((t.pool.clone(), t.idle_timeout))
+    });
     if target.is_none() {
         tracing::debug!(
             "sluice: tcp {addr}: no pool for server name {:?} from {peer} and no bare proxy; closed",

@@ -374,30 +374,32 @@ fn process_wide(config: &Config) {
 }
 
 /// The `tcp` listeners' routes, each pool with its predecessor's state.
-fn tcp_routes(config: &Config, shared: &Shared) -> Vec<crate::l4::Route> {
+fn tcp_routes(config: &Config, shared: &Shared) -> Vec<Arc<crate::l4::Route>> {
     config
         .tcp
         .iter()
-        .map(|t| crate::l4::Route {
-            addr: t.listen.addr,
-            pools: t
-                .pools
-                .iter()
-                .map(|p| {
-                    let mut name = format!("tcp {}", t.listen.text);
-                    if let Some(first) = p.sni.first() {
-                        name.push_str(&format!(" sni {}", first));
-                    }
-                    crate::l4::Target {
-                        sni: p.sni.clone(),
-                        pool: shared.pool(name, &p.proxy),
-                        idle_timeout: p.idle_timeout,
-                    }
-                })
-                .collect(),
-            names: tcp_names(&t.pools),
-            max_conns: t.max_conns,
-            guards: shared.conn_guards(format!("tcp {}", t.listen.text), &t.guards),
+        .map(|t| {
+            Arc::new(crate::l4::Route {
+                addr: t.listen.addr,
+                pools: t
+                    .pools
+                    .iter()
+                    .map(|p| {
+                        let mut name = format!("tcp {}", t.listen.text);
+                        if let Some(first) = p.sni.first() {
+                            name.push_str(&format!(" sni {}", first));
+                        }
+                        crate::l4::Target {
+                            sni: p.sni.clone(),
+                            pool: shared.pool(name, &p.proxy),
+                            idle_timeout: p.idle_timeout,
+                        }
+                    })
+                    .collect(),
+                names: tcp_names(&t.pools),
+                max_conns: t.max_conns,
+                guards: shared.conn_guards(format!("tcp {}", t.listen.text), &t.guards),
+            })
         })
         .collect()
 }

@@ -20,7 +20,7 @@ use crate::upstream::Pool;
 
 pub(crate) struct Generation {
     pub sites: Sites,
-    pub tcp: Vec<crate::l4::Route>,
+    pub tcp: Vec<Arc<crate::l4::Route>>,
     /// HTTP listeners with `allow`/`deny`/`rate_limit`, by configured address.
     pub listen_guards: Vec<(std::net::SocketAddr, ConnGuards)>,
     pub trust: Vec<IpNet>,
@@ -93,7 +93,7 @@ impl Generation {
     }
 
     /// The L4 route for a `tcp` listener's configured address.
-    pub(crate) fn tcp_route(&self, addr: std::net::SocketAddr) -> Option<&crate::l4::Route> {
+    pub(crate) fn tcp_route(&self, addr: std::net::SocketAddr) -> Option<&Arc<crate::l4::Route>> {
         self.tcp.iter().find(|t| t.addr == addr)
     }
 

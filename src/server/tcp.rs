@@ -48,11 +48,7 @@ pub(crate) async fn accept_loop(
         let live = live.clone();
         tokio::spawn(async move {
             // A pool chosen by the hello is the live generation's once it was read.
-            let now = |sni: Option<&str>| {
-                let gen = live.load();
-                let target = gen.tcp_route(addr)?.choose(sni)?;
-                Some((target.pool.clone(), target.idle_timeout))
-            };
+            let now = || live.load().tcp_route(addr).cloned();
             admitted.relay(stream, addr, peer, now).await;
             drop((in_flight, counted));
         });
