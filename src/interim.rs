@@ -7,11 +7,12 @@
 //! tagged with the task that read it, and the connection looks right after each poll
 //! of the request's future ([`held`], [`take`]: one thread-local read when there is
 //! nothing) and writes it before the final head. Nothing is allocated, no waker is
-//! registered and no flag is set around a poll for a request that gets none. A head no
-//! connection takes — relayed for an HTTP/2 client, which hyper's server cannot send
-//! 1xx to, an HTTP/1.0 client, which must not get one, or a cache's fill — is dropped
-//! by the next look of a task that is not its own. Never stored by a cache: only final
-//! answers are.
+//! registered and no flag is set around a poll for a request that gets none. Every
+//! front looks: HTTP/1.1 (`server::h1`), HTTP/2 (`server::h2::send::answer`, whose
+//! streams share their connection's task but take what their own poll relayed before
+//! another stream is polled) and HTTP/3. A head no connection takes — relayed for an
+//! HTTP/1.0 client, which must not get one, or a cache's fill — is dropped by the next
+//! look of a task that is not its own. Never stored by a cache: only final answers are.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
