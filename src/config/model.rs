@@ -1126,6 +1126,18 @@ pub enum HashKey {
 }
 
 impl Policy {
+    /// The policies `lb` takes by their word alone (`hash` takes a key too): the
+    /// config's parser reads them here, so a new one is its variant, its word and its
+    /// entry below (and its balancer).
+    pub const SIMPLE: [Policy; 6] = [
+        Policy::First,
+        Policy::RoundRobin,
+        Policy::WeightedRoundRobin,
+        Policy::LeastConn,
+        Policy::WeightedLeastConn,
+        Policy::P2c,
+    ];
+
     pub fn name(&self) -> &'static str {
         match self {
             Policy::First => "first",

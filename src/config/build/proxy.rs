@@ -1029,29 +1029,22 @@ fn policy(d: &Directive) -> Res<Policy> {
     let w = first_arg(d, "lb POLICY")?;
     let rest = &d.args[1..];
     let simple = match w.text.as_str() {
-        "first" => Some(Policy::First),
-        "round_robin" => Some(Policy::RoundRobin),
-        "weighted_round_robin" => Some(Policy::WeightedRoundRobin),
-        "least_conn" => Some(Policy::LeastConn),
-        "weighted_least_conn" => Some(Policy::WeightedLeastConn),
-        "p2c" => Some(Policy::P2c),
         "hash" => None,
-        other => {
-            let known = [
-                "first",
-                "round_robin",
-                "weighted_round_robin",
-                "least_conn",
-                "weighted_least_conn",
-                "p2c",
-                "hash",
-            ];
-            let e = Diagnostic::error(w.span, format!("unknown policy `{other}`"));
-            return Err(match nearest(other, known) {
-                Some(s) => e.with_hint(format!("did you mean `{s}`?")),
-                None => e.with_hint(format!("policies: {}", known.join(", "))),
-            });
-        }
+        word => match Policy::SIMPLE.into_iter().find(|p| p.name() == word) {
+            Some(p) => Some(p),
+            None => {
+                let known: Vec<&str> = Policy::SIMPLE
+                    .iter()
+                    .map(Policy::name)
+                    .chain(["hash"])
+                    .collect();
+                let e = Diagnostic::error(w.span, format!("unknown policy `{word}`"));
+                return Err(match nearest(word, known.iter().copied()) {
+                    Some(s) => e.with_hint(format!("did you mean `{s}`?")),
+                    None => e.with_hint(format!("policies: {}", known.join(", "))),
+                });
+            }
+        },
     };
     if let Some(p) = simple {
         if let Some(x) = rest.first() {
