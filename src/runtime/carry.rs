@@ -134,8 +134,9 @@ kept! {
     fastcgi_apps: crate::config::Target => crate::fastcgi::pool::App,
     /// In-memory `rate_limit` buckets, by filter identity.
     rates: String => crate::filter::rate_limit::Memory,
-    /// `rate_limit`'s Redis clients, by address and failure mode.
-    redis: (String, bool) => crate::filter::rate_limit::Redis,
+    /// `rate_limit`'s Redis clients, by address, failure mode and (for `rediss://`)
+    /// the `redis_ca` they verify against.
+    redis: (String, bool, Option<Arc<Vec<u8>>>) => crate::filter::rate_limit::Redis,
     /// Cache stores, by their `store` setting.
     stores: String => crate::cache::Store,
     /// Cache purge publishers, by `purge_store` URL.

@@ -309,7 +309,12 @@ impl Shared<'_> {
     ) -> RateLimit {
         let store = match &rl.store {
             Some(url) => {
-                let key = (url.clone(), failure_open);
+                // A changed `redis_ca` makes a new client: the old one trusts the old.
+                let ca = url
+                    .starts_with("rediss://")
+                    .then(|| self.config.global.redis_ca.clone())
+                    .flatten();
+                let key = (url.clone(), failure_open, ca);
                 rate_limit::Store::Redis(self.kept.redis.take(key, |before| {
                     before
                         .cloned()
