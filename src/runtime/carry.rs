@@ -42,6 +42,11 @@ impl<K: Eq + Hash, V: Carried> Shelf<K, V> {
         self.0.is_empty()
     }
 
+    #[cfg(test)]
+    fn get_for_test(&self, key: &K) -> Option<&Arc<V>> {
+        self.0.get(key)
+    }
+
     /// Retires what `next` does not hold under the same identity.
     fn retire_gone(&self, next: &Shelf<K, V>) {
         for (k, v) in &self.0 {
@@ -170,3 +175,80 @@ impl Carried for crate::filter::conn::Refused {}
 impl Carried for crate::safety::Dns {}
 impl Carried for tokio::sync::Semaphore {}
 impl Carried for crate::acme::Manager {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Default)]
+    struct Thing {
+        size: AtomicUsize,
+        retired: AtomicUsize,
+    }
+
+    impl Carried for Thing {
+        fn retire(&self) {
+            self.retired.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The kind's own rule: the previous one refitted when it exists, else a new one.
+    fn take(f: &Filling<'_, &'static str, Thing>, key: &'static str, size: usize) -> Arc<Thing> {
+        f.take(key, |before| match before {
+            Some(t) => {
+                t.size.store(size, Ordering::Relaxed);
+                t.clone()
+            }
+            None => Arc::new(Thing {
+                size: size.into(),
+                ..Default::default()
+            }),
+        })
+    }
+
+    #[test]
+    fn the_same_identity_is_carried_refitted_and_what_is_gone_is_retired() {
+        let first: Filling<'_, &'static str, Thing> = Filling::new(None);
+        let a = take(&first, "a", 1);
+        let b = take(&first, "b", 1);
+        assert!(Arc::ptr_eq(&a, &take(&first, "a", 9)), "one per identity");
+        assert_eq!(
+            a.size.load(Ordering::Relaxed),
+            1,
+            "the first taker's settings"
+        );
+        let first = first.done();
+
+        let second = Filling::new(Some(&first));
+        let a2 = take(&second, "a", 5);
+        let c = take(&second, "c", 1);
+        let second = second.done();
+        assert!(Arc::ptr_eq(&a, &a2), "carried");
+        assert_eq!(
+            a.size.load(Ordering::Relaxed),
+            5,
+            "refitted to the new settings"
+        );
+        assert!(second.get_for_test(&"b").is_none(), "not taken: not kept");
+
+        first.retire_gone(&second);
+        assert_eq!(a.retired.load(Ordering::Relaxed), 0, "kept: not retired");
+        assert_eq!(b.retired.load(Ordering::Relaxed), 1, "gone: retired once");
+        assert_eq!(c.retired.load(Ordering::Relaxed), 0);
+
+        // A kind whose constructor makes a new one under the same identity (settings
+        // that changed what it is): the old one is retired at the swap.
+        let third = Filling::new(Some(&second));
+        let fresh = third.take("c", |_| Arc::new(Thing::default()));
+        let third = third.done();
+        assert!(!Arc::ptr_eq(&c, &fresh));
+        second.retire_gone(&third);
+        assert_eq!(c.retired.load(Ordering::Relaxed), 1, "replaced: retired");
+        assert_eq!(
+            a.retired.load(Ordering::Relaxed),
+            1,
+            "not taken again: gone"
+        );
+    }
+}
