@@ -14,7 +14,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::tunnel::{idle_for, pump};
 use crate::upstream::connect::{Passage, Unreached};
-use crate::upstream::{Lease, Note, Pool, Tried};
+use crate::upstream::{Note, Pool, Tried};
 
 pub(super) async fn relay(
     mut client: tokio::net::TcpStream,
@@ -27,10 +27,10 @@ pub(super) async fn relay(
     let reached = pool
         .reach(Passage::Relay, None, &mut Tried::default(), &mut note)
         .await;
-    let (conn, i) = match reached {
+    let (conn, lease) = match reached {
         Ok(reached) => reached,
         // Counted and logged by the connector; no other peer would do better.
-        Err(Unreached::Local | Unreached::Unsupported) => return,
+        Err(Unreached::Local(_) | Unreached::Unsupported(_)) => return,
         Err(Unreached::AllDown | Unreached::Exhausted(_)) => {
             tracing::info!(
                 pool = pool.name(),
@@ -40,7 +40,6 @@ pub(super) async fn relay(
             return;
         }
     };
-    let lease = Lease::new(pool.clone(), i, None);
     conn.keepalive();
     let (mut backend, _) = conn.into_parts();
     // `proxy_protocol`: the backend learns whose connection this is, before any byte.

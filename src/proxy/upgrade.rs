@@ -78,12 +78,13 @@ pub(super) async fn upgrade(
         .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     req.headers_mut().insert(header::UPGRADE, protocol);
     let mut out = Outgoing::new(req);
-    let (mut conn, i) = match dial_upgrade(pool, key, dialed).await {
+    let (mut conn, mut lease) = match dial_upgrade(pool, key, dialed).await {
         Ok(c) => c,
         Err(refusal) => return refusal,
     };
+    lease.permit = permit;
+    let i = lease.peer;
     let peer = &pool.peers()[i];
-    let lease = Lease::new(pool.clone(), i, permit);
     headers::finish_request(
         &mut out.parts.headers,
         cfg,
@@ -138,23 +139,27 @@ async fn admit_upgrade(
 /// A fresh HTTP/1.1 connection for an upgrade, and its peer (`Pool::reach`: a peer
 /// that cannot be reached is marked and the next one tried); else sluice's own answer.
 async fn dial_upgrade(
-    pool: &Pool,
+    pool: &Arc<Pool>,
     key: Option<u64>,
     dialed: &mut Dialed,
-) -> Result<(BackendConn, usize), Response<Body>> {
+) -> Result<(BackendConn, Lease), Response<Body>> {
     let mut tried = Tried::default();
     let reached = pool
         .reach(Passage::Upgrade, key, &mut tried, &mut dialed.note)
         .await;
     dialed.attempts = tried.count as u32;
     match reached {
-        Ok((conn, i)) => {
-            dialed.peer = Some(i);
-            Ok((conn, i))
+        Ok((conn, lease)) => {
+            dialed.peer = Some(lease.peer);
+            Ok((conn, lease))
         }
         Err(Unreached::AllDown) => Err(no_backend()),
-        Err(Unreached::Local) => Err(out_of_capacity()),
-        Err(Unreached::Unsupported) => {
+        Err(Unreached::Local(i)) => {
+            dialed.peer = Some(i);
+            Err(out_of_capacity())
+        }
+        Err(Unreached::Unsupported(i)) => {
+            dialed.peer = Some(i);
             bump(&COUNTERS.bad_gateway);
             Err(local_response(StatusCode::BAD_GATEWAY, NO_UPGRADE))
         }

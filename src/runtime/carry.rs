@@ -144,8 +144,9 @@ kept! {
     redis: (String, bool, Option<Arc<Vec<u8>>>) => crate::filter::rate_limit::Redis,
     /// Cache stores, by their `store` setting.
     stores: String => crate::cache::Store,
-    /// Cache purge publishers, by `purge_store` URL.
-    publishers: String => crate::cache::Publisher,
+    /// Cache purge publishers, by `purge_store` URL and (for `rediss://`) the
+    /// `redis_ca` they verify against.
+    publishers: (String, Option<Arc<Vec<u8>>>) => crate::cache::Publisher,
     /// Request meters, by `site` and `route` labels.
     meters: (String, String) => crate::stats::Meter,
     /// Listeners' refusal counts, by listener name.

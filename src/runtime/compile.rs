@@ -200,6 +200,16 @@ struct Shared<'a> {
 }
 
 impl Shared<'_> {
+    /// A Redis client's identity: its URL and, for `rediss://`, the `redis_ca` it
+    /// trusts (a changed CA makes a new client: the old one trusts the old).
+    fn redis_key(&self, url: &str) -> (String, Option<Arc<Vec<u8>>>) {
+        let ca = url
+            .starts_with("rediss://")
+            .then(|| self.config.global.redis_ca.clone())
+            .flatten();
+        (url.to_string(), ca)
+    }
+
     /// Tells each purge publisher the stores it now serves.
     fn publish(&self) {
         for (p, stores) in self.publishing.take().into_values() {
@@ -233,7 +243,7 @@ impl Shared<'_> {
                 .unwrap_or_else(|| crate::cache::Store::new(&c.store))
         });
         if let Some(url) = &c.purge_store {
-            let publisher = self.kept.publishers.take(url.clone(), |before| {
+            let publisher = self.kept.publishers.take(self.redis_key(url), |before| {
                 before
                     .cloned()
                     .unwrap_or_else(|| crate::cache::Publisher::new(url))
@@ -309,11 +319,7 @@ impl Shared<'_> {
     ) -> RateLimit {
         let store = match &rl.store {
             Some(url) => {
-                // A changed `redis_ca` makes a new client: the old one trusts the old.
-                let ca = url
-                    .starts_with("rediss://")
-                    .then(|| self.config.global.redis_ca.clone())
-                    .flatten();
+                let (_, ca) = self.redis_key(url);
                 let key = (url.clone(), failure_open, ca);
                 rate_limit::Store::Redis(self.kept.redis.take(key, |before| {
                     before

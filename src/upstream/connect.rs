@@ -11,6 +11,7 @@
 //! [`Pool::unreachable`].
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::conn::{BackendConn, Named};
 use super::dial::{self, DialError};
@@ -35,10 +36,11 @@ pub(crate) enum Unreached {
     AllDown,
     /// Every peer it could try failed to connect; the last one, for the log.
     Exhausted(Option<usize>),
-    /// This host is out of ports or descriptors (counted and logged).
-    Local,
-    /// The pool's scheme cannot carry it (logged).
-    Unsupported,
+    /// This host is out of ports or descriptors (counted and logged), dialling the
+    /// peer named.
+    Local(usize),
+    /// The pool's scheme cannot carry it (logged), as the peer named found.
+    Unsupported(usize),
 }
 
 /// A connection to a peer for a request.
@@ -110,31 +112,44 @@ impl Pool {
     }
 
     /// A fresh connection that carries bytes (an upgrade handshake, an L4 relay) to
-    /// one of the pool's peers not in `tried`: pick, connect; a peer that cannot be
-    /// reached is marked and the next one tried. The failover evidence of a caller
-    /// every peer failed is recorded here, once; one that reached a peer records none.
+    /// one of the pool's peers not in `tried`, and its lease (taken before the dial, as
+    /// a request's is, so a dial in progress counts for `least_conn`): pick, connect; a
+    /// peer that cannot be reached is marked and the next one tried — for an upgrade,
+    /// at most `retries` more times (its handshake is a request's); a relay tries
+    /// every peer. A failed trial of a recovering primary is failover evidence at once
+    /// (it restarts the hold); otherwise a caller every peer failed records its last
+    /// failure, once, and one that reached a peer records none.
     pub(crate) async fn reach(
-        &self,
+        self: &Arc<Self>,
         passage: Passage,
         key: Option<u64>,
         tried: &mut super::Tried,
         note: &mut super::Note,
-    ) -> Result<(BackendConn, usize), Unreached> {
+    ) -> Result<(BackendConn, Lease), Unreached> {
+        let most = match passage {
+            Passage::Upgrade => 1 + usize::from(self.cfg.retries),
+            Passage::Relay => usize::MAX,
+        };
         let mut failed = None;
         loop {
-            let i = match self.pick(tried, key, note) {
+            let pick = match tried.count < most {
+                true => self.pick(tried, key, note),
+                false => super::Pick::Exhausted,
+            };
+            let i = match pick {
                 super::Pick::Peer(i) => i,
                 pick => {
                     if let Some(i) = failed {
                         self.failover_result(i, false, note);
                     }
                     return Err(match pick {
-                        super::Pick::AllDown if failed.is_none() => Unreached::AllDown,
+                        super::Pick::AllDown if tried.count == 0 => Unreached::AllDown,
                         _ => Unreached::Exhausted(failed),
                     });
                 }
             };
             tried.add(i);
+            let lease = Lease::new(self.clone(), i, None);
             // Boxed: a dial's state (a name lookup among it) would otherwise sit in
             // every caller's.
             let dialed = match passage {
@@ -142,11 +157,17 @@ impl Pool {
                 Passage::Upgrade => Box::pin(self.upgrade(i)).await,
             };
             match dialed {
-                Ok(conn) => return Ok((conn, i)),
-                Err(ConnectError::Local) => return Err(Unreached::Local),
-                Err(ConnectError::Unsupported) => return Err(Unreached::Unsupported),
+                Ok(conn) => return Ok((conn, lease)),
+                Err(ConnectError::Local) => return Err(Unreached::Local(i)),
+                Err(ConnectError::Unsupported) => return Err(Unreached::Unsupported(i)),
                 Err(ConnectError::Unreachable(e)) => {
-                    if self.unreachable(i, &e) {
+                    if !self.unreachable(i, &e) {
+                        continue;
+                    }
+                    if note.trial {
+                        self.failover_result(i, false, note);
+                        note.trial = false;
+                    } else {
                         failed = Some(i);
                     }
                 }

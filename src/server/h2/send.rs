@@ -30,8 +30,7 @@ pub(super) async fn answer(
         // What the poll just relayed, before the final head; a stream the client (or
         // the `h2` crate, for a malformed body) reset meanwhile gets nothing more.
         let heads = crate::interim::take();
-        // (An answer ready with nothing before it skips the look: the common case.)
-        if (heads.is_some() || answer.is_pending()) && respond.poll_reset(cx).is_ready() {
+        if respond.poll_reset(cx).is_ready() {
             return Poll::Ready(None);
         }
         if let Some(heads) = heads {
