@@ -141,7 +141,7 @@ kept! {
     rates: String => crate::filter::rate_limit::Memory,
     /// `rate_limit`'s Redis clients, by address, failure mode and (for `rediss://`)
     /// the `redis_ca` they verify against.
-    redis: (String, bool, Option<Arc<Vec<u8>>>) => crate::filter::rate_limit::Redis,
+    redis: ((String, Option<Arc<Vec<u8>>>), bool) => crate::filter::rate_limit::Redis,
     /// Cache stores, by their `store` setting.
     stores: String => crate::cache::Store,
     /// Cache purge publishers, by `purge_store` URL and (for `rediss://`) the

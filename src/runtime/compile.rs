@@ -319,8 +319,7 @@ impl Shared<'_> {
     ) -> RateLimit {
         let store = match &rl.store {
             Some(url) => {
-                let (_, ca) = self.redis_key(url);
-                let key = (url.clone(), failure_open, ca);
+                let key = (self.redis_key(url), failure_open);
                 rate_limit::Store::Redis(self.kept.redis.take(key, |before| {
                     before
                         .cloned()

@@ -104,8 +104,8 @@ async fn pipe(mut tx: SendStream<Bytes>, body: &mut Guarded) -> Result<(), h2::E
     let mut body = Pin::new(body);
     loop {
         let frame = std::future::poll_fn(|cx| {
-            if let Poll::Ready(r) = tx.poll_reset(cx) {
-                return Poll::Ready(Err(r.map_or_else(|e| e, h2::Error::from)));
+            if let Poll::Ready(e) = poll_reset(&mut tx, cx) {
+                return Poll::Ready(Err(e));
             }
             body.as_mut().poll_frame(cx).map(Ok)
         })
@@ -147,22 +147,39 @@ async fn room(tx: &mut SendStream<Bytes>, len: usize) -> Result<(), h2::Error> {
     if len == 0 {
         return Ok(());
     }
+    std::future::poll_fn(|cx| poll_room(tx, len, cx))
+        .await
+        .map(drop)
+}
+
+/// Ready with the room the stream has (some of the `len` bytes asked for), or with why
+/// it never will (the client reset it, or it closed).
+fn poll_room(
+    tx: &mut SendStream<Bytes>,
+    len: usize,
+    cx: &mut Context<'_>,
+) -> Poll<Result<usize, h2::Error>> {
     tx.reserve_capacity(len);
-    while tx.capacity() == 0 {
-        let got = std::future::poll_fn(|cx| {
-            if let Poll::Ready(r) = tx.poll_reset(cx) {
-                return Poll::Ready(Some(Err(r.map_or_else(|e| e, h2::Error::from))));
-            }
-            tx.poll_capacity(cx)
-        })
-        .await;
-        match got {
+    loop {
+        match tx.capacity() {
+            0 => {}
+            room => return Poll::Ready(Ok(room)),
+        }
+        if let Poll::Ready(e) = poll_reset(tx, cx) {
+            return Poll::Ready(Err(e));
+        }
+        match std::task::ready!(tx.poll_capacity(cx)) {
             Some(Ok(_)) => {}
-            Some(Err(e)) => return Err(e),
-            None => return Err(h2::Error::from(Reason::STREAM_CLOSED)),
+            Some(Err(e)) => return Poll::Ready(Err(e)),
+            None => return Poll::Ready(Err(h2::Error::from(Reason::STREAM_CLOSED))),
         }
     }
-    Ok(())
+}
+
+/// Ready once the client reset the stream (or the connection failed), with why.
+fn poll_reset(tx: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> Poll<h2::Error> {
+    tx.poll_reset(cx)
+        .map(|r| r.map_or_else(|e| e, h2::Error::from))
 }
 
 /// A WebSocket's stream: its `200` sent, then the stream joined to the backend's
@@ -263,25 +280,11 @@ impl AsyncWrite for StreamIo {
             return Poll::Ready(Ok(0));
         }
         let send = &mut self.send;
-        send.reserve_capacity(buf.len());
-        loop {
-            let room = send.capacity();
-            if room > 0 {
-                let n = room.min(buf.len());
-                send.send_data(Bytes::copy_from_slice(&buf[..n]), false)
-                    .map_err(broken)?;
-                return Poll::Ready(Ok(n));
-            }
-            if let Poll::Ready(r) = send.poll_reset(cx) {
-                let e = r.map_or_else(|e| e, h2::Error::from);
-                return Poll::Ready(Err(broken(e)));
-            }
-            match std::task::ready!(send.poll_capacity(cx)) {
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Poll::Ready(Err(broken(e))),
-                None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
-            }
-        }
+        let room = std::task::ready!(poll_room(send, buf.len(), cx)).map_err(broken)?;
+        let n = room.min(buf.len());
+        send.send_data(Bytes::copy_from_slice(&buf[..n]), false)
+            .map_err(broken)?;
+        Poll::Ready(Ok(n))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -291,8 +294,7 @@ impl AsyncWrite for StreamIo {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         // END_STREAM; a stream the client reset has nothing to end.
-        if let Poll::Ready(r) = self.send.poll_reset(cx) {
-            let e = r.map_or_else(|e| e, h2::Error::from);
+        if let Poll::Ready(e) = poll_reset(&mut self.send, cx) {
             return Poll::Ready(if just_ended(&e) {
                 Ok(())
             } else {
