@@ -26,6 +26,7 @@ pub(crate) mod body;
 pub(crate) mod cache;
 pub(crate) mod clock;
 pub(crate) mod fastcgi;
+pub mod fleet;
 pub(crate) mod files;
 pub(crate) mod filter;
 pub(crate) mod grpc;

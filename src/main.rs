@@ -121,8 +121,62 @@ enum Command {
         #[arg(long, num_args = 1.., required = true)]
         to: Vec<String>,
     },
+    /// Publish a config to a fleet (every instance with `fleet` applies it), or
+    /// announce an earlier revision again (--rollback N). The config is checked first:
+    /// one that does not load never reaches Redis.
+    Publish {
+        /// The config file (with its imports and, when signed, their .minisig files).
+        #[arg(short, long, required_unless_present = "rollback")]
+        config: Option<String>,
+        /// Announce revision N again instead of publishing.
+        #[arg(long, value_name = "N", conflicts_with = "config")]
+        rollback: Option<u64>,
+        #[command(flatten)]
+        to: FleetTarget,
+        /// Check every file's signature with this minisign public key first.
+        #[arg(long)]
+        verify_key: Option<String>,
+    },
+    /// Look at a fleet.
+    Fleet {
+        #[command(subcommand)]
+        command: FleetCommand,
+    },
     /// Print the version.
     Version,
+}
+
+#[derive(Subcommand)]
+enum FleetCommand {
+    /// One line per member: name, revision, last result, version, uptime, last seen.
+    Status {
+        #[command(flatten)]
+        to: FleetTarget,
+    },
+}
+
+/// Where a fleet lives.
+#[derive(clap::Args)]
+struct FleetTarget {
+    /// The fleet's Redis: redis://[:PASSWORD@]HOST:PORT[/DB] or rediss://…
+    #[arg(long)]
+    to: String,
+    /// The fleet's channel (and key prefix).
+    #[arg(long, default_value = "sluice")]
+    channel: String,
+    /// PEM roots a rediss:// server is verified against (else the system's).
+    #[arg(long)]
+    redis_ca: Option<String>,
+}
+
+impl FleetTarget {
+    fn target(self) -> sluice::fleet::Target {
+        sluice::fleet::Target {
+            url: self.to,
+            channel: self.channel,
+            redis_ca: self.redis_ca,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -151,15 +205,15 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             match load(&config, key.as_deref()) {
-                Some((c, text, signed_by, signed_at)) => lifecycle::serve(
-                    c,
+                Some(l) => lifecycle::serve(
+                    l.config,
                     lifecycle::Source {
                         file: Some(config),
-                        text,
+                        kept: l.kept,
                         banner: None,
                         verify_key: key,
-                        signed_by,
-                        signed_at,
+                        signed_by: l.signed_by,
+                        signed_at: l.signed_at,
                     },
                 ),
                 None => ExitCode::from(1),
@@ -177,6 +231,22 @@ fn main() -> ExitCode {
             }
             demo(&listen, &admin)
         }
+        Command::Publish {
+            config,
+            rollback,
+            to,
+            verify_key,
+        } => match (rollback, config) {
+            (Some(n), _) => sluice::fleet::cli_rollback(n, &to.target()),
+            (None, Some(file)) => match key(verify_key.as_deref(), "publish") {
+                Ok(k) => sluice::fleet::cli_publish(&file, k.as_deref(), &to.target()),
+                Err(code) => code,
+            },
+            (None, None) => ExitCode::from(2),
+        },
+        Command::Fleet {
+            command: FleetCommand::Status { to },
+        } => sluice::fleet::cli_status(&to.target()),
         Command::Completions { shell } => completions(shell),
         Command::Man => man(),
         Command::Reload {
@@ -268,7 +338,7 @@ fn proxy(from: &str, to: &[String]) -> ExitCode {
         Ok(l) => lifecycle::serve(
             l.config,
             lifecycle::Source {
-                text: text.as_str().into(),
+                kept: l.kept,
                 ..Default::default()
             },
         ),
@@ -319,15 +389,7 @@ fn key(path: Option<&str>, command: &str) -> Result<Key, ExitCode> {
     }
 }
 
-fn load(
-    path: &str,
-    key: Option<&config::signed::VerifyKey>,
-) -> Option<(
-    Config,
-    std::sync::Arc<str>,
-    Option<String>,
-    config::signed::SignedAt,
-)> {
+fn load(path: &str, key: Option<&config::signed::VerifyKey>) -> Option<config::Loaded> {
     if !Path::new(path).is_file() {
         eprintln!("sluice: cannot read config file {path}: no such file");
         sluice::handover::tell_parent(&format!(
@@ -341,8 +403,7 @@ fn load(
             for w in l.warnings.warnings() {
                 eprintln!("{}", w.render(&l.warnings.sources));
             }
-            let text = std::sync::Arc::from(l.warnings.sources.text(0));
-            Some((l.config, text, l.signed_by, l.signed_at))
+            Some(l)
         }
         Err(r) => {
             eprintln!("{r}");
@@ -623,7 +684,7 @@ fn demo(listen: &str, admin: &str) -> ExitCode {
             l.config,
             lifecycle::Source {
                 file: None,
-                text: text.as_str().into(),
+                kept: l.kept,
                 banner: Some("sluice demo".into()),
                 verify_key: None,
                 signed_by: None,

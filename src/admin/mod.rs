@@ -52,6 +52,13 @@ pub(crate) enum Command {
     Rollback(u64, oneshot::Sender<Result<u64, Refused>>),
     /// Start the binary again and hand it the listeners: the new PID, or why not.
     Upgrade(oneshot::Sender<Result<u32, String>>),
+    /// Apply a fleet revision (the fleet's member asks; `true`: an explicit rollback,
+    /// not judged by its files' signing times).
+    Fleet(
+        Box<crate::config::FleetRevision>,
+        bool,
+        oneshot::Sender<Result<u64, Refused>>,
+    ),
 }
 
 /// The admin API's bearer token, replaced by a reload that changes it.
@@ -208,12 +215,20 @@ async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
     match (req.method(), path) {
         (&Method::GET, "/") => reply(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD.into()),
         (&Method::GET, "/status") => {
-            let (revision, listeners, last_reload) = {
+            let (revision, listeners, last_reload, fleet) = {
                 let r = api.revisions.lock().unwrap_or_else(|e| e.into_inner());
-                (r.current(), r.listeners.clone(), r.last_reload.clone())
+                let fleet = r.fleet.clone();
+                (r.current(), r.listeners.clone(), r.last_reload.clone(), fleet)
             };
             let mut body = status::status(&api.live.load(), revision, &listeners);
             status::process(&mut body, last_reload.as_ref());
+            if let Some(f) = fleet {
+                body["fleet"] = json!({
+                    "revision": f.revision,
+                    "members": f.members,
+                    "result": if f.result.is_empty() { "ok" } else { &f.result },
+                });
+            }
             json_reply(StatusCode::OK, &body)
         }
         (&Method::GET, "/metrics") => reply(

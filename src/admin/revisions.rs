@@ -3,7 +3,6 @@
 //! back to it. A rejected load makes none.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 /// How many revisions are kept.
@@ -14,6 +13,8 @@ pub(crate) enum Origin {
     Start,
     Reload,
     Rollback,
+    /// A fleet revision (DESIGN §18.6).
+    Fleet,
 }
 
 impl Origin {
@@ -22,6 +23,7 @@ impl Origin {
             Origin::Start => "start",
             Origin::Reload => "reload",
             Origin::Rollback => "rollback",
+            Origin::Fleet => "fleet",
         }
     }
 }
@@ -31,8 +33,8 @@ pub(crate) struct Revision {
     pub number: u64,
     pub loaded_at: SystemTime,
     pub origin: Origin,
-    /// The main file's text (imports are read again from disk on a rollback).
-    pub text: Arc<str>,
+    /// The text of every file it read: a rollback restores them all.
+    pub kept: crate::config::Kept,
     /// The id of the key its files were verified with (`--verify-key`).
     pub signed_by: Option<String>,
     /// When its files were signed, by path: a reload may not go back past them.
@@ -48,6 +50,21 @@ pub(crate) struct Revisions {
     /// The last reload (`SIGHUP`, `POST /reload`, `sluice reload`), good or refused;
     /// `None` before any.
     pub last_reload: Option<LastReload>,
+    /// `fleet`: what this member runs and what it last heard.
+    pub fleet: Option<FleetState>,
+}
+
+/// A fleet member's state, as its heartbeat and `/status` show it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FleetState {
+    /// The fleet revision running (0: none yet, the local file).
+    pub revision: u64,
+    /// `ok`, or `refused: REASON` for the last revision tried.
+    pub result: String,
+    /// The head (`N STAMP`) last tried, applied or refused: not tried again.
+    pub tried: String,
+    /// Members with a live heartbeat, as last counted.
+    pub members: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -63,7 +80,7 @@ impl Revisions {
     pub(crate) fn record(
         &mut self,
         origin: Origin,
-        text: Arc<str>,
+        kept: crate::config::Kept,
         signed_by: Option<String>,
         signed_at: crate::config::signed::SignedAt,
     ) -> u64 {
@@ -75,7 +92,7 @@ impl Revisions {
             number,
             loaded_at: SystemTime::now(),
             origin,
-            text,
+            kept,
             signed_by,
             signed_at,
         });
@@ -104,7 +121,7 @@ mod tests {
     fn keeps_the_last_twenty() {
         let mut r = Revisions::default();
         for _ in 0..25 {
-            r.record(Origin::Reload, Arc::from("x"), None, Default::default());
+            r.record(Origin::Reload, Default::default(), None, Default::default());
         }
         assert_eq!(r.current(), 25);
         assert!(r.get(5).is_none());

@@ -176,6 +176,9 @@ pub struct Global {
     pub resolver: Vec<SocketAddr>,
     /// `safety { ... }`: the default and the lists every strict pool shares.
     pub safety: SafetyGlobal,
+    /// `fleet URL { … }`: this instance follows the revisions published to a Redis
+    /// channel (DESIGN §18.6).
+    pub fleet: Option<FleetConfig>,
     /// `acme { … }`: how `tls auto` sites get their certificates (defaults when not
     /// written; used only when some site has `tls auto`).
     pub acme: AcmeConfig,
@@ -288,9 +291,21 @@ impl Default for Global {
             pid_file: None,
             resolver: Vec::new(),
             safety: SafetyGlobal::default(),
+            fleet: None,
             acme: AcmeConfig::default(),
         }
     }
+}
+
+/// `global { fleet URL { name NAME; channel NAME } }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetConfig {
+    /// `redis://…` or `rediss://…`, with its password when it has one.
+    pub url: String,
+    /// This instance's name in the fleet (default: the host name).
+    pub name: String,
+    /// The channel revisions are announced on, and the prefix of the fleet's keys.
+    pub channel: String,
 }
 
 #[derive(Debug, Clone)]

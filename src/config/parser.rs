@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::diag::{Diagnostic, Sources, Span};
+use super::files::Reader;
 use super::lexer::{tokenize, Env, Token, TokenKind};
 
 /// A word as written, after environment expansion.
@@ -49,16 +50,24 @@ pub(crate) fn parse_file(
     display: &str,
     sources: &mut Sources,
     env: &dyn Env,
+    files: &Reader<'_>,
 ) -> Result<Vec<Directive>, Diagnostic> {
     let mut stack = Vec::new();
-    parse_path(
-        Path::new(display),
-        display.to_string(),
-        None,
+    let mut ctx = Ctx {
         sources,
         env,
-        &mut stack,
-    )
+        files,
+        stack: &mut stack,
+    };
+    parse_path(Path::new(display), display.to_string(), None, &mut ctx)
+}
+
+/// What reading a file and its imports needs throughout.
+struct Ctx<'a, 'b> {
+    sources: &'a mut Sources,
+    env: &'a dyn Env,
+    files: &'a Reader<'b>,
+    stack: &'a mut Vec<PathBuf>,
 }
 
 /// Parses config text that did not come from a file (the embedded demo, tests).
@@ -71,7 +80,13 @@ pub(crate) fn parse_text(
     let tree = parse_alone(name, text, sources, env)?;
     // Imports in embedded text resolve against the working directory.
     let mut stack = Vec::new();
-    expand_imports(tree, Path::new(name), sources, env, &mut stack)
+    let mut ctx = Ctx {
+        sources,
+        env,
+        files: &Reader::Disk,
+        stack: &mut stack,
+    };
+    expand_imports(tree, Path::new(name), &mut ctx)
 }
 
 /// Parses text into directives without reading the files it imports (`import` stays a
@@ -91,14 +106,13 @@ fn parse_path(
     path: &Path,
     display: String,
     imported_at: Option<Span>,
-    sources: &mut Sources,
-    env: &dyn Env,
-    stack: &mut Vec<PathBuf>,
+    ctx: &mut Ctx<'_, '_>,
 ) -> Result<Vec<Directive>, Diagnostic> {
-    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let canonical = ctx.files.canonical(path);
     if let Some(at) = imported_at {
-        if stack.contains(&canonical) {
-            let chain: Vec<String> = stack
+        if ctx.stack.contains(&canonical) {
+            let chain: Vec<String> = ctx
+                .stack
                 .iter()
                 .chain(std::iter::once(&canonical))
                 .map(|p| p.display().to_string())
@@ -109,26 +123,24 @@ fn parse_path(
             )));
         }
     }
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let text = ctx.files.read(path).map_err(|e| {
         let at = imported_at.unwrap_or_default();
         Diagnostic::error(at, format!("cannot read {display}: {e}"))
     })?;
-    let file = sources.add(display, Arc::from(text.as_str()));
-    let tokens = tokenize(file, &text, env)?;
+    let file = ctx.sources.add(display, Arc::from(text.as_str()));
+    let tokens = tokenize(file, &text, ctx.env)?;
     let mut p = Parser { tokens, pos: 0 };
     let tree = p.block(None)?;
-    stack.push(canonical);
-    let out = expand_imports(tree, path, sources, env, stack);
-    stack.pop();
+    ctx.stack.push(canonical);
+    let out = expand_imports(tree, path, ctx);
+    ctx.stack.pop();
     out
 }
 
 fn expand_imports(
     tree: Vec<Directive>,
     including: &Path,
-    sources: &mut Sources,
-    env: &dyn Env,
-    stack: &mut Vec<PathBuf>,
+    ctx: &mut Ctx<'_, '_>,
 ) -> Result<Vec<Directive>, Diagnostic> {
     let mut out = Vec::with_capacity(tree.len());
     for mut d in tree {
@@ -147,18 +159,12 @@ fn expand_imports(
             let joined_text = joined.to_string_lossy().to_string();
             let is_glob = target.text.contains(['*', '?', '[']);
             let files: Vec<PathBuf> = if is_glob {
-                let paths = glob::glob(&joined_text).map_err(|e| {
-                    Diagnostic::error(target.span, format!("bad import pattern: {}", e.msg))
-                })?;
                 // A signature beside a config file is not a config file.
-                let mut v: Vec<PathBuf> = paths
-                    .filter_map(Result::ok)
-                    .filter(|p| p.extension().is_none_or(|e| e != "minisig"))
-                    .collect();
-                v.sort();
-                v
+                ctx.files.glob(&joined_text).map_err(|e| {
+                    Diagnostic::error(target.span, format!("bad import pattern: {}", e.msg))
+                })?
             } else {
-                if !joined.exists() {
+                if !ctx.files.exists(&joined) {
                     return Err(Diagnostic::error(
                         target.span,
                         format!("imported file {joined_text} does not exist"),
@@ -169,19 +175,12 @@ fn expand_imports(
             };
             for f in files {
                 let display = f.to_string_lossy().to_string();
-                out.extend(parse_path(
-                    &f,
-                    display,
-                    Some(target.span),
-                    sources,
-                    env,
-                    stack,
-                )?);
+                out.extend(parse_path(&f, display, Some(target.span), ctx)?);
             }
             continue;
         }
         if let Some(block) = d.block.take() {
-            d.block = Some(expand_imports(block, including, sources, env, stack)?);
+            d.block = Some(expand_imports(block, including, ctx)?);
         }
         out.push(d);
     }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use minisign_verify::{PublicKey, Signature};
 
 use super::diag::{Diagnostic, Sources, Span};
+use super::files::Reader;
 
 /// A minisign public key, and its id as `minisign` prints it.
 pub struct VerifyKey {
@@ -68,20 +69,26 @@ pub type SignedAt = BTreeMap<String, u64>;
 pub(crate) fn verify(
     sources: &Sources,
     key: &VerifyKey,
-    first: usize,
+    files: std::ops::Range<usize>,
+    reader: &Reader<'_>,
     running: &SignedAt,
 ) -> (Vec<Diagnostic>, SignedAt) {
     let mut errors = Vec::new();
     let mut signed = SignedAt::new();
-    for id in first..sources.len() {
+    for id in files {
         let name = sources.name(id);
         let at = Span {
             file: id,
             line: 0,
             col: 0,
         };
-        match check_one(name, sources.text(id).as_bytes(), key) {
-            Ok(t) => match running.get(name) {
+        // A published bundle's files are told from the instance's own by their key.
+        let path = match reader {
+            Reader::Disk => name.to_string(),
+            Reader::Kept(_) => format!("fleet:{name}"),
+        };
+        match check_one(name, sources.text(id).as_bytes(), key, reader) {
+            Ok(t) => match running.get(&path) {
                 Some(&was) if t < was => errors.push(
                     Diagnostic::error(
                         at,
@@ -97,7 +104,7 @@ pub(crate) fn verify(
                     ),
                 ),
                 _ => {
-                    signed.insert(name.to_string(), t);
+                    signed.insert(path, t);
                 }
             },
             Err(why) => errors.push(Diagnostic::error(at, format!("signature: {why}")).with_hint(format!(
@@ -115,12 +122,9 @@ fn when(t: u64) -> String {
 }
 
 /// Checks one file's signature; when it was signed.
-fn check_one(name: &str, bytes: &[u8], key: &VerifyKey) -> Result<u64, String> {
+fn check_one(name: &str, bytes: &[u8], key: &VerifyKey, reader: &Reader<'_>) -> Result<u64, String> {
     let sig_path = format!("{name}.minisig");
-    let text = std::fs::read_to_string(&sig_path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("{sig_path} is missing"),
-        _ => format!("{sig_path}: {e}"),
-    })?;
+    let text = reader.signature(name)?;
     let sig = Signature::decode(&text)
         .map_err(|e| format!("{sig_path} is not a minisign signature: {e}"))?;
     key.key.verify(bytes, &sig, true).map_err(|e| match e {

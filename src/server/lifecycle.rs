@@ -22,7 +22,8 @@ use tokio::task::JoinHandle;
 use super::drain::Drain;
 use super::listeners::{self, bind_new, key, key_text, wanted, Accepting, Bound, Kind, ListenKey};
 use crate::admin::access::AccessLog;
-use crate::admin::{self, revisions::Origin, revisions::Revisions, Command, Refused};
+use crate::admin::revisions::{FleetState, Origin, Revisions};
+use crate::admin::{self, Command, Refused};
 use crate::config::units::format_duration;
 use crate::config::{self, Config};
 use crate::runtime::{Generation, Live};
@@ -46,7 +47,8 @@ pub fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtim
 #[derive(Debug, Clone, Default)]
 pub struct Source {
     pub file: Option<String>,
-    pub text: Arc<str>,
+    /// What revision 1 read.
+    pub kept: config::Kept,
     /// `--verify-key`: every file a reload or rollback reads must be signed by it.
     pub verify_key: Option<Arc<crate::config::signed::VerifyKey>>,
     /// The key id the start's files were verified with.
@@ -150,7 +152,8 @@ impl Drop for PidFile {
 pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> ExitCode {
     raise_open_file_limit();
     let code = rt.block_on(async move {
-        match start(config, source).await {
+        let (config, source, fleet) = fleet_start(config, source).await;
+        match start(config, source, fleet).await {
             Ok((server, commands)) => {
                 server.run(commands).await;
                 ExitCode::SUCCESS
@@ -166,11 +169,63 @@ pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> 
     code
 }
 
+/// With `fleet`: the newest published revision, when Redis answers and it loads
+/// (DESIGN §18.6); else the file given, which is the fallback. What the member starts
+/// from.
+async fn fleet_start(
+    config: Config,
+    mut source: Source,
+) -> (Config, Source, Option<FleetState>) {
+    let (Some(fleet), Some(file)) = (config.global.fleet.clone(), source.file.clone()) else {
+        return (config, source, None);
+    };
+    crate::net::redis::configure(config.global.redis_timeout, config.global.redis_ca.clone());
+    let url = crate::net::redis::shown(&fleet.url);
+    let mut state = FleetState::default();
+    let newest = match crate::fleet::member::newest(&fleet).await {
+        Ok(Some((rev, head))) => {
+            state.tried = head;
+            rev
+        }
+        Ok(None) => {
+            tracing::info!("sluice: fleet: nothing published on {url} (channel {}) yet; serving {file}", fleet.channel);
+            return (config, source, Some(state));
+        }
+        Err(why) => {
+            tracing::warn!("sluice: fleet: Redis at {url}: {why}; serving {file} until it answers");
+            return (config, source, Some(state));
+        }
+    };
+    let n = newest.revision;
+    let key = source.verify_key.clone();
+    match config::load_fleet(&file, &newest, key.as_deref(), &Default::default(), false) {
+        Ok(l) => {
+            for w in l.warnings.warnings() {
+                tracing::warn!("{}", w.render(&l.warnings.sources));
+            }
+            tracing::info!("sluice: fleet: starting with revision {n} from {url}");
+            state.revision = n;
+            state.result = "ok".into();
+            source.kept = l.kept;
+            source.signed_by = l.signed_by;
+            source.signed_at = l.signed_at;
+            (l.config, source, Some(state))
+        }
+        Err(report) => {
+            tracing::error!("sluice: fleet: revision {n} refused, serving {file}:\n{report}");
+            let first = report.to_string().lines().next().unwrap_or("").to_string();
+            state.result = format!("refused: {first}");
+            (config, source, Some(state))
+        }
+    }
+}
+
 /// Binds the listeners, compiles revision 1, starts the admin API and the access log,
 /// and starts accepting; the server, and where the admin API's commands arrive.
 async fn start(
     config: Config,
     source: Source,
+    fleet: Option<FleetState>,
 ) -> Result<(Server, mpsc::Receiver<Command>), StartError> {
     let bound = bind_new(&wanted(&config), &HashMap::new())?;
     let _ = crate::stats::STARTED.set(std::time::SystemTime::now());
@@ -179,11 +234,21 @@ async fn start(
     let revisions = Arc::new(Mutex::new(Revisions::default()));
     revisions.lock().unwrap_or_else(|e| e.into_inner()).record(
         Origin::Start,
-        source.text.clone(),
+        source.kept.clone(),
         source.signed_by.clone(),
         source.signed_at.clone(),
     );
     let (commands_tx, commands) = mpsc::channel(8);
+    if let (Some(state), Some(cfg)) = (fleet, config.global.fleet.clone()) {
+        revisions.lock().unwrap_or_else(|e| e.into_inner()).fleet = Some(state);
+        let member = crate::fleet::member::Member {
+            cfg,
+            commands: commands_tx.clone(),
+            revisions: revisions.clone(),
+            started: std::time::Instant::now(),
+        };
+        tokio::spawn(member.run());
+    }
     let admin_token = admin::Token::default();
     admin_token.store(config.global.admin_token.clone().map(Arc::new));
     let api = admin::Api {
@@ -324,6 +389,9 @@ impl Server {
                     }
                     Command::Rollback(n, reply) => {
                         let _ = reply.send(self.reloading(|s| s.rollback(n)));
+                    }
+                    Command::Fleet(rev, rollback, reply) => {
+                        let _ = reply.send(self.reloading(|s| s.fleet(&rev, rollback)));
                     }
                     Command::Upgrade(reply) => match self.upgrade().await {
                         Upgrade::Serving(pid) => {
@@ -575,7 +643,12 @@ impl Server {
                 .map(|rev| rev.signed_at.clone())
                 .unwrap_or_default()
         };
-        let loaded = config::load_file_verified(&file, self.source.verify_key.as_deref(), &running);
+        let key = self.source.verify_key.as_deref();
+        // A fleet member re-reads its own file and keeps the published revision.
+        let loaded = match self.running_fleet() {
+            Some(rev) => config::load_fleet(&file, &rev, key, &running, false),
+            None => config::load_file_verified(&file, key, &running),
+        };
         let result = self.apply(loaded, Origin::Reload);
         let (counter, error) = match &result {
             Ok(_) => (&crate::stats::COUNTERS.reloads_ok, None),
@@ -599,35 +672,49 @@ impl Server {
         result
     }
 
-    /// Loads revision `n`'s text again as a new revision.
+    /// Loads revision `n`'s files again, exactly as they ran, as a new revision.
     fn rollback(&mut self, n: u64) -> Result<u64, Refused> {
-        let text = {
+        let kept = {
             let r = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
-            r.get(n).map(|rev| {
-                (
-                    rev.text.clone(),
-                    rev.signed_by.clone(),
-                    rev.signed_at.clone(),
-                )
-            })
+            r.get(n)
+                .map(|rev| (rev.kept.clone(), rev.signed_by.clone(), rev.signed_at.clone()))
         };
-        let Some((text, signed_by, signed_at)) = text else {
+        let Some((kept, signed_by, signed_at)) = kept else {
             return Err(Refused::NoRevision(n));
         };
-        // Imports resolve from the config file's folder, as they did.
-        let name = self
-            .source
-            .file
-            .clone()
-            .unwrap_or_else(|| format!("revision {n}"));
-        let loaded = config::load_text_verified(&name, &text, self.source.verify_key.as_deref())
-            .map(|mut l| {
-                // The restored text was verified when it was first loaded.
-                l.signed_by = signed_by;
-                l.signed_at.extend(signed_at);
-                l
-            });
+        let loaded = config::load_kept(&kept).map(|mut l| {
+            // The restored files were verified when they were first loaded.
+            l.signed_by = signed_by;
+            l.signed_at = signed_at;
+            l
+        });
         self.apply(loaded, Origin::Rollback)
+    }
+
+    /// Applies a fleet revision with this instance's own `global` (its file, read
+    /// again).
+    fn fleet(&mut self, rev: &config::FleetRevision, rollback: bool) -> Result<u64, Refused> {
+        let Some(file) = self.source.file.clone() else {
+            return Err(Refused::Invalid("started without a config file".into()));
+        };
+        let running = self.running_signed_at();
+        let key = self.source.verify_key.as_deref();
+        let loaded = config::load_fleet(&file, rev, key, &running, rollback);
+        self.apply(loaded, Origin::Fleet)
+    }
+
+    /// The fleet revision the running config was taken from, if any.
+    fn running_fleet(&self) -> Option<config::FleetRevision> {
+        let r = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
+        r.get(r.current()).and_then(|rev| rev.kept.fleet.clone())
+    }
+
+    /// When the running revision's files were signed.
+    fn running_signed_at(&self) -> config::signed::SignedAt {
+        let r = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
+        r.get(r.current())
+            .map(|rev| rev.signed_at.clone())
+            .unwrap_or_default()
     }
 
     /// Makes a loaded config the live generation, all or nothing.
@@ -650,8 +737,7 @@ impl Server {
         for w in loaded.warnings.warnings() {
             tracing::warn!("{}", w.render(&loaded.warnings.sources));
         }
-        let text: Arc<str> = Arc::from(loaded.warnings.sources.text(0));
-        let (signed_by, signed_at) = (loaded.signed_by, loaded.signed_at);
+        let (kept, signed_by, signed_at) = (loaded.kept, loaded.signed_by, loaded.signed_at);
         let config = loaded.config;
         if config.global.admin != self.admin_addr
             && config.global.admin.is_some()
@@ -696,14 +782,19 @@ impl Server {
         self.close_unwanted(&config, origin);
         self.start(bound);
         self.grace = config.global.grace;
-        let revision = self
-            .revisions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .record(origin, text, signed_by, signed_at);
-        let verb = match origin {
-            Origin::Rollback => "rolled back",
-            _ => "reloaded",
+        let fleet = kept.fleet.as_ref().map(|f| f.revision);
+        let revision = {
+            let mut r = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
+            if let (Some(n), Some(state)) = (fleet, r.fleet.as_mut()) {
+                state.revision = n;
+                state.result = "ok".into();
+            }
+            r.record(origin, kept, signed_by, signed_at)
+        };
+        let verb = match (origin, fleet) {
+            (Origin::Rollback, _) => "rolled back".to_string(),
+            (Origin::Fleet, Some(n)) => format!("applied fleet revision {n}"),
+            _ => "reloaded".to_string(),
         };
         tracing::info!("sluice: {verb}: revision {revision}: {}", config.summary());
         Ok(revision)

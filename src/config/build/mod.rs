@@ -655,6 +655,7 @@ static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
         Ok(())
     }),
     ("admin", admin),
+    ("fleet", fleet),
     ("acme", |b, d, g| b.acme(d, g)),
     ("verify_key", |_, d, _| {
         Err(Diagnostic::error(d.span(), "`verify_key` cannot be in the config it verifies")
@@ -702,6 +703,53 @@ fn admin(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
     g.admin = Some(addr);
     g.admin_token = token;
     Ok(())
+}
+
+/// `fleet redis://… { name NAME; channel NAME }` (DESIGN §18.6).
+fn fleet(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
+    let w = one_arg(d, "fleet redis://HOST:PORT [{ name NAME; channel NAME }]")?;
+    let url = filters::redis_url(w)?;
+    let mut fleet = FleetConfig {
+        url,
+        name: host_name(),
+        channel: "sluice".into(),
+    };
+    for item in d.block.as_deref().unwrap_or(&[]) {
+        if !b.known_here(item, Place::Fleet) {
+            continue;
+        }
+        let usage = format!("{} NAME", item.name.text);
+        let v = one_arg(item, &usage)?;
+        if v.text.is_empty()
+            || !v.text.bytes().all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c))
+        {
+            return Err(expected(v, "a name of letters, digits, `.`, `_` and `-`")
+                .with_hint("it is part of the fleet's Redis keys: name edge-eu-1"));
+        }
+        match item.name.text.as_str() {
+            "name" => fleet.name = v.text.clone(),
+            _ => fleet.channel = v.text.clone(),
+        }
+    }
+    g.fleet = Some(fleet);
+    Ok(())
+}
+
+/// This machine's name, the default name of a fleet member.
+fn host_name() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .unwrap_or_default();
+    let name: String = name
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '-' })
+        .collect();
+    if name.is_empty() {
+        "sluice".into()
+    } else {
+        name
+    }
 }
 
 /// `trust CIDR...`: warned about when it believes every client.

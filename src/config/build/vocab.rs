@@ -20,6 +20,7 @@ pub(super) enum Place {
     Admin,
     Cache,
     Acme,
+    Fleet,
 }
 
 impl Place {
@@ -59,6 +60,7 @@ impl Place {
             ],
             Place::Outlier => &["consecutive_5xx", "ejection", "max_ejected"],
             Place::Admin => &["token_file", "token"],
+            Place::Fleet => &["name", "channel"],
             Place::Cache => &[
                 "store",
                 "max_object",
@@ -99,6 +101,7 @@ impl Place {
             Place::Health => "a `health` block",
             Place::Outlier => "an `outlier` block",
             Place::Admin => "an `admin` block",
+            Place::Fleet => "a `fleet` block",
             Place::Cache => "a `cache` block",
             Place::Acme => "an `acme` block",
         }
@@ -135,7 +138,7 @@ fn with_filters(words: &[&'static str]) -> Vec<&'static str> {
         .collect()
 }
 
-pub(super) const ALL_PLACES: [Place; 15] = [
+pub(super) const ALL_PLACES: [Place; 16] = [
     Place::Top,
     Place::Global,
     Place::Site,
@@ -151,6 +154,7 @@ pub(super) const ALL_PLACES: [Place; 15] = [
     Place::Admin,
     Place::Cache,
     Place::Acme,
+    Place::Fleet,
 ];
 
 /// Directives sluice knows but cannot run yet, with what to do meanwhile: refused at

@@ -1,0 +1,354 @@
+//! The fleet's keys in Redis, and the commands that use them: `sluice publish` (a new
+//! revision, or `--rollback N`) and `sluice fleet status`.
+
+use std::process::ExitCode;
+
+use redis::aio::MultiplexedConnection;
+
+use super::{bundle, DEADLINE, KEEP, MAX_BUNDLE};
+use crate::config::{self, FleetRevision, Reader};
+use crate::net::redis::shown;
+
+/// Where a command publishes or looks: a Redis address and a channel.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub url: String,
+    pub channel: String,
+    /// `--redis-ca`: the PEM roots a `rediss://` server is verified against.
+    pub redis_ca: Option<String>,
+}
+
+/// The channel's keys.
+pub(crate) struct Keys<'a>(pub &'a str);
+
+impl Keys<'_> {
+    fn counter(&self) -> String {
+        format!("{}:revisions", self.0)
+    }
+    fn revision(&self, n: u64) -> String {
+        format!("{}:rev:{n}", self.0)
+    }
+    pub(crate) fn head(&self) -> String {
+        format!("{}:head", self.0)
+    }
+    pub(crate) fn member(&self, name: &str) -> String {
+        format!("{}:member:{name}", self.0)
+    }
+    fn members(&self) -> String {
+        format!("{}:member:*", self.0)
+    }
+}
+
+/// A connection to `url`, made within [`DEADLINE`].
+pub(crate) async fn connect(client: &redis::Client) -> Result<MultiplexedConnection, String> {
+    match tokio::time::timeout(DEADLINE, client.get_multiplexed_async_connection()).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer in {}s", DEADLINE.as_secs())),
+    }
+}
+
+/// Runs `cmd` within [`DEADLINE`].
+pub(crate) async fn query<T: redis::FromRedisValue>(
+    conn: &mut MultiplexedConnection,
+    cmd: &redis::Cmd,
+) -> Result<T, String> {
+    match tokio::time::timeout(DEADLINE, cmd.query_async::<T>(conn)).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer in {}s", DEADLINE.as_secs())),
+    }
+}
+
+/// What `{channel}:head` holds: the revision the fleet should run and the stamp of
+/// the announcement, so that a Redis that lost its data and numbers revisions from 1
+/// again is still followed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Head {
+    pub revision: u64,
+    pub stamp: String,
+}
+
+impl Head {
+    fn parse(s: &str) -> Option<Head> {
+        let (n, stamp) = s.split_once(' ').unwrap_or((s, ""));
+        Some(Head {
+            revision: n.parse().ok()?,
+            stamp: stamp.to_string(),
+        })
+    }
+}
+
+/// The revision the fleet should run, when one was published.
+pub(crate) async fn head(conn: &mut MultiplexedConnection, channel: &str) -> Result<Option<Head>, String> {
+    let v: Option<String> = query(conn, redis::cmd("GET").arg(Keys(channel).head())).await?;
+    Ok(v.as_deref().and_then(Head::parse))
+}
+
+/// Revision `n`'s bundle, when it is still kept.
+pub(crate) async fn fetch(
+    conn: &mut MultiplexedConnection,
+    channel: &str,
+    n: u64,
+) -> Result<FleetRevision, String> {
+    let v: Option<String> = query(conn, redis::cmd("GET").arg(Keys(channel).revision(n))).await?;
+    let text = v.ok_or_else(|| format!("revision {n} is not kept (the last {KEEP} are)"))?;
+    bundle::decode(n, &text)
+}
+
+/// Stores `text` as the next revision, makes it the head and announces it; its number.
+async fn store(conn: &mut MultiplexedConnection, channel: &str, text: &str) -> Result<u64, String> {
+    let keys = Keys(channel);
+    let n: u64 = query(conn, redis::cmd("INCR").arg(keys.counter())).await?;
+    query::<()>(conn, redis::cmd("SET").arg(keys.revision(n)).arg(text)).await?;
+    if n > KEEP {
+        query::<()>(conn, redis::cmd("DEL").arg(keys.revision(n - KEEP))).await?;
+    }
+    announce(conn, channel, n).await?;
+    Ok(n)
+}
+
+/// Makes `n` the head and tells the members.
+async fn announce(conn: &mut MultiplexedConnection, channel: &str, n: u64) -> Result<(), String> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let head = format!("{n} {stamp:x}");
+    query::<()>(conn, redis::cmd("SET").arg(Keys(channel).head()).arg(head)).await?;
+    query::<i64>(conn, redis::cmd("PUBLISH").arg(channel).arg(n)).await?;
+    Ok(())
+}
+
+/// One member's heartbeat, as `fleet status` prints it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Heartbeat {
+    pub name: String,
+    pub revision: u64,
+    pub result: String,
+    pub version: String,
+    pub uptime_s: u64,
+    pub seen: u64,
+}
+
+impl Heartbeat {
+    /// `NAME revision N ok|refused: REASON VERSION up Ns seen Ns ago`.
+    fn line(&self, now: u64) -> String {
+        format!(
+            "{} revision {} {} {} up {}s seen {}s ago",
+            self.name,
+            self.revision,
+            self.result,
+            self.version,
+            self.uptime_s,
+            now.saturating_sub(self.seen)
+        )
+    }
+}
+
+/// Writes `beat` under its member key, expiring after the heartbeat TTL.
+pub(crate) async fn beat(
+    conn: &mut MultiplexedConnection,
+    channel: &str,
+    beat: &Heartbeat,
+) -> Result<(), String> {
+    let key = Keys(channel).member(&beat.name);
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("HSET")
+        .arg(&key)
+        .arg("revision")
+        .arg(beat.revision)
+        .arg("result")
+        .arg(&beat.result)
+        .arg("version")
+        .arg(&beat.version)
+        .arg("uptime_s")
+        .arg(beat.uptime_s)
+        .arg("seen")
+        .arg(beat.seen)
+        .ignore()
+        .cmd("EXPIRE")
+        .arg(&key)
+        .arg(super::HEARTBEAT_TTL.as_secs())
+        .ignore();
+    match tokio::time::timeout(DEADLINE, pipe.query_async::<()>(conn)).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer in {}s", DEADLINE.as_secs())),
+    }
+}
+
+/// Every member with a live heartbeat, by name.
+pub(crate) async fn members(
+    conn: &mut MultiplexedConnection,
+    channel: &str,
+) -> Result<Vec<Heartbeat>, String> {
+    let keys = Keys(channel);
+    let prefix = keys.member("");
+    let mut names = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let cmd = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(keys.members())
+            .arg("COUNT")
+            .arg(500)
+            .clone();
+        let (next, batch): (u64, Vec<String>) = query(conn, &cmd).await?;
+        names.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    names.sort();
+    names.dedup();
+    let mut out = Vec::with_capacity(names.len());
+    for key in names {
+        let h: std::collections::HashMap<String, String> =
+            query(conn, redis::cmd("HGETALL").arg(&key)).await?;
+        let num = |f: &str| h.get(f).and_then(|v| v.parse().ok()).unwrap_or(0);
+        if h.is_empty() {
+            continue;
+        }
+        out.push(Heartbeat {
+            name: key[prefix.len()..].to_string(),
+            revision: num("revision"),
+            result: h.get("result").cloned().unwrap_or_default(),
+            version: h.get("version").cloned().unwrap_or_default(),
+            uptime_s: num("uptime_s"),
+            seen: num("seen"),
+        });
+    }
+    Ok(out)
+}
+
+/// A client for the target: its `--redis-ca` read first.
+fn client(to: &Target) -> Result<redis::Client, String> {
+    let ca = match &to.redis_ca {
+        Some(path) => {
+            Some(std::sync::Arc::new(std::fs::read(path).map_err(|e| format!("--redis-ca {path}: {e}"))?))
+        }
+        None => None,
+    };
+    crate::net::redis::configure(DEADLINE, ca);
+    crate::net::redis::client(&to.url)
+        .map_err(|e| format!("{} is not a usable Redis address: {e}", shown(&to.url)))
+}
+
+/// Runs `f` with a connection to the target, on a runtime of its own.
+fn with_redis<T>(
+    to: &Target,
+    f: impl AsyncFnOnce(&mut MultiplexedConnection) -> Result<T, String>,
+) -> Result<T, String> {
+    let client = client(to)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    rt.block_on(async {
+        let mut conn = connect(&client)
+            .await
+            .map_err(|e| format!("cannot reach Redis at {}: {e}", shown(&to.url)))?;
+        f(&mut conn).await
+    })
+}
+
+/// `sluice publish -c FILE --to URL`: checks `file` (signatures too, with `key`), then
+/// publishes every file it read as the next revision.
+pub fn cli_publish(file: &str, key: Option<&config::signed::VerifyKey>, to: &Target) -> ExitCode {
+    let loaded = match config::load_file_verified(file, key, &Default::default()) {
+        Ok(l) => l,
+        Err(r) => {
+            eprintln!("{r}");
+            eprintln!("sluice publish: {file}: config rejected; nothing was published");
+            return ExitCode::from(1);
+        }
+    };
+    for w in loaded.warnings.warnings() {
+        eprintln!("{}", w.render(&loaded.warnings.sources));
+    }
+    let sources = &loaded.warnings.sources;
+    let files = config::Files::of(sources, 0..sources.len(), &Reader::Disk, true);
+    let publisher = loaded
+        .config
+        .global
+        .fleet
+        .as_ref()
+        .map_or_else(|| "sluice publish".to_string(), |f| f.name.clone());
+    let text = bundle::encode(sources.name(0), &files, &publisher);
+    if text.len() > MAX_BUNDLE {
+        eprintln!(
+            "sluice publish: {file}: the bundle is {} bytes, over the {} MiB a revision may hold; nothing was published",
+            text.len(),
+            MAX_BUNDLE >> 20
+        );
+        return ExitCode::from(1);
+    }
+    let signed = files.map.values().filter(|f| f.minisig.is_some()).count();
+    match with_redis(to, async |conn| store(conn, &to.channel, &text).await) {
+        Ok(n) => {
+            println!(
+                "sluice publish: revision {n} published to {} (channel {}): {} files, {signed} signed",
+                shown(&to.url),
+                to.channel,
+                files.map.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            eprintln!("sluice publish: {why}; nothing was published");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `sluice publish --rollback N --to URL`: announces revision `n` again.
+pub fn cli_rollback(n: u64, to: &Target) -> ExitCode {
+    let done = with_redis(to, async |conn| {
+        // Checked first: a rollback to a revision no longer kept changes nothing.
+        fetch(conn, &to.channel, n).await?;
+        announce(conn, &to.channel, n).await
+    });
+    match done {
+        Ok(()) => {
+            println!(
+                "sluice publish: revision {n} announced again on {} (channel {})",
+                shown(&to.url),
+                to.channel
+            );
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            eprintln!("sluice publish: rollback to {n} refused: {why}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `sluice fleet status --to URL`: one line per member.
+pub fn cli_status(to: &Target) -> ExitCode {
+    let got = with_redis(to, async |conn| {
+        let head = head(conn, &to.channel).await?;
+        Ok((head, members(conn, &to.channel).await?))
+    });
+    match got {
+        Ok((head, list)) => {
+            let now = super::unix_now();
+            for m in &list {
+                println!("{}", m.line(now));
+            }
+            eprintln!(
+                "sluice fleet: {} (channel {}): head revision {}, {} members",
+                shown(&to.url),
+                to.channel,
+                head.map_or("none".to_string(), |h| h.revision.to_string()),
+                list.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            eprintln!("sluice fleet status: {why}");
+            ExitCode::from(1)
+        }
+    }
+}
