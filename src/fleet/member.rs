@@ -107,15 +107,13 @@ impl Member {
             return Ok(());
         };
         let state = self.state();
-        let seen = format!("{} {}", head.revision, head.stamp);
+        let seen = head.seen();
         if seen == state.tried {
             return Ok(());
         }
         let n = head.revision;
         let result = match store::fetch(conn, &self.cfg.channel, n).await {
-            // Only `publish --rollback` (or a Redis that lost its data) moves the head
-            // back: an explicit way back, not judged by signing times.
-            Ok(bundle) => self.apply(bundle, n < state.revision).await,
+            Ok(bundle) => self.apply(bundle, head.rollback).await,
             Err(why) => Err(why),
         };
         let result = match result {
@@ -179,7 +177,7 @@ pub(crate) async fn newest(
     match store::head(&mut conn, &cfg.channel).await? {
         Some(h) => {
             let rev = store::fetch(&mut conn, &cfg.channel, h.revision).await?;
-            Ok(Some((rev, format!("{} {}", h.revision, h.stamp))))
+            Ok(Some((rev, h.seen())))
         }
         None => Ok(None),
     }

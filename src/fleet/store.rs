@@ -66,15 +66,24 @@ pub(crate) async fn query<T: redis::FromRedisValue>(
 pub(crate) struct Head {
     pub revision: u64,
     pub stamp: String,
+    /// Announced by `publish --rollback`: an explicit way back, not judged by the
+    /// files' signing times (DESIGN §18.3).
+    pub rollback: bool,
 }
 
 impl Head {
     fn parse(s: &str) -> Option<Head> {
-        let (n, stamp) = s.split_once(' ').unwrap_or((s, ""));
+        let mut words = s.split(' ');
         Some(Head {
-            revision: n.parse().ok()?,
-            stamp: stamp.to_string(),
+            revision: words.next()?.parse().ok()?,
+            stamp: words.next().unwrap_or("").to_string(),
+            rollback: words.next() == Some("rollback"),
         })
+    }
+
+    /// What a member remembers of the head it tried.
+    pub(crate) fn seen(&self) -> String {
+        format!("{} {}", self.revision, self.stamp)
     }
 }
 
@@ -103,16 +112,24 @@ async fn store(conn: &mut MultiplexedConnection, channel: &str, text: &str) -> R
     if n > KEEP {
         query::<()>(conn, redis::cmd("DEL").arg(keys.revision(n - KEEP))).await?;
     }
-    announce(conn, channel, n).await?;
+    announce(conn, channel, n, false).await?;
     Ok(n)
 }
 
 /// Makes `n` the head and tells the members.
-async fn announce(conn: &mut MultiplexedConnection, channel: &str, n: u64) -> Result<(), String> {
+async fn announce(
+    conn: &mut MultiplexedConnection,
+    channel: &str,
+    n: u64,
+    rollback: bool,
+) -> Result<(), String> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let head = format!("{n} {stamp:x}");
+    let head = match rollback {
+        true => format!("{n} {stamp:x} rollback"),
+        false => format!("{n} {stamp:x}"),
+    };
     query::<()>(conn, redis::cmd("SET").arg(Keys(channel).head()).arg(head)).await?;
     query::<i64>(conn, redis::cmd("PUBLISH").arg(channel).arg(n)).await?;
     Ok(())
@@ -307,7 +324,7 @@ pub fn cli_rollback(n: u64, to: &Target) -> ExitCode {
     let done = with_redis(to, async |conn| {
         // Checked first: a rollback to a revision no longer kept changes nothing.
         fetch(conn, &to.channel, n).await?;
-        announce(conn, &to.channel, n).await
+        announce(conn, &to.channel, n, true).await
     });
     match done {
         Ok(()) => {

@@ -707,7 +707,12 @@ fn admin(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
 
 /// `fleet redis://… { name NAME; channel NAME }` (DESIGN §18.6).
 fn fleet(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
-    let w = one_arg(d, "fleet redis://HOST:PORT [{ name NAME; channel NAME }]")?;
+    const USAGE: &str = "fleet redis://HOST:PORT [{ name NAME; channel NAME }]";
+    let w = match d.args.as_slice() {
+        [w] => w,
+        [_, x, ..] => return Err(extra(x, USAGE)),
+        [] => return Err(missing(d, USAGE, "fleet rediss://:{$REDIS_PASSWORD}@redis.internal:6380")),
+    };
     let url = filters::redis_url(w)?;
     let mut fleet = FleetConfig {
         url,

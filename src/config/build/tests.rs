@@ -368,3 +368,28 @@ fn each_switch_names_its_own_directive() {
         assert!(said.contains(usage), "{text}: {said}");
     }
 }
+
+#[test]
+fn a_fleet_block_reads_and_checks_its_names() {
+    let site = "listen 127.0.0.1:8080\nsite * { respond ok }\n";
+    let c = ok(&format!(
+        "global {{ fleet rediss://:pw@redis.internal:6380/0 {{ name edge-eu-1; channel prod }} }}\n{site}"
+    ));
+    let f = c.global.fleet.expect("fleet");
+    assert_eq!(f.url, "rediss://:pw@redis.internal:6380/0");
+    assert_eq!((f.name.as_str(), f.channel.as_str()), ("edge-eu-1", "prod"));
+    let c = ok(&format!("global {{ fleet redis://127.0.0.1:6379 }}\n{site}"));
+    let f = c.global.fleet.expect("fleet");
+    assert_eq!(f.channel, "sluice");
+    assert!(!f.name.is_empty());
+
+    let (line, col, msg, _) = err(&format!("global {{\n fleet http://x:1\n}}\n{site}"));
+    assert_eq!((line, col), (2, 8), "{msg}");
+    assert!(msg.contains("a Redis address"), "{msg}");
+    let (line, col, msg, hint) =
+        err(&format!("global {{\n fleet redis://x:1 {{ name a:b }}\n}}\n{site}"));
+    assert_eq!((line, col), (2, 27), "{msg}");
+    assert!(hint.contains("Redis keys"), "{hint}");
+    let (_, _, msg, _) = err(&format!("global {{\n fleet redis://x:1 {{ nmae a }}\n}}\n{site}"));
+    assert!(msg.contains("nmae"), "{msg}");
+}
