@@ -196,29 +196,7 @@ fn main() -> ExitCode {
             Ok(k) => check(&config, strict, k.as_deref()),
             Err(code) => code,
         },
-        Command::Run { config, verify_key } => {
-            if !init_logging() {
-                return ExitCode::from(1);
-            }
-            let key = match key(verify_key.as_deref(), "run") {
-                Ok(k) => k,
-                Err(code) => return code,
-            };
-            match load(&config, key.as_deref()) {
-                Some(l) => lifecycle::serve(
-                    l.config,
-                    lifecycle::Source {
-                        file: Some(config),
-                        kept: l.kept,
-                        banner: None,
-                        verify_key: key,
-                        signed_by: l.signed_by,
-                        signed_at: l.signed_at,
-                    },
-                ),
-                None => ExitCode::from(1),
-            }
-        }
+        Command::Run { config, verify_key } => run(config, verify_key),
         Command::Proxy { from, to } => {
             if !init_logging() {
                 return ExitCode::from(1);
@@ -236,14 +214,7 @@ fn main() -> ExitCode {
             rollback,
             to,
             verify_key,
-        } => match (rollback, config) {
-            (Some(n), _) => sluice::fleet::cli_rollback(n, &to.target()),
-            (None, Some(file)) => match key(verify_key.as_deref(), "publish") {
-                Ok(k) => sluice::fleet::cli_publish(&file, k.as_deref(), &to.target()),
-                Err(code) => code,
-            },
-            (None, None) => ExitCode::from(2),
-        },
+        } => publish(config, rollback, to, verify_key),
         Command::Fleet {
             command: FleetCommand::Status { to },
         } => sluice::fleet::cli_status(&to.target()),
@@ -378,6 +349,49 @@ fn init_logging() -> bool {
 /// with the file's text (revision 1's).
 /// `--verify-key FILE`, read; `Err`: the exit after saying why it cannot be.
 type Key = Option<std::sync::Arc<config::signed::VerifyKey>>;
+
+/// `sluice run`: loads the file and serves it.
+fn run(config: String, verify_key: Option<String>) -> ExitCode {
+    if !init_logging() {
+        return ExitCode::from(1);
+    }
+    let key = match key(verify_key.as_deref(), "run") {
+        Ok(k) => k,
+        Err(code) => return code,
+    };
+    match load(&config, key.as_deref()) {
+        Some(l) => lifecycle::serve(
+            l.config,
+            lifecycle::Source {
+                file: Some(config),
+                kept: l.kept,
+                banner: None,
+                verify_key: key,
+                signed_by: l.signed_by,
+                signed_at: l.signed_at,
+            },
+        ),
+        None => ExitCode::from(1),
+    }
+}
+
+/// `sluice publish`: a config, or `--rollback N`.
+fn publish(
+    config: Option<String>,
+    rollback: Option<u64>,
+    to: FleetTarget,
+    verify_key: Option<String>,
+) -> ExitCode {
+    match (rollback, config) {
+        (Some(n), _) => sluice::fleet::cli_rollback(n, &to.target()),
+        (None, Some(file)) => match key(verify_key.as_deref(), "publish") {
+            Ok(k) => sluice::fleet::cli_publish(&file, k.as_deref(), &to.target()),
+            Err(code) => code,
+        },
+        // clap requires one of them.
+        (None, None) => ExitCode::from(2),
+    }
+}
 
 fn key(path: Option<&str>, command: &str) -> Result<Key, ExitCode> {
     match path.map(config::signed::VerifyKey::from_file).transpose() {

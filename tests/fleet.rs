@@ -112,13 +112,13 @@ fn status_until(to: &[&str], names: &[&str], want: impl Fn(&str, &str) -> bool) 
                 .find(|l| l.starts_with(&format!("{n} revision ")))
                 .map(str::to_string)
         };
-        if names
-            .iter()
-            .all(|n| line(n).is_some_and(|l| want(n, &l)))
-        {
+        if names.iter().all(|n| line(n).is_some_and(|l| want(n, &l))) {
             return lines;
         }
-        assert!(Instant::now() < end, "fleet status never showed it:\n{lines}");
+        assert!(
+            Instant::now() < end,
+            "fleet status never showed it:\n{lines}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -180,11 +180,20 @@ async fn a_published_config_reaches_every_member() {
         "a" => l.contains("revision 2 ok"),
         _ => l.contains("revision 1 refused: ") && l.contains("COLOR"),
     });
-    assert!(lines.contains(&format!("{} up ", env!("CARGO_PKG_VERSION"))), "{lines}");
+    assert!(
+        lines.contains(&format!("{} up ", env!("CARGO_PKG_VERSION"))),
+        "{lines}"
+    );
     assert_eq!(get(c.addr, "/").await.text(), "v1", "c keeps its revision");
     let s = admin_status(&c).await;
     assert_eq!(s["fleet"]["revision"], 1, "{s}");
-    assert!(s["fleet"]["result"].as_str().unwrap().starts_with("refused: "), "{s}");
+    assert!(
+        s["fleet"]["result"]
+            .as_str()
+            .unwrap()
+            .starts_with("refused: "),
+        "{s}"
+    );
     assert_eq!(s["fleet"]["members"], 3, "{s}");
     c.wait_log("fleet: revision 2 refused, still serving revision 1");
 
@@ -197,11 +206,18 @@ async fn a_published_config_reaches_every_member() {
     status_until(&to, &["a", "b", "c"], |_, l| l.contains("revision 1 ok"));
     let out = sluice(&[&["publish", "--rollback", "99"][..], &to].concat(), &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("revision 99 is not kept"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("revision 99 is not kept"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // A config that does not load is refused where it is published.
     let bad = bundle(&dir, "bad", "site * {\n  respond v3\n  tiemout 5s\n}\n");
-    let out = sluice(&[&["publish", "-c", bad.to_str().unwrap()][..], &to].concat(), &[]);
+    let out = sluice(
+        &[&["publish", "-c", bad.to_str().unwrap()][..], &to].concat(),
+        &[],
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.contains("sites/app.conf:3:3"), "{err}");
@@ -234,12 +250,20 @@ async fn members_ride_out_a_redis_outage() {
     publish(&bundle(&dir, "one", "site * { respond v1 }\n"), &to, &[]);
 
     let a = member(&dir, "a", &fleet, &[], &[]);
-    assert_eq!(get(a.addr, "/").await.text(), "v1", "the newest revision at start");
+    assert_eq!(
+        get(a.addr, "/").await.text(),
+        "v1",
+        "the newest revision at start"
+    );
     a.wait_log("fleet: starting with revision 1");
 
     redis.kill();
     let b = member(&dir, "b", &fleet, &[], &[]);
-    assert_eq!(get(b.addr, "/").await.text(), "local", "its own file while Redis is down");
+    assert_eq!(
+        get(b.addr, "/").await.text(),
+        "local",
+        "its own file while Redis is down"
+    );
     let end = Instant::now() + Duration::from_secs(3);
     while Instant::now() < end {
         assert_eq!(get(a.addr, "/").await.text(), "v1");
@@ -265,15 +289,26 @@ fn publish_says_why_it_did_not() {
     let port = free_port();
     let url = format!("redis://:{PASSWORD}@127.0.0.1:{port}");
     let main = bundle(&dir, "one", "site * { respond v1 }\n");
-    let out = sluice(&["publish", "-c", main.to_str().unwrap(), "--to", &url], &[]);
+    let out = sluice(
+        &["publish", "-c", main.to_str().unwrap(), "--to", &url],
+        &[],
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.contains(&format!("cannot reach Redis at redis://***@127.0.0.1:{port}")), "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot reach Redis at redis://***@127.0.0.1:{port}"
+        )),
+        "{err}"
+    );
     assert!(!err.contains(PASSWORD), "{err}");
 
     let big = format!("site * {{ respond v1 }}\n# {}\n", "x".repeat(9 << 20));
     let main = bundle(&dir, "big", &big);
-    let out = sluice(&["publish", "-c", main.to_str().unwrap(), "--to", &url], &[]);
+    let out = sluice(
+        &["publish", "-c", main.to_str().unwrap(), "--to", &url],
+        &[],
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.contains("over the 8 MiB a revision may hold"), "{err}");
@@ -294,7 +329,10 @@ fn minisign(dir: &Path, args: &[&str]) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verifying_member_applies_signed_bundles_only() {
     if Command::new("minisign").arg("-v").output().is_err() {
-        assert!(!require_interop(), "minisign is required (SLUICE_INTEROP=require)");
+        assert!(
+            !require_interop(),
+            "minisign is required (SLUICE_INTEROP=require)"
+        );
         eprintln!("skipping: minisign is not installed");
         return;
     }
@@ -323,17 +361,24 @@ async fn a_verifying_member_applies_signed_bundles_only() {
     };
     let sign = |name: &str| {
         for f in ["main.conf", "sites/app.conf"] {
-            assert!(minisign(&d, &["-S", "-s", "k.sec", "-m", &format!("{name}/{f}")]));
+            assert!(minisign(
+                &d,
+                &["-S", "-s", "k.sec", "-m", &format!("{name}/{f}")]
+            ));
         }
     };
 
     let unsigned = bundle(&dir, "unsigned", "site * { respond v1 }\n");
     publish(&unsigned, &to, &[]);
     m.wait_log("fleet: revision 1 refused");
-    assert!(m.logs().contains("minisig is missing from the bundle"), "{}", m.logs());
+    assert!(
+        m.logs().contains("minisig is missing from the bundle"),
+        "{}",
+        m.logs()
+    );
     assert_eq!(get(m.addr, "/").await.text(), "local");
 
-    let old = bundle(&dir, "old", "site * { respond old }\n");
+    bundle(&dir, "old", "site * { respond old }\n");
     sign("old");
     // minisign's timestamps are seconds: the next signature is a later one.
     std::thread::sleep(Duration::from_millis(1100));
@@ -347,7 +392,11 @@ async fn a_verifying_member_applies_signed_bundles_only() {
     std::fs::rename(d.join("old"), d.join("new")).unwrap();
     publish(&new, &to, &[]);
     m.wait_log("fleet: revision 3 refused");
-    assert!(m.logs().contains("older than the running revision"), "{}", m.logs());
+    assert!(
+        m.logs().contains("older than the running revision"),
+        "{}",
+        m.logs()
+    );
     assert_eq!(get(m.addr, "/").await.text(), "new");
     // Only an explicit rollback goes back.
     let out = sluice(&[&["publish", "--rollback", "3"][..], &to].concat(), &[]);

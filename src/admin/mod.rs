@@ -218,7 +218,12 @@ async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
             let (revision, listeners, last_reload, fleet) = {
                 let r = api.revisions.lock().unwrap_or_else(|e| e.into_inner());
                 let fleet = r.fleet.clone();
-                (r.current(), r.listeners.clone(), r.last_reload.clone(), fleet)
+                (
+                    r.current(),
+                    r.listeners.clone(),
+                    r.last_reload.clone(),
+                    fleet,
+                )
             };
             let mut body = status::status(&api.live.load(), revision, &listeners);
             status::process(&mut body, last_reload.as_ref());

@@ -70,7 +70,12 @@ pub fn load_file_verified(
 ) -> Result<Loaded, Report> {
     match key {
         None => load_file(path),
-        Some(key) => verified(load_file(path), key, &[(0..usize::MAX, Reader::Disk)], running),
+        Some(key) => verified(
+            load_file(path),
+            key,
+            &[(0..usize::MAX, Reader::Disk)],
+            running,
+        ),
     }
 }
 
@@ -82,7 +87,13 @@ pub fn load_kept(kept: &Kept) -> Result<Loaded, Report> {
             let files = Reader::Kept(&kept.files);
             parser::parse_file(&kept.main, sources, &ProcessEnv, &files)
         }),
-        Some(f) => fleet_load(&kept.main, &Reader::Kept(&kept.files), f, None, &Default::default()),
+        Some(f) => fleet_load(
+            &kept.main,
+            &Reader::Kept(&kept.files),
+            f,
+            None,
+            &Default::default(),
+        ),
     }
 }
 
@@ -131,7 +142,12 @@ fn fleet_load(
     loaded.map(|mut l| {
         l.kept = Kept {
             main: local.to_string(),
-            files: Arc::new(Files::of(&l.warnings.sources, 0..split, &Reader::Disk, false)),
+            files: Arc::new(Files::of(
+                &l.warnings.sources,
+                0..split,
+                &Reader::Disk,
+                false,
+            )),
             fleet: Some(bundle.clone()),
         };
         l

@@ -122,7 +122,12 @@ fn when(t: u64) -> String {
 }
 
 /// Checks one file's signature; when it was signed.
-fn check_one(name: &str, bytes: &[u8], key: &VerifyKey, reader: &Reader<'_>) -> Result<u64, String> {
+fn check_one(
+    name: &str,
+    bytes: &[u8],
+    key: &VerifyKey,
+    reader: &Reader<'_>,
+) -> Result<u64, String> {
     let sig_path = format!("{name}.minisig");
     let text = reader.signature(name)?;
     let sig = Signature::decode(&text)

@@ -50,7 +50,9 @@ pub(crate) fn decode(revision: u64, text: &str) -> Result<FleetRevision, String>
     let main = v["main"].as_str().ok_or("the bundle names no main file")?;
     let mut files = Files::default();
     for (name, f) in v["files"].as_object().ok_or("the bundle holds no files")? {
-        let text = f["text"].as_str().ok_or("a file of the bundle has no text")?;
+        let text = f["text"]
+            .as_str()
+            .ok_or("a file of the bundle has no text")?;
         files.map.insert(
             name.clone(),
             KeptFile {
@@ -80,8 +82,14 @@ mod tests {
             text: Arc::from(t),
             minisig: s.map(Arc::from),
         };
-        files.map.insert("conf/main.conf".into(), f("import sites/*.conf\n", Some("sig")));
-        files.map.insert("conf/sites/a.conf".into(), f("site a { respond 200 }", None));
+        files.map.insert(
+            "conf/main.conf".into(),
+            f("import sites/*.conf\n", Some("sig")),
+        );
+        files.map.insert(
+            "conf/sites/a.conf".into(),
+            f("site a { respond 200 }", None),
+        );
         let text = encode("conf/main.conf", &files, "host");
         let back = decode(7, &text).unwrap();
         assert_eq!(back.revision, 7);

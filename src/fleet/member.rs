@@ -71,7 +71,10 @@ impl Member {
             return format!("subscribe failed: {e}");
         }
         if std::mem::take(down) {
-            tracing::info!("sluice: fleet: Redis at {} is reachable again", shown(&self.cfg.url));
+            tracing::info!(
+                "sluice: fleet: Redis at {} is reachable again",
+                shown(&self.cfg.url)
+            );
         }
         let mut messages = sub.on_message();
         let mut tick = tokio::time::interval(super::HEARTBEAT);
@@ -136,7 +139,11 @@ impl Member {
     }
 
     /// Hands `bundle` to the server; how it went.
-    async fn apply(&self, bundle: crate::config::FleetRevision, rollback: bool) -> Result<(), String> {
+    async fn apply(
+        &self,
+        bundle: crate::config::FleetRevision,
+        rollback: bool,
+    ) -> Result<(), String> {
         let (tx, rx) = oneshot::channel();
         let cmd = Command::Fleet(Box::new(bundle), rollback, tx);
         if self.commands.send(cmd).await.is_err() {
@@ -156,7 +163,11 @@ impl Member {
         let beat = Heartbeat {
             name: self.cfg.name.clone(),
             revision: s.revision,
-            result: if s.result.is_empty() { "ok".into() } else { s.result },
+            result: if s.result.is_empty() {
+                "ok".into()
+            } else {
+                s.result
+            },
             version: env!("CARGO_PKG_VERSION").into(),
             uptime_s: self.started.elapsed().as_secs(),
             seen: super::unix_now(),

@@ -88,7 +88,10 @@ impl Head {
 }
 
 /// The revision the fleet should run, when one was published.
-pub(crate) async fn head(conn: &mut MultiplexedConnection, channel: &str) -> Result<Option<Head>, String> {
+pub(crate) async fn head(
+    conn: &mut MultiplexedConnection,
+    channel: &str,
+) -> Result<Option<Head>, String> {
     let v: Option<String> = query(conn, redis::cmd("GET").arg(Keys(channel).head())).await?;
     Ok(v.as_deref().and_then(Head::parse))
 }
@@ -242,9 +245,9 @@ pub(crate) async fn members(
 /// A client for the target: its `--redis-ca` read first.
 fn client(to: &Target) -> Result<redis::Client, String> {
     let ca = match &to.redis_ca {
-        Some(path) => {
-            Some(std::sync::Arc::new(std::fs::read(path).map_err(|e| format!("--redis-ca {path}: {e}"))?))
-        }
+        Some(path) => Some(std::sync::Arc::new(
+            std::fs::read(path).map_err(|e| format!("--redis-ca {path}: {e}"))?,
+        )),
         None => None,
     };
     crate::net::redis::configure(DEADLINE, ca);

@@ -172,10 +172,7 @@ pub fn serve_on(rt: tokio::runtime::Runtime, config: Config, source: Source) -> 
 /// With `fleet`: the newest published revision, when Redis answers and it loads
 /// (DESIGN §18.6); else the file given, which is the fallback. What the member starts
 /// from.
-async fn fleet_start(
-    config: Config,
-    mut source: Source,
-) -> (Config, Source, Option<FleetState>) {
+async fn fleet_start(config: Config, mut source: Source) -> (Config, Source, Option<FleetState>) {
     let (Some(fleet), Some(file)) = (config.global.fleet.clone(), source.file.clone()) else {
         return (config, source, None);
     };
@@ -188,7 +185,10 @@ async fn fleet_start(
             rev
         }
         Ok(None) => {
-            tracing::info!("sluice: fleet: nothing published on {url} (channel {}) yet; serving {file}", fleet.channel);
+            tracing::info!(
+                "sluice: fleet: nothing published on {url} (channel {}) yet; serving {file}",
+                fleet.channel
+            );
             return (config, source, Some(state));
         }
         Err(why) => {
@@ -220,6 +220,23 @@ async fn fleet_start(
     }
 }
 
+/// Starts following the fleet, from `state`.
+fn join_fleet(
+    cfg: config::FleetConfig,
+    state: FleetState,
+    commands: &mpsc::Sender<Command>,
+    revisions: &Arc<Mutex<Revisions>>,
+) {
+    revisions.lock().unwrap_or_else(|e| e.into_inner()).fleet = Some(state);
+    let member = crate::fleet::member::Member {
+        cfg,
+        commands: commands.clone(),
+        revisions: revisions.clone(),
+        started: std::time::Instant::now(),
+    };
+    tokio::spawn(member.run());
+}
+
 /// Binds the listeners, compiles revision 1, starts the admin API and the access log,
 /// and starts accepting; the server, and where the admin API's commands arrive.
 async fn start(
@@ -231,23 +248,13 @@ async fn start(
     let _ = crate::stats::STARTED.set(std::time::SystemTime::now());
     crate::reply::set_server_tokens(config.global.server_tokens);
     let live = Live::new(Generation::compile(&config, None));
-    let revisions = Arc::new(Mutex::new(Revisions::default()));
-    revisions.lock().unwrap_or_else(|e| e.into_inner()).record(
-        Origin::Start,
-        source.kept.clone(),
-        source.signed_by.clone(),
-        source.signed_at.clone(),
-    );
+    let mut first = Revisions::default();
+    let (kept, by, at) = (&source.kept, &source.signed_by, &source.signed_at);
+    first.record(Origin::Start, kept.clone(), by.clone(), at.clone());
+    let revisions = Arc::new(Mutex::new(first));
     let (commands_tx, commands) = mpsc::channel(8);
     if let (Some(state), Some(cfg)) = (fleet, config.global.fleet.clone()) {
-        revisions.lock().unwrap_or_else(|e| e.into_inner()).fleet = Some(state);
-        let member = crate::fleet::member::Member {
-            cfg,
-            commands: commands_tx.clone(),
-            revisions: revisions.clone(),
-            started: std::time::Instant::now(),
-        };
-        tokio::spawn(member.run());
+        join_fleet(cfg, state, &commands_tx, &revisions);
     }
     let admin_token = admin::Token::default();
     admin_token.store(config.global.admin_token.clone().map(Arc::new));
@@ -676,8 +683,13 @@ impl Server {
     fn rollback(&mut self, n: u64) -> Result<u64, Refused> {
         let kept = {
             let r = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
-            r.get(n)
-                .map(|rev| (rev.kept.clone(), rev.signed_by.clone(), rev.signed_at.clone()))
+            r.get(n).map(|rev| {
+                (
+                    rev.kept.clone(),
+                    rev.signed_by.clone(),
+                    rev.signed_at.clone(),
+                )
+            })
         };
         let Some((kept, signed_by, signed_at)) = kept else {
             return Err(Refused::NoRevision(n));
@@ -783,14 +795,7 @@ impl Server {
         self.start(bound);
         self.grace = config.global.grace;
         let fleet = kept.fleet.as_ref().map(|f| f.revision);
-        let revision = {
-            let mut r = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
-            if let (Some(n), Some(state)) = (fleet, r.fleet.as_mut()) {
-                state.revision = n;
-                state.result = "ok".into();
-            }
-            r.record(origin, kept, signed_by, signed_at)
-        };
+        let revision = self.record(origin, kept, signed_by, signed_at);
         let verb = match (origin, fleet) {
             (Origin::Rollback, _) => "rolled back".to_string(),
             (Origin::Fleet, Some(n)) => format!("applied fleet revision {n}"),
@@ -798,6 +803,22 @@ impl Server {
         };
         tracing::info!("sluice: {verb}: revision {revision}: {}", config.summary());
         Ok(revision)
+    }
+
+    /// Numbers a revision that now runs; a fleet member's state follows it.
+    fn record(
+        &self,
+        origin: Origin,
+        kept: config::Kept,
+        signed_by: Option<String>,
+        signed_at: config::signed::SignedAt,
+    ) -> u64 {
+        let mut r = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some(f), Some(state)) = (&kept.fleet, r.fleet.as_mut()) {
+            state.revision = f.revision;
+            state.result = "ok".into();
+        }
+        r.record(origin, kept, signed_by, signed_at)
     }
 
     /// Opens the access log `config` asks for, when it is not the one open now.

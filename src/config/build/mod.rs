@@ -711,7 +711,13 @@ fn fleet(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
     let w = match d.args.as_slice() {
         [w] => w,
         [_, x, ..] => return Err(extra(x, USAGE)),
-        [] => return Err(missing(d, USAGE, "fleet rediss://:{$REDIS_PASSWORD}@redis.internal:6380")),
+        [] => {
+            return Err(missing(
+                d,
+                USAGE,
+                "fleet rediss://:{$REDIS_PASSWORD}@redis.internal:6380",
+            ))
+        }
     };
     let url = filters::redis_url(w)?;
     let mut fleet = FleetConfig {
@@ -726,7 +732,10 @@ fn fleet(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
         let usage = format!("{} NAME", item.name.text);
         let v = one_arg(item, &usage)?;
         if v.text.is_empty()
-            || !v.text.bytes().all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c))
+            || !v
+                .text
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c))
         {
             return Err(expected(v, "a name of letters, digits, `.`, `_` and `-`")
                 .with_hint("it is part of the fleet's Redis keys: name edge-eu-1"));
@@ -748,7 +757,13 @@ fn host_name() -> String {
     let name: String = name
         .trim()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     if name.is_empty() {
         "sluice".into()

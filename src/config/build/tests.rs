@@ -378,7 +378,9 @@ fn a_fleet_block_reads_and_checks_its_names() {
     let f = c.global.fleet.expect("fleet");
     assert_eq!(f.url, "rediss://:pw@redis.internal:6380/0");
     assert_eq!((f.name.as_str(), f.channel.as_str()), ("edge-eu-1", "prod"));
-    let c = ok(&format!("global {{ fleet redis://127.0.0.1:6379 }}\n{site}"));
+    let c = ok(&format!(
+        "global {{ fleet redis://127.0.0.1:6379 }}\n{site}"
+    ));
     let f = c.global.fleet.expect("fleet");
     assert_eq!(f.channel, "sluice");
     assert!(!f.name.is_empty());
@@ -386,10 +388,13 @@ fn a_fleet_block_reads_and_checks_its_names() {
     let (line, col, msg, _) = err(&format!("global {{\n fleet http://x:1\n}}\n{site}"));
     assert_eq!((line, col), (2, 8), "{msg}");
     assert!(msg.contains("a Redis address"), "{msg}");
-    let (line, col, msg, hint) =
-        err(&format!("global {{\n fleet redis://x:1 {{ name a:b }}\n}}\n{site}"));
+    let (line, col, msg, hint) = err(&format!(
+        "global {{\n fleet redis://x:1 {{ name a:b }}\n}}\n{site}"
+    ));
     assert_eq!((line, col), (2, 27), "{msg}");
     assert!(hint.contains("Redis keys"), "{hint}");
-    let (_, _, msg, _) = err(&format!("global {{\n fleet redis://x:1 {{ nmae a }}\n}}\n{site}"));
+    let (_, _, msg, _) = err(&format!(
+        "global {{\n fleet redis://x:1 {{ nmae a }}\n}}\n{site}"
+    ));
     assert!(msg.contains("nmae"), "{msg}");
 }
