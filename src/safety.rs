@@ -402,6 +402,23 @@ pub struct Answer {
     pub valid_until: Instant,
 }
 
+/// One SRV record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Srv {
+    pub priority: u16,
+    pub weight: u16,
+    pub port: u16,
+    /// Without its final dot.
+    pub target: String,
+}
+
+/// A name's SRV records, and until when the resolver vouches for them.
+#[derive(Debug, Clone)]
+pub struct SrvAnswer {
+    pub records: Vec<Srv>,
+    pub valid_until: Instant,
+}
+
 /// Why a name gave no address to dial.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ResolveError {
@@ -550,6 +567,48 @@ impl Dns {
         Ok(Answer {
             ips,
             valid_until: valid_until.unwrap_or_else(|| Instant::now() + MIN_TTL),
+        })
+    }
+
+    /// The SRV records of `name` (DESIGN §18.7), within `budget`; an empty answer is
+    /// an error, as for addresses.
+    pub async fn srv(&self, name: &str, budget: Duration) -> Result<SrvAnswer, ResolveError> {
+        let budget = budget.min(BUDGET);
+        let failed = |why: String| ResolveError::Failed {
+            name: name.to_string(),
+            why,
+        };
+        let lookup = tokio::time::timeout(budget, self.resolver.srv_lookup(name))
+            .await
+            .map_err(|_| ResolveError::TimedOut {
+                name: name.to_string(),
+                budget,
+            })?;
+        let lookup = match lookup {
+            Ok(l) => l,
+            Err(e) if e.is_nx_domain() => return Err(failed("no such name (NXDOMAIN)".into())),
+            Err(e) if is_empty_answer(&e) => {
+                return Err(failed("the name has no SRV records".into()))
+            }
+            Err(e) => return Err(failed(format!("SRV: {e}"))),
+        };
+        let records: Vec<Srv> = lookup
+            .iter()
+            .map(|r| Srv {
+                priority: r.priority(),
+                weight: r.weight(),
+                port: r.port(),
+                target: r.target().to_utf8().trim_end_matches('.').to_string(),
+            })
+            // A target of "." says the service is not offered there.
+            .filter(|r| !r.target.is_empty() && r.port != 0)
+            .collect();
+        if records.is_empty() {
+            return Err(failed("the name has no usable SRV records".into()));
+        }
+        Ok(SrvAnswer {
+            records,
+            valid_until: lookup.as_lookup().valid_until(),
         })
     }
 

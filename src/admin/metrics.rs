@@ -24,9 +24,75 @@ pub(crate) fn render(gen: &Generation) -> String {
     certificates(&mut out, gen);
     cache(&mut out, gen);
     acme(&mut out, gen);
+    discovery(&mut out, &pools);
     build_and_reloads(&mut out);
     process(&mut out);
     out
+}
+
+/// DNS discovery, per source: reads by result, answers that changed the peers, and
+/// the peers of the last good answer.
+fn discovery(o: &mut String, pools: &[&Arc<Pool>]) {
+    let mut seen: Vec<&str> = Vec::new();
+    let sources: Vec<_> = pools
+        .iter()
+        .filter_map(|p| p.discovery.as_ref())
+        .filter(|d| {
+            let fresh = !seen.contains(&d.source.source.as_str());
+            seen.push(&d.source.source);
+            fresh
+        })
+        .collect();
+    if sources.is_empty() {
+        return;
+    }
+    head(
+        o,
+        "sluice_discovery_refreshes_total",
+        "counter",
+        "DNS reads of a discovered pool's source, by result",
+    );
+    for d in &sources {
+        let (all, failed) = (get(&d.refreshes), get(&d.failures));
+        let src = esc(&d.source.source);
+        let _ = writeln!(
+            o,
+            "sluice_discovery_refreshes_total{{source=\"{src}\",result=\"ok\"}} {}",
+            all.saturating_sub(failed)
+        );
+        let _ = writeln!(
+            o,
+            "sluice_discovery_refreshes_total{{source=\"{src}\",result=\"failed\"}} {failed}"
+        );
+    }
+    head(
+        o,
+        "sluice_discovery_changes_total",
+        "counter",
+        "DNS answers that changed a discovered pool's peers",
+    );
+    for d in &sources {
+        let _ = writeln!(
+            o,
+            "sluice_discovery_changes_total{{source=\"{}\"}} {}",
+            esc(&d.source.source),
+            get(&d.changes)
+        );
+    }
+    head(
+        o,
+        "sluice_discovery_peers",
+        "gauge",
+        "peers in the last good DNS answer",
+    );
+    for d in &sources {
+        let n = d.answer().map_or(0, |a| a.peers.len());
+        let _ = writeln!(
+            o,
+            "sluice_discovery_peers{{source=\"{}\"}} {n}",
+            esc(&d.source.source)
+        );
+    }
 }
 
 /// ACME orders by result, when some site has `tls auto`.

@@ -165,14 +165,19 @@ fn pool(p: &Pool) -> Value {
         .failback_at(&p.cfg.failover)
         .filter(|_| !p.cfg.backups.is_empty())
         .map_or(Value::Null, at);
-    json!({
+    let mut v = json!({
         "name": p.name(),
         "policy": p.cfg.lb.name(),
         "role": role,
         "last_switch": last_switch,
         "failback_at": failback_at,
         "peers": peers,
-    })
+    });
+    if let Some(d) = &p.discovery {
+        v["source"] = json!(d.source.source);
+        v["discovered_at"] = d.answer().map_or(Value::Null, |a| json!(rfc3339(a.at)));
+    }
+    v
 }
 
 fn peer(peer: &Peer, now: u64) -> Value {

@@ -948,6 +948,8 @@ pub struct ProxyConfig {
     pub outlier: Option<Outlier>,
     /// Used only while failover says so.
     pub backups: Vec<BackendAddr>,
+    /// `srv:` or `{ discover }`: the peers come from DNS, re-read at the TTL.
+    pub discover: Option<Discover>,
     pub failover: Failover,
     /// `X-Sluice-Origin` and `X-Sluice-Origin-Transition` on responses.
     pub origin_headers: bool,
@@ -1000,6 +1002,7 @@ impl ProxyConfig {
             slow_start: None,
             outlier: None,
             backups: Vec::new(),
+            discover: None,
             failover: Failover::default(),
             origin_headers: false,
             websocket: true,
@@ -1038,6 +1041,26 @@ pub struct BackendAddr {
     pub scheme: BackendScheme,
     /// Where the address is written, for load-time refusals.
     pub span: Span,
+}
+
+/// Where a pool's peers come from when DNS decides them (DESIGN §18.7).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Discover {
+    /// As written (`srv:_http._tcp.api.internal`, `h2c://api.internal:9000`): the
+    /// pool's name for its source in `/status` and metrics.
+    pub source: String,
+    pub kind: DiscoverKind,
+    /// How the discovered peers are spoken to.
+    pub scheme: BackendScheme,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DiscoverKind {
+    /// `srv:_SERVICE._PROTO.NAME`: the SRV targets; the lowest priority primaries, the
+    /// next backups, SRV weights the peers' weights.
+    Srv { name: String },
+    /// `NAME:PORT { discover }`: one peer per address of the name.
+    Addresses { host: String, port: u16 },
 }
 
 /// How sluice speaks to a backend: the scheme of its address. One pool speaks one.

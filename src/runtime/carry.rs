@@ -153,6 +153,8 @@ kept! {
     refused: String => crate::filter::conn::Refused,
     /// The resolver and its cache, by its servers.
     dns: Vec<std::net::SocketAddr> => crate::safety::Dns,
+    /// DNS discovery of pools' peers, by source (and the servers that answer it).
+    discovery: (crate::config::Discover, Vec<std::net::SocketAddr>) => crate::upstream::discover::Discovery,
     /// The process-wide cap on health probes at once.
     probe_slots: () => tokio::sync::Semaphore,
     /// `tls auto`'s certificates and orders, while the `acme` settings stay.
@@ -176,6 +178,12 @@ impl Carried for crate::filter::conn::Refused {}
 impl Carried for crate::safety::Dns {}
 impl Carried for tokio::sync::Semaphore {}
 impl Carried for crate::acme::Manager {}
+
+impl Carried for crate::upstream::discover::Discovery {
+    fn retire(&self) {
+        crate::upstream::discover::Discovery::retire(self);
+    }
+}
 
 #[cfg(test)]
 mod tests {

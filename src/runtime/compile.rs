@@ -29,6 +29,7 @@ use crate::route::{Handler, Matcher, Route, Site, Sites};
 use crate::safety::{Dns, Policy};
 use crate::stats::Meter;
 use crate::upstream::dial::Dest;
+use crate::upstream::discover::Discovery;
 use crate::upstream::{Pool, PoolId, PoolState};
 
 /// The ACME manager when some site has `tls auto`: the previous generation's while the
@@ -348,10 +349,20 @@ impl Shared<'_> {
     fn pool(&self, name: String, cfg: &config::ProxyConfig) -> Arc<Pool> {
         let id = self.pool_id(name, cfg);
         let dest = self.dest(cfg);
+        // A discovered pool's identity is its source; its peers are the last answer.
+        let discovery = cfg.discover.as_ref().map(|d| {
+            let key = (d.clone(), self.config.global.resolver.clone());
+            self.kept.discovery.take(key, |before| match before {
+                Some(found) => found.clone(),
+                None => Discovery::start(d, self.dns.clone()),
+            })
+        });
+        let found = discovery.as_ref().map(|d| d.apply(cfg));
+        let cfg = found.as_ref().unwrap_or(cfg);
         let state = self.kept.pools.take(id.clone(), |before| {
             PoolState::carry(before, &id, cfg, &dest, self.probe_slots)
         });
-        Pool::build(id, cfg.clone(), state, dest)
+        Pool::build(id, cfg.clone(), state, dest, discovery)
     }
 
     /// The meter of `site`'s `route` (labels), the previous generation's if it had

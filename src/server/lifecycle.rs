@@ -298,6 +298,7 @@ async fn start(
         admin_token,
         signals: Signals::new(),
         pid_file: None,
+        config: Arc::new(config.clone()),
     };
     // Signals first (above): once a listener is announced, a SIGHUP must reload, not
     // kill (the default action) a process still setting up.
@@ -307,6 +308,7 @@ async fn start(
         Some(p) => Some(PidFile::write(p)?),
         None => None,
     };
+    server.discovered().await;
     server.start(bound);
     super::handover::close_unclaimed();
     tokio::spawn(watch_certificates(server.live.clone()));
@@ -349,6 +351,9 @@ struct Server {
     /// The admin API's token, which a reload may change.
     admin_token: admin::Token,
     signals: Signals,
+    /// The config the live generation was compiled from: compiled again when a
+    /// discovered pool's peers change.
+    config: Arc<Config>,
 }
 
 /// WebSocket tunnels or L4 relays open in this process.
@@ -390,6 +395,7 @@ impl Server {
                         Upgrade::Stopped => break None,
                     },
                 },
+                _ = crate::upstream::discover::CHANGED.notified() => self.rediscover(),
                 Some(c) = commands.recv() => match c {
                     Command::Reload(reply) => {
                         let _ = reply.send(self.reloading(Self::reload));
@@ -794,6 +800,7 @@ impl Server {
         self.close_unwanted(&config, origin);
         self.start(bound);
         self.grace = config.global.grace;
+        self.config = Arc::new(config.clone());
         let fleet = kept.fleet.as_ref().map(|f| f.revision);
         let revision = self.record(origin, kept, signed_by, signed_at);
         let verb = match (origin, fleet) {
@@ -803,6 +810,34 @@ impl Server {
         };
         tracing::info!("sluice: {verb}: revision {revision}: {}", config.summary());
         Ok(revision)
+    }
+
+    /// Waits (up to 5 s) until every discovered pool had its first answer, and
+    /// compiles with them: the first request finds the peers.
+    async fn discovered(&mut self) {
+        let end = tokio::time::Instant::now() + Duration::from_secs(5);
+        let gen = self.live.load();
+        let mut sources = gen.pools().filter_map(|p| p.discovery.as_ref()).peekable();
+        if sources.peek().is_none() {
+            return;
+        }
+        let waiting = || {
+            gen.pools()
+                .filter_map(|p| p.discovery.as_ref())
+                .any(|d| d.refreshes.load(std::sync::atomic::Ordering::Relaxed) == 0)
+        };
+        while waiting() && tokio::time::Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(sources);
+        self.rediscover();
+    }
+
+    /// A discovered pool's peers changed: the running config, compiled again with
+    /// them (no new revision; listeners untouched).
+    fn rediscover(&mut self) {
+        let next = Generation::compile(&self.config, Some(&self.live.load()));
+        self.live.swap(next);
     }
 
     /// Numbers a revision that now runs; a fleet member's state follows it.

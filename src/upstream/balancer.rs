@@ -8,14 +8,14 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::{Peer, Role, Tried};
 use crate::config::Policy;
 
 /// The peers as one attempt sees them.
 pub(crate) struct Candidates<'a> {
-    peers: &'a [Peer],
+    peers: &'a [Arc<Peer>],
     tried: &'a Tried,
     now: u64,
     /// `all_down try`: every untried peer is a candidate, eligible or not.
@@ -28,7 +28,7 @@ pub(crate) struct Candidates<'a> {
 }
 
 impl<'a> Candidates<'a> {
-    pub(crate) fn new(peers: &'a [Peer], tried: &'a Tried, now: u64) -> Candidates<'a> {
+    pub(crate) fn new(peers: &'a [Arc<Peer>], tried: &'a Tried, now: u64) -> Candidates<'a> {
         Candidates {
             peers,
             tried,
@@ -87,7 +87,7 @@ impl<'a> Candidates<'a> {
     /// Peer `i`'s effective weight, in hundredths: its weight, ramped from 10 % to
     /// 100 % over `slow_start` after it came (back) into rotation.
     pub(crate) fn weight(&self, i: usize) -> u32 {
-        self.peers[i].weight * self.ramp(i)
+        self.peers[i].weight.load(Ordering::Relaxed) * self.ramp(i)
     }
 
     /// How far peer `i` is through its slow start, in percent (100 when off).
@@ -124,7 +124,11 @@ pub(crate) trait Balancer: Send + Sync {
 /// ring is built from the addresses as written, so a peer keeps its keys across
 /// reloads. With `slow_start`, round robin turns into smooth weighted round robin over
 /// the ramping weights (with equal weights the two are the same rotation).
-pub(crate) fn for_policy(policy: &Policy, peers: &[Peer], slow_start: bool) -> Box<dyn Balancer> {
+pub(crate) fn for_policy(
+    policy: &Policy,
+    peers: &[Arc<Peer>],
+    slow_start: bool,
+) -> Box<dyn Balancer> {
     let n = peers.len();
     match policy {
         Policy::First => Box::new(First),
@@ -360,11 +364,15 @@ mod tests {
     use super::*;
     use crate::config::{BackendAddr, Target};
 
-    fn peers(n: usize) -> Vec<Peer> {
+    fn peers(n: usize) -> Vec<Arc<Peer>> {
         weighted(&vec![1; n])
     }
 
-    fn weighted(w: &[u32]) -> Vec<Peer> {
+    fn weighted(w: &[u32]) -> Vec<Arc<Peer>> {
+        unshared(w).into_iter().map(Arc::new).collect()
+    }
+
+    fn unshared(w: &[u32]) -> Vec<Peer> {
         w.iter()
             .enumerate()
             .map(|(i, &w)| {
@@ -385,7 +393,7 @@ mod tests {
             .collect()
     }
 
-    fn seq(b: &dyn Balancer, ps: &[Peer], n: usize) -> String {
+    fn seq(b: &dyn Balancer, ps: &[Arc<Peer>], n: usize) -> String {
         let none = Tried::default();
         let c = Candidates::new(ps, &none, 1);
         (0..n)
@@ -595,7 +603,7 @@ mod tests {
             ignore_health in proptest::bool::ANY,
         ) {
             let ws: Vec<u32> = shape.iter().map(|s| s.0).collect();
-            let mut ps = weighted(&ws);
+            let mut ps = unshared(&ws);
             // The breaker's clock: a peer marked down is out until 30 s from now.
             let now = crate::clock::now_ms();
             let mut tried = Tried::default();
@@ -612,6 +620,7 @@ mod tests {
                     ps[i].returns_at(now.saturating_sub(500).max(1));
                 }
             }
+            let ps: Vec<Arc<Peer>> = ps.into_iter().map(Arc::new).collect();
             let slow = ramping.then(|| std::time::Duration::from_secs(10));
             for policy in every_policy() {
                 for slow_start in [false, true] {

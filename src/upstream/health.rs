@@ -128,7 +128,7 @@ pub(crate) async fn run(
         let retired = retire.notified();
         tokio::pin!(retired);
         retired.as_mut().enable();
-        let (health, count) = {
+        let (health, peers) = {
             let Some(s) = state.upgrade() else { return };
             if s.is_retired() {
                 return;
@@ -140,23 +140,25 @@ pub(crate) async fn run(
                 }
                 continue;
             };
-            (h, s.peers.len())
+            (h, s.peers())
         };
         let mut probes = JoinSet::new();
-        for i in 0..count {
+        for peer in peers.iter() {
             let (state, slots, health) = (state.clone(), slots.clone(), health.clone());
+            let peer = peer.clone();
             probes.spawn(async move {
                 let _slot = slots.acquire_owned().await.ok()?;
                 let s = state.upgrade()?;
-                let result = probe(&s, &s.peers[i], &health).await;
-                Some((i, result))
+                let result = probe(&s, &peer, &health).await;
+                Some((peer, result))
             });
         }
+        drop(peers);
         loop {
             tokio::select! {
                 r = probes.join_next() => match r {
                     None => break,
-                    Some(Ok(Some((i, result)))) => {
+                    Some(Ok(Some((peer, result)))) => {
                         let Some(s) = state.upgrade() else { return };
                         if s.settings().health.is_none() {
                             // Removed by a reload mid-round: the verdicts were cleared.
@@ -164,15 +166,15 @@ pub(crate) async fn run(
                         }
                         let result = match result {
                             Err(ProbeError::Local(why)) => {
-                                not_run(&name, &s.peers[i], &why);
+                                not_run(&name, &peer, &why);
                                 continue;
                             }
                             Err(ProbeError::Failed(why)) => Err(why),
                             Ok(()) => Ok(()),
                         };
                         let passed = result.is_ok();
-                        report(&name, &s.peers[i], &health, result);
-                        s.probe_for_failover(&name, i, passed);
+                        report(&name, &peer, &health, result);
+                        s.probe_for_failover(&name, &peer, passed);
                     }
                     Some(_) => {}
                 },

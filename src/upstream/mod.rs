@@ -16,6 +16,7 @@ pub(crate) mod conn;
 pub(crate) mod connect;
 pub(crate) mod connpool;
 pub(crate) mod dial;
+pub(crate) mod discover;
 pub(crate) mod failover;
 pub(crate) mod h2;
 pub(crate) mod health;

@@ -12,8 +12,9 @@ use crate::config::{BackendAddr, Target};
 pub(crate) struct Peer {
     pub ordinal: usize,
     pub addr: BackendAddr,
-    /// The configured weight (1 when none is).
-    pub weight: u32,
+    /// The configured weight (1 when none is); a discovered peer's follows its SRV
+    /// record.
+    pub weight: AtomicU32,
     /// A primary, or a `backup` address used only while failover says so.
     pub role: Role,
     /// `Host` for `host upstream`: the address as written, `localhost` for a socket.
@@ -99,7 +100,7 @@ impl Peer {
     pub(crate) fn new(ordinal: usize, addr: BackendAddr, weight: u32) -> Peer {
         Peer {
             ordinal,
-            weight,
+            weight: AtomicU32::new(weight),
             role: Role::Primary,
             host_header: host_header(&addr.target),
             addr,

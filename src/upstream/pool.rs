@@ -18,12 +18,16 @@ use crate::config::{AllDown, ProxyConfig};
 pub(crate) struct Pool {
     pub id: PoolId,
     pub state: Arc<PoolState>,
+    /// This generation's peers: a request's peer index points here.
+    peers: Arc<Vec<Arc<Peer>>>,
     pub balancer: Box<dyn Balancer>,
     /// The pool's `limit`, shared with the generations before (see [`limit`]).
     pub limit: Option<Arc<limit::Limit>>,
     pub cfg: ProxyConfig,
     /// This generation's resolver and, for a strict pool, its destination policy.
     pub dest: dial::Dest,
+    /// Where a discovered pool's peers come from.
+    pub discovery: Option<Arc<super::discover::Discovery>>,
 }
 
 impl Pool {
@@ -34,14 +38,18 @@ impl Pool {
         cfg: ProxyConfig,
         state: Arc<PoolState>,
         dest: dial::Dest,
+        discovery: Option<Arc<super::discover::Discovery>>,
     ) -> Arc<Pool> {
+        let peers = state.peers();
         Arc::new(Pool {
-            balancer: balancer::for_policy(&cfg.lb, &state.peers, cfg.slow_start.is_some()),
+            balancer: balancer::for_policy(&cfg.lb, &peers, cfg.slow_start.is_some()),
+            peers,
             limit: state.limit_for(cfg.limit.map(|l| l.max)),
             id,
             state,
             cfg,
             dest,
+            discovery,
         })
     }
 
@@ -49,8 +57,8 @@ impl Pool {
         &self.id.name
     }
 
-    pub(crate) fn peers(&self) -> &[Peer] {
-        &self.state.peers
+    pub(crate) fn peers(&self) -> &[Arc<Peer>] {
+        &self.peers
     }
 
     /// The next peer to try, never one in `tried`. When no peer is eligible at all,

@@ -48,7 +48,10 @@ impl PoolId {
 
 /// A pool's state, carried across generations by identity.
 pub(crate) struct PoolState {
-    pub peers: Vec<Peer>,
+    /// The newest generation's peers (the background tasks' list; each generation's
+    /// pool keeps its own). A discovered pool's list changes; a peer that stays keeps
+    /// its `Arc`, and with it its health, counters and connections.
+    peers: ArcSwap<Vec<Arc<Peer>>>,
     /// How the pool speaks to its peers (one scheme per pool).
     pub scheme: BackendScheme,
     /// The TLS client settings of an `https://` pool.
@@ -112,16 +115,7 @@ impl PoolState {
         dest: &dial::Dest,
     ) -> Arc<PoolState> {
         let state = Arc::new(PoolState {
-            peers: cfg
-                .backends
-                .iter()
-                .enumerate()
-                .map(|(i, a)| Peer::new(i, a.clone(), cfg.weights.get(i).copied().unwrap_or(1)))
-                .chain(cfg.backups.iter().enumerate().map(|(k, a)| Peer {
-                    role: Role::Backup,
-                    ..Peer::new(cfg.backends.len() + k, a.clone(), 1)
-                }))
-                .collect(),
+            peers: ArcSwap::from_pointee(refit(&[], cfg)),
             scheme: cfg.scheme(),
             tls: (cfg.scheme() == BackendScheme::Https)
                 .then(|| Arc::new(tls::ClientTls::new(&cfg.tls))),
@@ -136,9 +130,8 @@ impl PoolState {
             failover: Default::default(),
             upstream_seconds: Default::default(),
         });
-        debug_assert_eq!(state.peers.len(), id.addresses.len() + id.backups.len());
         if let Some(h) = &cfg.health {
-            for p in &state.peers {
+            for p in state.peers().iter() {
                 p.active.set_initial(h.initial_healthy);
             }
         }
@@ -165,6 +158,39 @@ impl PoolState {
         }
     }
 
+    /// The newest generation's peers.
+    pub(crate) fn peers(&self) -> Arc<Vec<Arc<Peer>>> {
+        self.peers.load_full()
+    }
+
+    /// Takes a discovered pool's new addresses: peers that stay are kept, new ones
+    /// made (passing their health checks first when the pool has any), and those that
+    /// left drain: requests on them finish on the generation that sent them, their
+    /// idle connections close now.
+    fn take_peers(&self, cfg: &ProxyConfig) {
+        let old = self.peers.load_full();
+        let next = refit(&old, cfg);
+        if next.len() == old.len() && next.iter().zip(old.iter()).all(|(a, b)| Arc::ptr_eq(a, b)) {
+            return;
+        }
+        for gone in old
+            .iter()
+            .filter(|p| !next.iter().any(|n| Arc::ptr_eq(n, p)))
+        {
+            gone.idle.reap(Duration::ZERO);
+            gone.mux.reap(Duration::ZERO);
+        }
+        if let Some(h) = &cfg.health {
+            for p in next
+                .iter()
+                .filter(|p| !old.iter().any(|o| Arc::ptr_eq(o, p)))
+            {
+                p.active.set_initial(h.initial_healthy);
+            }
+        }
+        self.peers.store(Arc::new(next));
+    }
+
     /// The newest generation's settings for the background tasks.
     pub(crate) fn settings(&self) -> Arc<Settings> {
         self.settings.load_full()
@@ -181,15 +207,16 @@ impl PoolState {
         dest: &dial::Dest,
         slots: &Arc<Semaphore>,
     ) {
+        self.take_peers(cfg);
         let old = self.settings.swap(Arc::new(Settings::new(cfg, dest)));
         if old.dest.policy.as_deref() != dest.policy.as_deref() {
-            for p in &self.peers {
+            for p in self.peers().iter() {
                 p.idle.reap(Duration::ZERO);
                 p.mux.clear();
             }
         }
         if old.health.is_some() && cfg.health.is_none() {
-            for p in &self.peers {
+            for p in self.peers().iter() {
                 p.active.clear();
             }
             tracing::info!(
@@ -239,7 +266,7 @@ impl PoolState {
     pub(crate) fn retire(&self) {
         self.retired.store(true, Ordering::Relaxed);
         self.retire.notify_waiters();
-        for p in &self.peers {
+        for p in self.peers().iter() {
             p.idle.reap(Duration::ZERO);
             p.mux.reap(Duration::ZERO);
         }
@@ -263,12 +290,12 @@ impl PoolState {
     }
 
     /// A primary's probe result, for failover recovery; logs the switch it makes.
-    pub(crate) fn probe_for_failover(&self, pool: &str, i: usize, passed: bool) {
+    pub(crate) fn probe_for_failover(&self, pool: &str, peer: &Peer, passed: bool) {
         let settings = self.settings.load();
         let Some(f) = &settings.failover else {
             return;
         };
-        if self.peers[i].role == Role::Backup {
+        if peer.role == Role::Backup {
             return;
         }
         if let Some(t) = self
@@ -278,6 +305,37 @@ impl PoolState {
             t.log(pool, "its primaries pass their health checks");
         }
     }
+}
+
+/// `cfg`'s addresses as peers: primaries with their weights, then backups; a peer of
+/// `old` with the same address and role is kept (its weight updated), a new one is
+/// numbered past every kept one.
+fn refit(old: &[Arc<Peer>], cfg: &ProxyConfig) -> Vec<Arc<Peer>> {
+    let mut next_ordinal = old.iter().map(|p| p.ordinal + 1).max().unwrap_or(0);
+    let primaries = cfg
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (a, cfg.weights.get(i).copied().unwrap_or(1), Role::Primary));
+    let backups = cfg.backups.iter().map(|a| (a, 1, Role::Backup));
+    primaries
+        .chain(backups)
+        .map(|(addr, weight, role)| {
+            if let Some(p) = old
+                .iter()
+                .find(|p| p.addr.text == addr.text && p.role == role)
+            {
+                p.weight.store(weight, Ordering::Relaxed);
+                return p.clone();
+            }
+            let ordinal = next_ordinal;
+            next_ordinal += 1;
+            Arc::new(Peer {
+                role,
+                ..Peer::new(ordinal, addr.clone(), weight)
+            })
+        })
+        .collect()
 }
 
 /// Closes idle connections past their timeout, until the state is retired or dropped.
@@ -292,7 +350,7 @@ async fn reap(state: Weak<PoolState>, retire: Arc<Notify>) {
                 return;
             }
             let timeout = s.settings.load().idle_timeout;
-            for p in &s.peers {
+            for p in s.peers().iter() {
                 p.idle.reap(timeout);
                 p.mux.reap(timeout);
             }

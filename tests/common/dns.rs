@@ -12,6 +12,9 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 
+/// (priority, weight, port, target).
+type SrvRecord = (u16, u16, u16, String);
+
 #[derive(Default)]
 struct Table {
     /// Lower-case name without the final dot → (addresses, TTL).
@@ -22,6 +25,8 @@ struct Table {
     failing: std::collections::HashSet<(String, u16)>,
     /// Names answered with this many CNAME records before their addresses.
     cnames: HashMap<String, usize>,
+    /// SRV records by name: (priority, weight, port, target), and their TTL.
+    srv: HashMap<String, (Vec<SrvRecord>, u32)>,
     tcp_queries: usize,
 }
 
@@ -111,6 +116,20 @@ impl DnsServer {
             .insert(name.to_ascii_lowercase(), (ips, ttl));
     }
 
+    /// `name` answers SRV queries with `records` (priority, weight, port, target),
+    /// cached for `ttl` seconds. No records: NXDOMAIN.
+    pub fn set_srv(&self, name: &str, records: &[(u16, u16, u16, &str)], ttl: u32) {
+        let records = records
+            .iter()
+            .map(|&(p, w, port, t)| (p, w, port, t.to_string()))
+            .collect();
+        self.table
+            .lock()
+            .unwrap()
+            .srv
+            .insert(name.to_ascii_lowercase(), (records, ttl));
+    }
+
     /// Queries of type `qtype` (1: A, 28: AAAA) for `name` get SERVFAIL.
     pub fn fail(&self, name: &str, qtype: u16) {
         self.table
@@ -144,6 +163,24 @@ impl DnsServer {
     }
 }
 
+/// An SRV record's data: priority, weight, port, and the target's labels.
+fn srv_rdata(priority: u16, weight: u16, port: u16, target: &str) -> Vec<u8> {
+    let mut v = Vec::new();
+    for n in [priority, weight, port] {
+        v.extend_from_slice(&n.to_be_bytes());
+    }
+    for label in target
+        .trim_end_matches('.')
+        .split('.')
+        .filter(|l| !l.is_empty())
+    {
+        v.push(label.len() as u8);
+        v.extend_from_slice(label.as_bytes());
+    }
+    v.push(0);
+    v
+}
+
 /// The reply to one query, or `None` for a packet that is not one.
 fn answer(table: &Mutex<Table>, q: &[u8], limit: Option<usize>) -> Option<Vec<u8>> {
     if q.len() < 12 || q[2] & 0x80 != 0 || u16::from_be_bytes([q[4], q[5]]) != 1 {
@@ -164,12 +201,19 @@ fn answer(table: &Mutex<Table>, q: &[u8], limit: Option<usize>) -> Option<Vec<u8
     let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
     let question = &q[12..i + 4];
     let name = labels.join(".");
-    let (ips, ttl, failing, cnames) = {
+    let (ips, mut ttl, failing, cnames, srv) = {
         let mut t = table.lock().unwrap();
         *t.queries.entry(name.clone()).or_default() += 1;
         let (ips, ttl) = t.names.get(&name).cloned().unwrap_or_default();
         let failing = t.failing.contains(&(name.clone(), qtype));
-        (ips, ttl, failing, t.cnames.get(&name).copied().unwrap_or(0))
+        let srv = t.srv.get(&name).cloned();
+        (
+            ips,
+            ttl,
+            failing,
+            t.cnames.get(&name).copied().unwrap_or(0),
+            srv,
+        )
     };
     if failing {
         let mut out = q[..12].to_vec();
@@ -180,7 +224,7 @@ fn answer(table: &Mutex<Table>, q: &[u8], limit: Option<usize>) -> Option<Vec<u8
         out.extend_from_slice(question);
         return Some(out);
     }
-    let records: Vec<Vec<u8>> = ips
+    let mut records: Vec<Vec<u8>> = ips
         .iter()
         .filter_map(|ip| match (ip, qtype) {
             (IpAddr::V4(v4), 1) => Some(v4.octets().to_vec()),
@@ -188,7 +232,15 @@ fn answer(table: &Mutex<Table>, q: &[u8], limit: Option<usize>) -> Option<Vec<u8
             _ => None,
         })
         .collect();
-    let rcode = if ips.is_empty() { 3 } else { 0 };
+    let known = !ips.is_empty() || srv.as_ref().is_some_and(|s| !s.0.is_empty());
+    if let (Some((list, srv_ttl)), 33) = (&srv, qtype) {
+        ttl = *srv_ttl;
+        records = list
+            .iter()
+            .map(|(p, w, port, target)| srv_rdata(*p, *w, *port, target))
+            .collect();
+    }
+    let rcode = if known { 0 } else { 3 };
     let mut out = Vec::with_capacity(512);
     out.extend_from_slice(&q[..2]);
     // QR, AA, the query's RD; RA.

@@ -23,22 +23,28 @@ impl Builder {
             ));
         }
         let base = self.dir_of(d.span());
-        let backends = d
-            .args
-            .iter()
-            .map(|w| backend_addr(w, &base))
-            .collect::<Res<Vec<_>>>()?;
+        let srv = srv_source(d)?;
+        let backends = match &srv {
+            Some((addr, _)) => vec![addr.clone()],
+            None => d
+                .args
+                .iter()
+                .map(|w| backend_addr(w, &base))
+                .collect::<Res<Vec<_>>>()?,
+        };
         let mut p = ProxyConfig::new(backends);
         let mut seen = Seen::default();
         let mut weights_at = None;
         let mut retry_on_at = None;
         let mut failover_at = None;
         let mut health_at = None;
+        let mut discover_at = None;
         for item in d.block.as_deref().unwrap_or(&[]) {
             if !self.known_here(item, Place::Proxy) || !self.once(&mut seen, item) {
                 continue;
             }
             match item.name.text.as_str() {
+                "discover" => discover_at = Some(item),
                 "weights" => weights_at = Some(item),
                 "retry_on" => retry_on_at = Some(item),
                 "failover" => failover_at = Some(item),
@@ -50,20 +56,17 @@ impl Builder {
         }
         self.apply_defaults(&seen, &mut p);
         self.one_scheme(d, &p)?;
+        discovered(
+            &mut p,
+            srv,
+            discover_at,
+            weights_at,
+            seen.0.contains_key("lb"),
+        )?;
         grpc_health_speaks_h2(health_at, &p)?;
-        if let Some(b) = p
-            .backends
-            .iter()
-            .chain(&p.backups)
-            .find(|b| p.proxy_protocol.is_some() && b.scheme != BackendScheme::Http)
-        {
-            return Err(Diagnostic::error(
-                b.span,
-                format!("`{}`: proxy_protocol is sent to http:// and unix: backends only", b.text),
-            )
-            .with_hint("the header goes before any byte, TLS included, and an HTTP/2 connection carries many clients; terminate TLS at the backend's own proxy, or drop proxy_protocol"));
-        }
-        if let Some(f) = failover_at.filter(|_| p.backups.is_empty()) {
+        proxy_protocol_speaks_http(&p)?;
+        let srv = matches!(&p.discover, Some(d) if matches!(d.kind, DiscoverKind::Srv { .. }));
+        if let Some(f) = failover_at.filter(|_| p.backups.is_empty() && !srv) {
             return Err(Diagnostic::error(
                 f.span(),
                 "`failover` without `backup` has nothing to fail over to",
@@ -136,7 +139,7 @@ impl Builder {
             if !self.known_here(item, Place::Proxy) || !self.once(&mut seen, item) {
                 continue;
             }
-            if matches!(item.name.text.as_str(), "weights" | "backup") {
+            if matches!(item.name.text.as_str(), "weights" | "backup" | "discover") {
                 self.errors.push(
                     Diagnostic::error(
                         item.span(),
@@ -237,6 +240,144 @@ impl Builder {
     }
 }
 
+/// `proxy_protocol` goes to plain HTTP/1.1 backends only.
+fn proxy_protocol_speaks_http(p: &ProxyConfig) -> Res<()> {
+    if let Some(b) = p
+        .backends
+        .iter()
+        .chain(&p.backups)
+        .find(|b| p.proxy_protocol.is_some() && b.scheme != BackendScheme::Http)
+    {
+        return Err(Diagnostic::error(
+            b.span,
+            format!("`{}`: proxy_protocol is sent to http:// and unix: backends only", b.text),
+        )
+        .with_hint("the header goes before any byte, TLS included, and an HTTP/2 connection carries many clients; terminate TLS at the backend's own proxy, or drop proxy_protocol"));
+    }
+    Ok(())
+}
+
+/// `srv:_SERVICE._PROTO.NAME` (or `http+srv:`, `https+srv:`, `h2c+srv:`) as a pool's
+/// one address: a stand-in address naming the source, and the SRV name.
+fn srv_source(d: &Directive) -> Res<Option<(BackendAddr, String)>> {
+    let Some(w) = d.args.first() else {
+        return Ok(None);
+    };
+    let schemes = [
+        ("srv:", BackendScheme::Http),
+        ("http+srv:", BackendScheme::Http),
+        ("https+srv:", BackendScheme::Https),
+        ("h2c+srv:", BackendScheme::H2c),
+    ];
+    let Some((name, scheme)) = schemes
+        .iter()
+        .find_map(|(prefix, scheme)| Some((w.text.strip_prefix(prefix)?, *scheme)))
+    else {
+        return Ok(None);
+    };
+    if let Some(x) = d.args.get(1) {
+        return Err(extra(
+            x,
+            "a srv: pool has one source: its peers are the SRV records",
+        ));
+    }
+    let labels: Vec<&str> = name.trim_end_matches('.').split('.').collect();
+    let shaped = labels.len() >= 3
+        && labels[..2]
+            .iter()
+            .all(|l| l.len() > 1 && l.starts_with('_'))
+        && labels.iter().all(|l| !l.is_empty());
+    if !shaped {
+        return Err(expected(w, "srv:_SERVICE._PROTO.NAME")
+            .with_hint("write the SRV record's name: proxy srv:_http._tcp.api.service.consul"));
+    }
+    let addr = BackendAddr {
+        text: w.text.clone(),
+        target: Target::Tcp {
+            host: name.trim_end_matches('.').to_string(),
+            port: 1,
+        },
+        scheme,
+        span: w.span,
+    };
+    Ok(Some((addr, name.trim_end_matches('.').to_string())))
+}
+
+/// A pool whose peers DNS decides: `srv:` (weights and roles come from the records,
+/// `lb` defaults to `weighted_round_robin`) or `NAME:PORT { discover }` (one peer per
+/// address; backups may be written).
+fn discovered(
+    p: &mut ProxyConfig,
+    srv: Option<(BackendAddr, String)>,
+    discover_at: Option<&Directive>,
+    weights_at: Option<&Directive>,
+    lb_written: bool,
+) -> Res<()> {
+    if let Some((addr, name)) = srv {
+        if let Some(d) = discover_at {
+            return Err(
+                Diagnostic::error(d.span(), "a srv: pool is discovered already")
+                    .with_hint("remove `discover`"),
+            );
+        }
+        if let Some(b) = p.backups.first() {
+            return Err(Diagnostic::error(b.span, "a srv: pool takes no `backup`")
+                .with_hint("its backups are the records of the next SRV priority"));
+        }
+        if let Some(w) = weights_at {
+            return Err(
+                Diagnostic::error(w.span(), "a srv: pool takes no `weights`")
+                    .with_hint("each peer's weight is its SRV record's"),
+            );
+        }
+        if !lb_written {
+            p.lb = Policy::WeightedRoundRobin;
+        }
+        p.discover = Some(Discover {
+            source: addr.text.clone(),
+            kind: DiscoverKind::Srv { name },
+            scheme: addr.scheme,
+        });
+        return Ok(());
+    }
+    let Some(d) = discover_at else {
+        return Ok(());
+    };
+    let [addr] = p.backends.as_slice() else {
+        return Err(
+            Diagnostic::error(d.span(), "`discover` takes a pool of one name")
+                .with_hint("write one NAME:PORT: each address it resolves to becomes a peer"),
+        );
+    };
+    let named = match &addr.target {
+        Target::Tcp { host, port } if crate::safety::parse_ip(host).is_none() => {
+            Some((host.clone(), *port))
+        }
+        _ => None,
+    };
+    let Some((host, port)) = named else {
+        return Err(Diagnostic::error(
+            addr.span,
+            format!("`{}` is not a name to discover", addr.text),
+        )
+        .with_hint(
+            "discover reads the addresses of a DNS name: proxy api.internal:8080 { discover }",
+        ));
+    };
+    if let Some(w) = weights_at {
+        return Err(
+            Diagnostic::error(w.span(), "a discovered pool takes no `weights`")
+                .with_hint("every address of the name weighs the same"),
+        );
+    }
+    p.discover = Some(Discover {
+        source: addr.text.clone(),
+        kind: DiscoverKind::Addresses { host, port },
+        scheme: addr.scheme,
+    });
+    Ok(())
+}
+
 /// How one option of a `proxy { … }` block is read into the pool's settings.
 pub(super) type ProxyOption = fn(&mut Builder, &Directive, &mut ProxyConfig) -> Res<()>;
 
@@ -244,6 +385,11 @@ pub(super) type ProxyOption = fn(&mut Builder, &Directive, &mut ProxyConfig) -> 
 /// order the config reference lists them.
 pub(super) static PROXY_OPTIONS: &[(&str, ProxyOption)] = &[
     ("lb", |_, d, p| policy(d).map(|v| p.lb = v)),
+    // Read where the pool's addresses are: `discovered`.
+    ("discover", |_, d, _| {
+        no_block(d)?;
+        no_args(d)
+    }),
     ("weights", weights),
     ("fail_duration", |_, d, p| {
         duration(one_arg(d, "fail_duration 30s")?).map(|v| p.fail_duration = v)

@@ -398,3 +398,61 @@ fn a_fleet_block_reads_and_checks_its_names() {
     ));
     assert!(msg.contains("nmae"), "{msg}");
 }
+
+#[test]
+fn discovered_pools_read_and_refuse_what_dns_decides() {
+    let c = ok("listen :80\nsite * { proxy h2c+srv:_grpc._tcp.api.consul. }");
+    let Some(Handler::Proxy(p)) = &c.sites[0].routes[0].handler else {
+        panic!("a proxy");
+    };
+    let d = p.discover.as_ref().expect("discovered");
+    assert_eq!(d.source, "h2c+srv:_grpc._tcp.api.consul.");
+    assert_eq!(
+        d.kind,
+        DiscoverKind::Srv {
+            name: "_grpc._tcp.api.consul".into()
+        }
+    );
+    assert_eq!(d.scheme, BackendScheme::H2c);
+    assert_eq!(
+        p.lb,
+        Policy::WeightedRoundRobin,
+        "srv: defaults to weighted"
+    );
+    let c = ok("listen :80\nsite * { proxy srv:_http._tcp.api { lb least_conn } }");
+    let Some(Handler::Proxy(p)) = &c.sites[0].routes[0].handler else {
+        panic!("a proxy");
+    };
+    assert_eq!(p.lb, Policy::LeastConn, "a written lb stays");
+    let c = ok("listen :80\nsite * { proxy https://pods.default.svc:8443 { discover } }");
+    let Some(Handler::Proxy(p)) = &c.sites[0].routes[0].handler else {
+        panic!("a proxy");
+    };
+    let d = p.discover.as_ref().expect("discovered");
+    assert_eq!(
+        d.kind,
+        DiscoverKind::Addresses {
+            host: "pods.default.svc".into(),
+            port: 8443
+        }
+    );
+
+    for (text, want) in [
+        ("proxy srv:api.internal", "srv:_SERVICE._PROTO.NAME"),
+        ("proxy srv:_http._tcp.a x:80", "one source"),
+        (
+            "proxy srv:_http._tcp.a { backup b:80 }",
+            "takes no `backup`",
+        ),
+        ("proxy srv:_http._tcp.a { weights 1 }", "takes no `weights`"),
+        ("proxy 10.0.0.1:80 { discover }", "not a name to discover"),
+        ("proxy a:80 b:80 { discover }", "a pool of one name"),
+        ("proxy a:80 { discover on }", "discover"),
+    ] {
+        let (_, _, msg, hint) = err(&format!("listen :80\nsite * {{ {text} }}"));
+        assert!(
+            msg.contains(want) || hint.contains(want),
+            "{text}: {msg} ({hint})"
+        );
+    }
+}
