@@ -178,6 +178,18 @@ async fn srv_records_are_peers_roles_and_weights() {
     for _ in 0..20 {
         assert_eq!(get(s.addr, "/").await.text(), "c");
     }
+
+    // A name with no records: no peer yet, 503, said once.
+    let s = Sluice::start(&format!(
+        "global {{ resolver {} }}\nsite * {{ proxy srv:_http._tcp.nothing.test }}",
+        dns.addr
+    ));
+    let r = get(s.addr, "/").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, "No backend available\n")
+    );
+    s.wait_log("srv:_http._tcp.nothing.test: cannot resolve _http._tcp.nothing.test: no such name (NXDOMAIN); keeping the last 0 discovered peers");
     drop(d);
 }
 

@@ -226,7 +226,7 @@ fn join_fleet(
     state: FleetState,
     commands: &mpsc::Sender<Command>,
     revisions: &Arc<Mutex<Revisions>>,
-) {
+) -> JoinHandle<()> {
     revisions.lock().unwrap_or_else(|e| e.into_inner()).fleet = Some(state);
     let member = crate::fleet::member::Member {
         cfg,
@@ -234,7 +234,7 @@ fn join_fleet(
         revisions: revisions.clone(),
         started: std::time::Instant::now(),
     };
-    tokio::spawn(member.run());
+    tokio::spawn(member.run())
 }
 
 /// Binds the listeners, compiles revision 1, starts the admin API and the access log,
@@ -253,9 +253,10 @@ async fn start(
     first.record(Origin::Start, kept.clone(), by.clone(), at.clone());
     let revisions = Arc::new(Mutex::new(first));
     let (commands_tx, commands) = mpsc::channel(8);
-    if let (Some(state), Some(cfg)) = (fleet, config.global.fleet.clone()) {
-        join_fleet(cfg, state, &commands_tx, &revisions);
-    }
+    let fleet_task = match (fleet, config.global.fleet.clone()) {
+        (Some(state), Some(cfg)) => Some(join_fleet(cfg, state, &commands_tx, &revisions)),
+        _ => None,
+    };
     let admin_token = admin::Token::default();
     admin_token.store(config.global.admin_token.clone().map(Arc::new));
     let api = admin::Api {
@@ -299,6 +300,7 @@ async fn start(
         signals: Signals::new(),
         pid_file: None,
         config: Arc::new(config.clone()),
+        fleet_task,
     };
     // Signals first (above): once a listener is announced, a SIGHUP must reload, not
     // kill (the default action) a process still setting up.
@@ -354,6 +356,9 @@ struct Server {
     /// The config the live generation was compiled from: compiled again when a
     /// discovered pool's peers change.
     config: Arc<Config>,
+    /// The fleet member, stopped when this process stops serving (a successor or
+    /// nobody speaks for the instance from then on).
+    fleet_task: Option<JoinHandle<()>>,
 }
 
 /// WebSocket tunnels or L4 relays open in this process.
@@ -423,6 +428,9 @@ impl Server {
             }
         };
         let access = self.access.clone();
+        if let Some(t) = self.fleet_task.take() {
+            t.abort();
+        }
         // The admin API's commands are answered 503 from now on.
         drop(commands);
         match upgraded {

@@ -97,6 +97,8 @@ impl Pool {
             // A health verdict can be wrong; a request never sent is certainly lost.
             AllDown::Try => match self.balancer.pick(&c.ignoring_health()) {
                 Some(i) => Pick::Peer(i),
+                // A discovered pool before its first answer has no peer at all.
+                None if peers.is_empty() => Pick::AllDown,
                 None => Pick::Exhausted,
             },
         }
