@@ -501,23 +501,37 @@ async fn lookup_names(config: &Config) -> Vec<config::diag::Diagnostic> {
     use sluice::{parse_ip, Dns, DNS_BUDGET as BUDGET};
     let dns = std::sync::Arc::new(Dns::new(&config.global.resolver));
     let mut seen = std::collections::HashSet::new();
-    let names: Vec<(&config::BackendAddr, &str)> = config
+    // A `srv:` pool's name is asked for its SRV records, every other name for
+    // addresses.
+    let srv = |p: &config::ProxyConfig| matches!(&p.discover, Some(d) if matches!(d.kind, config::DiscoverKind::Srv { .. }));
+    let names: Vec<(&config::BackendAddr, &str, bool)> = config
         .pools()
         .map(|(_, p)| p)
         .chain(config.tcp.iter().flat_map(|t| t.proxies()))
-        .flat_map(|p| p.backends.iter().chain(&p.backups))
-        .filter_map(|b| match &b.target {
-            config::Target::Tcp { host, .. } if parse_ip(host).is_none() => {
-                seen.insert(host.as_str()).then_some((b, host.as_str()))
-            }
+        .flat_map(|p| {
+            p.backends
+                .iter()
+                .chain(&p.backups)
+                .map(move |b| (b, srv(p)))
+        })
+        .filter_map(|(b, srv)| match &b.target {
+            config::Target::Tcp { host, .. } if parse_ip(host).is_none() => seen
+                .insert(host.as_str())
+                .then_some((b, host.as_str(), srv)),
             _ => None,
         })
         .collect();
     // All at once: the wait is the slowest lookup's, not their sum.
     let mut lookups = tokio::task::JoinSet::new();
-    for (i, (_, host)) in names.iter().enumerate() {
+    for (i, &(_, host, srv)) in names.iter().enumerate() {
         let (dns, host) = (dns.clone(), host.to_string());
-        lookups.spawn(async move { (i, dns.lookup(&host, BUDGET).await.map(|a| a.ips)) });
+        lookups.spawn(async move {
+            let answer = match srv {
+                true => dns.srv(&host, BUDGET).await.map(|_| ()),
+                false => dns.lookup(&host, BUDGET).await.map(|_| ()),
+            };
+            (i, answer)
+        });
     }
     let mut failed = Vec::new();
     while let Some(Ok((i, answer))) = lookups.join_next().await {

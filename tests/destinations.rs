@@ -370,11 +370,12 @@ async fn a_strict_pool_never_dials_sluice_itself() {
 async fn check_strict_warns_about_names_that_do_not_resolve() {
     let dns = DnsServer::start().await;
     dns.set("here.test", &["192.0.2.10"], 60);
+    dns.set_srv("_http._tcp.here.test", &[(1, 1, 80, "here.test")], 60);
     let dir = TempDir::new();
     let path = dir.write(
         "s.conf",
         &format!(
-            "global {{ resolver {} }}\nsite * {{\n  route /a {{ proxy here.test:80 }}\n  route /b {{ proxy gone.test:80 }}\n}}\n",
+            "global {{ resolver {} }}\nsite * {{\n  route /a {{ proxy here.test:80 }}\n  route /b {{ proxy gone.test:80 }}\n  route /c {{ proxy srv:_http._tcp.here.test }}\n  route /d {{ proxy srv:_http._tcp.gone.test }}\n}}\n",
             dns.addr
         ),
     );
@@ -398,6 +399,13 @@ async fn check_strict_warns_about_names_that_do_not_resolve() {
     assert!(
         err.contains(&format!(
             "{path}:4:20: warning: `gone.test:80`: cannot resolve gone.test: no such name (NXDOMAIN)"
+        )),
+        "{err}"
+    );
+    // A srv: pool's name is asked for SRV records, not addresses.
+    assert!(
+        err.contains(&format!(
+            "{path}:6:20: warning: `srv:_http._tcp.gone.test`: cannot resolve _http._tcp.gone.test: no such name (NXDOMAIN)"
         )),
         "{err}"
     );

@@ -325,7 +325,8 @@ fn minisign(dir: &Path, args: &[&str]) -> bool {
 }
 
 /// A member run with `--verify-key` applies only signed bundles (DESIGN §15.4), and
-/// refuses files signed before the ones it runs unless the fleet rolls back (§18.3).
+/// refuses files signed before the ones it runs, whatever folder they come in, unless
+/// the fleet rolls back to a revision the member ran (§18.3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verifying_member_applies_signed_bundles_only() {
     if Command::new("minisign").arg("-v").output().is_err() {
@@ -378,8 +379,10 @@ async fn a_verifying_member_applies_signed_bundles_only() {
     );
     assert_eq!(get(m.addr, "/").await.text(), "local");
 
-    bundle(&dir, "old", "site * { respond old }\n");
+    let old = bundle(&dir, "old", "site * { respond old }\n");
     sign("old");
+    publish(&old, &to, &[]);
+    serves(&m, "old", Duration::from_secs(2)).await;
     // minisign's timestamps are seconds: the next signature is a later one.
     std::thread::sleep(Duration::from_millis(1100));
     let new = bundle(&dir, "new", "site * { respond new }\n");
@@ -387,19 +390,52 @@ async fn a_verifying_member_applies_signed_bundles_only() {
     let said = publish(&new, &to, &[]);
     assert!(said.contains("2 signed"), "{said}");
     serves(&m, "new", Duration::from_secs(2)).await;
-    // The same paths signed earlier: old files put back, refused.
-    std::fs::remove_dir_all(d.join("new")).unwrap();
-    std::fs::rename(d.join("old"), d.join("new")).unwrap();
-    publish(&new, &to, &[]);
-    m.wait_log("fleet: revision 3 refused");
+    // The old files and their valid signatures, under another folder: refused.
+    std::fs::rename(d.join("old"), d.join("moved")).unwrap();
+    publish(&d.join("moved/main.conf"), &to, &[]);
+    m.wait_log("fleet: revision 4 refused");
     assert!(
         m.logs().contains("older than the running revision"),
         "{}",
         m.logs()
     );
+    // A rollback mark does not pass a bundle this member never ran...
+    let out = sluice(&[&["publish", "--rollback", "4"][..], &to].concat(), &[]);
+    assert!(out.status.success());
+    m.wait_count("fleet: revision 4 refused", 2);
     assert_eq!(get(m.addr, "/").await.text(), "new");
-    // Only an explicit rollback goes back.
-    let out = sluice(&[&["publish", "--rollback", "3"][..], &to].concat(), &[]);
+    // ...and takes it back to one it ran.
+    let out = sluice(&[&["publish", "--rollback", "2"][..], &to].concat(), &[]);
     assert!(out.status.success());
     serves(&m, "old", Duration::from_secs(2)).await;
+}
+
+/// A reload joins the fleet (the newest revision at once) and leaves it (the file is
+/// the whole config again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_joins_and_leaves_the_fleet() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = TempDir::new();
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let to = ["--to", &url, "--channel", "t"];
+    publish(&bundle(&dir, "one", "site * { respond v1 }\n"), &to, &[]);
+    let port = free_port().to_string();
+    let own = |fleet: &str| {
+        format!("global {{ admin off\n{fleet} }}\nlisten 127.0.0.1:{port}\nsite * {{ respond local }}\n")
+    };
+    let path = dir.write("m/sluice.conf", &own(""));
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-c"]).arg(&path).env("FLEET_PORT", &port);
+    let m = Sluice::spawn_cmd(cmd, TempDir::new());
+    assert_eq!(get(m.addr, "/").await.text(), "local");
+    std::fs::write(&path, own(&format!("fleet {url} {{ name m; channel t }}"))).unwrap();
+    m.signal("HUP");
+    serves(&m, "v1", Duration::from_secs(3)).await;
+    m.wait_log("fleet: following redis://127.0.0.1");
+    std::fs::write(&path, own("")).unwrap();
+    m.signal("HUP");
+    serves(&m, "local", Duration::from_secs(3)).await;
+    m.wait_log("fleet: this instance left the fleet");
 }

@@ -430,3 +430,28 @@ async fn health_removed_and_added_back_by_reloads() {
     }
     assert!(probes.load(Ordering::SeqCst) > seen, "probed again");
 }
+
+/// A pool that names one address twice keeps two peers across reloads: a listed
+/// pool's addresses are its identity and are never refitted (only a discovered pool's
+/// are).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_written_twice_stays_two_peers() {
+    let b = Backend::text("ok").await;
+    let text = format!(
+        "global {{ admin 127.0.0.1:0 }}\nsite * {{ proxy {0} {0} }}",
+        b.addr
+    );
+    let r = Reloadable::start(&text);
+    for n in 1..=2 {
+        r.reload(&text, "reloaded: revision", n);
+    }
+    let st: serde_json::Value =
+        serde_json::from_str(&get(r.s.admin(), "/status").await.text()).unwrap();
+    let ordinals: Vec<u64> = st["pools"][0]["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["ordinal"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ordinals, [0, 1], "{st}");
+}

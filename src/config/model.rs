@@ -981,9 +981,12 @@ pub struct ProxyConfig {
 impl ProxyConfig {
     /// The scheme every address of the pool shares (checked at load).
     pub fn scheme(&self) -> BackendScheme {
-        self.backends
-            .first()
-            .map_or(BackendScheme::Http, |b| b.scheme)
+        match (&self.discover, self.backends.first()) {
+            // A discovered pool speaks its source's scheme, with or without peers.
+            (Some(d), _) => d.scheme,
+            (None, Some(b)) => b.scheme,
+            (None, None) => BackendScheme::Http,
+        }
     }
 
     pub fn new(backends: Vec<BackendAddr>) -> Self {

@@ -82,10 +82,17 @@ pub(crate) fn verify(
             line: 0,
             col: 0,
         };
-        // A published bundle's files are told from the instance's own by their key.
+        // A published bundle's files are told from the instance's own by their key,
+        // and known by the name their signature covers (a bundle's paths are not
+        // signed: an old file under a new folder is still the old file).
         let path = match reader {
             Reader::Disk => name.to_string(),
-            Reader::Kept(_) => format!("fleet:{name}"),
+            Reader::Kept(_) => {
+                let base = std::path::Path::new(name)
+                    .file_name()
+                    .map(|f| f.to_string_lossy());
+                format!("fleet:{}", base.unwrap_or_default())
+            }
         };
         match check_one(name, sources.text(id).as_bytes(), key, reader) {
             Ok(t) => match running.get(&path) {
@@ -103,8 +110,10 @@ pub(crate) fn verify(
                          on the admin API, or sign the file again",
                     ),
                 ),
+                // Files of one name: the earliest signature is the bar for the next.
                 _ => {
-                    signed.insert(path, t);
+                    let at = signed.entry(path).or_insert(t);
+                    *at = (*at).min(t);
                 }
             },
             Err(why) => errors.push(Diagnostic::error(at, format!("signature: {why}")).with_hint(format!(

@@ -115,7 +115,9 @@ impl Member {
             return Ok(());
         }
         let n = head.revision;
-        let result = match store::fetch(conn, &self.cfg.channel, n).await {
+        // Redis not answering ends the session (the head is tried again after it);
+        // an answer with no usable bundle is this revision's result.
+        let result = match store::fetch(conn, &self.cfg.channel, n).await? {
             Ok(bundle) => self.apply(bundle, head.rollback).await,
             Err(why) => Err(why),
         };
@@ -173,7 +175,7 @@ impl Member {
             seen: super::unix_now(),
         };
         store::beat(conn, &self.cfg.channel, &beat).await?;
-        let n = store::members(conn, &self.cfg.channel).await?.len();
+        let n = store::count(conn, &self.cfg.channel).await?;
         self.update(|s| s.members = n);
         Ok(())
     }
@@ -187,7 +189,7 @@ pub(crate) async fn newest(
     let mut conn = store::connect(&client).await?;
     match store::head(&mut conn, &cfg.channel).await? {
         Some(h) => {
-            let rev = store::fetch(&mut conn, &cfg.channel, h.revision).await?;
+            let rev = store::fetch(&mut conn, &cfg.channel, h.revision).await??;
             Ok(Some((rev, h.seen())))
         }
         None => Ok(None),

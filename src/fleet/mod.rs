@@ -11,9 +11,11 @@
 //! The keys, under the channel's name (`sluice` by default):
 //! `{channel}:revisions` (the last number given), `{channel}:rev:N` (a bundle; the last
 //! [`KEEP`] are kept), `{channel}:head` (the revision the fleet should run: the newest,
-//! or the one a rollback named) and `{channel}:member:NAME` (a heartbeat hash, expiring
-//! after [`HEARTBEAT_TTL`]). A publish or a rollback is announced on the channel
-//! `{channel}` with the revision's number.
+//! or the one a rollback named, with a stamp and the `rollback` mark; a publish never
+//! moves it back past a newer one), `{channel}:member:NAME` (a heartbeat hash,
+//! expiring after [`HEARTBEAT_TTL`]) and `{channel}:members` (names by their last
+//! beat, so counting members scans nothing). A publish or a rollback is announced on
+//! the channel `{channel}` with the revision's number.
 
 pub(crate) mod bundle;
 pub(crate) mod member;

@@ -34,8 +34,10 @@ impl Keys<'_> {
     pub(crate) fn member(&self, name: &str) -> String {
         format!("{}:member:{name}", self.0)
     }
+    /// The members by the time of their last beat (a sorted set): counting them
+    /// never scans the keyspace.
     fn members(&self) -> String {
-        format!("{}:member:*", self.0)
+        format!("{}:members", self.0)
     }
 }
 
@@ -96,15 +98,18 @@ pub(crate) async fn head(
     Ok(v.as_deref().and_then(Head::parse))
 }
 
-/// Revision `n`'s bundle, when it is still kept.
+/// Revision `n`'s bundle: `Err` when Redis did not answer (try again), `Ok(Err)`
+/// when it answered with no usable bundle (not kept, not readable).
 pub(crate) async fn fetch(
     conn: &mut MultiplexedConnection,
     channel: &str,
     n: u64,
-) -> Result<FleetRevision, String> {
+) -> Result<Result<FleetRevision, String>, String> {
     let v: Option<String> = query(conn, redis::cmd("GET").arg(Keys(channel).revision(n))).await?;
-    let text = v.ok_or_else(|| format!("revision {n} is not kept (the last {KEEP} are)"))?;
-    bundle::decode(n, &text)
+    Ok(match v {
+        Some(text) => bundle::decode(n, &text),
+        None => Err(format!("revision {n} is not kept (the last {KEEP} are)")),
+    })
 }
 
 /// Stores `text` as the next revision, makes it the head and announces it; its number.
@@ -118,6 +123,18 @@ async fn store(conn: &mut MultiplexedConnection, channel: &str, text: &str) -> R
     announce(conn, channel, n, false).await?;
     Ok(n)
 }
+
+/// Sets the head to `head` (`N STAMP [rollback]`) unless a publish raced this one and
+/// set a newer revision; a rollback sets it whatever it was.
+const SET_HEAD: &str = r"
+local now = redis.call('GET', KEYS[1])
+if ARGV[3] == '0' and now then
+  local n = tonumber(string.match(now, '^%d+'))
+  if n and n > tonumber(ARGV[1]) then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+";
 
 /// Makes `n` the head and tells the members.
 async fn announce(
@@ -133,7 +150,15 @@ async fn announce(
         true => format!("{n} {stamp:x} rollback"),
         false => format!("{n} {stamp:x}"),
     };
-    query::<()>(conn, redis::cmd("SET").arg(Keys(channel).head()).arg(head)).await?;
+    let set = redis::cmd("EVAL")
+        .arg(SET_HEAD)
+        .arg(1)
+        .arg(Keys(channel).head())
+        .arg(n)
+        .arg(head)
+        .arg(u8::from(rollback).to_string())
+        .clone();
+    query::<i64>(conn, &set).await?;
     query::<i64>(conn, redis::cmd("PUBLISH").arg(channel).arg(n)).await?;
     Ok(())
 }
@@ -189,11 +214,36 @@ pub(crate) async fn beat(
         .cmd("EXPIRE")
         .arg(&key)
         .arg(super::HEARTBEAT_TTL.as_secs())
+        .ignore()
+        .cmd("ZADD")
+        .arg(Keys(channel).members())
+        .arg(beat.seen)
+        .arg(&beat.name)
+        .ignore()
+        // Members silent for a minute leave the set.
+        .cmd("ZREMRANGEBYSCORE")
+        .arg(Keys(channel).members())
+        .arg("-inf")
+        .arg(beat.seen.saturating_sub(60))
         .ignore();
     match tokio::time::timeout(DEADLINE, pipe.query_async::<()>(conn)).await {
         Ok(r) => r.map_err(|e| e.to_string()),
         Err(_) => Err(format!("no answer in {}s", DEADLINE.as_secs())),
     }
+}
+
+/// The members whose heartbeat is live (seen within its TTL).
+pub(crate) async fn count(
+    conn: &mut MultiplexedConnection,
+    channel: &str,
+) -> Result<usize, String> {
+    let since = super::unix_now().saturating_sub(super::HEARTBEAT_TTL.as_secs());
+    let cmd = redis::cmd("ZCOUNT")
+        .arg(Keys(channel).members())
+        .arg(since)
+        .arg("+inf")
+        .clone();
+    query(conn, &cmd).await
 }
 
 /// Every member with a live heartbeat, by name.
@@ -202,36 +252,24 @@ pub(crate) async fn members(
     channel: &str,
 ) -> Result<Vec<Heartbeat>, String> {
     let keys = Keys(channel);
-    let prefix = keys.member("");
-    let mut names = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let cmd = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(keys.members())
-            .arg("COUNT")
-            .arg(500)
-            .clone();
-        let (next, batch): (u64, Vec<String>) = query(conn, &cmd).await?;
-        names.extend(batch);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
+    let since = super::unix_now().saturating_sub(super::HEARTBEAT_TTL.as_secs());
+    let cmd = redis::cmd("ZRANGEBYSCORE")
+        .arg(keys.members())
+        .arg(since)
+        .arg("+inf")
+        .clone();
+    let mut names: Vec<String> = query(conn, &cmd).await?;
     names.sort();
-    names.dedup();
     let mut out = Vec::with_capacity(names.len());
-    for key in names {
+    for name in names {
         let h: std::collections::HashMap<String, String> =
-            query(conn, redis::cmd("HGETALL").arg(&key)).await?;
-        let num = |f: &str| h.get(f).and_then(|v| v.parse().ok()).unwrap_or(0);
+            query(conn, redis::cmd("HGETALL").arg(keys.member(&name))).await?;
         if h.is_empty() {
             continue;
         }
+        let num = |f: &str| h.get(f).and_then(|v| v.parse().ok()).unwrap_or(0);
         out.push(Heartbeat {
-            name: key[prefix.len()..].to_string(),
+            name,
             revision: num("revision"),
             result: h.get("result").cloned().unwrap_or_default(),
             version: h.get("version").cloned().unwrap_or_default(),
@@ -326,7 +364,7 @@ pub fn cli_publish(file: &str, key: Option<&config::signed::VerifyKey>, to: &Tar
 pub fn cli_rollback(n: u64, to: &Target) -> ExitCode {
     let done = with_redis(to, async |conn| {
         // Checked first: a rollback to a revision no longer kept changes nothing.
-        fetch(conn, &to.channel, n).await?;
+        fetch(conn, &to.channel, n).await??;
         announce(conn, &to.channel, n, true).await
     });
     match done {

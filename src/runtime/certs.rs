@@ -181,6 +181,7 @@ impl ResolvesServerCert for SniCerts {
 }
 
 /// A generation's TLS server side: what its `tls` listeners hand to rustls.
+#[derive(Clone)]
 pub(crate) struct Tls {
     pub config: Arc<rustls::ServerConfig>,
     pub certs: Arc<SniCerts>,

@@ -257,6 +257,7 @@ async fn start(
         (Some(state), Some(cfg)) => Some(join_fleet(cfg, state, &commands_tx, &revisions)),
         _ => None,
     };
+    let own_commands = commands_tx.clone();
     let admin_token = admin::Token::default();
     admin_token.store(config.global.admin_token.clone().map(Arc::new));
     let api = admin::Api {
@@ -268,15 +269,7 @@ async fn start(
         open: Arc::default(),
     };
     let admin_open = api.open.clone();
-    let (admin_addr, admin_fd, admin_task) = match config.global.admin {
-        Some(addr) => {
-            let a = listeners::start_admin(addr, api)
-                .await
-                .map_err(|source| StartError::Admin { addr, source })?;
-            (a.local, a.fd, Some(a.task))
-        }
-        None => (None, None, None),
-    };
+    let (admin_addr, admin_fd, admin_task) = admin_api(config.global.admin, api).await?;
     let access: super::conn::Access = Arc::new(arc_swap::ArcSwapOption::empty());
     if let Some(c) = &config.global.access_log {
         access.store(Some(
@@ -301,6 +294,7 @@ async fn start(
         pid_file: None,
         config: Arc::new(config.clone()),
         fleet_task,
+        commands: own_commands,
     };
     // Signals first (above): once a listener is announced, a SIGHUP must reload, not
     // kill (the default action) a process still setting up.
@@ -320,6 +314,21 @@ async fn start(
     ]);
     super::handover::tell_parent("READY=1");
     Ok((server, commands))
+}
+
+/// The admin API on `addr` (when it is on): where it listens, a duplicate of its
+/// socket (for an upgrade) and its accept loop.
+async fn admin_api(
+    addr: Option<SocketAddr>,
+    api: admin::Api,
+) -> Result<(Option<SocketAddr>, Option<OwnedFd>, Option<JoinHandle<()>>), StartError> {
+    let Some(addr) = addr else {
+        return Ok((None, None, None));
+    };
+    let a = listeners::start_admin(addr, api)
+        .await
+        .map_err(|source| StartError::Admin { addr, source })?;
+    Ok((a.local, a.fd, Some(a.task)))
 }
 
 /// Tells systemd (`Type=notify`, `NOTIFY_SOCKET` set) where the process is: ready,
@@ -359,6 +368,8 @@ struct Server {
     /// The fleet member, stopped when this process stops serving (a successor or
     /// nobody speaks for the instance from then on).
     fleet_task: Option<JoinHandle<()>>,
+    /// Where a fleet member started by a reload sends its revisions.
+    commands: mpsc::Sender<Command>,
 }
 
 /// WebSocket tunnels or L4 relays open in this process.
@@ -667,7 +678,13 @@ impl Server {
         let key = self.source.verify_key.as_deref();
         // A fleet member re-reads its own file and keeps the published revision.
         let loaded = match self.running_fleet() {
-            Some(rev) => config::load_fleet(&file, &rev, key, &running, false),
+            Some(rev) => match config::load_fleet(&file, &rev, key, &running, false) {
+                // The file left the fleet: it is the whole config again.
+                Ok(l) if l.config.global.fleet.is_none() => {
+                    config::load_file_verified(&file, key, &running)
+                }
+                l => l,
+            },
             None => config::load_file_verified(&file, key, &running),
         };
         let result = self.apply(loaded, Origin::Reload);
@@ -725,8 +742,21 @@ impl Server {
         };
         let running = self.running_signed_at();
         let key = self.source.verify_key.as_deref();
+        // The head's `rollback` mark is Redis's word: it passes over signing times
+        // only for a bundle this instance has run (a revision it keeps).
+        let rollback = rollback && self.has_run(rev);
         let loaded = config::load_fleet(&file, rev, key, &running, rollback);
         self.apply(loaded, Origin::Fleet)
+    }
+
+    /// Whether a kept revision ran `rev`'s files.
+    fn has_run(&self, rev: &config::FleetRevision) -> bool {
+        let r = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
+        let ran = r
+            .iter()
+            .filter_map(|k| k.kept.fleet.as_ref())
+            .any(|f| f.files == rev.files);
+        ran
     }
 
     /// The fleet revision the running config was taken from, if any.
@@ -808,6 +838,7 @@ impl Server {
         self.close_unwanted(&config, origin);
         self.start(bound);
         self.grace = config.global.grace;
+        self.follow_fleet(&config);
         self.config = Arc::new(config.clone());
         let fleet = kept.fleet.as_ref().map(|f| f.revision);
         let revision = self.record(origin, kept, signed_by, signed_at);
@@ -844,8 +875,42 @@ impl Server {
     /// A discovered pool's peers changed: the running config, compiled again with
     /// them (no new revision; listeners untouched).
     fn rediscover(&mut self) {
-        let next = Generation::compile(&self.config, Some(&self.live.load()));
+        let previous = self.live.load();
+        let mut next = Generation::compile(&self.config, Some(&previous));
+        // The certificates as served now: files replaced since the config was loaded
+        // were picked up in place (`watch_certificates`), not from the config.
+        next.tls = previous.tls.clone();
         self.live.swap(next);
+    }
+
+    /// A reload that adds, changes or removes `fleet`: the member follows the new
+    /// settings from now on (a new one catches up with the head at once).
+    fn follow_fleet(&mut self, config: &Config) {
+        let running = self.config.global.fleet.as_ref();
+        if config.global.fleet.as_ref() == running {
+            return;
+        }
+        if let Some(t) = self.fleet_task.take() {
+            t.abort();
+        }
+        self.revisions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .fleet = None;
+        match &config.global.fleet {
+            Some(f) => {
+                tracing::info!(
+                    "sluice: fleet: following {} (channel {}) as {}",
+                    crate::net::redis::shown(&f.url),
+                    f.channel,
+                    f.name
+                );
+                let state = FleetState::default();
+                let task = join_fleet(f.clone(), state, &self.commands, &self.revisions);
+                self.fleet_task = Some(task);
+            }
+            None => tracing::info!("sluice: fleet: this instance left the fleet"),
+        }
     }
 
     /// Numbers a revision that now runs; a fleet member's state follows it.
@@ -857,9 +922,18 @@ impl Server {
         signed_at: config::signed::SignedAt,
     ) -> u64 {
         let mut r = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
-        if let (Some(f), Some(state)) = (&kept.fleet, r.fleet.as_mut()) {
-            state.revision = f.revision;
-            state.result = "ok".into();
+        if let Some(state) = r.fleet.as_mut() {
+            let fleet = kept.fleet.as_ref().map_or(0, |f| f.revision);
+            match origin {
+                Origin::Fleet => {
+                    state.revision = fleet;
+                    state.result = "ok".into();
+                }
+                // A local way back runs what it restores (0: the instance's own file).
+                Origin::Rollback => state.revision = fleet,
+                // A reload keeps the revision, and the word on the last one tried.
+                Origin::Start | Origin::Reload => {}
+            }
         }
         r.record(origin, kept, signed_by, signed_at)
     }

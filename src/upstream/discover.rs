@@ -87,6 +87,10 @@ impl Discovery {
     pub(crate) fn apply(&self, cfg: &ProxyConfig) -> ProxyConfig {
         let mut cfg = cfg.clone();
         let srv = matches!(self.source.kind, DiscoverKind::Srv { .. });
+        if let DiscoverKind::Addresses { host, .. } = &self.source.kind {
+            // Peers are addresses; the certificate names the name.
+            cfg.tls.server_name.get_or_insert_with(|| host.clone());
+        }
         let Some(answer) = self.answer() else {
             if srv {
                 cfg.backends.clear();

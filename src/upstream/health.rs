@@ -174,7 +174,10 @@ pub(crate) async fn run(
                         };
                         let passed = result.is_ok();
                         report(&name, &peer, &health, result);
-                        s.probe_for_failover(&name, &peer, passed);
+                        // A discovered peer that left meanwhile says nothing of the pool.
+                        if s.peers().iter().any(|p| Arc::ptr_eq(p, &peer)) {
+                            s.probe_for_failover(&name, &peer, passed);
+                        }
                     }
                     Some(_) => {}
                 },

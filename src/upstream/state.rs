@@ -168,6 +168,10 @@ impl PoolState {
     /// left drain: requests on them finish on the generation that sent them, their
     /// idle connections close now.
     fn take_peers(&self, cfg: &ProxyConfig) {
+        // A listed pool's addresses are its identity: they never change under it.
+        if cfg.discover.is_none() {
+            return;
+        }
         let old = self.peers.load_full();
         let next = refit(&old, cfg);
         if next.len() == old.len() && next.iter().zip(old.iter()).all(|(a, b)| Arc::ptr_eq(a, b)) {
@@ -318,13 +322,16 @@ fn refit(old: &[Arc<Peer>], cfg: &ProxyConfig) -> Vec<Arc<Peer>> {
         .enumerate()
         .map(|(i, a)| (a, cfg.weights.get(i).copied().unwrap_or(1), Role::Primary));
     let backups = cfg.backups.iter().map(|a| (a, 1, Role::Backup));
+    let mut unmatched: Vec<&Arc<Peer>> = old.iter().collect();
     primaries
         .chain(backups)
         .map(|(addr, weight, role)| {
-            if let Some(p) = old
+            // Each old peer is kept once: an address written twice stays two peers.
+            let kept = unmatched
                 .iter()
-                .find(|p| p.addr.text == addr.text && p.role == role)
-            {
+                .position(|p| p.addr.text == addr.text && p.role == role);
+            if let Some(k) = kept {
+                let p = unmatched.swap_remove(k);
                 p.weight.store(weight, Ordering::Relaxed);
                 return p.clone();
             }

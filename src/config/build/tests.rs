@@ -419,6 +419,10 @@ fn discovered_pools_read_and_refuse_what_dns_decides() {
         Policy::WeightedRoundRobin,
         "srv: defaults to weighted"
     );
+    // Before its first answer the pool has no address, and still its scheme.
+    let mut empty = (**p).clone();
+    empty.backends.clear();
+    assert_eq!(empty.scheme(), BackendScheme::H2c);
     let c = ok("listen :80\nsite * { proxy srv:_http._tcp.api { lb least_conn } }");
     let Some(Handler::Proxy(p)) = &c.sites[0].routes[0].handler else {
         panic!("a proxy");
