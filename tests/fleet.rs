@@ -370,6 +370,25 @@ async fn a_verifying_member_applies_signed_bundles_only() {
     };
 
     let unsigned = bundle(&dir, "unsigned", "site * { respond v1 }\n");
+    // `publish --verify-key` checks the signatures before anything reaches Redis.
+    let args = [
+        &[
+            "publish",
+            "--verify-key",
+            &key,
+            "-c",
+            unsigned.to_str().unwrap(),
+        ][..],
+        &to,
+    ]
+    .concat();
+    let out = sluice(&args, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("main.conf.minisig is missing"),
+        "{}",
+        text(&out.stderr)
+    );
     publish(&unsigned, &to, &[]);
     m.wait_log("fleet: revision 1 refused");
     assert!(
