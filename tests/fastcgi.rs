@@ -25,8 +25,6 @@ struct Seen {
 struct Responder {
     addr: SocketAddr,
     conns: Arc<AtomicUsize>,
-    /// The most connections open at once.
-    peak: Arc<AtomicUsize>,
     /// The most requests being answered at once (from BEGIN_REQUEST to the answer's
     /// first byte): unlike connections, never counted late, since sluice frees a
     /// place only once it has read the answer's end.
@@ -89,29 +87,17 @@ impl Responder {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let conns = Arc::new(AtomicUsize::new(0));
-        let peak = Arc::new(AtomicUsize::new(0));
-        let open = Arc::new(AtomicUsize::new(0));
         let busy_peak = Arc::new(AtomicUsize::new(0));
         let busy = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let (c, sn, pk) = (conns.clone(), seen.clone(), peak.clone());
+        let (c, sn) = (conns.clone(), seen.clone());
         let (bp, bz) = (busy_peak.clone(), busy.clone());
         tokio::spawn(async move {
             while let Ok((mut s, _)) = l.accept().await {
                 c.fetch_add(1, Ordering::SeqCst);
-                let now = open.fetch_add(1, Ordering::SeqCst) + 1;
-                pk.fetch_max(now, Ordering::SeqCst);
                 let sn = sn.clone();
-                let open = open.clone();
                 let (bp, bz) = (bp.clone(), bz.clone());
                 tokio::spawn(async move {
-                    struct Closed(Arc<AtomicUsize>);
-                    impl Drop for Closed {
-                        fn drop(&mut self) {
-                            self.0.fetch_sub(1, Ordering::SeqCst);
-                        }
-                    }
-                    let _closed = Closed(open);
                     loop {
                         let mut seen = Seen::default();
                         let Some((kind, begin)) = read_record(&mut s).await else {
@@ -202,7 +188,6 @@ impl Responder {
         Responder {
             addr,
             conns,
-            peak,
             busy_peak,
             seen,
         }
