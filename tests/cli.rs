@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{bin, get, Backend, Sluice, TempDir};
+use common::{bin, get, minisign, Backend, Sluice, TempDir};
 
 struct Out {
     code: i32,
@@ -542,16 +542,6 @@ async fn the_one_line_proxy_takes_ports_and_speaks_of_its_flags() {
             );
         }
     }
-}
-
-/// `minisign` in `dir`: `args`, with no password (keys made with -W).
-fn minisign(dir: &std::path::Path, args: &[&str]) -> bool {
-    Command::new("minisign")
-        .current_dir(dir)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// A folder with a minisign key pair made in it (`k.pub`, `k.sec`, no password), and

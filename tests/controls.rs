@@ -8,18 +8,11 @@ use std::error::Error as _;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
+use common::pebble::free_port;
 use common::pki::{connect, Ca};
 use common::*;
 use http_body_util::{BodyExt, Empty};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn at(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))

@@ -8,19 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use common::pebble::free_port;
 use common::redis::{Deployed, RedisServer};
 use common::*;
 
 const PASSWORD: &str = "fl33t-s3cret";
-
-/// A free loopback port.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A member named `name`: its own file supplies `global` (the fleet, its admin API)
 /// and serves `local` until a revision arrives; `env` is its environment (the
@@ -312,16 +304,6 @@ fn publish_says_why_it_did_not() {
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.contains("over the 8 MiB a revision may hold"), "{err}");
-}
-
-/// `minisign` in `dir`, with no password (keys made with -W).
-fn minisign(dir: &Path, args: &[&str]) -> bool {
-    Command::new("minisign")
-        .current_dir(dir)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// A member run with `--verify-key` applies only signed bundles (DESIGN §15.4), and

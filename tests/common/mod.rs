@@ -76,6 +76,16 @@ pub fn without_admin(text: &str) -> String {
     }
 }
 
+/// `minisign` in `dir`: `args`, with no password (keys made with -W).
+pub fn minisign(dir: &std::path::Path, args: &[&str]) -> bool {
+    Command::new("minisign")
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_sluice")
 }
