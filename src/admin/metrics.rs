@@ -185,6 +185,31 @@ fn certificates(o: &mut String, gen: &Generation) {
             );
         }
     }
+    let stapled: Vec<_> = tls
+        .certs
+        .slots
+        .iter()
+        .filter_map(|s| Some((s, s.stapler.expiry()?)))
+        .collect();
+    if stapled.is_empty() {
+        return;
+    }
+    head(
+        o,
+        "sluice_tls_ocsp_staple_expiry_seconds",
+        "gauge",
+        "Unix time the site's OCSP staple stops being valid (nextUpdate)",
+    );
+    for (slot, t) in stapled {
+        let secs = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let _ = writeln!(
+            o,
+            "sluice_tls_ocsp_staple_expiry_seconds{{site=\"{}\"}} {secs}",
+            esc(&slot.site)
+        );
+    }
 }
 
 /// Responses by status.

@@ -129,6 +129,7 @@ fn certificates(gen: &Generation) -> Vec<Value> {
                 "auto": slot.files.is_none(),
                 "not_after": rfc3339(after),
                 "expires_in_seconds": left,
+                "ocsp_next_update": slot.stapler.expiry().map(rfc3339),
             }))
         })
         .collect()

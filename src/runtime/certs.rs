@@ -33,6 +33,8 @@ pub(crate) struct CertSlot {
     stamp: Mutex<Stamp>,
     /// `tls auto`: held so its renewal task runs while this generation lives.
     _managed: Option<Arc<crate::acme::Managed>>,
+    /// The OCSP staple, when the certificate names a responder.
+    pub stapler: super::ocsp::Stapler,
 }
 
 /// Size and modification time of both files.
@@ -82,11 +84,20 @@ impl CertSlot {
             files,
             current,
             _managed: managed,
+            stapler: Default::default(),
         }
     }
 
+    /// The certificate handshakes get: with its OCSP staple when it has one.
     pub(crate) fn current(&self) -> Arc<CertifiedKey> {
-        self.current.load_full()
+        self.stapler.staple(self.current.load_full())
+    }
+
+    /// Fetches the OCSP staple when it is due.
+    pub(crate) async fn staple(&self) {
+        self.stapler
+            .refresh(&self.site, self.current.load_full())
+            .await;
     }
 
     /// When the certificate served now stops being valid.

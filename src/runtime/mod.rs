@@ -7,6 +7,7 @@
 pub(crate) mod carry;
 pub(crate) mod certs;
 pub(crate) mod compile;
+pub(crate) mod ocsp;
 
 use std::net::IpAddr;
 use std::sync::Arc;

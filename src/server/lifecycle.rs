@@ -1020,7 +1020,8 @@ impl Server {
 const CERT_POLL: Duration = Duration::from_secs(2);
 
 /// Reloads the live generation's certificates whose files changed (a stat of each file
-/// per tick; the files are read only when one changed).
+/// per tick; the files are read only when one changed), and fetches the OCSP staples
+/// that are due (`runtime::ocsp`).
 async fn watch_certificates(live: Arc<Live>) {
     let mut tick = tokio::time::interval(CERT_POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -1032,12 +1033,15 @@ async fn watch_certificates(live: Arc<Live>) {
         };
         let certs = tls.certs.clone();
         drop(gen);
+        let files = certs.clone();
         let _ = tokio::task::spawn_blocking(move || {
-            for slot in &certs.slots {
+            for slot in &files.slots {
                 slot.refresh();
             }
         })
         .await;
+        // OCSP staples due (each fetch bounded), all at once.
+        futures_util::future::join_all(certs.slots.iter().map(|s| s.staple())).await;
     }
 }
 
