@@ -650,3 +650,100 @@ fn a_bad_acme_setup_fails_the_check_with_where_and_why() {
         assert_check_fails(&dir, text, want);
     }
 }
+
+/// `tls on_demand { ask URL }` (DESIGN §18.8): a name `ask` allows gets a certificate
+/// at its first handshake, which waits for the order, and it verifies against the
+/// ACME root; a second handshake finds it without asking again. A name `ask` refuses
+/// gets no certificate, and is not asked about again for ten minutes.
+#[tokio::test]
+async fn on_demand_certificates_are_ordered_for_the_names_ask_allows() {
+    let Some((pebble, (http, tls), data, conf)) = with_pebble(Duration::from_secs(3600)) else {
+        return;
+    };
+    let asked: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let log = asked.clone();
+    let ask = Backend::start(move |req: hyper::Request<hyper::body::Incoming>| {
+        let domain = req
+            .uri()
+            .query()
+            .and_then(|q| q.strip_prefix("domain="))
+            .unwrap_or("")
+            .to_string();
+        log.lock().unwrap().push(domain.clone());
+        async move {
+            let status = if domain.ends_with(".ok.test") {
+                200
+            } else {
+                403
+            };
+            hyper::Response::builder()
+                .status(status)
+                .body(full(""))
+                .unwrap()
+        }
+    })
+    .await;
+    let config = format!(
+        "listen 127.0.0.1:{http}
+listen 127.0.0.1:{tls} tls
+global {{
+    admin 127.0.0.1:0
+    acme {{
+        directory {dir}
+        ca_root {ca}
+        email ops@example.com
+        storage {storage}
+        challenge tls-alpn-01
+    }}
+}}
+site *.ok.test *.no.test {{
+    tls on_demand {{ ask http://{ask}/check }}
+    respond \"hello\\n\"
+}}
+",
+        dir = pebble.directory,
+        ca = pebble.api_ca.display(),
+        storage = data.0.display(),
+        ask = ask.addr,
+    );
+    let path = conf.0.join("sluice.conf");
+    std::fs::write(&path, config).unwrap();
+    let s = Sluice::spawn(&["run", "-c", path.to_str().unwrap()], TempDir::new());
+    let verified = trusting(pebble.root().await);
+    for _ in 0..2 {
+        let (der, body) = fetch(tls, verified.clone(), "shop.ok.test")
+            .await
+            .unwrap_or_else(|e| panic!("shop.ok.test does not verify: {e}\n{}", s.logs()));
+        assert!(!is_placeholder(&der));
+        assert_eq!(body, "hello\n");
+    }
+    for _ in 0..2 {
+        let r = fetch(tls, verified.clone(), "evil.no.test").await;
+        assert!(r.is_err(), "a refused name gets no certificate");
+    }
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(
+        asked,
+        ["shop.ok.test", "evil.no.test"],
+        "each name asked about once"
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&get(s.admin(), "/status").await.text()).unwrap();
+    assert_eq!(
+        status["acme"]["certificates"][0]["names"],
+        serde_json::json!(["shop.ok.test"])
+    );
+
+    // At most ten new names a minute: nine more now, the tenth refused.
+    for i in 1..=10 {
+        let name = format!("n{i}.ok.test");
+        let r = fetch(tls, verified.clone(), &name).await;
+        assert_eq!(r.is_ok(), i < 10, "{name}: {:?}\n{}", r.err(), s.logs());
+    }
+    s.wait_log("on_demand: 10 new names in the last minute; n10.ok.test waits");
+
+    // An `ask` that cannot be reached refuses the handshake.
+    drop(ask);
+    assert!(fetch(tls, verified.clone(), "late.ok.test").await.is_err());
+    s.wait_log("late.ok.test refused for this handshake");
+}

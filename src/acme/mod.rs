@@ -22,6 +22,7 @@
 
 pub(crate) mod certs;
 mod http;
+mod on_demand;
 mod order;
 pub(crate) mod store;
 mod task;
@@ -61,6 +62,8 @@ pub(crate) struct Manager {
     /// The certificates the manager these settings replaced was serving (same ACME
     /// directory), by names: what a new [`Managed`] starts from.
     seed: HashMap<Vec<String>, Arc<CertifiedKey>>,
+    /// `tls on_demand`: names asked about and their certificates.
+    on_demand: Mutex<on_demand::OnDemand>,
 }
 
 /// A TLS-ALPN-01 certificate, and the published digest it was built from when it
@@ -126,6 +129,7 @@ impl Manager {
             alpn: Mutex::default(),
             account: tokio::sync::Mutex::const_new(None),
             seed,
+            on_demand: Mutex::default(),
         })
     }
 

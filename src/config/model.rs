@@ -460,7 +460,7 @@ impl SiteTls {
     pub fn files(&self) -> Option<(&PathBuf, &std::sync::Arc<rustls::sign::CertifiedKey>)> {
         match &self.source {
             CertSource::Files { cert, loaded, .. } => Some((cert, loaded)),
-            CertSource::Auto { .. } => None,
+            CertSource::Auto { .. } | CertSource::OnDemand { .. } => None,
         }
     }
 }
@@ -477,6 +477,9 @@ pub enum CertSource {
     /// `tls auto`: ordered from the ACME server for the site's names (lower case, as
     /// written, each once).
     Auto { names: Vec<String> },
+    /// `tls on_demand { ask URL }` on a `*` / `*.suffix` site: a certificate ordered
+    /// at the first handshake for a name `ask` allows (DESIGN §18.8).
+    OnDemand { ask: String },
 }
 
 /// `tls CERT KEY { client_ca FILE; client_auth require|optional; client_crl FILE... }`.

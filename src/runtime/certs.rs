@@ -35,6 +35,8 @@ pub(crate) struct CertSlot {
     _managed: Option<Arc<crate::acme::Managed>>,
     /// The OCSP staple, when the certificate names a responder.
     pub stapler: super::ocsp::Stapler,
+    /// `tls on_demand`: the manager that orders, and the `ask` URL.
+    pub on_demand: Option<(Arc<crate::acme::Manager>, String)>,
 }
 
 /// Size and modification time of both files.
@@ -58,7 +60,19 @@ impl CertSlot {
         t: &crate::config::SiteTls,
         acme: Option<&Arc<crate::acme::Manager>>,
     ) -> CertSlot {
+        let on_demand = match (&t.source, acme) {
+            (CertSource::OnDemand { ask }, Some(m)) => Some((m.clone(), ask.clone())),
+            _ => None,
+        };
         let (files, current, managed) = match (&t.source, acme) {
+            // Served only to a name with no certificate yet: the handshake fails.
+            (CertSource::OnDemand { .. }, _) => (
+                None,
+                Arc::new(ArcSwap::new(crate::acme::certs::placeholder(&[
+                    "on-demand.invalid".to_string(),
+                ]))),
+                None,
+            ),
             (CertSource::Files { cert, key, loaded }, _) => (
                 Some((cert.clone(), key.clone())),
                 Arc::new(ArcSwap::new(loaded.clone())),
@@ -85,7 +99,20 @@ impl CertSlot {
             current,
             _managed: managed,
             stapler: Default::default(),
+            on_demand,
         }
+    }
+
+    /// The certificate for a handshake naming `sni`: an on-demand site's for that
+    /// name (when it has one), else the slot's own.
+    pub(crate) fn for_name(&self, sni: Option<&str>) -> Arc<CertifiedKey> {
+        if let (Some((acme, _)), Some(name)) = (&self.on_demand, sni) {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            if let Some(ck) = acme.on_demand_cert(&name) {
+                return self.stapler.staple(ck);
+            }
+        }
+        self.current()
     }
 
     /// The certificate handshakes get: with its OCSP staple when it has one.
@@ -187,7 +214,8 @@ impl SniCerts {
 
 impl ResolvesServerCert for SniCerts {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.choose(hello.server_name()).map(|s| s.current())
+        let sni = hello.server_name();
+        self.choose(sni).map(|s| s.for_name(sni))
     }
 }
 
@@ -205,6 +233,9 @@ pub(crate) struct Tls {
     /// `acme` with TLS-ALPN-01 allowed: a ClientHello offering `acme-tls/1` is
     /// answered with the challenge certificate.
     pub acme: Option<Arc<crate::acme::Manager>>,
+    /// Some site has `tls on_demand`: a ClientHello is read before the handshake goes
+    /// on, so its name's certificate can be ordered first.
+    pub on_demand: bool,
 }
 
 impl Tls {
@@ -277,11 +308,13 @@ pub(crate) fn build(sites: &[Site], acme: Option<&Arc<crate::acme::Manager>>) ->
             })
             .collect()
     });
+    let on_demand = certs.slots.iter().any(|s| s.on_demand.is_some());
     Some(Tls {
         config,
         certs,
         per_site,
         client_auth,
         acme: acme.filter(|m| m.config.tls_alpn01).cloned(),
+        on_demand,
     })
 }

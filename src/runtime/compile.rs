@@ -36,9 +36,12 @@ use crate::upstream::{Pool, PoolId, PoolState};
 /// `acme` settings are the same.
 fn acme_manager(config: &Config, kept: &Filled) -> Option<Arc<crate::acme::Manager>> {
     let auto = config.sites.iter().any(|s| {
-        s.tls
-            .as_ref()
-            .is_some_and(|t| matches!(t.source, config::CertSource::Auto { .. }))
+        s.tls.as_ref().is_some_and(|t| {
+            matches!(
+                t.source,
+                config::CertSource::Auto { .. } | config::CertSource::OnDemand { .. }
+            )
+        })
     });
     let acme = &config.global.acme;
     auto.then(|| {

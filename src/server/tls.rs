@@ -35,7 +35,7 @@ async fn handshake(
     tls: &Tls,
     stream: TcpStream,
 ) -> std::io::Result<Option<tokio_rustls::server::TlsStream<TcpStream>>> {
-    if tls.per_site.is_none() && tls.acme.is_none() {
+    if tls.per_site.is_none() && tls.acme.is_none() && !tls.on_demand {
         return tokio_rustls::TlsAcceptor::from(tls.config.clone())
             .accept(stream)
             .await
@@ -63,8 +63,26 @@ async fn handshake(
             return Ok(None);
         }
     }
-    let config = tls.config_for(hello.server_name()).clone();
+    let sni = hello.server_name().map(str::to_string);
+    let config = tls.config_for(sni.as_deref()).clone();
+    on_demand(tls, sni.as_deref()).await?;
     start.into_stream(config).await.map(Some)
+}
+
+/// A name an on-demand site serves gets its certificate before the handshake goes on
+/// (asked about, ordered, waited for); a refusal fails the handshake.
+async fn on_demand(tls: &Tls, sni: Option<&str>) -> std::io::Result<()> {
+    let Some(slot) = tls.certs.choose(sni) else {
+        return Ok(());
+    };
+    let (Some((acme, ask)), Some(name)) = (&slot.on_demand, sni) else {
+        return Ok(());
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    match acme.on_demand(&slot.site, ask, &name).await {
+        Ok(_) => Ok(()),
+        Err(why) => Err(std::io::Error::other(format!("on_demand: {why}"))),
+    }
 }
 
 /// Runs the server handshake with the generation's certificates. `None`: the client

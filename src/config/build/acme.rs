@@ -114,6 +114,32 @@ impl Builder {
         Ok(())
     }
 
+    /// A `tls on_demand` site: names that match a pattern, never an exact name (those
+    /// are `tls auto`'s), and a `tls` listener to hand them out on.
+    fn on_demand_site(&mut self, site: &Site, tls_listener: bool) {
+        let Some(t) = &site.tls else { return };
+        for (host, (word, span)) in site.hosts.iter().zip(&site.host_words) {
+            if let HostPattern::Exact(_) = host {
+                self.errors.push(
+                    Diagnostic::error(*span, format!("`tls on_demand` is for names not known in advance, and {word} is one"))
+                        .with_hint("give on_demand to a `site *` or `site *.example.com`, and named hosts their own site with tls auto"),
+                );
+            }
+        }
+        if !tls_listener {
+            self.errors.push(
+                Diagnostic::error(
+                    t.span,
+                    format!(
+                        "site `{}` has `tls on_demand` but there is no `tls` listener",
+                        site.name
+                    ),
+                )
+                .with_hint("add one: listen :443 tls"),
+            );
+        }
+    }
+
     /// After the whole file is read: each `tls auto` site's names, and what its
     /// certificate needs from the listeners and the `acme` settings.
     pub(super) fn acme_sites(&mut self, g: &mut Global, listeners: &[Listen], sites: &mut [Site]) {
@@ -121,9 +147,12 @@ impl Builder {
             g.acme.storage = self.default_acme_storage();
         }
         let auto = sites.iter().any(|s| {
-            s.tls
-                .as_ref()
-                .is_some_and(|t| matches!(t.source, CertSource::Auto { .. }))
+            s.tls.as_ref().is_some_and(|t| {
+                matches!(
+                    t.source,
+                    CertSource::Auto { .. } | CertSource::OnDemand { .. }
+                )
+            })
         });
         // A folder written in the block was checked there; the default is checked here.
         let default = g.acme.storage == self.default_acme_storage();
@@ -139,6 +168,10 @@ impl Builder {
         let plain_listener = listeners.iter().any(|l| !l.tls);
         for site in sites.iter_mut() {
             let Some(t) = site.tls.as_mut() else { continue };
+            if let CertSource::OnDemand { .. } = t.source {
+                self.on_demand_site(site, tls_listener);
+                continue;
+            }
             let CertSource::Auto { names } = &mut t.source else {
                 continue;
             };
@@ -190,7 +223,7 @@ impl Builder {
 /// A name an ACME server can issue for: two or more labels, each of letters, digits
 /// and hyphens, neither starting nor ending with a hyphen (no `_`, no single label
 /// such as `localhost`).
-fn orderable(name: &str) -> bool {
+pub(crate) fn orderable(name: &str) -> bool {
     let labels: Vec<&str> = name.split('.').collect();
     labels.len() >= 2
         && labels.iter().all(|l| {

@@ -6,6 +6,7 @@
 //! ignored. Warnings are collected beside errors; `--strict` makes them fatal.
 
 mod acme;
+pub(crate) use self::acme::orderable;
 mod args;
 mod cache;
 mod controls;
@@ -459,6 +460,13 @@ impl Builder {
     fn site_tls(&self, d: &Directive) -> Res<SiteTls> {
         let source = match d.args.as_slice() {
             [w] if w.text == "auto" => CertSource::Auto { names: Vec::new() },
+            [w] if w.text == "on_demand" => {
+                return Ok(SiteTls {
+                    source: on_demand(d)?,
+                    client: None,
+                    span: d.span(),
+                })
+            }
             [c, k] => {
                 let base = self.dir_of(d.span());
                 let cert = base.join(&c.text);
@@ -703,6 +711,39 @@ fn admin(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
     g.admin = Some(addr);
     g.admin_token = token;
     Ok(())
+}
+
+/// `tls on_demand { ask URL }`: the URL a name is checked with before a certificate
+/// is ordered for it (`URL?domain=NAME`, 2xx allows).
+fn on_demand(d: &Directive) -> Res<CertSource> {
+    const EXAMPLE: &str = "tls on_demand { ask http://127.0.0.1:9000/allowed }";
+    let items = d.block.as_deref().unwrap_or(&[]);
+    let mut ask = None;
+    for i in items {
+        match i.name.text.as_str() {
+            "ask" => {
+                let w = one_arg(i, "ask URL")?;
+                if !(w.text.starts_with("http://") || w.text.starts_with("https://")) {
+                    return Err(expected(w, "an http:// or https:// URL")
+                        .with_hint("sluice asks URL?domain=NAME and orders only on a 2xx answer"));
+                }
+                ask = Some(w.text.clone());
+            }
+            other => {
+                return Err(Diagnostic::error(
+                    i.span(),
+                    format!("`{other}` is not an on_demand setting"),
+                )
+                .with_hint("on_demand takes: ask URL"))
+            }
+        }
+    }
+    let ask = ask.ok_or_else(|| {
+        Diagnostic::error(d.end_span(), "`tls on_demand` needs `ask URL`").with_hint(format!(
+            "without it anyone could make sluice order certificates for any name: {EXAMPLE}"
+        ))
+    })?;
+    Ok(CertSource::OnDemand { ask })
 }
 
 /// `fleet redis://… { name NAME; channel NAME }` (DESIGN §18.6).

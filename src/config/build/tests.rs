@@ -460,3 +460,33 @@ fn discovered_pools_read_and_refuse_what_dns_decides() {
         );
     }
 }
+
+#[test]
+fn on_demand_tls_needs_ask_and_names_not_known_in_advance() {
+    let c = ok("listen :443 tls\nsite *.shops.example {\n tls on_demand { ask http://127.0.0.1:9/ok }\n respond ok\n}");
+    let t = c.sites[0].tls.as_ref().expect("tls");
+    assert!(matches!(&t.source, CertSource::OnDemand { ask } if ask == "http://127.0.0.1:9/ok"));
+    for (text, want) in [
+        ("site * { tls on_demand\n respond ok }", "needs `ask URL`"),
+        (
+            "site * { tls on_demand { ask ftp://x }\n respond ok }",
+            "an http:// or https:// URL",
+        ),
+        (
+            "site * { tls on_demand { ask http://x; nope 1 }\n respond ok }",
+            "not an on_demand setting",
+        ),
+        (
+            "site a.example * { tls on_demand { ask http://x }\n respond ok }",
+            "names not known in advance",
+        ),
+    ] {
+        let (_, _, msg, hint) = err(&format!("listen :443 tls\n{text}"));
+        assert!(
+            msg.contains(want) || hint.contains(want),
+            "{text}: {msg} ({hint})"
+        );
+    }
+    let (_, _, msg, _) = err("listen :80\nsite * { tls on_demand { ask http://x }\n respond ok }");
+    assert!(msg.contains("no `tls` listener"), "{msg}");
+}
