@@ -144,8 +144,8 @@ fn s_client(addr: std::net::SocketAddr) -> String {
 }
 
 /// A certificate naming a responder gets its response stapled, checked by `s_client`;
-/// the staple stays when the responder goes away; its expiry is a metric and on
-/// `/status`.
+/// the staple stays when the responder goes away, and across a reload; its expiry is
+/// a metric and on `/status`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_good_response_is_stapled_and_kept_through_an_outage() {
     if !have_openssl() {
@@ -208,6 +208,14 @@ async fn a_good_response_is_stapled_and_kept_through_an_outage() {
     std::thread::sleep(Duration::from_millis(300));
     let out = s_client(s.addr);
     assert!(out.contains("Cert Status: good"), "the staple stays: {out}");
+    // A reload reads the certificate again; its staple is carried, not fetched.
+    s.signal("HUP");
+    s.wait_log("reloaded: revision 2");
+    let out = s_client(s.addr);
+    assert!(
+        out.contains("Cert Status: good"),
+        "the staple survives a reload: {out}"
+    );
 }
 
 /// A responder answering garbage: no staple, said once however often it is asked

@@ -159,6 +159,8 @@ kept! {
     probe_slots: () => tokio::sync::Semaphore,
     /// `tls auto`'s certificates and orders, while the `acme` settings stay.
     acme: () => crate::acme::Manager,
+    /// Sites' OCSP staples, by site: a reload does not fetch them again.
+    staplers: String => crate::runtime::ocsp::Stapler,
 }
 
 impl Carried for crate::upstream::PoolState {
@@ -178,6 +180,7 @@ impl Carried for crate::filter::conn::Refused {}
 impl Carried for crate::safety::Dns {}
 impl Carried for tokio::sync::Semaphore {}
 impl Carried for crate::acme::Manager {}
+impl Carried for crate::runtime::ocsp::Stapler {}
 
 impl Carried for crate::upstream::discover::Discovery {
     fn retire(&self) {

@@ -33,8 +33,8 @@ pub(crate) struct CertSlot {
     stamp: Mutex<Stamp>,
     /// `tls auto`: held so its renewal task runs while this generation lives.
     _managed: Option<Arc<crate::acme::Managed>>,
-    /// The OCSP staple, when the certificate names a responder.
-    pub stapler: super::ocsp::Stapler,
+    /// The OCSP staple, when the certificate names a responder (carried by site).
+    pub stapler: Arc<super::ocsp::Stapler>,
     /// `tls on_demand`: the manager that orders, and the `ask` URL.
     pub on_demand: Option<(Arc<crate::acme::Manager>, String)>,
 }
@@ -59,6 +59,7 @@ impl CertSlot {
         site: &str,
         t: &crate::config::SiteTls,
         acme: Option<&Arc<crate::acme::Manager>>,
+        stapler: Arc<super::ocsp::Stapler>,
     ) -> CertSlot {
         let on_demand = match (&t.source, acme) {
             (CertSource::OnDemand { ask }, Some(m)) => Some((m.clone(), ask.clone())),
@@ -98,7 +99,7 @@ impl CertSlot {
             files,
             current,
             _managed: managed,
-            stapler: Default::default(),
+            stapler,
             on_demand,
         }
     }
@@ -169,6 +170,9 @@ impl CertSlot {
     }
 }
 
+/// A site's OCSP stapler, carried from the previous generation's.
+pub(crate) type Staplers<'a> = &'a dyn Fn(&str) -> Arc<super::ocsp::Stapler>;
+
 /// The certificate for a handshake, by SNI.
 pub(crate) struct SniCerts {
     names: crate::route::HostIndex,
@@ -184,7 +188,11 @@ impl std::fmt::Debug for SniCerts {
 }
 
 impl SniCerts {
-    fn new(sites: &[Site], acme: Option<&Arc<crate::acme::Manager>>) -> SniCerts {
+    fn new(
+        sites: &[Site],
+        acme: Option<&Arc<crate::acme::Manager>>,
+        stapler: Staplers<'_>,
+    ) -> SniCerts {
         let mut c = SniCerts {
             names: Default::default(),
             slots: Vec::new(),
@@ -192,7 +200,8 @@ impl SniCerts {
         for site in sites {
             let Some(t) = &site.tls else { continue };
             c.names.add(&site.hosts, c.slots.len());
-            c.slots.push(Arc::new(CertSlot::new(&site.name, t, acme)));
+            let slot = CertSlot::new(&site.name, t, acme, stapler(&site.name));
+            c.slots.push(Arc::new(slot));
         }
         c
     }
@@ -263,8 +272,12 @@ impl Tls {
 /// ALPN `h2` then `http/1.1`. The server's suite order decides (AES-256-GCM first), as
 /// scanners expect of a server: every suite offered is strong, so the choice is about
 /// predictability, not safety. `None` when no site has a certificate.
-pub(crate) fn build(sites: &[Site], acme: Option<&Arc<crate::acme::Manager>>) -> Option<Tls> {
-    let certs = Arc::new(SniCerts::new(sites, acme));
+pub(crate) fn build(
+    sites: &[Site],
+    acme: Option<&Arc<crate::acme::Manager>>,
+    stapler: Staplers<'_>,
+) -> Option<Tls> {
+    let certs = Arc::new(SniCerts::new(sites, acme, stapler));
     if certs.slots.is_empty() {
         return None;
     }

@@ -95,7 +95,12 @@ impl Generation {
         drop(shared);
         let acme = acme_manager(config, &kept);
         let tls = if config.listeners.iter().any(|l| l.tls) {
-            certs::build(&config.sites, acme.as_ref())
+            let stapler = |site: &str| {
+                kept.staplers.take(site.to_string(), |before| {
+                    before.cloned().unwrap_or_default()
+                })
+            };
+            certs::build(&config.sites, acme.as_ref(), &stapler)
         } else {
             None
         };

@@ -58,11 +58,30 @@ impl Stapler {
     /// `current` with its staple when the staple is its own and still valid.
     pub(crate) fn staple(&self, current: Arc<CertifiedKey>) -> Arc<CertifiedKey> {
         match &*self.stapled.load() {
-            Some(s) if Arc::ptr_eq(&s.base, &current) && SystemTime::now() < s.next_update => {
+            Some(s) if same(&s.base, &current) && SystemTime::now() < s.next_update => {
                 s.with.clone()
             }
             _ => current,
         }
+    }
+
+    /// After a reload loaded the same certificate again (a new `Arc`), the staple
+    /// moves onto it, so handshakes find it by pointer again.
+    fn rebase(&self, current: &Arc<CertifiedKey>) {
+        let Some(s) = self.stapled.load_full() else {
+            return;
+        };
+        if Arc::ptr_eq(&s.base, current) || !same(&s.base, current) {
+            return;
+        }
+        let mut with = (**current).clone();
+        with.ocsp = s.with.ocsp.clone();
+        self.stapled.store(Some(Arc::new(Stapled {
+            base: current.clone(),
+            with: Arc::new(with),
+            this_update: s.this_update,
+            next_update: s.next_update,
+        })));
     }
 
     /// The staple's `nextUpdate`, when one is served.
@@ -73,6 +92,7 @@ impl Stapler {
     /// Fetches a response for `current` when it is due; `site` names it in the log.
     pub(crate) async fn refresh(&self, site: &str, current: Arc<CertifiedKey>) {
         let now = SystemTime::now();
+        self.rebase(&current);
         let due = match &*self.stapled.load() {
             Some(s) if Arc::ptr_eq(&s.base, &current) => {
                 let half = s
@@ -135,6 +155,12 @@ impl Stapler {
             st.failing = Some(why);
         }
     }
+}
+
+/// The same certificate: the same `Arc`, or (after a reload read its files again)
+/// the same leaf.
+fn same(a: &Arc<CertifiedKey>, b: &Arc<CertifiedKey>) -> bool {
+    Arc::ptr_eq(a, b) || a.cert.first() == b.cert.first()
 }
 
 /// What is asked of a responder for one certificate, and how its answer is judged.
