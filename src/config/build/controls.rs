@@ -101,6 +101,13 @@ pub(super) fn hsts(d: &Directive) -> Res<Hsts> {
             "hsts 365d subdomains",
         ));
     };
+    // A bare number here is days far more often than seconds: say so.
+    if age.text.bytes().all(|b| b.is_ascii_digit()) && !age.text.is_empty() {
+        return Err(expected(age, "a duration with its unit").with_hint(format!(
+            "HSTS ages are long: hsts {}d (days), or {}s if seconds were meant",
+            age.text, age.text
+        )));
+    }
     let mut h = Hsts {
         max_age: duration(age)?,
         subdomains: false,

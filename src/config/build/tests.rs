@@ -490,3 +490,12 @@ fn on_demand_tls_needs_ask_and_names_not_known_in_advance() {
     let (_, _, msg, _) = err("listen :80\nsite * { tls on_demand { ask http://x }\n respond ok }");
     assert!(msg.contains("no `tls` listener"), "{msg}");
 }
+
+#[test]
+fn a_bare_hsts_age_suggests_days() {
+    let (line, col, msg, hint) = err("listen :80\nsite * {\n hsts 365\n respond ok\n}");
+    assert_eq!((line, col), (3, 7), "{msg}");
+    assert!(msg.contains("a duration with its unit"), "{msg}");
+    assert!(hint.contains("hsts 365d (days)"), "{hint}");
+    ok("listen :80\nsite * {\n hsts 365d\n respond ok\n}");
+}
