@@ -363,6 +363,16 @@ async fn basic_auth_against_htpasswd_and_argon2_hashes() {
         r.header("www-authenticate"),
         Some("Basic realm=\"sluice\", charset=\"UTF-8\"")
     );
+    // `realm NAME` names the prompt.
+    let staff = Sluice::start(&format!(
+        "site * {{ basic_auth {{ realm \"Staff only\"; alice \"{bcrypt}\" }}\n proxy {} }}",
+        b.addr
+    ));
+    let r = get(staff.addr, "/").await;
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some("Basic realm=\"Staff only\", charset=\"UTF-8\"")
+    );
     for (user, pass, want) in [
         ("alice", "wonder land", StatusCode::OK),
         ("alice", "wonder land", StatusCode::OK),

@@ -735,8 +735,12 @@ pub enum Filter {
     RateLimit(RateLimit),
     Allow(Vec<IpNet>),
     Deny(Vec<IpNet>),
-    /// `basic_auth USER HASH` or `basic_auth { USER HASH; ... }`.
-    BasicAuth(Vec<(String, String)>),
+    /// `basic_auth USER HASH` or `basic_auth { [realm NAME]; USER HASH; ... }`.
+    BasicAuth {
+        users: Vec<(String, String)>,
+        /// Shown by browsers in the login prompt (default `sluice`).
+        realm: String,
+    },
     /// `body_deny "TEXT"`: a request body containing TEXT gets 403.
     BodyDeny(String),
     Cors(Cors),
@@ -775,7 +779,7 @@ impl Filter {
             Filter::RateLimit(_) => "rate_limit",
             Filter::Allow(_) => "allow",
             Filter::Deny(_) => "deny",
-            Filter::BasicAuth(_) => "basic_auth",
+            Filter::BasicAuth { .. } => "basic_auth",
             Filter::BodyDeny(_) => "body_deny",
             Filter::Cors(_) => "cors",
             Filter::ForwardAuth(_) => "forward_auth",
@@ -788,7 +792,9 @@ impl Filter {
         match self {
             Filter::Allow(_) | Filter::Deny(_) | Filter::BodyDeny(_) => Some(("allowed", "denied")),
             Filter::RateLimit(_) => Some(("passed", "limited")),
-            Filter::BasicAuth(_) | Filter::ForwardAuth(_) => Some(("authorized", "unauthorized")),
+            Filter::BasicAuth { .. } | Filter::ForwardAuth(_) => {
+                Some(("authorized", "unauthorized"))
+            }
             _ => None,
         }
     }

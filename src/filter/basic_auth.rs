@@ -36,6 +36,8 @@ const WAITING_PER_CORE: usize = 32;
 
 pub(crate) struct BasicAuth {
     users: Arc<[(String, String)]>,
+    /// `WWW-Authenticate` of the 401: its realm, checked at load.
+    challenge: HeaderValue,
     /// SHA-256 of an `Authorization` value that verified → when it stops counting.
     verified: Arc<Mutex<HashMap<[u8; 32], u64>>>,
     /// One verification at a time per core.
@@ -45,9 +47,13 @@ pub(crate) struct BasicAuth {
 }
 
 impl BasicAuth {
-    pub(crate) fn new(users: &[(String, String)]) -> BasicAuth {
+    pub(crate) fn new(users: &[(String, String)], realm: &str) -> BasicAuth {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let challenge = format!("Basic realm=\"{realm}\", charset=\"UTF-8\"");
         BasicAuth {
+            challenge: HeaderValue::from_str(&challenge).unwrap_or_else(|_| {
+                HeaderValue::from_static("Basic realm=\"sluice\", charset=\"UTF-8\"")
+            }),
             users: users.iter().cloned().collect(),
             verified: Arc::default(),
             slots: Arc::new(Semaphore::new(cores)),
@@ -58,10 +64,11 @@ impl BasicAuth {
 
 impl Filter for BasicAuth {
     fn on_request(&self, req: &mut Request<Body>, _: &mut Cx<'_>) -> Step {
+        let ch = &self.challenge;
         let mut given = req.headers().get_all(AUTHORIZATION).iter();
         let (Some(value), None) = (given.next(), given.next()) else {
             // None, or two: which one would the application believe?
-            return Step::answer(challenge());
+            return Step::answer(challenge(&ch));
         };
         let digest = ring::digest::digest(&ring::digest::SHA256, value.as_bytes());
         let key: [u8; 32] = digest.as_ref().try_into().expect("SHA-256 is 32 bytes");
@@ -73,7 +80,7 @@ impl Filter for BasicAuth {
             }
         }
         let Some((user, password)) = credentials(value) else {
-            return Step::answer(challenge());
+            return Step::answer(challenge(&ch));
         };
         let Ok(place) = self.queue.clone().try_acquire_owned() else {
             bump(&COUNTERS.limit_rejections);
@@ -85,21 +92,22 @@ impl Filter for BasicAuth {
                 .insert(http::header::RETRY_AFTER, HeaderValue::from_static("2"));
             return Step::answer(r);
         };
-        let (users, verified, slots) = (
+        let (users, verified, slots, ch) = (
             self.users.clone(),
             self.verified.clone(),
             self.slots.clone(),
+            self.challenge.clone(),
         );
         Step::Later(Box::pin(async move {
             let _place = place;
             let Ok(_slot) = slots.acquire_owned().await else {
-                return Step::answer(challenge());
+                return Step::answer(challenge(&ch));
             };
             let ok = tokio::task::spawn_blocking(move || check(&users, &user, &password))
                 .await
                 .unwrap_or(false);
             if !ok {
-                return Step::answer(challenge());
+                return Step::answer(challenge(&ch));
             }
             let mut seen = verified.lock().unwrap_or_else(|e| e.into_inner());
             if seen.len() >= REMEMBERED {
@@ -116,13 +124,10 @@ impl Filter for BasicAuth {
 }
 
 /// 401 asking for Basic credentials.
-fn challenge() -> Response<Body> {
+fn challenge(value: &HeaderValue) -> Response<Body> {
     bump(&COUNTERS.unauthorized);
     let mut r = local_response(StatusCode::UNAUTHORIZED, "Unauthorized\n");
-    r.headers_mut().insert(
-        WWW_AUTHENTICATE,
-        HeaderValue::from_static("Basic realm=\"sluice\", charset=\"UTF-8\""),
-    );
+    r.headers_mut().insert(WWW_AUTHENTICATE, value.clone());
     r
 }
 

@@ -685,7 +685,7 @@ fn stage(line: &config::FilterLine, route: &str, shared: &Shared) -> Stage {
         config::Filter::RateLimit(rl) => {
             Arc::new(shared.rate(rl, line.name.as_deref(), line.failure_open, route))
         }
-        config::Filter::BasicAuth(users) => Arc::new(BasicAuth::new(users)),
+        config::Filter::BasicAuth { users, realm } => Arc::new(BasicAuth::new(users, realm)),
         config::Filter::Cors(c) => Arc::new(Cors::new(c)),
         config::Filter::BodyDeny(text) => Arc::new(BodyDeny::new(text.as_bytes())),
         config::Filter::ForwardAuth(f) => {

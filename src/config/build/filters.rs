@@ -266,7 +266,7 @@ pub(super) fn filter(d: &Directive) -> Res<Filter> {
             })
         }
         "rate_limit" => rate_limit(d).map(Filter::RateLimit),
-        "basic_auth" => basic_auth(d).map(Filter::BasicAuth),
+        "basic_auth" => basic_auth(d),
         "body_deny" => one_arg(d, "body_deny \"TEXT\"").and_then(|w| {
             if w.text.is_empty() {
                 return Err(
@@ -395,8 +395,9 @@ pub(super) fn redis_url(w: &Word) -> Res<String> {
 }
 
 /// `basic_auth USER HASH`, or `basic_auth { USER HASH; ... }`.
-fn basic_auth(d: &Directive) -> Res<Vec<(String, String)>> {
-    const USAGE: &str = "basic_auth USER HASH, or basic_auth { USER HASH; ... }";
+fn basic_auth(d: &Directive) -> Res<Filter> {
+    const USAGE: &str = "basic_auth USER HASH, or basic_auth { [realm NAME]; USER HASH; ... }";
+    let mut realm = "sluice".to_string();
     let pairs: Vec<(&Word, &Word)> = match (&d.block, d.args.as_slice()) {
         (None, [u, h]) => vec![(u, h)],
         (None, [_, _, x, ..]) => return Err(extra(x, USAGE)),
@@ -415,6 +416,16 @@ fn basic_auth(d: &Directive) -> Res<Vec<(String, String)>> {
         }
         (Some(items), []) => items
             .iter()
+            // `realm NAME`: the prompt's name (a user called `realm` cannot be listed).
+            .filter(|i| {
+                if i.name.text != "realm" {
+                    return true;
+                }
+                if let [name] = i.args.as_slice() {
+                    realm = name.text.clone();
+                }
+                false
+            })
             .map(|i| match i.args.as_slice() {
                 [h] => Ok((&i.name, h)),
                 _ => Err(Diagnostic::error(i.span(), "expected USER HASH").with_hint(USAGE)),
@@ -441,7 +452,36 @@ fn basic_auth(d: &Directive) -> Res<Vec<(String, String)>> {
         check_hash(h)?;
         users.push((u.text.clone(), h.text.clone()));
     }
-    Ok(users)
+    let bad_realm = d
+        .block
+        .as_deref()
+        .unwrap_or(&[])
+        .iter()
+        .find(|i| i.name.text == "realm" && i.args.len() != 1);
+    if let Some(i) = bad_realm {
+        return Err(
+            Diagnostic::error(i.span(), "`realm` takes one name").with_hint("realm \"Staff only\"")
+        );
+    }
+    if realm.is_empty()
+        || realm
+            .chars()
+            .any(|c| c.is_control() || c == '"' || c == '\\')
+    {
+        let at = d
+            .block
+            .as_deref()
+            .unwrap_or(&[])
+            .iter()
+            .find(|i| i.name.text == "realm");
+        let span = at.map_or(d.span(), |i| i.span());
+        return Err(Diagnostic::error(
+            span,
+            "a realm is a short name without quotes, backslashes or control characters",
+        )
+        .with_hint("basic_auth { realm \"Staff only\"; admin $2y$05$... }"));
+    }
+    Ok(Filter::BasicAuth { users, realm })
 }
 
 /// A password hash sluice can verify: bcrypt (`$2a$`, `$2b$`, `$2y$`) or argon2id in

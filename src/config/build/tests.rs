@@ -499,3 +499,25 @@ fn a_bare_hsts_age_suggests_days() {
     assert!(hint.contains("hsts 365d (days)"), "{hint}");
     ok("listen :80\nsite * {\n hsts 365d\n respond ok\n}");
 }
+
+#[test]
+fn a_basic_auth_realm_is_one_plain_name() {
+    let h = "$2y$05$abcdefghijklmnopqrstuu5gMsmlPtw0.NlSnGTxWxKsbzdBeXAa6";
+    let text = format!(
+        r#"listen :80
+site * {{ basic_auth {{ realm "Staff only"; a "{h}" }}
+ respond ok }}"#
+    );
+    let c = ok(&text);
+    let realm = c.sites[0].filters.iter().find_map(|f| match &f.filter {
+        Filter::BasicAuth { realm, .. } => Some(realm.clone()),
+        _ => None,
+    });
+    assert_eq!(realm.as_deref(), Some("Staff only"));
+    for bad in ["realm", "realm a b", r#"realm "say \"hi\"""#] {
+        let text =
+            format!("listen :80\nsite * {{ basic_auth {{ {bad}; a \"{h}\" }}\n respond ok }}");
+        let (_, _, msg, _) = err(&text);
+        assert!(msg.contains("realm"), "{bad}: {msg}");
+    }
+}
