@@ -68,7 +68,7 @@ impl Filter for BasicAuth {
         let mut given = req.headers().get_all(AUTHORIZATION).iter();
         let (Some(value), None) = (given.next(), given.next()) else {
             // None, or two: which one would the application believe?
-            return Step::answer(challenge(&ch));
+            return Step::answer(challenge(ch));
         };
         let digest = ring::digest::digest(&ring::digest::SHA256, value.as_bytes());
         let key: [u8; 32] = digest.as_ref().try_into().expect("SHA-256 is 32 bytes");
@@ -80,7 +80,7 @@ impl Filter for BasicAuth {
             }
         }
         let Some((user, password)) = credentials(value) else {
-            return Step::answer(challenge(&ch));
+            return Step::answer(challenge(ch));
         };
         let Ok(place) = self.queue.clone().try_acquire_owned() else {
             bump(&COUNTERS.limit_rejections);

@@ -397,7 +397,6 @@ pub(super) fn redis_url(w: &Word) -> Res<String> {
 /// `basic_auth USER HASH`, or `basic_auth { USER HASH; ... }`.
 fn basic_auth(d: &Directive) -> Res<Filter> {
     const USAGE: &str = "basic_auth USER HASH, or basic_auth { [realm NAME]; USER HASH; ... }";
-    let mut realm = "sluice".to_string();
     let pairs: Vec<(&Word, &Word)> = match (&d.block, d.args.as_slice()) {
         (None, [u, h]) => vec![(u, h)],
         (None, [_, _, x, ..]) => return Err(extra(x, USAGE)),
@@ -417,15 +416,7 @@ fn basic_auth(d: &Directive) -> Res<Filter> {
         (Some(items), []) => items
             .iter()
             // `realm NAME`: the prompt's name (a user called `realm` cannot be listed).
-            .filter(|i| {
-                if i.name.text != "realm" {
-                    return true;
-                }
-                if let [name] = i.args.as_slice() {
-                    realm = name.text.clone();
-                }
-                false
-            })
+            .filter(|i| i.name.text != "realm")
             .map(|i| match i.args.as_slice() {
                 [h] => Ok((&i.name, h)),
                 _ => Err(Diagnostic::error(i.span(), "expected USER HASH").with_hint(USAGE)),
@@ -452,36 +443,39 @@ fn basic_auth(d: &Directive) -> Res<Filter> {
         check_hash(h)?;
         users.push((u.text.clone(), h.text.clone()));
     }
-    let bad_realm = d
+    let realm = realm_of(d)?;
+    Ok(Filter::BasicAuth { users, realm })
+}
+
+/// `realm NAME` in a `basic_auth` block (default `sluice`): one plain name.
+fn realm_of(d: &Directive) -> Res<String> {
+    let Some(i) = d
         .block
         .as_deref()
         .unwrap_or(&[])
         .iter()
-        .find(|i| i.name.text == "realm" && i.args.len() != 1);
-    if let Some(i) = bad_realm {
+        .find(|i| i.name.text == "realm")
+    else {
+        return Ok("sluice".into());
+    };
+    let [name] = i.args.as_slice() else {
         return Err(
             Diagnostic::error(i.span(), "`realm` takes one name").with_hint("realm \"Staff only\"")
         );
-    }
-    if realm.is_empty()
-        || realm
+    };
+    let plain = !name.text.is_empty()
+        && !name
+            .text
             .chars()
-            .any(|c| c.is_control() || c == '"' || c == '\\')
-    {
-        let at = d
-            .block
-            .as_deref()
-            .unwrap_or(&[])
-            .iter()
-            .find(|i| i.name.text == "realm");
-        let span = at.map_or(d.span(), |i| i.span());
+            .any(|c| c.is_control() || c == '"' || c == '\\');
+    if !plain {
         return Err(Diagnostic::error(
-            span,
+            name.span,
             "a realm is a short name without quotes, backslashes or control characters",
         )
         .with_hint("basic_auth { realm \"Staff only\"; admin $2y$05$... }"));
     }
-    Ok(Filter::BasicAuth { users, realm })
+    Ok(name.text.clone())
 }
 
 /// A password hash sluice can verify: bcrypt (`$2a$`, `$2b$`, `$2y$`) or argon2id in
