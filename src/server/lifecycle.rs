@@ -869,6 +869,9 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         drop(sources);
+        // The answers that woke `CHANGED` so far are all in this compile.
+        let _ =
+            futures_util::FutureExt::now_or_never(crate::upstream::discover::CHANGED.notified());
         self.rediscover();
     }
 
