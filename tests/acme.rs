@@ -46,7 +46,8 @@ impl<'a> Setup<'a> {
         }
     }
 
-    fn config(&self) -> String {
+    /// The listeners and the `global` block with its `acme` settings.
+    fn head(&self) -> String {
         let ca = self
             .ca_root
             .map(|p| format!("ca_root {}", p.display()))
@@ -64,17 +65,24 @@ global {{
         challenge {challenge}
     }}
 }}
-site app.test www.app.test {{
-    tls auto
-    https_redirect
-    respond \"{body}\\n\"
-}}
 ",
             http = self.http,
             tls = self.tls,
             dir = self.directory,
             storage = self.storage,
             challenge = self.challenge,
+        )
+    }
+
+    fn config(&self) -> String {
+        format!(
+            "{}site app.test www.app.test {{
+    tls auto
+    https_redirect
+    respond \"{body}\\n\"
+}}
+",
+            self.head(),
             body = self.body,
         )
     }
@@ -683,27 +691,15 @@ async fn on_demand_certificates_are_ordered_for_the_names_ask_allows() {
         }
     })
     .await;
+    let storage = data.0.display().to_string();
+    let setup = Setup::on(&pebble, (http, tls), &storage, "tls-alpn-01");
     let config = format!(
-        "listen 127.0.0.1:{http}
-listen 127.0.0.1:{tls} tls
-global {{
-    admin 127.0.0.1:0
-    acme {{
-        directory {dir}
-        ca_root {ca}
-        email ops@example.com
-        storage {storage}
-        challenge tls-alpn-01
-    }}
-}}
-site *.ok.test *.no.test {{
+        "{}site *.ok.test *.no.test {{
     tls on_demand {{ ask http://{ask}/check }}
     respond \"hello\\n\"
 }}
 ",
-        dir = pebble.directory,
-        ca = pebble.api_ca.display(),
-        storage = data.0.display(),
+        setup.head(),
         ask = ask.addr,
     );
     let path = conf.0.join("sluice.conf");

@@ -41,13 +41,19 @@ impl Keys<'_> {
     }
 }
 
-/// A connection to `url`, made within [`DEADLINE`].
-pub(crate) async fn connect(client: &redis::Client) -> Result<MultiplexedConnection, String> {
-    match tokio::time::timeout(DEADLINE, client.get_multiplexed_async_connection()).await {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(e.to_string()),
+/// One exchange with Redis, within [`DEADLINE`]; its error in words.
+async fn within<T>(
+    f: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(DEADLINE, f).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
         Err(_) => Err(format!("no answer in {}s", DEADLINE.as_secs())),
     }
+}
+
+/// A connection to `url`, made within [`DEADLINE`].
+pub(crate) async fn connect(client: &redis::Client) -> Result<MultiplexedConnection, String> {
+    within(client.get_multiplexed_async_connection()).await
 }
 
 /// Runs `cmd` within [`DEADLINE`].
@@ -55,10 +61,7 @@ pub(crate) async fn query<T: redis::FromRedisValue>(
     conn: &mut MultiplexedConnection,
     cmd: &redis::Cmd,
 ) -> Result<T, String> {
-    match tokio::time::timeout(DEADLINE, cmd.query_async::<T>(conn)).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(_) => Err(format!("no answer in {}s", DEADLINE.as_secs())),
-    }
+    within(cmd.query_async::<T>(conn)).await
 }
 
 /// What `{channel}:head` holds: the revision the fleet should run and the stamp of
@@ -226,10 +229,7 @@ pub(crate) async fn beat(
         .arg("-inf")
         .arg(beat.seen.saturating_sub(60))
         .ignore();
-    match tokio::time::timeout(DEADLINE, pipe.query_async::<()>(conn)).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(_) => Err(format!("no answer in {}s", DEADLINE.as_secs())),
-    }
+    within(pipe.query_async::<()>(conn)).await
 }
 
 /// The members whose heartbeat is live (seen within its TTL).

@@ -855,20 +855,21 @@ impl Server {
     /// compiles with them: the first request finds the peers.
     async fn discovered(&mut self) {
         let end = tokio::time::Instant::now() + Duration::from_secs(5);
-        let gen = self.live.load();
-        let mut sources = gen.pools().filter_map(|p| p.discovery.as_ref()).peekable();
-        if sources.peek().is_none() {
+        let sources: Vec<_> = self
+            .live
+            .load()
+            .pools()
+            .filter_map(|p| p.discovery.clone())
+            .collect();
+        if sources.is_empty() {
             return;
         }
-        let waiting = || {
-            gen.pools()
-                .filter_map(|p| p.discovery.as_ref())
-                .any(|d| d.refreshes.load(std::sync::atomic::Ordering::Relaxed) == 0)
+        let unanswered = |d: &Arc<crate::upstream::discover::Discovery>| {
+            d.refreshes.load(std::sync::atomic::Ordering::Relaxed) == 0
         };
-        while waiting() && tokio::time::Instant::now() < end {
+        while sources.iter().any(unanswered) && tokio::time::Instant::now() < end {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        drop(sources);
         // The answers that woke `CHANGED` so far are all in this compile.
         let _ =
             futures_util::FutureExt::now_or_never(crate::upstream::discover::CHANGED.notified());

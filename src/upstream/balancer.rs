@@ -576,15 +576,9 @@ mod tests {
 
     fn every_policy() -> Vec<Policy> {
         use crate::config::HashKey;
-        vec![
-            Policy::First,
-            Policy::RoundRobin,
-            Policy::WeightedRoundRobin,
-            Policy::LeastConn,
-            Policy::WeightedLeastConn,
-            Policy::P2c,
-            Policy::Hash(HashKey::ClientIp),
-        ]
+        let mut all = Policy::SIMPLE.to_vec();
+        all.push(Policy::Hash(HashKey::ClientIp));
+        all
     }
 
     proptest::proptest! {
