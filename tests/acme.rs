@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::bind::Bind;
 use common::pebble::{free_port, Pebble};
 use common::pki::{any_cert_client, blind_client, connect, presented};
 use common::*;
@@ -25,6 +26,8 @@ struct Setup<'a> {
     storage: &'a str,
     challenge: &'a str,
     body: &'a str,
+    /// More lines for the `acme` block.
+    more: String,
 }
 
 impl<'a> Setup<'a> {
@@ -43,6 +46,7 @@ impl<'a> Setup<'a> {
             storage,
             challenge,
             body: "hello",
+            more: String::new(),
         }
     }
 
@@ -63,6 +67,7 @@ global {{
         email ops@example.com
         storage {storage}
         challenge {challenge}
+        {more}
     }}
 }}
 ",
@@ -71,6 +76,7 @@ global {{
             dir = self.directory,
             storage = self.storage,
             challenge = self.challenge,
+            more = self.more,
         )
     }
 
@@ -232,6 +238,7 @@ async fn an_acme_server_that_is_down_leaves_the_placeholder_serving_and_retries(
         storage: data.0.to_str().unwrap(),
         challenge: "tls-alpn-01 http-01",
         body: "still here",
+        more: String::new(),
     };
     let s = setup.start(&conf.0.join("sluice.conf"));
     wait_lines(&s, "failed", 2, Duration::from_secs(10));
@@ -553,6 +560,7 @@ async fn instances_sharing_redis_back_off_together() {
             storage: &url,
             challenge: "tls-alpn-01 http-01",
             body: "hello",
+            more: String::new(),
         }
         .start(&conf.0.join(path))
     };
@@ -591,6 +599,14 @@ async fn instances_sharing_redis_back_off_together() {
 fn a_bad_acme_setup_fails_the_check_with_where_and_why() {
     let dir = TempDir::new();
     let not_a_folder = dir.write("plain-file", "x").join("acme");
+    let secret = "c2x1aWNlLXRlc3Qtc2VjcmV0LTMyLWJ5dGVzLSEhIQ==";
+    let good_key = dir.write(
+        "good.key",
+        &format!("key \"acme\" {{\n\talgorithm hmac-sha256;\n\tsecret \"{secret}\";\n}};\n"),
+    );
+    let bad_key = dir.write("bad.key", "key \"acme\" { secret \"not base64!\"; };");
+    let short_key = dir.write("short.key", "c2hvcnQ=");
+    let bare_key = dir.write("bare.key", secret);
     let tls = "listen :8443 tls\nlisten :8080\n";
     let cases: &[(&str, &str)] = &[
         (
@@ -603,7 +619,7 @@ fn a_bad_acme_setup_fails_the_check_with_where_and_why() {
         ),
         (
             &format!("{tls}site * {{ tls auto\n respond ok }}"),
-            "`tls auto` cannot get a certificate for *",
+            "`tls auto` cannot get a certificate for every name",
         ),
         (
             &format!("{tls}site 10.0.0.1 {{ tls auto\n respond ok }}"),
@@ -615,7 +631,43 @@ fn a_bad_acme_setup_fails_the_check_with_where_and_why() {
         ),
         (
             &format!("{tls}global {{ acme {{ challenge dns-01 }} }}\nsite a.test {{ tls auto\n respond ok }}"),
-            "dns-01 is not offered",
+            "the dns-01 challenge needs somewhere to put its TXT records",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ dns_update 127.0.0.1:53 {{ zone a.test; key_file /nonexistent/acme.key }} }} }}"),
+            "/nonexistent/acme.key: No such file",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ dns_update 127.0.0.1:53 {{ zone a.test; key_file {} }} }} }}", bad_key.display()),
+            "the secret is not base64",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ dns_update 127.0.0.1:53 {{ zone a.test; key_file {} }} }} }}", short_key.display()),
+            "a TSIG key has at least 16",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ dns_update 127.0.0.1:53 {{ zone a.test; key_file {} }} }} }}", bare_key.display()),
+            "dns_update needs `key_name`",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ dns_update 127.0.0.1:53 {{ key_file {} }} }} }}", good_key.display()),
+            "dns_update needs `zone`",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ dns_update 127.0.0.1:53 {{ zone a.test; key_name other; key_file {} }} }} }}", good_key.display()),
+            "the key file names the key acme, not other",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ dns_update 127.0.0.1:53 {{ zone a.test; algorithm hmac-md5; key_file {} }} }} }}", good_key.display()),
+            "hmac-sha256, hmac-sha384 or hmac-sha512",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ dns_update 127.0.0.1:53 {{ zone a.test; key_file {} }} }} }}\nsite *.b.test {{ tls auto\n respond ok }}", good_key.display()),
+            "outside the zone a.test",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ dns_update dns.a.test {{ zone a.test; key_file {} }} }} }}", good_key.display()),
+            "a DNS server's IP address",
         ),
         (
             &format!("{tls}global {{ acme {{ directory ftp://x }} }}"),
@@ -742,4 +794,84 @@ async fn on_demand_certificates_are_ordered_for_the_names_ask_allows() {
     drop(ask);
     assert!(fetch(tls, verified.clone(), "late.ok.test").await.is_err());
     s.wait_log("late.ok.test refused for this handshake");
+}
+
+/// dns-01 through a real BIND (DESIGN §18.8): a site for `app.example.test` and
+/// `*.app.example.test` gets one certificate from pebble, which validated the wildcard
+/// by reading the TXT record sluice put on BIND with a TSIG-signed update (and the
+/// plain name over TLS-ALPN-01); the record is gone afterwards. Before that, a key BIND
+/// does not know is refused, and the log says why.
+#[tokio::test]
+async fn a_wildcard_certificate_is_issued_over_dns01_through_bind() {
+    let Some(bind) = Bind::start("example.test", "app IN A 127.0.0.1") else {
+        return;
+    };
+    let (http, tls) = (free_port(), free_port());
+    let Some(pebble) =
+        Pebble::start_with_dns(http, tls, Duration::from_secs(3600), Some(bind.addr))
+    else {
+        return;
+    };
+    let conf = TempDir::new();
+    let site =
+        "site app.example.test *.app.example.test {\n    tls auto\n    respond \"wild\\n\"\n}\n";
+    let start = |key: &std::path::Path, data: &TempDir| {
+        let mut setup = Setup::on(
+            &pebble,
+            (http, tls),
+            data.0.to_str().unwrap(),
+            "tls-alpn-01",
+        );
+        setup.more = format!(
+            "dns_update {} {{ zone example.test; key_file {} }}",
+            bind.addr,
+            key.display()
+        );
+        let path = conf.write("sluice.conf", &format!("{}{site}", setup.head()));
+        Sluice::spawn(&["run", "-c", path.to_str().unwrap()], TempDir::new())
+    };
+    // A key of the right name and the wrong secret: BIND refuses the update.
+    let wrong = conf.write(
+        "wrong.key",
+        "key \"sluice-acme\" { algorithm hmac-sha256; secret \"c2x1aWNlLXdyb25nLXNlY3JldC0zMi1ieXRlcy0hIQ==\"; };\n",
+    );
+    let refused = start(&wrong, &TempDir::new());
+    refused.wait_log("the server does not accept the key");
+    drop(refused);
+
+    let data = TempDir::new();
+    let s = start(&bind.key_file, &data);
+    s.wait_log("acme: certificate for app.example.test, *.app.example.test issued");
+    let verified = trusting(pebble.root().await);
+    for host in [
+        "app.example.test",
+        "x.app.example.test",
+        "www.app.example.test",
+    ] {
+        let (der, body) = fetch(tls, verified.clone(), host)
+            .await
+            .unwrap_or_else(|e| panic!("{host} does not verify: {e}"));
+        assert!(!is_placeholder(&der));
+        assert_eq!(body, "wild\n", "{host}");
+    }
+    let log = bind.log();
+    for done in [
+        "adding an RR at '_acme-challenge.app.example.test' TXT",
+        "deleting an RR at _acme-challenge.app.example.test TXT",
+    ] {
+        assert!(log.contains(done), "BIND did not log {done:?}:\n{log}");
+    }
+    assert_eq!(
+        bind.txt("_acme-challenge.app.example.test"),
+        Vec::<String>::new()
+    );
+    // Stored under a name no shell globs.
+    let scope = pebble
+        .directory
+        .trim_start_matches("https://")
+        .replace([':', '/'], "_");
+    let stored = data.0.join(format!(
+        "certificates/{scope}/wildcard_.app.example.test/cert.pem"
+    ));
+    assert!(stored.exists(), "{}", stored.display());
 }

@@ -16,11 +16,14 @@
 //! Challenges: HTTP-01 answers wait in [`Manager::http01`] for the plain listeners
 //! (asked before routing); TLS-ALPN-01 certificates in [`Manager::alpn_certificate`]
 //! for the TLS handshake (ALPN `acme-tls/1`). With Redis storage both are published
-//! there too, so whichever instance the ACME server reaches can answer.
+//! there too, so whichever instance the ACME server reaches can answer. DNS-01 answers
+//! are TXT records put on the zone's primary by signed dynamic updates ([`dns01`]):
+//! the only challenge a wildcard name is offered.
 //!
 //! `acme` imports neither `proxy` nor `pipeline`: the server asks it, it asks nobody.
 
 pub(crate) mod certs;
+mod dns01;
 mod http;
 mod on_demand;
 mod order;
@@ -64,6 +67,8 @@ pub(crate) struct Manager {
     seed: HashMap<Vec<String>, Arc<CertifiedKey>>,
     /// `tls on_demand`: names asked about and their certificates.
     on_demand: Mutex<on_demand::OnDemand>,
+    /// dns-01: where TXT records go (`dns_update`).
+    dns: Option<Arc<dns01::Updater>>,
 }
 
 /// A TLS-ALPN-01 certificate, and the published digest it was built from when it
@@ -130,6 +135,12 @@ impl Manager {
             account: tokio::sync::Mutex::const_new(None),
             seed,
             on_demand: Mutex::default(),
+            dns: config.dns_update.as_ref().and_then(|u| {
+                dns01::Updater::new(u)
+                    .map_err(|e| tracing::error!("sluice: acme: dns_update: {e}"))
+                    .ok()
+                    .map(Arc::new)
+            }),
         })
     }
 
@@ -365,6 +376,7 @@ impl Manager {
                         .unwrap_or_else(|e| e.into_inner())
                         .remove(name);
                 }
+                order::Answer::Dns01 { .. } => {}
             }
         }
     }

@@ -21,6 +21,11 @@ const POLL: RetryPolicy = RetryPolicy::new()
 pub(super) enum Answer {
     Http01(String),
     TlsAlpn01(String),
+    /// A TXT value at `_acme-challenge.BASE`.
+    Dns01 {
+        base: String,
+        value: String,
+    },
 }
 
 /// The answers an order put up: taken down from this process when it ends, also when
@@ -34,28 +39,68 @@ struct Posted<'a> {
 impl Drop for Posted<'_> {
     fn drop(&mut self) {
         self.m.forget(&self.answers);
-    }
-}
-
-impl Posted<'_> {
-    async fn withdraw(self) {
-        for a in &self.answers {
-            match a {
-                Answer::Http01(token) => self.m.storage.withdraw("http-01", token).await,
-                Answer::TlsAlpn01(name) => self.m.storage.withdraw("tls-alpn-01", name).await,
+        // An order dropped before its withdrawal: its TXT records are taken down by a
+        // task of their own.
+        let records: Vec<(String, String)> = self
+            .answers
+            .drain(..)
+            .filter_map(|a| match a {
+                Answer::Dns01 { base, value } => Some((base, value)),
+                _ => None,
+            })
+            .collect();
+        if let (Some(dns), false) = (self.m.dns.clone(), records.is_empty()) {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { take_down(&dns, &records).await });
             }
         }
     }
 }
 
-/// The challenge the `attempt`-th try uses: TLS-ALPN-01 first when allowed, and with
-/// both allowed, the other one after each failure.
-fn challenge_for(m: &Manager, attempt: u32) -> ChallengeType {
-    match (m.config.tls_alpn01, m.config.http01) {
-        (true, true) if attempt % 2 == 1 => ChallengeType::Http01,
-        (true, _) => ChallengeType::TlsAlpn01,
-        _ => ChallengeType::Http01,
+impl Posted<'_> {
+    async fn withdraw(mut self) {
+        let mut records = Vec::new();
+        for a in &self.answers {
+            match a {
+                Answer::Http01(token) => self.m.storage.withdraw("http-01", token).await,
+                Answer::TlsAlpn01(name) => self.m.storage.withdraw("tls-alpn-01", name).await,
+                Answer::Dns01 { base, value } => records.push((base.clone(), value.clone())),
+            }
+        }
+        self.answers.retain(|a| !matches!(a, Answer::Dns01 { .. }));
+        if let Some(dns) = &self.m.dns {
+            take_down(dns, &records).await;
+        }
     }
+}
+
+/// Removes dns-01 records; a failure is logged (the record is harmless but stale).
+async fn take_down(dns: &super::dns01::Updater, records: &[(String, String)]) {
+    for (base, value) in records {
+        if let Err(e) = dns.remove(base, value).await {
+            tracing::warn!("sluice: acme: dns-01: {e}; the stale record can be removed by hand");
+        }
+    }
+}
+
+/// The challenge the `attempt`-th try uses for a name: dns-01 for a wildcard (the
+/// only one offered for it); otherwise the listed ones in turn, one more after each
+/// failure (TLS-ALPN-01 first, then HTTP-01, then dns-01).
+fn challenge_for(m: &Manager, attempt: u32, wildcard: bool) -> ChallengeType {
+    let c = &m.config;
+    let listed = [
+        (c.tls_alpn01, ChallengeType::TlsAlpn01),
+        (c.http01, ChallengeType::Http01),
+        (c.dns01, ChallengeType::Dns01),
+    ];
+    let kinds: Vec<ChallengeType> = listed
+        .into_iter()
+        .filter_map(|(on, k)| on.then_some(k))
+        .collect();
+    if wildcard || kinds.is_empty() {
+        return ChallengeType::Dns01;
+    }
+    kinds[attempt as usize % kinds.len()].clone()
 }
 
 /// Orders and returns the certificate and its key.
@@ -70,13 +115,13 @@ pub(super) async fn order(m: &Manager, cert: &Managed, attempt: u32) -> Result<S
         .new_order(&NewOrder::new(&ids))
         .await
         .map_err(|e| format!("new order: {e}"))?;
-    let kind = challenge_for(m, attempt);
+    let kind = challenge_for(m, attempt, false);
     let mut posted = Posted {
         m,
         answers: Vec::new(),
     };
     let r = async {
-        answer(m, &mut order, kind.clone(), &mut posted.answers).await?;
+        answer(m, &mut order, attempt, &mut posted.answers).await?;
         let status = order
             .poll_ready(&POLL)
             .await
@@ -105,7 +150,7 @@ pub(super) async fn order(m: &Manager, cert: &Managed, attempt: u32) -> Result<S
 async fn answer(
     m: &Manager,
     order: &mut instant_acme::Order,
-    kind: ChallengeType,
+    attempt: u32,
     answers: &mut Vec<Answer>,
 ) -> Result<(), String> {
     let mut authorizations = order.authorizations();
@@ -116,9 +161,13 @@ async fn answer(
             AuthorizationStatus::Valid => continue,
             other => return Err(format!("authorization is {other:?}")),
         }
+        let kind = challenge_for(m, attempt, a.wildcard);
+        let Identifier::Dns(base) = a.identifier().identifier.clone() else {
+            return Err("an authorization for something not a DNS name".into());
+        };
         let mut ch = a
             .challenge(kind.clone())
-            .ok_or_else(|| format!("the ACME server offers no {kind:?} challenge"))?;
+            .ok_or_else(|| format!("{base}: the ACME server offers no {kind:?} challenge"))?;
         let name = ch.identifier().to_string();
         let key_auth = ch.key_authorization();
         match kind {
@@ -129,6 +178,17 @@ async fn answer(
                 m.storage
                     .publish("http-01", &token, key_auth.as_str())
                     .await?;
+            }
+            ChallengeType::Dns01 => {
+                let dns = m.dns.as_ref().ok_or_else(|| {
+                    format!("{name} needs the dns-01 challenge and there is no dns_update")
+                })?;
+                let value = key_auth.dns_value();
+                answers.push(Answer::Dns01 {
+                    base: base.clone(),
+                    value: value.clone(),
+                });
+                dns.add(&base, &value).await?;
             }
             _ => {
                 let digest = key_auth.digest();

@@ -129,7 +129,7 @@ impl Storage {
     pub(crate) async fn cert(&self, id: &str) -> Res<Option<Stored>> {
         match self {
             Storage::Folder { dir, scope } => {
-                let at = dir.join("certificates").join(scope).join(id);
+                let at = cert_dir(dir, scope, id);
                 tokio::task::spawn_blocking(move || cert_in_folder(&at))
                     .await
                     .map_err(|e| e.to_string())?
@@ -147,9 +147,7 @@ impl Storage {
     /// for the next 30 s do not wait on it (the task reads it instead).
     pub(crate) fn cert_now(&self, id: &str) -> Res<Option<Stored>> {
         match self {
-            Storage::Folder { dir, scope } => {
-                cert_in_folder(&dir.join("certificates").join(scope).join(id))
-            }
+            Storage::Folder { dir, scope } => cert_in_folder(&cert_dir(dir, scope, id)),
             Storage::Redis {
                 url, skip_until, ..
             } => {
@@ -193,7 +191,7 @@ impl Storage {
     pub(crate) async fn save_cert(&self, id: &str, s: &Stored) -> Res<()> {
         match self {
             Storage::Folder { dir, scope } => {
-                let at = dir.join("certificates").join(scope).join(id);
+                let at = cert_dir(dir, scope, id);
                 write_file(at.join("key.pem"), &s.key, true).await?;
                 write_file(at.join("cert.pem"), &s.chain, false).await
             }
@@ -293,7 +291,7 @@ impl Storage {
 
     fn folder_key(&self, id: &str) -> PathBuf {
         match self {
-            Storage::Folder { dir, scope } => dir.join("certificates").join(scope).join(id),
+            Storage::Folder { dir, scope } => cert_dir(dir, scope, id),
             Storage::Redis { .. } => PathBuf::new(),
         }
     }
@@ -433,6 +431,14 @@ fn account_path(dir: &Path, directory: &str) -> PathBuf {
 }
 
 /// The directory URL as one file name: every character but [A-Za-z0-9.-] as `_`.
+/// A certificate's folder: `certificates/SCOPE/NAME`, a wildcard's `*` spelled
+/// `wildcard_` so that no shell globs it.
+fn cert_dir(dir: &Path, scope: &str, id: &str) -> PathBuf {
+    dir.join("certificates")
+        .join(scope)
+        .join(id.replacen('*', "wildcard_", 1))
+}
+
 fn flatten(directory: &str) -> String {
     directory
         .trim_start_matches("https://")

@@ -198,11 +198,61 @@ pub struct AcmeConfig {
     pub http01: bool,
     /// `challenge` lists `tls-alpn-01`.
     pub tls_alpn01: bool,
+    /// `challenge` lists `dns-01` (or is not written beside `dns_update`).
+    pub dns01: bool,
+    /// `dns_update SERVER:PORT { … }`: where dns-01 answers go. Wildcard names use it
+    /// whatever `challenge` says (dns-01 is the only challenge they are offered).
+    pub dns_update: Option<DnsUpdate>,
     /// Renew this long before expiry (or at 2/3 of the lifetime, whichever is
     /// earlier; never before 1/3 of it).
     pub renew_before: Duration,
     /// Where the block was written (`Span::default()` when it was not).
     pub span: Span,
+}
+
+/// `dns_update SERVER:PORT { zone Z; key_name N; key_file F; algorithm hmac-sha256 }`:
+/// dns-01 answers as RFC 2136 updates to the zone's primary server, signed with TSIG.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DnsUpdate {
+    pub server: SocketAddr,
+    /// The zone the updates change: lower case, no final dot.
+    pub zone: String,
+    /// The TSIG key's name, as the server knows it.
+    pub key_name: String,
+    pub algorithm: TsigAlgorithm,
+    /// The key's secret, decoded from `key_file`.
+    pub secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for DnsUpdate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DnsUpdate")
+            .field("server", &self.server)
+            .field("zone", &self.zone)
+            .field("key_name", &self.key_name)
+            .field("algorithm", &self.algorithm)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The TSIG MACs sluice signs with (RFC 8945 §6: the SHA-2 HMACs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TsigAlgorithm {
+    HmacSha256,
+    HmacSha384,
+    HmacSha512,
+}
+
+impl TsigAlgorithm {
+    /// By its name as BIND and `tsig-keygen` write it.
+    pub fn from_name(name: &str) -> Option<TsigAlgorithm> {
+        match name.trim_end_matches('.').to_ascii_lowercase().as_str() {
+            "hmac-sha256" => Some(TsigAlgorithm::HmacSha256),
+            "hmac-sha384" => Some(TsigAlgorithm::HmacSha384),
+            "hmac-sha512" => Some(TsigAlgorithm::HmacSha512),
+            _ => None,
+        }
+    }
 }
 
 /// Where account keys, certificates and their keys are kept.
@@ -226,6 +276,8 @@ impl Default for AcmeConfig {
             storage: AcmeStorage::Folder(PathBuf::from("sluice-data/acme")),
             http01: true,
             tls_alpn01: true,
+            dns01: false,
+            dns_update: None,
             renew_before: Duration::from_secs(30 * 86_400),
             span: Span::default(),
         }

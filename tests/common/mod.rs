@@ -3,6 +3,7 @@
 //! Every wait is bounded; every process and file is cleaned up on drop.
 #![allow(dead_code)]
 
+pub mod bind;
 pub mod dns;
 pub mod h3c;
 pub mod pebble;

@@ -18,7 +18,7 @@ pub struct Pebble {
     ca: Ca,
     management: SocketAddr,
     _pebble: Group,
-    _dns: Group,
+    _dns: Option<Group>,
     _dir: TempDir,
 }
 
@@ -89,6 +89,17 @@ impl Pebble {
     /// issuing certificates valid for `validity`. `None` (skipped) when pebble is not
     /// installed and interop is not required.
     pub fn start(http_port: u16, tls_port: u16, validity: Duration) -> Option<Pebble> {
+        Pebble::start_with_dns(http_port, tls_port, validity, None)
+    }
+
+    /// As [`Pebble::start`], resolving through `dns` (a real DNS server the test
+    /// runs, for dns-01) instead of `pebble-challtestsrv`.
+    pub fn start_with_dns(
+        http_port: u16,
+        tls_port: u16,
+        validity: Duration,
+        dns: Option<SocketAddr>,
+    ) -> Option<Pebble> {
         if !installed("pebble") || !installed("pebble-challtestsrv") {
             if require_interop() {
                 panic!("pebble is required (SLUICE_INTEROP=require): apt-get install pebble");
@@ -102,7 +113,7 @@ impl Pebble {
         let api_ca = dir.write("api-ca.pem", &ca.pem());
         let cert = dir.write("api.pem", &leaf.cert_pem);
         let key = dir.write("api.key", &leaf.key_pem);
-        let (api, management, dns) = (free_port(), free_port(), free_udp_port());
+        let (api, management) = (free_port(), free_port());
         let config = serde_json::json!({"pebble": {
             "listenAddress": format!("127.0.0.1:{api}"),
             "managementListenAddress": format!("127.0.0.1:{management}"),
@@ -115,18 +126,25 @@ impl Pebble {
             "certificateValidityPeriod": validity.as_secs(),
         }});
         let config_file = dir.write("pebble.json", &config.to_string());
-        let mut dns_cmd = Command::new("pebble-challtestsrv");
-        dns_cmd
-            .args(["-dns01", &format!("127.0.0.1:{dns}"), "-defaultIPv6", ""])
-            .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
-            .args(["-management", &format!("127.0.0.1:{}", free_port())])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let dns_group = Group::spawn(dns_cmd).expect("pebble-challtestsrv starts");
-        wait_dns(dns);
+        let (dns, dns_group) = match dns {
+            Some(server) => (server, None),
+            None => {
+                let port = free_udp_port();
+                let mut dns_cmd = Command::new("pebble-challtestsrv");
+                dns_cmd
+                    .args(["-dns01", &format!("127.0.0.1:{port}"), "-defaultIPv6", ""])
+                    .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
+                    .args(["-management", &format!("127.0.0.1:{}", free_port())])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                let group = Group::spawn(dns_cmd).expect("pebble-challtestsrv starts");
+                wait_dns(port);
+                (SocketAddr::from(([127, 0, 0, 1], port)), Some(group))
+            }
+        };
         let mut cmd = Command::new("pebble");
         cmd.args(["-config", config_file.to_str().unwrap()])
-            .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
+            .args(["-dnsserver", &dns.to_string()])
             // No random sleeps, no rejected nonces, every authorization validated.
             .env("PEBBLE_VA_NOSLEEP", "1")
             .env("PEBBLE_WFE_NONCEREJECT", "0")

@@ -8,7 +8,7 @@ use super::vocab::Place;
 use super::{Builder, Res};
 use crate::config::diag::{Diagnostic, Span};
 use crate::config::model::*;
-use crate::config::parser::Directive;
+use crate::config::parser::{Directive, Word};
 
 impl Builder {
     /// The default storage: `sluice-data/acme` beside the main config file.
@@ -35,8 +35,22 @@ impl Builder {
                 self.errors.push(twice(item, first));
                 continue;
             }
-            let r = no_block(item).and_then(|()| self.acme_option(item, &mut a));
+            let r = if item.name.text == "dns_update" {
+                dns_update(self, item).map(|u| a.dns_update = Some(u))
+            } else {
+                no_block(item).and_then(|()| self.acme_option(item, &mut a))
+            };
             self.push(r);
+        }
+        match (seen.get("challenge"), &a.dns_update) {
+            // dns_update alone: every name is validated by DNS (it works where port
+            // 80 and 443 are not reachable from the ACME server).
+            (None, Some(_)) => (a.http01, a.tls_alpn01, a.dns01) = (false, false, true),
+            (Some(at), None) if a.dns01 => self.errors.push(
+                Diagnostic::error(*at, "the dns-01 challenge needs somewhere to put its TXT records")
+                    .with_hint("add dns_update SERVER:PORT { zone example.com; key_name NAME; key_file FILE } to the acme block"),
+            ),
+            _ => {}
         }
         g.acme = a;
         Ok(())
@@ -92,19 +106,16 @@ impl Builder {
             }
             "challenge" => {
                 if item.args.is_empty() {
-                    let usage = "challenge http-01|tls-alpn-01...";
+                    let usage = "challenge http-01|tls-alpn-01|dns-01...";
                     return Err(missing(item, usage, "challenge tls-alpn-01"));
                 }
-                (a.http01, a.tls_alpn01) = (false, false);
+                (a.http01, a.tls_alpn01, a.dns01) = (false, false, false);
                 for w in &item.args {
                     match w.text.as_str() {
                         "http-01" => a.http01 = true,
                         "tls-alpn-01" => a.tls_alpn01 = true,
-                        "dns-01" => {
-                            return Err(Diagnostic::error(w.span, "dns-01 is not offered")
-                                .with_hint("sluice answers http-01 on plain listeners and tls-alpn-01 on tls ones"))
-                        }
-                        _ => return Err(expected(w, "`http-01` or `tls-alpn-01`")),
+                        "dns-01" => a.dns01 = true,
+                        _ => return Err(expected(w, "`http-01`, `tls-alpn-01` or `dns-01`")),
                     }
                 }
             }
@@ -177,25 +188,10 @@ impl Builder {
             };
             let at = t.span;
             for (host, (word, span)) in site.hosts.iter().zip(&site.host_words) {
-                match host {
-                    HostPattern::Exact(h) if h.parse::<std::net::IpAddr>().is_err() => {
-                        if !orderable(h) {
-                            self.errors.push(
-                                Diagnostic::error(*span, format!("`tls auto` cannot get a certificate for {word}"))
-                                    .with_hint("an ACME server issues for public DNS names: two or more labels of letters, digits and inner hyphens"),
-                            );
-                        } else if !names.contains(h) {
-                            names.push(h.clone());
-                        }
-                    }
-                    HostPattern::Exact(_) => self.errors.push(
-                        Diagnostic::error(*span, format!("`tls auto` cannot get a certificate for the address {word}"))
-                            .with_hint("certificates are ordered for DNS names; give this address its own site with tls CERT KEY"),
-                    ),
-                    _ => self.errors.push(
-                        Diagnostic::error(*span, format!("`tls auto` cannot get a certificate for {word}"))
-                            .with_hint("a wildcard certificate needs the dns-01 challenge, which sluice does not offer: name the hosts, or give this site tls CERT KEY"),
-                    ),
+                match auto_name(&g.acme, host, word, *span) {
+                    Ok(name) if !names.contains(&name) => names.push(name),
+                    Ok(_) => {}
+                    Err(e) => self.errors.push(e),
                 }
             }
             if !tls_listener {
@@ -210,7 +206,7 @@ impl Builder {
                     .with_hint("add one: listen :443 tls"),
                 );
             }
-            if !g.acme.tls_alpn01 && !plain_listener {
+            if !g.acme.tls_alpn01 && !g.acme.dns01 && !plain_listener {
                 self.errors.push(
                     Diagnostic::error(at, "`tls auto` with only the http-01 challenge needs a plain listener")
                         .with_hint("the ACME server asks for the challenge over plain HTTP on port 80: add listen :80, or allow tls-alpn-01 in global { acme { challenge … } }"),
@@ -218,6 +214,220 @@ impl Builder {
             }
         }
     }
+}
+
+/// The name a `tls auto` host orders, or why it cannot be ordered.
+fn auto_name(acme: &AcmeConfig, host: &HostPattern, word: &str, span: Span) -> Res<String> {
+    match host {
+        HostPattern::Exact(h) if h.parse::<std::net::IpAddr>().is_ok() => Err(
+            Diagnostic::error(span, format!("`tls auto` cannot get a certificate for the address {word}"))
+                .with_hint("certificates are ordered for DNS names; give this address its own site with tls CERT KEY"),
+        ),
+        HostPattern::Exact(h) if !orderable(h) => Err(
+            Diagnostic::error(span, format!("`tls auto` cannot get a certificate for {word}"))
+                .with_hint("an ACME server issues for public DNS names: two or more labels of letters, digits and inner hyphens"),
+        ),
+        HostPattern::Exact(h) => match &acme.dns_update {
+            Some(u) if !acme.http01 && !acme.tls_alpn01 && !in_zone(h, &u.zone) => {
+                Err(outside_zone(span, word, &u.zone))
+            }
+            _ => Ok(h.clone()),
+        },
+        HostPattern::Suffix(suffix) => {
+            wildcard(acme, word, span, &suffix[1..])?;
+            Ok(word.to_ascii_lowercase())
+        }
+        HostPattern::Any => Err(
+            Diagnostic::error(span, "`tls auto` cannot get a certificate for every name")
+                .with_hint("name the hosts (or *.example.com with dns_update), or use tls on_demand { ask URL } for names not known in advance"),
+        ),
+    }
+}
+
+/// A wildcard `tls auto` name: dns-01 validates it (the only challenge an ACME server
+/// offers for one), so it needs `dns_update` and a base name inside its zone.
+fn wildcard(acme: &AcmeConfig, word: &str, span: Span, base: &str) -> Res<()> {
+    if !orderable(base) || word.matches('*').count() != 1 {
+        return Err(Diagnostic::error(
+            span,
+            format!("`tls auto` cannot get a certificate for {word}"),
+        )
+        .with_hint("a wildcard certificate covers one label: *.app.example.com"));
+    }
+    let Some(u) = &acme.dns_update else {
+        return Err(Diagnostic::error(span, format!("`tls auto` for {word} needs the dns-01 challenge, and no `dns_update` says where its TXT record goes"))
+            .with_hint("add global { acme { dns_update SERVER:PORT { zone example.com; key_name NAME; key_file FILE } } }, or name the hosts"));
+    };
+    if !in_zone(base, &u.zone) {
+        return Err(outside_zone(span, word, &u.zone));
+    }
+    Ok(())
+}
+
+/// Whether `_acme-challenge.NAME` lies in `zone`.
+fn in_zone(name: &str, zone: &str) -> bool {
+    name == zone || name.ends_with(&format!(".{zone}"))
+}
+
+fn outside_zone(span: Span, word: &str, zone: &str) -> Diagnostic {
+    Diagnostic::error(
+        span,
+        format!("the dns-01 record of {word} is outside the zone {zone} that dns_update changes"),
+    )
+    .with_hint("set dns_update's zone to the zone this name is in")
+}
+
+/// `dns_update SERVER:PORT { zone Z; key_name N; key_file F; algorithm hmac-sha256 }`;
+/// the key file is read now, so a missing or malformed one is an error at its line.
+fn dns_update(b: &mut Builder, d: &Directive) -> Res<DnsUpdate> {
+    const USAGE: &str = "dns_update SERVER:PORT { zone example.com; key_name NAME; key_file FILE }";
+    let w = match d.args.as_slice() {
+        [w] => w,
+        [_, x, ..] => return Err(extra(x, USAGE)),
+        [] => return Err(missing(d, USAGE, "dns_update 192.0.2.53:53 { … }")),
+    };
+    let server = dns_server(w)?;
+    let items = block(
+        d,
+        "dns_update 192.0.2.53:53 { zone example.com; key_name acme; key_file acme.key }",
+    )?;
+    let (mut zone, mut key_name, mut algorithm, mut key) = (None, None, None, None);
+    for item in items {
+        if !b.known_here(item, Place::DnsUpdate) {
+            continue;
+        }
+        let v = one_arg(item, &format!("{} VALUE", item.name.text))?;
+        match item.name.text.as_str() {
+            "zone" => zone = Some(dns_name(v)?),
+            "key_name" => key_name = Some((dns_name(v)?, v)),
+            "algorithm" => {
+                let alg = TsigAlgorithm::from_name(&v.text)
+                    .ok_or_else(|| expected(v, "hmac-sha256, hmac-sha384 or hmac-sha512"))?;
+                algorithm = Some(alg);
+            }
+            _ => key = Some((read_key_file(b, item, v)?, v)),
+        }
+    }
+    let need = |what: &str, example: &str| {
+        Diagnostic::error(d.span(), format!("dns_update needs `{what}`"))
+            .with_hint(format!("add {example} to the block"))
+    };
+    let zone = zone.ok_or_else(|| need("zone", "zone example.com"))?;
+    let (file, at) = key.ok_or_else(|| need("key_file", "key_file acme.key"))?;
+    let key_name = match (key_name, file.name) {
+        (Some((n, w)), Some(f)) if n != f => {
+            return Err(Diagnostic::error(
+                w.span,
+                format!("the key file names the key {f}, not {n}"),
+            )
+            .with_hint("the DNS server checks the name: leave key_name out to use the file's"))
+        }
+        (Some((n, _)), _) => n,
+        (None, Some(f)) => f,
+        (None, None) => {
+            return Err(need(
+                "key_name",
+                "key_name NAME (the key's name on the DNS server)",
+            ))
+        }
+    };
+    let algorithm = match (algorithm, file.algorithm) {
+        (Some(a), _) => a,
+        (None, Some(f)) => TsigAlgorithm::from_name(&f).ok_or_else(|| {
+            Diagnostic::error(
+                at.span,
+                format!("the key file's algorithm {f} is not one sluice signs with"),
+            )
+            .with_hint("use hmac-sha256, hmac-sha384 or hmac-sha512 (tsig-keygen -a hmac-sha256)")
+        })?,
+        (None, None) => TsigAlgorithm::HmacSha256,
+    };
+    Ok(DnsUpdate {
+        server,
+        zone,
+        key_name,
+        algorithm,
+        secret: file.secret,
+    })
+}
+
+/// `key_file F`, read and decoded now.
+fn read_key_file(b: &Builder, item: &Directive, v: &Word) -> Res<KeyFile> {
+    let path = b.dir_of(item.span()).join(&v.text);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        Diagnostic::error(v.span, format!("{}: {e}", path.display()))
+            .with_hint("the TSIG key the DNS server knows, as tsig-keygen writes it")
+    })?;
+    tsig_key_file(&text).map_err(|e| {
+        Diagnostic::error(v.span, format!("{}: {e}", path.display()))
+            .with_hint("write it with tsig-keygen NAME > FILE, or put the bare base64 secret in it")
+    })
+}
+
+/// A DNS name as written: lower case, no final dot, labels of 1 to 63 bytes.
+fn dns_name(w: &Word) -> Res<String> {
+    let name = w.text.trim_end_matches('.').to_ascii_lowercase();
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+        });
+    if !ok {
+        return Err(expected(w, "a DNS name like example.com"));
+    }
+    Ok(name)
+}
+
+/// A TSIG key file: tsig-keygen's `key "NAME" { algorithm ALG; secret "B64"; };`, or
+/// the bare base64 secret.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct KeyFile {
+    pub name: Option<String>,
+    pub algorithm: Option<String>,
+    pub secret: Vec<u8>,
+}
+
+pub(crate) fn tsig_key_file(text: &str) -> Result<KeyFile, String> {
+    use base64::Engine as _;
+    let text: String = text
+        .lines()
+        .map(|l| l.trim())
+        .filter(|l| !l.starts_with('#') && !l.starts_with("//"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let quoted_after = |word: &str| -> Option<String> {
+        let at = text.find(word)? + word.len();
+        let rest = text[at..].trim_start().strip_prefix('"')?;
+        Some(rest[..rest.find('"')?].to_string())
+    };
+    let (name, algorithm, b64) = if text.contains("secret") {
+        let secret = quoted_after("secret").ok_or("no quoted secret after `secret`")?;
+        let name = quoted_after("key").map(|n| n.trim_end_matches('.').to_ascii_lowercase());
+        let algorithm = text.find("algorithm").map(|at| {
+            let rest = &text[at + "algorithm".len()..];
+            rest.split(';').next().unwrap_or("").trim().to_string()
+        });
+        (name, algorithm, secret)
+    } else {
+        (None, None, text.trim().to_string())
+    };
+    let secret = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|e| format!("the secret is not base64: {e}"))?;
+    if secret.len() < 16 {
+        return Err(format!(
+            "the secret is {} bytes; a TSIG key has at least 16",
+            secret.len()
+        ));
+    }
+    Ok(KeyFile {
+        name,
+        algorithm,
+        secret,
+    })
 }
 
 /// A name an ACME server can issue for: two or more labels, each of letters, digits
@@ -237,7 +447,25 @@ pub(crate) fn orderable(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::orderable;
+    use super::{orderable, tsig_key_file};
+
+    #[test]
+    fn tsig_key_files_are_read_as_tsig_keygen_writes_them_or_bare() {
+        let secret = "c2x1aWNlLXRlc3Qtc2VjcmV0LTMyLWJ5dGVzLSEhIQ==";
+        let keygen = format!(
+            "# made by tsig-keygen\nkey \"Acme.Example.\" {{\n\talgorithm hmac-sha512;\n\tsecret \"{secret}\";\n}};\n"
+        );
+        let k = tsig_key_file(&keygen).unwrap();
+        assert_eq!(k.name.as_deref(), Some("acme.example"));
+        assert_eq!(k.algorithm.as_deref(), Some("hmac-sha512"));
+        assert_eq!(k.secret, b"sluice-test-secret-32-bytes-!!!");
+        let bare = tsig_key_file(&format!("{secret}\n")).unwrap();
+        assert_eq!((bare.name, bare.algorithm), (None, None));
+        assert_eq!(bare.secret, k.secret);
+        for bad in ["", "key \"a\" { secret ; };", "!!!!", "c2hvcnQ="] {
+            assert!(tsig_key_file(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn orderable_names_are_dns_names_of_two_labels_or_more() {

@@ -521,3 +521,51 @@ site * {{ basic_auth {{ realm "Staff only"; a "{h}" }}
         assert!(msg.contains("realm"), "{bad}: {msg}");
     }
 }
+
+#[test]
+fn dns_update_chooses_dns01_alone_and_keeps_a_written_challenge() {
+    let dir = std::env::temp_dir().join(format!("sluice-dns-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("acme.key");
+    std::fs::write(
+        &key,
+        "key \"acme\" { algorithm hmac-sha384; secret \"c2x1aWNlLXRlc3Qtc2VjcmV0LTMyLWJ5dGVzLSEhIQ==\"; };",
+    )
+    .unwrap();
+    let block = format!(
+        "dns_update 192.0.2.53:5353 {{ zone Example.Com.; key_file {} }}",
+        key.display()
+    );
+    let sites =
+        "listen :8443 tls\nsite *.app.example.com app.example.com { tls auto\n respond ok }\n";
+    let c = ok(&format!("global {{ acme {{ {block} }} }}\n{sites}"));
+    let a = &c.global.acme;
+    assert_eq!((a.http01, a.tls_alpn01, a.dns01), (false, false, true));
+    let u = a.dns_update.as_ref().expect("dns_update");
+    assert_eq!(u.server, "192.0.2.53:5353".parse().unwrap());
+    assert_eq!(
+        (u.zone.as_str(), u.key_name.as_str()),
+        ("example.com", "acme")
+    );
+    assert_eq!(u.algorithm, TsigAlgorithm::HmacSha384);
+    assert!(
+        !format!("{u:?}").contains("c2x1"),
+        "the secret stays out of Debug"
+    );
+    let Some(CertSource::Auto { names }) = c.sites[0].tls.as_ref().map(|t| &t.source) else {
+        panic!("tls auto");
+    };
+    assert_eq!(names, &["*.app.example.com", "app.example.com"]);
+    let c = ok(&format!(
+        "global {{ acme {{ challenge tls-alpn-01\n {block} }} }}\n{sites}"
+    ));
+    let a = &c.global.acme;
+    assert_eq!((a.http01, a.tls_alpn01, a.dns01), (false, true, false));
+    // With only dns-01, a plain name outside the zone is refused at its word.
+    let (line, col, msg, _) = err(&format!(
+        "global {{ acme {{ {block} }} }}\nlisten :8443 tls\nsite a.example.net {{ tls auto\n respond ok }}\n"
+    ));
+    assert_eq!((line, col), (3, 6), "{msg}");
+    assert!(msg.contains("outside the zone example.com"), "{msg}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -20,6 +20,7 @@ pub(super) enum Place {
     Admin,
     Cache,
     Acme,
+    DnsUpdate,
     Fleet,
 }
 
@@ -81,7 +82,9 @@ impl Place {
                 "storage",
                 "challenge",
                 "renew_before",
+                "dns_update",
             ],
+            Place::DnsUpdate => &["zone", "key_name", "key_file", "algorithm"],
         };
         words.to_vec()
     }
@@ -104,6 +107,7 @@ impl Place {
             Place::Fleet => "a `fleet` block",
             Place::Cache => "a `cache` block",
             Place::Acme => "an `acme` block",
+            Place::DnsUpdate => "a `dns_update` block",
         }
     }
 }
@@ -138,7 +142,7 @@ fn with_filters(words: &[&'static str]) -> Vec<&'static str> {
         .collect()
 }
 
-pub(super) const ALL_PLACES: [Place; 16] = [
+pub(super) const ALL_PLACES: [Place; 17] = [
     Place::Top,
     Place::Global,
     Place::Site,
@@ -154,6 +158,7 @@ pub(super) const ALL_PLACES: [Place; 16] = [
     Place::Admin,
     Place::Cache,
     Place::Acme,
+    Place::DnsUpdate,
     Place::Fleet,
 ];
 
