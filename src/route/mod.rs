@@ -35,6 +35,11 @@ pub(crate) struct HostIndex {
 }
 
 impl HostIndex {
+    /// Whether a `*` entry answers every name.
+    pub(crate) fn has_any(&self) -> bool {
+        self.any.is_some()
+    }
+
     /// Adds `hosts` (lower-case; `*.suffix` as `.suffix`) for `idx`; an exact name
     /// already taken keeps its first index.
     pub(crate) fn add(&mut self, hosts: &[crate::config::HostPattern], idx: usize) {

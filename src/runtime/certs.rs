@@ -211,6 +211,11 @@ impl SniCerts {
         self.slots.get(self.index(name)?)
     }
 
+    /// Whether every handshake finds a certificate (a `*` site has one).
+    pub(crate) fn has_default(&self) -> bool {
+        self.names.has_any()
+    }
+
     pub(crate) fn index(&self, name: Option<&str>) -> Option<usize> {
         match name {
             Some(n) => self

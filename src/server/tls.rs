@@ -35,38 +35,68 @@ async fn handshake(
     tls: &Tls,
     stream: TcpStream,
 ) -> std::io::Result<Option<tokio_rustls::server::TlsStream<TcpStream>>> {
-    if tls.per_site.is_none() && tls.acme.is_none() && !tls.on_demand {
+    let plain = tls.per_site.is_none() && tls.acme.is_none() && !tls.on_demand;
+    if plain && tls.certs.has_default() {
         return tokio_rustls::TlsAcceptor::from(tls.config.clone())
             .accept(stream)
             .await
             .map(Some);
     }
+    let peer = stream.peer_addr().ok();
     let acceptor = rustls::server::Acceptor::default();
-    let start = tokio_rustls::LazyConfigAcceptor::new(acceptor, stream).await?;
+    let mut start = tokio_rustls::LazyConfigAcceptor::new(acceptor, stream).await?;
     let hello = start.client_hello();
-    if let Some(acme) = &tls.acme {
-        let challenge = hello
+    let sni = hello.server_name().map(str::to_string);
+    let acme_challenge = tls.acme.is_some()
+        && hello
             .alpn()
             .is_some_and(|mut offered| offered.any(|p| p == crate::acme::ACME_TLS_ALPN));
-        if challenge {
-            let name = hello.server_name().unwrap_or("").to_string();
-            let Some(ck) = acme.alpn_certificate(&name).await else {
-                return Err(std::io::Error::other(format!(
-                    "acme-tls/1 for {name:?}, which has no challenge pending"
-                )));
-            };
-            let mut s = start
-                .into_stream(crate::acme::Manager::alpn_config(ck))
-                .await?;
-            tracing::debug!("sluice: acme: answered a tls-alpn-01 challenge for {name}");
-            let _ = tokio::io::AsyncWriteExt::shutdown(&mut s).await;
-            return Ok(None);
-        }
+    if !acme_challenge && tls.certs.index(sni.as_deref()).is_none() {
+        return Err(unrecognized(&mut start, peer, sni.as_deref()).await);
     }
-    let sni = hello.server_name().map(str::to_string);
+    if let (Some(acme), true) = (&tls.acme, acme_challenge) {
+        let name = sni.unwrap_or_default();
+        let Some(ck) = acme.alpn_certificate(&name).await else {
+            return Err(std::io::Error::other(format!(
+                "acme-tls/1 for {name:?}, which has no challenge pending"
+            )));
+        };
+        let mut s = start
+            .into_stream(crate::acme::Manager::alpn_config(ck))
+            .await?;
+        tracing::debug!("sluice: acme: answered a tls-alpn-01 challenge for {name}");
+        let _ = tokio::io::AsyncWriteExt::shutdown(&mut s).await;
+        return Ok(None);
+    }
     let config = tls.config_for(sni.as_deref()).clone();
     on_demand(tls, sni.as_deref()).await?;
     start.into_stream(config).await.map(Some)
+}
+
+/// A ClientHello for a name no site has a certificate for (or with no name, and no
+/// `*` site with one): the `unrecognized_name` alert (RFC 6066 §3), which says what
+/// happened (rustls's own refusal would be `access_denied`, which reads like an ACL),
+/// and a line for the operator, at most one WARN a minute.
+async fn unrecognized(
+    start: &mut tokio_rustls::StartHandshake<TcpStream>,
+    peer: Option<std::net::SocketAddr>,
+    sni: Option<&str>,
+) -> std::io::Error {
+    static REFUSED: crate::throttle::Throttled = crate::throttle::Throttled::new();
+    /// A plaintext alert record: fatal (2), unrecognized_name (112).
+    const ALERT: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 112];
+    let io = &mut start.io;
+    let _ = tokio::io::AsyncWriteExt::write_all(io, &ALERT).await;
+    let _ = tokio::io::AsyncWriteExt::shutdown(io).await;
+    let who = peer.map(|p| p.to_string()).unwrap_or_default();
+    let what = match sni {
+        Some(name) => format!("for {name:?}, which no site has a certificate for"),
+        None => "without a server name (SNI: a client connecting by IP address)".to_string(),
+    };
+    REFUSED.warn(format_args!(
+        "sluice: TLS handshake from {who} {what}: refused with unrecognized_name; a `site *` with a certificate serves such clients"
+    ));
+    std::io::Error::other(format!("unrecognized_name {what}"))
 }
 
 /// A name an on-demand site serves gets its certificate before the handshake goes on
