@@ -66,7 +66,7 @@ global {{
         {ca}
         email ops@example.com
         storage {storage}
-        challenge {challenge}
+        {challenge}
         {more}
     }}
 }}
@@ -75,7 +75,11 @@ global {{
             tls = self.tls,
             dir = self.directory,
             storage = self.storage,
-            challenge = self.challenge,
+            challenge = if self.challenge.is_empty() {
+                String::new()
+            } else {
+                format!("challenge {}", self.challenge)
+            },
             more = self.more,
         )
     }
@@ -670,6 +674,14 @@ fn a_bad_acme_setup_fails_the_check_with_where_and_why() {
             "a DNS server's IP address",
         ),
         (
+            &format!("{tls}global {{ acme {{ dns_update 127.0.0.1 {{ zone a.test; algorithm hmac-sha512; key_file {} }} }} }}", good_key.display()),
+            "the key file's algorithm is hmac-sha256, not hmac-sha512",
+        ),
+        (
+            &format!("{tls}global {{ acme {{ dns_update 127.0.0.1 {{ zone a.test; zone b.test; key_file {} }} }} }}", good_key.display()),
+            "`zone` is set twice",
+        ),
+        (
             &format!("{tls}global {{ acme {{ directory ftp://x }} }}"),
             "the ACME server's directory URL",
         ),
@@ -798,9 +810,9 @@ async fn on_demand_certificates_are_ordered_for_the_names_ask_allows() {
 
 /// dns-01 through a real BIND (DESIGN §18.8): a site for `app.example.test` and
 /// `*.app.example.test` gets one certificate from pebble, which validated the wildcard
-/// by reading the TXT record sluice put on BIND with a TSIG-signed update (and the
-/// plain name over TLS-ALPN-01); the record is gone afterwards. Before that, a key BIND
-/// does not know is refused, and the log says why.
+/// by reading the TXT records sluice put on BIND with TSIG-signed updates (two values
+/// under one name, for the name and its wildcard); they are gone afterwards. Before
+/// that, a key BIND does not know is refused, and the log says why.
 #[tokio::test]
 async fn a_wildcard_certificate_is_issued_over_dns01_through_bind() {
     let Some(bind) = Bind::start("example.test", "app IN A 127.0.0.1") else {
@@ -815,13 +827,8 @@ async fn a_wildcard_certificate_is_issued_over_dns01_through_bind() {
     let conf = TempDir::new();
     let site =
         "site app.example.test *.app.example.test {\n    tls auto\n    respond \"wild\\n\"\n}\n";
-    let start = |key: &std::path::Path, data: &TempDir| {
-        let mut setup = Setup::on(
-            &pebble,
-            (http, tls),
-            data.0.to_str().unwrap(),
-            "tls-alpn-01",
-        );
+    let start = |key: &std::path::Path, data: &TempDir, challenge: &str| {
+        let mut setup = Setup::on(&pebble, (http, tls), data.0.to_str().unwrap(), challenge);
         setup.more = format!(
             "dns_update {} {{ zone example.test; key_file {} }}",
             bind.addr,
@@ -835,12 +842,13 @@ async fn a_wildcard_certificate_is_issued_over_dns01_through_bind() {
         "wrong.key",
         "key \"sluice-acme\" { algorithm hmac-sha256; secret \"c2x1aWNlLXdyb25nLXNlY3JldC0zMi1ieXRlcy0hIQ==\"; };\n",
     );
-    let refused = start(&wrong, &TempDir::new());
+    let refused = start(&wrong, &TempDir::new(), "tls-alpn-01");
     refused.wait_log("the server does not accept the key");
     drop(refused);
 
+    // dns_update alone: both names by DNS, two values under one name, each taken down.
     let data = TempDir::new();
-    let s = start(&bind.key_file, &data);
+    let s = start(&bind.key_file, &data, "");
     s.wait_log("acme: certificate for app.example.test, *.app.example.test issued");
     let verified = trusting(pebble.root().await);
     for host in [
@@ -859,7 +867,11 @@ async fn a_wildcard_certificate_is_issued_over_dns01_through_bind() {
         "adding an RR at '_acme-challenge.app.example.test' TXT",
         "deleting an RR at _acme-challenge.app.example.test TXT",
     ] {
-        assert!(log.contains(done), "BIND did not log {done:?}:\n{log}");
+        assert_eq!(
+            log.matches(done).count(),
+            2,
+            "BIND did not log {done:?} twice:\n{log}"
+        );
     }
     assert_eq!(
         bind.txt("_acme-challenge.app.example.test"),

@@ -107,7 +107,8 @@ impl Updater {
         }
     }
 
-    /// One request, one answer over UDP, tried [`TRIES`] times.
+    /// One request, one answer over UDP, tried [`TRIES`] times. A datagram that is
+    /// not an answer to this request (too short, another ID) is skipped.
     async fn send(&self, wire: &[u8]) -> Result<Vec<u8>, String> {
         let local: SocketAddr = if self.server.is_ipv4() {
             "0.0.0.0:0".parse().expect("literal")
@@ -121,10 +122,12 @@ impl Updater {
         let mut buf = vec![0u8; 4096];
         for _ in 0..TRIES {
             sock.send(wire).await.map_err(|e| e.to_string())?;
-            match tokio::time::timeout(WAIT, sock.recv(&mut buf)).await {
-                Ok(Ok(n)) => return Ok(buf[..n].to_vec()),
-                Ok(Err(e)) => return Err(e.to_string()),
-                Err(_) => continue,
+            let deadline = tokio::time::Instant::now() + WAIT;
+            while let Ok(got) = tokio::time::timeout_at(deadline, sock.recv(&mut buf)).await {
+                let n = got.map_err(|e| e.to_string())?;
+                if n >= 12 && buf[..2] == wire[..2] {
+                    return Ok(buf[..n].to_vec());
+                }
             }
         }
         Err(format!(
@@ -138,7 +141,7 @@ impl Updater {
 /// What a refusal means to the operator.
 fn refusal(code: ResponseCode) -> String {
     let why = match code {
-        ResponseCode::NotAuth => "the server does not accept the key (check key_name, the secret and algorithm, and the clocks)",
+        ResponseCode::NotAuth => "the server does not accept the key (check key_name, the secret and algorithm, and the clocks) or is not authoritative for the zone",
         ResponseCode::Refused => "the server refused it (does its update-policy or allow-update grant this key TXT records?)",
         ResponseCode::NotZone => "the name is not in the zone the server has",
         ResponseCode::ServFail => "the server failed",

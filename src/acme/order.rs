@@ -59,17 +59,25 @@ impl Drop for Posted<'_> {
 
 impl Posted<'_> {
     async fn withdraw(mut self) {
-        let mut records = Vec::new();
         for a in &self.answers {
             match a {
                 Answer::Http01(token) => self.m.storage.withdraw("http-01", token).await,
                 Answer::TlsAlpn01(name) => self.m.storage.withdraw("tls-alpn-01", name).await,
-                Answer::Dns01 { base, value } => records.push((base.clone(), value.clone())),
+                Answer::Dns01 { .. } => {}
             }
         }
-        self.answers.retain(|a| !matches!(a, Answer::Dns01 { .. }));
-        if let Some(dns) = &self.m.dns {
-            take_down(dns, &records).await;
+        // Each record leaves the list once it is down: an order dropped meanwhile
+        // leaves the rest to `Drop`.
+        let dns = self.m.dns.clone();
+        while let Some(i) = self
+            .answers
+            .iter()
+            .position(|a| matches!(a, Answer::Dns01 { .. }))
+        {
+            if let (Some(dns), Answer::Dns01 { base, value }) = (&dns, &self.answers[i]) {
+                take_down(dns, &[(base.clone(), value.clone())]).await;
+            }
+            self.answers.remove(i);
         }
     }
 }
@@ -84,14 +92,19 @@ async fn take_down(dns: &super::dns01::Updater, records: &[(String, String)]) {
 }
 
 /// The challenge the `attempt`-th try uses for a name: dns-01 for a wildcard (the
-/// only one offered for it); otherwise the listed ones in turn, one more after each
-/// failure (TLS-ALPN-01 first, then HTTP-01, then dns-01).
-fn challenge_for(m: &Manager, attempt: u32, wildcard: bool) -> ChallengeType {
+/// only one offered for it); otherwise the allowed ones in turn, one more after each
+/// failure — dns-01 first when the name lies in `dns_update`'s zone, then TLS-ALPN-01,
+/// then HTTP-01.
+fn challenge_for(m: &Manager, attempt: u32, wildcard: bool, name: &str) -> ChallengeType {
     let c = &m.config;
+    let in_zone = c
+        .dns_update
+        .as_ref()
+        .is_some_and(|u| name == u.zone || name.ends_with(&format!(".{}", u.zone)));
     let listed = [
+        (c.dns01 && in_zone, ChallengeType::Dns01),
         (c.tls_alpn01, ChallengeType::TlsAlpn01),
         (c.http01, ChallengeType::Http01),
-        (c.dns01, ChallengeType::Dns01),
     ];
     let kinds: Vec<ChallengeType> = listed
         .into_iter()
@@ -115,7 +128,6 @@ pub(super) async fn order(m: &Manager, cert: &Managed, attempt: u32) -> Result<S
         .new_order(&NewOrder::new(&ids))
         .await
         .map_err(|e| format!("new order: {e}"))?;
-    let kind = challenge_for(m, attempt, false);
     let mut posted = Posted {
         m,
         answers: Vec::new(),
@@ -127,7 +139,7 @@ pub(super) async fn order(m: &Manager, cert: &Managed, attempt: u32) -> Result<S
             .await
             .map_err(|e| format!("waiting for validation: {e}"))?;
         if status != OrderStatus::Ready {
-            return Err(why_invalid(&mut order, kind, status).await);
+            return Err(why_invalid(&mut order, status).await);
         }
         Ok(())
     }
@@ -161,10 +173,10 @@ async fn answer(
             AuthorizationStatus::Valid => continue,
             other => return Err(format!("authorization is {other:?}")),
         }
-        let kind = challenge_for(m, attempt, a.wildcard);
         let Identifier::Dns(base) = a.identifier().identifier.clone() else {
             return Err("an authorization for something not a DNS name".into());
         };
+        let kind = challenge_for(m, attempt, a.wildcard, &base);
         let mut ch = a
             .challenge(kind.clone())
             .ok_or_else(|| format!("{base}: the ACME server offers no {kind:?} challenge"))?;
@@ -208,24 +220,23 @@ async fn answer(
 }
 
 /// What the server said about the names that failed validation.
-async fn why_invalid(
-    order: &mut instant_acme::Order,
-    kind: ChallengeType,
-    status: OrderStatus,
-) -> String {
+async fn why_invalid(order: &mut instant_acme::Order, status: OrderStatus) -> String {
     let mut why = Vec::new();
     let mut authorizations = order.authorizations();
     while let Some(Ok(mut a)) = authorizations.next().await {
         let name = a.identifier().to_string();
         if let Ok(state) = a.refresh().await {
-            let errors = state.challenges.iter().filter_map(|c| c.error.as_ref());
-            why.extend(errors.map(|e| format!("{name}: {e}")));
+            let errors = state
+                .challenges
+                .iter()
+                .filter_map(|c| Some((&c.r#type, c.error.as_ref()?)));
+            why.extend(errors.map(|(kind, e)| format!("{name} ({kind:?}): {e}")));
         }
     }
     if why.is_empty() {
-        format!("the order is {status:?} after the {kind:?} challenge")
+        format!("the order is {status:?} after its challenges")
     } else {
-        format!("{kind:?} validation failed: {}", why.join("; "))
+        format!("validation failed: {}", why.join("; "))
     }
 }
 

@@ -430,7 +430,6 @@ fn account_path(dir: &Path, directory: &str) -> PathBuf {
         .join(format!("{}.json", flatten(directory)))
 }
 
-/// The directory URL as one file name: every character but [A-Za-z0-9.-] as `_`.
 /// A certificate's folder: `certificates/SCOPE/NAME`, a wildcard's `*` spelled
 /// `wildcard_` so that no shell globs it.
 fn cert_dir(dir: &Path, scope: &str, id: &str) -> PathBuf {
@@ -439,6 +438,7 @@ fn cert_dir(dir: &Path, scope: &str, id: &str) -> PathBuf {
         .join(id.replacen('*', "wildcard_", 1))
 }
 
+/// The directory URL as one file name: every character but [A-Za-z0-9.-] as `_`.
 fn flatten(directory: &str) -> String {
     directory
         .trim_start_matches("https://")

@@ -244,6 +244,15 @@ pub enum TsigAlgorithm {
 }
 
 impl TsigAlgorithm {
+    /// As BIND writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TsigAlgorithm::HmacSha256 => "hmac-sha256",
+            TsigAlgorithm::HmacSha384 => "hmac-sha384",
+            TsigAlgorithm::HmacSha512 => "hmac-sha512",
+        }
+    }
+
     /// By its name as BIND and `tsig-keygen` write it.
     pub fn from_name(name: &str) -> Option<TsigAlgorithm> {
         match name.trim_end_matches('.').to_ascii_lowercase().as_str() {

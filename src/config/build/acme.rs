@@ -43,9 +43,10 @@ impl Builder {
             self.push(r);
         }
         match (seen.get("challenge"), &a.dns_update) {
-            // dns_update alone: every name is validated by DNS (it works where port
-            // 80 and 443 are not reachable from the ACME server).
-            (None, Some(_)) => (a.http01, a.tls_alpn01, a.dns01) = (false, false, true),
+            // dns_update alone: names in its zone are validated by DNS first (it works
+            // where ports 80 and 443 are not reachable from the ACME server); others
+            // (on-demand customers' names) keep TLS-ALPN-01 and HTTP-01.
+            (None, Some(_)) => a.dns01 = true,
             (Some(at), None) if a.dns01 => self.errors.push(
                 Diagnostic::error(*at, "the dns-01 challenge needs somewhere to put its TXT records")
                     .with_hint("add dns_update SERVER:PORT { zone example.com; key_name NAME; key_file FILE } to the acme block"),
@@ -292,9 +293,13 @@ fn dns_update(b: &mut Builder, d: &Directive) -> Res<DnsUpdate> {
         "dns_update 192.0.2.53:53 { zone example.com; key_name acme; key_file acme.key }",
     )?;
     let (mut zone, mut key_name, mut algorithm, mut key) = (None, None, None, None);
+    let mut seen = std::collections::HashMap::new();
     for item in items {
         if !b.known_here(item, Place::DnsUpdate) {
             continue;
+        }
+        if let Some(first) = seen.insert(item.name.text.as_str(), item.span()) {
+            return Err(twice(item, first));
         }
         let v = one_arg(item, &format!("{} VALUE", item.name.text))?;
         match item.name.text.as_str() {
@@ -303,9 +308,9 @@ fn dns_update(b: &mut Builder, d: &Directive) -> Res<DnsUpdate> {
             "algorithm" => {
                 let alg = TsigAlgorithm::from_name(&v.text)
                     .ok_or_else(|| expected(v, "hmac-sha256, hmac-sha384 or hmac-sha512"))?;
-                algorithm = Some(alg);
+                algorithm = Some((alg, v));
             }
-            _ => key = Some((read_key_file(b, item, v)?, v)),
+            _ => key = Some((item, v)),
         }
     }
     let need = |what: &str, example: &str| {
@@ -313,35 +318,18 @@ fn dns_update(b: &mut Builder, d: &Directive) -> Res<DnsUpdate> {
             .with_hint(format!("add {example} to the block"))
     };
     let zone = zone.ok_or_else(|| need("zone", "zone example.com"))?;
-    let (file, at) = key.ok_or_else(|| need("key_file", "key_file acme.key"))?;
-    let key_name = match (key_name, file.name) {
-        (Some((n, w)), Some(f)) if n != f => {
-            return Err(Diagnostic::error(
-                w.span,
-                format!("the key file names the key {f}, not {n}"),
-            )
-            .with_hint("the DNS server checks the name: leave key_name out to use the file's"))
-        }
-        (Some((n, _)), _) => n,
-        (None, Some(f)) => f,
-        (None, None) => {
-            return Err(need(
-                "key_name",
-                "key_name NAME (the key's name on the DNS server)",
-            ))
-        }
-    };
-    let algorithm = match (algorithm, file.algorithm) {
-        (Some(a), _) => a,
-        (None, Some(f)) => TsigAlgorithm::from_name(&f).ok_or_else(|| {
-            Diagnostic::error(
-                at.span,
-                format!("the key file's algorithm {f} is not one sluice signs with"),
-            )
-            .with_hint("use hmac-sha256, hmac-sha384 or hmac-sha512 (tsig-keygen -a hmac-sha256)")
-        })?,
-        (None, None) => TsigAlgorithm::HmacSha256,
-    };
+    let (item, at) = key.ok_or_else(|| need("key_file", "key_file acme.key"))?;
+    let want = key_name.as_ref().map(|(n, _): &(String, &Word)| n.as_str());
+    let file = read_key_file(b, item, at, want)?;
+    let (key_name, algorithm) = key_of(file.name, key_name, file.algorithm, algorithm, at)
+        .map_err(|e| {
+            e.unwrap_or_else(|| {
+                need(
+                    "key_name",
+                    "key_name NAME (the key's name on the DNS server)",
+                )
+            })
+        })?;
     Ok(DnsUpdate {
         server,
         zone,
@@ -351,14 +339,66 @@ fn dns_update(b: &mut Builder, d: &Directive) -> Res<DnsUpdate> {
     })
 }
 
+/// The key's name and algorithm: from the block, else from the key file (the file's
+/// must agree with the block's), else the default algorithm. `Err(None)`: no name.
+fn key_of(
+    file_name: Option<String>,
+    key_name: Option<(String, &Word)>,
+    file_alg: Option<String>,
+    algorithm: Option<(TsigAlgorithm, &Word)>,
+    at: &Word,
+) -> Result<(String, TsigAlgorithm), Option<Diagnostic>> {
+    let key_name = match (key_name, file_name) {
+        (Some((n, w)), Some(f)) if n != f => {
+            let e = Diagnostic::error(w.span, format!("the key file names the key {f}, not {n}"));
+            return Err(Some(e.with_hint(
+                "the DNS server checks the name: leave key_name out to use the file's",
+            )));
+        }
+        (Some((n, _)), _) => n,
+        (None, Some(f)) => f,
+        (None, None) => return Err(None),
+    };
+    let from_file = match file_alg {
+        Some(f) => match TsigAlgorithm::from_name(&f) {
+            Some(a) => Some(a),
+            None => {
+                let e = Diagnostic::error(
+                    at.span,
+                    format!("the key file's algorithm {f} is not one sluice signs with"),
+                );
+                return Err(Some(e.with_hint(
+                    "use hmac-sha256, hmac-sha384 or hmac-sha512 (tsig-keygen -a hmac-sha256)",
+                )));
+            }
+        },
+        None => None,
+    };
+    let algorithm = match (algorithm, from_file) {
+        (Some((a, w)), Some(f)) if a != f => {
+            let e = Diagnostic::error(
+                w.span,
+                format!("the key file's algorithm is {}, not {}", f.name(), a.name()),
+            );
+            return Err(Some(e.with_hint(
+                "the DNS server checks it: leave algorithm out to use the file's",
+            )));
+        }
+        (Some((a, _)), _) => a,
+        (None, Some(f)) => f,
+        (None, None) => TsigAlgorithm::HmacSha256,
+    };
+    Ok((key_name, algorithm))
+}
+
 /// `key_file F`, read and decoded now.
-fn read_key_file(b: &Builder, item: &Directive, v: &Word) -> Res<KeyFile> {
+fn read_key_file(b: &Builder, item: &Directive, v: &Word, want: Option<&str>) -> Res<KeyFile> {
     let path = b.dir_of(item.span()).join(&v.text);
     let text = std::fs::read_to_string(&path).map_err(|e| {
         Diagnostic::error(v.span, format!("{}: {e}", path.display()))
             .with_hint("the TSIG key the DNS server knows, as tsig-keygen writes it")
     })?;
-    tsig_key_file(&text).map_err(|e| {
+    tsig_key_file(&text, want).map_err(|e| {
         Diagnostic::error(v.span, format!("{}: {e}", path.display()))
             .with_hint("write it with tsig-keygen NAME > FILE, or put the bare base64 secret in it")
     })
@@ -381,8 +421,8 @@ fn dns_name(w: &Word) -> Res<String> {
     Ok(name)
 }
 
-/// A TSIG key file: tsig-keygen's `key "NAME" { algorithm ALG; secret "B64"; };`, or
-/// the bare base64 secret.
+/// A TSIG key file: tsig-keygen's `key "NAME" { algorithm ALG; secret "B64"; };` (one
+/// or more; comments `#`, `//` and `/* */`), or the bare base64 secret.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct KeyFile {
     pub name: Option<String>,
@@ -390,30 +430,109 @@ pub(crate) struct KeyFile {
     pub secret: Vec<u8>,
 }
 
-pub(crate) fn tsig_key_file(text: &str) -> Result<KeyFile, String> {
-    use base64::Engine as _;
-    let text: String = text
-        .lines()
-        .map(|l| l.trim())
-        .filter(|l| !l.starts_with('#') && !l.starts_with("//"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let quoted_after = |word: &str| -> Option<String> {
-        let at = text.find(word)? + word.len();
-        let rest = text[at..].trim_start().strip_prefix('"')?;
-        Some(rest[..rest.find('"')?].to_string())
-    };
-    let (name, algorithm, b64) = if text.contains("secret") {
-        let secret = quoted_after("secret").ok_or("no quoted secret after `secret`")?;
-        let name = quoted_after("key").map(|n| n.trim_end_matches('.').to_ascii_lowercase());
-        let algorithm = text.find("algorithm").map(|at| {
-            let rest = &text[at + "algorithm".len()..];
-            rest.split(';').next().unwrap_or("").trim().to_string()
+/// The key named `want` in the file (any key when it holds one).
+pub(crate) fn tsig_key_file(text: &str, want: Option<&str>) -> Result<KeyFile, String> {
+    let tokens = key_tokens(text);
+    if tokens.first().map(String::as_str) != Some("key") {
+        let b64: String = tokens.concat();
+        return Ok(KeyFile {
+            name: None,
+            algorithm: None,
+            secret: secret(&b64)?,
         });
-        (name, algorithm, secret)
-    } else {
-        (None, None, text.trim().to_string())
+    }
+    let mut keys = Vec::new();
+    let mut t = tokens.iter().map(String::as_str).peekable();
+    while let Some(word) = t.next() {
+        match word {
+            ";" => continue,
+            "key" => {}
+            other => return Err(format!("expected `key`, found `{other}`")),
+        }
+        let name = t.next().ok_or("a `key` without a name")?;
+        let name = name
+            .trim_matches('"')
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        if t.next() != Some("{") {
+            return Err(format!("expected `{{` after key \"{name}\""));
+        }
+        let (mut algorithm, mut b64) = (None, None);
+        loop {
+            match t.next() {
+                Some("}") => break,
+                Some("algorithm") => algorithm = t.next().map(|v| v.trim_matches('"').to_string()),
+                Some("secret") => b64 = t.next().map(|v| v.trim_matches('"').to_string()),
+                Some(_) => {}
+                None => return Err(format!("key \"{name}\" has no closing `}}`")),
+            }
+        }
+        let b64 = b64.ok_or_else(|| format!("key \"{name}\" has no `secret`"))?;
+        keys.push((name, algorithm, b64));
+    }
+    let names: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
+    let pick = match want {
+        Some(w) => keys.iter().position(|k| k.0 == w),
+        None if keys.len() == 1 => Some(0),
+        None => {
+            return Err(format!(
+                "it holds {} keys ({}): say which with key_name",
+                keys.len(),
+                names.join(", ")
+            ))
+        }
     };
+    // A file of one key whose name differs is left for the caller to report.
+    let i = pick.or((keys.len() == 1).then_some(0)).ok_or_else(|| {
+        format!(
+            "it has no key {}; it has {}",
+            want.unwrap_or(""),
+            names.join(", ")
+        )
+    })?;
+    let (name, algorithm, b64) = keys.swap_remove(i);
+    Ok(KeyFile {
+        name: Some(name),
+        algorithm,
+        secret: secret(&b64)?,
+    })
+}
+
+/// The words of a key file: quoted strings (quotes kept), `{`, `}`, `;`, and bare
+/// words, comments left out.
+fn key_tokens(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    loop {
+        rest = rest.trim_start();
+        let Some(c) = rest.chars().next() else {
+            return out;
+        };
+        let end = if rest.starts_with('#') || rest.starts_with("//") {
+            rest.find('\n').unwrap_or(rest.len())
+        } else if let Some(body) = rest.strip_prefix("/*") {
+            body.find("*/").map_or(rest.len(), |i| i + 4)
+        } else if c == '"' {
+            let close = rest[1..].find('"').map_or(rest.len(), |i| i + 2);
+            out.push(rest[..close].to_string());
+            close
+        } else if "{};".contains(c) {
+            out.push(c.to_string());
+            1
+        } else {
+            let n = rest
+                .find(|c: char| c.is_whitespace() || "{};\"".contains(c))
+                .unwrap_or(rest.len());
+            out.push(rest[..n].to_string());
+            n
+        };
+        rest = &rest[end..];
+    }
+}
+
+/// A TSIG secret: standard base64 of at least 16 bytes.
+fn secret(b64: &str) -> Result<Vec<u8>, String> {
+    use base64::Engine as _;
     let secret = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
         .map_err(|e| format!("the secret is not base64: {e}"))?;
@@ -423,11 +542,7 @@ pub(crate) fn tsig_key_file(text: &str) -> Result<KeyFile, String> {
             secret.len()
         ));
     }
-    Ok(KeyFile {
-        name,
-        algorithm,
-        secret,
-    })
+    Ok(secret)
 }
 
 /// A name an ACME server can issue for: two or more labels, each of letters, digits
@@ -455,16 +570,38 @@ mod tests {
         let keygen = format!(
             "# made by tsig-keygen\nkey \"Acme.Example.\" {{\n\talgorithm hmac-sha512;\n\tsecret \"{secret}\";\n}};\n"
         );
-        let k = tsig_key_file(&keygen).unwrap();
+        let k = tsig_key_file(&keygen, None).unwrap();
         assert_eq!(k.name.as_deref(), Some("acme.example"));
         assert_eq!(k.algorithm.as_deref(), Some("hmac-sha512"));
         assert_eq!(k.secret, b"sluice-test-secret-32-bytes-!!!");
-        let bare = tsig_key_file(&format!("{secret}\n")).unwrap();
+        let bare = tsig_key_file(&format!("{secret}\n"), None).unwrap();
         assert_eq!((bare.name, bare.algorithm), (None, None));
         assert_eq!(bare.secret, k.secret);
-        for bad in ["", "key \"a\" { secret ; };", "!!!!", "c2hvcnQ="] {
-            assert!(tsig_key_file(bad).is_err(), "{bad:?}");
+        for bad in [
+            "",
+            "key \"a\" { secret ; };",
+            "!!!!",
+            "c2hvcnQ=",
+            "key \"a\" { algorithm hmac-sha256;",
+        ] {
+            assert!(tsig_key_file(bad, None).is_err(), "{bad:?}");
         }
+        // Words inside names, comments of every kind, quoted values, several keys.
+        let two = format!(
+            "/* rotated\n keys */ key \"old-secret\" {{ algorithm \"hmac-sha256\"; secret \"{secret}\"; }};\n\
+             key acme {{ # the current one\n algorithm hmac-sha384; // strong\n secret \"{secret}\"; }};"
+        );
+        let k = tsig_key_file(&two, Some("acme")).unwrap();
+        assert_eq!(
+            (k.name.as_deref(), k.algorithm.as_deref()),
+            (Some("acme"), Some("hmac-sha384"))
+        );
+        let k = tsig_key_file(&two, Some("old-secret")).unwrap();
+        assert_eq!(k.algorithm.as_deref(), Some("hmac-sha256"));
+        let e = tsig_key_file(&two, None).unwrap_err();
+        assert!(e.contains("old-secret, acme"), "{e}");
+        let e = tsig_key_file(&two, Some("other")).unwrap_err();
+        assert!(e.contains("no key other"), "{e}");
     }
 
     #[test]

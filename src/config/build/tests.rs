@@ -540,7 +540,7 @@ fn dns_update_chooses_dns01_alone_and_keeps_a_written_challenge() {
         "listen :8443 tls\nsite *.app.example.com app.example.com { tls auto\n respond ok }\n";
     let c = ok(&format!("global {{ acme {{ {block} }} }}\n{sites}"));
     let a = &c.global.acme;
-    assert_eq!((a.http01, a.tls_alpn01, a.dns01), (false, false, true));
+    assert_eq!((a.http01, a.tls_alpn01, a.dns01), (true, true, true));
     let u = a.dns_update.as_ref().expect("dns_update");
     assert_eq!(u.server, "192.0.2.53:5353".parse().unwrap());
     assert_eq!(
@@ -563,9 +563,9 @@ fn dns_update_chooses_dns01_alone_and_keeps_a_written_challenge() {
     assert_eq!((a.http01, a.tls_alpn01, a.dns01), (false, true, false));
     // With only dns-01, a plain name outside the zone is refused at its word.
     let (line, col, msg, _) = err(&format!(
-        "global {{ acme {{ {block} }} }}\nlisten :8443 tls\nsite a.example.net {{ tls auto\n respond ok }}\n"
+        "global {{ acme {{ challenge dns-01\n{block} }} }}\nlisten :8443 tls\nsite a.example.net {{ tls auto\n respond ok }}\n"
     ));
-    assert_eq!((line, col), (3, 6), "{msg}");
+    assert_eq!((line, col), (4, 6), "{msg}");
     assert!(msg.contains("outside the zone example.com"), "{msg}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
