@@ -99,7 +99,7 @@ pub(crate) fn parse_alone(
 ) -> Result<Vec<Directive>, Diagnostic> {
     let file = sources.add(name.to_string(), Arc::from(text));
     let tokens = tokenize(file, text, env)?;
-    Parser { tokens, pos: 0 }.block(None)
+    Parser::new(tokens).block(None)
 }
 
 fn parse_path(
@@ -129,7 +129,7 @@ fn parse_path(
     })?;
     let file = ctx.sources.add(display, Arc::from(text.as_str()));
     let tokens = tokenize(file, &text, ctx.env)?;
-    let mut p = Parser { tokens, pos: 0 };
+    let mut p = Parser::new(tokens);
     let tree = p.block(None)?;
     ctx.stack.push(canonical);
     let out = expand_imports(tree, path, ctx);
@@ -190,22 +190,46 @@ fn expand_imports(
 struct Parser {
     tokens: Vec<Token>,
     pos: usize,
+    /// Blocks closed by a `}` indented left of their directive (`{` and the `}`):
+    /// when a block is left open at the end, the first of these is the likely one
+    /// missing its `}` (it took an outer block's).
+    misclosed: Vec<(Span, Span)>,
 }
 
 impl Parser {
+    fn new(tokens: Vec<Token>) -> Parser {
+        Parser {
+            tokens,
+            pos: 0,
+            misclosed: Vec::new(),
+        }
+    }
+
     fn peek(&self) -> Option<&Token> {
         self.tokens.get(self.pos)
     }
 
-    /// Directives until the matching `}` (when `open` is the block's `{`) or the end.
-    fn block(&mut self, open: Option<Span>) -> Result<Vec<Directive>, Diagnostic> {
+    /// Directives until the matching `}` (when `open` is the block's `{` and its
+    /// directive's name) or the end.
+    fn block(&mut self, open: Option<(Span, Span)>) -> Result<Vec<Directive>, Diagnostic> {
         let mut out = Vec::new();
         loop {
             let Some(tok) = self.peek().cloned() else {
-                return match open {
-                    Some(span) => Err(Diagnostic::error(span, "this block is never closed")
-                        .with_hint("add a `}` on its own line to close it")),
-                    None => Ok(out),
+                return match (open, self.misclosed.first()) {
+                    (Some(_), Some(&(inner, close))) => Err(Diagnostic::error(
+                        inner,
+                        "this block is never closed",
+                    )
+                    .with_hint(format!(
+                        "the `}}` on line {} is indented like an outer block's but closes this one: add this block's `}}` above it",
+                        close.line
+                    ))),
+                    (Some((span, _)), None) => Err(Diagnostic::error(
+                        span,
+                        "this block is never closed",
+                    )
+                    .with_hint("add a `}` on its own line to close it")),
+                    (None, _) => Ok(out),
                 };
             };
             match tok.kind {
@@ -213,7 +237,12 @@ impl Parser {
                 TokenKind::Close => {
                     self.pos += 1;
                     return match open {
-                        Some(_) => Ok(out),
+                        Some((brace, name)) => {
+                            if tok.span.line != brace.line && tok.span.col < name.col {
+                                self.misclosed.push((brace, tok.span));
+                            }
+                            Ok(out)
+                        }
                         None => Err(Diagnostic::error(tok.span, "`}` without a block to close")
                             .with_hint("remove it, or look for a missing `{` above")),
                     };
@@ -264,7 +293,7 @@ impl Parser {
                 }
                 TokenKind::Open => {
                     self.pos += 1;
-                    let block = self.block(Some(tok.span))?;
+                    let block = self.block(Some((tok.span, name.span)))?;
                     return Ok(Directive {
                         name,
                         args,
@@ -295,6 +324,22 @@ mod tests {
 
     fn parse(text: &str) -> Result<Vec<Directive>, Diagnostic> {
         parse_text("t.conf", text, &mut Sources::default(), &ProcessEnv)
+    }
+
+    #[test]
+    fn a_missing_brace_is_blamed_on_the_block_left_open_not_the_outer_one() {
+        let text = "site a {\n    route /x {\n        respond ok\n    route /y {\n        respond ok\n    }\n}\n";
+        let e = parse(text).unwrap_err();
+        assert_eq!((e.span.line, e.span.col), (2, 14), "{}", e.message);
+        let hint = e.hint.unwrap_or_default();
+        assert!(hint.contains("line 7"), "{hint}");
+        // Nested two deep: the innermost block left open.
+        let text = "site a {\n  route /x {\n    header_up {\n      set a b\n  }\n}\n";
+        let e = parse(text).unwrap_err();
+        assert_eq!((e.span.line, e.span.col), (3, 15), "{}", e.message);
+        // Nothing indented oddly: the outer block, as before.
+        let e = parse("site a {\n  respond ok\n").unwrap_err();
+        assert_eq!((e.span.line, e.span.col), (1, 8));
     }
 
     #[test]
