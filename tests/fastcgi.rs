@@ -391,13 +391,20 @@ async fn scripts_folders_static_files_and_the_front_controller() {
     assert_eq!((r.status, r.text().as_str()), (200, "body{}"));
     assert_eq!(get(s.addr, "/missing.php").await.status, 404);
     assert_eq!(get(s.addr, "/nothing/here").await.status, 404);
-    // The front controller takes pretty URLs; REQUEST_URI is what the client asked.
+    // The front controller takes pretty URLs; REQUEST_URI is what the client asked,
+    // and SCRIPT_NAME keeps what `strip` took off (a framework under a sub-path builds
+    // its base URL from the two), while SCRIPT_FILENAME stays under `root`.
     let r = get(s.addr, "/front/blog/2026/hello?p=2").await;
-    assert_eq!(r.text(), "script=/index.php info= stdin=0");
+    assert_eq!(r.text(), "script=/front/index.php info= stdin=0");
+    let params = app.last().params;
+    assert_eq!(params["REQUEST_URI"], "/front/blog/2026/hello?p=2");
+    assert_eq!(params["DOCUMENT_URI"], "/front/index.php");
     assert_eq!(
-        app.last().params["REQUEST_URI"],
-        "/front/blog/2026/hello?p=2"
+        params["SCRIPT_FILENAME"],
+        root.0.join("index.php").display().to_string()
     );
+    let r = get(s.addr, "/front/").await;
+    assert_eq!(r.text(), "script=/front/index.php info= stdin=0");
     // A script's source is never served, whatever its name's spelling or encoding.
     {
         use std::os::unix::ffi::OsStrExt;
@@ -686,7 +693,7 @@ async fn real_php_fpm_over_tcp_and_a_unix_socket() {
     );
     root.write(
         "index.php",
-        r#"<?php echo 'front:', $_SERVER['REQUEST_URI'], ' script:', $_SERVER['SCRIPT_NAME'];"#,
+        r#"<?php echo 'front:', $_SERVER['REQUEST_URI'], ' script:', $_SERVER['SCRIPT_NAME'], ' file:', $_SERVER['SCRIPT_FILENAME'];"#,
     );
     // What DokuWiki's task runner does on every page view: the hop's fields, and its
     // own length (DESIGN §18.4: dropped and kept, never a 502).
@@ -822,11 +829,16 @@ async fn real_php_fpm_over_tcp_and_a_unix_socket() {
     // Static files beside the scripts; a script's source never.
     assert_eq!(get(s.addr, "/logo.txt").await.text(), "static beside php");
     assert!(!get(s.addr, "/index.php").await.text().contains("<?php"));
-    // A front controller with pretty URLs, over the Unix socket.
+    // A front controller with pretty URLs under a sub-path, over the Unix socket: PHP
+    // sees the client's view in SCRIPT_NAME (what `strip` took off in front), the file
+    // under `root`.
     let r = get(s.addr, "/unix/blog/2026/hello-world?page=2").await;
     assert_eq!(
         r.text(),
-        "front:/unix/blog/2026/hello-world?page=2 script:/index.php"
+        format!(
+            "front:/unix/blog/2026/hello-world?page=2 script:/unix/index.php file:{}",
+            root.0.join("index.php").display()
+        )
     );
     let r = get(s.addr, "/unix/logo.txt").await;
     assert_eq!(r.text(), "static beside php");

@@ -708,13 +708,21 @@ fn variables(
         if facts.https { b"https" } else { b"http" },
     );
     set("QUERY_STRING", parts.uri.query().unwrap_or("").as_bytes());
-    set("SCRIPT_NAME", script_name.as_bytes());
     set("SCRIPT_FILENAME", filename.as_os_str().as_bytes());
     set("PATH_INFO", path_info.as_bytes());
     set("DOCUMENT_ROOT", cfg.root.as_os_str().as_bytes());
+    // The client's view: a prefix `strip` took off comes back in front of the script,
+    // so an application under /php/ builds its links from SCRIPT_NAME and REQUEST_URI
+    // alike; SCRIPT_FILENAME stays under `root`.
+    let mount = facts
+        .folder
+        .strip_suffix(facts.path)
+        .unwrap_or("")
+        .as_bytes();
+    p.pair(&[b"SCRIPT_NAME"], &[mount, script_name.as_bytes()]);
     p.pair(
         &[b"DOCUMENT_URI"],
-        &[script_name.as_bytes(), path_info.as_bytes()],
+        &[mount, script_name.as_bytes(), path_info.as_bytes()],
     );
     // The address as the connection rendered it once; numbers on the stack.
     let mut set = |n: &str, val: &[u8]| p.pair(&[n.as_bytes()], &[val]);
