@@ -48,7 +48,7 @@ pub(crate) struct Counters {
     /// 500: a filter could not decide and fails closed.
     pub filter_failures: AtomicU64,
     /// Cache lookups by result (`sluice_cache_requests_total`).
-    pub cache: [AtomicU64; 5],
+    pub cache: [AtomicU64; 6],
     /// ACME orders by result (`sluice_acme_orders_total`): ok, error.
     pub acme_orders: [AtomicU64; 2],
     /// Connections a `proxy_protocol` listener closed: an untrusted peer, or no valid
@@ -93,7 +93,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     rate_limited: AtomicU64::new(0),
     unauthorized: AtomicU64::new(0),
     filter_failures: AtomicU64::new(0),
-    cache: [const { AtomicU64::new(0) }; 5],
+    cache: [const { AtomicU64::new(0) }; 6],
     acme_orders: [const { AtomicU64::new(0) }; 2],
 };
 

@@ -302,11 +302,34 @@ async fn a_hundred_concurrent_misses_make_one_origin_request() {
     let all: Vec<_> = (0..100)
         .map(|_| tokio::spawn(async move { get(addr, "/hot").await }))
         .collect();
+    let mut statuses = std::collections::BTreeMap::new();
     for t in all {
         let r = t.await.unwrap();
         assert_eq!((r.status, r.text().as_str()), (200, "slow and shared"));
+        // The ttl counts down; what went forward and how is the point.
+        let kind = status(&r).split("; ttl=").next().unwrap().to_string();
+        *statuses.entry(kind).or_insert(0) += 1;
     }
     assert_eq!(b.requests.load(Ordering::SeqCst), 1);
+    // One leader fetched and stored; those that waited for it say so (RFC 9211
+    // `collapsed`), not `hit`; a late one may find it stored.
+    assert_eq!(
+        statuses.get("sluice; fwd=uri-miss; stored"),
+        Some(&1),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses
+            .get("sluice; fwd=uri-miss; collapsed")
+            .is_some_and(|&n| n > 50),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses
+            .keys()
+            .all(|k| k == "sluice; hit" || k.starts_with("sluice; fwd=uri-miss")),
+        "{statuses:?}"
+    );
 }
 
 /// Waits (bounded) until the origin has had `n` requests.

@@ -82,15 +82,18 @@ pub(crate) enum Outcome {
     Stale = 2,
     Revalidated = 3,
     Bypass = 4,
+    /// Waited for another request's fetch of the same key and got its response.
+    Collapsed = 5,
 }
 
 impl Outcome {
-    pub(crate) const ALL: [(Outcome, &'static str); 5] = [
+    pub(crate) const ALL: [(Outcome, &'static str); 6] = [
         (Outcome::Hit, "hit"),
         (Outcome::Miss, "miss"),
         (Outcome::Stale, "stale"),
         (Outcome::Revalidated, "revalidated"),
         (Outcome::Bypass, "bypass"),
+        (Outcome::Collapsed, "collapsed"),
     ];
 
     fn count(self) {
@@ -105,6 +108,8 @@ struct Status {
     fwd: Option<&'static str>,
     fwd_status: Option<u16>,
     stored: bool,
+    /// Collapsed into another request's forward (RFC 9211 §2.6).
+    collapsed: bool,
     ttl: Option<i64>,
     detail: Option<&'static str>,
 }
@@ -138,6 +143,9 @@ impl Status {
         }
         if self.stored {
             s.push_str("; stored");
+        }
+        if self.collapsed {
+            s.push_str("; collapsed");
         }
         if let Some(t) = self.ttl {
             let _ = write!(s, "; ttl={t}");

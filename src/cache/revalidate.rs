@@ -112,7 +112,14 @@ impl Cache {
             _ => false,
         };
         if usable {
-            return Err(answer(method, headers, &obj, Status::hit(), Outcome::Hit));
+            // It went forward with the leader's request: a miss collapsed into that
+            // one, not a hit (RFC 9211).
+            let status = Status {
+                fwd: Some(if had.is_some() { "stale" } else { "uri-miss" }),
+                collapsed: true,
+                ..Status::default()
+            };
+            return Err(answer(method, headers, &obj, status, Outcome::Collapsed));
         }
         Ok(None)
     }
