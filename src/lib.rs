@@ -20,6 +20,7 @@ pub use crate::admin::log::init as init_logging;
 pub use crate::safety::{parse_ip, Dns, BUDGET as DNS_BUDGET};
 pub use crate::server::{handover, lifecycle};
 
+pub(crate) mod access;
 pub(crate) mod acme;
 pub(crate) mod admin;
 pub(crate) mod body;

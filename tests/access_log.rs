@@ -418,3 +418,87 @@ async fn a_client_that_gives_up_gets_a_499_line() {
     );
     assert_eq!(got.len(), 3, "one line each: {got:?}");
 }
+
+/// `access_log` in a site block (DESIGN §18.9): that site's lines go to its own file,
+/// in its own format, whichever of its routes (or none) answered; `access_log off`
+/// keeps a site out of every log; other sites use the global one. A reload can change
+/// a site's format (its template's fields) and drop the global log, and the sites'
+/// lines go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_s_own_access_log_takes_its_lines() {
+    let dir = TempDir::new();
+    let (global, own) = (dir.0.join("access.log"), dir.0.join("a.log"));
+    let conf = |head: &str, a_log: &str| {
+        format!(
+            "global {{ admin off; {head} }}\nlisten 127.0.0.1:0\n\
+             site a.test {{ access_log a.log {a_log}\n route /x {{ respond \"x\" }} }}\n\
+             site b.test {{ access_log off\n respond \"b\" }}\n\
+             site * {{ respond \"other\" }}\n"
+        )
+    };
+    let path = dir.write(
+        "sluice.conf",
+        &conf("access_log access.log json", "combined"),
+    );
+    let s = Sluice::spawn(&["run", "-c", path.to_str().unwrap()], dir);
+    let auth = [("Host", "a.test"), ("Authorization", "Basic YWxpY2U6cHc=")];
+    assert_eq!(request(s.addr, "GET", "/x", &auth, b"").await.status, 200);
+    assert_eq!(get_host(s.addr, "a.test", "/nothing").await.status, 404);
+    assert_eq!(get_host(s.addr, "b.test", "/").await.text(), "b");
+    assert_eq!(get_host(s.addr, "c.test", "/c").await.text(), "other");
+    let a = lines(&own, 2);
+    assert_eq!(a.len(), 2, "{a:?}");
+    assert!(
+        a[0].starts_with("127.0.0.1 - alice [") && a[0].contains("\"GET /x HTTP/1.1\" 200 1"),
+        "{a:?}"
+    );
+    assert!(a[1].contains("\"GET /nothing HTTP/1.1\" 404"), "{a:?}");
+    let g = lines(&global, 1);
+    std::thread::sleep(Duration::from_millis(100));
+    let g2 = lines(&global, 1);
+    assert_eq!((g.len(), g2.len()), (1, 1), "only c.test's line: {g2:?}");
+    let v: Value = serde_json::from_str(&g[0]).unwrap();
+    assert_eq!(
+        (v["host"].as_str(), v["path"].as_str()),
+        (Some("c.test"), Some("/c"))
+    );
+
+    // No global log any more, and a template for a.test with a request field.
+    std::fs::write(&path, conf("", "\"{host} {status} {header.x-tenant}\"")).unwrap();
+    s.signal("HUP");
+    s.wait_log("reloaded: revision 2");
+    let t = [("Host", "a.test"), ("X-Tenant", "acme")];
+    assert_eq!(request(s.addr, "GET", "/x", &t, b"").await.status, 200);
+    assert_eq!(get_host(s.addr, "c.test", "/c").await.text(), "other");
+    let a = lines(&own, 3);
+    assert_eq!(
+        a.get(2).map(String::as_str),
+        Some("a.test 200 acme"),
+        "{a:?}"
+    );
+    assert_eq!(lines(&global, 2).len(), 1, "the global log is off now");
+}
+
+/// `global { log_format json }`: sluice's own lines are JSON objects, with their
+/// fields as members.
+#[tokio::test]
+async fn log_format_json_makes_sluice_s_own_lines_json() {
+    let s = Sluice::start("global { log_format json }\nsite * { respond ok }");
+    let line = s.wait_log("listening on");
+    let line = line
+        .lines()
+        .find(|l| l.contains("listening on"))
+        .unwrap()
+        .to_string();
+    let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(v["level"], "INFO");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("sluice: listening on"),
+        "{v}"
+    );
+    assert!(line.starts_with("{\"time\":"), "time first: {line}");
+    assert!(v["time"].as_str().unwrap().ends_with('Z'), "{v}");
+}

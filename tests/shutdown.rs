@@ -36,6 +36,13 @@ async fn sigterm_lets_a_slow_request_finish_then_exits_0() {
         "the request in flight finished"
     );
     assert_eq!(s.wait_exit(WAIT), Some(0));
+    // The drain's end is said, not only its start.
+    let logs = s.logs();
+    assert!(
+        logs.contains("sluice: stopping: drained in")
+            && logs.contains("every request finished, exiting"),
+        "{logs}"
+    );
 }
 
 #[tokio::test]

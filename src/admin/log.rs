@@ -1,7 +1,10 @@
 //! Log lines on stderr: `2026-12-01T09:30:00.123Z WARN sluice: … pool="site /api/*"
 //! peer=10.0.0.5:80` — an RFC 3339 UTC timestamp, the level, the message, then the
 //! line's fields as `key=value` (quoted when the value has a space or a quote), so an
-//! operator can search by pool, peer or reason.
+//! operator can search by pool, peer or reason. With `global { log_format json }` each
+//! line is one JSON object instead: `{"time":…,"level":"WARN","message":…}` and the
+//! fields as string members (set when a config is applied, so lines before the first
+//! load are text).
 //!
 //! `SLUICE_LOG` sets the level (`error`, `warn`, `info` — the default —, `debug`,
 //! `trace`), optionally followed by `TARGET=LEVEL` pairs (`info,h2=debug`). An unknown
@@ -10,7 +13,8 @@
 //! lines at will (an unsolicited h2 PING ACK makes `h2` log one at INFO).
 
 use std::fmt;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::SystemTime;
 
 use tracing::level_filters::LevelFilter;
 use tracing::{Event, Subscriber};
@@ -78,6 +82,14 @@ pub fn init() -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// `log_format json` is in force.
+static JSON: AtomicBool = AtomicBool::new(false);
+
+/// Switches the line format (at each config applied).
+pub(crate) fn set_json(on: bool) {
+    JSON.store(on, Ordering::Relaxed);
+}
+
 /// `TIME LEVEL message`.
 struct Line;
 
@@ -92,15 +104,23 @@ where
         mut w: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        write!(
-            w,
-            "{} {} ",
-            rfc3339(SystemTime::now()),
-            event.metadata().level()
-        )?;
         let _ = ctx;
         let mut fields = Fields::default();
         event.record(&mut fields);
+        let (time, level) = (rfc3339(SystemTime::now()), event.metadata().level());
+        if JSON.load(Ordering::Relaxed) {
+            let text = |v: &str| serde_json::Value::from(v).to_string();
+            write!(
+                w,
+                "{{\"time\":\"{time}\",\"level\":\"{level}\",\"message\":{}",
+                text(&fields.message)
+            )?;
+            for (name, value) in &fields.rest {
+                write!(w, ",{}:{}", text(name), text(value))?;
+            }
+            return writeln!(w, "}}");
+        }
+        write!(w, "{time} {level} ")?;
         w.write_str(&fields.message)?;
         for (name, value) in &fields.rest {
             if value.is_empty() || value.contains([' ', '"', '=']) {
@@ -138,34 +158,12 @@ impl tracing::field::Visit for Fields {
     }
 }
 
-/// `2026-12-01T09:30:00.123Z`: UTC, milliseconds.
-pub(crate) fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
-}
+pub(crate) use crate::clock::rfc3339;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     #[test]
     fn timestamps() {

@@ -534,7 +534,7 @@ fn counters(o: &mut String) {
     let _ = writeln!(
         o,
         "sluice_access_log_dropped_total {}",
-        get(&super::access::DROPPED)
+        get(&crate::access::DROPPED)
     );
 }
 

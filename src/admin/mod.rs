@@ -11,7 +11,6 @@
 //! commands to the server's lifecycle, which alone changes what runs, so a reload by
 //! API, signal or rollback follows one path. Nothing here is on the request path.
 
-pub(crate) mod access;
 pub(crate) mod log;
 pub(crate) mod metrics;
 pub(crate) mod origin_test;

@@ -152,6 +152,8 @@ pub struct Global {
     pub access_log: Option<AccessLogConfig>,
     /// `tracing on`: W3C `traceparent` to backends.
     pub tracing: bool,
+    /// `log_format json`: sluice's own log lines as JSON objects (default `text`).
+    pub log_json: bool,
     /// `server_tokens on|off`: sluice's own answers say `Server: sluice` (on).
     pub server_tokens: bool,
     /// `retries off`: no request is ever sent again, whatever the pools say.
@@ -302,14 +304,14 @@ pub struct SafetyGlobal {
     pub block: Vec<IpNet>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AccessLogConfig {
     pub target: LogTarget,
     pub format: AccessFormat,
 }
 
 /// How an access log line is written.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum AccessFormat {
     /// One JSON object a line (the default).
     Json,
@@ -323,7 +325,7 @@ pub enum AccessFormat {
     Template(std::sync::Arc<crate::config::template::LogTemplate>),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum LogTarget {
     Stdout,
     Stderr,
@@ -341,6 +343,7 @@ impl Default for Global {
             admin_token: None,
             access_log: None,
             tracing: false,
+            log_json: false,
             server_tokens: true,
             retries_off: false,
             max_tunnels: 16_384,
@@ -419,6 +422,17 @@ pub struct Site {
     pub hsts: Option<Hsts>,
     /// `http_versions 1.1 2 [3]` (default all).
     pub versions: HttpVersions,
+    /// `access_log …` in the site: its requests' lines go there instead of the global
+    /// log (`None`: the global one's).
+    pub access_log: Option<SiteLog>,
+}
+
+/// A site's own `access_log`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SiteLog {
+    /// `access_log off`: none of its requests is logged.
+    Off,
+    To(AccessLogConfig),
 }
 
 /// The admin API's bearer token. Its `Debug` does not show it.

@@ -383,14 +383,14 @@ mod tests {
 }
 
 /// An access log line written as a template: `access_log FILE "TEMPLATE"`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LogTemplate {
     pub parts: Vec<LogPart>,
     /// The request headers `{header.NAME}` asks for, in the order of their parts.
     pub headers: Vec<HeaderName>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum LogPart {
     Text(String),
     Field(LogField),
@@ -399,7 +399,7 @@ pub enum LogPart {
 }
 
 /// A value an access log line can show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LogField {
     Host,
     Path,

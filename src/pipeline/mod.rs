@@ -52,6 +52,17 @@ pub(crate) struct ClientInfo {
     pub alt_svc: Option<std::sync::Arc<HeaderValue>>,
 }
 
+impl ClientInfo {
+    /// What the access log records of the connection.
+    pub(crate) fn for_log(&self) -> crate::access::Client<'_> {
+        crate::access::Client {
+            ip: &self.ip_value,
+            tls: self.tls,
+            scheme: self.scheme.as_str(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Scheme {
     Http,
@@ -255,8 +266,10 @@ fn run<'a>(
             Ok(found) => found,
             Err(resp) => return *resp,
         };
+        // A site with its own access_log: its responses say where their line goes.
+        let line = site.log.as_ref().map(|l| l.line(req.headers()));
         if let Some(resp) = controls::maintenance(gen, site, Some(route), req, client) {
-            return controls::hsts(site, client, resp);
+            return logged_to(line, controls::hsts(site, client, resp));
         }
         // A certificate speaks for the site whose handshake verified it, no other.
         let tls_client = client.tls_client.as_ref().filter(|t| t.site == site.name);
@@ -306,8 +319,16 @@ fn run<'a>(
         if ran != 0 {
             response_phase(route, ran, &mut resp, &cx);
         }
-        finish(site, route, client, &cx, &asked, resp)
+        logged_to(line, finish(site, route, client, &cx, &asked, resp))
     }
+}
+
+/// Marks a response of a site with its own `access_log` (nothing otherwise).
+fn logged_to(line: Option<crate::access::SiteLine>, mut resp: Response<Body>) -> Response<Body> {
+    if let Some(l) = line {
+        resp.extensions_mut().insert(l);
+    }
+    resp
 }
 
 /// What every response of a route gets last: its error pages, compression, HSTS.
@@ -365,7 +386,8 @@ fn locate<'g>(
         }
         Err(resp) => {
             meter.clone_from(&site.meter);
-            Err(Box::new(no_route(site, client, *resp)))
+            let line = site.log.as_ref().map(|l| l.line(req.headers()));
+            Err(Box::new(logged_to(line, no_route(site, client, *resp))))
         }
     }
 }

@@ -94,6 +94,8 @@ pub(crate) struct Site {
     pub error_pages: Option<Arc<crate::reply::ErrorPages>>,
     /// Requests of the site no route took, counted while the admin API is on.
     pub meter: Option<Arc<crate::stats::Meter>>,
+    /// The site's own `access_log` (or `off`).
+    pub log: Option<crate::access::SiteLog>,
 }
 
 /// A site's maintenance switch at run time: as configured, or forced on or off by the

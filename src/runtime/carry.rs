@@ -161,7 +161,11 @@ kept! {
     acme: () => crate::acme::Manager,
     /// Sites' OCSP staples, by site: a reload does not fetch them again.
     staplers: String => crate::runtime::ocsp::Stapler,
+    /// Sites' own access logs (their writer threads), by destination and format.
+    site_logs: crate::config::AccessLogConfig => crate::access::AccessLog,
 }
+
+impl Carried for crate::access::AccessLog {}
 
 impl Carried for crate::upstream::PoolState {
     fn retire(&self) {

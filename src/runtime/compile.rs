@@ -209,6 +209,34 @@ struct Shared<'a> {
 }
 
 impl Shared<'_> {
+    /// A site's own access log: the writer already running for the same destination
+    /// and format (in this generation or the last), else a new one. The lifecycle
+    /// checked the file opens before compiling; a writer that still cannot start is
+    /// logged, and the site's lines go nowhere.
+    fn site_log(&self, l: &config::SiteLog) -> crate::access::SiteLog {
+        use crate::access::{AccessLog, SiteLog};
+        let config::SiteLog::To(cfg) = l else {
+            return SiteLog(None);
+        };
+        let mut failed = None;
+        let log = self
+            .kept
+            .site_logs
+            .take(cfg.clone(), |before| match before {
+                Some(b) => b.clone(),
+                None => AccessLog::start(cfg.clone()).unwrap_or_else(|e| {
+                    failed = Some(e);
+                    AccessLog::discard()
+                }),
+            });
+        if let Some(e) = failed {
+            tracing::error!("sluice: a site's access_log cannot be written: {e}");
+        }
+        SiteLog(Some(log))
+    }
+}
+
+impl Shared<'_> {
     /// A Redis client's identity: its URL and, for `rediss://`, the `redis_ca` it
     /// trusts (a changed CA makes a new client: the old one trusts the old).
     fn redis_key(&self, url: &str) -> (String, Option<Arc<Vec<u8>>>) {
@@ -524,6 +552,7 @@ fn site(s: &config::Site, shared: &Shared) -> Site {
             || client_auth,
         error_pages: error_pages(&[], &s.error_pages),
         meter: shared.meter(&s.name, ""),
+        log: s.access_log.as_ref().map(|l| shared.site_log(l)),
     }
 }
 

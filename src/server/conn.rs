@@ -14,7 +14,7 @@ use http::header::{self, HeaderValue};
 use http::Response;
 use http_body::{Frame, SizeHint};
 
-use crate::admin::access::{AccessLog, Pending};
+use crate::access::{AccessLog, Pending};
 use crate::body::{Body, BodyError};
 
 /// A new connection's first head, and any later head once its first byte arrived,
@@ -102,7 +102,7 @@ pub(super) struct StreamDone {
 pub(super) struct StreamLog {
     pub pending: Pending,
     pub served: Option<crate::pipeline::Served>,
-    pub marks: crate::admin::access::Marks,
+    pub marks: crate::access::Marks,
 }
 
 impl StreamDone {
@@ -144,7 +144,7 @@ impl Drop for StreamDone {
         }
         let status = if self.cut { 499 } else { self.status };
         if let Some(l) = &mut self.log {
-            let upstream = l.served.as_ref().map(crate::admin::access::Upstream::from);
+            let upstream = l.served.as_ref().map(crate::access::Upstream::from);
             l.pending
                 .finish(status, self.bytes, upstream, Some(&l.marks), done);
         }

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, timeout_at, Instant};
 
 use super::drain::{ConnectionGuard, Watch};
-use crate::admin::access::{Marks, Pending};
+use crate::access::{Marks, Pending};
 use crate::body::{Body, BodyError};
 use crate::http1::decode::{self, Decoded, Decoder};
 use crate::http1::encode::{self, Delimit};
@@ -243,10 +243,17 @@ impl Conn {
         let (want, pump, body) = Pump::of(framing, expect_continue);
         // One clock read serves the meter and the log.
         let started = self.live.metered().then(std::time::Instant::now);
-        let mut log = self
-            .access
-            .load_full()
-            .map(|log| Pending::new(log, &method, &uri, &headers, version, &self.client, started));
+        let mut log = self.access.load_full().map(|log| {
+            Pending::new(
+                log,
+                &method,
+                &uri,
+                &headers,
+                version,
+                self.client.for_log(),
+                started,
+            )
+        });
         let req = request(method, uri, version, headers, body);
         let _guard = self.counted.request();
         let mut ex = Exchange {
@@ -383,10 +390,7 @@ impl Exchange {
     }
 
     fn log(&self, l: &mut Pending, marks: Option<&Marks>, done: std::time::Instant) {
-        let upstream = self
-            .served
-            .as_ref()
-            .map(crate::admin::access::Upstream::from);
+        let upstream = self.served.as_ref().map(crate::access::Upstream::from);
         l.finish(self.status, self.bytes, upstream, marks, done);
     }
 

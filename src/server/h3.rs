@@ -29,7 +29,7 @@ use super::conn::{
 };
 use super::drain::{ConnectionGuard, Drain};
 use super::transport::SEND_TIMEOUT;
-use crate::admin::access::{AccessLog, Pending};
+use crate::access::{AccessLog, Pending};
 use crate::body::{Body, BodyError, BODY_READ_TIMEOUT};
 use crate::http1::{MAX_HEAD, MAX_HEADERS};
 use crate::pipeline::{self, ClientInfo, Scheme};
@@ -477,7 +477,7 @@ async fn serve_stream(
     log: Option<Arc<AccessLog>>,
 ) {
     let started = live.metered().then(Instant::now);
-    let pending = log.map(|log| Pending::of(log, &req, &client, started));
+    let pending = log.map(|log| Pending::of(log, &req, client.for_log(), started));
     let received = started.map(|_| Arc::<AtomicU64>::default());
     let body = match &received {
         None => body,
@@ -504,7 +504,7 @@ async fn serve_stream(
     let log = pending.map(|pending| StreamLog {
         pending,
         served: answer.served,
-        marks: crate::admin::access::Marks::of(&resp),
+        marks: crate::access::Marks::of(&resp),
     });
     let mut done = StreamDone::new(log, metered, received, &resp, false);
     if let Err(why) = respond(send, resp, head_only, done.as_mut()).await {

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use super::drain::Drain;
 use super::listeners::{self, bind_new, key, key_text, wanted, Accepting, Bound, Kind, ListenKey};
-use crate::admin::access::AccessLog;
+use crate::access::AccessLog;
 use crate::admin::revisions::{FleetState, Origin, Revisions};
 use crate::admin::{self, Command, Refused};
 use crate::config::units::format_duration;
@@ -270,12 +270,9 @@ async fn start(
     };
     let admin_open = api.open.clone();
     let (admin_addr, admin_fd, admin_task) = admin_api(config.global.admin, api).await?;
+    crate::admin::log::set_json(config.global.log_json);
     let access: super::conn::Access = Arc::new(arc_swap::ArcSwapOption::empty());
-    if let Some(c) = &config.global.access_log {
-        access.store(Some(
-            AccessLog::start(c.clone()).map_err(StartError::AccessLog)?,
-        ));
-    }
+    access.store(connections_log(&config, None).map_err(StartError::AccessLog)?);
     let mut server = Server {
         access,
         live,
@@ -404,6 +401,9 @@ impl Server {
                         if let Some(log) = self.access.load_full() {
                             log.reopen();
                         }
+                        for log in self.live.load().kept.site_logs.values() {
+                            log.reopen();
+                        }
                     }
                     Signal::Upgrade => match self.upgrade().await {
                         Upgrade::Serving(pid) => break Some(pid),
@@ -439,6 +439,7 @@ impl Server {
             }
         };
         let access = self.access.clone();
+        let live = self.live.clone();
         if let Some(t) = self.fleet_task.take() {
             t.abort();
         }
@@ -450,6 +451,9 @@ impl Server {
         }
         if let Some(log) = access.swap(None) {
             // Every line of the requests that finished reaches the file.
+            log.close();
+        }
+        for log in live.load().kept.site_logs.values() {
             log.close();
         }
     }
@@ -558,7 +562,13 @@ impl Server {
         loop {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, self.drain.closed()) => match r {
-                    Ok(()) => return self.admin_answered().await,
+                    Ok(()) => {
+                        tracing::info!(
+                            "sluice: upgrade: drained in {}: every request finished, exiting",
+                            format_duration(started.elapsed())
+                        );
+                        return self.admin_answered().await;
+                    }
                     // Past `grace`: only tunnels keep the process, up to `tunnel_drain`,
                     // looked at every second.
                     Err(_) if !stopping && tunnels_open() && started + tunnel_drain > deadline => {
@@ -944,12 +954,10 @@ impl Server {
 
     /// Opens the access log `config` asks for, when it is not the one open now.
     fn open_access_log(&self, config: &Config) -> Result<(), StartError> {
+        crate::admin::log::set_json(config.global.log_json);
         let current = self.access.load_full();
-        if current.as_ref().map(|l| &l.config) != config.global.access_log.as_ref() {
-            let log = config.global.access_log.clone().map(AccessLog::start);
-            self.access
-                .store(log.transpose().map_err(StartError::AccessLog)?);
-        }
+        self.access
+            .store(connections_log(config, current).map_err(StartError::AccessLog)?);
         Ok(())
     }
 
@@ -999,11 +1007,18 @@ impl Server {
             drain.requests_in_flight(),
             format_duration(self.grace)
         );
-        let deadline = tokio::time::Instant::now() + self.grace;
+        let started = tokio::time::Instant::now();
+        let deadline = started + self.grace;
         let why = loop {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, drain.closed()) => match r {
-                    Ok(()) => return,
+                    Ok(()) => {
+                        tracing::info!(
+                            "sluice: stopping: drained in {}: every request finished, exiting",
+                            format_duration(started.elapsed())
+                        );
+                        return;
+                    }
                     Err(_) => break "after grace",
                 },
                 s = self.signals.next() => match s {
@@ -1017,6 +1032,38 @@ impl Server {
             "sluice: shutdown: cut {} requests still in flight {why}",
             drain.requests_in_flight()
         );
+    }
+}
+
+/// The log the connections begin each request's line on: the global `access_log`
+/// (`current` when it is the same), or one that writes nothing when only sites have
+/// their own (so their requests still get a line). The sites' files are checked to
+/// open here, so a reload naming one that cannot be written is refused whole.
+fn connections_log(
+    config: &Config,
+    current: Option<Arc<AccessLog>>,
+) -> std::io::Result<Option<Arc<AccessLog>>> {
+    let site_logs: Vec<&crate::config::AccessLogConfig> = config
+        .sites
+        .iter()
+        .filter_map(|s| match &s.access_log {
+            Some(crate::config::SiteLog::To(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    for c in &site_logs {
+        AccessLog::check(c)?;
+    }
+    match &config.global.access_log {
+        Some(c) => match current {
+            Some(l) if !l.discard && l.config == *c => Ok(Some(l)),
+            _ => AccessLog::start(c.clone()).map(Some),
+        },
+        None if site_logs.is_empty() => Ok(None),
+        None => match current {
+            Some(l) if l.discard => Ok(Some(l)),
+            _ => Ok(Some(AccessLog::discard())),
+        },
     }
 }
 

@@ -158,6 +158,8 @@ impl Sluice {
                     .split_once("sluice: listening on http://")
                     .or_else(|| line.split_once("sluice: listening on https://"));
                 if let Some((_, a)) = listening {
+                    // The address ends the line, or its JSON string (`log_format json`).
+                    let a = a.split('"').next().unwrap_or(a);
                     let _ = tx.send(a.parse::<SocketAddr>().unwrap());
                 }
                 sink.lock().unwrap().push(line);

@@ -78,6 +78,7 @@ struct SiteControls {
     https_redirect: Option<(HttpsRedirect, Span)>,
     hsts: Option<(Hsts, Span)>,
     versions: Option<(HttpVersions, Span)>,
+    access_log: Option<(SiteLog, Span)>,
 }
 
 impl SiteControls {
@@ -101,6 +102,7 @@ impl SiteControls {
             https_redirect: self.https_redirect.map(|r| r.0),
             hsts: self.hsts.map(|h| h.0),
             versions: self.versions.map_or_else(HttpVersions::default, |v| v.0),
+            access_log: self.access_log.map(|l| l.0),
         }
     }
 
@@ -117,6 +119,10 @@ impl SiteControls {
             "maintenance" => set(&mut self.maintenance, d, b.maintenance(d)),
             "https_redirect" => set(&mut self.https_redirect, d, controls::https_redirect(d)),
             "hsts" => set(&mut self.hsts, d, controls::hsts(d)),
+            "access_log" => {
+                let log = access_log_of(b, d).map(|l| l.map_or(SiteLog::Off, SiteLog::To));
+                set(&mut self.access_log, d, log)
+            }
             _ => set(&mut self.versions, d, controls::http_versions(d)),
         }
     }
@@ -407,7 +413,8 @@ impl Builder {
                         routes.push(r);
                     }
                 }
-                "tls" | "maintenance" | "https_redirect" | "hsts" | "http_versions" => {
+                "tls" | "maintenance" | "https_redirect" | "hsts" | "http_versions"
+                | "access_log" => {
                     let r = controls.read(self, item);
                     self.push(r);
                 }
@@ -629,6 +636,15 @@ static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
     ("tunnel_idle", |_, d, g| {
         positive(one_arg(d, "tunnel_idle 1h")?).map(|t| g.tunnel_idle = t)
     }),
+    ("log_format", |_, d, g| {
+        let w = one_arg(d, "log_format text|json")?;
+        g.log_json = match w.text.as_str() {
+            "json" => true,
+            "text" => false,
+            _ => return Err(expected(w, "`text` or `json`")),
+        };
+        Ok(())
+    }),
     ("tracing", |_, d, g| {
         route::on_off(d).map(|on| g.tracing = on)
     }),
@@ -839,6 +855,12 @@ fn trust(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
 
 /// `access_log stdout|stderr|off|FILE [json|text|combined|common|"TEMPLATE"]`.
 fn access_log(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
+    g.access_log = access_log_of(b, d)?;
+    Ok(())
+}
+
+/// An `access_log` line, in `global` or a site (`None`: `off`).
+fn access_log_of(b: &Builder, d: &Directive) -> Res<Option<AccessLogConfig>> {
     const USAGE: &str =
         "access_log stdout|stderr|off|FILE [json|text|combined|common|\"TEMPLATE\"]";
     no_block(d)?;
@@ -863,16 +885,12 @@ fn access_log(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
         [_, x, ..] => return Err(extra(x, USAGE)),
     };
     let target = match t.text.as_str() {
-        "off" => {
-            g.access_log = None;
-            return Ok(());
-        }
+        "off" => return Ok(None),
         "stdout" => LogTarget::Stdout,
         "stderr" => LogTarget::Stderr,
         file => LogTarget::File(b.dir_of(d.span()).join(file)),
     };
-    g.access_log = Some(AccessLogConfig { target, format });
-    Ok(())
+    Ok(Some(AccessLogConfig { target, format }))
 }
 
 /// An access log template, its unknown placeholder refused with the known ones.

@@ -34,7 +34,7 @@ impl Place {
             Place::Site => return with_filters(SITE_OWN),
             // A route takes what a site does but its certificate, routes and the
             // site-wide controls (maintenance it takes).
-            Place::Route => return with_filters(&SITE_OWN[5..]),
+            Place::Route => return with_filters(&SITE_OWN[6..]),
             Place::Proxy => {
                 return super::proxy::PROXY_OPTIONS
                     .iter()
@@ -113,13 +113,14 @@ impl Place {
 }
 
 /// What a site block takes besides its filters (`filters::FILTERS`) and `on`; a
-/// route takes it from `maintenance` on.
+/// route takes it from `maintenance` on (index 6).
 const SITE_OWN: &[&str] = &[
     "tls",
     "route",
     "https_redirect",
     "hsts",
     "http_versions",
+    "access_log",
     "maintenance",
     "cache",
     "match",

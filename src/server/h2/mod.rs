@@ -31,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::conn::{Access, Counted, StreamDone, StreamLog, CONNECTION_FIELDS, IDLE_TIMEOUT};
 use super::drain::{Drain, RequestGuard, Watch};
 use super::stall::{Held, Stalls};
-use crate::admin::access::{AccessLog, Pending};
+use crate::access::{AccessLog, Pending};
 use crate::body::{Body, BodyError};
 use crate::http1::{MAX_HEAD, MAX_HEADERS};
 use crate::net::transport::Transport;
@@ -209,7 +209,7 @@ async fn one_stream(
     }
     // One clock read serves the meter and the log.
     let started = live.metered().then(Instant::now);
-    let pending = log.map(|log| Pending::of(log, &req, &client, started));
+    let pending = log.map(|log| Pending::of(log, &req, client.for_log(), started));
     // Request body bytes are counted only for a meter.
     let received = started.map(|_| Arc::default());
     let (body, websocket) = request_body(&mut req, recv, received.as_ref());
@@ -248,7 +248,7 @@ async fn one_stream(
     let log = pending.map(|pending| StreamLog {
         pending,
         served,
-        marks: crate::admin::access::Marks::of(&resp),
+        marks: crate::access::Marks::of(&resp),
     });
     // A tunnel opened: counted as the `101` an HTTP/1.1 client gets (the stream says 200).
     let done = StreamDone::new(log, metered, received, &resp, tunnel.is_some()).map(Box::new);

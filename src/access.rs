@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
-use super::log::rfc3339;
+use crate::clock::rfc3339;
 use crate::config::template::{LogField, LogPart, LogTemplate};
 use crate::config::{AccessFormat, AccessLogConfig, LogTarget};
 
@@ -104,6 +104,8 @@ pub(crate) struct Pending {
 pub(crate) struct Marks {
     pub request_id: Option<http::HeaderValue>,
     pub grpc: Option<Arc<crate::grpc::Call>>,
+    /// The response's site has an `access_log` of its own.
+    pub site: Option<SiteLine>,
 }
 
 impl Marks {
@@ -114,8 +116,46 @@ impl Marks {
                 .get::<crate::filter::request_id::Logged>()
                 .map(|l| l.0.clone()),
             grpc: ext.get::<Arc<crate::grpc::Call>>().cloned(),
+            site: ext.get::<SiteLine>().cloned(),
         }
     }
+}
+
+/// A site's own `access_log` (`None`: `off`), as the generation holds it.
+pub(crate) struct SiteLog(pub Option<Arc<AccessLog>>);
+
+/// Where a site's response is logged: its own log, with the request fields its
+/// template asks for (taken when the site was found), or nowhere.
+#[derive(Clone)]
+pub(crate) struct SiteLine {
+    log: Option<Arc<AccessLog>>,
+    headers: Arc<[Option<http::HeaderValue>]>,
+}
+
+impl SiteLog {
+    /// The line's destination for a request of the site with these fields.
+    pub(crate) fn line(&self, headers: &http::HeaderMap) -> SiteLine {
+        let asked = match self.0.as_ref().map(|l| &l.config.format) {
+            Some(AccessFormat::Template(t)) => {
+                t.headers.iter().map(|h| headers.get(h).cloned()).collect()
+            }
+            _ => Arc::from([]),
+        };
+        SiteLine {
+            log: self.0.clone(),
+            headers: asked,
+        }
+    }
+}
+
+/// What a line needs of the connection.
+#[derive(Clone, Copy)]
+pub(crate) struct Client<'a> {
+    /// The client's address as text.
+    pub ip: &'a http::HeaderValue,
+    /// The TLS version, over TLS.
+    pub tls: Option<&'static str>,
+    pub scheme: &'static str,
 }
 
 /// Who served a response (or, for a 502/504, the last peer dialed), for its line.
@@ -160,7 +200,7 @@ impl Pending {
     pub(crate) fn of<B>(
         log: Arc<AccessLog>,
         req: &http::Request<B>,
-        client: &crate::pipeline::ClientInfo,
+        client: Client<'_>,
         started: Option<Instant>,
     ) -> Pending {
         let (method, uri, headers) = (req.method(), req.uri(), req.headers());
@@ -173,14 +213,11 @@ impl Pending {
         uri: &http::Uri,
         headers: &http::HeaderMap,
         version: http::Version,
-        client: &crate::pipeline::ClientInfo,
+        client: Client<'_>,
         started: Option<Instant>,
     ) -> Pending {
         use http::header;
-        let apache = matches!(
-            log.config.format,
-            AccessFormat::Combined | AccessFormat::Common
-        );
+        // A site's own log may be Apache's: the user is taken whenever one is named.
         let asked = match &log.config.format {
             AccessFormat::Template(t) => {
                 t.headers.iter().map(|h| headers.get(h).cloned()).collect()
@@ -196,7 +233,7 @@ impl Pending {
                 &mut user_agent
             } else if name == header::REFERER {
                 &mut referer
-            } else if name == header::AUTHORIZATION && apache {
+            } else if name == header::AUTHORIZATION {
                 &mut auth
             } else {
                 continue;
@@ -206,10 +243,10 @@ impl Pending {
             }
         }
         Pending {
-            client: client.ip_value.clone(),
+            client: client.ip.clone(),
             logged: false,
             tls: client.tls,
-            scheme: client.scheme.as_str(),
+            scheme: client.scheme,
             headers: asked,
             start: started.unwrap_or_else(Instant::now),
             method: method.clone(),
@@ -239,8 +276,19 @@ impl Pending {
         done: Instant,
     ) {
         self.logged = true;
+        let (log, headers) = match marks.and_then(|m| m.site.as_ref()) {
+            Some(SiteLine { log: None, .. }) => return,
+            Some(SiteLine {
+                log: Some(l),
+                headers,
+            }) => (l, &headers[..]),
+            None => (&self.log, &self.headers[..]),
+        };
+        if log.discard {
+            return;
+        }
         let took = done.saturating_duration_since(self.start);
-        self.log.record(&Entry {
+        log.record(&Entry {
             time: SystemTime::now() - took,
             client: self.client.to_str().unwrap_or(""),
             host: self.host.as_ref().map_or(&b""[..], |h| h.as_bytes()),
@@ -267,7 +315,7 @@ impl Pending {
                 .and_then(|u| u.upstream)
                 .map(|d| d.as_millis() as u64),
             scheme: self.scheme,
-            headers: &self.headers,
+            headers,
         });
     }
 }
@@ -292,6 +340,9 @@ fn basic_user(v: &http::HeaderValue) -> Option<String> {
 
 pub(crate) struct AccessLog {
     pub config: AccessLogConfig,
+    /// Writes nothing: the connections' log when only sites have their own (so each
+    /// request still gets a line begun, for its site's log).
+    pub discard: bool,
     /// Tells this log's per-thread buffers from another's (a reload may start one).
     id: u64,
     shared: Arc<Shared>,
@@ -333,10 +384,37 @@ impl AccessLog {
             .spawn(move || write(target, &sh))?;
         Ok(Arc::new(AccessLog {
             config,
+            discard: false,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             shared,
             writer: std::sync::Mutex::new(Some(writer)),
         }))
+    }
+
+    /// A log that writes nothing (no thread).
+    pub(crate) fn discard() -> Arc<AccessLog> {
+        Arc::new(AccessLog {
+            config: AccessLogConfig {
+                target: LogTarget::Stderr,
+                format: AccessFormat::Json,
+            },
+            discard: true,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            shared: Arc::default(),
+            writer: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Checks that `config`'s file can be opened (before a reload commits to it).
+    pub(crate) fn check(config: &AccessLogConfig) -> std::io::Result<()> {
+        if let LogTarget::File(path) = &config.target {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        }
+        Ok(())
     }
 
     /// Formats a line into this thread's buffer; drops it (counted) when the buffer is
@@ -382,6 +460,14 @@ impl AccessLog {
         if let Some(w) = writer {
             let _ = w.join();
         }
+    }
+}
+
+impl Drop for AccessLog {
+    /// The last holder let go (a reload replaced it, and the requests that began a
+    /// line on it are done): the writer writes what is queued and ends.
+    fn drop(&mut self) {
+        self.shared.flags.closing.store(true, Ordering::Relaxed);
     }
 }
 
