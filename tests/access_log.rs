@@ -493,12 +493,12 @@ async fn log_format_json_makes_sluice_s_own_lines_json() {
     let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
     assert_eq!(v["level"], "INFO");
     assert!(
-        v["message"]
+        v["msg"]
             .as_str()
             .unwrap()
             .starts_with("sluice: listening on"),
         "{v}"
     );
-    assert!(line.starts_with("{\"time\":"), "time first: {line}");
-    assert!(v["time"].as_str().unwrap().ends_with('Z'), "{v}");
+    assert!(line.starts_with("{\"ts\":"), "the time first: {line}");
+    assert!(v["ts"].as_str().unwrap().ends_with('Z'), "{v}");
 }

@@ -2,7 +2,7 @@
 //! peer=10.0.0.5:80` — an RFC 3339 UTC timestamp, the level, the message, then the
 //! line's fields as `key=value` (quoted when the value has a space or a quote), so an
 //! operator can search by pool, peer or reason. With `global { log_format json }` each
-//! line is one JSON object instead: `{"time":…,"level":"WARN","message":…}` and the
+//! line is one JSON object instead: `{"ts":…,"level":"WARN","msg":…}` and the
 //! fields as string members (set when a config is applied, so lines before the first
 //! load are text).
 //!
@@ -112,7 +112,7 @@ where
             let text = |v: &str| serde_json::Value::from(v).to_string();
             write!(
                 w,
-                "{{\"time\":\"{time}\",\"level\":\"{level}\",\"message\":{}",
+                "{{\"ts\":\"{time}\",\"level\":\"{level}\",\"msg\":{}",
                 text(&fields.message)
             )?;
             for (name, value) in &fields.rest {

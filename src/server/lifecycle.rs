@@ -557,6 +557,7 @@ impl Server {
             format_duration(tunnel_drain)
         );
         let started = tokio::time::Instant::now();
+        let in_flight = self.drain.requests_in_flight();
         let mut deadline = started + self.grace;
         let mut stopping = false;
         loop {
@@ -564,7 +565,7 @@ impl Server {
                 r = tokio::time::timeout_at(deadline, self.drain.closed()) => match r {
                     Ok(()) => {
                         tracing::info!(
-                            "sluice: upgrade: drained in {}: every request finished, exiting",
+                            "sluice: upgrade: drained: {in_flight} requests finished in {}, exiting",
                             format_duration(started.elapsed())
                         );
                         return self.admin_answered().await;
@@ -1008,13 +1009,14 @@ impl Server {
             format_duration(self.grace)
         );
         let started = tokio::time::Instant::now();
+        let in_flight = drain.requests_in_flight();
         let deadline = started + self.grace;
         let why = loop {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, drain.closed()) => match r {
                     Ok(()) => {
                         tracing::info!(
-                            "sluice: stopping: drained in {}: every request finished, exiting",
+                            "sluice: drained: {in_flight} requests finished in {}, exiting",
                             format_duration(started.elapsed())
                         );
                         return;
