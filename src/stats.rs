@@ -162,7 +162,17 @@ pub(crate) struct Meter {
     pub response_bytes: AtomicU64,
     /// gRPC calls by the `grpc-status` they ended with (DESIGN §18.5).
     pub grpc: [AtomicU64; 17],
+    /// 4xx and 5xx answers by code ([`CODES`], then any other).
+    pub codes: [AtomicU64; CODES.len() + 1],
+    /// A cache route's requests by what the cache did (`cache::Outcome`).
+    pub cache: [AtomicU64; 6],
 }
+
+/// The 4xx and 5xx codes counted apart: the ones an operator tells apart (a login
+/// wall, a missing page, a rate limit, maintenance, a backend down or slow).
+pub(crate) const CODES: [u16; 15] = [
+    400, 401, 403, 404, 405, 408, 413, 429, 431, 499, 500, 501, 502, 503, 504,
+];
 
 impl Default for Meter {
     fn default() -> Self {
@@ -178,6 +188,8 @@ impl Meter {
             request_bytes: AtomicU64::new(0),
             response_bytes: AtomicU64::new(0),
             grpc: [const { AtomicU64::new(0) }; 17],
+            codes: [const { AtomicU64::new(0) }; CODES.len() + 1],
+            cache: [const { AtomicU64::new(0) }; 6],
         }
     }
 
@@ -186,6 +198,13 @@ impl Meter {
     pub(crate) fn record(&self, status: u16, took: std::time::Duration, req: u64, resp: u64) {
         let class = usize::from(status / 100).clamp(1, 5) - 1;
         self.classes[class].fetch_add(1, Ordering::Relaxed);
+        if status >= 400 {
+            let i = CODES
+                .iter()
+                .position(|&c| c == status)
+                .unwrap_or(CODES.len());
+            self.codes[i].fetch_add(1, Ordering::Relaxed);
+        }
         self.duration.observe(took);
         if req != 0 {
             self.request_bytes.fetch_add(req, Ordering::Relaxed);

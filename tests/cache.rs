@@ -566,11 +566,13 @@ async fn purge_by_key_prefix_and_all_with_metrics_and_status() {
     assert_eq!(st["caches"][0]["capacity"], 1 << 20);
     let m = request(admin, "GET", "/metrics", &[], b"").await.text();
     assert!(
-        m.contains("sluice_cache_requests_total{result=\"hit\"} 1"),
+        m.contains("sluice_cache_requests_total{site=\"localhost\",route=\"/*\",result=\"hit\"} 1"),
         "{m}"
     );
     assert!(
-        m.contains("sluice_cache_requests_total{result=\"miss\"} 4"),
+        m.contains(
+            "sluice_cache_requests_total{site=\"localhost\",route=\"/*\",result=\"miss\"} 4"
+        ),
         "{m}"
     );
     assert!(

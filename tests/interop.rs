@@ -202,15 +202,18 @@ async fn the_dashboard_renders_in_a_real_browser() {
         .unwrap()
         .port();
     let s = Sluice::start(&format!(
-        "global {{ admin 127.0.0.1:0 }}
+        "global {{ admin 127.0.0.1:0; acme {{ directory https://{dead}/dir }} }}
          listen 127.0.0.1:0
          listen 127.0.0.1:{tls_port} tls
          site shop.test {{
              tls {cert} {key}
              route /api/* {{ proxy {live} }}
+             route /cached/* {{ cache {{ store memory 1M }}
+                 proxy {live} }}
              route /php/* {{ fastcgi {dead} {{ root {root} }} }}
              proxy {dead} {live} {{ lb first }}
-         }}",
+         }}
+         site auto.test {{ tls auto; respond ok }}",
         live = live.addr,
         cert = cert.display(),
         key = key.display(),
@@ -226,6 +229,11 @@ async fn the_dashboard_renders_in_a_real_browser() {
         get_host(s.addr, "shop.test", "/php/x.php").await.status,
         404
     );
+    for _ in 0..3 {
+        assert_eq!(get_host(s.addr, "shop.test", "/cached/x").await.status, 200);
+    }
+    // The ACME server is down: the certificate's order has failed once.
+    s.wait_log("acme: ordering");
     let on = br#"{"site": "shop.test", "on": true}"#;
     let r = request(
         admin,
@@ -294,6 +302,20 @@ async fn the_dashboard_renders_in_a_real_browser() {
             ("the certificate", "Certificates".to_string()),
             ("its expiry", "data-l=\"in\" class=\"ok\">".to_string()),
             ("maintenance", "shop.test (maintenance)".to_string()),
+            (
+                "4xx by code",
+                "<span class=\"warn\">404</span> ×1".to_string(),
+            ),
+            ("the cache store", "memory 1048576".to_string()),
+            (
+                "a cache route's hit ratio",
+                "data-l=\"hit ratio\"".to_string(),
+            ),
+            ("the ACME panel", "ACME certificates".to_string()),
+            (
+                "the failing order",
+                "<span class=\"bad\">failing</span>".to_string(),
+            ),
         ] {
             assert!(
                 dom.contains(&needle),

@@ -118,6 +118,15 @@ async fn every_site_and_route_counts_its_requests_latency_and_bytes() {
     assert_eq!(count(&m, "app.test", "/*", "4xx"), 1.0);
     assert_eq!(count(&m, "other.test", "", "4xx"), 1.0);
     assert_eq!(count(&m, "", "", "4xx"), 1.0);
+    // 4xx and 5xx by code too: the site's `respond 404` is a 404, and only 4xx/5xx
+    // codes have series.
+    let by_code =
+        "sluice_http_responses_by_code_total{site=\"app.test\",route=\"/*\",code=\"404\"}";
+    assert_eq!(series(&m, by_code), Some(1.0), "{m}");
+    assert!(
+        !m.contains("sluice_http_responses_by_code_total{site=\"app.test\",route=\"/api/*\""),
+        "{m}"
+    );
     let dup = "sluice_http_requests_total{site=\"other.test\",route=\"/dup\",code=\"2xx\"} ";
     assert_eq!(m.matches(dup).count(), 1, "one series:\n{m}");
     assert_eq!(count(&m, "other.test", "/dup", "2xx"), 2.0);

@@ -126,12 +126,22 @@ fn cache(o: &mut String, gen: &Generation) {
         "counter",
         "requests on cache routes, by what the cache did",
     );
-    for (outcome, name) in crate::cache::Outcome::ALL {
-        let _ = writeln!(
-            o,
-            "sluice_cache_requests_total{{result=\"{name}\"}} {}",
-            get(&COUNTERS.cache[outcome as usize])
-        );
+    // By route: a route's meter counts what its cache did (a route without a cache
+    // counts nothing here, and is left out).
+    for m in gen.meters() {
+        let counts = &m.meter.cache;
+        if counts.iter().all(|c| get(c) == 0) {
+            continue;
+        }
+        for (outcome, name) in crate::cache::Outcome::ALL {
+            let _ = writeln!(
+                o,
+                "sluice_cache_requests_total{{site=\"{}\",route=\"{}\",result=\"{name}\"}} {}",
+                esc(m.site),
+                esc(m.route),
+                get(&counts[outcome as usize])
+            );
+        }
     }
     let stores = super::status::cache_stores(gen);
     head(
@@ -629,6 +639,34 @@ fn http(o: &mut String, gen: &Generation) {
                 i + 1,
                 get(c)
             );
+        }
+    }
+    head(
+        o,
+        "sluice_http_responses_by_code_total",
+        "counter",
+        "4xx and 5xx responses by site, route and code (code=\"other\" for the rest)",
+    );
+    for (l, m) in &meters {
+        for (i, c) in m.codes.iter().enumerate() {
+            let n = get(c);
+            if n == 0 {
+                continue;
+            }
+            match crate::stats::CODES.get(i) {
+                Some(code) => {
+                    let _ = writeln!(
+                        o,
+                        "sluice_http_responses_by_code_total{{{l},code=\"{code}\"}} {n}"
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        o,
+                        "sluice_http_responses_by_code_total{{{l},code=\"other\"}} {n}"
+                    );
+                }
+            }
         }
     }
     head(

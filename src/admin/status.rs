@@ -92,7 +92,37 @@ fn meter(m: &Meter) -> Value {
         "bytes_out": get(&m.response_bytes),
         "duration_buckets": buckets,
         "duration_sum_seconds": get(&m.duration.sum_us) as f64 / 1e6,
+        "by_code": by_code(m),
+        "cache": cache_counts(m),
     })
+}
+
+/// The 4xx and 5xx codes answered, with their counts (those seen only).
+fn by_code(m: &Meter) -> Value {
+    let mut out = serde_json::Map::new();
+    for (i, c) in m.codes.iter().enumerate() {
+        let n = c.load(Ordering::Relaxed);
+        if n != 0 {
+            let code = crate::stats::CODES
+                .get(i)
+                .map_or_else(|| "other".to_string(), u16::to_string);
+            out.insert(code, n.into());
+        }
+    }
+    Value::Object(out)
+}
+
+/// What a cache route's cache did with its requests (`null` before it counted any).
+fn cache_counts(m: &Meter) -> Value {
+    let counts: Vec<u64> = m.cache.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    if counts.iter().all(|&n| n == 0) {
+        return Value::Null;
+    }
+    let mut out = serde_json::Map::new();
+    for (outcome, name) in crate::cache::Outcome::ALL {
+        out.insert(name.into(), counts[outcome as usize].into());
+    }
+    Value::Object(out)
 }
 
 /// A FastCGI pool: its application and its connections now.

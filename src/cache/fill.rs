@@ -25,7 +25,7 @@ impl Cache {
         let is_method = req.method() != Method::GET && req.method() != Method::HEAD;
         let target = unsafe_method.then(|| self.target(req.uri()).to_string());
         let resp = fetch(req).await;
-        Outcome::Bypass.count();
+        Outcome::Bypass.count(self.meter());
         if let Some(target) = target {
             let s = resp.status();
             if s.is_success() || s.is_redirection() {
@@ -157,14 +157,14 @@ impl Cache {
                 asked.headers.contains_key(header::AUTHORIZATION) || status.fwd == Some("bypass");
             match (asked.count, bypass) {
                 (false, _) => {}
-                (true, true) => Outcome::Bypass.count(),
-                (true, false) => Outcome::Miss.count(),
+                (true, true) => Outcome::Bypass.count(self.meter()),
+                (true, false) => Outcome::Miss.count(self.meter()),
             }
             drop(guard);
             return mark(resp, status);
         }
         if asked.count {
-            Outcome::Miss.count();
+            Outcome::Miss.count(self.meter());
         }
         let head = self.head_of(asked, resp.headers(), resp.status(), (sent, came));
         status.stored = true;

@@ -72,6 +72,8 @@ struct Settings {
     /// The query is part of the key (`key … query`).
     keys_query: bool,
     client_revalidate: bool,
+    /// The route's meter (with the admin API on): its requests by outcome.
+    meter: Option<Arc<crate::stats::Meter>>,
 }
 
 /// How a request counted (`sluice_cache_requests_total{result}`), once each.
@@ -96,8 +98,11 @@ impl Outcome {
         (Outcome::Collapsed, "collapsed"),
     ];
 
-    fn count(self) {
+    fn count(self, meter: Option<&crate::stats::Meter>) {
         crate::stats::bump(&COUNTERS.cache[self as usize]);
+        if let Some(m) = meter {
+            crate::stats::bump(&m.cache[self as usize]);
+        }
     }
 }
 
@@ -211,7 +216,12 @@ struct Asked {
 }
 
 impl Cache {
-    pub(crate) fn new(cfg: &CacheConfig, store: Arc<Store>, namespace: String) -> Cache {
+    pub(crate) fn new(
+        cfg: &CacheConfig,
+        store: Arc<Store>,
+        namespace: String,
+        meter: Option<Arc<crate::stats::Meter>>,
+    ) -> Cache {
         Cache {
             settings: Arc::new(Settings {
                 namespace: namespace.into(),
@@ -228,6 +238,7 @@ impl Cache {
                 mode: cfg.mode,
                 keys_query: cfg.key.contains(&CacheKeyPart::Query),
                 client_revalidate: cfg.client_revalidate,
+                meter,
             }),
             store,
         }
@@ -294,7 +305,7 @@ impl Cache {
         if let Some(obj) = found {
             match verdict(&obj, &rdirs, now) {
                 Verdict::Fresh => {
-                    return fresh_hit(&req, &obj);
+                    return fresh_hit(self.meter(), &req, &obj);
                 }
                 Verdict::StaleAccepted => return self.answer_stored(&req, &obj, "max-stale"),
                 Verdict::StaleWhileRevalidate => {
@@ -303,7 +314,7 @@ impl Cache {
                 }
                 Verdict::Revalidate(by_client) => {
                     if rdirs.only_if_cached {
-                        return gateway_timeout(Status::fwd("request"));
+                        return gateway_timeout(self.meter(), Status::fwd("request"));
                     }
                     return self
                         .revalidate(req, key, obj, by_client, &rdirs, fetch)
@@ -312,7 +323,7 @@ impl Cache {
             }
         }
         if rdirs.only_if_cached {
-            return gateway_timeout(Status::fwd(why));
+            return gateway_timeout(self.meter(), Status::fwd(why));
         }
         self.miss(req, key, why, &rdirs, fetch).await
     }
@@ -326,13 +337,18 @@ impl Cache {
         if self.settings.mode == CacheMode::CacheOnly {
             return self.not_cached(Status::fwd("bypass"));
         }
-        Outcome::Bypass.count();
+        Outcome::Bypass.count(self.meter());
         let resp = fetch(req).await;
         let status = Status {
             detail: Some("key"),
             ..Status::fwd("bypass")
         };
         mark(resp, status)
+    }
+
+    /// The route's meter, when requests are metered.
+    fn meter(&self) -> Option<&crate::stats::Meter> {
+        self.settings.meter.as_deref()
     }
 
     /// A stored response served without asking the origin, stale or not.
@@ -348,21 +364,36 @@ impl Cache {
             ..Status::hit()
         };
         let outcome = if fresh { Outcome::Hit } else { Outcome::Stale };
-        answer(req.method(), req.headers(), obj, status, outcome)
+        answer(
+            self.meter(),
+            req.method(),
+            req.headers(),
+            obj,
+            status,
+            outcome,
+        )
     }
 
     /// `mode cache_only` with nothing to serve.
     fn not_cached(&self, status: Status) -> Response<Body> {
-        gateway_timeout(Status {
-            detail: Some("cache-only"),
-            ..status
-        })
+        gateway_timeout(
+            self.meter(),
+            Status {
+                detail: Some("cache-only"),
+                ..status
+            },
+        )
     }
 }
 
 /// A fresh stored response as a plain hit.
-fn fresh_hit(req: &Request<Body>, obj: &Stored) -> Response<Body> {
+fn fresh_hit(
+    meter: Option<&crate::stats::Meter>,
+    req: &Request<Body>,
+    obj: &Stored,
+) -> Response<Body> {
     answer(
+        meter,
         req.method(),
         req.headers(),
         obj,
@@ -375,13 +406,14 @@ fn fresh_hit(req: &Request<Body>, obj: &Stored) -> Response<Body> {
 /// current, `206` for one satisfiable `Range` of a stored `200`, else the whole
 /// response (no body for `HEAD`), with its `Age`.
 fn answer(
+    meter: Option<&crate::stats::Meter>,
     method: &Method,
     asked: &HeaderMap,
     obj: &Stored,
     mut status: Status,
     outcome: Outcome,
 ) -> Response<Body> {
-    outcome.count();
+    outcome.count(meter);
     let now = SystemTime::now();
     status.ttl = Some(obj.ttl(now));
     let mut resp = Response::new(Body::Empty);
@@ -474,8 +506,8 @@ fn wanted_range(asked: &HeaderMap, stored: &HeaderMap, len: u64) -> Option<(u64,
 }
 
 /// `504 not cached`: `only-if-cached`, or `mode cache_only`, with nothing to serve.
-fn gateway_timeout(status: Status) -> Response<Body> {
-    Outcome::Miss.count();
+fn gateway_timeout(meter: Option<&crate::stats::Meter>, status: Status) -> Response<Body> {
+    Outcome::Miss.count(meter);
     mark(
         local_response(StatusCode::GATEWAY_TIMEOUT, "not cached\n"),
         status,

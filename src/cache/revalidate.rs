@@ -49,6 +49,7 @@ impl Cache {
             let fresh = Arc::new(self.refreshed(&obj, resp.headers(), sent));
             self.store.replace(&key, &obj, fresh.clone());
             return answer(
+                self.meter(),
                 &asked.method,
                 &asked.headers,
                 &fresh,
@@ -71,7 +72,14 @@ impl Cache {
                 code.as_u16(),
                 obj.staleness(now).as_secs()
             );
-            return answer(&asked.method, &asked.headers, &obj, stale, Outcome::Stale);
+            return answer(
+                self.meter(),
+                &asked.method,
+                &asked.headers,
+                &obj,
+                stale,
+                Outcome::Stale,
+            );
         }
         self.keep(key, &asked, resp, sent, guard, status, true)
     }
@@ -119,7 +127,14 @@ impl Cache {
                 collapsed: true,
                 ..Status::default()
             };
-            return Err(answer(method, headers, &obj, status, Outcome::Collapsed));
+            return Err(answer(
+                self.meter(),
+                method,
+                headers,
+                &obj,
+                status,
+                Outcome::Collapsed,
+            ));
         }
         Ok(None)
     }

@@ -273,7 +273,12 @@ impl Shared<'_> {
 
     /// A route's cache, on the store of its `store` setting: one per setting, carried
     /// from the previous generation when it had the same one.
-    fn cache(&self, c: &config::CacheConfig, route: &str) -> crate::cache::Cache {
+    fn cache(
+        &self,
+        c: &config::CacheConfig,
+        route: &str,
+        meter: Option<Arc<Meter>>,
+    ) -> crate::cache::Cache {
         let store = self.kept.stores.take(c.store.identity(), |before| {
             before
                 .cloned()
@@ -304,7 +309,7 @@ impl Shared<'_> {
             1 => route.to_string(),
             k => format!("{route}#{k}"),
         };
-        crate::cache::Cache::new(c, store, namespace)
+        crate::cache::Cache::new(c, store, namespace, meter)
     }
 
     /// The identity of a pool named `name`, told apart from this generation's other
@@ -684,7 +689,10 @@ fn route(
             .flatten()
             .collect(),
         meter: shared.meter(site.name, route_label(site.name, &r.name)),
-        cache: r.cache.as_ref().map(|c| shared.cache(c, &r.name)),
+        cache: r.cache.as_ref().map(|c| {
+            let meter = shared.meter(site.name, route_label(site.name, &r.name));
+            shared.cache(c, &r.name, meter)
+        }),
     }
 }
 
