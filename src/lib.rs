@@ -36,6 +36,7 @@ pub(crate) mod inplace;
 pub(crate) mod interim;
 pub(crate) mod l4;
 pub(crate) mod net;
+pub(crate) mod otel;
 pub(crate) mod pipeline;
 pub(crate) mod proxy;
 pub(crate) mod reply;

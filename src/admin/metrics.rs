@@ -23,6 +23,7 @@ pub(crate) fn render(gen: &Generation) -> String {
     listeners(&mut out, gen);
     certificates(&mut out, gen);
     cache(&mut out, gen);
+    spans(&mut out, gen);
     acme(&mut out, gen);
     discovery(&mut out, &pools);
     build_and_reloads(&mut out);
@@ -111,6 +112,30 @@ fn acme(o: &mut String, gen: &Generation) {
             o,
             "sluice_acme_orders_total{{result=\"{name}\"}} {}",
             get(&COUNTERS.acme_orders[i])
+        );
+    }
+}
+
+/// `tracing otlp`: spans exported, dropped on a full queue, or refused by the collector.
+fn spans(o: &mut String, gen: &Generation) {
+    if gen.tracer.is_none() {
+        return;
+    }
+    head(
+        o,
+        "sluice_otel_spans_total",
+        "counter",
+        "trace spans by what became of them: exported, dropped (queue full), failed (the collector did not take them)",
+    );
+    for (result, n) in [
+        ("exported", &crate::otel::EXPORTED),
+        ("dropped", &crate::otel::DROPPED),
+        ("failed", &crate::otel::FAILED),
+    ] {
+        let _ = writeln!(
+            o,
+            "sluice_otel_spans_total{{result=\"{result}\"}} {}",
+            get(n)
         );
     }
 }
@@ -612,6 +637,38 @@ fn histogram(o: &mut String, name: &str, labels: &str, h: &Histogram) {
     let _ = writeln!(o, "{name}_count{{{labels}}} {cumulative}");
 }
 
+/// 4xx and 5xx responses by code, per site and route (series that counted only).
+fn by_code(o: &mut String, meters: &[(String, &Meter)]) {
+    head(
+        o,
+        "sluice_http_responses_by_code_total",
+        "counter",
+        "4xx and 5xx responses by site, route and code (code=\"other\" for the rest)",
+    );
+    for (l, m) in meters {
+        for (i, c) in m.codes.iter().enumerate() {
+            let n = get(c);
+            if n == 0 {
+                continue;
+            }
+            match crate::stats::CODES.get(i) {
+                Some(code) => {
+                    let _ = writeln!(
+                        o,
+                        "sluice_http_responses_by_code_total{{{l},code=\"{code}\"}} {n}"
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        o,
+                        "sluice_http_responses_by_code_total{{{l},code=\"other\"}} {n}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Per site and route (`route=""`: no route took it; `site=""`: no site did):
 /// requests by status class, their time to the last byte, body bytes each way.
 fn http(o: &mut String, gen: &Generation) {
@@ -641,34 +698,7 @@ fn http(o: &mut String, gen: &Generation) {
             );
         }
     }
-    head(
-        o,
-        "sluice_http_responses_by_code_total",
-        "counter",
-        "4xx and 5xx responses by site, route and code (code=\"other\" for the rest)",
-    );
-    for (l, m) in &meters {
-        for (i, c) in m.codes.iter().enumerate() {
-            let n = get(c);
-            if n == 0 {
-                continue;
-            }
-            match crate::stats::CODES.get(i) {
-                Some(code) => {
-                    let _ = writeln!(
-                        o,
-                        "sluice_http_responses_by_code_total{{{l},code=\"{code}\"}} {n}"
-                    );
-                }
-                None => {
-                    let _ = writeln!(
-                        o,
-                        "sluice_http_responses_by_code_total{{{l},code=\"other\"}} {n}"
-                    );
-                }
-            }
-        }
-    }
+    by_code(o, &meters);
     head(
         o,
         "sluice_http_request_duration_seconds",

@@ -154,6 +154,9 @@ pub struct Global {
     pub tracing: bool,
     /// `log_format json`: sluice's own log lines as JSON objects (default `text`).
     pub log_json: bool,
+    /// `tracing otlp URL { … }`: spans exported to an OpenTelemetry collector
+    /// (`tracing` is then on too).
+    pub otlp: Option<OtlpConfig>,
     /// `server_tokens on|off`: sluice's own answers say `Server: sluice` (on).
     pub server_tokens: bool,
     /// `retries off`: no request is ever sent again, whatever the pools say.
@@ -210,6 +213,20 @@ pub struct AcmeConfig {
     pub renew_before: Duration,
     /// Where the block was written (`Span::default()` when it was not).
     pub span: Span,
+}
+
+/// `tracing otlp URL { sample F; service NAME; headers { NAME VALUE } }`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OtlpConfig {
+    /// Where spans are POSTed: `http(s)://HOST:PORT/v1/traces`.
+    pub url: http::Uri,
+    /// The share of new traces recorded, in millionths (a trace a client started
+    /// follows its own `sampled` flag).
+    pub sample_ppm: u32,
+    /// `service.name` of the resource.
+    pub service: String,
+    /// Fields sent with each export (an API key).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 /// `dns_update SERVER:PORT { zone Z; key_name N; key_file F; algorithm hmac-sha256 }`:
@@ -344,6 +361,7 @@ impl Default for Global {
             access_log: None,
             tracing: false,
             log_json: false,
+            otlp: None,
             server_tokens: true,
             retries_off: false,
             max_tunnels: 16_384,

@@ -179,8 +179,10 @@ fn serve(
     async move {
         // gRPC needs HTTP/2 or HTTP/3: an HTTP/1.1 request is not asked.
         let grpc = crate::grpc::is_call(&req);
+        let span = gen.tracer.as_ref().map(|t| t.begin(&req));
         let slots = Slots {
             grpc,
+            trace: span.as_ref().map(|s| s.ctx),
             ..Slots::default()
         };
         let mut metering = Unanswered {
@@ -191,6 +193,10 @@ fn serve(
         // A gRPC-Web call's answer is marked by the `grpc_web` filter.
         if grpc || resp.extensions().get::<crate::grpc::web::Mode>().is_some() {
             grpc_answer(&mut resp, metering.meter.clone());
+        }
+        if let (Some(t), Some(span)) = (&gen.tracer, span) {
+            let located = slots.located.get().map(|(s, r)| (s.as_str(), r.as_str()));
+            t.end_server(span, resp.status().as_u16(), located);
         }
         Answer {
             resp,
@@ -245,6 +251,9 @@ struct Slots {
     tunnel: std::sync::OnceLock<Box<crate::tunnel::Tunnel>>,
     /// The request is a gRPC call (asked once, for the proxy's `grpc-timeout` too).
     grpc: bool,
+    /// `tracing otlp`: the request's trace, and the site and route that took it.
+    trace: Option<crate::otel::Ctx>,
+    located: std::sync::OnceLock<(String, String)>,
 }
 
 /// An `async move` block, as [`serve`] (and `call_handler`). The request is lent, not
@@ -266,6 +275,14 @@ fn run<'a>(
             Ok(found) => found,
             Err(resp) => return *resp,
         };
+        if slots.trace.is_some() {
+            let pattern = route
+                .name
+                .strip_prefix(&site.name)
+                .map_or("/*", str::trim_start);
+            let pattern = if pattern.is_empty() { "/*" } else { pattern };
+            let _ = slots.located.set((site.name.clone(), pattern.to_string()));
+        }
         // A site with its own access_log: its responses say where their line goes.
         let line = site.log.as_ref().map(|l| l.line(req.headers()));
         if let Some(resp) = controls::maintenance(gen, site, Some(route), req, client) {
@@ -766,6 +783,7 @@ fn call_handler<'a, 'x>(
                     values,
                     served: offer.record.then_some(&slots.served),
                     tracing: gen.tracing,
+                    spans: gen.tracer.as_deref().zip(slots.trace.as_ref()),
                     tunnel: offer.upgrade.then_some(&slots.tunnel),
                     max_tunnels: gen.max_tunnels,
                     tunnel_drain: gen.tunnel_drain,

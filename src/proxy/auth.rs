@@ -91,6 +91,7 @@ impl Filter for ForwardAuth {
                 values: Values::default(),
                 served: None,
                 tracing: false,
+                spans: None,
                 tunnel: None,
                 max_tunnels: 0,
                 tunnel_drain: Duration::ZERO,

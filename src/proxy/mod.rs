@@ -57,6 +57,8 @@ pub(crate) struct Client<'a> {
     pub served: Option<&'a std::sync::OnceLock<Served>>,
     /// `tracing on`: send a `traceparent`.
     pub tracing: bool,
+    /// `tracing otlp`: each attempt is a span (and the backend's `traceparent` names it).
+    pub spans: Option<(&'a crate::otel::Tracer, &'a crate::otel::Ctx)>,
     /// Where an upgraded connection goes, when the client's protocol can hand its
     /// connection over (HTTP/1.1); `None`: upgrades are not offered to backends.
     pub tunnel: Option<&'a std::sync::OnceLock<Box<Tunnel>>>,
@@ -201,7 +203,11 @@ fn attempts<'a, 'c>(
             dialed.peer = Some(i);
             dialed.attempts = sending.tried.count as u32;
             let mut lease = Lease::new(pool.clone(), i, permit.take());
+            let span = begin_span(client, &mut sending.out);
             let outcome = attempt(pool, i, &mut sending.out, sending.stale, client).await;
+            if let Some(span) = span {
+                end_span(client, span, pool, i, dialed.attempts, &outcome);
+            }
             match sending.then(pool, i, outcome, &mut dialed.note) {
                 Then::Pass(answer) => {
                     sending.evidence.record(pool, &mut dialed.note);
@@ -218,6 +224,36 @@ fn attempts<'a, 'c>(
             }
         }
     }
+}
+
+/// `tracing otlp`: an attempt's span begins, and its id goes to the backend.
+fn begin_span(client: &Client<'_>, out: &mut Outgoing) -> Option<crate::otel::ClientSpan> {
+    let (t, ctx) = client.spans?;
+    Some(t.begin_client(ctx, &mut out.parts.headers))
+}
+
+/// `tracing otlp`: the attempt's span ends with its answer's status, or why it had
+/// none.
+#[cold]
+fn end_span(
+    client: &Client<'_>,
+    span: crate::otel::ClientSpan,
+    pool: &Pool,
+    i: usize,
+    attempts: u32,
+    outcome: &Attempt,
+) {
+    let Some((t, ctx)) = client.spans else {
+        return;
+    };
+    let result = match outcome {
+        Attempt::Answered(a) => Ok(a.status().as_u16()),
+        Attempt::Refused(r) => Err(format!("refused: {}", r.status().as_u16())),
+        Attempt::Unreachable(e) => Err(e.to_string()),
+        Attempt::Failed(e) => Err(e.to_string()),
+    };
+    let peer = &pool.peers()[i].addr.text;
+    t.end_client(ctx, span, pool.name(), peer, attempts, result);
 }
 
 /// A request between its attempts: what goes out, where it went, and how.

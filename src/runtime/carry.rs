@@ -163,9 +163,12 @@ kept! {
     staplers: String => crate::runtime::ocsp::Stapler,
     /// Sites' own access logs (their writer threads), by destination and format.
     site_logs: crate::config::AccessLogConfig => crate::access::AccessLog,
+    /// The OpenTelemetry exporter (its queue and task), while `tracing otlp` stays.
+    tracers: crate::config::OtlpConfig => crate::otel::Tracer,
 }
 
 impl Carried for crate::access::AccessLog {}
+impl Carried for crate::otel::Tracer {}
 
 impl Carried for crate::upstream::PoolState {
     fn retire(&self) {

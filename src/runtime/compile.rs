@@ -105,6 +105,13 @@ impl Generation {
             None
         };
         let sends_proxy_protocol = sites.pools().any(|p| p.cfg.proxy_protocol.is_some());
+        let tracer = config.global.otlp.as_ref().map(|c| {
+            kept.tracers.take(c.clone(), |before| {
+                before
+                    .cloned()
+                    .unwrap_or_else(|| crate::otel::Tracer::new(c))
+            })
+        });
         Generation {
             sends_proxy_protocol,
             kept: kept.done(),
@@ -114,6 +121,7 @@ impl Generation {
             listen_guards,
             trust: config.global.trust.clone(),
             tracing: config.global.tracing,
+            tracer,
             max_tunnels: config.global.max_tunnels,
             tunnel_drain: config.global.tunnel_drain,
             tunnel_idle: config.global.tunnel_idle,

@@ -30,6 +30,8 @@ pub(crate) struct Generation {
     pub sends_proxy_protocol: bool,
     /// `tracing on`: backends get a `traceparent`.
     pub tracing: bool,
+    /// `tracing otlp`: spans recorded and exported.
+    pub tracer: Option<std::sync::Arc<crate::otel::Tracer>>,
     pub max_tunnels: u64,
     pub tunnel_drain: std::time::Duration,
     pub tunnel_idle: std::time::Duration,

@@ -47,6 +47,22 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// The request's access log line, begun (when the log is on).
+    fn pending(
+        &self,
+        method: &http::Method,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+        version: http::Version,
+        started: Option<std::time::Instant>,
+    ) -> Option<Pending> {
+        let log = self.access.load_full()?;
+        let client = self.client.for_log();
+        Some(Pending::new(
+            log, method, uri, headers, version, client, started,
+        ))
+    }
+
     /// Serves requests on `stream` until the client leaves, a limit is hit or sluice
     /// shuts down. `buf` holds bytes already read (the protocol sniff).
     ///
@@ -243,17 +259,7 @@ impl Conn {
         let (want, pump, body) = Pump::of(framing, expect_continue);
         // One clock read serves the meter and the log.
         let started = self.live.metered().then(std::time::Instant::now);
-        let mut log = self.access.load_full().map(|log| {
-            Pending::new(
-                log,
-                &method,
-                &uri,
-                &headers,
-                version,
-                self.client.for_log(),
-                started,
-            )
-        });
+        let mut log = self.pending(&method, &uri, &headers, version, started);
         let req = request(method, uri, version, headers, body);
         let _guard = self.counted.request();
         let mut ex = Exchange {

@@ -645,9 +645,7 @@ static GLOBAL_OPTIONS: &[(&str, GlobalOption)] = &[
         };
         Ok(())
     }),
-    ("tracing", |_, d, g| {
-        route::on_off(d).map(|on| g.tracing = on)
-    }),
+    ("tracing", tracing),
     ("pid_file", |b, d, g| {
         let w = one_arg(d, "pid_file /run/sluice.pid")?;
         g.pid_file = Some(b.dir_of(d.span()).join(&w.text));
@@ -849,6 +847,85 @@ fn trust(b: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
             );
         }
         g.trust.push(net);
+    }
+    Ok(())
+}
+
+/// `tracing on|off`, or `tracing otlp URL [{ sample F; service NAME; headers { … } }]`.
+fn tracing(_: &mut Builder, d: &Directive, g: &mut Global) -> Res<()> {
+    const USAGE: &str = "tracing on|off | tracing otlp http://HOST:4318/v1/traces { sample 0.1 }";
+    if d.args.first().map(|w| w.text.as_str()) != Some("otlp") {
+        g.tracing = route::on_off(d)?;
+        return Ok(());
+    }
+    let w = match d.args.as_slice() {
+        [_, w] => w,
+        [_, _, x, ..] => return Err(extra(x, USAGE)),
+        _ => {
+            return Err(missing(
+                d,
+                USAGE,
+                "tracing otlp http://127.0.0.1:4318/v1/traces",
+            ))
+        }
+    };
+    let url = w
+        .text
+        .parse::<http::Uri>()
+        .ok()
+        .filter(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
+    let Some(url) = url else {
+        return Err(expected(w, "the collector's OTLP/HTTP URL")
+            .with_hint("e.g. tracing otlp http://127.0.0.1:4318/v1/traces"));
+    };
+    let mut otlp = OtlpConfig {
+        url,
+        sample_ppm: 1_000_000,
+        service: "sluice".into(),
+        headers: Vec::new(),
+    };
+    for item in d.block.as_deref().unwrap_or(&[]) {
+        otlp_option(item, &mut otlp)?;
+    }
+    g.tracing = true;
+    g.otlp = Some(otlp);
+    Ok(())
+}
+
+/// One line of `tracing otlp URL { … }`.
+fn otlp_option(item: &Directive, otlp: &mut OtlpConfig) -> Res<()> {
+    match item.name.text.as_str() {
+        "sample" => {
+            let w = one_arg(item, "sample 0.1")?;
+            let f = w
+                .text
+                .parse::<f64>()
+                .ok()
+                .filter(|f| (0.0..=1.0).contains(f));
+            let f = f.ok_or_else(|| {
+                expected(w, "a share of traces from 0 to 1")
+                    .with_hint("sample 1 records every trace, sample 0.01 one in a hundred")
+            })?;
+            otlp.sample_ppm = (f * 1e6).round() as u32;
+        }
+        "service" => otlp.service = one_arg(item, "service NAME")?.text.clone(),
+        "headers" => {
+            for h in block(item, "headers { x-api-key {$OTLP_KEY} }")? {
+                let v = one_arg(h, "NAME VALUE")?;
+                let name = http::HeaderName::from_bytes(h.name.text.as_bytes())
+                    .map_err(|_| expected(&h.name, "a header name"))?;
+                let value = http::HeaderValue::from_str(&v.text)
+                    .map_err(|_| expected(v, "a header value"))?;
+                otlp.headers.push((name, value));
+            }
+        }
+        other => {
+            return Err(Diagnostic::error(
+                item.name.span,
+                format!("unknown `{other}` in tracing otlp"),
+            )
+            .with_hint("tracing otlp URL takes: sample, service, headers"))
+        }
     }
     Ok(())
 }

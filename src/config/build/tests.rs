@@ -569,3 +569,40 @@ fn dns_update_chooses_dns01_alone_and_keeps_a_written_challenge() {
     assert!(msg.contains("outside the zone example.com"), "{msg}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn tracing_otlp_reads_its_block_and_checks_each_value() {
+    let site = "listen 127.0.0.1:8080\nsite * { respond ok }\n";
+    let c = ok(&format!(
+        "global {{ tracing otlp https://otel.internal:4318/v1/traces {{ sample 0.25; service edge; headers {{ x-api-key k1 }} }} }}\n{site}"
+    ));
+    let o = c.global.otlp.expect("otlp");
+    assert!(c.global.tracing, "exporting spans sends traceparent too");
+    assert_eq!(o.url.to_string(), "https://otel.internal:4318/v1/traces");
+    assert_eq!((o.sample_ppm, o.service.as_str()), (250_000, "edge"));
+    assert_eq!(o.headers.len(), 1);
+    let c = ok(&format!("global {{ tracing on }}\n{site}"));
+    assert!(c.global.tracing && c.global.otlp.is_none());
+    for (text, want, col) in [
+        (
+            "tracing otlp ftp://x/v1/traces",
+            "the collector's OTLP/HTTP URL",
+            15,
+        ),
+        (
+            "tracing otlp http://x:4318 { sample 2 }",
+            "a share of traces",
+            38,
+        ),
+        (
+            "tracing otlp http://x:4318 { batch 5 }",
+            "unknown `batch`",
+            31,
+        ),
+        ("tracing maybe", "`on` or `off`", 10),
+    ] {
+        let (line, c, msg, _) = err(&format!("global {{\n {text}\n}}\n{site}"));
+        assert!(msg.contains(want), "{text}: {msg}");
+        assert_eq!((line, c), (2, col), "{text}: {msg}");
+    }
+}
