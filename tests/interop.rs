@@ -72,6 +72,61 @@ fn curl_through_the_demo_pool_alternates_backends() {
         body.contains("You asked for GET /h2"),
         "h2c through the demo: {body}"
     );
+    // The dashboard's demo switch: backend A stopped, B serves every request (A's
+    // failures are retried on B and take it out of rotation), and `/status` says so.
+    let admin = format!("http://{}", s.admin());
+    let stop = r#"{"backend": "A", "up": false}"#;
+    let (code, body) = curl(&[
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        stop,
+        &format!("{admin}/demo"),
+    ]);
+    assert_eq!(code, 0);
+    assert!(body.contains("\"up\":false"), "{body}");
+    for _ in 0..6 {
+        let (code, body) = curl(&[&s.url("/after")]);
+        assert_eq!(code, 0);
+        assert!(body.contains("Hello from demo backend B"), "{body}");
+    }
+    let (_, status) = curl(&[&format!("{admin}/status")]);
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(v["demo"][0]["backend"], "A");
+    assert_eq!(v["demo"][0]["up"], false);
+    assert_eq!(v["demo"][1]["up"], true);
+    let (_, body) = curl(&[
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        r#"{"backend": "Z", "up": true}"#,
+        &format!("{admin}/demo"),
+    ]);
+    assert!(body.contains("no such demo backend"), "{body}");
+    // The dashboard shows the switch (headless Chromium, when there is one).
+    if let Some(chromium) = program("chromium") {
+        let dir = TempDir::new();
+        let out = Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--virtual-time-budget=2000",
+            ])
+            .arg(format!(
+                "--user-data-dir={}",
+                dir.0.join("profile").display()
+            ))
+            .args(["--dump-dom", &format!("{admin}/")])
+            .output()
+            .expect("chromium runs");
+        let dom = String::from_utf8_lossy(&out.stdout);
+        assert!(dom.contains("Demo backends"), "{dom}");
+        assert!(
+            dom.contains("data-backend=\"A\" data-up=\"true\">start</button>"),
+            "{dom}"
+        );
+    }
 }
 
 struct Nginx {

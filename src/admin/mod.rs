@@ -262,6 +262,7 @@ async fn route(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
         (&Method::POST, "/upgrade") => upgrade(api).await,
         (&Method::POST, "/maintenance") => maintenance(api, req).await,
         (&Method::POST, "/purge") => purge(api, req).await,
+        (&Method::POST, "/demo") => demo_switch(req).await,
         (&Method::POST, "/origin-test") => origin_test(api, req).await,
         (&Method::GET, p) if p.starts_with("/origin-test/") => {
             match api.origin_tests.get(&p["/origin-test/".len()..]) {
@@ -371,6 +372,29 @@ async fn maintenance(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>>
 /// `POST /purge {"key": K}`, `{"prefix": P}` or `{"all": true}`: `200 {"purged": N}`,
 /// N the stored objects (variants included) removed here; published to the other
 /// instances when a cache has a `purge_store`.
+/// `POST /demo {"backend": "A", "up": false}`: stops or starts a demo backend
+/// (`sluice demo` only: elsewhere there is none, `404`).
+async fn demo_switch(req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let asked = match json_body(req).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let (Some(name), Some(up)) = (asked["backend"].as_str(), asked["up"].as_bool()) else {
+        return json_reply(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": r#"write {"backend": "A", "up": false}"#}),
+        );
+    };
+    if crate::demo::switch(name, up) {
+        json_reply(StatusCode::OK, &json!({"backend": name, "up": up}))
+    } else {
+        json_reply(
+            StatusCode::NOT_FOUND,
+            &json!({"error": "no such demo backend"}),
+        )
+    }
+}
+
 async fn purge(api: &Api, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let asked = match json_body(req).await {
         Ok(v) => v,

@@ -32,6 +32,10 @@ pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> V
         "fastcgi_pools": fastcgi,
         "routes": routes,
         "certificates": certificates(gen),
+        "demo": crate::demo::backends()
+            .into_iter()
+            .map(|(name, addr, up)| json!({"backend": name, "address": addr.to_string(), "up": up}))
+            .collect::<Vec<_>>(),
         "caches": caches(gen),
         "acme": acme(gen),
         "latency_bounds": crate::stats::LATENCY_BOUNDS,

@@ -51,10 +51,15 @@ pub(crate) struct Ctx {
     pub sampled: bool,
 }
 
-/// A request's server span, begun at its head.
+/// A request's server span, begun at its head (what it records taken only when the
+/// trace is sampled).
 pub(crate) struct ServerSpan {
     pub ctx: Ctx,
     start: SystemTime,
+    head: Option<Box<Head>>,
+}
+
+struct Head {
     method: http::Method,
     path: String,
     host: String,
@@ -118,17 +123,22 @@ impl Tracer {
                 sampled: self.sampled(),
             },
         };
+        let head = ctx.sampled.then(|| {
+            Box::new(Head {
+                method: req.method().clone(),
+                path: req.uri().path().to_string(),
+                host: req
+                    .headers()
+                    .get(http::header::HOST)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string(),
+            })
+        });
         ServerSpan {
             ctx,
             start: SystemTime::now(),
-            method: req.method().clone(),
-            path: req.uri().path().to_string(),
-            host: req
-                .headers()
-                .get(http::header::HOST)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_string(),
+            head,
         }
     }
 
@@ -139,24 +149,24 @@ impl Tracer {
 
     /// Ends the request's span with its answer; `located`: its site and route.
     pub(crate) fn end_server(&self, s: ServerSpan, status: u16, located: Option<(&str, &str)>) {
-        if !s.ctx.sampled {
+        let Some(head) = s.head else {
             return;
-        }
+        };
         let (site, route) = located.unwrap_or(("", ""));
+        let name = match route {
+            "" => head.method.to_string(),
+            r => format!("{} {r}", head.method),
+        };
         let mut attributes = vec![
-            ("http.request.method", Attr::Str(s.method.to_string())),
-            ("url.path", Attr::Str(s.path)),
+            ("http.request.method", Attr::Str(head.method.to_string())),
+            ("url.path", Attr::Str(head.path)),
             ("http.response.status_code", Attr::Int(status.into())),
-            ("server.address", Attr::Str(s.host)),
+            ("server.address", Attr::Str(head.host)),
             ("sluice.site", Attr::Str(site.to_string())),
         ];
         if !route.is_empty() {
             attributes.push(("http.route", Attr::Str(route.to_string())));
         }
-        let name = match route {
-            "" => s.method.to_string(),
-            r => format!("{} {r}", s.method),
-        };
         self.push(Finished {
             trace_id: s.ctx.trace_id,
             span_id: s.ctx.span_id,
@@ -173,13 +183,13 @@ impl Tracer {
     /// Begins an attempt's span, and sets the `traceparent` the backend gets to it.
     pub(crate) fn begin_client(&self, ctx: &Ctx, headers: &mut HeaderMap) -> ClientSpan {
         let id = new_span_id();
-        let value = format!(
-            "00-{}-{}-{}",
-            hex(&ctx.trace_id),
-            hex(&id),
-            if ctx.sampled { "01" } else { "00" }
-        );
-        if let Ok(v) = HeaderValue::from_str(&value) {
+        // `00-TRACE-SPAN-FLAGS`, written in place.
+        let mut v = [b'-'; 55];
+        v[..2].copy_from_slice(b"00");
+        hex_into(&mut v[3..35], &ctx.trace_id);
+        hex_into(&mut v[36..52], &id);
+        v[53..].copy_from_slice(if ctx.sampled { b"01" } else { b"00" });
+        if let Ok(v) = HeaderValue::from_bytes(&v) {
             headers.insert(TRACEPARENT, v);
         }
         ClientSpan {
@@ -273,8 +283,20 @@ fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
     Some(out)
 }
 
+/// Lower-case hex of `b` into `out` (twice its length).
+fn hex_into(out: &mut [u8], b: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, x) in out.chunks_mut(2).zip(b) {
+        pair[0] = DIGITS[usize::from(x >> 4)];
+        pair[1] = DIGITS[usize::from(x & 15)];
+    }
+}
+
+#[cfg(test)]
 fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    let mut out = vec![0u8; b.len() * 2];
+    hex_into(&mut out, b);
+    String::from_utf8(out).expect("hex digits")
 }
 
 fn new_span_id() -> [u8; 8] {

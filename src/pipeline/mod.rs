@@ -182,7 +182,12 @@ fn serve(
         let span = gen.tracer.as_ref().map(|t| t.begin(&req));
         let slots = Slots {
             grpc,
-            trace: span.as_ref().map(|s| s.ctx),
+            trace: span.as_ref().map(|s| {
+                Box::new(Traced {
+                    ctx: s.ctx,
+                    located: std::sync::OnceLock::new(),
+                })
+            }),
             ..Slots::default()
         };
         let mut metering = Unanswered {
@@ -194,8 +199,8 @@ fn serve(
         if grpc || resp.extensions().get::<crate::grpc::web::Mode>().is_some() {
             grpc_answer(&mut resp, metering.meter.clone());
         }
-        if let (Some(t), Some(span)) = (&gen.tracer, span) {
-            let located = slots.located.get().map(|(s, r)| (s.as_str(), r.as_str()));
+        if let (Some(t), Some(span), Some(traced)) = (&gen.tracer, span, &slots.trace) {
+            let located = traced.located.get().map(|(s, r)| (s.as_str(), r.as_str()));
             t.end_server(span, resp.status().as_u16(), located);
         }
         Answer {
@@ -251,8 +256,14 @@ struct Slots {
     tunnel: std::sync::OnceLock<Box<crate::tunnel::Tunnel>>,
     /// The request is a gRPC call (asked once, for the proxy's `grpc-timeout` too).
     grpc: bool,
-    /// `tracing otlp`: the request's trace, and the site and route that took it.
-    trace: Option<crate::otel::Ctx>,
+    /// `tracing otlp`: the request's trace, and the site and route that took it
+    /// (boxed: a request without it carries one pointer).
+    trace: Option<Box<Traced>>,
+}
+
+/// What a traced request's spans need from its journey.
+struct Traced {
+    ctx: crate::otel::Ctx,
     located: std::sync::OnceLock<(String, String)>,
 }
 
@@ -275,13 +286,13 @@ fn run<'a>(
             Ok(found) => found,
             Err(resp) => return *resp,
         };
-        if slots.trace.is_some() {
+        if let Some(traced) = slots.trace.as_ref().filter(|t| t.ctx.sampled) {
             let pattern = route
                 .name
                 .strip_prefix(&site.name)
                 .map_or("/*", str::trim_start);
             let pattern = if pattern.is_empty() { "/*" } else { pattern };
-            let _ = slots.located.set((site.name.clone(), pattern.to_string()));
+            let _ = traced.located.set((site.name.clone(), pattern.to_string()));
         }
         // A site with its own access_log: its responses say where their line goes.
         let line = site.log.as_ref().map(|l| l.line(req.headers()));
@@ -783,7 +794,10 @@ fn call_handler<'a, 'x>(
                     values,
                     served: offer.record.then_some(&slots.served),
                     tracing: gen.tracing,
-                    spans: gen.tracer.as_deref().zip(slots.trace.as_ref()),
+                    spans: gen
+                        .tracer
+                        .as_deref()
+                        .zip(slots.trace.as_ref().map(|t| &t.ctx)),
                     tunnel: offer.upgrade.then_some(&slots.tunnel),
                     max_tunnels: gen.max_tunnels,
                     tunnel_drain: gen.tunnel_drain,

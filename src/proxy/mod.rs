@@ -486,7 +486,8 @@ fn prepare(pool: &Pool, req: Request<Body>, client: &Client<'_>) -> Request<Body
         client.trusted,
         &pool.cfg,
     );
-    if client.tracing {
+    // With spans, each attempt sets its own (`begin_span`).
+    if client.tracing && client.spans.is_none() {
         trace::propagate(&mut parts.headers);
     }
     parts.version = Version::HTTP_11;
