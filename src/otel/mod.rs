@@ -55,11 +55,11 @@ pub(crate) struct Ctx {
 /// trace is sampled).
 pub(crate) struct ServerSpan {
     pub ctx: Ctx,
-    start: SystemTime,
     head: Option<Box<Head>>,
 }
 
 struct Head {
+    start: SystemTime,
     method: http::Method,
     path: String,
     host: String,
@@ -68,7 +68,8 @@ struct Head {
 /// A backend attempt's span, begun before its dial.
 pub(crate) struct ClientSpan {
     id: [u8; 8],
-    start: SystemTime,
+    /// `None` when the trace is not sampled (nothing will be recorded).
+    start: Option<SystemTime>,
 }
 
 /// A finished span, as the export task encodes it.
@@ -125,6 +126,7 @@ impl Tracer {
         };
         let head = ctx.sampled.then(|| {
             Box::new(Head {
+                start: SystemTime::now(),
                 method: req.method().clone(),
                 path: req.uri().path().to_string(),
                 host: req
@@ -135,11 +137,7 @@ impl Tracer {
                     .to_string(),
             })
         });
-        ServerSpan {
-            ctx,
-            start: SystemTime::now(),
-            head,
-        }
+        ServerSpan { ctx, head }
     }
 
     fn sampled(&self) -> bool {
@@ -173,7 +171,7 @@ impl Tracer {
             parent: s.ctx.parent,
             name,
             kind: 2,
-            start: s.start,
+            start: head.start,
             end: SystemTime::now(),
             attributes,
             error: (status >= 500).then(|| format!("answered {status}")),
@@ -194,7 +192,7 @@ impl Tracer {
         }
         ClientSpan {
             id,
-            start: SystemTime::now(),
+            start: ctx.sampled.then(SystemTime::now),
         }
     }
 
@@ -209,9 +207,9 @@ impl Tracer {
         attempt: u32,
         result: Result<u16, String>,
     ) {
-        if !ctx.sampled {
+        let Some(start) = span.start else {
             return;
-        }
+        };
         let mut attributes = vec![
             ("server.address", Attr::Str(peer.to_string())),
             ("sluice.pool", Attr::Str(pool.to_string())),
@@ -233,7 +231,7 @@ impl Tracer {
             parent: Some(ctx.span_id),
             name: format!("proxy {pool}"),
             kind: 3,
-            start: span.start,
+            start,
             end: SystemTime::now(),
             attributes,
             error,

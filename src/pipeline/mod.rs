@@ -179,12 +179,13 @@ fn serve(
     async move {
         // gRPC needs HTTP/2 or HTTP/3: an HTTP/1.1 request is not asked.
         let grpc = crate::grpc::is_call(&req);
-        let span = gen.tracer.as_ref().map(|t| t.begin(&req));
         let slots = Slots {
             grpc,
-            trace: span.as_ref().map(|s| {
+            trace: gen.tracer.as_ref().map(|t| {
+                let span = t.begin(&req);
                 Box::new(Traced {
-                    ctx: s.ctx,
+                    ctx: span.ctx,
+                    span,
                     located: std::sync::OnceLock::new(),
                 })
             }),
@@ -199,9 +200,9 @@ fn serve(
         if grpc || resp.extensions().get::<crate::grpc::web::Mode>().is_some() {
             grpc_answer(&mut resp, metering.meter.clone());
         }
-        if let (Some(t), Some(span), Some(traced)) = (&gen.tracer, span, &slots.trace) {
+        if let (Some(t), Some(traced)) = (&gen.tracer, slots.trace) {
             let located = traced.located.get().map(|(s, r)| (s.as_str(), r.as_str()));
-            t.end_server(span, resp.status().as_u16(), located);
+            t.end_server(traced.span, resp.status().as_u16(), located);
         }
         Answer {
             resp,
@@ -264,6 +265,7 @@ struct Slots {
 /// What a traced request's spans need from its journey.
 struct Traced {
     ctx: crate::otel::Ctx,
+    span: crate::otel::ServerSpan,
     located: std::sync::OnceLock<(String, String)>,
 }
 
@@ -295,7 +297,7 @@ fn run<'a>(
             let _ = traced.located.set((site.name.clone(), pattern.to_string()));
         }
         // A site with its own access_log: its responses say where their line goes.
-        let line = site.log.as_ref().map(|l| l.line(req.headers()));
+        let line = site.log.as_ref().map(|l| Box::new(l.line(req.headers())));
         if let Some(resp) = controls::maintenance(gen, site, Some(route), req, client) {
             return logged_to(line, controls::hsts(site, client, resp));
         }
@@ -352,9 +354,12 @@ fn run<'a>(
 }
 
 /// Marks a response of a site with its own `access_log` (nothing otherwise).
-fn logged_to(line: Option<crate::access::SiteLine>, mut resp: Response<Body>) -> Response<Body> {
+fn logged_to(
+    line: Option<Box<crate::access::SiteLine>>,
+    mut resp: Response<Body>,
+) -> Response<Body> {
     if let Some(l) = line {
-        resp.extensions_mut().insert(l);
+        resp.extensions_mut().insert(*l);
     }
     resp
 }
@@ -414,7 +419,7 @@ fn locate<'g>(
         }
         Err(resp) => {
             meter.clone_from(&site.meter);
-            let line = site.log.as_ref().map(|l| l.line(req.headers()));
+            let line = site.log.as_ref().map(|l| Box::new(l.line(req.headers())));
             Err(Box::new(logged_to(line, no_route(site, client, *resp))))
         }
     }
