@@ -354,6 +354,7 @@ fn run<'a>(
 }
 
 /// Marks a response of a site with its own `access_log` (nothing otherwise).
+#[inline]
 fn logged_to(
     line: Option<Box<crate::access::SiteLine>>,
     mut resp: Response<Body>,
