@@ -111,11 +111,11 @@ impl Tracer {
             .get(&TRACEPARENT)
             .and_then(|v| parse(v.as_bytes()));
         let ctx = match incoming {
-            Some((trace_id, parent, sampled)) => Ctx {
+            Some((trace_id, parent, flags)) => Ctx {
                 trace_id,
                 span_id: new_span_id(),
                 parent: Some(parent),
-                sampled,
+                sampled: flags & 1 == 1,
             },
             None => Ctx {
                 trace_id: new_trace_id(),
@@ -181,15 +181,10 @@ impl Tracer {
     /// Begins an attempt's span, and sets the `traceparent` the backend gets to it.
     pub(crate) fn begin_client(&self, ctx: &Ctx, headers: &mut HeaderMap) -> ClientSpan {
         let id = new_span_id();
-        // `00-TRACE-SPAN-FLAGS`, written in place.
-        let mut v = [b'-'; 55];
-        v[..2].copy_from_slice(b"00");
-        hex_into(&mut v[3..35], &ctx.trace_id);
-        hex_into(&mut v[36..52], &id);
-        v[53..].copy_from_slice(if ctx.sampled { b"01" } else { b"00" });
-        if let Ok(v) = HeaderValue::from_bytes(&v) {
-            headers.insert(TRACEPARENT, v);
-        }
+        headers.insert(
+            TRACEPARENT,
+            traceparent(&ctx.trace_id, &id, u8::from(ctx.sampled)),
+        );
         ClientSpan {
             id,
             start: ctx.sampled.then(SystemTime::now),
@@ -246,8 +241,18 @@ impl Tracer {
     }
 }
 
-/// A valid version-00 `traceparent`: trace id, parent span id, sampled.
-fn parse(v: &[u8]) -> Option<([u8; 16], [u8; 8], bool)> {
+/// `00-TRACE-SPAN-FLAGS`, written in place.
+pub(crate) fn traceparent(trace: &[u8; 16], span: &[u8; 8], flags: u8) -> HeaderValue {
+    let mut v = [b'-'; 55];
+    v[..2].copy_from_slice(b"00");
+    hex_into(&mut v[3..35], trace);
+    hex_into(&mut v[36..52], span);
+    hex_into(&mut v[53..], &[flags]);
+    HeaderValue::from_bytes(&v).expect("hex digits and dashes")
+}
+
+/// A valid version-00 `traceparent`: trace id, parent span id, flags.
+pub(crate) fn parse(v: &[u8]) -> Option<([u8; 16], [u8; 8], u8)> {
     let s = std::str::from_utf8(v).ok()?;
     let mut parts = s.split('-');
     let (version, trace, parent, flags) =
@@ -261,7 +266,7 @@ fn parse(v: &[u8]) -> Option<([u8; 16], [u8; 8], bool)> {
     if trace == [0; 16] || parent == [0; 8] {
         return None;
     }
-    Some((trace, parent, flags[0] & 1 == 1))
+    Some((trace, parent, flags[0]))
 }
 
 /// Lower-case hex of exactly `N` bytes.
@@ -297,7 +302,7 @@ fn hex(b: &[u8]) -> String {
     String::from_utf8(out).expect("hex digits")
 }
 
-fn new_span_id() -> [u8; 8] {
+pub(crate) fn new_span_id() -> [u8; 8] {
     loop {
         let r = crate::upstream::balancer::random();
         if r != 0 {
@@ -306,7 +311,7 @@ fn new_span_id() -> [u8; 8] {
     }
 }
 
-fn new_trace_id() -> [u8; 16] {
+pub(crate) fn new_trace_id() -> [u8; 16] {
     let mut id = [0u8; 16];
     id[..8].copy_from_slice(&new_span_id());
     id[8..].copy_from_slice(&crate::upstream::balancer::random().to_be_bytes());
@@ -320,13 +325,14 @@ mod tests {
     #[test]
     fn traceparents_are_parsed_strictly() {
         let ok = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let (t, p, sampled) = parse(ok).unwrap();
+        let (t, p, flags) = parse(ok).unwrap();
         assert_eq!(hex(&t), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(hex(&p), "00f067aa0ba902b7");
-        assert!(sampled);
-        let (_, _, sampled) =
+        assert_eq!(flags, 1);
+        assert_eq!(traceparent(&t, &p, flags).as_bytes(), &ok[..]);
+        let (_, _, flags) =
             parse(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00").unwrap();
-        assert!(!sampled);
+        assert_eq!(flags, 0);
         for bad in [
             &b"00-00000000000000000000000000000000-00f067aa0ba902b7-01"[..],
             b"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",

@@ -2,57 +2,28 @@
 //! `traceparent`. A valid incoming one is continued (same trace id and flags, sluice's
 //! own span id as the parent); anything else is replaced by a new trace, sampled.
 
-use http::header::{HeaderMap, HeaderName, HeaderValue};
-
-use crate::upstream::balancer::random;
+use http::header::{HeaderMap, HeaderName};
 
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
-/// Sets the `traceparent` the backend receives.
+/// Sets the `traceparent` the backend receives: the incoming trace id and flags kept
+/// (`otel`'s reading and writing of the header, one for both), a new span id.
 pub(crate) fn propagate(h: &mut HeaderMap) {
-    let incoming = h.get(&TRACEPARENT).and_then(|v| parse(v.as_bytes()));
-    let (trace, flags) =
-        incoming.unwrap_or_else(|| (format!("{:016x}{:016x}", random(), random()), "01".into()));
-    let span = loop {
-        let s = random();
-        if s != 0 {
-            break s;
-        }
+    let incoming = h
+        .get(&TRACEPARENT)
+        .and_then(|v| crate::otel::parse(v.as_bytes()));
+    let (trace, flags) = match incoming {
+        Some((trace, _, flags)) => (trace, flags),
+        None => (crate::otel::new_trace_id(), 1),
     };
-    let value = format!("00-{trace}-{span:016x}-{flags}");
-    if let Ok(v) = HeaderValue::from_str(&value) {
-        h.insert(TRACEPARENT, v);
-    }
-}
-
-/// A valid version-00 `traceparent`: its trace id and flags.
-fn parse(v: &[u8]) -> Option<(String, String)> {
-    let s = std::str::from_utf8(v).ok()?;
-    let mut parts = s.split('-');
-    let (version, trace, parent, flags) =
-        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |p: &str, n: usize| {
-        p.len() == n
-            && p.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    let zero = |p: &str| p.bytes().all(|b| b == b'0');
-    if parts.next().is_some()
-        || version != "00"
-        || !hex(trace, 32)
-        || zero(trace)
-        || !hex(parent, 16)
-        || zero(parent)
-        || !hex(flags, 2)
-    {
-        return None;
-    }
-    Some((trace.to_string(), flags.to_string()))
+    let value = crate::otel::traceparent(&trace, &crate::otel::new_span_id(), flags);
+    h.insert(TRACEPARENT, value);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::HeaderValue;
 
     fn after(incoming: Option<&str>) -> String {
         let mut h = HeaderMap::new();
