@@ -30,11 +30,7 @@ impl Client {
     pub(crate) fn new(extra: &[CertificateDer<'static>]) -> Client {
         let mut roots = (*crate::upstream::tls::system_roots()).clone();
         roots.add_parsable_certificates(extra.iter().cloned());
-        let tls = rustls::ClientConfig::builder_with_provider(crate::net::tls::provider())
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .expect("ring supports TLS 1.2 and 1.3")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let tls = crate::upstream::tls::verifying(roots);
         Client { tls: Arc::new(tls) }
     }
 }

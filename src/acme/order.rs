@@ -97,10 +97,7 @@ async fn take_down(dns: &super::dns01::Updater, records: &[(String, String)]) {
 /// then HTTP-01.
 fn challenge_for(m: &Manager, attempt: u32, wildcard: bool, name: &str) -> ChallengeType {
     let c = &m.config;
-    let in_zone = c
-        .dns_update
-        .as_ref()
-        .is_some_and(|u| name == u.zone || name.ends_with(&format!(".{}", u.zone)));
+    let in_zone = c.dns_update.as_ref().is_some_and(|u| u.covers(name));
     let listed = [
         (c.dns01 && in_zone, ChallengeType::Dns01),
         (c.tls_alpn01, ChallengeType::TlsAlpn01),

@@ -243,6 +243,16 @@ pub struct DnsUpdate {
     pub secret: Vec<u8>,
 }
 
+impl DnsUpdate {
+    /// Whether `_acme-challenge.NAME` lies in the zone (`name` lower case, no dot).
+    pub fn covers(&self, name: &str) -> bool {
+        name == self.zone
+            || name
+                .strip_suffix(self.zone.as_str())
+                .is_some_and(|head| head.ends_with('.'))
+    }
+}
+
 impl std::fmt::Debug for DnsUpdate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DnsUpdate")

@@ -113,13 +113,9 @@ fn kv(key: &str, v: Attr) -> KeyValue {
 
 /// The system's roots, for an `https://` collector.
 fn tls_config() -> Arc<rustls::ClientConfig> {
-    let roots = (*crate::upstream::tls::system_roots()).clone();
-    let c = rustls::ClientConfig::builder_with_provider(crate::net::tls::provider())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .expect("ring supports TLS 1.2 and 1.3")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Arc::new(c)
+    Arc::new(crate::upstream::tls::verifying(
+        crate::upstream::tls::system_roots(),
+    ))
 }
 
 /// POSTs `body` to the collector; `Err` says why it was not taken.

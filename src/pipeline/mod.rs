@@ -289,11 +289,7 @@ fn run<'a>(
             Err(resp) => return *resp,
         };
         if let Some(traced) = slots.trace.as_ref().filter(|t| t.ctx.sampled) {
-            let pattern = route
-                .name
-                .strip_prefix(&site.name)
-                .map_or("/*", str::trim_start);
-            let pattern = if pattern.is_empty() { "/*" } else { pattern };
+            let pattern = crate::runtime::compile::route_label(&site.name, &route.name);
             let _ = traced.located.set((site.name.clone(), pattern.to_string()));
         }
         // A site with its own access_log: its responses say where their line goes.

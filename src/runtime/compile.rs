@@ -182,7 +182,7 @@ pub(crate) struct Metered<'g> {
 }
 
 /// A route's `route` label: its pattern as written, `/*` for the site block's own.
-fn route_label<'a>(site: &str, route: &'a str) -> &'a str {
+pub(crate) fn route_label<'a>(site: &str, route: &'a str) -> &'a str {
     match route.strip_prefix(site).map(str::trim_start) {
         Some("") => "/*",
         Some(pattern) => pattern,
@@ -674,6 +674,7 @@ fn route(
                 .any(|op| op.has_placeholders()),
             Handler::None | Handler::Files(_) | Handler::FastCgi(_) => false,
         };
+    let meter = shared.meter(site.name, route_label(site.name, &r.name));
     Route {
         name: r.name.clone(),
         pattern: r.pattern.clone(),
@@ -696,11 +697,11 @@ fn route(
             })
             .flatten()
             .collect(),
-        meter: shared.meter(site.name, route_label(site.name, &r.name)),
-        cache: r.cache.as_ref().map(|c| {
-            let meter = shared.meter(site.name, route_label(site.name, &r.name));
-            shared.cache(c, &r.name, meter)
-        }),
+        cache: r
+            .cache
+            .as_ref()
+            .map(|c| shared.cache(c, &r.name, meter.clone())),
+        meter,
     }
 }
 

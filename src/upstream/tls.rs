@@ -49,6 +49,16 @@ pub(crate) fn system_roots() -> Arc<RootCertStore> {
         .clone()
 }
 
+/// A client config verifying servers against `roots` (TLS 1.3 and 1.2, ring, no
+/// client certificate): what the ACME client and the trace exporter use too.
+pub(crate) fn verifying(roots: impl Into<Arc<RootCertStore>>) -> ClientConfig {
+    ClientConfig::builder_with_provider(crate::net::tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .expect("ring supports TLS 1.2 and 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
 impl ClientTls {
     pub(crate) fn new(t: &BackendTls) -> ClientTls {
         let builder = ClientConfig::builder_with_provider(crate::net::tls::provider())

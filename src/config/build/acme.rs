@@ -229,7 +229,7 @@ fn auto_name(acme: &AcmeConfig, host: &HostPattern, word: &str, span: Span) -> R
                 .with_hint("an ACME server issues for public DNS names: two or more labels of letters, digits and inner hyphens"),
         ),
         HostPattern::Exact(h) => match &acme.dns_update {
-            Some(u) if !acme.http01 && !acme.tls_alpn01 && !in_zone(h, &u.zone) => {
+            Some(u) if !acme.http01 && !acme.tls_alpn01 && !u.covers(h) => {
                 Err(outside_zone(span, word, &u.zone))
             }
             _ => Ok(h.clone()),
@@ -259,15 +259,10 @@ fn wildcard(acme: &AcmeConfig, word: &str, span: Span, base: &str) -> Res<()> {
         return Err(Diagnostic::error(span, format!("`tls auto` for {word} needs the dns-01 challenge, and no `dns_update` says where its TXT record goes"))
             .with_hint("add global { acme { dns_update SERVER:PORT { zone example.com; key_name NAME; key_file FILE } } }, or name the hosts"));
     };
-    if !in_zone(base, &u.zone) {
+    if !u.covers(base) {
         return Err(outside_zone(span, word, &u.zone));
     }
     Ok(())
-}
-
-/// Whether `_acme-challenge.NAME` lies in `zone`.
-fn in_zone(name: &str, zone: &str) -> bool {
-    name == zone || name.ends_with(&format!(".{zone}"))
 }
 
 fn outside_zone(span: Span, word: &str, zone: &str) -> Diagnostic {
