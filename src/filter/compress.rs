@@ -144,21 +144,21 @@ fn compressible(h: &HeaderMap) -> bool {
 /// `secret`: the request carried `Authorization` or the response sets a cookie, and
 /// the mode is not `always` (BREACH): sent as it is.
 pub(crate) fn apply(
-    mut resp: Response<Body>,
+    resp: &mut Response<Body>,
     accept: Option<&HeaderValue>,
     is_head: bool,
     always: bool,
     authorized: bool,
-) -> Response<Body> {
+) {
     if !compressible(resp.headers()) {
-        return resp;
+        return;
     }
     vary(resp.headers_mut());
     if !always && (authorized || resp.headers().contains_key(header::SET_COOKIE)) {
-        return resp;
+        return;
     }
     let Some(coding) = accept.and_then(|a| negotiate(a.as_bytes())) else {
-        return resp;
+        return;
     };
     let status = resp.status();
     let h = resp.headers();
@@ -175,10 +175,9 @@ pub(crate) fn apply(
         })
         || declared_length(h, resp.body()).is_some_and(|n| n < MIN_LENGTH);
     if skip {
-        return resp;
+        return;
     }
-    let (mut parts, body) = resp.into_parts();
-    let h = &mut parts.headers;
+    let h = resp.headers_mut();
     h.remove(header::CONTENT_LENGTH);
     h.remove(header::ACCEPT_RANGES);
     if let Some(etag) = h.get(header::ETAG) {
@@ -194,7 +193,8 @@ pub(crate) fn apply(
         header::CONTENT_ENCODING,
         HeaderValue::from_static(coding.token()),
     );
-    Response::from_parts(parts, Body::stream(Compressed::new(body, coding)))
+    let body = std::mem::replace(resp.body_mut(), Body::Empty);
+    *resp.body_mut() = Body::stream(Compressed::new(body, coding));
 }
 
 fn declared_length(h: &HeaderMap, body: &Body) -> Option<u64> {

@@ -196,7 +196,7 @@ fn answer_maintenance(
 /// HTTP/3 (`http_versions` has `3`; a site that verifies client certificates is not:
 /// its handshake is TCP's).
 #[inline]
-pub(super) fn hsts(site: &Site, client: &ClientInfo, mut resp: Response<Body>) -> Response<Body> {
+pub(super) fn hsts(site: &Site, client: &ClientInfo, resp: &mut Response<Body>) {
     if client.scheme == Scheme::Https {
         if let Some(v) = &site.hsts {
             resp.headers_mut()
@@ -208,7 +208,6 @@ pub(super) fn hsts(site: &Site, client: &ClientInfo, mut resp: Response<Body>) -
             }
         }
     }
-    resp
 }
 
 #[cfg(test)]

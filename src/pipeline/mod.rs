@@ -295,7 +295,10 @@ fn run<'a>(
         // A site with its own access_log: its responses say where their line goes.
         let line = site.log.as_ref().map(|l| Box::new(l.line(req.headers())));
         if let Some(resp) = controls::maintenance(gen, site, Some(route), req, client) {
-            return logged_to(line, controls::hsts(site, client, resp));
+            let mut resp = resp;
+            controls::hsts(site, client, &mut resp);
+            logged_to(line, &mut resp);
+            return resp;
         }
         // A certificate speaks for the site whose handshake verified it, no other.
         let tls_client = client.tls_client.as_ref().filter(|t| t.site == site.name);
@@ -345,36 +348,35 @@ fn run<'a>(
         if ran != 0 {
             response_phase(route, ran, &mut resp, &cx);
         }
-        logged_to(line, finish(site, route, client, &cx, &asked, resp))
+        finish(site, route, client, &cx, &asked, &mut resp);
+        logged_to(line, &mut resp);
+        resp
     }
 }
 
 /// Marks a response of a site with its own `access_log` (nothing otherwise).
 #[inline]
-fn logged_to(
-    line: Option<Box<crate::access::SiteLine>>,
-    mut resp: Response<Body>,
-) -> Response<Body> {
+fn logged_to(line: Option<Box<crate::access::SiteLine>>, resp: &mut Response<Body>) {
     if let Some(l) = line {
         resp.extensions_mut().insert(*l);
     }
-    resp
 }
 
 /// What every response of a route gets last: its error pages, compression, HSTS.
+/// In place: a response is moved only by the steps that rebuild it.
 fn finish(
     site: &Site,
     route: &Route,
     client: &ClientInfo,
     cx: &Cx<'_>,
     asked: &Asked,
-    mut resp: Response<Body>,
-) -> Response<Body> {
+    resp: &mut Response<Body>,
+) {
     if let Some(pages) = &route.error_pages {
-        resp = pages.apply(resp);
+        *resp = pages.apply(taken(resp));
     }
-    let resp = match cx.compress.unwrap_or(route.compress) {
-        Compression::Off => resp,
+    match cx.compress.unwrap_or(route.compress) {
+        Compression::Off => {}
         mode => crate::filter::compress::apply(
             resp,
             asked.accept.as_ref(),
@@ -382,8 +384,13 @@ fn finish(
             mode == Compression::Always,
             asked.authorized,
         ),
-    };
-    controls::hsts(site, client, resp)
+    }
+    controls::hsts(site, client, resp);
+}
+
+/// The response, for a step that takes it whole (an empty one is left behind).
+fn taken(resp: &mut Response<Body>) -> Response<Body> {
+    std::mem::replace(resp, Response::new(Body::Empty))
 }
 
 /// The request's site and route, on the normalised host and path (and the path, when
@@ -417,7 +424,9 @@ fn locate<'g>(
         Err(resp) => {
             meter.clone_from(&site.meter);
             let line = site.log.as_ref().map(|l| Box::new(l.line(req.headers())));
-            Err(Box::new(logged_to(line, no_route(site, client, *resp))))
+            let mut resp = no_route(site, client, *resp);
+            logged_to(line, &mut resp);
+            Err(Box::new(resp))
         }
     }
 }
@@ -425,11 +434,12 @@ fn locate<'g>(
 /// The site's answer when no route took the request (or a control answered first):
 /// its error page, if it has one for the status, and HSTS.
 fn no_route(site: &Site, client: &ClientInfo, resp: Response<Body>) -> Response<Body> {
-    let resp = match &site.error_pages {
+    let mut resp = match &site.error_pages {
         Some(pages) => pages.apply(resp),
         None => resp,
     };
-    controls::hsts(site, client, resp)
+    controls::hsts(site, client, &mut resp);
+    resp
 }
 
 /// What compression needs of the request, taken before the handler takes it.
