@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
-use http_body_util::BodyExt;
 use instant_acme::{BodyWrapper, BytesResponse, Error, HttpClient};
-use rustls::pki_types::{CertificateDer, ServerName};
-use tokio::net::TcpStream;
+use rustls::pki_types::CertificateDer;
 
 /// No ACME request may take longer than this, connection included.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest answer read: a certificate chain, a directory, an order.
+const MAX_RESPONSE: usize = 1024 * 1024;
 
 #[derive(Clone)]
 pub(crate) struct Client {
@@ -59,59 +59,10 @@ impl HttpClient for Client {
 
 async fn send(
     tls: Arc<rustls::ClientConfig>,
-    mut req: Request<BodyWrapper<Bytes>>,
-) -> Result<BytesResponse, Error> {
-    let uri = req.uri().clone();
-    let host = uri.host().ok_or_else(|| other(format!("{uri}: no host")))?;
-    let https = match uri.scheme_str() {
-        Some("https") => true,
-        Some("http") => false,
-        _ => return Err(other(format!("{uri}: not an http(s) URL"))),
-    };
-    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let tcp = TcpStream::connect((bare, port))
-        .await
-        .map_err(|e| other(format!("{host}:{port}: {e}")))?;
-    tcp.set_nodelay(true).ok();
-    // HTTP/1.1 wants the origin form and a Host field.
-    let target = uri.path_and_query().map_or("/", |p| p.as_str());
-    *req.uri_mut() = target.parse().map_err(other)?;
-    let authority = uri.authority().map_or(host, |a| a.as_str()).to_string();
-    req.headers_mut().insert(
-        http::header::HOST,
-        http::HeaderValue::from_str(&authority).map_err(other)?,
-    );
-    let resp = if https {
-        let name = ServerName::try_from(bare.to_string()).map_err(other)?;
-        let stream = tokio_rustls::TlsConnector::from(tls)
-            .connect(name, tcp)
-            .await
-            .map_err(|e| other(format!("{host}:{port}: TLS: {e}")))?;
-        exchange(hyper_util::rt::TokioIo::new(stream), req).await?
-    } else {
-        exchange(hyper_util::rt::TokioIo::new(tcp), req).await?
-    };
-    let (parts, body) = resp.into_parts();
-    let body = body.collect().await.map_err(other)?.to_bytes();
-    Ok(BytesResponse::from(http::Response::from_parts(
-        parts,
-        http_body_util::Full::new(body),
-    )))
-}
-
-async fn exchange<T>(
-    io: T,
     req: Request<BodyWrapper<Bytes>>,
-) -> Result<http::Response<hyper::body::Incoming>, Error>
-where
-    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+) -> Result<BytesResponse, Error> {
+    let resp = crate::net::fetch::send(req, Some(&tls), MAX_RESPONSE)
         .await
         .map_err(other)?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    sender.send_request(req).await.map_err(other)
+    Ok(BytesResponse::from(resp.map(http_body_util::Full::new)))
 }

@@ -8,6 +8,7 @@
 //! is the sum a pool's connections need: one pool may reach peers over TCP and Unix
 //! sockets, with or without TLS.
 
+pub(crate) mod fetch;
 pub(crate) mod identity;
 pub(crate) mod proxy_protocol;
 pub(crate) mod redis;

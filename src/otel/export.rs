@@ -10,8 +10,6 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use prost::Message;
-use rustls::pki_types::ServerName;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc::Receiver;
 
 use super::proto::{self, AnyValue, KeyValue};
@@ -124,56 +122,18 @@ async fn post(
     tls: &Arc<rustls::ClientConfig>,
     body: Bytes,
 ) -> Result<(), String> {
-    let uri = &cfg.url;
-    let host = uri.host().unwrap_or("");
-    let https = uri.scheme_str() == Some("https");
-    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let tcp = TcpStream::connect((bare, port))
-        .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
-    tcp.set_nodelay(true).ok();
-    let mut req = http::Request::post(uri.path_and_query().map_or("/", |p| p.as_str()))
-        .header(
-            http::header::HOST,
-            uri.authority().map_or(host, |a| a.as_str()),
-        )
+    let mut req = http::Request::post(cfg.url.clone())
         .header(http::header::CONTENT_TYPE, "application/x-protobuf")
         .body(http_body_util::Full::new(body))
         .map_err(|e| e.to_string())?;
     for (name, value) in &cfg.headers {
         req.headers_mut().insert(name.clone(), value.clone());
     }
-    let status = if https {
-        let name = ServerName::try_from(bare.to_string()).map_err(|e| e.to_string())?;
-        let stream = tokio_rustls::TlsConnector::from(tls.clone())
-            .connect(name, tcp)
-            .await
-            .map_err(|e| format!("TLS: {e}"))?;
-        exchange(hyper_util::rt::TokioIo::new(stream), req).await?
-    } else {
-        exchange(hyper_util::rt::TokioIo::new(tcp), req).await?
-    };
-    if status.is_success() {
+    // The collector's answer is read and dropped (a partial-success report at most).
+    let resp = crate::net::fetch::send(req, Some(tls), 64 * 1024).await?;
+    if resp.status().is_success() {
         Ok(())
     } else {
-        Err(format!("answered {status}"))
+        Err(format!("answered {}", resp.status()))
     }
-}
-
-async fn exchange<T>(
-    io: T,
-    req: http::Request<http_body_util::Full<Bytes>>,
-) -> Result<http::StatusCode, String>
-where
-    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
-    Ok(resp.status())
 }

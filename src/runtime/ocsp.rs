@@ -262,48 +262,22 @@ fn responder(leaf: &x509_cert::Certificate) -> Option<String> {
 
 /// POSTs the request; the response body.
 async fn fetch(req: &Request) -> Result<Vec<u8>, String> {
-    let rest = req.url.strip_prefix("http://").unwrap_or(&req.url);
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
-    let port = match authority.rsplit_once(':') {
-        Some((_, p)) => p.parse().map_err(|_| "a bad port in the responder's URL")?,
-        None => 80,
-    };
-    let exchange = async {
-        let tcp = tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port))
-            .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
-        let io = hyper_util::rt::TokioIo::new(tcp);
-        let (mut send, conn) = hyper::client::conn::http1::handshake(io)
-            .await
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(conn);
-        let request = http::Request::post(path)
-            .header(http::header::HOST, authority)
-            .header(http::header::CONTENT_TYPE, "application/ocsp-request")
-            .body(http_body_util::Full::new(bytes::Bytes::from(
-                req.der.clone(),
-            )))
-            .map_err(|e| e.to_string())?;
-        let resp = send
-            .send_request(request)
-            .await
-            .map_err(|e| e.to_string())?;
-        if !resp.status().is_success() {
-            return Err(format!("answered {}", resp.status()));
-        }
-        let body = http_body_util::Limited::new(resp.into_body(), MAX_RESPONSE);
-        let bytes = http_body_util::BodyExt::collect(body)
-            .await
-            .map_err(|e| format!("the answer broke off or passed {MAX_RESPONSE} bytes: {e}"))?;
-        Ok(bytes.to_bytes().to_vec())
-    };
-    tokio::time::timeout(DEADLINE, exchange)
-        .await
-        .map_err(|_| format!("no answer within {}s", DEADLINE.as_secs()))?
+    let request = http::Request::post(req.url.as_str())
+        .header(http::header::CONTENT_TYPE, "application/ocsp-request")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            req.der.clone(),
+        )))
+        .map_err(|e| e.to_string())?;
+    let resp = tokio::time::timeout(
+        DEADLINE,
+        crate::net::fetch::send(request, None, MAX_RESPONSE),
+    )
+    .await
+    .map_err(|_| format!("no answer within {}s", DEADLINE.as_secs()))??;
+    if !resp.status().is_success() {
+        return Err(format!("answered {}", resp.status()));
+    }
+    Ok(resp.into_body().to_vec())
 }
 
 /// The BasicOCSPResponse inside an OCSPResponse, when it is successful.
