@@ -106,6 +106,8 @@ pub(crate) struct Marks {
     pub grpc: Option<Arc<crate::grpc::Call>>,
     /// The response's site has an `access_log` of its own.
     pub site: Option<SiteLine>,
+    /// The `sub` of the token a `jwt` filter verified.
+    pub user: Option<Arc<str>>,
 }
 
 impl Marks {
@@ -117,6 +119,9 @@ impl Marks {
                 .map(|l| l.0.clone()),
             grpc: ext.get::<Arc<crate::grpc::Call>>().cloned(),
             site: ext.get::<SiteLine>().cloned(),
+            user: ext
+                .get::<crate::filter::jwt::Subject>()
+                .map(|s| s.0.clone()),
         }
     }
 }
@@ -305,7 +310,9 @@ impl Pending {
             transition: upstream.map(|u| u.transition),
             user_agent: self.user_agent.as_ref().map(|v| v.as_bytes()),
             referer: self.referer.as_ref().map(|v| v.as_bytes()),
-            user: self.user.as_deref(),
+            user: marks
+                .and_then(|m| m.user.as_deref())
+                .or(self.user.as_deref()),
             request_id: marks
                 .and_then(|m| m.request_id.as_ref())
                 .map(|v| v.as_bytes()),
@@ -543,6 +550,16 @@ fn json(s: &mut Line, e: &Entry<'_>) {
             }
             None => s.push_str("null"),
         }
+    }
+    json_tail(s, e);
+}
+
+/// The fields a JSON line has only when they are known.
+fn json_tail(s: &mut Line, e: &Entry<'_>) {
+    if let Some(u) = e.user {
+        // A `jwt` token's subject, a Basic user.
+        s.push_str(",\"user\":");
+        string(s, u.as_bytes());
     }
     if let Some(code) = e.grpc_status {
         // Only on a gRPC call's line.

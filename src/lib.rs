@@ -34,6 +34,7 @@ pub(crate) mod grpc;
 pub(crate) mod http1;
 pub(crate) mod inplace;
 pub(crate) mod interim;
+pub mod jose;
 pub(crate) mod l4;
 pub(crate) mod net;
 pub(crate) mod otel;

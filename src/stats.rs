@@ -166,6 +166,8 @@ pub(crate) struct Meter {
     pub codes: [AtomicU64; CODES.len() + 1],
     /// A cache route's requests by what the cache did (`cache::Outcome`).
     pub cache: [AtomicU64; 6],
+    /// `jwt` filters' results (`filter::jwt::RESULTS`).
+    pub jwt: [AtomicU64; 11],
 }
 
 /// The 4xx and 5xx codes counted apart: the ones an operator tells apart (a login
@@ -190,6 +192,7 @@ impl Meter {
             grpc: [const { AtomicU64::new(0) }; 17],
             codes: [const { AtomicU64::new(0) }; CODES.len() + 1],
             cache: [const { AtomicU64::new(0) }; 6],
+            jwt: [const { AtomicU64::new(0) }; 11],
         }
     }
 

@@ -513,7 +513,7 @@ async fn cors_answers_preflights_and_marks_responses() {
 fn mistakes_in_filter_lines_are_load_errors() {
     let dir = TempDir::new();
     for (text, want) in [
-        ("site * { deny 10.0.0.0/8 when colour red\n respond ok }", "`path`, `method`, `header`, `query`, `client_ip` or `client_cert`"),
+        ("site * { deny 10.0.0.0/8 when colour red\n respond ok }", "`path`, `method`, `header`, `query`, `client_ip`, `client_cert` or `jwt.CLAIM`"),
         ("site * { deny 10.0.0.0/8 failure maybe\n respond ok }", "`open` or `closed`"),
         ("site * { allow 10.0.0.0/8\n on allowed skip_to nowhere\n respond ok }", "no filter named `nowhere`"),
         ("site * { header_down X-A 1 name a\n allow 10.0.0.0/8\n on allowed skip_to a\n respond ok }", "not after this filter"),

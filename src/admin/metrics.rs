@@ -23,6 +23,7 @@ pub(crate) fn render(gen: &Generation) -> String {
     listeners(&mut out, gen);
     certificates(&mut out, gen);
     cache(&mut out, gen);
+    jwt(&mut out, gen);
     spans(&mut out, gen);
     acme(&mut out, gen);
     discovery(&mut out, &pools);
@@ -137,6 +138,35 @@ fn spans(o: &mut String, gen: &Generation) {
             "sluice_otel_spans_total{{result=\"{result}\"}} {}",
             get(n)
         );
+    }
+}
+
+/// `jwt` filters' results, by the route they ran on (routes that ran none left out).
+fn jwt(o: &mut String, gen: &Generation) {
+    let mut headed = false;
+    for m in gen.meters() {
+        let counts = &m.meter.jwt;
+        if counts.iter().all(|c| get(c) == 0) {
+            continue;
+        }
+        if !headed {
+            head(
+                o,
+                "sluice_jwt_results_total",
+                "counter",
+                "bearer tokens a jwt filter judged, by result",
+            );
+            headed = true;
+        }
+        for (count, name) in counts.iter().zip(crate::filter::jwt::RESULTS) {
+            let _ = writeln!(
+                o,
+                "sluice_jwt_results_total{{site=\"{}\",route=\"{}\",result=\"{name}\"}} {}",
+                esc(m.site),
+                esc(m.route),
+                get(count)
+            );
+        }
     }
 }
 

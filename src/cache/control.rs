@@ -335,7 +335,7 @@ pub(crate) struct Rules {
 
 /// Why a response is not stored (for the debug log), or `Ok`.
 pub(crate) fn storable(
-    req: &HeaderMap,
+    credentialed: bool,
     req_dirs: &RequestDirectives,
     status: StatusCode,
     resp: &HeaderMap,
@@ -363,7 +363,7 @@ pub(crate) fn storable(
     if status.is_informational() {
         return Err("an interim response");
     }
-    if req.contains_key(header::AUTHORIZATION) && !shareable_with_authorization(dirs) {
+    if credentialed && !shareable_with_authorization(dirs) {
         return Err("the request carried Authorization");
     }
     if resp.contains_key(header::SET_COOKIE) && !rules.keys_cookie {
@@ -617,7 +617,7 @@ mod tests {
         let check = |req: &[(&str, &str)], resp: &[(&str, &str)], status| {
             let (q, r) = (headers(req), headers(resp));
             storable(
-                &q,
+                q.contains_key(header::AUTHORIZATION),
                 &RequestDirectives::of(&q),
                 status,
                 &r,

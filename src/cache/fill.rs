@@ -74,7 +74,14 @@ impl Cache {
     {
         let no_store = rdirs.no_store;
         let guard = match self
-            .coalesce(req.method(), req.headers(), &key, rdirs, None)
+            .coalesce(
+                req.method(),
+                req.headers(),
+                credentialed(&req),
+                &key,
+                rdirs,
+                None,
+            )
             .await
         {
             Ok(guard) => guard,
@@ -83,6 +90,7 @@ impl Cache {
         let asked = Asked {
             method: req.method().clone(),
             headers: req.headers().clone(),
+            credentialed: credentialed(&req),
             count: true,
         };
         let sent = SystemTime::now();
@@ -153,8 +161,7 @@ impl Cache {
         let why_not = self.why_not_store(asked, &resp, may_store);
         if let Some(why) = why_not {
             tracing::trace!("sluice: cache: {key}: not stored: {why}");
-            let bypass =
-                asked.headers.contains_key(header::AUTHORIZATION) || status.fwd == Some("bypass");
+            let bypass = asked.credentialed || status.fwd == Some("bypass");
             match (asked.count, bypass) {
                 (false, _) => {}
                 (true, true) => Outcome::Bypass.count(self.meter()),
@@ -254,7 +261,7 @@ impl Cache {
         let rdirs = RequestDirectives::of(&asked.headers);
         let dirs = ResponseDirectives::of(resp.headers());
         if let Err(why) = control::storable(
-            &asked.headers,
+            asked.credentialed,
             &rdirs,
             resp.status(),
             resp.headers(),

@@ -64,7 +64,12 @@ impl Cache {
     /// The variant stored under `key` that the request's fields select, or why there is
     /// none (`uri-miss`: nothing for the URI; `vary-miss`: no variant for these fields;
     /// `miss`: one that may not answer a request with `Authorization`).
-    pub(super) fn find(&self, key: &str, h: &HeaderMap) -> (Option<Arc<Stored>>, &'static str) {
+    pub(super) fn find(
+        &self,
+        key: &str,
+        h: &HeaderMap,
+        credentialed: bool,
+    ) -> (Option<Arc<Stored>>, &'static str) {
         let Some(variants) = self.store.get(key) else {
             return (None, "uri-miss");
         };
@@ -77,9 +82,7 @@ impl Cache {
         let Some(obj) = newest else {
             return (None, "vary-miss");
         };
-        if h.contains_key(header::AUTHORIZATION)
-            && !control::shareable_with_authorization(&obj.dirs)
-        {
+        if credentialed && !control::shareable_with_authorization(&obj.dirs) {
             return (None, "miss");
         }
         (Some(obj), "")

@@ -206,10 +206,25 @@ enum Verdict {
     Revalidate(bool),
 }
 
+/// A request that carries credentials sluice verified outside `Authorization` (a
+/// `jwt` token from a cookie or the query): the cache treats it as one with
+/// `Authorization` (RFC 9111 §3.5), so no user is served another's stored answer
+/// unless the answer says it may be shared.
+#[derive(Clone, Copy)]
+pub(crate) struct Credentialed;
+
+/// Whether `req` carries credentials (see [`Credentialed`]).
+fn credentialed<B>(req: &Request<B>) -> bool {
+    req.headers().contains_key(header::AUTHORIZATION)
+        || req.extensions().get::<Credentialed>().is_some()
+}
+
 /// The request as the cache needs it after the handler took it.
 struct Asked {
     method: Method,
     headers: HeaderMap,
+    /// It carries credentials ([`credentialed`]).
+    credentialed: bool,
     /// The request counts in `sluice_cache_requests_total` here (a background
     /// refresh does not: the request it serves counted as stale).
     count: bool,
@@ -281,7 +296,7 @@ impl Cache {
             rdirs.no_cache = false;
             rdirs.max_age = None;
         }
-        let (found, why) = self.find(&key, req.headers());
+        let (found, why) = self.find(&key, req.headers(), credentialed(&req));
         let now = SystemTime::now();
         match self.settings.mode {
             CacheMode::CacheOnly => {

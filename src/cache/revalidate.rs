@@ -21,9 +21,9 @@ impl Cache {
         F: FnOnce(Request<Body>) -> Fut,
         Fut: Future<Output = Response<Body>>,
     {
-        let asked = (req.method(), req.headers());
+        let asked = (req.method(), req.headers(), credentialed(&req));
         let guard = match self
-            .coalesce(asked.0, asked.1, &key, rdirs, Some(&obj))
+            .coalesce(asked.0, asked.1, asked.2, &key, rdirs, Some(&obj))
             .await
         {
             Ok(guard) => guard,
@@ -32,6 +32,7 @@ impl Cache {
         let asked = Asked {
             method: req.method().clone(),
             headers: req.headers().clone(),
+            credentialed: credentialed(&req),
             count: true,
         };
         conditional(req.headers_mut(), &obj);
@@ -93,6 +94,7 @@ impl Cache {
         &self,
         method: &Method,
         headers: &HeaderMap,
+        credentialed: bool,
         key: &str,
         rdirs: &RequestDirectives,
         had: Option<&Arc<Stored>>,
@@ -105,7 +107,7 @@ impl Cache {
             Flight::Follower(rx) => rx,
         };
         store::wait(rx, self.settings.lock).await;
-        let (Some(obj), _) = self.find(key, headers) else {
+        let (Some(obj), _) = self.find(key, headers, credentialed) else {
             return Ok(None);
         };
         // Stored since this request began waiting (a disk store's write swaps the
@@ -161,6 +163,7 @@ impl Cache {
         let asked = Asked {
             method: Method::GET,
             headers: req.headers().clone(),
+            credentialed: credentialed(req),
             count: false,
         };
         let fut = refresh(again);

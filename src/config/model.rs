@@ -736,6 +736,10 @@ pub enum Test {
     ClientIp(Vec<IpNet>),
     /// The TLS connection carries a verified client certificate (mTLS).
     ClientCert,
+    /// `jwt.CLAIM == V`, `!= V` (the negation) or `in V...`: a claim of the token an
+    /// earlier `jwt` filter verified. Without one, or without the claim, `==` and `in`
+    /// fail.
+    Claim { claim: String, values: Vec<String> },
 }
 
 /// A filter line's test on the response.
@@ -851,6 +855,52 @@ pub enum Filter {
     ForwardAuth(Box<ForwardAuth>),
     /// `grpc_web`: gRPC-Web calls go on as gRPC, answers come back as gRPC-Web.
     GrpcWeb,
+    /// `jwt { … }`: a bearer token verified at the edge (DESIGN §18.10).
+    Jwt(Box<JwtConfig>),
+}
+
+/// `jwt { jwks FILE|URL | secret_file F; issuer …; audience …; algorithms …; from …;
+/// leeway D; claims_to_headers { CLAIM FIELD; … } }`.
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    pub keys: JwtKeys,
+    /// Accepted `iss` values (any one); empty: not checked.
+    pub issuers: Vec<String>,
+    /// Accepted `aud` values (a token naming any one passes); empty: not checked.
+    pub audiences: Vec<String>,
+    /// The algorithms a token may be signed with; never `none`.
+    pub algorithms: Vec<JwtAlgorithm>,
+    /// Where the token is looked for, in order (default: `header Authorization`).
+    pub from: Vec<TokenSource>,
+    /// Clock skew allowed on `exp` and `nbf` (default 30 s).
+    pub leeway: Duration,
+    /// How often a JWKS URL is fetched again (default 5 min).
+    pub refresh: Duration,
+    /// Claims copied to request fields (CLAIM, FIELD), replacing the client's.
+    pub claims_to_headers: Vec<(String, HeaderName)>,
+}
+
+/// Where a `jwt` filter's keys come from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum JwtKeys {
+    /// A JWKS file, read at load (its text, for the key set).
+    File { path: PathBuf, text: String },
+    /// A JWKS URL, fetched at start and refreshed.
+    Url(String),
+    /// `secret_file F`: the HMAC secret (HS256/384/512).
+    Secret(Vec<u8>),
+}
+
+pub use crate::jose::Algorithm as JwtAlgorithm;
+
+/// `from header NAME | cookie NAME | query NAME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `Authorization` takes `Bearer TOKEN`; another field the token alone (a
+    /// `Bearer ` before it is dropped).
+    Header(HeaderName),
+    Cookie(String),
+    Query(String),
 }
 
 /// `forward_auth URL { … }`: each request is first asked of an auth service.
@@ -887,6 +937,7 @@ impl Filter {
             Filter::Cors(_) => "cors",
             Filter::ForwardAuth(_) => "forward_auth",
             Filter::GrpcWeb => "grpc_web",
+            Filter::Jwt(_) => "jwt",
         }
     }
 
@@ -895,7 +946,7 @@ impl Filter {
         match self {
             Filter::Allow(_) | Filter::Deny(_) | Filter::BodyDeny(_) => Some(("allowed", "denied")),
             Filter::RateLimit(_) => Some(("passed", "limited")),
-            Filter::BasicAuth { .. } | Filter::ForwardAuth(_) => {
+            Filter::BasicAuth { .. } | Filter::ForwardAuth(_) | Filter::Jwt(_) => {
                 Some(("authorized", "unauthorized"))
             }
             _ => None,

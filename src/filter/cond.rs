@@ -28,6 +28,8 @@ pub(crate) enum Test {
     Query(String, String),
     ClientIp(Vec<IpNet>),
     ClientCert,
+    /// `jwt.CLAIM == V` / `in V...`: the verified token's claim is one of `values`.
+    Claim(String, Vec<String>),
 }
 
 impl Condition {
@@ -40,6 +42,10 @@ impl Condition {
             Test::Query(name, want) => query_matches(req.uri().query(), name, want),
             Test::ClientIp(nets) => in_nets(nets, cx.client_ip),
             Test::ClientCert => cx.client_cert,
+            Test::Claim(name, values) => cx.claims.as_ref().is_some_and(|c| {
+                crate::jose::claim(c, name)
+                    .is_some_and(|v| values.iter().any(|w| crate::jose::claim_is(name, v, w)))
+            }),
         };
         passed != self.negate
     }

@@ -19,6 +19,7 @@ pub(crate) mod cors;
 pub(crate) mod grpc_web;
 pub(crate) mod header_down;
 pub(crate) mod hold;
+pub(crate) mod jwt;
 pub(crate) mod max_body;
 pub(crate) mod rate_limit;
 pub(crate) mod request_id;
@@ -56,6 +57,15 @@ pub(crate) enum Step {
     /// Decided off the request path: a remote store's answer, a password hash checked
     /// on a blocking thread. Resolves to one of the above.
     Later(Pin<Box<dyn Future<Output = Step> + Send>>),
+    /// A verified token (`jwt`): its claims go on with the request (for `when
+    /// jwt.CLAIM` conditions and the log), its fields replace the client's as `Amend`.
+    Verified(Box<Verified>),
+}
+
+/// What a `jwt` filter verified.
+pub(crate) struct Verified {
+    pub claims: Arc<serde_json::Map<String, serde_json::Value>>,
+    pub fields: Vec<(http::HeaderName, Vec<HeaderValue>)>,
 }
 
 impl Step {
@@ -210,6 +220,10 @@ pub(crate) struct Cx<'a> {
     pub client_cert: bool,
     /// `grpc_web`: the call came as gRPC-Web, in this mode.
     pub grpc_web: Option<crate::grpc::web::Mode>,
+    /// The claims of the token a `jwt` filter verified.
+    pub claims: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
+    /// The route's meter (for a filter's own counts), when requests are metered.
+    pub meter: Option<&'a Arc<crate::stats::Meter>>,
 }
 
 impl<'a> Cx<'a> {
@@ -230,6 +244,8 @@ impl<'a> Cx<'a> {
             compress: None,
             client_cert: false,
             grpc_web: None,
+            claims: None,
+            meter: None,
         }
     }
 

@@ -20,7 +20,7 @@ use crate::body::{take_request, Body};
 use crate::config::template::Values;
 use crate::config::{Compression, Template};
 use crate::filter::hold::{Refused, Stopped};
-use crate::filter::{Action, Cx, Stage, Step, Vars};
+use crate::filter::{Action, Cx, Stage, Step, Vars, Verified};
 use crate::inplace::boxed;
 use crate::proxy;
 use crate::reply::{date, local_response};
@@ -312,6 +312,7 @@ fn run<'a>(
         };
         let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
         cx.client_cert = tls_client.is_some_and(|t| t.cert.is_some());
+        cx.meter = route.meter.as_ref();
         let asked = Asked::of(route, req);
         // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
         // target as received, before `strip`/`rewrite`.
@@ -541,6 +542,19 @@ fn response_phase(route: &Route, ran: u128, resp: &mut Response<Body>, cx: &Cx<'
     }
 }
 
+/// Replaces request fields: each name's client fields, in any spelling (§18.2), give
+/// way to the values given (none: the field is removed).
+fn amend(req: &mut Request<Body>, fields: Vec<(http::HeaderName, Vec<HeaderValue>)>) {
+    let h = req.headers_mut();
+    for (name, values) in fields {
+        crate::proxy::remove_spellings(h, &name);
+        h.remove(&name);
+        for v in values {
+            h.append(name.clone(), v);
+        }
+    }
+}
+
 /// After one filter: the next to run (a branch's `skip_to`, else the following one),
 /// or the answer that ends the request phase.
 enum Next {
@@ -599,14 +613,13 @@ async fn stage(
     let (refusal, branch) = match step {
         Step::Pass | Step::Later(_) => (None, st.on_pass),
         Step::Amend(fields) => {
-            let h = req.headers_mut();
-            for (name, values) in fields {
-                crate::proxy::remove_spellings(h, &name);
-                h.remove(&name);
-                for v in values {
-                    h.append(name.clone(), v);
-                }
-            }
+            amend(req, fields);
+            (None, st.on_pass)
+        }
+        Step::Verified(v) => {
+            let Verified { claims, fields } = *v;
+            amend(req, fields);
+            cx.claims = Some(claims);
             (None, st.on_pass)
         }
         Step::Answer(resp) => (Some(*resp), st.on_refuse),
@@ -883,6 +896,9 @@ async fn cached(
     // `strip`/`rewrite` (now in `req`).
     let host = host_of(req).to_owned();
     let path = cx.path(req).to_string();
+    if cx.claims.is_some() {
+        req.extensions_mut().insert(crate::cache::Credentialed);
+    }
     let fetch = |mut req: Request<Body>| async move {
         call_handler(
             at.gen, at.route, &mut req, client, cx, slots, offer, received,

@@ -165,10 +165,19 @@ kept! {
     site_logs: crate::config::AccessLogConfig => crate::access::AccessLog,
     /// The OpenTelemetry exporter (its queue and task), while `tracing otlp` stays.
     tracers: crate::config::OtlpConfig => crate::otel::Tracer,
+    /// `jwt` key sets fetched from a JWKS URL, by URL and refresh period: a reload
+    /// keeps the last good set.
+    jwks: (String, std::time::Duration) => crate::filter::jwt::Jwks,
 }
 
 impl Carried for crate::access::AccessLog {}
 impl Carried for crate::otel::Tracer {}
+
+impl Carried for crate::filter::jwt::Jwks {
+    fn retire(&self) {
+        crate::filter::jwt::Jwks::retire(self);
+    }
+}
 
 impl Carried for crate::upstream::PoolState {
     fn retire(&self) {

@@ -691,11 +691,13 @@ fn route(
             .lines
             .iter()
             .chain(&r.filters)
-            .filter_map(|l| match &l.filter {
-                config::Filter::ForwardAuth(f) => Some(f.copy_headers.iter().cloned()),
-                _ => None,
+            .flat_map(|l| match &l.filter {
+                config::Filter::ForwardAuth(f) => f.copy_headers.clone(),
+                config::Filter::Jwt(j) => {
+                    j.claims_to_headers.iter().map(|(_, f)| f.clone()).collect()
+                }
+                _ => Vec::new(),
             })
-            .flatten()
             .collect(),
         cache: r
             .cache
@@ -703,6 +705,22 @@ fn route(
             .map(|c| shared.cache(c, &r.name, meter.clone())),
         meter,
     }
+}
+
+/// A `jwt` filter, its JWKS URL's key set carried across reloads.
+fn jwt(c: &config::JwtConfig, shared: &Shared) -> crate::filter::jwt::Jwt {
+    let jwks = match &c.keys {
+        config::JwtKeys::Url(url) => {
+            let key = (url.clone(), c.refresh);
+            Some(shared.kept.jwks.take(key, |before| {
+                before
+                    .cloned()
+                    .unwrap_or_else(|| crate::filter::jwt::Jwks::from_url(url, c.refresh))
+            }))
+        }
+        _ => None,
+    };
+    crate::filter::jwt::Jwt::new(c, jwks)
 }
 
 /// A filter line, compiled: its filter, condition, failure mode and branches.
@@ -734,6 +752,7 @@ fn stage(line: &config::FilterLine, route: &str, shared: &Shared) -> Stage {
         config::Filter::BasicAuth { users, realm } => Arc::new(BasicAuth::new(users, realm)),
         config::Filter::Cors(c) => Arc::new(Cors::new(c)),
         config::Filter::BodyDeny(text) => Arc::new(BodyDeny::new(text.as_bytes())),
+        config::Filter::Jwt(c) => Arc::new(jwt(c, shared)),
         config::Filter::ForwardAuth(f) => {
             let name = format!("{route} forward_auth");
             let pool = shared.pool(name, &f.pool);
@@ -797,6 +816,7 @@ pub(crate) fn condition(c: &config::Condition) -> Condition {
             config::Test::Path(p) => Test::Path(p.clone()),
             config::Test::ClientIp(nets) => Test::ClientIp(nets.clone()),
             config::Test::ClientCert => Test::ClientCert,
+            config::Test::Claim { claim, values } => Test::Claim(claim.clone(), values.clone()),
             config::Test::Match(config::Matcher::Method(ms)) => Test::Method(ms.clone()),
             config::Test::Match(config::Matcher::Header(n, v)) => {
                 Test::Header(n.clone(), v.clone())

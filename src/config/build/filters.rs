@@ -3,6 +3,7 @@
 //! the line (DESIGN §14, §17), and the `on RESULT skip_to NAME|handler | reject CODE`
 //! and `on matched reject_response CODE ["BODY"]` lines after it.
 
+use std::path::Path;
 use std::time::Duration;
 
 use http::{HeaderName, Method};
@@ -34,10 +35,12 @@ pub(super) const FILTERS: &[&str] = &[
     "body_deny",
     "forward_auth",
     "grpc_web",
+    "jwt",
 ];
 
 /// One filter line, its clauses parsed.
-pub(super) fn filter_line(d: &Directive) -> Res<FilterLine> {
+/// Files a filter reads (`jwt`'s keys) are found relative to `dir`.
+pub(super) fn filter_line(d: &Directive, dir: &Path) -> Res<FilterLine> {
     let cut = d
         .args
         .iter()
@@ -47,7 +50,7 @@ pub(super) fn filter_line(d: &Directive) -> Res<FilterLine> {
         args: d.args[..cut].to_vec(),
         ..d.clone()
     };
-    let filter = filter(&own)?;
+    let filter = filter(&own, dir)?;
     let mut line = FilterLine {
         filter,
         condition: None,
@@ -92,8 +95,11 @@ pub(super) fn filter_line(d: &Directive) -> Res<FilterLine> {
                     let test = response_test(&cond)?;
                     line.response = Some(ResponseCondition { negate, test });
                 } else {
-                    let test = test(&cond)?;
-                    line.condition = Some(Condition { negate, test });
+                    let (test, flip) = test(&cond)?;
+                    line.condition = Some(Condition {
+                        negate: negate != flip,
+                        test,
+                    });
                 }
             }
             "failure" => match args {
@@ -143,10 +149,18 @@ fn missing_after(kw: &Word, usage: &str) -> Diagnostic {
 }
 
 /// `when|unless path P | method M... | header N V | query N V | client_ip CIDR... |
-/// client_cert`.
-fn test(d: &Directive) -> Res<Test> {
+/// client_cert | jwt.CLAIM == V`, and whether the test is negated (`!=`).
+fn test(d: &Directive) -> Res<(Test, bool)> {
     let lead = d.name.text.as_str();
     let kind = first_arg(d, &format!("{lead} path|method|header|query|client_ip ..."))?;
+    if kind.text.starts_with("jwt.") {
+        return super::jwt::claim_test(d, kind);
+    }
+    one_test(d, kind).map(|t| (t, false))
+}
+
+fn one_test(d: &Directive, kind: &Word) -> Res<Test> {
+    let lead = d.name.text.as_str();
     match kind.text.as_str() {
         "path" => match &d.args[1..] {
             [p] => Ok(Test::Path(path_pattern(p)?)),
@@ -176,7 +190,7 @@ fn test(d: &Directive) -> Res<Test> {
         },
         _ => Err(expected(
             kind,
-            "`path`, `method`, `header`, `query`, `client_ip` or `client_cert`",
+            "`path`, `method`, `header`, `query`, `client_ip`, `client_cert` or `jwt.CLAIM`",
         )),
     }
 }
@@ -226,9 +240,9 @@ fn response_test(d: &Directive) -> Res<ResponseTest> {
 }
 
 /// The filter a line names, from its own arguments.
-pub(super) fn filter(d: &Directive) -> Res<Filter> {
+pub(super) fn filter(d: &Directive, dir: &Path) -> Res<Filter> {
     let name = d.name.text.as_str();
-    if !matches!(name, "basic_auth" | "cors" | "forward_auth") {
+    if !matches!(name, "basic_auth" | "cors" | "forward_auth" | "jwt") {
         no_block(d)?;
     }
     match name {
@@ -258,7 +272,16 @@ pub(super) fn filter(d: &Directive) -> Res<Filter> {
                     &format!("{name} 10.0.0.0/8 192.168.1.5"),
                 ));
             }
-            let nets = d.args.iter().map(cidr).collect::<Res<Vec<_>>>()?;
+            let nets = match d.args.as_slice() {
+                // `all`, as nginx writes it: every IPv4 and IPv6 client.
+                [w] if w.text == "all" && !w.quoted => {
+                    vec![
+                        "0.0.0.0/0".parse().expect("a net"),
+                        "::/0".parse().expect("a net"),
+                    ]
+                }
+                args => args.iter().map(cidr).collect::<Res<Vec<_>>>()?,
+            };
             Ok(if name == "allow" {
                 Filter::Allow(nets)
             } else {
@@ -278,6 +301,7 @@ pub(super) fn filter(d: &Directive) -> Res<Filter> {
         }),
         "cors" => cors(d).map(Filter::Cors),
         "forward_auth" => forward_auth(d).map(|f| Filter::ForwardAuth(Box::new(f))),
+        "jwt" => super::jwt::jwt(d, dir).map(|c| Filter::Jwt(Box::new(c))),
         _ => Err(unsupported(d)),
     }
 }

@@ -11,6 +11,7 @@ mod args;
 mod cache;
 mod controls;
 mod filters;
+mod jwt;
 mod proxy;
 mod route;
 mod values;

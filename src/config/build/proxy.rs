@@ -1232,7 +1232,7 @@ fn policy(d: &Directive) -> Res<Policy> {
 /// connections per client address, in this process: no `key` or `store`, no
 /// conditions or branches.
 pub(super) fn tcp_guard(d: &Directive) -> Res<Filter> {
-    let f = super::filters::filter(d)?;
+    let f = super::filters::filter(d, std::path::Path::new(""))?;
     if let Filter::RateLimit(r) = &f {
         if r.key_header.is_some() || r.store.is_some() {
             return Err(Diagnostic::error(

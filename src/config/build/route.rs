@@ -186,7 +186,7 @@ impl Builder {
                 parts.cache = Some(self.cache(d)?);
                 Ok(())
             }
-            _ if parts.after_filter => parts.filter(filter_line(d)?),
+            _ if parts.after_filter => parts.filter(filter_line(d, &self.dir_of(d.span()))?),
             "respond" | "redirect" | "proxy" | "files" | "fastcgi" => {
                 let h = match name {
                     "respond" => respond(d)?,
