@@ -10,6 +10,8 @@
 #   LOAD="-c 16 -m 1" bench/callgrind.sh   (h2load's options: an h2c front)
 #   URL_PATH=big bench/callgrind.sh   (64 KiB responses: a step can leave 13 B alone and
 #                                      cost a large body)
+#   TARGETS=FILE bench/callgrind.sh   (request targets, one a line, e.g. `small?t=…`,
+#                                      taken in turn: requests that differ, like tokens)
 # Needs valgrind, nginx and h2load (nghttp2-client); installs them on Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +30,12 @@ run() {
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.$n" "$bin" run -c "$work/sluice.conf" 2>"$work/valgrind.$n" &
     local pid=$!
     wait_up "$port"
-    h2load $LOAD -n "$n" "$scheme://127.0.0.1:$port/${URL_PATH:-small}" >"$work/h2load.$n"
+    if [ -n "${TARGETS:-}" ]; then
+        sed "s|^|$scheme://127.0.0.1:$port/|" "$TARGETS" >"$work/uris"
+        h2load $LOAD -n "$n" -i "$work/uris" >"$work/h2load.$n"
+    else
+        h2load $LOAD -n "$n" "$scheme://127.0.0.1:$port/${URL_PATH:-small}" >"$work/h2load.$n"
+    fi
     grep -q " 0 failed, 0 errored" "$work/h2load.$n" || grep "requests:" "$work/h2load.$n" >&2
     kill -TERM $pid
     wait $pid || true

@@ -43,7 +43,7 @@ impl Condition {
             Test::ClientIp(nets) => in_nets(nets, cx.client_ip),
             Test::ClientCert => cx.client_cert,
             Test::Claim(name, values) => cx.claims.as_ref().is_some_and(|c| {
-                crate::jose::claim(c, name)
+                crate::jose::claim(&c.map, name)
                     .is_some_and(|v| values.iter().any(|w| crate::jose::claim_is(name, v, w)))
             }),
         };

@@ -9,9 +9,11 @@
 //! at most once a minute; a fetch that fails keeps the last good set and is logged
 //! once until one succeeds. The set of a URL outlives reloads (`runtime::carry`).
 //!
-//! A token that verified is remembered for up to [`REMEMBER`] (never past its `exp`)
-//! by its SHA-256, tied to the key set it verified against: a client sending it on
-//! every request pays one hash, not a signature check, and a new key set forgets it.
+//! A token that verified is remembered for up to [`REMEMBER`] (never past its `exp`),
+//! tied to the key set it verified against: a client sending it on every request pays
+//! a lookup (the token's SipHash, keyed per process, then the whole token compared),
+//! not a signature check, and a new key set forgets it. Only tokens up to
+//! [`REMEMBER_LEN`] are kept, so the memory this takes stays bounded.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -41,6 +43,8 @@ const KID_FETCH_GAP: u64 = 60_000;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a verified token is remembered, at most.
 const REMEMBER: u64 = 60_000;
+/// The longest token remembered (longer ones are verified each time).
+const REMEMBER_LEN: usize = 4096;
 /// The most tokens remembered at once.
 const REMEMBERED: usize = 4096;
 
@@ -103,7 +107,7 @@ struct Verifier {
     leeway: u64,
     from: Vec<TokenSource>,
     claims_to_headers: Vec<(String, HeaderName)>,
-    remembered: Mutex<HashMap<[u8; 32], Remembered>>,
+    remembered: Mutex<HashMap<Box<str>, Remembered>>,
 }
 
 enum Keys {
@@ -115,8 +119,14 @@ struct Remembered {
     /// The key set's version it verified against (0: a secret).
     version: u64,
     until: u64,
-    claims: Arc<Map<String, Value>>,
+    claims: Arc<Claims>,
     fields: Vec<(HeaderName, Vec<HeaderValue>)>,
+}
+
+/// A verified token's claims, and its `sub` as the access log takes it.
+pub(crate) struct Claims {
+    pub map: Map<String, Value>,
+    pub sub: Option<Arc<str>>,
 }
 
 impl Jwt {
@@ -155,16 +165,14 @@ impl Filter for Jwt {
             }
         };
         let now = unix_ms();
-        let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
-        let key: [u8; 32] = digest.as_ref().try_into().expect("SHA-256 is 32 bytes");
-        if let Some(step) = v.remembered(&key, now) {
+        if let Some(step) = v.remembered(&token, now) {
             count(cx.meter, Outcome::Ok);
             return step;
         }
         match v.verify(&token, now) {
             Ok(ok) => {
                 count(cx.meter, Outcome::Ok);
-                v.remember(key, ok, now)
+                v.remember(&token, ok, now)
             }
             Err(Failed::Refused(r)) => v.refuse(cx.meter, Outcome::Refused(r)),
             Err(Failed::UnknownKid(kid)) => {
@@ -188,7 +196,7 @@ impl Filter for Jwt {
                     match v.verify(&token, now) {
                         Ok(ok) => {
                             count(meter.as_ref(), Outcome::Ok);
-                            v.remember(key, ok, now)
+                            v.remember(&token, ok, now)
                         }
                         Err(Failed::Refused(r)) => v.refuse(meter.as_ref(), Outcome::Refused(r)),
                         Err(Failed::UnknownKid(_)) => {
@@ -201,10 +209,7 @@ impl Filter for Jwt {
     }
 
     fn on_response(&self, resp: &mut Response<Body>, cx: &Cx<'_>) {
-        let sub = cx
-            .claims
-            .as_ref()
-            .and_then(|c| c.get("sub")?.as_str().map(Arc::from));
+        let sub = cx.claims.as_ref().and_then(|c| c.sub.clone());
         if let Some(sub) = sub {
             resp.extensions_mut().insert(Subject(sub));
         }
@@ -305,14 +310,25 @@ impl Verifier {
     }
 
     /// The request goes on with `good`, which is remembered.
-    fn remember(&self, key: [u8; 32], good: Good, now: u64) -> Step {
+    fn remember(&self, token: &str, good: Good, now: u64) -> Step {
         let fields = self.fields(&good.claims);
         let exp = good.claims.get("exp").and_then(Value::as_f64);
         let until = match exp {
             Some(exp) => (now + REMEMBER).min(((exp + self.leeway as f64) * 1000.0) as u64),
             None => now + REMEMBER,
         };
-        let claims = Arc::new(good.claims);
+        let sub = good
+            .claims
+            .get("sub")
+            .and_then(Value::as_str)
+            .map(Arc::from);
+        let claims = Arc::new(Claims {
+            map: good.claims,
+            sub,
+        });
+        if token.len() > REMEMBER_LEN {
+            return Step::Verified(Box::new(Verified { claims, fields }));
+        }
         let mut seen = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
         if seen.len() >= REMEMBERED {
             seen.retain(|_, r| r.until > now);
@@ -321,7 +337,7 @@ impl Verifier {
             }
         }
         seen.insert(
-            key,
+            token.into(),
             Remembered {
                 version: good.version,
                 until,
@@ -333,14 +349,14 @@ impl Verifier {
     }
 
     /// A remembered token's step, while it holds.
-    fn remembered(&self, key: &[u8; 32], now: u64) -> Option<Step> {
+    fn remembered(&self, token: &str, now: u64) -> Option<Step> {
         let version = match &self.keys {
             Keys::Secret(_) => 0,
             Keys::Set(jwks) => jwks.current.load().version,
         };
         let seen = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
         let r = seen
-            .get(key)
+            .get(token)
             .filter(|r| r.until > now && r.version == version)?;
         Some(Step::Verified(Box::new(Verified {
             claims: r.claims.clone(),

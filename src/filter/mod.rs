@@ -64,7 +64,7 @@ pub(crate) enum Step {
 
 /// What a `jwt` filter verified.
 pub(crate) struct Verified {
-    pub claims: Arc<serde_json::Map<String, serde_json::Value>>,
+    pub claims: Arc<jwt::Claims>,
     pub fields: Vec<(http::HeaderName, Vec<HeaderValue>)>,
 }
 
@@ -221,7 +221,7 @@ pub(crate) struct Cx<'a> {
     /// `grpc_web`: the call came as gRPC-Web, in this mode.
     pub grpc_web: Option<crate::grpc::web::Mode>,
     /// The claims of the token a `jwt` filter verified.
-    pub claims: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
+    pub claims: Option<Arc<jwt::Claims>>,
     /// The route's meter (for a filter's own counts), when requests are metered.
     pub meter: Option<&'a Arc<crate::stats::Meter>>,
 }
