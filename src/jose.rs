@@ -396,11 +396,13 @@ pub fn claim_is(name: &str, v: &Value, want: &str) -> bool {
 }
 
 /// A claim as a request field's value: a string as is, a list's elements joined with
-/// `, `, anything else as compact JSON.
+/// `, ` (compact JSON when one holds a `,` or a `"`, which a reader would split on),
+/// anything else as compact JSON.
 pub fn claim_text(v: &Value) -> String {
+    let plain = |e: &Value| e.as_str().is_none_or(|s| !s.contains([',', '"']));
     match v {
         Value::String(s) => s.clone(),
-        Value::Array(list) => list
+        Value::Array(list) if list.iter().all(plain) => list
             .iter()
             .map(|e| match e {
                 Value::String(s) => s.clone(),
@@ -483,6 +485,8 @@ mod tests {
         assert!(!is("missing", "x"));
         assert_eq!(claim_text(&c["groups"]), "a, b");
         assert_eq!(claim_text(&c["n"]), "7");
+        let dn = serde_json::json!(["CN=a,OU=b", "c"]);
+        assert_eq!(claim_text(&dn), r#"["CN=a,OU=b","c"]"#);
     }
 
     #[test]

@@ -168,6 +168,8 @@ pub(crate) struct Meter {
     pub cache: [AtomicU64; 6],
     /// `jwt` filters' results (`filter::jwt::RESULTS`).
     pub jwt: [AtomicU64; 11],
+    /// `challenge` filters' results (`filter::challenge::RESULTS`).
+    pub challenge: [AtomicU64; 4],
 }
 
 /// The 4xx and 5xx codes counted apart: the ones an operator tells apart (a login
@@ -193,6 +195,7 @@ impl Meter {
             codes: [const { AtomicU64::new(0) }; CODES.len() + 1],
             cache: [const { AtomicU64::new(0) }; 6],
             jwt: [const { AtomicU64::new(0) }; 11],
+            challenge: [const { AtomicU64::new(0) }; 4],
         }
     }
 

@@ -14,20 +14,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// The program's path, or `None` (after saying why) when the test should skip.
-fn program(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .map(|d| d.join(name))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        missing(name);
-    }
-    found
-}
-
 fn curl(args: &[&str]) -> (i32, String) {
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "10"])

@@ -24,6 +24,7 @@ pub(crate) fn render(gen: &Generation) -> String {
     certificates(&mut out, gen);
     cache(&mut out, gen);
     jwt(&mut out, gen);
+    challenges(&mut out, gen);
     spans(&mut out, gen);
     acme(&mut out, gen);
     discovery(&mut out, &pools);
@@ -138,6 +139,35 @@ fn spans(o: &mut String, gen: &Generation) {
             "sluice_otel_spans_total{{result=\"{result}\"}} {}",
             get(n)
         );
+    }
+}
+
+/// `challenge` results, by route (routes that judged none left out).
+fn challenges(o: &mut String, gen: &Generation) {
+    let mut headed = false;
+    for m in gen.meters() {
+        let counts = &m.meter.challenge;
+        if counts.iter().all(|c| get(c) == 0) {
+            continue;
+        }
+        if !headed {
+            head(
+                o,
+                "sluice_challenge_total",
+                "counter",
+                "challenge pages issued, solutions passed and failed, requests bypassed",
+            );
+            headed = true;
+        }
+        for (count, name) in counts.iter().zip(crate::filter::challenge::RESULTS) {
+            let _ = writeln!(
+                o,
+                "sluice_challenge_total{{site=\"{}\",route=\"{}\",result=\"{name}\"}} {}",
+                esc(m.site),
+                esc(m.route),
+                get(count)
+            );
+        }
     }
 }
 

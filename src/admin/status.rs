@@ -22,7 +22,13 @@ pub(crate) fn status(gen: &Generation, revision: u64, listeners: &[String]) -> V
     let fastcgi: Vec<Value> = gen.sites.fastcgi().map(fastcgi_pool).collect();
     let routes: Vec<Value> = gen
         .meters()
-        .map(|m| json!({"site": m.site, "route": m.route, "pool": m.pool, "requests": meter(m.meter)}))
+        .map(|m| {
+            let mut r = json!({"site": m.site, "route": m.route, "pool": m.pool, "requests": meter(m.meter)});
+            if let Some(c) = m.challenge {
+                r["challenge"] = json!(if c.is_on() { "on" } else { "off" });
+            }
+            r
+        })
         .collect();
     json!({
         "revision": revision,

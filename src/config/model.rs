@@ -857,6 +857,36 @@ pub enum Filter {
     GrpcWeb,
     /// `jwt { … }`: a bearer token verified at the edge (DESIGN §18.10).
     Jwt(Box<JwtConfig>),
+    /// `challenge [under_load [PERCENT] | always] { … }` (DESIGN §18.12).
+    Challenge(Box<ChallengeConfig>),
+}
+
+/// Where a `challenge` page posts its solution.
+pub const CHALLENGE_ENDPOINT: &str = "/.sluice/challenge";
+
+/// `challenge [under_load [PERCENT] | always] { difficulty N; pass D; secret_file F;
+/// allow CIDR…; except PATTERN… }`.
+#[derive(Debug, Clone)]
+pub struct ChallengeConfig {
+    pub mode: ChallengeMode,
+    /// Leading zero bits the solution's SHA-256 needs (8..24, default 16).
+    pub difficulty: u8,
+    /// How long a solved challenge lets a client through (default 1 h).
+    pub pass: Duration,
+    /// The HMAC key (`secret_file`); `None`: random per process start.
+    pub secret: Option<Vec<u8>>,
+    /// Clients never challenged (after `trust`).
+    pub allow: Vec<IpNet>,
+    /// Paths never challenged (route patterns on the normalised path).
+    pub except: Vec<PathPattern>,
+}
+
+/// When a `challenge` is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChallengeMode {
+    /// While the route's pool has at least PERCENT % of its `limit` in flight.
+    UnderLoad(u8),
+    Always,
 }
 
 /// `jwt { jwks FILE|URL | secret_file F; issuer …; audience …; algorithms …; from …;
@@ -938,6 +968,7 @@ impl Filter {
             Filter::ForwardAuth(_) => "forward_auth",
             Filter::GrpcWeb => "grpc_web",
             Filter::Jwt(_) => "jwt",
+            Filter::Challenge(_) => "challenge",
         }
     }
 

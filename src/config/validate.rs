@@ -148,20 +148,94 @@ pub(crate) fn check(
             );
         }
         shadowed(&site.routes, &mut warnings);
-        for r in &site.routes {
-            if r.handler.is_none() && !r.filters.is_empty() {
-                warnings.push(
-                    Diagnostic::warning(
-                        r.span,
-                        format!("route `{}` has filters but no handler", r.name),
-                    )
-                    .with_hint("it can only answer 404; add proxy, respond or redirect"),
-                );
-            }
-        }
+        filter_lines(site, &mut errors, &mut warnings);
     }
     unsafe_literals(config, &mut errors);
     (errors, warnings)
+}
+
+/// What a site's filter lines say of the whole: a route without a handler, a `jwt`
+/// that takes any provider's token, a `challenge` that cannot switch on.
+fn filter_lines(site: &Site, errors: &mut Vec<Diagnostic>, warnings: &mut Vec<Diagnostic>) {
+    let lines = site
+        .filters
+        .iter()
+        .chain(site.routes.iter().flat_map(|r| &r.filters));
+    for line in lines {
+        if let Filter::Jwt(j) = &line.filter {
+            jwt_warnings(j.as_ref(), line.span, warnings);
+        }
+    }
+    unlimited_challenges(site, errors);
+    for r in &site.routes {
+        if r.handler.is_none() && !r.filters.is_empty() {
+            warnings.push(
+                Diagnostic::warning(
+                    r.span,
+                    format!("route `{}` has filters but no handler", r.name),
+                )
+                .with_hint("it can only answer 404; add proxy, respond or redirect"),
+            );
+        }
+    }
+}
+
+/// `challenge under_load` switches on its route's pool's in-flight count against its
+/// `limit`: a route that proxies without one could never switch it on.
+fn unlimited_challenges(site: &Site, errors: &mut Vec<Diagnostic>) {
+    for r in &site.routes {
+        let Some(Handler::Proxy(p)) = &r.handler else {
+            continue;
+        };
+        if p.limit.is_some() {
+            continue;
+        }
+        let under_load = site.filters.iter().chain(&r.filters).find(|l| {
+            matches!(&l.filter, Filter::Challenge(c) if matches!(c.mode, ChallengeMode::UnderLoad(_)))
+        });
+        if let Some(line) = under_load {
+            errors.push(
+                Diagnostic::error(line.span, format!("`challenge under_load` needs the pool's `limit`, and route `{}` proxies without one", r.name))
+                    .with_hint("give the proxy its limit (proxy … { limit 512 }): the challenge switches on at a share of it; or write challenge always"),
+            );
+            return;
+        }
+    }
+}
+
+/// A `jwt` whose keys are a provider's: without `issuer` or `audience`, any token those
+/// keys signed passes (every application of a shared provider, ID tokens included);
+/// keys fetched over plain HTTP from another host can be swapped on the way.
+fn jwt_warnings(j: &JwtConfig, span: Span, warnings: &mut Vec<Diagnostic>) {
+    let JwtKeys::Url(url) = &j.keys else {
+        return;
+    };
+    if j.audiences.is_empty() {
+        warnings.push(
+            Diagnostic::warning(
+                span,
+                "this jwt accepts any token its provider's keys signed, for any application",
+            )
+            .with_hint("name the tokens meant for you: audience API_ID (and issuer URL)"),
+        );
+    }
+    let host = url
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.host().map(|h| h.trim_matches(['[', ']']).to_string()));
+    let loopback = host.as_deref().is_some_and(|h| {
+        h == "localhost"
+            || h.parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    });
+    if url.starts_with("http://") && !loopback {
+        warnings.push(
+            Diagnostic::warning(span, format!("the keys are fetched over plain HTTP: {url}"))
+                .with_hint(
+                    "whoever is on the path can hand sluice keys of their own: use https://",
+                ),
+        );
+    }
 }
 
 /// A strict pool's literal addresses are judged at load: one it would refuse at every

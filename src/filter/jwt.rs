@@ -175,14 +175,14 @@ impl Filter for Jwt {
                 v.remember(&token, ok, now)
             }
             Err(Failed::Refused(r)) => v.refuse(cx.meter, Outcome::Refused(r)),
-            Err(Failed::UnknownKid(kid)) => {
+            Err(Failed::NoKey(kid)) => {
                 let Keys::Set(jwks) = &v.keys else {
                     return v.refuse(cx.meter, Outcome::Refused(Refusal::UnknownKey));
                 };
                 // A fetch under way (the first, say) is waited for; else this token
                 // may cause one, once a minute.
                 let fetching = jwks.is_fetching();
-                let allowed = !fetching && jwks.kid_fetch_allowed(now);
+                let allowed = !fetching && kid.is_some() && jwks.kid_fetch_allowed(now);
                 if !allowed && !fetching {
                     return v.refuse(cx.meter, Outcome::Refused(Refusal::UnknownKey));
                 }
@@ -191,7 +191,7 @@ impl Filter for Jwt {
                 let (v, jwks, token) = (v.clone(), jwks.clone(), token.into_owned());
                 let meter = cx.meter.cloned();
                 Step::Later(Box::pin(async move {
-                    jwks.refresh_for(&kid, allowed).await;
+                    jwks.refresh_for(kid.as_deref(), allowed).await;
                     let now = unix_ms();
                     match v.verify(&token, now) {
                         Ok(ok) => {
@@ -199,7 +199,7 @@ impl Filter for Jwt {
                             v.remember(&token, ok, now)
                         }
                         Err(Failed::Refused(r)) => v.refuse(meter.as_ref(), Outcome::Refused(r)),
-                        Err(Failed::UnknownKid(_)) => {
+                        Err(Failed::NoKey(_)) => {
                             v.refuse(meter.as_ref(), Outcome::Refused(Refusal::UnknownKey))
                         }
                     }
@@ -241,8 +241,9 @@ enum Found<'r> {
 /// Why a token did not verify.
 enum Failed {
     Refused(Refusal),
-    /// It names a key the set lacks.
-    UnknownKid(String),
+    /// No key fits it yet: it names a key the set lacks (`Some`), or the set is being
+    /// fetched (its first fetch, say).
+    NoKey(Option<String>),
 }
 
 /// A token that verified: its claims and the fields made of them.
@@ -253,18 +254,27 @@ struct Good {
 
 impl Verifier {
     /// The token, from the first place of `from` that has one.
+    /// Every place is looked at: a token in two places must be the same token (the
+    /// backend might read the other one).
     fn token<'r>(&self, req: &'r Request<Body>) -> Found<'r> {
+        let mut token: Option<Cow<'r, str>> = None;
         for source in &self.from {
             let found = match source {
                 TokenSource::Header(name) => from_header(req, name),
                 TokenSource::Cookie(name) => from_cookie(req, name),
                 TokenSource::Query(name) => from_query(req, name),
             };
-            if !matches!(found, Found::Missing) {
-                return found;
+            match found {
+                Found::Missing => {}
+                Found::Malformed => return Found::Malformed,
+                Found::Token(t) => match &token {
+                    Some(first) if *first != t => return Found::Malformed,
+                    Some(_) => {}
+                    None => token = Some(t),
+                },
             }
         }
-        Found::Missing
+        token.map_or(Found::Missing, Found::Token)
     }
 
     fn verify(&self, token: &str, now_ms: u64) -> Result<Good, Failed> {
@@ -288,7 +298,8 @@ impl Verifier {
                 let mut keys = current.set.candidates(alg, tok.kid.as_deref()).peekable();
                 if keys.peek().is_none() {
                     return Err(match &tok.kid {
-                        Some(kid) if !current.set.has_kid(kid) => Failed::UnknownKid(kid.clone()),
+                        Some(kid) if !current.set.has_kid(kid) => Failed::NoKey(Some(kid.clone())),
+                        None if jwks.is_fetching() => Failed::NoKey(None),
                         _ => Failed::Refused(Refusal::UnknownKey),
                     });
                 }
@@ -437,25 +448,56 @@ fn from_header<'r>(req: &'r Request<Body>, name: &HeaderName) -> Found<'r> {
     Found::Token(Cow::Borrowed(token))
 }
 
+/// The cookie `name`, read as bytes (another cookie of the field may be UTF-8); a
+/// second one of that name is malformed.
 fn from_cookie<'r>(req: &'r Request<Body>, name: &str) -> Found<'r> {
-    let mut found = None;
+    let mut found: Option<&[u8]> = None;
     for v in req.headers().get_all(http::header::COOKIE) {
-        let Ok(text) = v.to_str() else { continue };
-        for pair in text.split(';') {
-            if let Some((k, value)) = pair.trim().split_once('=') {
-                if k == name {
-                    if found.is_some() {
-                        return Found::Malformed;
-                    }
-                    found = Some(value.trim_matches('"'));
+        for pair in v.as_bytes().split(|&b| b == b';') {
+            let pair = pair.trim_ascii();
+            let Some(eq) = pair.iter().position(|&b| b == b'=') else {
+                continue;
+            };
+            if pair[..eq].trim_ascii() == name.as_bytes() {
+                if found.is_some() {
+                    return Found::Malformed;
                 }
+                found = Some(pair[eq + 1..].trim_ascii());
             }
         }
     }
-    match found {
-        Some(t) if !t.is_empty() => Found::Token(Cow::Borrowed(t)),
-        _ => Found::Missing,
+    let Some(raw) = found else {
+        return Found::Missing;
+    };
+    let raw = raw
+        .strip_prefix(b"\"")
+        .and_then(|r| r.strip_suffix(b"\""))
+        .unwrap_or(raw);
+    match std::str::from_utf8(raw) {
+        Ok("") => Found::Missing,
+        Ok(t) => Found::Token(Cow::Borrowed(t)),
+        Err(_) => Found::Malformed,
     }
+}
+
+/// Whether a query parameter's name, as an application decodes it, is `name`: `%XX`
+/// decoded, and `.`, ` ` and `_` taken as one (PHP reads `access.token` as
+/// `access_token`), so no spelling hides a second token.
+fn same_param(raw: &str, name: &str) -> bool {
+    let fold = |b: u8| if b == b'.' || b == b' ' { b'_' } else { b };
+    let decoded = if raw.contains(['%', '+']) {
+        match percent_decoded(&raw.replace('+', " ")) {
+            Some(d) => Cow::Owned(d),
+            None => return false,
+        }
+    } else {
+        Cow::Borrowed(raw)
+    };
+    decoded.len() == name.len()
+        && decoded
+            .bytes()
+            .zip(name.bytes())
+            .all(|(a, b)| fold(a) == fold(b))
 }
 
 fn from_query<'r>(req: &'r Request<Body>, name: &str) -> Found<'r> {
@@ -463,9 +505,9 @@ fn from_query<'r>(req: &'r Request<Body>, name: &str) -> Found<'r> {
         return Found::Missing;
     };
     let mut found = None;
-    for pair in q.split('&') {
+    for pair in q.split(['&', ';']) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if k == name {
+        if same_param(k, name) {
             if found.is_some() {
                 return Found::Malformed;
             }
@@ -518,6 +560,9 @@ pub(crate) struct Jwks {
     /// The last fetch failed (logged once until one succeeds).
     failing: AtomicBool,
     stop: Arc<tokio::sync::Notify>,
+    /// `refresh`, in milliseconds: the newest generation's (a reload may change it and
+    /// keep the set).
+    refresh: AtomicU64,
 }
 
 impl Jwks {
@@ -535,23 +580,26 @@ impl Jwks {
             fetching: Arc::new(tokio::sync::Mutex::new(())),
             failing: AtomicBool::new(false),
             stop: Arc::new(tokio::sync::Notify::new()),
+            refresh: AtomicU64::new(300_000),
         }
+    }
+
+    /// Fetches every `every` from now on.
+    pub(crate) fn refresh_every(&self, every: Duration) {
+        self.refresh
+            .store(every.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// A JWKS URL's keys: none until the first fetch, which starts now (when there is
     /// a runtime: `sluice check` has none and fetches nothing).
     pub(crate) fn from_url(url: &str, refresh: Duration) -> Arc<Jwks> {
         let j = Arc::new(Jwks::with(KeySet::default(), Some(url.to_string())));
+        j.refresh_every(refresh);
         if tokio::runtime::Handle::try_current().is_ok() {
             // The first fetch holds the turn from now, so a token that comes before it
             // ends waits for it instead of fetching again.
             let first = j.fetching.clone().try_lock_owned().ok();
-            tokio::spawn(keep_fresh(
-                Arc::downgrade(&j),
-                j.stop.clone(),
-                refresh,
-                first,
-            ));
+            tokio::spawn(keep_fresh(Arc::downgrade(&j), j.stop.clone(), first));
         }
         j
     }
@@ -576,9 +624,9 @@ impl Jwks {
 
     /// Fetches the set for an unknown `kid` (`allowed`), or waits for the fetch under
     /// way.
-    async fn refresh_for(&self, kid: &str, allowed: bool) {
+    async fn refresh_for(&self, kid: Option<&str>, allowed: bool) {
         let _turn = self.fetching.lock().await;
-        if allowed && !self.current.load().set.has_kid(kid) {
+        if allowed && kid.is_some_and(|k| !self.current.load().set.has_kid(k)) {
             self.fetch().await;
         }
     }
@@ -647,7 +695,6 @@ fn tls_config() -> Arc<rustls::ClientConfig> {
 async fn keep_fresh(
     jwks: Weak<Jwks>,
     stop: Arc<tokio::sync::Notify>,
-    refresh: Duration,
     mut first: Option<tokio::sync::OwnedMutexGuard<()>>,
 ) {
     loop {
@@ -658,6 +705,7 @@ async fn keep_fresh(
         };
         let fetched = j.fetch().await;
         drop(turn);
+        let refresh = Duration::from_millis(j.refresh.load(Ordering::Relaxed));
         let wait = if fetched { refresh } else { refresh.min(RETRY) };
         drop(j);
         tokio::select! {

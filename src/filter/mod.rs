@@ -12,6 +12,7 @@
 pub(crate) mod access;
 pub(crate) mod basic_auth;
 pub(crate) mod body_deny;
+pub(crate) mod challenge;
 pub(crate) mod compress;
 pub(crate) mod cond;
 pub(crate) mod conn;
@@ -108,6 +109,11 @@ pub(crate) trait Filter: Send + Sync {
     /// A filter that looks at the body before any of it leaves ("buffer until
     /// released", `body_deny`) gives, per request, what holds it: see [`hold`].
     fn hold_body(&self) -> Option<hold::Hold> {
+        None
+    }
+
+    /// A `challenge`, to be bound to each route's pool at load.
+    fn challenge(&self) -> Option<&challenge::Challenge> {
         None
     }
 }
@@ -224,6 +230,8 @@ pub(crate) struct Cx<'a> {
     pub claims: Option<Arc<jwt::Claims>>,
     /// The route's meter (for a filter's own counts), when requests are metered.
     pub meter: Option<&'a Arc<crate::stats::Meter>>,
+    /// The client's connection is TLS.
+    pub https: bool,
 }
 
 impl<'a> Cx<'a> {
@@ -246,6 +254,7 @@ impl<'a> Cx<'a> {
             grpc_web: None,
             claims: None,
             meter: None,
+            https: false,
         }
     }
 

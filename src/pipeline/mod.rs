@@ -294,8 +294,7 @@ fn run<'a>(
         }
         // A site with its own access_log: its responses say where their line goes.
         let line = site.log.as_ref().map(|l| Box::new(l.line(req.headers())));
-        if let Some(resp) = controls::maintenance(gen, site, Some(route), req, client) {
-            let mut resp = resp;
+        if let Some(mut resp) = controls::maintenance(gen, site, Some(route), req, client) {
             controls::hsts(site, client, &mut resp);
             logged_to(line, &mut resp);
             return resp;
@@ -313,6 +312,7 @@ fn run<'a>(
         let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
         cx.client_cert = tls_client.is_some_and(|t| t.cert.is_some());
         cx.meter = route.meter.as_ref();
+        cx.https = client.scheme == Scheme::Https;
         let asked = Asked::of(route, req);
         // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
         // target as received, before `strip`/`rewrite`.

@@ -146,6 +146,8 @@ pub(crate) struct Route {
     pub meter: Option<Arc<crate::stats::Meter>>,
     /// `cache { … }`: between the filters and the handler.
     pub cache: Option<crate::cache::Cache>,
+    /// The route's (first) `challenge`, for `/status`.
+    pub challenge: Option<Arc<crate::filter::challenge::Challenge>>,
 }
 
 pub(crate) enum Matcher {

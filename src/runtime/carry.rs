@@ -165,13 +165,17 @@ kept! {
     site_logs: crate::config::AccessLogConfig => crate::access::AccessLog,
     /// The OpenTelemetry exporter (its queue and task), while `tracing otlp` stays.
     tracers: crate::config::OtlpConfig => crate::otel::Tracer,
-    /// `jwt` key sets fetched from a JWKS URL, by URL and refresh period: a reload
-    /// keeps the last good set.
-    jwks: (String, std::time::Duration) => crate::filter::jwt::Jwks,
+    /// `jwt` key sets fetched from a JWKS URL, by URL: a reload keeps the last good
+    /// set (and applies its `refresh`).
+    jwks: String => crate::filter::jwt::Jwks,
+    /// `challenge` keys of a `secret_file`, by secret, with the nonces used: a reload
+    /// does not make a used nonce good again.
+    challenge_keys: Vec<u8> => crate::filter::challenge::Keys,
 }
 
 impl Carried for crate::access::AccessLog {}
 impl Carried for crate::otel::Tracer {}
+impl Carried for crate::filter::challenge::Keys {}
 
 impl Carried for crate::filter::jwt::Jwks {
     fn retire(&self) {

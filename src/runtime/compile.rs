@@ -142,6 +142,7 @@ impl Generation {
             route: "",
             pool: None,
             meter: &crate::stats::UNROUTED,
+            challenge: None,
         });
         self.sites
             .list
@@ -152,6 +153,7 @@ impl Generation {
                     route: "",
                     pool: None,
                     meter,
+                    challenge: None,
                 });
                 let routes = s.routes.iter().filter_map(|r| {
                     Some(Metered {
@@ -163,6 +165,7 @@ impl Generation {
                             _ => None,
                         },
                         meter: r.meter.as_ref()?,
+                        challenge: r.challenge.as_deref(),
                     })
                 });
                 own.chain(routes)
@@ -179,6 +182,8 @@ pub(crate) struct Metered<'g> {
     pub route: &'g str,
     pub pool: Option<&'g str>,
     pub meter: &'g Arc<Meter>,
+    /// The route's `challenge`.
+    pub challenge: Option<&'g crate::filter::challenge::Challenge>,
 }
 
 /// A route's `route` label: its pattern as written, `/*` for the site block's own.
@@ -395,6 +400,18 @@ impl Shared<'_> {
 
     /// A pool named `name`, with the state of the previous generation's pool of its
     /// identity.
+    /// A `challenge`'s keys: the process's random one, or its `secret_file`'s, carried
+    /// across reloads with the nonces used.
+    fn challenge_keys(&self, c: &config::ChallengeConfig) -> Arc<crate::filter::challenge::Keys> {
+        use crate::filter::challenge::Keys;
+        match &c.secret {
+            None => Keys::process(),
+            Some(s) => self.kept.challenge_keys.take(s.clone(), |before| {
+                before.cloned().unwrap_or_else(|| Keys::new(Some(s)))
+            }),
+        }
+    }
+
     fn pool(&self, name: String, cfg: &config::ProxyConfig) -> Arc<Pool> {
         let id = self.pool_id(name, cfg);
         let dest = self.dest(cfg);
@@ -649,6 +666,7 @@ fn route(
         _ => Compression::On,
     };
     let handler = handler(r, shared, &mut filters);
+    let challenge = bind_challenges(r, site, &handler, &mut filters);
     let maintenance = match &r.maintenance {
         Some(m) => Some(Arc::new(m.clone())),
         None => site_maintenance.cloned(),
@@ -703,20 +721,49 @@ fn route(
             .cache
             .as_ref()
             .map(|c| shared.cache(c, &r.name, meter.clone())),
+        challenge,
         meter,
     }
+}
+
+/// Each `challenge` of the route (its site's included) made again for this route: it
+/// switches on the route's own pool's load. The first, for `/status`.
+fn bind_challenges(
+    r: &config::Route,
+    site: &FromSite<'_>,
+    handler: &Handler,
+    filters: &mut [Stage],
+) -> Option<Arc<crate::filter::challenge::Challenge>> {
+    let limit = match handler {
+        Handler::Proxy(p) => p.limit.clone(),
+        _ => None,
+    };
+    let mut first = None;
+    let lines = site.lines.iter().chain(&r.filters);
+    for (st, line) in filters.iter_mut().zip(lines) {
+        if let config::Filter::Challenge(_) = &line.filter {
+            let Some(c) = st.filter.challenge() else {
+                continue;
+            };
+            let bound = Arc::new(c.on_route(limit.clone()));
+            st.filter = bound.clone();
+            first.get_or_insert(bound);
+        }
+    }
+    first
 }
 
 /// A `jwt` filter, its JWKS URL's key set carried across reloads.
 fn jwt(c: &config::JwtConfig, shared: &Shared) -> crate::filter::jwt::Jwt {
     let jwks = match &c.keys {
         config::JwtKeys::Url(url) => {
-            let key = (url.clone(), c.refresh);
-            Some(shared.kept.jwks.take(key, |before| {
+            let set = shared.kept.jwks.take(url.clone(), |before| {
                 before
                     .cloned()
                     .unwrap_or_else(|| crate::filter::jwt::Jwks::from_url(url, c.refresh))
-            }))
+            });
+            set.refresh_every(c.refresh);
+            Some(set)
         }
         _ => None,
     };
@@ -753,6 +800,10 @@ fn stage(line: &config::FilterLine, route: &str, shared: &Shared) -> Stage {
         config::Filter::Cors(c) => Arc::new(Cors::new(c)),
         config::Filter::BodyDeny(text) => Arc::new(BodyDeny::new(text.as_bytes())),
         config::Filter::Jwt(c) => Arc::new(jwt(c, shared)),
+        config::Filter::Challenge(c) => Arc::new(crate::filter::challenge::Challenge::new(
+            c,
+            shared.challenge_keys(c),
+        )),
         config::Filter::ForwardAuth(f) => {
             let name = format!("{route} forward_auth");
             let pool = shared.pool(name, &f.pool);

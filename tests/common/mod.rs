@@ -576,6 +576,21 @@ pub fn missing(what: &str) {
     eprintln!("skipping: {what} is not installed");
 }
 
+/// A program on `PATH` (or in `/usr/sbin`, `/sbin`); a missing one is reported as
+/// [`missing`] says.
+pub fn program(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        missing(name);
+    }
+    found
+}
+
 /// RSS of a process in KiB (`VmRSS`) and its peak (`VmHWM`).
 pub fn rss_kib(pid: u32) -> (u64, u64) {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

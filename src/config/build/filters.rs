@@ -36,6 +36,7 @@ pub(super) const FILTERS: &[&str] = &[
     "forward_auth",
     "grpc_web",
     "jwt",
+    "challenge",
 ];
 
 /// One filter line, its clauses parsed.
@@ -242,7 +243,10 @@ fn response_test(d: &Directive) -> Res<ResponseTest> {
 /// The filter a line names, from its own arguments.
 pub(super) fn filter(d: &Directive, dir: &Path) -> Res<Filter> {
     let name = d.name.text.as_str();
-    if !matches!(name, "basic_auth" | "cors" | "forward_auth" | "jwt") {
+    if !matches!(
+        name,
+        "basic_auth" | "cors" | "forward_auth" | "jwt" | "challenge"
+    ) {
         no_block(d)?;
     }
     match name {
@@ -302,6 +306,7 @@ pub(super) fn filter(d: &Directive, dir: &Path) -> Res<Filter> {
         "cors" => cors(d).map(Filter::Cors),
         "forward_auth" => forward_auth(d).map(|f| Filter::ForwardAuth(Box::new(f))),
         "jwt" => super::jwt::jwt(d, dir).map(|c| Filter::Jwt(Box::new(c))),
+        "challenge" => super::challenge::challenge(d, dir).map(|c| Filter::Challenge(Box::new(c))),
         _ => Err(unsupported(d)),
     }
 }

@@ -67,6 +67,16 @@ pub(super) fn jwt(d: &Directive, dir: &Path) -> Res<JwtConfig> {
         return Err(Diagnostic::error(d.span(), "a jwt block needs the keys that verify its tokens")
             .with_hint("add jwks https://id.example.com/.well-known/jwks.json (public keys), or secret_file FILE (an HMAC secret)"));
     };
+    for (_, field) in &c.claims_to_headers {
+        let read_here = *field == http::header::AUTHORIZATION
+            || c.from
+                .iter()
+                .any(|f| *f == TokenSource::Header(field.clone()));
+        if read_here {
+            return Err(Diagnostic::error(d.span(), format!("claims_to_headers sets `{field}`, where the token is read"))
+                .with_hint("a claim's field replaces the client's, so the token would be gone before it is read: pick another field"));
+        }
+    }
     c.algorithms = pinned(&k, algorithms)?;
     c.keys = k;
     if c.from.is_empty() {
@@ -227,6 +237,13 @@ fn secret(w: &Word, dir: &Path) -> Res<JwtKeys> {
             raw.pop();
         }
     }
+    if raw.starts_with(b"-----BEGIN") || raw.starts_with(b"{") {
+        return Err(Diagnostic::error(
+            w.span,
+            format!("{}: this is a key or a key set, not an HMAC secret", path.display()),
+        )
+        .with_hint("a public key used as an HMAC secret lets anyone who has it sign tokens: for public keys write jwks FILE"));
+    }
     if raw.len() < MIN_SECRET {
         return Err(Diagnostic::error(
             w.span,
@@ -266,6 +283,10 @@ fn claims_to_headers(d: &Directive) -> Res<Vec<(String, HeaderName)>> {
         let w = one_arg(i, "CLAIM FIELD, like sub X-User")?;
         let field =
             HeaderName::from_bytes(w.text.as_bytes()).map_err(|_| expected(w, "a header name"))?;
+        if field.as_str().contains('_') {
+            return Err(Diagnostic::error(w.span, format!("`{}` has a `_`", w.text))
+                .with_hint("many backends read `_` and `-` as one, so a client could send its own spelling: write it with `-`, like X-User"));
+        }
         if FRAMING.contains(&field.as_str()) {
             return Err(Diagnostic::error(w.span, format!("a claim cannot become `{}`", w.text))
                 .with_hint("the message's framing and routing fields are sluice's; pick a field of your own, like X-User"));

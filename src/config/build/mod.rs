@@ -9,6 +9,7 @@ mod acme;
 pub(crate) use self::acme::orderable;
 mod args;
 mod cache;
+mod challenge;
 mod controls;
 mod filters;
 mod jwt;
@@ -49,6 +50,8 @@ pub(crate) fn build(
         b.warnings.extend(warnings);
     }
     if b.errors.is_empty() {
+        let mut config = config;
+        challenge::endpoints(&mut config);
         Ok((config, b.warnings))
     } else {
         b.errors.extend(b.warnings);
