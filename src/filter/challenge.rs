@@ -78,13 +78,19 @@ impl Keys {
         })
     }
 
+    /// The parts, each followed by `|`, signed in one call. Unambiguous: each part is
+    /// free of `|` (kinds, decimal numbers, address text) or of a fixed length for
+    /// its place (a network's bytes, after their version; the nonce's random bytes).
     fn sign(&self, parts: &[&[u8]]) -> [u8; 16] {
-        let mut ctx = ring::hmac::Context::with_key(&self.hmac);
+        let mut msg = [0u8; 128];
+        let mut n = 0;
         for p in parts {
-            ctx.update(p);
-            ctx.update(b"|");
+            let end = (n + p.len()).min(msg.len() - 1);
+            msg[n..end].copy_from_slice(&p[..end - n]);
+            msg[end] = b'|';
+            n = end + 1;
         }
-        let tag = ctx.sign();
+        let tag = ring::hmac::sign(&self.hmac, &msg[..n]);
         tag.as_ref()[..16]
             .try_into()
             .expect("HMAC-SHA256 is 32 bytes")
@@ -202,9 +208,7 @@ impl Challenge {
     /// The pass for a client, good until `until`.
     fn pass_for(&self, ip: IpAddr, until: u64) -> String {
         let t = until.to_string();
-        let mac = self
-            .keys
-            .sign(&[b"pass", net_of(ip).as_bytes(), t.as_bytes()]);
+        let mac = self.keys.sign(&[b"pass", &net_of(ip), t.as_bytes()]);
         format!("{t}.{}", b64(&mac))
     }
 
@@ -216,10 +220,8 @@ impl Challenge {
             return false;
         };
         until > now
-            && unb64(mac).is_some_and(|m| {
-                self.keys
-                    .verify(&[b"pass", net_of(ip).as_bytes(), t.as_bytes()], &m)
-            })
+            && unb64(mac)
+                .is_some_and(|m| self.keys.verify(&[b"pass", &net_of(ip), t.as_bytes()], &m))
     }
 
     /// Checks a solution: the nonce sluice signed for this client, in its life, with
@@ -460,13 +462,12 @@ fn ip_text(ip: IpAddr) -> String {
 
 /// The network a pass is bound to: the client's /24 (IPv4) or /48 (IPv6), so a pass
 /// survives a client's address changing within its network.
-fn net_of(ip: IpAddr) -> String {
+/// As bytes: the version, then the network's leading bytes.
+fn net_of(ip: IpAddr) -> Vec<u8> {
     match ip.to_canonical() {
-        IpAddr::V4(v4) => IpNet::new(IpAddr::V4(v4), 24),
-        IpAddr::V6(v6) => IpNet::new(IpAddr::V6(v6), 48),
+        IpAddr::V4(v4) => [&[4u8][..], &v4.octets()[..3]].concat(),
+        IpAddr::V6(v6) => [&[6u8][..], &v6.octets()[..6]].concat(),
     }
-    .map(|n| n.trunc().to_string())
-    .unwrap_or_default()
 }
 
 /// `to` when it is a path on this site; else `/`. Never `//host`, `/\host` or a
@@ -550,10 +551,17 @@ mod tests {
         assert_eq!(form_field(b"to=%zz", "to"), None);
         assert_eq!(zero_bits(&[0, 0x0f, 0xff]), 12);
         assert_eq!(zero_bits(&[0, 0]), 16);
-        assert_eq!(net_of("10.1.2.3".parse().unwrap()), "10.1.2.0/24");
         assert_eq!(
-            net_of("2001:db8:1:2::5".parse().unwrap()),
-            "2001:db8:1::/48"
+            net_of("10.1.2.3".parse().unwrap()),
+            net_of("10.1.2.200".parse().unwrap())
         );
+        assert_ne!(
+            net_of("10.1.2.3".parse().unwrap()),
+            net_of("10.1.3.3".parse().unwrap())
+        );
+        let v6 = |s: &str| net_of(s.parse().unwrap());
+        assert_eq!(v6("2001:db8:1:2::5"), v6("2001:db8:1:ffff::9"));
+        assert_ne!(v6("2001:db8:1:2::5"), v6("2001:db8:2:2::5"));
+        assert_eq!(v6("::ffff:10.1.2.3"), net_of("10.1.2.9".parse().unwrap()));
     }
 }
