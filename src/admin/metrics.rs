@@ -144,54 +144,51 @@ fn spans(o: &mut String, gen: &Generation) {
 
 /// `challenge` results, by route (routes that judged none left out).
 fn challenges(o: &mut String, gen: &Generation) {
-    let mut headed = false;
-    for m in gen.meters() {
-        let counts = &m.meter.challenge;
-        if counts.iter().all(|c| get(c) == 0) {
-            continue;
-        }
-        if !headed {
-            head(
-                o,
-                "sluice_challenge_total",
-                "counter",
-                "challenge pages issued, solutions passed and failed, requests bypassed",
-            );
-            headed = true;
-        }
-        for (count, name) in counts.iter().zip(crate::filter::challenge::RESULTS) {
-            let _ = writeln!(
-                o,
-                "sluice_challenge_total{{site=\"{}\",route=\"{}\",result=\"{name}\"}} {}",
-                esc(m.site),
-                esc(m.route),
-                get(count)
-            );
-        }
-    }
+    let help = "challenge pages issued, solutions passed and failed, requests bypassed";
+    by_result(
+        o,
+        gen,
+        ("sluice_challenge_total", help),
+        &crate::filter::challenge::RESULTS,
+        |m| &m.challenge,
+    );
 }
 
 /// `jwt` filters' results, by the route they ran on (routes that ran none left out).
 fn jwt(o: &mut String, gen: &Generation) {
+    let help = "bearer tokens a jwt filter judged, by result";
+    by_result(
+        o,
+        gen,
+        ("sluice_jwt_results_total", help),
+        &crate::filter::jwt::RESULTS,
+        |m| &m.jwt,
+    );
+}
+
+/// A counter by route and `result` (`results` names each of `counts`' slots); routes
+/// that counted nothing are left out, and the family too when none did.
+fn by_result(
+    o: &mut String,
+    gen: &Generation,
+    (family, help): (&str, &str),
+    results: &[&str],
+    counts: impl Fn(&Meter) -> &[AtomicU64],
+) {
     let mut headed = false;
     for m in gen.meters() {
-        let counts = &m.meter.jwt;
+        let counts = counts(m.meter);
         if counts.iter().all(|c| get(c) == 0) {
             continue;
         }
         if !headed {
-            head(
-                o,
-                "sluice_jwt_results_total",
-                "counter",
-                "bearer tokens a jwt filter judged, by result",
-            );
+            head(o, family, "counter", help);
             headed = true;
         }
-        for (count, name) in counts.iter().zip(crate::filter::jwt::RESULTS) {
+        for (count, name) in counts.iter().zip(results) {
             let _ = writeln!(
                 o,
-                "sluice_jwt_results_total{{site=\"{}\",route=\"{}\",result=\"{name}\"}} {}",
+                "{family}{{site=\"{}\",route=\"{}\",result=\"{name}\"}} {}",
                 esc(m.site),
                 esc(m.route),
                 get(count)

@@ -167,6 +167,24 @@ fn filter_lines(site: &Site, errors: &mut Vec<Diagnostic>, warnings: &mut Vec<Di
         }
     }
     unlimited_challenges(site, errors);
+    // The page posts to one place a site: every challenge of the site checks with the
+    // same key.
+    let mut secrets = site
+        .filters
+        .iter()
+        .chain(site.routes.iter().flat_map(|r| &r.filters))
+        .filter_map(|l| match &l.filter {
+            Filter::Challenge(c) => Some((&c.secret, l.span)),
+            _ => None,
+        });
+    if let Some((first, _)) = secrets.next() {
+        if let Some((_, span)) = secrets.find(|(s, _)| *s != first) {
+            errors.push(
+                Diagnostic::error(span, "the challenges of one site sign with one key")
+                    .with_hint("give every challenge of the site the same secret_file (or none)"),
+            );
+        }
+    }
     for r in &site.routes {
         if r.handler.is_none() && !r.filters.is_empty() {
             warnings.push(

@@ -35,7 +35,9 @@ const NONCE_LIFE: u64 = 300;
 /// forgetting one early would let it be used again).
 const USED: usize = 262_144;
 /// The largest solution form read.
-const MAX_FORM: usize = 4096;
+const MAX_FORM: usize = 8192;
+/// The longest target a page sends the client back to (encoded, it must fit the form).
+const MAX_TO: usize = 2048;
 const COOKIE_NAME: &str = "sluice_pass";
 
 /// `sluice_challenge_total`'s `result` label, by index.
@@ -51,7 +53,7 @@ const PAGE: &str = include_str!("challenge.html");
 /// the nonces used.
 pub(crate) struct Keys {
     hmac: ring::hmac::Key,
-    used: Mutex<HashMap<[u8; 12], u64>>,
+    used: Mutex<Used>,
 }
 
 impl Keys {
@@ -78,19 +80,14 @@ impl Keys {
         })
     }
 
-    /// The parts, each followed by `|`, signed in one call. Unambiguous: each part is
-    /// free of `|` (kinds, decimal numbers, address text) or of a fixed length for
-    /// its place (a network's bytes, after their version; the nonce's random bytes).
+    /// The parts, each after its length (so no two lists of parts sign alike).
     fn sign(&self, parts: &[&[u8]]) -> [u8; 16] {
-        let mut msg = [0u8; 128];
-        let mut n = 0;
+        let mut ctx = ring::hmac::Context::with_key(&self.hmac);
         for p in parts {
-            let end = (n + p.len()).min(msg.len() - 1);
-            msg[n..end].copy_from_slice(&p[..end - n]);
-            msg[end] = b'|';
-            n = end + 1;
+            ctx.update(&(p.len() as u32).to_be_bytes());
+            ctx.update(p);
         }
-        let tag = ring::hmac::sign(&self.hmac, &msg[..n]);
+        let tag = ctx.sign();
         tag.as_ref()[..16]
             .try_into()
             .expect("HMAC-SHA256 is 32 bytes")
@@ -102,22 +99,52 @@ impl Keys {
         mac.len() == want.len() && want.iter().zip(mac).fold(0, |acc, (a, b)| acc | (a ^ b)) == 0
     }
 
-    /// Records a nonce as used; `false` when it was, or when the set is full.
-    fn first_use(&self, id: [u8; 12], now: u64) -> bool {
+    /// Records a nonce of a client's network as used; `false` when it was, or when
+    /// that network has used its share of this window.
+    fn first_use(&self, id: [u8; 12], net: &[u8], now: u64) -> bool {
         let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        if used.len() >= USED {
-            used.retain(|_, until| *until > now);
-            if used.len() >= USED {
-                return false;
-            }
+        used.first_use(id, net, now)
+    }
+}
+
+/// The nonces used, in two windows of [`NONCE_LIFE`] (a nonce lives at most one
+/// window past the one it was used in: a window is dropped whole when it is two
+/// behind), and how many each network used in the current window: a network past
+/// [`PER_NETWORK`] is refused for the rest of it, so no single client fills the set
+/// and locks everyone else out.
+#[derive(Default)]
+struct Used {
+    window: u64,
+    now: std::collections::HashSet<[u8; 12]>,
+    before: std::collections::HashSet<[u8; 12]>,
+    by_network: HashMap<Vec<u8>, u32>,
+}
+
+/// Solutions one /24 or /48 may have accepted in a window.
+const PER_NETWORK: u32 = 4096;
+
+impl Used {
+    fn first_use(&mut self, id: [u8; 12], net: &[u8], now: u64) -> bool {
+        let window = now / NONCE_LIFE;
+        if window != self.window {
+            self.before = if window == self.window + 1 {
+                std::mem::take(&mut self.now)
+            } else {
+                Default::default()
+            };
+            self.now.clear();
+            self.by_network.clear();
+            self.window = window;
         }
-        match used.entry(id) {
-            std::collections::hash_map::Entry::Occupied(_) => false,
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(now + NONCE_LIFE);
-                true
-            }
+        if self.now.contains(&id) || self.before.contains(&id) {
+            return false;
         }
+        let n = self.by_network.entry(net.to_vec()).or_insert(0);
+        if *n >= PER_NETWORK || self.now.len() >= USED {
+            return false;
+        }
+        *n += 1;
+        self.now.insert(id)
     }
 }
 
@@ -205,23 +232,36 @@ impl Challenge {
         format!("{t}.{d}.{}.{}", b64(&id), b64(&mac))
     }
 
-    /// The pass for a client, good until `until`.
+    /// The pass for a client who solved this challenge, good until `until`: it names
+    /// the difficulty solved, so a pass earned on an easier challenge (another site's,
+    /// under the same key) does not open a harder one.
     fn pass_for(&self, ip: IpAddr, until: u64) -> String {
-        let t = until.to_string();
-        let mac = self.keys.sign(&[b"pass", &net_of(ip), t.as_bytes()]);
-        format!("{t}.{}", b64(&mac))
+        let (t, d) = (until.to_string(), self.difficulty.to_string());
+        let mac = self
+            .keys
+            .sign(&[b"pass", &net_of(ip), t.as_bytes(), d.as_bytes()]);
+        format!("{t}.{d}.{}", b64(&mac))
     }
 
+    /// Whether `value` is a pass for this client's network, unexpired, no longer than
+    /// this challenge's `pass`, for a difficulty at least its own.
     fn pass_ok(&self, value: &str, ip: IpAddr, now: u64) -> bool {
-        let Some((t, mac)) = value.split_once('.') else {
+        let mut parts = value.split('.');
+        let (Some(t), Some(d), Some(mac), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
             return false;
         };
-        let Ok(until) = t.parse::<u64>() else {
+        let (Some(until), Some(bits)) = (canonical(t), canonical(d)) else {
             return false;
         };
         until > now
-            && unb64(mac)
-                .is_some_and(|m| self.keys.verify(&[b"pass", &net_of(ip), t.as_bytes()], &m))
+            && until <= now + self.pass.as_secs().max(1)
+            && bits >= u64::from(self.difficulty)
+            && unb64(mac).is_some_and(|m| {
+                self.keys
+                    .verify(&[b"pass", &net_of(ip), t.as_bytes(), d.as_bytes()], &m)
+            })
     }
 
     /// Checks a solution: the nonce sluice signed for this client, in its life, with
@@ -231,9 +271,12 @@ impl Challenge {
         let [t, d, id, mac] = parts[..] else {
             return false;
         };
-        let (Ok(issued), Ok(bits)) = (t.parse::<u64>(), d.parse::<u32>()) else {
+        let (Some(issued), Some(bits)) = (canonical(t), canonical(d)) else {
             return false;
         };
+        if !(8..=24).contains(&bits) {
+            return false;
+        }
         if issued > now || now - issued > NONCE_LIFE || solution.is_empty() || solution.len() > 20 {
             return false;
         }
@@ -260,10 +303,10 @@ impl Challenge {
         let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
         ctx.update(nonce.as_bytes());
         ctx.update(solution.as_bytes());
-        if zero_bits(ctx.finish().as_ref()) < bits {
+        if u64::from(zero_bits(ctx.finish().as_ref())) < bits {
             return false;
         }
-        self.keys.first_use(id, now)
+        self.keys.first_use(id, &net_of(ip), now)
     }
 
     /// The page (`403`) for a browser, `429` for anything else.
@@ -377,11 +420,17 @@ impl Filter for Challenge {
         if pass.is_some_and(|p| self.pass_ok(&p, cx.client_ip, now)) {
             return Step::Pass;
         }
+        // A target too long to come back through the page's form is not kept.
         let to = req
             .uri()
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_string();
+        let to = if to.len() > MAX_TO {
+            "/".to_string()
+        } else {
+            to
+        };
         Step::answer(self.wall(req, cx, &to, now))
     }
 
@@ -400,37 +449,39 @@ fn count(meter: Option<&Arc<Meter>>, i: usize) {
     }
 }
 
-/// Takes the `sluice_pass` cookie out of the request (the backend never sees it): its
-/// value, if there was one.
+/// Takes the `sluice_pass` cookie out of the request (the backend never sees it,
+/// whatever the spelling around its name or the bytes of the field): its value, if
+/// there was one.
 fn take_pass(req: &mut Request<Body>) -> Option<String> {
+    let name = COOKIE_NAME.as_bytes();
     let h = req.headers();
-    if !h.get_all(COOKIE).iter().any(|v| {
-        v.as_bytes()
-            .windows(COOKIE_NAME.len())
-            .any(|w| w == COOKIE_NAME.as_bytes())
-    }) {
+    if !h
+        .get_all(COOKIE)
+        .iter()
+        .any(|v| v.as_bytes().windows(name.len()).any(|w| w == name))
+    {
         return None;
     }
     let mut pass = None;
     let mut kept: Vec<HeaderValue> = Vec::new();
     for v in h.get_all(COOKIE) {
-        let Ok(text) = v.to_str() else {
-            kept.push(v.clone());
-            continue;
-        };
-        let rest: Vec<&str> = text
-            .split(';')
-            .map(str::trim)
-            .filter(|pair| match pair.split_once('=') {
-                Some((k, value)) if k == COOKIE_NAME => {
-                    pass = Some(value.to_string());
-                    false
-                }
-                _ => !pair.is_empty(),
-            })
-            .collect();
+        let mut rest: Vec<&[u8]> = Vec::new();
+        for pair in v.as_bytes().split(|&b| b == b';') {
+            let pair = pair.trim_ascii();
+            let (k, value) = match pair.iter().position(|&b| b == b'=') {
+                Some(eq) => (pair[..eq].trim_ascii(), &pair[eq + 1..]),
+                None => (pair, &b""[..]),
+            };
+            if k == name {
+                pass = std::str::from_utf8(value.trim_ascii())
+                    .ok()
+                    .map(str::to_string);
+            } else if !pair.is_empty() {
+                rest.push(pair);
+            }
+        }
         if !rest.is_empty() {
-            if let Ok(v) = HeaderValue::from_str(&rest.join("; ")) {
+            if let Ok(v) = HeaderValue::from_bytes(&rest.join(&b"; "[..])) {
                 kept.push(v);
             }
         }
@@ -441,6 +492,16 @@ fn take_pass(req: &mut Request<Body>) -> Option<String> {
         h.append(COOKIE, v);
     }
     pass
+}
+
+/// A decimal number as sluice writes one: digits only, no leading zero (so one value
+/// has one spelling), at most 20 of them.
+fn canonical(t: &str) -> Option<u64> {
+    let ok = !t.is_empty()
+        && t.len() <= 20
+        && t.bytes().all(|b| b.is_ascii_digit())
+        && (t == "0" || !t.starts_with('0'));
+    ok.then(|| t.parse().ok()).flatten()
 }
 
 /// Leading zero bits of a digest.
@@ -524,6 +585,86 @@ fn decode(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn challenge(difficulty: u8, pass: u64, keys: &Arc<Keys>) -> Challenge {
+        let c = ChallengeConfig {
+            mode: ChallengeMode::Always,
+            difficulty,
+            pass: Duration::from_secs(pass),
+            secret: None,
+            allow: Vec::new(),
+            except: Vec::new(),
+        };
+        Challenge::new(&c, keys.clone())
+    }
+
+    #[test]
+    fn a_pass_opens_no_harder_or_longer_challenge_than_it_was_earned_on() {
+        let keys = Keys::new(Some(b"0123456789abcdef0123456789abcdef"));
+        let (easy, hard) = (challenge(8, 3600, &keys), challenge(16, 60, &keys));
+        let ip: IpAddr = "203.0.113.5".parse().unwrap();
+        let now = 1_000_000;
+        let p = easy.pass_for(ip, now + 3600);
+        assert!(easy.pass_ok(&p, ip, now));
+        assert!(!hard.pass_ok(&p, ip, now), "easier difficulty, longer life");
+        let p = hard.pass_for(ip, now + 60);
+        assert!(hard.pass_ok(&p, ip, now) && easy.pass_ok(&p, ip, now));
+        assert!(!hard.pass_ok(&p, "203.0.114.5".parse().unwrap(), now));
+        assert!(
+            !hard.pass_ok(&format!("0{p}"), ip, now),
+            "one spelling of a number"
+        );
+    }
+
+    #[test]
+    fn nonces_are_refused_not_panicked_on() {
+        let keys = Keys::new(None);
+        let c = challenge(8, 60, &keys);
+        let ip: IpAddr = "203.0.113.5".parse().unwrap();
+        let now = 1_000_000u64;
+        let long = format!(
+            "{}{now}.8.AAAAAAAAAAAAAAAA.AAAAAAAAAAAAAAAAAAAAAA",
+            "0".repeat(200)
+        );
+        assert!(!c.solved(&long, "1", ip, now));
+        assert!(!c.solved(&format!("{now}.08.AAAAAAAAAAAAAAAA.AA"), "1", ip, now));
+        let n = c.nonce(ip, now);
+        let good = (0u64..).find(|k| {
+            let d = ring::digest::digest(&ring::digest::SHA256, format!("{n}{k}").as_bytes());
+            zero_bits(d.as_ref()) >= 8
+        });
+        let good = good.unwrap().to_string();
+        assert!(
+            !c.solved(&n, &good, "198.51.100.1".parse().unwrap(), now),
+            "another client"
+        );
+        assert!(c.solved(&n, &good, ip, now));
+        assert!(!c.solved(&n, &good, ip, now), "once");
+    }
+
+    #[test]
+    fn one_network_cannot_fill_the_used_set() {
+        let mut used = Used::default();
+        let now = 1_000_000;
+        for k in 0..PER_NETWORK {
+            let mut id = [0u8; 12];
+            id[..4].copy_from_slice(&k.to_be_bytes());
+            assert!(used.first_use(id, b"net-a", now));
+        }
+        assert!(
+            !used.first_use([9; 12], b"net-a", now),
+            "its share is spent"
+        );
+        assert!(used.first_use([9; 12], b"net-b", now), "others still pass");
+        assert!(
+            !used.first_use([9; 12], b"net-b", now + NONCE_LIFE),
+            "remembered a window on"
+        );
+        assert!(
+            used.first_use([9; 12], b"net-b", now + 2 * NONCE_LIFE),
+            "then forgotten"
+        );
+    }
 
     #[test]
     fn only_same_site_paths_are_followed() {

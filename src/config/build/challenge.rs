@@ -15,9 +15,6 @@ const USAGE: &str = "challenge [under_load [PERCENT] | always] { difficulty 16; 
 
 use crate::config::model::CHALLENGE_ENDPOINT as ENDPOINT;
 
-/// The shortest `secret_file` taken.
-const MIN_SECRET: usize = 32;
-
 pub(super) fn challenge(d: &Directive, dir: &Path) -> Res<ChallengeConfig> {
     let mode = match d.args.as_slice() {
         [] => ChallengeMode::UnderLoad(80),
@@ -86,60 +83,38 @@ pub(super) fn challenge(d: &Directive, dir: &Path) -> Res<ChallengeConfig> {
 
 fn secret(i: &Directive, dir: &Path) -> Res<Vec<u8>> {
     let w = one_arg(i, "secret_file FILE")?;
-    let path = dir.join(&w.text);
-    let mut raw = std::fs::read(&path).map_err(|e| {
-        Diagnostic::error(w.span, format!("{}: {e}", path.display()))
-            .with_hint("random bytes sluice signs passes with: openssl rand -hex 32 > FILE")
-    })?;
-    while raw.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-        raw.pop();
-    }
-    if raw.len() < MIN_SECRET {
-        return Err(Diagnostic::error(
-            w.span,
-            format!(
-                "{}: a secret of {} bytes is too short",
-                path.display(),
-                raw.len()
-            ),
-        )
-        .with_hint(format!(
-            "use at least {MIN_SECRET} random bytes: openssl rand -hex 32 > {}",
-            w.text
-        )));
-    }
-    Ok(raw)
+    secret_file(w, dir, "random bytes sluice signs passes with")
 }
 
-/// Each site with a `challenge` on a route gets a route for [`ENDPOINT`] first,
-/// carrying the challenge, so the page's post reaches it whatever the route's
-/// pattern. A site-level challenge covers every route already.
+/// Each site with a `challenge` gets a route for [`ENDPOINT`] first, carrying the
+/// challenge (a site's own runs there as on every route), so the page's post reaches
+/// it whatever the routes' patterns.
 pub(super) fn endpoints(config: &mut Config) {
     for site in &mut config.sites {
-        let on_site = site
+        let is_challenge = |l: &&FilterLine| matches!(l.filter, Filter::Challenge(_));
+        let on_site = site.filters.iter().any(|l| is_challenge(&l));
+        let Some(line) = site
             .filters
             .iter()
-            .any(|l| matches!(l.filter, Filter::Challenge(_)));
-        let Some(line) = site
-            .routes
-            .iter()
-            .flat_map(|r| &r.filters)
-            .find(|l| matches!(l.filter, Filter::Challenge(_)))
+            .chain(site.routes.iter().flat_map(|r| &r.filters))
+            .find(is_challenge)
             .cloned()
         else {
             continue;
         };
-        if on_site {
-            continue;
-        }
         let span = line.span;
-        let line = FilterLine {
-            condition: None,
-            response: None,
-            failure_open: false,
-            name: None,
-            branches: Vec::new(),
-            ..line
+        // A site's own challenge runs on every route, this one too.
+        let filters = if on_site {
+            Vec::new()
+        } else {
+            vec![FilterLine {
+                condition: None,
+                response: None,
+                failure_open: false,
+                name: None,
+                branches: Vec::new(),
+                ..line
+            }]
         };
         site.routes.insert(
             0,
@@ -147,7 +122,7 @@ pub(super) fn endpoints(config: &mut Config) {
                 name: format!("{} {ENDPOINT}", site.name),
                 pattern: PathPattern::Exact(ENDPOINT.to_string()),
                 matchers: Vec::new(),
-                filters: vec![line],
+                filters,
                 handler: None,
                 maintenance: None,
                 error_pages: Vec::new(),

@@ -25,9 +25,6 @@ const FRAMING: [&str; 6] = [
     "te",
 ];
 
-/// The shortest HMAC secret taken: RFC 7518 §3.2 asks for one as long as the hash.
-const MIN_SECRET: usize = 32;
-
 /// `jwt { … }`; files are read relative to `dir`.
 pub(super) fn jwt(d: &Directive, dir: &Path) -> Res<JwtConfig> {
     if let Some(x) = d.args.first() {
@@ -223,40 +220,15 @@ fn jwks(w: &Word, dir: &Path) -> Res<JwtKeys> {
     Ok(JwtKeys::File { path, text })
 }
 
-/// `secret_file F`: its bytes (one final newline dropped), at least [`MIN_SECRET`].
+/// `secret_file F`: its bytes, at least `MIN_SECRET`, and not a key.
 fn secret(w: &Word, dir: &Path) -> Res<JwtKeys> {
-    let path = dir.join(&w.text);
-    let mut raw = std::fs::read(&path).map_err(|e| {
-        Diagnostic::error(w.span, format!("{}: {e}", path.display())).with_hint(
-            "the HMAC secret the tokens are signed with, in a file readable by sluice only",
-        )
-    })?;
-    if raw.last() == Some(&b'\n') {
-        raw.pop();
-        if raw.last() == Some(&b'\r') {
-            raw.pop();
-        }
-    }
+    let raw = secret_file(w, dir, "the HMAC secret the tokens are signed with")?;
     if raw.starts_with(b"-----BEGIN") || raw.starts_with(b"{") {
         return Err(Diagnostic::error(
             w.span,
-            format!("{}: this is a key or a key set, not an HMAC secret", path.display()),
+            format!("{}: this is a key or a key set, not an HMAC secret", dir.join(&w.text).display()),
         )
         .with_hint("a public key used as an HMAC secret lets anyone who has it sign tokens: for public keys write jwks FILE"));
-    }
-    if raw.len() < MIN_SECRET {
-        return Err(Diagnostic::error(
-            w.span,
-            format!(
-                "{}: a secret of {} bytes is too short to sign with",
-                path.display(),
-                raw.len()
-            ),
-        )
-        .with_hint(format!(
-            "use at least {MIN_SECRET} random bytes: openssl rand -hex 32 > {}",
-            w.text
-        )));
     }
     Ok(JwtKeys::Secret(raw))
 }

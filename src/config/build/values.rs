@@ -557,3 +557,36 @@ pub(super) fn backend_addr(w: &Word, base: &Path) -> Res<BackendAddr> {
         span: w.span,
     })
 }
+
+/// The shortest secret a `secret_file` may hold (RFC 7518 §3.2 asks an HMAC key as
+/// long as its hash: 32 bytes for SHA-256).
+pub(super) const MIN_SECRET: usize = 32;
+
+/// `secret_file FILE` (`w`, relative to `dir`): its bytes, final newlines dropped, at
+/// least [`MIN_SECRET`] of them. `what` says what the secret is for, in the hint.
+pub(super) fn secret_file(w: &Word, dir: &Path, what: &str) -> Res<Vec<u8>> {
+    let path = dir.join(&w.text);
+    let mut raw = std::fs::read(&path).map_err(|e| {
+        Diagnostic::error(w.span, format!("{}: {e}", path.display())).with_hint(format!(
+            "{what}, in a file readable by sluice only: openssl rand -hex 32 > FILE"
+        ))
+    })?;
+    while raw.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        raw.pop();
+    }
+    if raw.len() < MIN_SECRET {
+        return Err(Diagnostic::error(
+            w.span,
+            format!(
+                "{}: a secret of {} bytes is too short",
+                path.display(),
+                raw.len()
+            ),
+        )
+        .with_hint(format!(
+            "use at least {MIN_SECRET} random bytes: openssl rand -hex 32 > {}",
+            w.text
+        )));
+    }
+    Ok(raw)
+}
