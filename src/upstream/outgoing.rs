@@ -62,6 +62,7 @@ impl Kept {
 }
 
 impl Outgoing {
+    #[inline]
     pub(crate) fn new(req: Request<Body>) -> Outgoing {
         let (parts, body) = req.into_parts();
         let framing = if body.is_end_stream() {
