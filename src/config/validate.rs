@@ -147,7 +147,7 @@ pub(crate) fn check(
                 .with_hint("add one, e.g. listen :443 tls"),
             );
         }
-        shadowed(&site.routes, &mut warnings);
+        shadowed(&site.name, &site.routes, &mut warnings);
         filter_lines(site, &mut errors, &mut warnings);
     }
     unsafe_literals(config, &mut errors);
@@ -290,8 +290,14 @@ fn unsafe_literals(config: &Config, errors: &mut Vec<Diagnostic>) {
 }
 
 /// A route after one with the same pattern and no matchers can never match.
-fn shadowed(routes: &[Route], warnings: &mut Vec<Diagnostic>) {
+fn shadowed(site: &str, routes: &[Route], warnings: &mut Vec<Diagnostic>) {
     for (i, r) in routes.iter().enumerate() {
+        // The site block's own route, when it only carries the site's filters (no
+        // handler): the operator wrote no such route, and its filters run on every
+        // route anyway.
+        if r.name == site && r.handler.is_none() {
+            continue;
+        }
         if let Some(earlier) = routes[..i]
             .iter()
             .find(|e| e.pattern == r.pattern && e.matchers.is_empty())

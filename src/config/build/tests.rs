@@ -224,6 +224,15 @@ fn warnings() {
     assert!(msgs.iter().any(|m| m.contains("can never match")));
     assert!(msgs.iter().any(|m| m.contains("limit off")));
     assert!(msgs.iter().any(|m| m.contains("every client")));
+    // Site filters beside a `route /*`: the site block's own route (filters only) is
+    // not a route the operator wrote, so nothing is said of it.
+    let l = load_text(
+        "t.conf",
+        "site a {\n allow all\n route /x/* { respond 1 }\n route /* { respond 2 }\n}\n",
+    )
+    .expect("loads");
+    let msgs: Vec<String> = l.warnings.warnings().map(|d| d.message.clone()).collect();
+    assert!(msgs.is_empty(), "{msgs:?}");
 }
 
 #[test]
