@@ -53,6 +53,11 @@ pub(crate) struct Own;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Exhausted;
 
+/// Marks a page sluice made that must reach the client as it is (a `challenge`
+/// page: replaced by an `error_page`, it could never be solved).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Whole;
+
 /// Whether sluice made `resp` itself ([`Own`]).
 pub(crate) fn is_own(resp: &Response<Body>) -> bool {
     resp.extensions().get::<Own>().is_some()
@@ -123,6 +128,9 @@ impl ErrorPages {
         let Some(page) = self.0.iter().find(|p| p.codes.contains(&status)) else {
             return resp;
         };
+        if resp.extensions().get::<Whole>().is_some() {
+            return resp;
+        }
         if !page.backend && !is_own(&resp) {
             return resp;
         }

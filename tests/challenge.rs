@@ -89,6 +89,7 @@ async fn the_wall_takes_a_solution_once_and_refuses_forgeries() {
 listen 127.0.0.1:0
 site * {{
     challenge always {{ difficulty 12; pass 1h; allow 192.0.2.0/24; except /health }}
+    error_page 403 \"forbidden, says the site\" backend
     route /health {{ respond \"healthy\" }}
     proxy {}
 }}

@@ -351,6 +351,7 @@ impl Challenge {
         );
         h.insert(http::header::DATE, crate::reply::date());
         crate::reply::server(h);
+        r.extensions_mut().insert(crate::reply::Whole);
         r
     }
 
