@@ -104,6 +104,15 @@ pub(crate) fn wall_clock(ms: u64) -> std::time::SystemTime {
     epoch().1 + Duration::from_millis(ms.saturating_sub(1))
 }
 
+/// Milliseconds since the Unix epoch, read from the wall clock now: for times other
+/// parties wrote (a token's `exp`, a signed expiry), which [`wall_clock`]'s reading
+/// at start would drift from over months.
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// `2026-12-01T09:30:00.123Z`: UTC, milliseconds.
 pub(crate) fn rfc3339(t: std::time::SystemTime) -> String {
     let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();

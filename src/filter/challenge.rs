@@ -22,6 +22,7 @@ use http::header::{CACHE_CONTROL, CONTENT_TYPE, COOKIE, LOCATION, RETRY_AFTER, S
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use ipnet::IpNet;
 
+use super::cond::form_decoded;
 use super::{Cx, Filter, Step};
 use crate::body::Body;
 use crate::config::{ChallengeConfig, ChallengeMode, PathPattern};
@@ -163,12 +164,6 @@ fn unb64(s: &str) -> Option<Vec<u8>> {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(s)
         .ok()
-}
-
-fn unix_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 pub(crate) struct Challenge {
@@ -369,7 +364,7 @@ impl Challenge {
             };
             let field = |name: &str| form_field(&form, name).unwrap_or_default();
             let to = same_site(&field("to"));
-            let now = unix_secs();
+            let now = crate::clock::unix_ms() / 1000;
             if !me.solved(&field("nonce"), &field("solution"), ip, now) {
                 count(meter.as_ref(), FAILED);
                 count(meter.as_ref(), ISSUED);
@@ -417,7 +412,7 @@ impl Filter for Challenge {
             count(cx.meter, BYPASSED);
             return Step::Pass;
         }
-        let now = unix_secs();
+        let now = crate::clock::unix_ms() / 1000;
         if pass.is_some_and(|p| self.pass_ok(&p, cx.client_ip, now)) {
             return Step::Pass;
         }
@@ -560,27 +555,10 @@ fn form_field(form: &[u8], name: &str) -> Option<String> {
     let text = std::str::from_utf8(form).ok()?;
     text.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (decode(k)? == name).then(|| decode(v)).flatten()
+        (form_decoded(k)? == name)
+            .then(|| form_decoded(v))
+            .flatten()
     })
-}
-
-fn decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 2;
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

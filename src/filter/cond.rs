@@ -120,6 +120,26 @@ fn decoded_eq(raw: &str, want: &str) -> bool {
     want.is_empty()
 }
 
+/// `s` as an application decodes a form or query value (`%XX`, `+` for a space);
+/// `None` for a bad escape or bytes that are not UTF-8.
+pub(crate) fn form_decoded(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                out.push(hex(b.get(i + 1)?)? << 4 | hex(b.get(i + 2)?)?);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
 fn hex(b: &u8) -> Option<u8> {
     (*b as char).to_digit(16).map(|d| d as u8)
 }

@@ -164,7 +164,7 @@ impl Filter for Jwt {
                 return v.refuse(cx.meter, Outcome::Refused(Refusal::Malformed));
             }
         };
-        let now = unix_ms();
+        let now = crate::clock::unix_ms();
         if let Some(step) = v.remembered(&token, now) {
             count(cx.meter, Outcome::Ok);
             return step;
@@ -192,7 +192,7 @@ impl Filter for Jwt {
                 let meter = cx.meter.cloned();
                 Step::Later(Box::pin(async move {
                     jwks.refresh_for(kid.as_deref(), allowed).await;
-                    let now = unix_ms();
+                    let now = crate::clock::unix_ms();
                     match v.verify(&token, now) {
                         Ok(ok) => {
                             count(meter.as_ref(), Outcome::Ok);
@@ -214,14 +214,6 @@ impl Filter for Jwt {
             resp.extensions_mut().insert(Subject(sub));
         }
     }
-}
-
-/// The wall clock, as tokens' times count (a process's own clock would drift from
-/// it over months, and the leeway is seconds).
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn count(meter: Option<&Arc<Meter>>, outcome: Outcome) {
@@ -486,7 +478,7 @@ fn from_cookie<'r>(req: &'r Request<Body>, name: &str) -> Found<'r> {
 fn same_param(raw: &str, name: &str) -> bool {
     let fold = |b: u8| if b == b'.' || b == b' ' { b'_' } else { b };
     let decoded = if raw.contains(['%', '+']) {
-        match percent_decoded(&raw.replace('+', " ")) {
+        match super::cond::form_decoded(raw) {
             Some(d) => Cow::Owned(d),
             None => return false,
         }
@@ -517,29 +509,12 @@ fn from_query<'r>(req: &'r Request<Body>, name: &str) -> Found<'r> {
     match found {
         Some("") | None => Found::Missing,
         // A token is base64url and dots: a `%` is an escape of one of those.
-        Some(t) if t.contains('%') => match percent_decoded(t) {
+        Some(t) if t.contains(['%', '+']) => match super::cond::form_decoded(t) {
             Some(d) => Found::Token(Cow::Owned(d)),
             None => Found::Malformed,
         },
         Some(t) => Found::Token(Cow::Borrowed(t)),
     }
-}
-
-fn percent_decoded(t: &str) -> Option<String> {
-    let b = t.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// A key set and its version (each new set a new one).
@@ -645,7 +620,7 @@ impl Jwks {
         else {
             return false;
         };
-        let tls = tls_config();
+        let tls = crate::upstream::tls::system_client();
         let sent = crate::net::fetch::send(req, Some(&tls), jose::MAX_JWKS + 1);
         let why = match tokio::time::timeout(FETCH_TIMEOUT, sent).await {
             Err(_) => format!("no answer within {} s", FETCH_TIMEOUT.as_secs()),
@@ -677,17 +652,6 @@ impl Jwks {
     pub(crate) fn retire(&self) {
         self.stop.notify_one();
     }
-}
-
-/// The system's roots, for an `https://` JWKS.
-fn tls_config() -> Arc<rustls::ClientConfig> {
-    static TLS: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
-    TLS.get_or_init(|| {
-        Arc::new(crate::upstream::tls::verifying(
-            crate::upstream::tls::system_roots(),
-        ))
-    })
-    .clone()
 }
 
 /// Fetches the set now and every `refresh` (every [`RETRY`] at most while failing),

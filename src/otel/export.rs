@@ -27,7 +27,7 @@ static REFUSED: crate::throttle::Throttled = crate::throttle::Throttled::new();
 /// Drains `rx` until every sender is gone (the tracer was replaced or the process
 /// stops), exporting what it holds.
 pub(super) async fn run(cfg: OtlpConfig, mut rx: Receiver<Finished>) {
-    let tls = tls_config();
+    let tls = crate::upstream::tls::system_client();
     let mut batch = Vec::with_capacity(BATCH);
     loop {
         if rx.recv_many(&mut batch, BATCH).await == 0 {
@@ -107,13 +107,6 @@ fn kv(key: &str, v: Attr) -> KeyValue {
         key: key.to_string(),
         value: Some(AnyValue { value: Some(value) }),
     }
-}
-
-/// The system's roots, for an `https://` collector.
-fn tls_config() -> Arc<rustls::ClientConfig> {
-    Arc::new(crate::upstream::tls::verifying(
-        crate::upstream::tls::system_roots(),
-    ))
 }
 
 /// POSTs `body` to the collector; `Err` says why it was not taken.

@@ -51,6 +51,15 @@ pub(crate) fn system_roots() -> Arc<RootCertStore> {
 
 /// A client config verifying servers against `roots` (TLS 1.3 and 1.2, ring, no
 /// client certificate): what the ACME client and the trace exporter use too.
+/// A client config trusting the system's roots, made once: what sluice's own requests
+/// to an `https://` service use (a trace collector, a JWKS).
+pub(crate) fn system_client() -> Arc<ClientConfig> {
+    static CLIENT: OnceLock<Arc<ClientConfig>> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| Arc::new(verifying(system_roots())))
+        .clone()
+}
+
 pub(crate) fn verifying(roots: impl Into<Arc<RootCertStore>>) -> ClientConfig {
     ClientConfig::builder_with_provider(crate::net::tls::provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
