@@ -38,6 +38,10 @@ FLOOR = os.environ.get("FLOOR", "")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 DURATION = int(os.environ.get("DURATION", "4"))
 IDLE_CONNS = int(os.environ.get("IDLE_CONNS", "1000"))
+# CONNS=16,64,256: every load-driven scenario at each of these client connection counts
+# (h2load and h3load keep 8 requests in flight on each). One count keeps the scenario's
+# plain name; several name it `scenario@N`.
+CONNS = [int(c) for c in os.environ.get("CONNS", "64").split(",") if c]
 ONLY = [p for p in os.environ.get("ONLY", "").split(",") if p]
 TESTS_ONLY = [t for t in os.environ.get("TESTS", "").split(",") if t]
 TICK = os.sysconf("SC_CLK_TCK")
@@ -298,7 +302,7 @@ http {{
   client_body_temp_path {WORK}/{name}_body; proxy_temp_path {WORK}/{name}_proxy; fastcgi_temp_path {WORK}/{name}_fcgi;
   uwsgi_temp_path {WORK}/{name}_uwsgi; scgi_temp_path {WORK}/{name}_scgi;
   gzip on; gzip_comp_level 5; gzip_types text/plain; gzip_proxied any; gzip_vary on;
-  upstream b {{ server 127.0.0.1:{backend}; keepalive 128; keepalive_requests 1000000; }}
+  upstream b {{ server 127.0.0.1:{backend}; keepalive 1024; keepalive_requests 1000000; }}
   proxy_cache_path {WORK}/{name}_cache levels=1:2 keys_zone=c:10m max_size=1g inactive=60m use_temp_path=off;
   upstream php {{ server 127.0.0.1:{PHP_PORT}; keepalive 8; }}
   upstream g {{ server 127.0.0.1:{GRPC_BACKEND}; keepalive 16; keepalive_requests 1000000; }}
@@ -430,8 +434,8 @@ def wrk(port, path, conns, extra=(), duration=DURATION, scheme="http"):
             "p50": us(lat["50"]), "p99": us(lat["99"])}
 
 
-def h2load(port, duration=DURATION, scheme="http"):
-    cmd = ["taskset", "-c", "1", H2LOAD, "-c", "16", "-m", "8", "-D", str(duration), f"{scheme}://127.0.0.1:{port}/small"]
+def h2load(port, conns, duration=DURATION, scheme="http"):
+    cmd = ["taskset", "-c", "1", H2LOAD, "-c", str(conns), "-m", "8", "-D", str(duration), f"{scheme}://127.0.0.1:{port}/small"]
     return h2load_run(cmd, duration)
 
 
@@ -445,12 +449,12 @@ def h2load_run(cmd, duration):
     return {"requests": int(m.group(1)), "rps": float(rps.group(1)), "p50": to_us(lat.group(5), lat.group(6)), "p99": to_us(lat.group(3), lat.group(4))}
 
 
-def grpc_unary(port, duration=DURATION):
-    # h2load posts one gRPC message per call over h2c: 16 connections, 8 calls in flight.
+def grpc_unary(port, conns, duration=DURATION):
+    # h2load posts one gRPC message per call over h2c: 8 calls in flight on each connection.
     data = os.path.join(WORK, "grpc.bin")
     with open(data, "wb") as f:
         f.write(GRPC_MESSAGE)
-    cmd = ["taskset", "-c", "1", H2LOAD, "-c", "16", "-m", "8", "-D", str(duration), "-d", data,
+    cmd = ["taskset", "-c", "1", H2LOAD, "-c", str(conns), "-m", "8", "-D", str(duration), "-d", data,
            "-H", "content-type: application/grpc", "-H", "te: trailers",
            f"http://127.0.0.1:{port}/test.Echo/Unary"]
     return h2load_run(cmd, duration)
@@ -462,9 +466,9 @@ def start_grpc_backend():
     return start([GRPCECHO, f"127.0.0.1:{GRPC_BACKEND}"], 1, [GRPC_BACKEND])
 
 
-def h3load(port, duration=DURATION):
-    # As h2load's run: 16 connections, 8 requests in flight on each, pinned to CPU 1.
-    cmd = ["taskset", "-c", "1", H3LOAD, f"127.0.0.1:{port}", "/small", "-c", "16", "-m", "8", "-D", str(duration)]
+def h3load(port, conns, duration=DURATION):
+    # As h2load's run: 8 requests in flight on each connection, pinned to CPU 1.
+    cmd = ["taskset", "-c", "1", H3LOAD, f"127.0.0.1:{port}", "/small", "-c", str(conns), "-m", "8", "-D", str(duration)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
     m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded", out)
     rps = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
@@ -508,37 +512,40 @@ def idle_probe(port, pids):
 
 
 TESTS = {
-    "keepalive-13B": lambda p: wrk(p["h1"], "/small", 64),
-    "keepalive-64KiB": lambda p: wrk(p["h1"], "/big", 64),
+    "keepalive-13B": lambda p, c: wrk(p["h1"], "/small", c),
+    "keepalive-64KiB": lambda p, c: wrk(p["h1"], "/big", c),
     # 64 KiB of text compressed on the way (gzip: level 5 for nginx and sluice; HAProxy's
     # default maximum level is 1).
-    "gzip-64KiB": lambda p: wrk(p["h1"], "/text", 64, ["-H", "Accept-Encoding: gzip"]),
-    "new-connection": lambda p: wrk(p["h1"], "/small", 64, ["-H", "Connection: close"]),
+    "gzip-64KiB": lambda p, c: wrk(p["h1"], "/text", c, ["-H", "Accept-Encoding: gzip"]),
+    "new-connection": lambda p, c: wrk(p["h1"], "/small", c, ["-H", "Connection: close"]),
     # WebSocket echo: 32 sockets, 1 KiB binary messages, one in flight per socket; a
     # "request" is a message echoed (the client and echo server are Python, on CPU 1).
-    "ws-echo-1KiB": lambda p: ws_echo(p["h1"]),
-    "h2c-front": lambda p: h2load(p["h2c"]),
+    "ws-echo-1KiB": lambda p, c: ws_echo(p["h1"]),
+    "h2c-front": lambda p, c: h2load(p["h2c"], c),
     # TLS in front: keep-alive HTTP/1.1 (wrk, no ALPN) and HTTP/2 (h2load, ALPN h2).
-    "tls-h1-13B": lambda p: wrk(p["tls"], "/small", 64, scheme="https"),
-    "tls-h2-13B": lambda p: h2load(p["tls"], scheme="https"),
+    "tls-h1-13B": lambda p, c: wrk(p["tls"], "/small", c, scheme="https"),
+    "tls-h2-13B": lambda p, c: h2load(p["tls"], c, scheme="https"),
     # HTTP/3 (bench/h3load.rs, h2load's shape) on the same TLS port's UDP twin: sluice
     # only (Debian's nginx and HAProxy are built without QUIC).
-    "h3-13B": lambda p: h3load(p["tls"]),
+    "h3-13B": lambda p, c: h3load(p["tls"], c),
     # HTTP/1.1 in front, HTTP/2 (h2c) to the backend.
-    "h2-backend-13B": lambda p: wrk(p["h1"], "/h2b/small", 64),
+    "h2-backend-13B": lambda p, c: wrk(p["h1"], "/h2b/small", c),
     # A trivial PHP script through php-fpm (2 workers) with kept-alive FastCGI
     # connections; a 64 KiB static file from the page cache (nginx: sendfile).
-    "php-fpm": lambda p: wrk(p["h1"], "/php/", 16),
-    "static-64KiB": lambda p: wrk(p["h1"], "/static/file64k.bin", 64),
+    "php-fpm": lambda p, c: wrk(p["h1"], "/php/", 16),
+    "static-64KiB": lambda p, c: wrk(p["h1"], "/static/file64k.bin", c),
     # Every request a cache hit (the warm-up stores the response): sluice's memory
     # store against nginx's proxy_cache.
-    "cache-hit-13B": lambda p: wrk(p["h1"], "/cache/small", 64),
-    "cache-hit-64KiB": lambda p: wrk(p["h1"], "/cache/big", 64),
+    "cache-hit-13B": lambda p, c: wrk(p["h1"], "/cache/small", c),
+    "cache-hit-64KiB": lambda p, c: wrk(p["h1"], "/cache/big", c),
     # gRPC unary calls over h2c to bench/grpcecho.rs (nginx: grpc_pass; HAProxy: an h2
     # server line; sluice: an h2c:// pool).
-    "grpc-unary": lambda p: grpc_unary(p["h2c"]),
+    "grpc-unary": lambda p, c: grpc_unary(p["h2c"], c),
 }
 
+# Their load does not grow with CONNS: php-fpm has two workers, the WebSocket client its
+# own 32 sockets.
+FIXED_CONNS = {"php-fpm", "ws-echo-1KiB"}
 # Which proxies cannot run a test: the backend alone has no proxy features, nginx 1.22
 # cannot speak HTTP/2 to a backend.
 SKIP = {
@@ -607,25 +614,32 @@ def main():
         del proxies["sluice-filters"]
         del proxies["sluice-observed"]
         del proxies["sluice-w2"]
-    tests = [t for t in list(TESTS) + ["idle"] if not TESTS_ONLY or t in TESTS_ONLY]
+    # (label, scenario, connections) for each measurement of a round.
+    runs = []
+    for t in list(TESTS) + ["idle"]:
+        if TESTS_ONLY and t not in TESTS_ONLY:
+            continue
+        counts = [CONNS[0]] if t in FIXED_CONNS or t == "idle" else CONNS
+        runs += [(t if len(counts) == 1 else f"{t}@{c}", t, c) for c in counts]
+    tests = [label for label, _, _ in runs]
     results = {}  # (test, proxy) -> list of dicts
     started = time.time()
     for rnd in range(ROUNDS):
-        for test in tests:
+        for test, scenario, conns in runs:
             for name, make in proxies.items():
-                if name in SKIP.get(test, ()):
+                if name in SKIP.get(scenario, ()):
                     continue
-                CURRENT_TEST = test
+                CURRENT_TEST = scenario
                 proc, pids, ports = make()
                 try:
-                    if test == "idle":
+                    if scenario == "idle":
                         wrk(ports["h1"], "/small", 8, duration=1)
                         time.sleep(0.3)
                         r = idle_probe(ports["h1"], pids)
                     else:
-                        TESTS[test](ports) if DURATION > 1 else None  # warm-up on the same path
+                        TESTS[scenario](ports, conns) if DURATION > 1 else None  # warm-up on the same path
                         t0 = cpu_ticks(pids)
-                        r = TESTS[test](ports)
+                        r = TESTS[scenario](ports, conns)
                         t1 = cpu_ticks(pids)
                         per = TICK * max(r["requests"], 1) / 1e6
                         r["user_us"] = (t1[0] - t0[0]) / per
@@ -678,7 +692,7 @@ def report(results, proxies, tests, scaling, took):
                     b = [r["bytes_per_conn"] for r in rs]
                     lines.append(f"{name:12} {med(b):18.0f} {'[%.0f-%.0f]' % (min(b), max(b)):>18} {med([r['rss_kib'] for r in rs]):9.0f}")
         else:
-            lat = "mean/max" if test in ("h2c-front", "tls-h2-13B", "h3-13B") else "p50/p99"
+            lat = "mean/max" if test.split("@")[0] in ("h2c-front", "tls-h2-13B", "h3-13B", "grpc-unary") else "p50/p99"
             lines.append(f"{'proxy':12} {'req/s':>9} {'[min-max]':>17} {'cpu us/req':>10} {'[min-max]':>13} {'user/sys':>11} {lat + ' us':>16} {'peak RSS KiB':>12}")
             for name in proxies:
                 rs = results.get((test, name))
@@ -703,14 +717,20 @@ def report(results, proxies, tests, scaling, took):
                 if o and med([r[key] for r in o]) > 0:
                     parts.append(f"÷{other} {med([r[key] for r in s]) / med([r[key] for r in o]):.2f}")
             if test != "idle" and results.get((test, "nginx")):
+                user = [r["user_us"] for r in results[(test, "nginx")]]
+                if med(user) > 0:
+                    parts.append(f"user÷nginx {med([r['user_us'] for r in s]) / med(user):.2f}")
                 parts.append(f"p99÷nginx {med([r['p99'] for r in s]) / med([r['p99'] for r in results[(test, 'nginx')]]):.2f}")
             base = results.get((test, "sluice-base"))
             if base and med([r[key] for r in base]) > 0:
                 parts.append(f"÷base {med([r[key] for r in s]) / med([r[key] for r in base]):.2f}")
-            lines.append(f"{test:16} {'cpu' if test != 'idle' else 'mem'}: " + "  ".join(parts))
-        h3, h2 = results.get(("h3-13B", "sluice")), results.get(("tls-h2-13B", "sluice"))
-        if h3 and h2:
-            lines.append(f"{'h3-13B':16} cpu: ÷tls-h2-13B (sluice) {med([r['cpu_us'] for r in h3]) / med([r['cpu_us'] for r in h2]):.2f}")
+            lines.append(f"{test:20} {'cpu' if test != 'idle' else 'mem'}: " + "  ".join(parts))
+        for test in tests:
+            if test.split("@")[0] != "h3-13B":
+                continue
+            h3, h2 = results.get((test, "sluice")), results.get((test.replace("h3-13B", "tls-h2-13B"), "sluice"))
+            if h3 and h2:
+                lines.append(f"{test:16} cpu: ÷tls-h2-13B (sluice) {med([r['cpu_us'] for r in h3]) / med([r['cpu_us'] for r in h2]):.2f}")
         lines.append("")
     if scaling:
         w1, w2 = med(scaling[1]), med(scaling[2])

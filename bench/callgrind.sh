@@ -10,6 +10,8 @@
 #   LOAD="-c 16 -m 1" bench/callgrind.sh   (h2load's options: an h2c front)
 #   URL_PATH=big bench/callgrind.sh   (64 KiB responses: a step can leave 13 B alone and
 #                                      cost a large body)
+#   CG_OPTS="--cache-sim=yes" bench/callgrind.sh   (extra valgrind options; cache misses
+#                                      go to CG_KEEP profiles)
 #   TARGETS=FILE bench/callgrind.sh   (request targets, one a line, e.g. `small?t=…`,
 #                                      taken in turn: requests that differ, like tokens)
 # Needs valgrind, nginx and h2load (nghttp2-client); installs them on Debian if missing.
@@ -27,7 +29,7 @@ run() {
     local n=$1 port
     port=$(free_port)
     sluice_config "$port"
-    valgrind --tool=callgrind --callgrind-out-file="$work/cg.$n" "$bin" run -c "$work/sluice.conf" 2>"$work/valgrind.$n" &
+    valgrind --tool=callgrind ${CG_OPTS:-} --callgrind-out-file="$work/cg.$n" "$bin" run -c "$work/sluice.conf" 2>"$work/valgrind.$n" &
     local pid=$!
     wait_up "$port"
     if [ -n "${TARGETS:-}" ]; then

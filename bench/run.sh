@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # sluice vs nginx vs HAProxy on this machine, side by side. One command:
-#   bench/run.sh            (ROUNDS=3 DURATION=4 by default; both may be set)
+#   bench/run.sh            (ROUNDS=3 DURATION=4 CONNS=64 by default; all may be set,
+#                            CONNS=16,64,256 runs each scenario at each count)
 # Installs what it needs on Debian (nginx, haproxy, wrk, nghttp2-client,
 # python3-websockets), builds sluice
 # in release mode, then runs bench/bench.py, which starts every process itself on
