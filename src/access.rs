@@ -905,12 +905,11 @@ fn open(target: &LogTarget) -> Box<dyn std::io::Write + Send> {
 }
 
 /// The writer: its own thread with plain blocking I/O, so a slow disk never stalls a
-/// runtime worker. It drains what is queued, writes it through a 64 KiB buffer,
-/// flushes, and sleeps a few milliseconds: a request never wakes it (a wakeup a line
-/// cost more than the line), and a line reaches the file within [`LAG`].
-/// The writer thread: every [`LAG`], takes each thread's buffer whole (a spare, emptied
-/// buffer goes back in its place, so neither side allocates in the steady state) and
-/// writes it; forgets the buffers of threads that are gone once they are empty.
+/// runtime worker. Every [`LAG`] it takes each thread's buffer whole (a spare, emptied
+/// buffer goes back in its place, so neither side allocates in the steady state),
+/// writes it through a 64 KiB buffer and flushes: a request never wakes it (a wakeup a
+/// line cost more than the line), and a line reaches the file within [`LAG`]. It
+/// forgets the buffers of threads that are gone once they are empty.
 fn write(target: LogTarget, shared: &Shared) {
     use std::io::Write;
     let mut out = open(&target);

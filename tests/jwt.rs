@@ -236,8 +236,16 @@ site * {{
     assert_eq!(counted(&m, "/api/*", "too_large"), 1, "{m}");
     assert_eq!(counted(&m, "/api/*", "bad_signature"), 2, "{m}");
     assert_eq!(counted(&m, "/hs/*", "ok"), 3, "{m}");
-    // The access log names the token's subject.
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    // The access log names the token's subject (a line reaches the file within the
+    // writer's lag, not at once).
+    let end = Instant::now() + Duration::from_secs(5);
+    let text = loop {
+        let t = std::fs::read_to_string(&log).unwrap_or_default();
+        if t.lines().any(|l| l.contains("\"user\":\"alice\"")) || Instant::now() > end {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert!(
         text.lines().any(|l| l.contains("\"user\":\"alice\"")),
         "{text}"
