@@ -838,13 +838,14 @@ fn call_handler<'a, 'x>(
             // Boxed, as the FastCGI call below: their futures are large, and inlined they
             // would make every request's future (the proxy's too) as large.
             Handler::Files(f) => {
-                let folder = folder_base(received.as_ref(), req);
+                let raw = received_path(received.as_ref(), req);
+                let folder = move || folder_base(raw);
                 boxed(|| {
                     crate::files::serve(
                         f,
                         req.method(),
                         cx.path(req),
-                        &folder,
+                        folder,
                         req.uri().query(),
                         req.headers(),
                     )
@@ -853,7 +854,7 @@ fn call_handler<'a, 'x>(
             }
             Handler::FastCgi(f) => {
                 let path = cx.path(req).to_string();
-                let folder = folder_base(received.as_ref(), req).into_owned();
+                let folder = folder_base(received_path(received.as_ref(), req)).into_owned();
                 let facts = crate::fastcgi::Facts {
                     path: &path,
                     folder: &folder,
@@ -962,10 +963,14 @@ fn refresh(
 /// before `strip`/`rewrite` (so what they took off stays), normalised — the raw
 /// spelling `//evil.example/../img` would make `Location: //evil.example/../img/`,
 /// a link to another host.
-fn folder_base<'r>(received: Option<&'r PathAndQuery>, req: &'r Request<Body>) -> Cow<'r, str> {
-    let raw = received.map_or(req.uri().path(), |p| p.path());
+fn folder_base(raw: &str) -> Cow<'_, str> {
     // Routing normalised the same path already, so this cannot fail in practice.
     normalize(raw).unwrap_or(Cow::Borrowed("/"))
+}
+
+/// The path as received (before `strip`/`rewrite`), as the client spelled it.
+fn received_path<'r>(received: Option<&'r PathAndQuery>, req: &'r Request<Body>) -> &'r str {
+    received.map_or(req.uri().path(), |p| p.path())
 }
 
 /// The target becomes the path a filter set (normalised, so already encoded) and the

@@ -24,6 +24,9 @@
 //! 64 KiB response that way). A cold, slow disk stalls the worker for the read's
 //! duration; `docs/config.md` says so.
 
+mod fields;
+
+use std::borrow::Cow;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -36,12 +39,13 @@ use crate::config::FilesConfig;
 use crate::reply::{date, local_response};
 
 /// Serves `path` (normalised, percent-encoded) from `cfg.root`. `received`: the path
-/// as the client sent it (before `strip`), normalised, for the folder redirect.
-pub(crate) async fn serve(
+/// as the client sent it (before `strip`), normalised, for the folder redirect (made
+/// only for one).
+pub(crate) async fn serve<'r>(
     cfg: &FilesConfig,
     method: &Method,
     path: &str,
-    received: &str,
+    received: impl FnOnce() -> Cow<'r, str>,
     query: Option<&str>,
     headers: &HeaderMap,
 ) -> Response<Body> {
@@ -60,7 +64,7 @@ pub(crate) async fn serve(
     }
     match find(cfg, &rel, path) {
         Found::File(f) => send(cfg, f, headers, head).await,
-        Found::Folder => slash_redirect(received, query),
+        Found::Folder => slash_redirect(&received(), query),
         Found::Listing(real) => listing(&real, path, head, cfg.dotfiles).await,
         Found::Forbidden => forbidden(),
         Found::Nothing => match cfg.fallback.as_deref().map(|f| fallback(cfg, f)) {
@@ -144,7 +148,7 @@ impl Opened {
             return None;
         }
         let real = located(&file, path, &meta)?;
-        if !real.starts_with(root) {
+        if !fields::lies_under(&real, root) {
             tracing::debug!(
                 "sluice: files: {} resolves outside {}, refused",
                 path.display(),
@@ -209,7 +213,7 @@ fn refused(
     if !meta.is_file() || meta.nlink() == 0 {
         return Unserved::Absent;
     }
-    if !located(&f, path, &meta).is_some_and(|real| real.starts_with(root)) {
+    if !located(&f, path, &meta).is_some_and(|real| fields::lies_under(&real, root)) {
         return Unserved::Absent;
     }
     let again = Path::new("/proc/self/fd").join(f.as_raw_fd().to_string());
@@ -225,7 +229,10 @@ fn refused(
 /// names the very file that was opened (device and inode).
 fn located(file: &std::fs::File, path: &Path, meta: &std::fs::Metadata) -> Option<PathBuf> {
     use std::os::fd::AsRawFd;
-    match std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+    let mut name = String::with_capacity(32);
+    name.push_str("/proc/self/fd/");
+    fields::push_number::<10>(&mut name, u64::try_from(file.as_raw_fd()).unwrap_or(0));
+    match std::fs::read_link(name) {
         Ok(real) if real.is_absolute() => Some(real),
         _ => located_by_name(path, meta),
     }
@@ -410,10 +417,16 @@ fn etag(meta: &std::fs::Metadata, coding: Option<&str>) -> (String, Option<Syste
     let secs = mtime
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_secs());
-    let tag = match coding {
-        Some(c) => format!("\"{secs:x}-{:x}-{c}\"", meta.len()),
-        None => format!("\"{secs:x}-{:x}\"", meta.len()),
-    };
+    let mut tag = String::with_capacity(40);
+    tag.push('"');
+    fields::push_number::<16>(&mut tag, secs);
+    tag.push('-');
+    fields::push_number::<16>(&mut tag, meta.len());
+    if let Some(c) = coding {
+        tag.push('-');
+        tag.push_str(c);
+    }
+    tag.push('"');
     (tag, mtime)
 }
 
@@ -489,7 +502,8 @@ async fn file_as(
     let (tag, mtime) = etag(&f.meta, variant.map(|v| v.1));
     let last_modified = mtime.map(httpdate::fmt_http_date);
     let header_str = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
-    let mut out = HeaderMap::new();
+    // Room for the fields set here and those the route adds after, without regrowing.
+    let mut out = HeaderMap::with_capacity(12);
     if let Ok(v) = HeaderValue::from_str(&tag) {
         out.insert(header::ETAG, v);
     }
@@ -509,8 +523,7 @@ async fn file_as(
         *r.headers_mut() = out;
         return r;
     }
-    let mime = mime_guess::from_path(variant.map_or(&*f.real, |v| v.0)).first_or_octet_stream();
-    if let Ok(v) = HeaderValue::from_str(mime.as_ref()) {
+    if let Some(v) = fields::content_type(variant.map_or(&*f.real, |v| v.0)) {
         out.insert(header::CONTENT_TYPE, v);
     }
     // `If-Range`: the range holds only while the validator still matches exactly.
