@@ -180,10 +180,9 @@ impl Filter for Jwt {
                     return v.refuse(cx.meter, Outcome::Refused(Refusal::UnknownKey));
                 };
                 // A fetch under way (the first, say) is waited for; else this token
-                // may cause one, once a minute.
-                let fetching = jwks.is_fetching();
-                let allowed = !fetching && kid.is_some() && jwks.kid_fetch_allowed(now);
-                if !allowed && !fetching {
+                // may cause one, once a minute. The turn is claimed after the wait: a
+                // fetch that just ended may not have let go of its lock yet.
+                if !jwks.is_fetching() && !(kid.is_some() && jwks.kid_fetch_open(now)) {
                     return v.refuse(cx.meter, Outcome::Refused(Refusal::UnknownKey));
                 }
                 // A rotation: fetch the set again (or wait for the fetch under way),
@@ -191,7 +190,7 @@ impl Filter for Jwt {
                 let (v, jwks, token) = (v.clone(), jwks.clone(), token.into_owned());
                 let meter = cx.meter.cloned();
                 Step::Later(Box::pin(async move {
-                    jwks.refresh_for(kid.as_deref(), allowed).await;
+                    jwks.refresh_for(kid.as_deref()).await;
                     let now = crate::clock::unix_ms();
                     match v.verify(&token, now) {
                         Ok(ok) => {
@@ -580,13 +579,16 @@ impl Jwks {
     }
 
     /// Whether a token's unknown `kid` may fetch the set now (at most once a minute:
-    /// the fetch at start and the periodic ones do not count); claims the turn.
-    fn kid_fetch_allowed(&self, now: u64) -> bool {
-        if self.url.is_none() {
-            return false;
-        }
+    /// the fetch at start and the periodic ones do not count), without claiming it.
+    fn kid_fetch_open(&self, now: u64) -> bool {
         let last = self.last_kid_fetch.load(Ordering::Relaxed);
-        (last == 0 || now.saturating_sub(last) >= KID_FETCH_GAP)
+        self.url.is_some() && (last == 0 || now.saturating_sub(last) >= KID_FETCH_GAP)
+    }
+
+    /// As [`Jwks::kid_fetch_open`], and claims the turn.
+    fn kid_fetch_allowed(&self, now: u64) -> bool {
+        let last = self.last_kid_fetch.load(Ordering::Relaxed);
+        self.kid_fetch_open(now)
             && self
                 .last_kid_fetch
                 .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
@@ -597,11 +599,13 @@ impl Jwks {
         self.fetching.try_lock().is_err()
     }
 
-    /// Fetches the set for an unknown `kid` (`allowed`), or waits for the fetch under
-    /// way.
-    async fn refresh_for(&self, kid: Option<&str>, allowed: bool) {
+    /// Waits for the fetch under way, if any; then fetches the set when `kid` is still
+    /// unknown and its turn comes (once a minute).
+    async fn refresh_for(&self, kid: Option<&str>) {
         let _turn = self.fetching.lock().await;
-        if allowed && kid.is_some_and(|k| !self.current.load().set.has_kid(k)) {
+        if kid.is_some_and(|k| !self.current.load().set.has_kid(k))
+            && self.kid_fetch_allowed(crate::clock::unix_ms())
+        {
             self.fetch().await;
         }
     }
