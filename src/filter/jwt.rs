@@ -182,7 +182,8 @@ impl Filter for Jwt {
                 // A fetch under way (the first, say) is waited for; else this token
                 // may cause one, once a minute. The turn is claimed after the wait: a
                 // fetch that just ended may not have let go of its lock yet.
-                if !jwks.is_fetching() && !(kid.is_some() && jwks.kid_fetch_open(now)) {
+                let may_fetch = kid.is_some() && jwks.kid_fetch_open(now);
+                if !(jwks.is_fetching() || may_fetch) {
                     return v.refuse(cx.meter, Outcome::Refused(Refusal::UnknownKey));
                 }
                 // A rotation: fetch the set again (or wait for the fetch under way),
