@@ -444,7 +444,8 @@ site * {{
         let c = cookie(who);
         async move { request(s.addr, "GET", path, &[("Cookie", &c)], b"").await }
     };
-    assert_eq!(as_("ES256", "/admin/x").await.status, 200);
+    let r = as_("ES256", "/admin/x").await;
+    assert_eq!(r.status, 200, "{:?}", r.header("www-authenticate"));
     assert_eq!(
         as_("bob", "/admin/x").await.status,
         403,
