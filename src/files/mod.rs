@@ -36,6 +36,7 @@ use http::{Method, Response, StatusCode};
 
 use crate::body::{Body, FileBody};
 use crate::config::FilesConfig;
+use crate::http1::encode::{hex_u64, itoa_u64};
 use crate::reply::{date, local_response};
 
 /// Serves `path` (normalised, percent-encoded) from `cfg.root`. `received`: the path
@@ -231,7 +232,8 @@ fn located(file: &std::fs::File, path: &Path, meta: &std::fs::Metadata) -> Optio
     use std::os::fd::AsRawFd;
     let mut name = String::with_capacity(32);
     name.push_str("/proc/self/fd/");
-    fields::push_number::<10>(&mut name, u64::try_from(file.as_raw_fd()).unwrap_or(0));
+    let fd = u64::try_from(file.as_raw_fd()).unwrap_or(0);
+    name.push_str(std::str::from_utf8(itoa_u64(&mut [0u8; 20], fd)).unwrap_or_default());
     match std::fs::read_link(name) {
         Ok(real) if real.is_absolute() => Some(real),
         _ => located_by_name(path, meta),
@@ -419,9 +421,10 @@ fn etag(meta: &std::fs::Metadata, coding: Option<&str>) -> (String, Option<Syste
         .map_or(0, |d| d.as_secs());
     let mut tag = String::with_capacity(40);
     tag.push('"');
-    fields::push_number::<16>(&mut tag, secs);
+    let mut buf = [0u8; 16];
+    tag.push_str(std::str::from_utf8(hex_u64(&mut buf, secs)).unwrap_or_default());
     tag.push('-');
-    fields::push_number::<16>(&mut tag, meta.len());
+    tag.push_str(std::str::from_utf8(hex_u64(&mut buf, meta.len())).unwrap_or_default());
     if let Some(c) = coding {
         tag.push('-');
         tag.push_str(c);

@@ -582,14 +582,17 @@ impl Jwks {
     /// Whether a token's unknown `kid` may fetch the set now (at most once a minute:
     /// the fetch at start and the periodic ones do not count), without claiming it.
     fn kid_fetch_open(&self, now: u64) -> bool {
-        let last = self.last_kid_fetch.load(Ordering::Relaxed);
+        self.turn_open(self.last_kid_fetch.load(Ordering::Relaxed), now)
+    }
+
+    fn turn_open(&self, last: u64, now: u64) -> bool {
         self.url.is_some() && (last == 0 || now.saturating_sub(last) >= KID_FETCH_GAP)
     }
 
     /// As [`Jwks::kid_fetch_open`], and claims the turn.
     fn kid_fetch_allowed(&self, now: u64) -> bool {
         let last = self.last_kid_fetch.load(Ordering::Relaxed);
-        self.kid_fetch_open(now)
+        self.turn_open(last, now)
             && self
                 .last_kid_fetch
                 .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)

@@ -367,21 +367,26 @@ pub(crate) fn chunk_into(out: &mut Vec<u8>, data: &[u8]) {
 }
 
 /// Writes the chunk-size line for `n` bytes (`1a\r\n`) into `out`; its length.
-pub(crate) fn hex_line(out: &mut [u8; 18], mut n: usize) -> usize {
-    let mut digits = [0u8; 16];
-    let mut i = 16;
-    loop {
-        i -= 1;
-        digits[i] = b"0123456789abcdef"[n & 0xf];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    let len = 16 - i;
-    out[..len].copy_from_slice(&digits[i..]);
+pub(crate) fn hex_line(out: &mut [u8; 18], n: usize) -> usize {
+    let mut buf = [0u8; 16];
+    let digits = hex_u64(&mut buf, n as u64);
+    let len = digits.len();
+    out[..len].copy_from_slice(digits);
     out[len..len + 2].copy_from_slice(b"\r\n");
     len + 2
+}
+
+/// `n` in lowercase hexadecimal, written at the end of `buf` without `core::fmt`.
+pub(crate) fn hex_u64(buf: &mut [u8; 16], mut n: u64) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b"0123456789abcdef"[(n & 0xf) as usize];
+        n >>= 4;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
 }
 
 pub(crate) async fn write_all_vectored<W: AsyncWrite + Unpin>(
@@ -447,6 +452,14 @@ mod tests {
         assert_eq!(&b[..n], b"0\r\n");
         let n = hex_line(&mut b, 0x1a2b);
         assert_eq!(&b[..n], b"1a2b\r\n");
+    }
+
+    #[test]
+    fn numbers_in_both_bases() {
+        for v in [0, 9, 10, 15, 16, 255, 1_700_000_000, u64::MAX] {
+            assert_eq!(itoa_u64(&mut [0u8; 20], v), v.to_string().as_bytes());
+            assert_eq!(hex_u64(&mut [0u8; 16], v), format!("{v:x}").as_bytes());
+        }
     }
 
     #[test]
