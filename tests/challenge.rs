@@ -320,7 +320,7 @@ site * {{
     let addr = s.addr;
     let mut holders = Vec::new();
     for k in 1..=2 {
-        holders.push(tokio::spawn(async move { get(addr, "/hold").await.status }));
+        holders.push(tokio::spawn(held_get(addr)));
         let end = Instant::now() + Duration::from_secs(10);
         while held.load(Ordering::SeqCst) < k {
             assert!(Instant::now() < end);
@@ -334,7 +334,7 @@ site * {{
     assert!(on().await);
     // The dashboard says so (headless Chromium, when there is one).
     if let Some(chromium) = program("chromium") {
-        let dom = dump_dom(chromium, format!("http://{admin}/")).await;
+        let dom = dump_dom(chromium, format!("http://{admin}/"), 2_000).await;
         assert!(dom.contains("challenge on"), "{dom}");
     }
     release.notify_waiters();
@@ -360,21 +360,39 @@ async fn chromium_solves_the_page_and_lands_on_the_backend() {
         b = b.addr
     ));
     let url = format!("http://127.0.0.1:{}/shop/item?id=1", s.addr.port());
-    let dom = dump_dom(chromium, url).await;
+    let dom = dump_dom(chromium, url, 20_000).await;
     assert!(dom.contains("the backend's page"), "{dom}");
 }
 
-/// The DOM headless Chromium ends with at `url` (its scripts run, its forms followed).
-async fn dump_dom(chromium: std::path::PathBuf, url: String) -> String {
+/// A request the backend holds until released: its answer may take as long as
+/// Chromium's look at the dashboard, so it waits longer than [`WAIT`].
+async fn held_get(addr: std::net::SocketAddr) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+    c.write_all(b"GET /hold HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(120), c.read_to_end(&mut out))
+        .await
+        .expect("the held request's answer within 120 s")
+        .unwrap();
+    let (r, _) = parse_response(&out)
+        .unwrap_or_else(|| panic!("no response in {:?}", String::from_utf8_lossy(&out)));
+    r.status
+}
+
+/// The DOM headless Chromium ends with at `url` (its scripts run, its forms followed),
+/// letting the page's timers run `budget_ms` of virtual time; Chromium is killed after
+/// 90 s of real time.
+async fn dump_dom(chromium: std::path::PathBuf, url: String, budget_ms: u32) -> String {
     let dir = TempDir::new();
     let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(chromium)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--virtual-time-budget=20000",
-            ])
+        std::process::Command::new("timeout")
+            .arg("90")
+            .arg(chromium)
+            .args(["--headless", "--no-sandbox", "--disable-gpu"])
+            .arg(format!("--virtual-time-budget={budget_ms}"))
             .arg(format!(
                 "--user-data-dir={}",
                 dir.0.join("profile").display()
