@@ -230,7 +230,7 @@ pub fn http1_response(data: &[u8]) {
             }
         };
         assert!(end <= buf.len());
-        let h = match head::parse_response(&mut buf, end, is_head) {
+        let h = match head::parse_response(&mut buf, end, is_head, None) {
             Err(_) => return,
             Ok(None) => continue,
             Ok(Some(h)) => h,

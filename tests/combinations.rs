@@ -242,3 +242,139 @@ async fn every_handler_with_an_upgrade_request_and_a_limit() {
         assert_eq!(hold.await.unwrap().status, 200);
     }
 }
+
+/// Backend answers that try every way a field can pass or not: names in any case,
+/// hop-by-hop fields, fields named by `Connection`, sluice's own and `X-Powered-By`,
+/// repeated fields between others, a compressible type with and without the backend's
+/// own `Vary`, chunked framing, bodiless statuses, padded values, a length with leading
+/// zeros.
+const ANSWERS: &[&str] = &[
+    "HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Mon, 07 Dec 2026 00:00:00 GMT\r\nContent-Type: application/octet-stream\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\nhello",
+    "HTTP/1.1 200 OK\r\nCONTENT-type: text/html\r\nX-Powered-By: php\r\nSet-Cookie: a=1\r\nX-Sluice-Peer: forged\r\nx_SLUICE_role: forged\r\nX-Other: o\r\nKeep-Alive: timeout=5\r\nset-cookie: b=2\r\nContent-Length: 5\r\n\r\nhello",
+    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nVary: Origin\r\nContent-Length: 5\r\n\r\nhello",
+    "HTTP/1.1 200 OK\r\nConnection: close, X-Drop\r\nX-Drop: 1\r\nX-Keep: 2\r\nContent-Length: 5\r\n\r\nhello",
+    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nX-A: 1\r\n\r\n",
+    "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\nContent-Length: 5\r\n\r\n",
+    "HTTP/1.1 200 OK\r\nX-Space:   padded   \r\nX-Tab:\tt\r\nProxy-Connection: keep-alive\r\nUpgrade: h2c\r\nContent-Length: 005\r\n\r\nhello",
+    "HTTP/1.1 404 Not Found\r\nContent-Type: text/html; charset=utf-8\r\nTE: trailers\r\nExpect: x\r\nContent-Length: 5\r\n\r\nhello",
+];
+
+/// The head and body a client got, its `Date` left out; `sorted`: the fields by name
+/// (a name's own fields in order), for comparing what two routes sent.
+fn seen(out: &[u8], sorted: bool) -> (Vec<String>, Vec<u8>) {
+    let text = String::from_utf8_lossy(out);
+    let (head, body) = text.split_once("\r\n\r\n").expect("a whole head");
+    let mut lines: Vec<String> = head
+        .split("\r\n")
+        .filter(|l| !l.to_ascii_lowercase().starts_with("date:"))
+        .map(str::to_string)
+        .collect();
+    if sorted {
+        lines[1..].sort_by_key(|l| l.split(':').next().unwrap_or("").to_ascii_lowercase());
+    }
+    (lines, body.as_bytes().to_vec())
+}
+
+/// A route whose answers nothing reads passes a backend's fields as they were sent
+/// (`http1::head::SentFields`); a route with a filter builds them into a map. Every
+/// answer × GET or HEAD × a client that takes gzip or not: the client gets the same
+/// fields and body either way, and the plain route keeps the backend's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_pass_alike_with_their_fields_as_sent_or_through_the_map() {
+    let (backend, _task) = raw_backend(|mut c| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = Vec::new();
+        loop {
+            let mut chunk = [0u8; 4096];
+            let Ok(n) = c.read(&mut chunk).await else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                buf.drain(..end + 4);
+                // `GET /v/N` or `/f/v/N`: answer N.
+                let target = head.split(' ').nth(1).unwrap_or("");
+                let n: usize = target
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or("0")
+                    .parse()
+                    .unwrap_or(0);
+                let mut answer = ANSWERS[n].as_bytes().to_vec();
+                if head.starts_with("HEAD ") {
+                    let cut = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+                    answer.truncate(cut + 4);
+                }
+                if c.write_all(&answer).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    let s = Sluice::start(&format!(
+        "listen 127.0.0.1:0\nsite * {{\n route /f/* {{ allow 127.0.0.0/8\n proxy {backend} }}\n proxy {backend}\n}}\n"
+    ));
+    for (n, _) in ANSWERS.iter().enumerate() {
+        for method in ["GET", "HEAD"] {
+            for accept in ["", "Accept-Encoding: gzip\r\n"] {
+                let ask = |path: String| {
+                    format!(
+                        "{method} {path} HTTP/1.1\r\nHost: x\r\n{accept}Connection: close\r\n\r\n"
+                    )
+                };
+                let plain = raw(s.addr, ask(format!("/v/{n}")).as_bytes()).await;
+                let filtered = raw(s.addr, ask(format!("/f/v/{n}")).as_bytes()).await;
+                let case = format!("answer {n}, {method}, {accept:?}");
+                assert_eq!(seen(&plain, true), seen(&filtered, true), "{case}");
+                let (lines, _) = seen(&plain, false);
+                let fields: Vec<String> = lines[1..]
+                    .iter()
+                    .map(|l| l.split(':').next().unwrap().to_string())
+                    .collect();
+                for gone in [
+                    "x-powered-by",
+                    "x-sluice-peer",
+                    "x_sluice_role",
+                    "keep-alive",
+                    "x-drop",
+                    "proxy-connection",
+                    "upgrade",
+                    "te",
+                    "expect",
+                ] {
+                    assert!(
+                        !fields.iter().any(|f| f == gone),
+                        "{case}: {gone} in {lines:?}"
+                    );
+                }
+                if n == 1 && accept.is_empty() {
+                    // The backend's order, names in lower case (a client that takes
+                    // gzip gets a compressible answer through the map: compression
+                    // decides on its fields).
+                    let order: Vec<&str> = fields.iter().map(String::as_str).collect();
+                    assert_eq!(
+                        &order[..5],
+                        [
+                            "content-type",
+                            "set-cookie",
+                            "x-other",
+                            "set-cookie",
+                            "content-length"
+                        ],
+                        "{case}: {lines:?}"
+                    );
+                    assert!(
+                        lines.contains(&"vary: accept-encoding".to_string()),
+                        "{case}: {lines:?}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -125,10 +125,13 @@ fn qvalue(v: &[u8]) -> Option<u32> {
 }
 
 fn compressible(h: &HeaderMap) -> bool {
-    let Some(t) = h.get(header::CONTENT_TYPE) else {
-        return false;
-    };
-    let t = t.as_bytes();
+    h.get(header::CONTENT_TYPE)
+        .is_some_and(|t| compressible_type(t.as_bytes()))
+}
+
+/// Whether a response of `Content-Type` `t` is compressed (and varies by
+/// `Accept-Encoding`).
+pub(crate) fn compressible_type(t: &[u8]) -> bool {
     let has = |needle: &[u8]| {
         t.windows(needle.len())
             .any(|w| w.eq_ignore_ascii_case(needle))

@@ -24,9 +24,12 @@ pub(crate) enum Delimit {
     Close,
 }
 
+/// A response head: the status line, `sent` (fields already written as lines, see
+/// `head::SentFields`), then `headers`' fields and the connection's option.
 pub(crate) fn head(
     out: &mut Vec<u8>,
     status: StatusCode,
+    sent: &[u8],
     headers: &HeaderMap,
     version: Version,
     keep_alive: bool,
@@ -36,6 +39,7 @@ pub(crate) fn head(
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
     out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(sent);
     fields(out, headers);
     if !keep_alive {
         out.extend_from_slice(b"connection: close\r\n");
@@ -467,7 +471,7 @@ mod tests {
         let mut out = Vec::new();
         let mut h = HeaderMap::new();
         h.insert("content-length", "2".parse().unwrap());
-        head(&mut out, StatusCode::OK, &h, Version::HTTP_11, false);
+        head(&mut out, StatusCode::OK, &[], &h, Version::HTTP_11, false);
         assert_eq!(
             out,
             b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n"

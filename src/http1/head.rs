@@ -325,7 +325,64 @@ pub(crate) struct ResponseHead {
     pub decoder: Decoder,
     /// The connection may carry another request once this body ends.
     pub reusable: bool,
+    /// The fields as the client's HTTP/1 connection writes them, when they were asked
+    /// for ([`AsSent`]) and nothing but framing needed reading: `parts.headers` then
+    /// holds only the `Content-Length` framing sets.
+    pub fields: Option<SentFields>,
 }
+
+/// A request whose answer may pass with its fields as the backend sent them: nothing
+/// between the backend and an HTTP/1 client reads or changes them, save the framing
+/// and the hop-by-hop fields every answer loses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AsSent {
+    /// The route may compress, and a `Content-Type` this says yes to is compressible.
+    pub compressible: Option<fn(&[u8]) -> bool>,
+    /// The client takes no coding: a compressible answer only gains `Vary:
+    /// Accept-Encoding`, which the lines then carry (a backend's own `Vary` needs the
+    /// map to be extended). Else a compressible answer needs the map.
+    pub identity_only: bool,
+}
+
+/// A response's fields, already written as `name: value` lines (lower-case names,
+/// values as parsed): the bytes [`super::encode::head`] would write for them from a
+/// map, without building one. The head-as-bytes step of docs/performance.md's
+/// eleventh part.
+#[derive(Debug)]
+pub(crate) struct SentFields {
+    pub lines: Vec<u8>,
+    /// A `Date` is among them.
+    pub has_date: bool,
+    /// A `Content-Length` is among them (the last line but `Vary`).
+    pub has_length: bool,
+    /// The answer varies by `Accept-Encoding`: its last line says so.
+    varies: bool,
+}
+
+impl SentFields {
+    /// Adds the `Content-Length` framing passes on, as the client's connection would
+    /// (not on an answer that has no body, unless to a HEAD, which says what a GET
+    /// would get), before `Vary` as compression would.
+    fn length(&mut self, n: &HeaderValue, status: StatusCode, is_head: bool) {
+        let no_body = status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+        if no_body && !is_head {
+            return;
+        }
+        if self.varies {
+            self.lines.truncate(self.lines.len() - VARY.len());
+        }
+        self.lines.extend_from_slice(b"content-length: ");
+        self.lines.extend_from_slice(n.as_bytes());
+        self.lines.extend_from_slice(b"\r\n");
+        if self.varies {
+            self.lines.extend_from_slice(VARY);
+        }
+        self.has_length = true;
+    }
+}
+
+/// The line compression adds to a compressible answer.
+const VARY: &[u8] = b"vary: accept-encoding\r\n";
 
 /// Why a backend's response head was refused (the client gets a 502).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -338,6 +395,7 @@ pub(crate) fn parse_response(
     buf: &mut BytesMut,
     len: usize,
     is_head: bool,
+    as_sent: Option<AsSent>,
 ) -> Result<Option<ResponseHead>, InvalidResponse> {
     let bad = InvalidResponse;
     let head = buf.split_to(len).freeze();
@@ -371,19 +429,32 @@ pub(crate) fn parse_response(
     } else {
         Version::HTTP_10
     };
-    let mut headers = HeaderMap::with_capacity(resp.headers.len() + 2);
-    let mut facts = ResponseFacts {
+    let fresh = || ResponseFacts {
         close: version == Version::HTTP_10,
         ..ResponseFacts::default()
     };
-    for h in resp.headers.iter() {
-        let name =
-            super::names::from_token(h.name.as_bytes()).map_err(|_| bad("invalid header name"))?;
-        if facts.note(&name, h.value, &head)? {
-            headers.append(name, parsed_value(&head, h.value));
+    let mut facts = fresh();
+    let as_sent = as_sent.filter(|_| status != StatusCode::SWITCHING_PROTOCOLS);
+    let mut fields = match as_sent {
+        Some(rule) => sent_fields(resp.headers, rule, &mut facts, &head)?,
+        None => None,
+    };
+    let mut headers = match fields {
+        Some(_) => HeaderMap::new(),
+        None => {
+            // What the lines began to note is noted again, from the start.
+            facts = fresh();
+            field_map(resp.headers, &mut facts, &head)?
         }
+    };
+    let (decoder, reusable, length) = facts.framing(version, status, is_head);
+    match (length, fields.as_mut()) {
+        (Some(n), Some(f)) => f.length(&n, status, is_head),
+        (Some(n), None) => {
+            headers.insert(header::CONTENT_LENGTH, n);
+        }
+        (None, _) => {}
     }
-    let (decoder, reusable) = facts.framing(&mut headers, version, status, is_head);
     let mut builder = http::Response::builder().status(status).version(version);
     if let Some(h) = builder.headers_mut() {
         *h = headers;
@@ -396,7 +467,157 @@ pub(crate) fn parse_response(
         parts,
         decoder,
         reusable,
+        fields,
     }))
+}
+
+/// A response's fields as a map, framing noted on the way.
+fn field_map(
+    fields: &[httparse::Header<'_>],
+    facts: &mut ResponseFacts,
+    head: &Bytes,
+) -> Result<HeaderMap, InvalidResponse> {
+    let mut headers = HeaderMap::with_capacity(fields.len() + 2);
+    for h in fields {
+        let name = super::names::from_token(h.name.as_bytes())
+            .map_err(|_| InvalidResponse("invalid header name"))?;
+        if facts.note(&name, h.value, head)? {
+            headers.append(name, parsed_value(head, h.value));
+        }
+    }
+    Ok(headers)
+}
+
+/// What becomes of a response field on its way to an HTTP/1 client that takes the
+/// fields as sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Fate {
+    Pass,
+    /// Framing, hop-by-hop, or never passed on (`X-Sluice-*`, `X-Powered-By`).
+    Drop,
+    /// Needs the map after all: a compressible type (unless
+    /// [`AsSent::identity_only`]).
+    Map,
+    /// Passes, and the answer varies by `Accept-Encoding` (a compressible type).
+    Varies,
+    /// Read for the framing ([`ResponseFacts::note`]), then dropped (a `Connection`
+    /// that names other fields needs the map).
+    Framing(HeaderName),
+}
+
+/// The response's fields as sent ([`SentFields`]), framing noted on the way; `None`
+/// when one of them needs the map ([`Fate::Map`]): the caller builds it instead, from
+/// fresh facts. The same fields pass, with the same names and values, as pass
+/// through [`field_map`], `proxy::headers::response` (scrub, no `header_down`),
+/// compression's `Vary` and [`super::encode::head`] (a property test holds the two ways
+/// together).
+fn sent_fields(
+    fields: &[httparse::Header<'_>],
+    rule: AsSent,
+    facts: &mut ResponseFacts,
+    head: &Bytes,
+) -> Result<Option<SentFields>, InvalidResponse> {
+    // Room for every line as it came, and `Vary`: one allocation.
+    let mut lines = Vec::with_capacity(head.len() + VARY.len());
+    let (mut has_date, mut has_vary, mut varies, mut typed) = (false, false, false, false);
+    for h in fields {
+        let name = h.name.as_bytes();
+        match fate(name, h.value, &mut typed, rule) {
+            Fate::Map => return Ok(None),
+            Fate::Drop => {}
+            Fate::Framing(n) => {
+                // A `Connection` naming fields to drop with it: the map's work.
+                if facts.note(&n, h.value, head)? && n == header::CONNECTION {
+                    return Ok(None);
+                }
+            }
+            f @ (Fate::Pass | Fate::Varies) => {
+                varies |= f == Fate::Varies;
+                if name.len() == 4 {
+                    has_date |= name.eq_ignore_ascii_case(b"date");
+                    has_vary |= name.eq_ignore_ascii_case(b"vary");
+                }
+                let at = lines.len();
+                match as_written(head, name, h.value) {
+                    // The line as it came, in one copy.
+                    Some(line) => lines.extend_from_slice(line),
+                    None => {
+                        lines.extend_from_slice(name);
+                        lines.extend_from_slice(b": ");
+                        lines.extend_from_slice(h.value);
+                        lines.extend_from_slice(b"\r\n");
+                    }
+                }
+                lines[at..at + name.len()].make_ascii_lowercase();
+            }
+        }
+    }
+    if varies {
+        if has_vary {
+            // Compression extends the backend's `Vary`: that is the map's work.
+            return Ok(None);
+        }
+        lines.extend_from_slice(VARY);
+    }
+    Ok(Some(SentFields {
+        lines,
+        has_date,
+        has_length: false,
+        varies,
+    }))
+}
+
+/// Where field `name` goes on the way to a client that takes the fields as sent.
+/// `typed`: a `Content-Type` was seen (the first is the one compression reads).
+/// Told apart by length and first letter, then one comparison.
+#[inline]
+fn fate(name: &[u8], value: &[u8], typed: &mut bool, rule: AsSent) -> Fate {
+    let Some(&first) = name.first() else {
+        return Fate::Pass;
+    };
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    match (name.len(), first | 0x20) {
+        (2, b't') if is(b"te") => Fate::Drop,
+        (6, b'e') if is(b"expect") => Fate::Drop,
+        (7, b'u') if is(b"upgrade") => Fate::Drop,
+        (10, b'k') if is(b"keep-alive") => Fate::Drop,
+        (10, b'c') if is(b"connection") => Fate::Framing(header::CONNECTION),
+        (12, b'x') if is(b"x-powered-by") => Fate::Drop,
+        (12, b'c') if is(b"content-type") && !std::mem::replace(typed, true) => {
+            match rule.compressible {
+                Some(compressible) if compressible(value) => match rule.identity_only {
+                    true => Fate::Varies,
+                    false => Fate::Map,
+                },
+                _ => Fate::Pass,
+            }
+        }
+        (14, b'c') if is(b"content-length") => Fate::Framing(header::CONTENT_LENGTH),
+        (16, b'p') if is(b"proxy-connection") => Fate::Drop,
+        (17, b't') if is(b"transfer-encoding") => Fate::Framing(header::TRANSFER_ENCODING),
+        (18, b'p') if is(b"proxy-authenticate") => Fate::Drop,
+        (19, b'p') if is(b"proxy-authorization") => Fate::Drop,
+        (n, b'x') if n > 9 && sluice_prefix(&name[..9]) => Fate::Drop,
+        _ => Fate::Pass,
+    }
+}
+
+/// The line of field `name` in `head` when it is already written as the map would
+/// write it (`name: value` and the line's end), save the name's case.
+fn as_written<'h>(head: &'h [u8], name: &[u8], value: &[u8]) -> Option<&'h [u8]> {
+    let start = (name.as_ptr() as usize).checked_sub(head.as_ptr() as usize)?;
+    let end = start + name.len() + 2 + value.len() + 2;
+    let line = head.get(start..end)?;
+    let (sep, rest) = line[name.len()..].split_at(2);
+    let (v, crlf) = rest.split_at(value.len());
+    (sep == b": " && v.as_ptr() == value.as_ptr() && crlf == b"\r\n").then_some(line)
+}
+
+/// `x-sluice-` in any case, `_` for any `-`.
+fn sluice_prefix(b: &[u8]) -> bool {
+    b.iter()
+        .zip(b"x-sluice-")
+        .all(|(&a, &n)| a.to_ascii_lowercase() == n || (a == b'_' && n == b'-'))
 }
 
 /// What a response's fields say about its framing and its connection.
@@ -455,30 +676,29 @@ impl ResponseFacts {
         Ok(true)
     }
 
-    /// The body's decoder, and whether the connection may carry another request once
-    /// it ends; sets the one Content-Length passed on.
+    /// The body's decoder, whether the connection may carry another request once it
+    /// ends, and the one Content-Length passed on.
     fn framing(
         self,
-        headers: &mut HeaderMap,
         version: Version,
         status: StatusCode,
         is_head: bool,
-    ) -> (Decoder, bool) {
+    ) -> (Decoder, bool, Option<HeaderValue>) {
         let mut close = self.close;
         if version == Version::HTTP_10 && self.keep_alive {
             close = false;
         }
-        match self.length {
+        let length = match self.length {
             // Transfer-Encoding wins and the length is a lie or a smuggling attempt: it
             // must not reach the client, and this connection's framing is not to be
             // trusted again.
-            Some(_) if self.te => close = true,
-            Some(n) => {
-                let v = self.length_as_sent.unwrap_or_else(|| HeaderValue::from(n));
-                headers.insert(header::CONTENT_LENGTH, v);
+            Some(_) if self.te => {
+                close = true;
+                None
             }
-            None => {}
-        }
+            Some(n) => Some(self.length_as_sent.unwrap_or_else(|| HeaderValue::from(n))),
+            None => None,
+        };
         let no_body = is_head
             || status == StatusCode::NO_CONTENT
             || status == StatusCode::NOT_MODIFIED
@@ -496,7 +716,7 @@ impl ResponseFacts {
         } else {
             (Decoder::until_close(), false)
         };
-        (decoder, delimited && !close)
+        (decoder, delimited && !close, length)
     }
 }
 
@@ -538,7 +758,7 @@ mod tests {
         let len = super::super::scan::ResponseScan::default()
             .find_end(&b)
             .expect("complete head");
-        Ok(parse_response(&mut b, len, false)?.expect("a final response"))
+        Ok(parse_response(&mut b, len, false, None)?.expect("a final response"))
     }
 
     #[test]

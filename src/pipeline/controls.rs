@@ -202,12 +202,23 @@ pub(super) fn hsts(site: &Site, client: &ClientInfo, resp: &mut Response<Body>) 
             resp.headers_mut()
                 .insert(header::STRICT_TRANSPORT_SECURITY, v.clone());
         }
-        if let Some(v) = &client.alt_svc {
-            if site.versions.h3 && !site.client_auth {
-                resp.headers_mut().insert(header::ALT_SVC, (**v).clone());
-            }
+        if let Some(v) = alt_svc(site, client) {
+            resp.headers_mut().insert(header::ALT_SVC, v.clone());
         }
     }
+}
+
+/// The `Alt-Svc` a response of `site` gets on this connection, if any.
+fn alt_svc<'c>(site: &Site, client: &'c ClientInfo) -> Option<&'c HeaderValue> {
+    client
+        .alt_svc
+        .as_deref()
+        .filter(|_| site.versions.h3 && !site.client_auth)
+}
+
+/// Whether [`hsts`] adds a field to the site's responses on this connection.
+pub(super) fn adds_fields(site: &Site, client: &ClientInfo) -> bool {
+    client.scheme == Scheme::Https && (site.hsts.is_some() || alt_svc(site, client).is_some())
 }
 
 #[cfg(test)]

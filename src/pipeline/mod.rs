@@ -21,6 +21,7 @@ use crate::config::template::Values;
 use crate::config::{Compression, Template};
 use crate::filter::hold::{Refused, Stopped};
 use crate::filter::{Action, Cx, Stage, Step, Vars, Verified};
+use crate::http1::head::{AsSent, SentFields};
 use crate::inplace::boxed;
 use crate::proxy;
 use crate::reply::{date, local_response};
@@ -125,6 +126,9 @@ pub(crate) struct Answer {
     pub tunnel: Option<Box<crate::tunnel::Tunnel>>,
     /// The meter the response counts on when it is done (the admin API is on).
     pub meter: Option<Arc<Meter>>,
+    /// The response's fields as the backend sent them, for an HTTP/1 connection to
+    /// write ([`Offer::fields`]); `resp`'s own map then holds only what framing set.
+    pub fields: Option<SentFields>,
 }
 
 pub(crate) type ResponseFuture = Pin<Box<dyn Future<Output = Answer> + Send>>;
@@ -136,6 +140,12 @@ pub(crate) struct Offer {
     pub record: bool,
     /// The connection can be handed over to an upgraded protocol (HTTP/1.1).
     pub upgrade: bool,
+    /// The connection writes a proxied answer's fields as sent ([`Answer::fields`]):
+    /// HTTP/1, where they leave as the same lines.
+    pub fields: bool,
+    /// Set by the pipeline for the handler: this request's answer may keep its fields
+    /// as sent ([`as_sent`]).
+    pub as_sent: Option<AsSent>,
 }
 
 /// Serves one request on the current generation. Boxed so a connection's task stays
@@ -156,6 +166,7 @@ pub(crate) fn handle(
                     served: None,
                     tunnel: None,
                     meter: None,
+                    fields: None,
                 },
                 None => serve(gen, req, client, offer).await,
             }
@@ -209,6 +220,10 @@ fn serve(
             served: slots.served.into_inner(),
             tunnel: slots.tunnel.into_inner(),
             meter: metering.meter.take(),
+            fields: slots
+                .fields
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
         }
     }
 }
@@ -255,6 +270,9 @@ impl Drop for Unanswered {
 struct Slots {
     served: std::sync::OnceLock<Served>,
     tunnel: std::sync::OnceLock<Box<crate::tunnel::Tunnel>>,
+    /// A proxied answer's fields as sent ([`Answer::fields`]). A lock no one waits
+    /// for: two atomic operations, where a `OnceLock`'s set cost 90 instructions.
+    fields: std::sync::Mutex<Option<SentFields>>,
     /// The request is a gRPC call (asked once, for the proxy's `grpc-timeout` too).
     grpc: bool,
     /// `tracing otlp`: the request's trace, and the site and route that took it
@@ -304,10 +322,9 @@ fn run<'a>(
         let vars = route
             .uses_placeholders
             .then(|| vars(req, client, route, normalized.as_deref(), tls_client));
-        let client_ip = if route.uses_client_ip {
-            gen.client_ip(client.addr.ip(), req.headers())
-        } else {
-            client.addr.ip()
+        let client_ip = match route.uses_client_ip {
+            true => gen.client_ip(client.addr.ip(), req.headers()),
+            false => client.addr.ip(),
         };
         let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
         cx.client_cert = tls_client.is_some_and(|t| t.cert.is_some());
@@ -322,6 +339,7 @@ fn run<'a>(
         // Bodies a filter watches as they stream (`body_deny` past its hold): a refusal
         // there replaces the handler's answer.
         let mut watched = Vec::new();
+        let offer = as_sent(offer, site, route, client, &asked, slots);
         let (ran, early) = request_phase(route, req, &mut cx, &mut watched).await;
         let mut resp = match early {
             Some(r) => r,
@@ -353,6 +371,29 @@ fn run<'a>(
         logged_to(line, &mut resp);
         resp
     }
+}
+
+/// The offer, with whether a proxied answer may keep its fields as the backend sent
+/// them and on what terms: only for a connection that writes them so (HTTP/1), on a
+/// route where nothing on the way back reads or adds a field
+/// ([`Route::leaves_fields`], no HSTS or `Alt-Svc` on this connection, not gRPC).
+/// Compression is the one reader left: it reads the type, and for a client that takes
+/// no coding only adds `Vary`.
+fn as_sent(
+    offer: Offer,
+    site: &Site,
+    route: &Route,
+    client: &ClientInfo,
+    asked: &Asked,
+    slots: &Slots,
+) -> Offer {
+    let plain = offer.fields && route.fields_as_sent && !slots.grpc;
+    let as_sent = (plain && !controls::adds_fields(site, client)).then(|| AsSent {
+        compressible: (route.compress != Compression::Off)
+            .then_some(crate::filter::compress::compressible_type),
+        identity_only: asked.accept.is_none(),
+    });
+    Offer { as_sent, ..offer }
 }
 
 /// Marks a response of a site with its own `access_log` (nothing otherwise).
@@ -830,6 +871,7 @@ fn call_handler<'a, 'x>(
                     addrs: client.local.map(|l| (client.addr, l)),
                     metered: gen.metered,
                     grpc: slots.grpc,
+                    as_sent: offer.as_sent.map(|rule| (rule, &slots.fields)),
                 };
                 proxy::forward(pool, req, &c).await
             }

@@ -101,6 +101,8 @@ impl Filter for ForwardAuth {
                 // is on, and a subrequest is not the plain proxy's path.
                 metered: true,
                 grpc: false,
+                // The service's answer is read as a map.
+                as_sent: None,
             };
             let asked = async {
                 let answer = super::forward(&pool, &mut ask, &client).await;

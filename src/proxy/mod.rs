@@ -32,6 +32,7 @@ use crate::body::Body;
 use crate::config::template::Values;
 use crate::config::units::format_duration;
 use crate::config::{HashKey, Policy};
+use crate::http1::head::SentFields;
 use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
 use crate::tunnel::Tunnel;
@@ -72,6 +73,12 @@ pub(crate) struct Client<'a> {
     pub metered: bool,
     /// The request is a gRPC call: its `grpc-timeout` bounds it.
     pub grpc: bool,
+    /// An HTTP/1 backend's answer may keep its fields as sent, and where they go for
+    /// the client's connection to write (`None`: the answer's fields as a map).
+    pub as_sent: Option<(
+        crate::http1::head::AsSent,
+        &'a std::sync::Mutex<Option<SentFields>>,
+    )>,
 }
 
 /// An `async move` block rather than an `async fn` (here and in [`attempts`]): an
@@ -169,6 +176,7 @@ fn attempts<'a, 'c>(
             out.keep_for_replay(cfg.retry_buffer);
         }
         out.deadline = deadline;
+        out.as_sent = client.as_sent.map(|(rule, _)| rule);
         let mut sending = Sending {
             out,
             stale,
@@ -794,6 +802,11 @@ fn stream(
     let served_pool = client.served.map(|_| lease.pool.clone());
     let (mut parts, body) = match answer {
         Answer::H1(conn, head, upload) => {
+            if let (Some(fields), Some((_, cell))) = (head.fields, client.as_sent) {
+                *cell
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fields);
+            }
             let body = ResponseBody::new(conn, head.decoder, head.reusable, lease, upload);
             (head.parts, Body::stream(body))
         }

@@ -148,6 +148,24 @@ pub(crate) struct Route {
     pub cache: Option<crate::cache::Cache>,
     /// The route's (first) `challenge`, for `/status`.
     pub challenge: Option<Arc<crate::filter::challenge::Challenge>>,
+    /// Nothing of the route reads or changes a proxied answer's fields but framing
+    /// and compression's look at its type ([`Route::leaves_fields`]): an HTTP/1
+    /// client may get them as the backend sent them.
+    pub fields_as_sent: bool,
+}
+
+impl Route {
+    /// Whether the route leaves a proxied answer's fields alone: no filter (none
+    /// runs on the way back), no cache, no error page, and a proxy without
+    /// `header_down` or origin headers. The site's HSTS and `Alt-Svc` are decided per
+    /// request.
+    pub(crate) fn leaves_fields(&self) -> bool {
+        self.filters.is_empty()
+            && self.cache.is_none()
+            && self.error_pages.is_none()
+            && matches!(&self.handler, Handler::Proxy(p)
+                if p.cfg.header_down.is_empty() && !p.cfg.origin_headers)
+    }
 }
 
 pub(crate) enum Matcher {

@@ -693,7 +693,7 @@ fn route(
             Handler::None | Handler::Files(_) | Handler::FastCgi(_) => false,
         };
     let meter = shared.meter(site.name, route_label(site.name, &r.name));
-    Route {
+    let mut route = Route {
         name: r.name.clone(),
         pattern: r.pattern.clone(),
         matchers: r.matchers.iter().map(matcher).collect(),
@@ -723,7 +723,10 @@ fn route(
             .map(|c| shared.cache(c, &r.name, meter.clone())),
         challenge,
         meter,
-    }
+        fields_as_sent: false,
+    };
+    route.fields_as_sent = route.leaves_fields();
+    route
 }
 
 /// Each `challenge` of the route (its site's included) made again for this route: it

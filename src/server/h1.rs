@@ -276,6 +276,7 @@ impl Conn {
             served: None,
             tunnel: None,
             meter: None,
+            fields: None,
             started,
         };
         let Some(resp) = ex
@@ -370,6 +371,8 @@ struct Exchange {
     started: Option<std::time::Instant>,
     /// A backend connection that switched protocols, to join with this one.
     tunnel: Option<Box<crate::tunnel::Tunnel>>,
+    /// The answer's fields as the backend sent them (`pipeline::Answer::fields`).
+    fields: Option<crate::http1::head::SentFields>,
 }
 
 impl Exchange {
@@ -414,6 +417,8 @@ impl Exchange {
         let offer = pipeline::Offer {
             record: self.record,
             upgrade: self.upgrade,
+            fields: true,
+            as_sent: None,
         };
         let mut fut = pipeline::handle(live, req, client.clone(), offer);
         // An HTTP/1.0 client must not get an interim answer.
@@ -432,6 +437,7 @@ impl Exchange {
                     self.served = answer.served;
                     self.tunnel = answer.tunnel;
                     self.meter = answer.meter;
+                    self.fields = answer.fields;
                     return Some(answer.resp);
                 }
                 heads = crate::interim::held(), if interim => {
@@ -467,7 +473,7 @@ impl Exchange {
         }
         let mut wbuf = Vec::with_capacity(256);
         // keep_alive: no `Connection: close` beside the `Connection: upgrade` it has.
-        encode::head(&mut wbuf, status, &headers, Version::HTTP_11, true);
+        encode::head(&mut wbuf, status, &[], &headers, Version::HTTP_11, true);
         let _ = stream.write_all(&wbuf).await;
     }
 
@@ -517,7 +523,10 @@ impl Exchange {
         count_status(status.as_u16());
         // One pass over the names instead of a hash lookup for each (most heads are
         // short; a long one costs about what the lookups would).
-        let (mut has_length, mut has_date) = (false, false);
+        let fields = self.fields.take();
+        let (mut has_length, mut has_date) = fields
+            .as_ref()
+            .map_or((false, false), |f| (f.has_length, f.has_date));
         for k in headers.keys() {
             has_length |= k == CONTENT_LENGTH;
             has_date |= k == DATE;
@@ -533,7 +542,15 @@ impl Exchange {
         }
         // Per request, so an idle connection holds no write buffer.
         let mut wbuf = Vec::with_capacity(256);
-        encode::head(&mut wbuf, status, &headers, self.version, self.keep_alive);
+        let sent = fields.as_ref().map_or(&[][..], |f| &f.lines[..]);
+        encode::head(
+            &mut wbuf,
+            status,
+            sent,
+            &headers,
+            self.version,
+            self.keep_alive,
+        );
         (rbody, out, wbuf)
     }
 
@@ -710,7 +727,7 @@ async fn write_interim<W: AsyncWrite + Unpin>(
     let mut wbuf = Vec::with_capacity(256);
     for (status, headers) in &heads {
         count_status(status.as_u16());
-        encode::head(&mut wbuf, *status, headers, Version::HTTP_11, true);
+        encode::head(&mut wbuf, *status, &[], headers, Version::HTTP_11, true);
     }
     wr.write_all(&wbuf).await
 }

@@ -491,6 +491,8 @@ async fn serve_stream(
     let offer = pipeline::Offer {
         record: pending.is_some(),
         upgrade: false,
+        fields: false,
+        as_sent: None,
     };
     let (parts, ()) = req.into_parts();
     let fut = pipeline::handle(&live, Request::from_parts(parts, body), client, offer);

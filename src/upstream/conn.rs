@@ -23,7 +23,7 @@ pub(crate) use super::outgoing::{Outgoing, SendError};
 use super::upload::{upload, Piece, Rest, Upload};
 use crate::http1::decode::{Decoded, Decoder};
 use crate::http1::encode::{self, chunk_into, spilled_slices, take_ready, BodyOut, Spill};
-use crate::http1::head::{parse_response, ResponseHead};
+use crate::http1::head::{parse_response, AsSent, ResponseHead};
 use crate::http1::scan::ResponseScan;
 use crate::http1::{MAX_RESPONSE_HEAD, READ_CHUNK};
 use crate::net::stream::Stream;
@@ -215,7 +215,7 @@ impl BackendConn {
         if let Some(e) = write_failed {
             // The backend may have answered, and closed, before the upload ended: its
             // answer is what the client gets, not a 502.
-            return match self.answer_already_here(is_head) {
+            return match self.answer_already_here(is_head, out.as_sent) {
                 Some(mut head) => {
                     head.reusable = false;
                     Ok(head)
@@ -223,7 +223,9 @@ impl BackendConn {
                 None => Err(SendError::Io(e)),
             };
         }
-        let mut head = self.read_head(is_head, out.upload.as_deref_mut()).await?;
+        let mut head = self
+            .read_head(is_head, out.as_sent, out.upload.as_deref_mut())
+            .await?;
         if early {
             head.reusable = false;
         }
@@ -267,7 +269,11 @@ impl BackendConn {
     }
 
     /// A response head that arrived already, read without waiting.
-    fn answer_already_here(&mut self, is_head: bool) -> Option<ResponseHead> {
+    fn answer_already_here(
+        &mut self,
+        is_head: bool,
+        as_sent: Option<AsSent>,
+    ) -> Option<ResponseHead> {
         loop {
             make_room(&mut self.buf, READ_CHUNK);
             let r = read_now(&mut self.io, &mut self.buf);
@@ -278,7 +284,7 @@ impl BackendConn {
         let mut scan = ResponseScan::default();
         loop {
             let len = scan.find_end(&self.buf)?;
-            match parse_response(&mut self.buf, len, is_head).ok()? {
+            match parse_response(&mut self.buf, len, is_head, as_sent).ok()? {
                 Some(head) => return Some(head),
                 None => scan = ResponseScan::default(),
             }
@@ -290,6 +296,7 @@ impl BackendConn {
     async fn read_head(
         &mut self,
         is_head: bool,
+        as_sent: Option<AsSent>,
         mut upload: Option<&mut Rest>,
     ) -> Result<ResponseHead, SendError> {
         let mut scan = ResponseScan::default();
@@ -297,7 +304,7 @@ impl BackendConn {
         let mut heard = !self.buf.is_empty();
         loop {
             if let Some(len) = scan.find_end(&self.buf) {
-                match parse_response(&mut self.buf, len, is_head) {
+                match parse_response(&mut self.buf, len, is_head, as_sent) {
                     Ok(Some(head)) => return Ok(head),
                     // An interim answer, taken off: the next head starts afresh.
                     Ok(None) => {

@@ -35,6 +35,8 @@ pub(crate) struct Outgoing {
     /// What is left of the upload after an HTTP/1.1 backend's answer began (DESIGN
     /// §18.5): it goes on while the answer is read.
     pub upload: Option<Box<super::upload::Rest>>,
+    /// An HTTP/1 backend's answer may keep its fields as sent (`http1::head::AsSent`).
+    pub as_sent: Option<crate::http1::head::AsSent>,
 }
 
 /// Every body frame sent so far, up to a cap: past it, the request can no longer be
@@ -84,6 +86,7 @@ impl Outgoing {
             taken: false,
             deadline: None,
             upload: None,
+            as_sent: None,
         }
     }
 
@@ -166,6 +169,7 @@ impl Outgoing {
             taken: true,
             deadline: None,
             upload: None,
+            as_sent: None,
         }
     }
 

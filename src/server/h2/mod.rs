@@ -216,6 +216,8 @@ async fn one_stream(
     let offer = pipeline::Offer {
         record: pending.is_some(),
         upgrade: websocket.is_some(),
+        fields: false,
+        as_sent: None,
     };
     let client_addr = client.addr;
     let head_only = req.method() == Method::HEAD;
@@ -229,6 +231,7 @@ async fn one_stream(
         served,
         tunnel,
         meter,
+        fields: _,
     } = answer;
     if resp
         .extensions()
