@@ -301,7 +301,8 @@ fn parse_length(b: &[u8]) -> Option<u64> {
     if b.is_empty() || b.len() > 19 || !b.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    std::str::from_utf8(b).ok()?.parse().ok()
+    // At most 19 digits: below `u64::MAX`, so no step overflows.
+    Some(b.iter().fold(0, |n, &d| n * 10 + u64::from(d - b'0')))
 }
 
 /// A Content-Length field value: digits only, a list of equal values allowed
@@ -936,6 +937,14 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// A length is read as the standard library reads digits, up to 19 of them.
+        #[test]
+        fn lengths_read_as_the_standard_parser_reads_them(digits in "[0-9]{1,20}") {
+            let ours = length_field(digits.as_bytes(), None).ok();
+            let std = (digits.len() <= 19).then(|| digits.parse::<u64>().ok()).flatten();
+            proptest::prop_assert_eq!(ours, std);
+        }
+
         /// Every value httparse takes, in a request or a response, is one the checked
         /// constructor takes too: what `parsed_value` relies on.
         #[test]
