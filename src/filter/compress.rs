@@ -131,6 +131,7 @@ fn compressible(h: &HeaderMap) -> bool {
 
 /// Whether a response of `Content-Type` `t` is compressed (and varies by
 /// `Accept-Encoding`).
+#[inline(always)]
 pub(crate) fn compressible_type(t: &[u8]) -> bool {
     let has = |needle: &[u8]| {
         t.windows(needle.len())
