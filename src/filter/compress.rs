@@ -126,22 +126,7 @@ fn qvalue(v: &[u8]) -> Option<u32> {
 
 fn compressible(h: &HeaderMap) -> bool {
     h.get(header::CONTENT_TYPE)
-        .is_some_and(|t| compressible_type(t.as_bytes()))
-}
-
-/// Whether a response of `Content-Type` `t` is compressed (and varies by
-/// `Accept-Encoding`).
-#[inline(always)]
-pub(crate) fn compressible_type(t: &[u8]) -> bool {
-    let has = |needle: &[u8]| {
-        t.windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle))
-    };
-    t.len() >= 5 && t[..5].eq_ignore_ascii_case(b"text/")
-        || has(b"javascript")
-        || has(b"json")
-        || has(b"xml")
-        || has(b"svg")
+        .is_some_and(|t| crate::http1::head::compressible(t.as_bytes()))
 }
 
 /// Applies compression to a response as the request (`accept`, `is_head`) allows.

@@ -337,8 +337,8 @@ pub(crate) struct ResponseHead {
 /// and the hop-by-hop fields every answer loses.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AsSent {
-    /// The route may compress, and a `Content-Type` this says yes to is compressible.
-    pub compressible: Option<fn(&[u8]) -> bool>,
+    /// The route may compress: a type [`compressible`] says yes to is compressible.
+    pub compress: bool,
     /// The client takes no coding: a compressible answer only gains `Vary:
     /// Accept-Encoding`, which the lines then carry (a backend's own `Vary` needs the
     /// map to be extended). Else a compressible answer needs the map.
@@ -380,6 +380,22 @@ impl SentFields {
         }
         self.has_length = true;
     }
+}
+
+/// Whether an answer of `Content-Type` `t` is compressible: compressed for a client
+/// that takes a coding, and varying by `Accept-Encoding` either way (the `compress`
+/// filter's rule, here so that the parser can tell too).
+#[inline(always)]
+pub(crate) fn compressible(t: &[u8]) -> bool {
+    let has = |needle: &[u8]| {
+        t.windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+    };
+    t.len() >= 5 && t[..5].eq_ignore_ascii_case(b"text/")
+        || has(b"javascript")
+        || has(b"json")
+        || has(b"xml")
+        || has(b"svg")
 }
 
 /// The line compression adds to a compressible answer.
@@ -519,6 +535,16 @@ fn sent_fields(
     facts: &mut ResponseFacts,
     head: &Bytes,
 ) -> Result<Option<SentFields>, InvalidResponse> {
+    if rule.compress && !rule.identity_only {
+        // A client that takes a coding: a compressible answer is compression's to
+        // decide on, through the map. Told before anything is copied.
+        let typed = fields.iter().find(|h| {
+            h.name.len() == 12 && h.name.as_bytes().eq_ignore_ascii_case(b"content-type")
+        });
+        if typed.is_some_and(|h| compressible(h.value)) {
+            return Ok(None);
+        }
+    }
     // Room for every line as it came, and `Vary`: one allocation.
     let mut lines = Vec::with_capacity(head.len() + VARY.len());
     let (mut has_date, mut has_vary, mut varies, mut typed) = (false, false, false, false);
@@ -586,12 +612,10 @@ fn fate(name: &[u8], value: &[u8], typed: &mut bool, rule: AsSent) -> Fate {
         (10, b'c') if is(b"connection") => Fate::Framing(header::CONNECTION),
         (12, b'x') if is(b"x-powered-by") => Fate::Drop,
         (12, b'c') if is(b"content-type") && !std::mem::replace(typed, true) => {
-            match rule.compressible {
-                Some(compressible) if compressible(value) => match rule.identity_only {
-                    true => Fate::Varies,
-                    false => Fate::Map,
-                },
-                _ => Fate::Pass,
+            match rule.compress && compressible(value) {
+                true if rule.identity_only => Fate::Varies,
+                true => Fate::Map,
+                false => Fate::Pass,
             }
         }
         (14, b'c') if is(b"content-length") => Fate::Framing(header::CONTENT_LENGTH),

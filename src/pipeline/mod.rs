@@ -389,8 +389,7 @@ fn as_sent(
 ) -> Offer {
     let plain = offer.fields && route.fields_as_sent && !slots.grpc;
     let as_sent = (plain && !controls::adds_fields(site, client)).then(|| AsSent {
-        compressible: (route.compress != Compression::Off)
-            .then_some(crate::filter::compress::compressible_type),
+        compress: route.compress != Compression::Off,
         identity_only: asked.accept.is_none(),
     });
     Offer { as_sent, ..offer }
