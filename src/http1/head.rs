@@ -329,7 +329,7 @@ pub(crate) struct ResponseHead {
     /// The fields as the client's HTTP/1 connection writes them, when they were asked
     /// for ([`AsSent`]) and nothing but framing needed reading: `parts.headers` then
     /// holds only the `Content-Length` framing sets.
-    pub fields: Option<SentFields>,
+    pub fields: Option<Box<SentFields>>,
 }
 
 /// A request whose answer may pass with its fields as the backend sent them: nothing
@@ -534,7 +534,7 @@ fn sent_fields(
     rule: AsSent,
     facts: &mut ResponseFacts,
     head: &Bytes,
-) -> Result<Option<SentFields>, InvalidResponse> {
+) -> Result<Option<Box<SentFields>>, InvalidResponse> {
     if rule.compress && !rule.identity_only {
         // A client that takes a coding: a compressible answer is compression's to
         // decide on, through the map. Told before anything is copied.
@@ -587,12 +587,14 @@ fn sent_fields(
         }
         lines.extend_from_slice(VARY);
     }
-    Ok(Some(SentFields {
+    // Boxed: it rides in every answer's structures on its way to the client, and a
+    // pointer costs the answers that do not have it nothing to move.
+    Ok(Some(Box::new(SentFields {
         lines,
         has_date,
         has_length: false,
         varies,
-    }))
+    })))
 }
 
 /// Where field `name` goes on the way to a client that takes the fields as sent.

@@ -128,7 +128,7 @@ pub(crate) struct Answer {
     pub meter: Option<Arc<Meter>>,
     /// The response's fields as the backend sent them, for an HTTP/1 connection to
     /// write ([`Offer::fields`]); `resp`'s own map then holds only what framing set.
-    pub fields: Option<SentFields>,
+    pub fields: Option<Box<SentFields>>,
 }
 
 pub(crate) type ResponseFuture = Pin<Box<dyn Future<Output = Answer> + Send>>;
@@ -272,7 +272,7 @@ struct Slots {
     tunnel: std::sync::OnceLock<Box<crate::tunnel::Tunnel>>,
     /// A proxied answer's fields as sent ([`Answer::fields`]). A lock no one waits
     /// for: two atomic operations, where a `OnceLock`'s set cost 90 instructions.
-    fields: std::sync::Mutex<Option<SentFields>>,
+    fields: std::sync::Mutex<Option<Box<SentFields>>>,
     /// The request is a gRPC call (asked once, for the proxy's `grpc-timeout` too).
     grpc: bool,
     /// `tracing otlp`: the request's trace, and the site and route that took it

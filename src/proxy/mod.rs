@@ -77,7 +77,7 @@ pub(crate) struct Client<'a> {
     /// the client's connection to write (`None`: the answer's fields as a map).
     pub as_sent: Option<(
         crate::http1::head::AsSent,
-        &'a std::sync::Mutex<Option<SentFields>>,
+        &'a std::sync::Mutex<Option<Box<SentFields>>>,
     )>,
 }
 

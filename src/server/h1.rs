@@ -372,7 +372,7 @@ struct Exchange {
     /// A backend connection that switched protocols, to join with this one.
     tunnel: Option<Box<crate::tunnel::Tunnel>>,
     /// The answer's fields as the backend sent them (`pipeline::Answer::fields`).
-    fields: Option<crate::http1::head::SentFields>,
+    fields: Option<Box<crate::http1::head::SentFields>>,
 }
 
 impl Exchange {
