@@ -230,6 +230,15 @@ pub fn http1_response(data: &[u8]) {
             }
         };
         assert!(end <= buf.len());
+        for (compress, identity_only) in [(false, false), (true, false), (true, true)] {
+            let through_map = response_fields(&buf[..end], is_head, compress, identity_only, false);
+            let as_sent = response_fields(&buf[..end], is_head, compress, identity_only, true);
+            assert_eq!(
+                through_map.map(|r| r.map(|(f, flags, _)| (f, flags))),
+                as_sent.map(|r| r.map(|(f, flags, _)| (f, flags))),
+                "compress {compress}, identity only {identity_only}"
+            );
+        }
         let h = match head::parse_response(&mut buf, end, is_head, None) {
             Err(_) => return,
             Ok(None) => continue,
@@ -253,6 +262,81 @@ pub fn http1_response(data: &[u8]) {
             return;
         }
     }
+}
+
+/// The fields of response `head` as an HTTP/1 client gets them, either as sent
+/// (`http1::head::SentFields`) or through the map (`as_sent` false): the status line,
+/// then the fields sorted by name (a name's own fields keep their order); whether they
+/// hold `Date` and `Content-Length`; whether they went as sent. What the proxy, the
+/// pipeline (compression, for a client that takes gzip or none) and the client's
+/// connection do to them on the way, from parse to `encode::head`. `Ok(None)`: an
+/// interim answer. The two ways must agree on every head: the fuzz target
+/// `http1_response` and a property test hold them to it.
+#[allow(clippy::type_complexity)]
+pub fn response_fields(
+    head: &[u8],
+    is_head: bool,
+    compress: bool,
+    identity_only: bool,
+    as_sent: bool,
+) -> Result<Option<(Vec<String>, (bool, bool), bool)>, &'static str> {
+    use http::header::{self as h, HeaderValue};
+    use http::StatusCode;
+    let rule = head::AsSent {
+        compress,
+        identity_only,
+    };
+    let mut b = BytesMut::from(head);
+    let len = b.len();
+    let r = match head::parse_response(&mut b, len, is_head, Some(rule).filter(|_| as_sent)) {
+        Err(e) => return Err(e.0),
+        Ok(None) => return Ok(None),
+        Ok(Some(r)) => r,
+    };
+    let mut parts = r.parts;
+    let cfg = crate::config::ProxyConfig::new(vec![]);
+    crate::proxy::headers::response(&mut parts.headers, &cfg, &Values::default());
+    let mut resp = http::Response::from_parts(parts, Body::Empty);
+    if compress {
+        let gzip = HeaderValue::from_static("gzip");
+        let accept = (!identity_only).then_some(&gzip);
+        crate::filter::compress::apply(&mut resp, accept, is_head, false, false);
+    }
+    let (parts, _) = resp.into_parts();
+    let mut map = parts.headers;
+    // What the client's connection does for an answer without a body.
+    let no_body =
+        parts.status == StatusCode::NO_CONTENT || parts.status == StatusCode::NOT_MODIFIED;
+    if no_body && !is_head {
+        map.remove(h::CONTENT_LENGTH);
+    }
+    let (lines, flags) = match &r.fields {
+        Some(f) => (&f.lines[..], (f.has_date, f.has_length)),
+        None => (
+            &[][..],
+            (
+                map.contains_key(h::DATE),
+                map.contains_key(h::CONTENT_LENGTH),
+            ),
+        ),
+    };
+    let mut out = Vec::new();
+    crate::http1::encode::head(
+        &mut out,
+        parts.status,
+        lines,
+        &map,
+        http::Version::HTTP_11,
+        true,
+    );
+    let text = String::from_utf8_lossy(&out);
+    let mut fields: Vec<String> = text
+        .split("\r\n")
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    fields[1..].sort_by_key(|l| l.split(':').next().unwrap_or("").to_string());
+    Ok(Some((fields, flags, r.fields.is_some())))
 }
 
 /// Path normalisation: a normal result is absolute, has no dot segments or empty
@@ -382,4 +466,169 @@ pub fn condition(
         "`unless` is not the opposite"
     );
     Some((model, holds, normal))
+}
+
+/// A response head's fields reach an HTTP/1 client the same whether they pass as
+/// sent (`http1::head::SentFields`) or through the map (`response`, then the
+/// encoder): the same lines, same-name fields in their order (the map groups a
+/// name's fields at its first; the lines keep the backend's order).
+#[cfg(test)]
+mod as_sent {
+    use super::response_fields;
+    use crate::http1::head::AsSent;
+    use proptest::prelude::*;
+
+    const NAMES: &[&str] = &[
+        "Server",
+        "Date",
+        "Content-Type",
+        "Content-Length",
+        "Transfer-Encoding",
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Connection",
+        "Upgrade",
+        "TE",
+        "Expect",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "X-Powered-By",
+        "X-Sluice-Peer",
+        "x_SLUICE_y",
+        "X-Sluice",
+        "Set-Cookie",
+        "Vary",
+        "X-Custom",
+        "x_forwarded_for",
+        "ETag",
+        "Trailer",
+        "Cache-Control",
+        "Last-Modified",
+        "Location",
+    ];
+    const VALUES: &[&str] = &[
+        "text/html",
+        "application/octet-stream",
+        "image/png",
+        "application/JSON",
+        "close",
+        "keep-alive",
+        "Close, Keep-Alive",
+        "close, x-custom",
+        "x-custom",
+        "5",
+        "5, 5",
+        "7",
+        "chunked",
+        "gzip, chunked",
+        "a=b",
+        "  spaced  ",
+        "",
+        "trailers",
+    ];
+
+    /// The fields a client gets (status line first, then by name), whether it has
+    /// `Date` and `Content-Length`, and whether they went as sent.
+    type Seen = (Vec<String>, (bool, bool), bool);
+
+    /// The head's fields as an HTTP/1 client gets them, one way or the other; the
+    /// error of a head refused (which must match too).
+    fn client_lines(head: &str, rule: AsSent, as_sent: bool) -> Result<Seen, &'static str> {
+        response_fields(
+            head.as_bytes(),
+            false,
+            rule.compress,
+            rule.identity_only,
+            as_sent,
+        )
+        .map(|r| r.expect("a final answer"))
+    }
+
+    fn case(name: &str, upper: &[bool]) -> String {
+        name.chars()
+            .zip(upper.iter().cycle())
+            .map(|(c, &u)| {
+                if u {
+                    c.to_ascii_uppercase()
+                } else {
+                    c.to_ascii_lowercase()
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_compressible_answer_to_a_client_without_codings_varies() {
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nServer: x\r\n\r\n";
+        let rule = AsSent {
+            compress: true,
+            identity_only: true,
+        };
+        let (lines, _, used) = client_lines(head, rule, true).unwrap();
+        assert!(used);
+        assert_eq!(lines, client_lines(head, rule, false).unwrap().0);
+        assert!(
+            lines.contains(&"vary: accept-encoding".to_string()),
+            "{lines:?}"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+        #[test]
+        fn fields_as_sent_are_the_fields_through_the_map(
+            status in prop::sample::select(vec![200u16, 204, 304, 404, 101, 500]),
+            fields in prop::collection::vec(
+                (
+                    prop_oneof![
+                        4 => prop::sample::select(NAMES).prop_map(str::to_string),
+                        1 => "[A-Za-z0-9!#$%&'*+.^_`|~-]{1,12}",
+                    ],
+                    prop::collection::vec(any::<bool>(), 1..4),
+                    prop_oneof![
+                        4 => prop::sample::select(VALUES).prop_map(str::to_string),
+                        1 => "[ -~\t]{0,20}",
+                    ],
+                ),
+                0..10,
+            ),
+            compress in any::<bool>(),
+            identity_only in any::<bool>(),
+        ) {
+            let mut head = format!("HTTP/1.1 {status} X\r\n");
+            for (name, upper, value) in &fields {
+                head.push_str(&format!("{}: {value}\r\n", case(name, upper)));
+            }
+            head.push_str("\r\n");
+            let rule = AsSent {
+                compress,
+                identity_only,
+            };
+            let through_map = client_lines(&head, rule, false);
+            let as_sent = client_lines(&head, rule, true);
+            match (&through_map, &as_sent) {
+                (Ok((a, a_date, _)), Ok((b, b_date, _))) => {
+                    prop_assert_eq!(a, b, "{}", head);
+                    prop_assert_eq!(a_date, b_date);
+                }
+                (a, b) => prop_assert_eq!(a.as_ref().err(), b.as_ref().err(), "{}", head),
+            }
+            // The lines are used whenever nothing needs the map.
+            if let Ok((_, _, used)) = as_sent {
+                let needs_map = status == 101 || fields.iter().any(|(n, _, v)| {
+                    n.eq_ignore_ascii_case("connection")
+                        && v.split(',').map(str::trim).any(|t| {
+                            !t.is_empty()
+                                && !t.eq_ignore_ascii_case("close")
+                                && !t.eq_ignore_ascii_case("keep-alive")
+                        })
+                });
+                let has = |name: &str| fields.iter().any(|(n, _, _)| n.eq_ignore_ascii_case(name));
+                let compressible = compress && fields.iter().find(|(n, _, _)| n.eq_ignore_ascii_case("content-type"))
+                    .is_some_and(|(_, _, v)| crate::http1::head::compressible(v.trim().as_bytes()));
+                let needs_map = needs_map || (compressible && (!identity_only || has("vary")));
+                prop_assert_eq!(used, !needs_map, "{}", head);
+            }
+        }
+    }
 }
