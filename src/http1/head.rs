@@ -327,8 +327,8 @@ pub(crate) struct ResponseHead {
     /// The connection may carry another request once this body ends.
     pub reusable: bool,
     /// The fields as the client's HTTP/1 connection writes them, when they were asked
-    /// for ([`AsSent`]) and nothing but framing needed reading: `parts.headers` then
-    /// holds only the `Content-Length` framing sets.
+    /// for ([`AsSent`]) and nothing but framing needed reading: `parts.headers` is
+    /// then empty (the `Content-Length` framing passes on is among the lines).
     pub fields: Option<Box<SentFields>>,
 }
 

@@ -127,7 +127,8 @@ pub(crate) struct Answer {
     /// The meter the response counts on when it is done (the admin API is on).
     pub meter: Option<Arc<Meter>>,
     /// The response's fields as the backend sent them, for an HTTP/1 connection to
-    /// write ([`Offer::fields`]); `resp`'s own map then holds only what framing set.
+    /// write ([`Offer::fields`]); `resp`'s own map then holds only what was added on
+    /// the way (nothing, on the routes that take this path).
     pub fields: Option<Box<SentFields>>,
 }
 
