@@ -92,7 +92,10 @@ fn curl_through_the_demo_pool_alternates_backends() {
     // The dashboard shows the switch (headless Chromium, when there is one).
     if let Some(chromium) = program("chromium") {
         let dir = TempDir::new();
-        let out = Command::new(chromium)
+        // Killed after 90 s of real time: a stuck browser never hangs the run.
+        let out = Command::new("timeout")
+            .arg("90")
+            .arg(chromium)
             .args([
                 "--headless",
                 "--no-sandbox",
@@ -288,7 +291,9 @@ async fn the_dashboard_renders_in_a_real_browser() {
     let dir = TempDir::new();
     let url = format!("http://{admin}/");
     let run = |size: &str, extra: &[&str]| {
-        let out = Command::new(&chromium)
+        let out = Command::new("timeout")
+            .arg("90")
+            .arg(&chromium)
             .args([
                 "--headless",
                 "--no-sandbox",
