@@ -110,7 +110,7 @@ fn resolve_now(cfg: &FastCgiConfig, path: &str) -> Target {
     }
     let wanted = cfg.root.join(&rel);
     let real = match std::fs::canonicalize(&wanted) {
-        Ok(r) if r.starts_with(&cfg.root) => r,
+        Ok(r) if crate::files::lies_under(&r, &cfg.root) => r,
         _ => return fallback(cfg),
     };
     let Ok(meta) = std::fs::metadata(&real) else {
@@ -209,7 +209,7 @@ fn fallback(cfg: &FastCgiConfig) -> Target {
 /// The script's canonical path, when it is a regular file under root.
 fn script_file(root: &Path, rel: &Path) -> Option<PathBuf> {
     let real = std::fs::canonicalize(root.join(rel)).ok()?;
-    if !real.starts_with(root) {
+    if !crate::files::lies_under(&real, root) {
         return None;
     }
     let meta = std::fs::metadata(&real).ok()?;

@@ -61,7 +61,7 @@ fn guess(path: &Path) -> String {
 /// Whether `real` lies in `root` or is `root`. Both are canonical (from the kernel or
 /// `canonicalize`: no `.`, `..`, doubled or trailing `/`), so comparing bytes up to a
 /// `/` says what comparing components would.
-pub(super) fn lies_under(real: &Path, root: &Path) -> bool {
+pub(crate) fn lies_under(real: &Path, root: &Path) -> bool {
     let (r, base) = (real.as_os_str().as_bytes(), root.as_os_str().as_bytes());
     r.starts_with(base) && (r.len() == base.len() || base.ends_with(b"/") || r[base.len()] == b'/')
 }

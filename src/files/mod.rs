@@ -26,6 +26,8 @@
 
 mod fields;
 
+pub(crate) use fields::lies_under;
+
 use std::borrow::Cow;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -203,7 +205,6 @@ fn refused(
     e: &std::io::Error,
     located_fd: std::io::Result<std::fs::File>,
 ) -> Unserved {
-    use std::os::fd::AsRawFd;
     tracing::warn!("sluice: files: cannot open {}: {e}", path.display());
     let Ok(f) = located_fd else {
         return Unserved::Absent;
@@ -217,8 +218,7 @@ fn refused(
     if !located(&f, path, &meta).is_some_and(|real| fields::lies_under(&real, root)) {
         return Unserved::Absent;
     }
-    let again = Path::new("/proc/self/fd").join(f.as_raw_fd().to_string());
-    match open(&again, false) {
+    match open(Path::new(&fd_name(&f)), false) {
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Unserved::Forbidden,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Unserved::Forbidden,
         _ => Unserved::Absent,
@@ -229,15 +229,20 @@ fn refused(
 /// (`/proc/self/fd/N`); without `/proc`, the canonical form of `path`, only if it
 /// names the very file that was opened (device and inode).
 fn located(file: &std::fs::File, path: &Path, meta: &std::fs::Metadata) -> Option<PathBuf> {
+    match std::fs::read_link(fd_name(file)) {
+        Ok(real) if real.is_absolute() => Some(real),
+        _ => located_by_name(path, meta),
+    }
+}
+
+/// The kernel's name for `file`'s descriptor, `/proc/self/fd/N`.
+fn fd_name(file: &std::fs::File) -> String {
     use std::os::fd::AsRawFd;
     let mut name = String::with_capacity(32);
     name.push_str("/proc/self/fd/");
     let fd = u64::try_from(file.as_raw_fd()).unwrap_or(0);
     name.push_str(std::str::from_utf8(itoa_u64(&mut [0u8; 20], fd)).unwrap_or_default());
-    match std::fs::read_link(name) {
-        Ok(real) if real.is_absolute() => Some(real),
-        _ => located_by_name(path, meta),
-    }
+    name
 }
 
 /// `path`'s canonical form, if it names the file `meta` describes.

@@ -625,7 +625,7 @@ fn fate(name: &[u8], value: &[u8], typed: &mut bool, rule: AsSent) -> Fate {
         (17, b't') if is(b"transfer-encoding") => Fate::Framing(header::TRANSFER_ENCODING),
         (18, b'p') if is(b"proxy-authenticate") => Fate::Drop,
         (19, b'p') if is(b"proxy-authorization") => Fate::Drop,
-        (n, b'x') if n > 9 && sluice_prefix(&name[..9]) => Fate::Drop,
+        (_, b'x') if super::names::is_sluice(name) => Fate::Drop,
         _ => Fate::Pass,
     }
 }
@@ -639,13 +639,6 @@ fn as_written<'h>(head: &'h [u8], name: &[u8], value: &[u8]) -> Option<&'h [u8]>
     let (sep, rest) = line[name.len()..].split_at(2);
     let (v, crlf) = rest.split_at(value.len());
     (sep == b": " && v.as_ptr() == value.as_ptr() && crlf == b"\r\n").then_some(line)
-}
-
-/// `x-sluice-` in any case, `_` for any `-`.
-fn sluice_prefix(b: &[u8]) -> bool {
-    b.iter()
-        .zip(b"x-sluice-")
-        .all(|(&a, &n)| a.to_ascii_lowercase() == n || (a == b'_' && n == b'-'))
 }
 
 /// What a response's fields say about its framing and its connection.

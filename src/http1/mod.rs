@@ -9,7 +9,7 @@
 pub(crate) mod decode;
 pub(crate) mod encode;
 pub(crate) mod head;
-mod names;
+pub(crate) mod names;
 pub(crate) use names::keep_trailers;
 pub(crate) mod scan;
 

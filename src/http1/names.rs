@@ -13,6 +13,17 @@
 
 use http::header::{self, HeaderName, InvalidHeaderName};
 
+/// Whether field `name` (any case) is one of sluice's own, `X-Sluice-*`, in any
+/// spelling a backend would take for it (`_` for `-`): never passed on from a client
+/// or a backend.
+pub(crate) fn is_sluice(name: &[u8]) -> bool {
+    name.len() > 9
+        && name[..9]
+            .iter()
+            .zip(b"x-sluice-")
+            .all(|(&a, &n)| a.to_ascii_lowercase() == n || (a == b'_' && n == b'-'))
+}
+
 /// The name `token` spells (any case); `token` is a header field name httparse parsed.
 #[inline]
 pub(crate) fn from_token(token: &[u8]) -> Result<HeaderName, InvalidHeaderName> {

@@ -182,8 +182,7 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool, answe
 
 /// `X-Sluice-*` in any spelling.
 fn is_sluice(k: &HeaderName) -> bool {
-    let k = k.as_str().as_bytes();
-    k.len() > 9 && k[0] == b'x' && same_field(&k[..9], b"x-sluice-")
+    crate::http1::names::is_sluice(k.as_str().as_bytes())
 }
 
 /// A `_` spelling of a forwarding field sluice sets for a trusted client too.
