@@ -367,16 +367,8 @@ async fn chromium_solves_the_page_and_lands_on_the_backend() {
 /// A request the backend holds until released: its answer may take as long as
 /// Chromium's look at the dashboard, so it waits longer than [`WAIT`].
 async fn held_get(addr: std::net::SocketAddr) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
-    c.write_all(b"GET /hold HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(120), c.read_to_end(&mut out))
-        .await
-        .expect("the held request's answer within 120 s")
-        .unwrap();
+    let req = b"GET /hold HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    let out = raw_within(addr, req, Duration::from_secs(120)).await;
     let (r, _) = parse_response(&out)
         .unwrap_or_else(|| panic!("no response in {:?}", String::from_utf8_lossy(&out)));
     r.status

@@ -421,10 +421,15 @@ impl Resp {
 
 /// Sends raw bytes and reads until the server closes (bounded); returns all it sent.
 pub async fn raw(addr: SocketAddr, req: &[u8]) -> Vec<u8> {
+    raw_within(addr, req, WAIT).await
+}
+
+/// [`raw`], reading for as long as `wait` (an answer a test holds back on purpose).
+pub async fn raw_within(addr: SocketAddr, req: &[u8], wait: Duration) -> Vec<u8> {
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(req).await.unwrap();
     let mut out = Vec::new();
-    let _ = tokio::time::timeout(WAIT, s.read_to_end(&mut out)).await;
+    let _ = tokio::time::timeout(wait, s.read_to_end(&mut out)).await;
     out
 }
 
