@@ -17,6 +17,7 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode, Uri, Version};
 
 use super::decode::Decoder;
+use super::names::{self, Kind};
 use super::{MAX_HEAD, MAX_HEADERS, MAX_RESPONSE_HEADERS};
 
 /// How a request body is delimited.
@@ -86,7 +87,7 @@ pub(crate) fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
     let mut headers = HeaderMap::with_capacity(req.headers.len() + 4);
     let mut facts = RequestFacts::default();
     for h in req.headers.iter() {
-        let name = super::names::from_token(h.name.as_bytes())
+        let name = names::from_token(h.name.as_bytes())
             .map_err(|_| HeadError::Bad("invalid header name"))?;
         let value = parsed_value(&head, h.value);
         if facts.note(&name, h.value)? {
@@ -433,7 +434,7 @@ pub(crate) fn parse_response(
         if status != StatusCode::CONTINUE {
             let mut headers = HeaderMap::with_capacity(resp.headers.len());
             for h in resp.headers.iter() {
-                if let Ok(name) = super::names::from_token(h.name.as_bytes()) {
+                if let Ok(name) = names::from_token(h.name.as_bytes()) {
                     headers.append(name, parsed_value(&head, h.value));
                 }
             }
@@ -497,7 +498,7 @@ fn field_map(
 ) -> Result<HeaderMap, InvalidResponse> {
     let mut headers = HeaderMap::with_capacity(fields.len() + 2);
     for h in fields {
-        let name = super::names::from_token(h.name.as_bytes())
+        let name = names::from_token(h.name.as_bytes())
             .map_err(|_| InvalidResponse("invalid header name"))?;
         if facts.note(&name, h.value, head)? {
             headers.append(name, parsed_value(head, h.value));
@@ -576,7 +577,7 @@ fn sent_fields(
                         lines.extend_from_slice(b"\r\n");
                     }
                 }
-                lines[at..at + name.len()].make_ascii_lowercase();
+                names::lower_in_place(&mut lines[at..at + name.len()]);
             }
         }
     }
@@ -607,12 +608,6 @@ fn fate(name: &[u8], value: &[u8], typed: &mut bool, rule: AsSent) -> Fate {
     };
     let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
     match (name.len(), first | 0x20) {
-        (2, b't') if is(b"te") => Fate::Drop,
-        (6, b'e') if is(b"expect") => Fate::Drop,
-        (7, b'u') if is(b"upgrade") => Fate::Drop,
-        (10, b'k') if is(b"keep-alive") => Fate::Drop,
-        (10, b'c') if is(b"connection") => Fate::Framing(header::CONNECTION),
-        (12, b'x') if is(b"x-powered-by") => Fate::Drop,
         (12, b'c') if is(b"content-type") && !std::mem::replace(typed, true) => {
             match rule.compress && compressible(value) {
                 true if rule.identity_only => Fate::Varies,
@@ -621,12 +616,12 @@ fn fate(name: &[u8], value: &[u8], typed: &mut bool, rule: AsSent) -> Fate {
             }
         }
         (14, b'c') if is(b"content-length") => Fate::Framing(header::CONTENT_LENGTH),
-        (16, b'p') if is(b"proxy-connection") => Fate::Drop,
-        (17, b't') if is(b"transfer-encoding") => Fate::Framing(header::TRANSFER_ENCODING),
-        (18, b'p') if is(b"proxy-authenticate") => Fate::Drop,
-        (19, b'p') if is(b"proxy-authorization") => Fate::Drop,
-        (_, b'x') if super::names::is_sluice(name) => Fate::Drop,
-        _ => Fate::Pass,
+        _ => match names::kind(name) {
+            Kind::HopByHop(0) => Fate::Framing(header::CONNECTION),
+            Kind::HopByHop(3) => Fate::Framing(header::TRANSFER_ENCODING),
+            Kind::HopByHop(_) | Kind::Te | Kind::Sluice | Kind::PoweredBy => Fate::Drop,
+            Kind::Forwarding { .. } | Kind::Other => Fate::Pass,
+        },
     }
 }
 

@@ -17,11 +17,113 @@ use http::header::{self, HeaderName, InvalidHeaderName};
 /// spelling a backend would take for it (`_` for `-`): never passed on from a client
 /// or a backend.
 pub(crate) fn is_sluice(name: &[u8]) -> bool {
-    name.len() > 9
-        && name[..9]
+    name.len() > 9 && spells(&name[..9], b"x-sluice-")
+}
+
+/// What a proxy does with a field for its name alone (DESIGN §8.9), in any case: the
+/// one classifier behind the map's scrub (`proxy::headers`), an answer's fields as
+/// sent ([`super::head`]) and a request's fields written for a backend. Told apart by
+/// length and first letter, then one comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Nothing in its name alone.
+    Other,
+    /// Hop-by-hop: its place in [`HOP_BY_HOP`] (`Connection` is 0).
+    HopByHop(u8),
+    /// `TE`: hop-by-hop, but a request's `trailers` goes on.
+    Te,
+    /// `X-Sluice-*`, in any spelling ([`is_sluice`]).
+    Sluice,
+    /// `X-Powered-By`: an answer's is dropped.
+    PoweredBy,
+    /// Carries a client's address or overrides the URL ([`FORWARDING`], `_` read as
+    /// `-`): an untrusted client's go. `ours_spelled`: `X-Forwarded-For/Proto/Host`
+    /// written with a `_`, which go for every client (sluice sets the real ones).
+    Forwarding { ours_spelled: bool },
+}
+
+/// `Trailer` is not among them: it announces the trailers, which pass end to end
+/// (RFC 9110 §6.6.2; Go's HTTP/2 server keeps only the request trailers it announces).
+pub(crate) static HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::EXPECT,
+];
+
+/// Fields that carry a client's address or override the URL, dropped from a client
+/// outside `trust`: the forwarding fields, the other client-address and scheme
+/// spellings some frameworks believe, and the URL overrides some servers route by.
+/// The first three are the ones sluice sets.
+pub(crate) const FORWARDING: [&[u8]; 18] = [
+    b"x-forwarded-for",
+    b"x-forwarded-proto",
+    b"x-forwarded-host",
+    b"x-forwarded-port",
+    b"x-forwarded-prefix",
+    b"x-forwarded-scheme",
+    b"x-forwarded-ssl",
+    b"x-original-forwarded-for",
+    b"front-end-https",
+    b"forwarded",
+    b"x-real-ip",
+    b"true-client-ip",
+    b"cf-connecting-ip",
+    b"client-ip",
+    b"x-client-ip",
+    b"x-cluster-client-ip",
+    b"x-original-url",
+    b"x-rewrite-url",
+];
+
+/// What `name` (any case) is to a proxy ([`Kind`]).
+#[inline]
+pub(crate) fn kind(name: &[u8]) -> Kind {
+    let Some(&first) = name.first() else {
+        return Kind::Other;
+    };
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    match (name.len(), first | 0x20) {
+        (2, b't') if is(b"te") => Kind::Te,
+        (6, b'e') if is(b"expect") => Kind::HopByHop(7),
+        (7, b'u') if is(b"upgrade") => Kind::HopByHop(4),
+        (10, b'c') if is(b"connection") => Kind::HopByHop(0),
+        (10, b'k') if is(b"keep-alive") => Kind::HopByHop(1),
+        (12, b'x') if is(b"x-powered-by") => Kind::PoweredBy,
+        (16, b'p') if is(b"proxy-connection") => Kind::HopByHop(2),
+        (17, b't') if is(b"transfer-encoding") => Kind::HopByHop(3),
+        (18, b'p') if is(b"proxy-authenticate") => Kind::HopByHop(5),
+        (19, b'p') if is(b"proxy-authorization") => Kind::HopByHop(6),
+        // Every forwarding name starts with one of these, and is 9 to 24 bytes long.
+        (9..=24, b'x' | b'f' | b't' | b'c') => {
+            if first | 0x20 == b'x' && is_sluice(name) {
+                return Kind::Sluice;
+            }
+            match FORWARDING.iter().position(|n| spells(name, n)) {
+                Some(i) => Kind::Forwarding {
+                    ours_spelled: i < 3 && name.contains(&b'_'),
+                },
+                None => Kind::Other,
+            }
+        }
+        (_, b'x') if is_sluice(name) => Kind::Sluice,
+        _ => Kind::Other,
+    }
+}
+
+/// Whether `name` (any case) spells the lower-case `field`, reading `_` as `-` (CGI-style
+/// servers and some frameworks fold the two, so `X_Forwarded_For` would pass as the
+/// real thing).
+pub(crate) fn spells(name: &[u8], field: &[u8]) -> bool {
+    name.len() == field.len()
+        && name
             .iter()
-            .zip(b"x-sluice-")
-            .all(|(&a, &n)| a.to_ascii_lowercase() == n || (a == b'_' && n == b'-'))
+            .zip(field)
+            .all(|(&a, &b)| a.to_ascii_lowercase() == b || (a == b'_' && b == b'-'))
 }
 
 /// The name `token` spells (any case); `token` is a header field name httparse parsed.
@@ -111,6 +213,34 @@ fn folded_eq(b: &[u8], lower: &[u8; 32]) -> bool {
     w(b, 0) | FOLD == w(lower, 0)
         && w(b, n - 8) | FOLD == w(lower, n - 8)
         && (n <= 16 || w(b, 8) | FOLD == w(lower, 8))
+}
+
+/// Lower-cases ASCII letters in place, eight bytes a step: the same result as
+/// `make_ascii_lowercase` for any bytes (a property test holds it), a seventh of the
+/// instructions on a field name (a byte-at-a-time loop cost ~540 of a keep-alive
+/// request's answer of eight fields; docs/performance.md, twelfth part).
+#[inline]
+pub(crate) fn lower_in_place(b: &mut [u8]) {
+    let mut words = b.chunks_exact_mut(8);
+    for w in words.by_ref() {
+        let x = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+        w.copy_from_slice(&lower_word(x).to_le_bytes());
+    }
+    words.into_remainder().make_ascii_lowercase();
+}
+
+/// Each byte of `x` in `A..=Z` gains its 0x20 bit; every other byte is left alone.
+/// Each byte's low seven bits plus 0x3F reach the high bit from `A` (0x41) up, plus
+/// 0x25 from past `Z` (0x5B) up, and neither carries into the next byte; a byte with
+/// its own high bit set is no letter.
+#[inline(always)]
+fn lower_word(x: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let low = x & (0x7F * ONES);
+    let from_a = low + 0x3F * ONES;
+    let past_z = low + 0x25 * ONES;
+    let upper = from_a & !past_z & !x & (0x80 * ONES);
+    x | (upper >> 2)
 }
 
 /// Whether a field may travel as a trailer (DESIGN §18.5; RFC 9110 §6.5.1): never
@@ -226,6 +356,55 @@ mod tests {
         }
     }
 
+    /// The `match` and the table name the same fields at the same places (the table
+    /// is what the map's removal walks), in any case; near misses are other fields.
+    #[test]
+    fn kind_names_the_tables() {
+        for (i, n) in HOP_BY_HOP.iter().enumerate() {
+            let upper = n.as_str().to_ascii_uppercase();
+            assert_eq!(kind(n.as_str().as_bytes()), Kind::HopByHop(i as u8), "{n}");
+            assert_eq!(kind(upper.as_bytes()), Kind::HopByHop(i as u8), "{n}");
+        }
+        for (i, n) in FORWARDING.iter().enumerate() {
+            let under: Vec<u8> = n
+                .iter()
+                .map(|&b| if b == b'-' { b'_' } else { b })
+                .collect();
+            assert_eq!(
+                kind(n),
+                Kind::Forwarding {
+                    ours_spelled: false
+                }
+            );
+            let ours_spelled = i < 3;
+            assert_eq!(
+                kind(&under.to_ascii_uppercase()),
+                Kind::Forwarding { ours_spelled }
+            );
+        }
+        assert_eq!(kind(b"TE"), Kind::Te);
+        assert_eq!(kind(b"X-Powered-By"), Kind::PoweredBy);
+        assert_eq!(kind(b"X_Sluice_Cache"), Kind::Sluice);
+        assert_eq!(
+            kind(b"x-sluice-a-name-longer-than-any-forwarding-one"),
+            Kind::Sluice
+        );
+        for other in [
+            "host",
+            "connectio",
+            "upgrades",
+            "keep_alive",
+            "x-sluice-",
+            "x-powered-byy",
+            "x-forwarded-fo",
+            "forwarded-",
+            "t",
+            "",
+        ] {
+            assert_eq!(kind(other.as_bytes()), Kind::Other, "{other}");
+        }
+    }
+
     /// A token's characters (RFC 9110 §5.6.2), as httparse accepts them in a name.
     const TCHAR: &[u8] =
         b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
@@ -256,6 +435,13 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn lowered_in_words_as_byte_by_byte(b in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
+            let mut ours = b.clone();
+            lower_in_place(&mut ours);
+            proptest::prop_assert_eq!(ours, b.to_ascii_lowercase());
+        }
+
         #[test]
         fn a_token_names_what_http_would_name(b in token()) {
             let ours = from_token(&b).map(|n| n.as_str().to_owned()).ok();

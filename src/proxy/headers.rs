@@ -10,82 +10,12 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::template::{apply_all, Values};
 use crate::config::{HostMode, ProxyConfig};
-
-/// `Trailer` is not among them: it announces the trailers, which pass end to end
-/// (RFC 9110 §6.6.2; Go's HTTP/2 server keeps only the request trailers it announces).
-static HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::EXPECT,
-];
-
-/// Where `k` is in [`HOP_BY_HOP`]: one `match` on the name (its length first) rather
-/// than eight comparisons a field.
-fn hop_by_hop(k: &HeaderName) -> Option<usize> {
-    Some(match k.as_str() {
-        "connection" => 0,
-        "keep-alive" => 1,
-        "proxy-connection" => 2,
-        "transfer-encoding" => 3,
-        "upgrade" => 4,
-        "proxy-authenticate" => 5,
-        "proxy-authorization" => 6,
-        "expect" => 7,
-        _ => return None,
-    })
-}
-
-/// Fields that carry a client's address or override the URL, dropped from a client
-/// outside `trust`: the forwarding fields, the other client-address and scheme
-/// spellings some frameworks believe, and the URL overrides some servers route by.
-const FORWARDING: [&[u8]; 18] = [
-    b"x-forwarded-for",
-    b"x-forwarded-proto",
-    b"x-forwarded-host",
-    b"x-forwarded-port",
-    b"x-forwarded-prefix",
-    b"x-forwarded-scheme",
-    b"x-forwarded-ssl",
-    b"x-original-forwarded-for",
-    b"front-end-https",
-    b"forwarded",
-    b"x-real-ip",
-    b"true-client-ip",
-    b"cf-connecting-ip",
-    b"client-ip",
-    b"x-client-ip",
-    b"x-cluster-client-ip",
-    b"x-original-url",
-    b"x-rewrite-url",
-];
-
-/// Whether `k` is one of [`FORWARDING`], reading `_` as `-` (CGI-style servers and
-/// some frameworks fold the two, so `X_Forwarded_For` would pass as the real thing).
-fn is_forwarding(k: &HeaderName) -> bool {
-    let k = k.as_str().as_bytes();
-    // Every name of the list starts with one of these: most fields stop here.
-    matches!(k.first(), Some(b'x' | b'f' | b't' | b'c'))
-        && (9..=24).contains(&k.len())
-        && FORWARDING.iter().any(|n| same_field(k, n))
-}
-
-/// Whether the lower-case name `k` spells `name` with `_` for any `-`.
-fn same_field(k: &[u8], name: &[u8]) -> bool {
-    k.len() == name.len()
-        && k.iter()
-            .zip(name)
-            .all(|(&a, &b)| a == b || (a == b'_' && b == b'-'))
-}
+use crate::http1::names::{self, Kind};
 
 /// Whether `k` spells `name` with a `_` for a `-`: not the field itself, but one a
 /// backend that folds the two (CGI, WSGI, some frameworks) would take for it.
 fn underscore_spelling(k: &HeaderName, name: &HeaderName) -> bool {
-    k != name && same_field(k.as_str().as_bytes(), name.as_str().as_bytes())
+    k != name && names::spells(k.as_str().as_bytes(), name.as_str().as_bytes())
 }
 
 /// Removes the client's fields that spell `name` with `_` for `-` (DESIGN §18.2),
@@ -120,15 +50,11 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool, answe
     let mut present: u32 = 0;
     let mut extra = false;
     for k in h.keys() {
-        if let Some(i) = hop_by_hop(k) {
-            present |= 1 << i;
-        } else if k == header::TE {
-            present |= TE_BIT;
-        } else {
-            extra |= is_sluice(k)
-                || (drop_forwarding && is_forwarding(k))
-                || (!answer && !drop_forwarding && sets_spelling(k))
-                || (answer && is_powered_by(k));
+        match names::kind(k.as_str().as_bytes()) {
+            Kind::Other => {}
+            Kind::HopByHop(i) => present |= 1 << i,
+            Kind::Te => present |= TE_BIT,
+            other => extra |= goes(other, drop_forwarding, answer),
         }
     }
     if present == 0 && !extra {
@@ -140,13 +66,7 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool, answe
         let named: Vec<HeaderName> = h
             .get_all(header::CONNECTION)
             .iter()
-            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-            .map(<[u8]>::trim_ascii)
-            .filter(|t| {
-                !t.is_empty()
-                    && !t.eq_ignore_ascii_case(b"close")
-                    && !t.eq_ignore_ascii_case(b"keep-alive")
-            })
+            .flat_map(|v| connection_names(v.as_bytes()))
             .filter_map(|t| HeaderName::from_bytes(t).ok())
             .collect();
         h.remove(header::CONNECTION);
@@ -154,7 +74,7 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool, answe
             h.remove(n);
         }
     }
-    for (i, n) in HOP_BY_HOP.iter().enumerate().skip(1) {
+    for (i, n) in names::HOP_BY_HOP.iter().enumerate().skip(1) {
         if present & (1 << i) != 0 {
             h.remove(n);
         }
@@ -166,12 +86,7 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool, answe
         // Rare: only a head that carries such fields pays for this pass.
         let ours: Vec<HeaderName> = h
             .keys()
-            .filter(|k| {
-                is_sluice(k)
-                    || (drop_forwarding && is_forwarding(k))
-                    || (!answer && !drop_forwarding && sets_spelling(k))
-                    || (answer && is_powered_by(k))
-            })
+            .filter(|k| goes(names::kind(k.as_str().as_bytes()), drop_forwarding, answer))
             .cloned()
             .collect();
         for n in ours {
@@ -180,20 +95,25 @@ fn scrub(h: &mut HeaderMap, keep_te_trailers: bool, drop_forwarding: bool, answe
     }
 }
 
-/// `X-Sluice-*` in any spelling.
-fn is_sluice(k: &HeaderName) -> bool {
-    crate::http1::names::is_sluice(k.as_str().as_bytes())
+/// The fields a `Connection` value names to go with it: its tokens but the options
+/// `close` and `keep-alive`.
+fn connection_names(v: &[u8]) -> impl Iterator<Item = &[u8]> {
+    v.split(|&b| b == b',').map(<[u8]>::trim_ascii).filter(|t| {
+        !t.is_empty() && !t.eq_ignore_ascii_case(b"close") && !t.eq_ignore_ascii_case(b"keep-alive")
+    })
 }
 
-/// A `_` spelling of a forwarding field sluice sets for a trusted client too.
-fn sets_spelling(k: &HeaderName) -> bool {
-    [XFF, XFP, XFH].iter().any(|n| underscore_spelling(k, n))
-}
-
-/// A backend's `X-Powered-By` tells the world its stack and version: dropped
-/// (`header_down` may set one again). Its `Server` passes unchanged.
-fn is_powered_by(k: &HeaderName) -> bool {
-    k.as_str() == "x-powered-by"
+/// Whether a field of kind `k` goes, beside the hop-by-hop ones: `X-Sluice-*` always,
+/// (an untrusted client's) the forwarding fields, (a request's) the `_` spellings of
+/// those sluice sets, and (an answer's) `X-Powered-By`, which tells the world its
+/// stack and version (`header_down` may set one again; `Server` passes unchanged).
+fn goes(k: Kind, drop_forwarding: bool, answer: bool) -> bool {
+    match k {
+        Kind::Sluice => true,
+        Kind::Forwarding { ours_spelled } => drop_forwarding || (!answer && ours_spelled),
+        Kind::PoweredBy => answer,
+        Kind::Other | Kind::HopByHop(_) | Kind::Te => false,
+    }
 }
 
 /// Everything but `Host` in upstream mode, which depends on the peer chosen.
@@ -294,26 +214,6 @@ mod tests {
             );
         }
         h
-    }
-
-    /// The `match` and the table name the same fields at the same places (the table
-    /// is what the removal walks).
-    #[test]
-    fn hop_by_hop_names_its_table() {
-        for (i, n) in HOP_BY_HOP.iter().enumerate() {
-            assert_eq!(hop_by_hop(n), Some(i), "{n}");
-        }
-        for other in [
-            "te",
-            "host",
-            "x-forwarded-for",
-            "connectio",
-            "upgrades",
-            "keep_alive",
-        ] {
-            let n = HeaderName::from_bytes(other.as_bytes()).unwrap();
-            assert_eq!(hop_by_hop(&n), None, "{other}");
-        }
     }
 
     /// Each `Connection` field's tokens count, however the list was split into fields,
