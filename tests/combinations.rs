@@ -378,3 +378,194 @@ async fn answers_pass_alike_with_their_fields_as_sent_or_through_the_map() {
         }
     }
 }
+
+/// A raw backend that answers each request with the head it received, as its body
+/// (read to its end first: a length, or chunks up to the last).
+async fn head_echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    raw_backend(|mut c| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = Vec::new();
+        loop {
+            let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                let mut chunk = [0u8; 4096];
+                match c.read(&mut chunk).await {
+                    Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                    _ => return,
+                }
+                continue;
+            };
+            let head = buf[..end + 4].to_vec();
+            let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+            let length = text
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .map_or(0, |n| n.trim().parse::<usize>().unwrap());
+            let chunked = text.contains("transfer-encoding: chunked");
+            loop {
+                let rest = &buf[end + 4..];
+                let done = match chunked {
+                    true => rest
+                        .windows(5)
+                        .position(|w| w == b"0\r\n\r\n")
+                        .map(|p| p + 5),
+                    false => (rest.len() >= length).then_some(length),
+                };
+                if let Some(n) = done {
+                    buf.drain(..end + 4 + n);
+                    break;
+                }
+                let mut chunk = [0u8; 4096];
+                match c.read(&mut chunk).await {
+                    Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                    _ => return,
+                }
+            }
+            let mut answer =
+                format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", head.len()).into_bytes();
+            answer.extend_from_slice(&head);
+            if c.write_all(&answer).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
+}
+
+/// The field lines of a head the echo backend sent back, without its request line and
+/// the `header_up` field that sent the request through the map; `sorted`: stably by
+/// name, so each name's values keep their order.
+fn fields_seen(body: &[u8], sorted: bool) -> Vec<String> {
+    let text = String::from_utf8_lossy(body);
+    let mut lines: Vec<String> = text
+        .split("\r\n")
+        .skip(1)
+        .filter(|l| !l.is_empty() && !l.starts_with("x-map:"))
+        .map(str::to_string)
+        .collect();
+    if sorted {
+        lines.sort_by_key(|l| l.split(':').next().unwrap_or("").to_string());
+    }
+    lines
+}
+
+/// A plain pool writes an untrusted client's fields for an HTTP/1 backend at once
+/// (`proxy::headers::forwarded`); a pool with `header_up` does the work on the map.
+/// Tricky heads × GET, a POST with a length, a chunked POST, over HTTP/1.1 (and
+/// HTTP/1.0) and HTTP/2: the backend gets the same fields either way, each name's
+/// values in order, and the plain pool keeps the client's order (a name's repeats
+/// together).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_reach_the_backend_alike_with_their_lines_written_or_through_the_map() {
+    let (backend, _task) = head_echo().await;
+    let s = Sluice::start(&format!(
+        "listen 127.0.0.1:0\nsite * {{\n route /m/* {{ proxy {backend} {{ header_up X-Map yes }} }}\n proxy {backend}\n}}\n"
+    ));
+    const HEADS: [&str; 8] = [
+        "Host: app.example\r\nUser-Agent: t/1\r\nAccept: */*\r\n",
+        "Host: app.example:8080\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nProxy-Connection: x\r\nUpgrade: nothing\r\nX-Kept: yes\r\nProxy-Authorization: secret\r\n",
+        "Host: a\r\nX-Forwarded-For: 6.6.6.6\r\nx_forwarded_for: 6.6.6.7\r\nForwarded: for=x\r\nX-Real-IP: 6.6.6.6\r\nX-Forwarded-Host: evil\r\nX-Sluice-Peer: spoofed\r\nX_Sluice_Role: x\r\nTrue-Client-IP: 1.2.3.4\r\n",
+        "Host: a\r\nCookie: a=1\r\nX-Between: 1\r\nCookie: b=2\r\nX-Powered-By: client\r\nX-Empty:\r\n",
+        "Host: a\r\nX-Multi: 1\r\nX-Other: 2\r\nx-multi: 3\r\nX-MULTI:   4  \r\nACCEPT:x\r\n",
+        "Host: a\r\nX-Custom: gone\r\nConnection: close, X-Custom\r\nX-Kept: yes\r\n",
+        "Host: a\r\nTE: trailers, gzip\r\nX-Kept: yes\r\n",
+        "Host: a\r\nTE: gzip\r\nConnection: TE\r\n",
+    ];
+    for (n, fields) in HEADS.iter().enumerate() {
+        for (version, body) in [
+            ("HTTP/1.1", ""),
+            ("HTTP/1.1", "Content-Length: 5\r\n\r\nhello"),
+            (
+                "HTTP/1.1",
+                "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            ),
+            ("HTTP/1.0", ""),
+        ] {
+            let method = if body.is_empty() { "GET" } else { "POST" };
+            let ask = |path: &str| {
+                let end = if body.is_empty() { "\r\n" } else { body };
+                // `Connection` first: the map's removal moves its last field there.
+                format!("{method} {path} {version}\r\nConnection: close\r\n{fields}{end}")
+            };
+            let plain = raw(s.addr, ask("/p").as_bytes()).await;
+            let mapped = raw(s.addr, ask("/m/p").as_bytes()).await;
+            let case = format!("head {n}, {method} {version}, {body:?}");
+            let (plain, mapped) = (answered(&plain, &case), answered(&mapped, &case));
+            assert_eq!(
+                fields_seen(&plain, true),
+                fields_seen(&mapped, true),
+                "{case}"
+            );
+            let names: Vec<String> = fields_seen(&plain, false)
+                .iter()
+                .map(|l| l.split(':').next().unwrap().to_string())
+                .collect();
+            for gone in [
+                "keep-alive",
+                "proxy-connection",
+                "upgrade",
+                "proxy-authorization",
+                "x_forwarded_for",
+                "forwarded",
+                "x-real-ip",
+                "true-client-ip",
+                "x-sluice-peer",
+                "x_sluice_role",
+                "x-custom",
+            ] {
+                assert!(
+                    !names.iter().any(|f| f == gone),
+                    "{case}: {gone} in {names:?}"
+                );
+            }
+            let forwarded = names
+                .iter()
+                .filter(|f| f.starts_with("x-forwarded-"))
+                .count();
+            assert_eq!(forwarded, 3, "{case}: one each of XFF, XFP, XFH: {names:?}");
+            if n == 4 && method == "GET" {
+                // The client's order, a name's repeats together at its first (the
+                // map's order, without a removal's reshuffle).
+                assert_eq!(
+                    names[..6],
+                    ["host", "x-multi", "x-multi", "x-multi", "x-other", "accept"],
+                    "{case}"
+                );
+            }
+        }
+    }
+    // Over HTTP/2, cookie crumbs and all.
+    let (mut send, _conn) = h2c(s.addr).await;
+    for (n, crumbs) in [&["a=1"][..], &["a=1", "b=2"], &[]].iter().enumerate() {
+        let mut got = Vec::new();
+        for path in ["/p", "/m/p"] {
+            let mut req = Request::builder()
+                .uri(format!("http://app.example{path}"))
+                .header("x-forwarded-for", "6.6.6.6")
+                .header("x-kept", "1")
+                .header("x-sluice-peer", "x")
+                .header("te", "trailers");
+            for c in crumbs.iter() {
+                req = req.header("cookie", *c);
+            }
+            let req = req.body(http_body_util::Empty::<Bytes>::new()).unwrap();
+            let resp = send.send_request(req).await.unwrap();
+            assert_eq!(resp.status(), 200, "h2 {n}");
+            got.push(resp.into_body().collect().await.unwrap().to_bytes());
+        }
+        assert_eq!(
+            fields_seen(&got[0], true),
+            fields_seen(&got[1], true),
+            "h2 {n}"
+        );
+    }
+}
+
+/// The body of a whole `200` answer in `out`.
+fn answered(out: &[u8], case: &str) -> Vec<u8> {
+    let text = String::from_utf8_lossy(out);
+    assert!(
+        text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200"),
+        "{case}: {text}"
+    );
+    out[out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4..].to_vec()
+}

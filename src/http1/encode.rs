@@ -7,7 +7,7 @@ use std::task::{Context, Poll, Waker};
 
 use http_body::Body as _;
 
-use http::{HeaderMap, StatusCode, Version};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 
 use super::COALESCE;
 use crate::body::{Body, BodyError};
@@ -62,9 +62,21 @@ fn fields(out: &mut Vec<u8>, headers: &HeaderMap) {
 /// A request's header fields, with every `Cookie` field joined into one by `"; "`:
 /// an HTTP/2 client sends each cookie as its own field (RFC 9113 §8.2.3), and many
 /// HTTP/1.1 servers read only the first.
-fn request_fields(out: &mut Vec<u8>, headers: &HeaderMap) {
+/// Writes a request's field lines from `headers` (one `Content-Length`, the `Cookie`
+/// fields joined as one), each field as `pass` decides: `Some(true)` written,
+/// `Some(false)` left out, `None` stop (`false`: what was written is not the whole).
+pub(crate) fn request_fields<'h>(
+    out: &mut Vec<u8>,
+    headers: &'h HeaderMap,
+    mut pass: impl FnMut(&'h HeaderName, &'h HeaderValue) -> Option<bool>,
+) -> bool {
     let (mut cookie_done, mut length_done) = (false, false);
     for (name, value) in headers {
+        match pass(name, value) {
+            Some(true) => {}
+            Some(false) => continue,
+            None => return false,
+        }
         // One length, whatever the front allowed: equal repeats arrive from HTTP/2
         // clients, and the body was framed by the first.
         if name == http::header::CONTENT_LENGTH {
@@ -88,11 +100,18 @@ fn request_fields(out: &mut Vec<u8>, headers: &HeaderMap) {
             out.extend_from_slice(b"\r\n");
             continue;
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        field(out, name.as_str().as_bytes(), value.as_bytes());
     }
+    true
+}
+
+/// One field line.
+#[inline]
+pub(crate) fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// How a request body going to a backend is framed: decided once, before any of the
@@ -109,8 +128,14 @@ pub(crate) enum BodyOut {
 }
 
 /// Writes a request head for a backend into `out` (cleared first); returns whether the
-/// body goes chunked. The target is the origin form: path and query.
-pub(crate) fn request_head(out: &mut Vec<u8>, parts: &http::request::Parts, body: BodyOut) -> bool {
+/// body goes chunked. The target is the origin form: path and query. The fields are
+/// `lines` when the proxy wrote them already, else the map's.
+pub(crate) fn request_head(
+    out: &mut Vec<u8>,
+    parts: &http::request::Parts,
+    body: BodyOut,
+    lines: Option<&[u8]>,
+) -> bool {
     out.clear();
     out.extend_from_slice(parts.method.as_str().as_bytes());
     out.push(b' ');
@@ -122,7 +147,10 @@ pub(crate) fn request_head(out: &mut Vec<u8>, parts: &http::request::Parts, body
             .as_bytes(),
     );
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    request_fields(out, &parts.headers);
+    match lines {
+        Some(lines) => out.extend_from_slice(lines),
+        None => _ = request_fields(out, &parts.headers, |_, _| Some(true)),
+    }
     match body {
         BodyOut::Empty | BodyOut::Declared => {}
         BodyOut::Length(n) => {

@@ -10,6 +10,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::template::{apply_all, Values};
 use crate::config::{HostMode, ProxyConfig};
+use crate::http1::encode;
 use crate::http1::names::{self, Kind};
 
 /// Whether `k` spells `name` with a `_` for a `-`: not the field itself, but one a
@@ -143,6 +144,47 @@ pub(crate) fn request(
     }
 }
 
+/// The backend's field lines for an untrusted client on a pool that adds no field of
+/// its own (`host keep`, no `header_up`), written from the client's map, which stays
+/// as it came: the lines [`request`] would leave in the map and `http1::encode` write
+/// from it, save that the client's order stands (a removal from the map moves its
+/// last field into the gap). No field is hashed, inserted or removed. `None`: a field
+/// needs the map's work (a `Connection` that names others, `TE`); nothing is kept.
+pub(crate) fn forwarded(
+    h: &HeaderMap,
+    client_ip: &HeaderValue,
+    scheme: &HeaderValue,
+) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(FORWARDED_ROOM);
+    let mut host = None;
+    let whole = encode::request_fields(&mut out, h, |name, value| {
+        match names::kind(name.as_str().as_bytes()) {
+            Kind::Other | Kind::PoweredBy => {
+                if name == header::HOST && host.is_none() {
+                    host = Some(value);
+                }
+                Some(true)
+            }
+            Kind::HopByHop(0) if connection_names(value.as_bytes()).next().is_some() => None,
+            Kind::Te => None,
+            Kind::HopByHop(_) | Kind::Sluice | Kind::Forwarding { .. } => Some(false),
+        }
+    });
+    if !whole {
+        return None;
+    }
+    encode::field(&mut out, XFF.as_str().as_bytes(), client_ip.as_bytes());
+    encode::field(&mut out, XFP.as_str().as_bytes(), scheme.as_bytes());
+    if let Some(host) = host {
+        encode::field(&mut out, XFH.as_str().as_bytes(), host.as_bytes());
+    }
+    Some(out)
+}
+
+/// Room for a usual request's lines in one allocation (a browser's are ~500 bytes, an
+/// API client's ~100).
+const FORWARDED_ROOM: usize = 512;
+
 /// A trusted client's forwarding fields: the client joins its `X-Forwarded-For`
 /// chain; its `X-Forwarded-Proto` and `X-Forwarded-Host` stand.
 fn trusted_forwarding(
@@ -214,6 +256,109 @@ mod tests {
             );
         }
         h
+    }
+
+    /// Names a request may carry: each kind the proxy tells apart, in several
+    /// spellings, and plain ones.
+    const NAMES: [&str; 24] = [
+        "host",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "upgrade",
+        "expect",
+        "transfer-encoding",
+        "proxy-authorization",
+        "te",
+        "content-length",
+        "cookie",
+        "x-forwarded-for",
+        "x_forwarded_for",
+        "x-forwarded-host",
+        "forwarded",
+        "x-real-ip",
+        "x-sluice-peer",
+        "x_sluice_role",
+        "x-powered-by",
+        "user-agent",
+        "accept",
+        "x-a",
+        "x-b",
+        "x_a",
+    ];
+    const VALUES: [&str; 8] = [
+        "",
+        "1",
+        "close",
+        "keep-alive",
+        "x-a",
+        "trailers",
+        "gzip, trailers",
+        "a=1",
+    ];
+
+    /// The lines of a request's fields, sorted stably by name: each name's values in
+    /// order.
+    fn by_name(lines: &[u8]) -> Vec<String> {
+        let mut v: Vec<String> = String::from_utf8_lossy(lines)
+            .split("\r\n")
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        v.sort_by_key(|l| l.split(':').next().unwrap_or("").to_string());
+        v
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        /// The lines written at once are the lines the map's work and encoder give, in
+        /// the map's order, with the forwarding fields last; and they are written
+        /// whenever no field needs the map.
+        #[test]
+        fn forwarded_lines_are_the_maps(
+            fields in proptest::collection::vec((0..NAMES.len(), 0..VALUES.len()), 0..12),
+        ) {
+            let pairs: Vec<(&str, &str)> =
+                fields.iter().map(|&(n, v)| (NAMES[n], VALUES[v])).collect();
+            let h = map(&pairs);
+            let ip = HeaderValue::from_static("192.0.2.1");
+            let scheme = HeaderValue::from_static("https");
+            let mut mapped = h.clone();
+            request(&mut mapped, &ip, &scheme, false, &ProxyConfig::new(vec![]));
+            let mut want = Vec::new();
+            encode::request_fields(&mut want, &mapped, |_, _| Some(true));
+            let needs_map = h.get_all(header::CONNECTION).iter().any(|v| {
+                connection_names(v.as_bytes()).next().is_some()
+            }) || h.contains_key(header::TE);
+            match forwarded(&h, &ip, &scheme) {
+                None => proptest::prop_assert!(needs_map, "{pairs:?}"),
+                Some(got) => {
+                    proptest::prop_assert!(!needs_map, "{pairs:?}");
+                    proptest::prop_assert_eq!(by_name(&got), by_name(&want), "{:?}", pairs);
+                    let text = String::from_utf8_lossy(&got);
+                    let tail = match h.contains_key(header::HOST) {
+                        true => "x-forwarded-for: 192.0.2.1\r\nx-forwarded-proto: https\r\nx-forwarded-host: ",
+                        false => "x-forwarded-for: 192.0.2.1\r\nx-forwarded-proto: https\r\n",
+                    };
+                    proptest::prop_assert!(text.ends_with("\r\n") && text.contains(tail), "{text}");
+                    let names = |t: &str| t.split("\r\n").filter_map(|l| l.split(':').next()).filter(|n| !n.is_empty()).map(str::to_string).collect::<Vec<_>>();
+                    // The map's order, the client's fields first.
+                    let kept: Vec<String> = h
+                        .iter()
+                        .map(|(k, _)| k.as_str().to_string())
+                        // An untrusted client's own go; sluice's come last.
+                        .filter(|k| !k.starts_with("x-forwarded-"))
+                        .filter(|k| names(&String::from_utf8_lossy(&want)).contains(k))
+                        .collect();
+                    let mut kept_once = kept.clone();
+                    kept_once.dedup();
+                    let got_names = names(&text);
+                    let mut got_once = got_names[..got_names.len() - 2 - usize::from(h.contains_key(header::HOST))].to_vec();
+                    got_once.dedup();
+                    proptest::prop_assert_eq!(got_once, kept_once);
+                }
+            }
+        }
     }
 
     /// Each `Connection` field's tokens count, however the list was split into fields,

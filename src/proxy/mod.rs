@@ -171,7 +171,7 @@ fn attempts<'a, 'c>(
         // Both decided on the client's request, before `header_up` may add fields.
         let stale = Stale::of(req, &pool.cfg);
         let replayable = cfg.retry_on.any() && is_idempotent(req);
-        let mut out = Outgoing::new(prepare(pool, crate::body::take_request(req), client));
+        let mut out = outgoing(pool, crate::body::take_request(req), client);
         if replayable {
             out.keep_for_replay(cfg.retry_buffer);
         }
@@ -498,11 +498,52 @@ fn prepare(pool: &Pool, req: Request<Body>, client: &Client<'_>) -> Request<Body
     if client.tracing && client.spans.is_none() {
         trace::propagate(&mut parts.headers);
     }
+    origin_form(&mut parts);
+    Request::from_parts(parts, body)
+}
+
+/// The request as it goes to the pool. An untrusted client's request to a pool that
+/// adds no field of its own has its fields written at once, as an HTTP/1 backend gets
+/// them ([`headers::forwarded`]), and its map is left alone; any other goes through
+/// [`prepare`]. Tracing and gRPC change fields on the way and take the map.
+fn outgoing(pool: &Pool, req: Request<Body>, client: &Client<'_>) -> Outgoing {
+    let cfg = &pool.cfg;
+    let plain = !client.trusted
+        && !client.tracing
+        && client.spans.is_none()
+        && !client.grpc
+        && cfg.header_up.is_empty()
+        && matches!(cfg.host, crate::config::HostMode::Keep);
+    let lines = match plain {
+        true => headers::forwarded(req.headers(), client.ip, client.scheme),
+        false => None,
+    };
+    let Some(lines) = lines else {
+        return Outgoing::new(prepare(pool, req, client));
+    };
+    let (mut parts, body) = req.into_parts();
+    origin_form(&mut parts);
+    let mut out = Outgoing::new(Request::from_parts(parts, body));
+    out.lines = Some(lines);
+    out
+}
+
+/// The target and version a backend gets: HTTP/1.1 (or HTTP/2 frames), the origin
+/// form.
+fn origin_form(parts: &mut http::request::Parts) {
     parts.version = Version::HTTP_11;
     if let Some(pq) = parts.uri.path_and_query() {
         parts.uri = Uri::from(pq.clone());
     }
-    Request::from_parts(parts, body)
+}
+
+/// Before an HTTP/2 backend: the proxy's work done on the map after all, for a
+/// request whose lines were written for an HTTP/1 one ([`outgoing`]).
+fn lines_to_map(pool: &Pool, out: &mut Outgoing, client: &Client<'_>) {
+    if out.lines.take().is_some() {
+        let h = &mut out.parts.headers;
+        headers::request(h, client.ip, client.scheme, client.trusted, &pool.cfg);
+    }
 }
 
 enum Attempt {
@@ -582,6 +623,7 @@ async fn attempt(
     loop {
         let sent = match pool.connect(i, fresh).await {
             Ok(Connection::Http2(mut st)) => {
+                lines_to_map(pool, out, client);
                 match Box::pin(send_h2(pool, i, &mut st, out, client.metered)).await {
                     Ok(resp) => return Attempt::Answered(Answer::H2(resp, st)),
                     Err(e) => e,

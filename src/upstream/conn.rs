@@ -175,7 +175,8 @@ impl BackendConn {
     /// the head is awaited, so a backend may answer before the upload ends.
     pub(crate) async fn send(&mut self, out: &mut Outgoing) -> Result<ResponseHead, SendError> {
         let is_head = out.parts.method == Method::HEAD;
-        let chunked = encode::request_head(&mut self.wbuf, &out.parts, out.framing);
+        let lines = out.lines.as_deref();
+        let chunked = encode::request_head(&mut self.wbuf, &out.parts, out.framing, lines);
         // The frames left beside the head are the last ones taken: the request's state
         // keeps their count, not the frames (a local's space is kept while in scope).
         let spilled = self.ready_body(out, chunked)?;

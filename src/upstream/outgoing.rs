@@ -37,6 +37,10 @@ pub(crate) struct Outgoing {
     pub upload: Option<Box<super::upload::Rest>>,
     /// An HTTP/1 backend's answer may keep its fields as sent (`http1::head::AsSent`).
     pub as_sent: Option<crate::http1::head::AsSent>,
+    /// The fields an HTTP/1 backend gets, written already (`proxy::headers::forwarded`):
+    /// `parts.headers` is then the client's map as it came, which an HTTP/2 backend
+    /// must not be sent before the proxy's work is done on it.
+    pub lines: Option<Vec<u8>>,
 }
 
 /// Every body frame sent so far, up to a cap: past it, the request can no longer be
@@ -87,6 +91,7 @@ impl Outgoing {
             deadline: None,
             upload: None,
             as_sent: None,
+            lines: None,
         }
     }
 
@@ -170,6 +175,7 @@ impl Outgoing {
             deadline: None,
             upload: None,
             as_sent: None,
+            lines: None,
         }
     }
 
