@@ -95,10 +95,13 @@ pub(crate) fn forward<'a, 'c>(
             started: client.served.map(|_| std::time::Instant::now()),
             ..Dialed::default()
         };
-        let resp = match (
-            client.tunnel,
-            upgrade::upgrade_protocol(req, &pool.cfg.upgrade),
-        ) {
+        // Only a connection that can be handed over asks (an HTTP/1.1 request with
+        // `Connection: upgrade` and `Upgrade`; HTTP/1.0's is ignored, RFC 9110 §7.8):
+        // any other request looks at no field for it.
+        let protocol = client
+            .tunnel
+            .and_then(|_| upgrade::upgrade_protocol(req, &pool.cfg.upgrade));
+        let resp = match (client.tunnel, protocol) {
             // Boxed: rare, and inline its future would make every request's as large.
             // `websocket off`: the pool takes no WebSocket.
             (_, Some(p)) if !pool.cfg.websocket && upgrade::is_websocket(&p) => {
@@ -487,6 +490,12 @@ fn cookie<'r>(h: &'r http::HeaderMap, name: &str) -> Option<&'r [u8]> {
 /// on the peer (`host upstream`, `header_up`).
 fn prepare(pool: &Pool, req: Request<Body>, client: &Client<'_>) -> Request<Body> {
     let (mut parts, body) = req.into_parts();
+    prepare_parts(pool, &mut parts, client);
+    Request::from_parts(parts, body)
+}
+
+/// [`prepare`]'s work, on a request's parts.
+fn prepare_parts(pool: &Pool, parts: &mut http::request::Parts, client: &Client<'_>) {
     headers::request(
         &mut parts.headers,
         client.ip,
@@ -498,8 +507,7 @@ fn prepare(pool: &Pool, req: Request<Body>, client: &Client<'_>) -> Request<Body
     if client.tracing && client.spans.is_none() {
         trace::propagate(&mut parts.headers);
     }
-    origin_form(&mut parts);
-    Request::from_parts(parts, body)
+    origin_form(parts);
 }
 
 /// The request as it goes to the pool. An untrusted client's request to a pool that
@@ -518,13 +526,13 @@ fn outgoing(pool: &Pool, req: Request<Body>, client: &Client<'_>) -> Outgoing {
         true => headers::forwarded(req.headers(), client.ip, client.scheme),
         false => None,
     };
-    let Some(lines) = lines else {
-        return Outgoing::new(prepare(pool, req, client));
-    };
     let (mut parts, body) = req.into_parts();
-    origin_form(&mut parts);
-    let mut out = Outgoing::new(Request::from_parts(parts, body));
-    out.lines = Some(lines);
+    match lines {
+        Some(_) => origin_form(&mut parts),
+        None => prepare_parts(pool, &mut parts, client),
+    }
+    let mut out = Outgoing::from_parts(parts, body);
+    out.lines = lines;
     out
 }
 

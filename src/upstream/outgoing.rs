@@ -71,6 +71,11 @@ impl Outgoing {
     #[inline]
     pub(crate) fn new(req: Request<Body>) -> Outgoing {
         let (parts, body) = req.into_parts();
+        Outgoing::from_parts(parts, body)
+    }
+
+    #[inline]
+    pub(crate) fn from_parts(parts: http::request::Parts, body: Body) -> Outgoing {
         let framing = if body.is_end_stream() {
             BodyOut::Empty
         } else if parts.headers.contains_key(header::CONTENT_LENGTH) {
