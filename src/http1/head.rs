@@ -540,7 +540,8 @@ fn sent_fields(
         // A client that takes a coding: a compressible answer is compression's to
         // decide on, through the map. Told before anything is copied.
         let typed = fields.iter().find(|h| {
-            h.name.len() == 12 && h.name.as_bytes().eq_ignore_ascii_case(b"content-type")
+            h.name.len() == 12
+                && names::folded_eq(h.name.as_bytes(), &const { names::pad(b"content-type") })
         });
         if typed.is_some_and(|h| compressible(h.value)) {
             return Ok(None);
@@ -563,8 +564,8 @@ fn sent_fields(
             f @ (Fate::Pass | Fate::Varies) => {
                 varies |= f == Fate::Varies;
                 if name.len() == 4 {
-                    has_date |= name.eq_ignore_ascii_case(b"date");
-                    has_vary |= name.eq_ignore_ascii_case(b"vary");
+                    has_date |= names::folded_eq(name, &const { names::pad(b"date") });
+                    has_vary |= names::folded_eq(name, &const { names::pad(b"vary") });
                 }
                 let at = lines.len();
                 match as_written(head, name, h.value) {
@@ -606,16 +607,20 @@ fn fate(name: &[u8], value: &[u8], typed: &mut bool, rule: AsSent) -> Fate {
     let Some(&first) = name.first() else {
         return Fate::Pass;
     };
-    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    let is = |lower: &[u8; 32]| names::folded_eq(name, lower);
     match (name.len(), first | 0x20) {
-        (12, b'c') if is(b"content-type") && !std::mem::replace(typed, true) => {
+        (12, b'c')
+            if is(&const { names::pad(b"content-type") }) && !std::mem::replace(typed, true) =>
+        {
             match rule.compress && compressible(value) {
                 true if rule.identity_only => Fate::Varies,
                 true => Fate::Map,
                 false => Fate::Pass,
             }
         }
-        (14, b'c') if is(b"content-length") => Fate::Framing(header::CONTENT_LENGTH),
+        (14, b'c') if is(&const { names::pad(b"content-length") }) => {
+            Fate::Framing(header::CONTENT_LENGTH)
+        }
         _ => match names::kind(name) {
             Kind::HopByHop(0) => Fate::Framing(header::CONNECTION),
             Kind::HopByHop(3) => Fate::Framing(header::TRANSFER_ENCODING),

@@ -80,24 +80,25 @@ pub(crate) const FORWARDING: [&[u8]; 18] = [
     b"x-rewrite-url",
 ];
 
-/// What `name` (any case) is to a proxy ([`Kind`]).
+/// What `name` (any case; a token, as httparse and `HeaderName` hold it) is to a proxy
+/// ([`Kind`]).
 #[inline]
 pub(crate) fn kind(name: &[u8]) -> Kind {
     let Some(&first) = name.first() else {
         return Kind::Other;
     };
-    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    let is = |lower: &[u8; 32]| folded_eq(name, lower);
     match (name.len(), first | 0x20) {
-        (2, b't') if is(b"te") => Kind::Te,
-        (6, b'e') if is(b"expect") => Kind::HopByHop(7),
-        (7, b'u') if is(b"upgrade") => Kind::HopByHop(4),
-        (10, b'c') if is(b"connection") => Kind::HopByHop(0),
-        (10, b'k') if is(b"keep-alive") => Kind::HopByHop(1),
-        (12, b'x') if is(b"x-powered-by") => Kind::PoweredBy,
-        (16, b'p') if is(b"proxy-connection") => Kind::HopByHop(2),
-        (17, b't') if is(b"transfer-encoding") => Kind::HopByHop(3),
-        (18, b'p') if is(b"proxy-authenticate") => Kind::HopByHop(5),
-        (19, b'p') if is(b"proxy-authorization") => Kind::HopByHop(6),
+        (2, b't') if name.eq_ignore_ascii_case(b"te") => Kind::Te,
+        (6, b'e') if is(&const { pad(b"expect") }) => Kind::HopByHop(7),
+        (7, b'u') if is(&const { pad(b"upgrade") }) => Kind::HopByHop(4),
+        (10, b'c') if is(&const { pad(b"connection") }) => Kind::HopByHop(0),
+        (10, b'k') if is(&const { pad(b"keep-alive") }) => Kind::HopByHop(1),
+        (12, b'x') if is(&const { pad(b"x-powered-by") }) => Kind::PoweredBy,
+        (16, b'p') if is(&const { pad(b"proxy-connection") }) => Kind::HopByHop(2),
+        (17, b't') if is(&const { pad(b"transfer-encoding") }) => Kind::HopByHop(3),
+        (18, b'p') if is(&const { pad(b"proxy-authenticate") }) => Kind::HopByHop(5),
+        (19, b'p') if is(&const { pad(b"proxy-authorization") }) => Kind::HopByHop(6),
         // Every forwarding name starts with one of these, and is 9 to 24 bytes long.
         (9..=24, b'x' | b'f' | b't' | b'c') => {
             if first | 0x20 == b'x' && is_sluice(name) {
@@ -183,7 +184,7 @@ fn known(b: &[u8]) -> Option<HeaderName> {
 }
 
 /// A lowercase name in a fixed-size array, so its words load without bounds checks.
-const fn pad(s: &[u8]) -> [u8; 32] {
+pub(crate) const fn pad(s: &[u8]) -> [u8; 32] {
     let mut out = [0u8; 32];
     let mut i = 0;
     while i < s.len() {
@@ -196,7 +197,7 @@ const fn pad(s: &[u8]) -> [u8; 32] {
 /// Whether `b` (4 to 24 bytes) folds to as many of `lower`'s first bytes: overlapping
 /// words at the start, the end and (past 16 bytes) the middle.
 #[inline(always)]
-fn folded_eq(b: &[u8], lower: &[u8; 32]) -> bool {
+pub(crate) fn folded_eq(b: &[u8], lower: &[u8; 32]) -> bool {
     let n = b.len();
     debug_assert!((4..=24).contains(&n));
     if n < 8 {
@@ -434,12 +435,61 @@ mod tests {
         proptest::prop_oneof![near_known, any]
     }
 
+    /// A name the proxy tells apart, each letter in either case, maybe with `_` for a
+    /// `-` and one byte changed; or any token.
+    fn kind_token() -> impl Strategy<Value = Vec<u8>> {
+        let mut names: Vec<&'static str> = vec!["te", "x-powered-by", "x-sluice-peer"];
+        names.extend(HOP_BY_HOP.iter().map(HeaderName::as_str));
+        names.extend(FORWARDING.iter().map(|n| std::str::from_utf8(n).unwrap()));
+        let near = proptest::sample::select(names).prop_flat_map(|n| {
+            let changed = proptest::option::of((0..n.len(), proptest::sample::select(TCHAR)));
+            let flips =
+                proptest::collection::vec((proptest::bool::ANY, proptest::bool::ANY), n.len());
+            (flips, changed).prop_map(move |(flips, changed)| {
+                let mut b: Vec<u8> = n
+                    .bytes()
+                    .zip(flips)
+                    .map(|(c, (upper, under))| match c {
+                        b'-' if under => b'_',
+                        c if upper => c.to_ascii_uppercase(),
+                        c => c,
+                    })
+                    .collect();
+                if let Some((at, c)) = changed {
+                    b[at] = c;
+                }
+                b
+            })
+        });
+        let any = proptest::collection::vec(proptest::sample::select(TCHAR), 1..30);
+        proptest::prop_oneof![3 => near, 1 => any]
+    }
+
     proptest::proptest! {
         #[test]
         fn lowered_in_words_as_byte_by_byte(b in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
             let mut ours = b.clone();
             lower_in_place(&mut ours);
             proptest::prop_assert_eq!(ours, b.to_ascii_lowercase());
+        }
+
+        #[test]
+        fn a_token_is_of_the_kind_its_lower_case_spells(b in kind_token()) {
+            let lower = String::from_utf8(b.to_ascii_lowercase()).unwrap();
+            let dashed = lower.replace('_', "-");
+            let want = match lower.as_str() {
+                "te" => Kind::Te,
+                "x-powered-by" => Kind::PoweredBy,
+                l if HOP_BY_HOP.iter().any(|n| n.as_str() == l) => Kind::HopByHop(
+                    HOP_BY_HOP.iter().position(|n| n.as_str() == l).unwrap() as u8,
+                ),
+                _ if dashed.len() > 9 && dashed.starts_with("x-sluice-") => Kind::Sluice,
+                _ => match FORWARDING.iter().position(|n| *n == dashed.as_bytes()) {
+                    Some(i) => Kind::Forwarding { ours_spelled: i < 3 && lower.contains('_') },
+                    None => Kind::Other,
+                },
+            };
+            proptest::prop_assert_eq!(kind(&b), want);
         }
 
         #[test]
