@@ -171,15 +171,9 @@ fn attempts<'a, 'c>(
         };
         let cfg = &pool.cfg;
         let key = hash_key(&cfg.lb, req, client);
-        // Both decided on the client's request, before `header_up` may add fields.
+        // Decided on the client's request, before `header_up` may add fields.
         let stale = Stale::of(req, &pool.cfg);
-        let replayable = cfg.retry_on.any() && is_idempotent(req);
-        let mut out = outgoing(pool, crate::body::take_request(req), client);
-        if replayable {
-            out.keep_for_replay(cfg.retry_buffer);
-        }
-        out.deadline = deadline;
-        out.as_sent = client.as_sent.map(|(rule, _)| rule);
+        let out = outgoing(pool, crate::body::take_request(req), client, deadline);
         let mut sending = Sending {
             out,
             stale,
@@ -190,17 +184,7 @@ fn attempts<'a, 'c>(
         };
         let mut next = None;
         loop {
-            let note = &mut dialed.note;
-            let mut pick = next
-                .take()
-                .map_or_else(|| pool.pick(&sending.tried, key, note), Pick::Peer);
-            // The retry that led here was charged already.
-            if matches!(pick, Pick::Exhausted)
-                && sending.switch_instead_of_ending(pool, note, false)
-            {
-                pick = pool.pick(&sending.tried, key, note);
-            }
-            let i = match peer_or_refusal(pick) {
+            let i = match peer_or_refusal(sending.pick(pool, next.take(), &mut dialed.note)) {
                 Ok(i) => i,
                 Err(refusal) => {
                     sending.evidence.record(pool, &mut dialed.note);
@@ -219,11 +203,23 @@ fn attempts<'a, 'c>(
             if let Some(span) = span {
                 end_span(client, span, pool, i, dialed.attempts, &outcome);
             }
-            match sending.then(pool, i, outcome, &mut dialed.note) {
-                Then::Pass(answer) => {
-                    sending.evidence.record(pool, &mut dialed.note);
-                    return stream(pool, answer, lease, client, dialed);
-                }
+            // An answer is judged where it lies and moved once, to be streamed: the
+            // common case, and 272 bytes each move.
+            let note = &mut dialed.note;
+            let then = match outcome {
+                Attempt::Answered(answer) => match sending.answered(pool, i, answer.status(), note)
+                {
+                    None => {
+                        sending.evidence.record(pool, &mut dialed.note);
+                        return stream(pool, answer, lease, client, dialed);
+                    }
+                    Some(j) => Then::Again(Some(j)),
+                },
+                Attempt::Refused(resp) => Then::Answer(resp),
+                Attempt::Unreachable(e) => sending.unreachable(pool, i, e, note),
+                Attempt::Failed(e) => sending.send_failed(pool, i, e, note),
+            };
+            match then {
                 Then::Answer(resp) => {
                     sending.evidence.record(pool, &mut dialed.note);
                     return resp;
@@ -306,8 +302,6 @@ impl Evidence {
 
 /// What follows an attempt.
 enum Then {
-    /// The backend's answer, to pass on.
-    Pass(Answer),
     /// Another attempt: on this peer (a retry that already picked one), or the next
     /// pick.
     Again(Option<usize>),
@@ -349,57 +343,57 @@ impl Sending {
 
     /// Judges attempt `outcome` on peer `i`: the peer's record and failover evidence,
     /// then whether the request goes to another peer.
-    fn then(&mut self, pool: &Pool, i: usize, outcome: Attempt, note: &mut Note) -> Then {
-        let why = match outcome {
-            Attempt::Answered(answer) => {
-                let code = answer.status().as_u16();
-                pool.record_answer(i, code);
-                if code < 500 {
-                    self.evidence.note(i, true);
-                } else {
-                    self.failed(pool, i, note);
-                }
-                if pool.cfg.retry_on.status(code) {
-                    let (tried, key, out) = (&self.tried, self.key, &mut self.out);
-                    if let Some(j) = retry_to(pool, tried, key, out, Retry::Status, note) {
-                        // The answer is dropped unread: its connection closes with it.
-                        tracing::debug!(
-                            "sluice: {}: {} answered {code}; retrying on another backend",
-                            pool.name(),
-                            pool.peers()[i].addr.text
-                        );
-                        return Then::Again(Some(j));
-                    }
-                }
-                return Then::Pass(answer);
-            }
-            Attempt::Refused(resp) => return Then::Answer(resp),
-            Attempt::Unreachable(e) => {
-                if pool.unreachable(i, &e) {
-                    self.failed(pool, i, note);
-                }
-                // Not reached: the body is intact, so even a POST may go elsewhere.
-                Retry::Unreachable
-            }
-            Attempt::Failed(e) => {
-                // A timeout or a broken connection is failover evidence, retried or
-                // not (the request's last one counts).
-                if matches!(
-                    e,
-                    SendError::TimedOut
-                        | SendError::Io(_)
-                        | SendError::ClosedEarly
-                        | SendError::Unanswered(_)
-                ) {
-                    self.failed(pool, i, note);
-                }
-                let (tried, key, out) = (&self.tried, self.key, &mut self.out);
-                return match retry_sent(pool, i, e, tried, key, out, note) {
-                    Ok(j) => Then::Again(Some(j)),
-                    Err(answer) => Then::Answer(*answer),
-                };
-            }
-        };
+    /// The peer to try next: `next` (a retry that already picked one), else the
+    /// pool's pick, after switching roles when this one has no peer left.
+    #[inline]
+    fn pick(&mut self, pool: &Pool, next: Option<usize>, note: &mut Note) -> Pick {
+        let pick = next.map_or_else(|| pool.pick(&self.tried, self.key, note), Pick::Peer);
+        // The retry that led here was charged already.
+        if matches!(pick, Pick::Exhausted) && self.switch_instead_of_ending(pool, note, false) {
+            return pool.pick(&self.tried, self.key, note);
+        }
+        pick
+    }
+
+    /// Judges an answer of `status` from peer `i`: the peer's record and failover
+    /// evidence, then `Some(j)` when the request goes to peer `j` instead (`retry_on`
+    /// names the status; the answer is then dropped unread, its connection closing
+    /// with it), `None` when the answer is passed on.
+    fn answered(
+        &mut self,
+        pool: &Pool,
+        i: usize,
+        status: StatusCode,
+        note: &mut Note,
+    ) -> Option<usize> {
+        let code = status.as_u16();
+        pool.record_answer(i, code);
+        if code < 500 {
+            self.evidence.note(i, true);
+        } else {
+            self.failed(pool, i, note);
+        }
+        if !pool.cfg.retry_on.status(code) {
+            return None;
+        }
+        let (tried, key, out) = (&self.tried, self.key, &mut self.out);
+        let j = retry_to(pool, tried, key, out, Retry::Status, note)?;
+        tracing::debug!(
+            "sluice: {}: {} answered {code}; retrying on another backend",
+            pool.name(),
+            pool.peers()[i].addr.text
+        );
+        Some(j)
+    }
+
+    /// Judges a peer `i` that could not be reached: its record and failover evidence,
+    /// then another peer (the body is intact, so even a POST may go elsewhere), or
+    /// the other role, or `502`.
+    fn unreachable(&mut self, pool: &Pool, i: usize, e: DialError, note: &mut Note) -> Then {
+        if pool.unreachable(i, &e) {
+            self.failed(pool, i, note);
+        }
+        let why = Retry::Unreachable;
         if retry_unreached(pool, &self.tried, i, why, note, &mut self.switch_retried)
             || self.switch_instead_of_ending(pool, note, true)
         {
@@ -407,6 +401,26 @@ impl Sending {
         }
         bump(&COUNTERS.bad_gateway);
         Then::Answer(local_response(StatusCode::BAD_GATEWAY, UNREACHABLE))
+    }
+
+    /// Judges a send to peer `i` that failed: a timeout or a broken connection is
+    /// failover evidence, retried or not (the request's last one counts); then
+    /// another peer when the request may go again, or sluice's answer.
+    fn send_failed(&mut self, pool: &Pool, i: usize, e: SendError, note: &mut Note) -> Then {
+        if matches!(
+            e,
+            SendError::TimedOut
+                | SendError::Io(_)
+                | SendError::ClosedEarly
+                | SendError::Unanswered(_)
+        ) {
+            self.failed(pool, i, note);
+        }
+        let (tried, key, out) = (&self.tried, self.key, &mut self.out);
+        match retry_sent(pool, i, e, tried, key, out, note) {
+            Ok(j) => Then::Again(Some(j)),
+            Err(answer) => Then::Answer(*answer),
+        }
     }
 }
 
@@ -514,8 +528,15 @@ fn prepare_parts(pool: &Pool, parts: &mut http::request::Parts, client: &Client<
 /// adds no field of its own has its fields written at once, as an HTTP/1 backend gets
 /// them ([`headers::forwarded`]), and its map is left alone; any other goes through
 /// [`prepare`]. Tracing and gRPC change fields on the way and take the map.
-fn outgoing(pool: &Pool, req: Request<Body>, client: &Client<'_>) -> Outgoing {
+fn outgoing(
+    pool: &Pool,
+    req: Request<Body>,
+    client: &Client<'_>,
+    deadline: Option<std::time::Instant>,
+) -> Outgoing {
     let cfg = &pool.cfg;
+    // Decided on the client's request, before `header_up` may add fields.
+    let replayable = cfg.retry_on.any() && is_idempotent(&req);
     let plain = !client.trusted
         && !client.tracing
         && client.spans.is_none()
@@ -533,6 +554,11 @@ fn outgoing(pool: &Pool, req: Request<Body>, client: &Client<'_>) -> Outgoing {
     }
     let mut out = Outgoing::from_parts(parts, body);
     out.lines = lines;
+    if replayable {
+        out.keep_for_replay(cfg.retry_buffer);
+    }
+    out.deadline = deadline;
+    out.as_sent = client.as_sent.map(|(rule, _)| rule);
     out
 }
 
