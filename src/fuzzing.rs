@@ -382,6 +382,9 @@ pub fn path(data: &[u8]) {
     }
     let h = path::normalize_host(p);
     assert!(!h.bytes().any(|b| b.is_ascii_uppercase()), "{p:?} -> {h:?}");
+    // The site lookup's one pass finds what the check and the normal form find.
+    let want = path::valid_host(p).then(|| h.clone());
+    assert_eq!(path::site_host(p), want, "{p:?}");
     // One trailing dot goes (`a.test.` is `a.test`); `a.test..` names no host.
     if !h.contains([':', '[', ']']) && !h.ends_with('.') {
         assert_eq!(path::normalize_host(&h), h, "{p:?}");

@@ -445,14 +445,13 @@ fn locate<'g>(
     client: &ClientInfo,
     meter: &mut Option<Arc<Meter>>,
 ) -> Result<(&'g Site, &'g Route, Option<String>), Box<Response<Body>>> {
-    let host = host_of(req);
-    if !crate::route::path::valid_host(host) {
+    let Some(host) = crate::route::path::site_host(host_of(req)) else {
         bump(&COUNTERS.bad_request);
         *meter = gen.metered.then(|| UNROUTED.clone());
         let bad = local_response(StatusCode::BAD_REQUEST, "Bad request: invalid Host\n");
         return Err(Box::new(bad));
-    }
-    let Some(site) = gen.sites.find(&normalize_host(host)) else {
+    };
+    let Some(site) = gen.sites.find(&host) else {
         bump(&COUNTERS.unknown_site);
         *meter = gen.metered.then(|| UNROUTED.clone());
         let unknown = local_response(StatusCode::MISDIRECTED_REQUEST, "unknown site\n");

@@ -184,6 +184,35 @@ pub(crate) fn valid_host(raw: &str) -> bool {
     }
 }
 
+/// The host routes are chosen by ([`normalize_host`]) when `raw` is a valid host
+/// ([`valid_host`]), in one pass over a registered name: what a request's site is
+/// found by.
+pub(crate) fn site_host(raw: &str) -> Option<Cow<'_, str>> {
+    let b = raw.as_bytes();
+    if b.first() == Some(&b'[') {
+        return valid_ipv6_host(b).then(|| normalize_host(raw));
+    }
+    let (mut name, mut upper) = (0, false);
+    for &c in b {
+        if !NAME[usize::from(c)] {
+            break;
+        }
+        upper |= c.is_ascii_uppercase();
+        name += 1;
+    }
+    match b.get(name) {
+        None => {}
+        Some(b':') if valid_port(&b[name + 1..]) => {}
+        Some(_) => return None,
+    }
+    let host = &raw[..name];
+    let host = host.strip_suffix('.').unwrap_or(host);
+    Some(match upper {
+        true => Cow::Owned(host.to_ascii_lowercase()),
+        false => Cow::Borrowed(host),
+    })
+}
+
 fn valid_ipv6_host(b: &[u8]) -> bool {
     let Some(close) = b.iter().position(|&c| c == b']') else {
         return false;
@@ -420,6 +449,13 @@ mod tests {
                 let bracketed = if n.contains(':') { format!("[{n}]") } else { n.to_string() };
                 proptest::prop_assert!(valid_host(&bracketed), "{host:?} -> {bracketed:?}");
             }
+        }
+
+        /// The one pass finds what the check and the normal form find.
+        #[test]
+        fn site_host_is_the_valid_hosts_normal_form(host in "[a-zA-Z0-9.:\\[\\]/?#@%_~ -]{0,24}") {
+            let want = valid_host(&host).then(|| normalize_host(&host));
+            proptest::prop_assert_eq!(site_host(&host), want);
         }
 
         /// Any path built from segments, dots, slashes, escapes and odd bytes: the
