@@ -7,6 +7,7 @@
 #   SLUICE_GLOBAL="access_log /tmp/a.log" bench/callgrind.sh   (extra global options)
 #   SLUICE_FILTERS="request_id; allow 127.0.0.0/8" bench/callgrind.sh   (filters before the proxy)
 #   SLUICE_ADMIN=127.0.0.1:0 bench/callgrind.sh   (the admin API on: requests are metered)
+#   SLUICE_PROXY="{ header_up X-A b }" bench/callgrind.sh   (the proxy's own block)
 #   LOAD="-c 16 -m 1" bench/callgrind.sh   (h2load's options: an h2c front)
 #   URL_PATH=big bench/callgrind.sh   (64 KiB responses: a step can leave 13 B alone and
 #                                      cost a large body)

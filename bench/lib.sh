@@ -54,7 +54,7 @@ sluice_config() {
         listen_tls=" tls"
         site_tls="tls $work/cert.pem $work/key.pem"
     fi
-    printf 'global { workers 1; admin %s; %s }\nlisten 127.0.0.1:%s%s\nsite * {\n%s\n%s\nproxy 127.0.0.1:%s }\n' "${SLUICE_ADMIN:-off}" "${SLUICE_GLOBAL:-}" "$1" "$listen_tls" "$site_tls" "$(printf '%s' "${SLUICE_FILTERS:-}" | tr ';' '\n')" "$bport" >"$work/sluice.conf"
+    printf 'global { workers 1; admin %s; %s }\nlisten 127.0.0.1:%s%s\nsite * {\n%s\n%s\nproxy 127.0.0.1:%s %s }\n' "${SLUICE_ADMIN:-off}" "${SLUICE_GLOBAL:-}" "$1" "$listen_tls" "$site_tls" "$(printf '%s' "${SLUICE_FILTERS:-}" | tr ';' '\n')" "$bport" "${SLUICE_PROXY:-}" >"$work/sluice.conf"
 }
 wait_up() {
     for _ in $(seq 100); do

@@ -527,7 +527,8 @@ fn prepare_parts(pool: &Pool, parts: &mut http::request::Parts, client: &Client<
 /// The request as it goes to the pool. An untrusted client's request to a pool that
 /// adds no field of its own has its fields written at once, as an HTTP/1 backend gets
 /// them ([`headers::forwarded`]), and its map is left alone; any other goes through
-/// [`prepare`]. Tracing and gRPC change fields on the way and take the map.
+/// [`prepare`]. Tracing and gRPC change fields on the way and take the map, as does
+/// a pool that speaks only HTTP/2.
 fn outgoing(
     pool: &Pool,
     req: Request<Body>,
@@ -542,7 +543,9 @@ fn outgoing(
         && client.spans.is_none()
         && !client.grpc
         && cfg.header_up.is_empty()
-        && matches!(cfg.host, crate::config::HostMode::Keep);
+        && matches!(cfg.host, crate::config::HostMode::Keep)
+        // An `h2c://` pool's peers always take the map.
+        && cfg.scheme() != crate::config::BackendScheme::H2c;
     let lines = match plain {
         true => headers::forwarded(req.headers(), client.ip, client.scheme),
         false => None,
