@@ -451,7 +451,8 @@ fn fields_seen(body: &[u8], sorted: bool) -> Vec<String> {
 /// A plain pool writes an untrusted client's fields for an HTTP/1 backend at once
 /// (`proxy::headers::forwarded`); a pool with `header_up` does the work on the map.
 /// Tricky heads × GET, a POST with a length, a chunked POST, over HTTP/1.1 (and
-/// HTTP/1.0) and HTTP/2: the backend gets the same fields either way, each name's
+/// HTTP/1.0, with and without `Host`) and HTTP/2 (cookie crumbs, `TE`): the backend
+/// gets the same fields either way, each name's
 /// values in order, and the plain pool keeps the client's order (a name's repeats
 /// together).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -535,15 +536,22 @@ async fn requests_reach_the_backend_alike_with_their_lines_written_or_through_th
     }
     // Over HTTP/2, cookie crumbs and all.
     let (mut send, _conn) = h2c(s.addr).await;
-    for (n, crumbs) in [&["a=1"][..], &["a=1", "b=2"], &[]].iter().enumerate() {
+    let crumbs: [&[&str]; 3] = [&["a=1"], &["a=1", "b=2"], &[]];
+    for (n, (crumbs, te)) in crumbs
+        .iter()
+        .flat_map(|c| [(c, true), (c, false)])
+        .enumerate()
+    {
         let mut got = Vec::new();
         for path in ["/p", "/m/p"] {
             let mut req = Request::builder()
                 .uri(format!("http://app.example{path}"))
                 .header("x-forwarded-for", "6.6.6.6")
                 .header("x-kept", "1")
-                .header("x-sluice-peer", "x")
-                .header("te", "trailers");
+                .header("x-sluice-peer", "x");
+            if te {
+                req = req.header("te", "trailers");
+            }
             for c in crumbs.iter() {
                 req = req.header("cookie", *c);
             }
@@ -556,6 +564,35 @@ async fn requests_reach_the_backend_alike_with_their_lines_written_or_through_th
             fields_seen(&got[0], true),
             fields_seen(&got[1], true),
             "h2 {n}"
+        );
+        let plain = fields_seen(&got[0], false).join("\n");
+        // The lines keep the client's order; the map's removal of its
+        // `x-forwarded-for` would have moved its last field (`host`) up.
+        assert!(plain.starts_with("x-kept: 1\n"), "h2 {n}: {plain}");
+        let cookie = (!crumbs.is_empty()).then(|| format!("cookie: {}", crumbs.join("; ")));
+        assert_eq!(plain.contains("te: trailers"), te, "h2 {n}: {plain}");
+        assert!(cookie.is_none_or(|c| plain.contains(&c)), "h2 {n}: {plain}");
+        assert!(
+            !plain.contains("6.6.6.6") && !plain.contains("x-sluice"),
+            "h2 {n}: {plain}"
+        );
+    }
+    // HTTP/1.0 without `Host`: no `X-Forwarded-Host` either way.
+    for path in ["/p", "/m/p"] {
+        let out = raw(
+            s.addr,
+            format!("GET {path} HTTP/1.0\r\nX-Kept: 1\r\n\r\n").as_bytes(),
+        )
+        .await;
+        let fields = fields_seen(&answered(&out, "HTTP/1.0 without Host"), false);
+        let names: Vec<&str> = fields
+            .iter()
+            .map(|l| l.split(':').next().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["x-kept", "x-forwarded-for", "x-forwarded-proto"],
+            "{path}"
         );
     }
 }

@@ -61,7 +61,7 @@ async fn handle(
     }
     tokio::time::sleep(delay).await;
     let text = format!(
-        "{proto} {} host={} xfp={}",
+        "{proto} {} host={} xfp={} xff={} sluice={}",
         req.uri().path(),
         req.uri()
             .authority()
@@ -74,7 +74,16 @@ async fn handle(
         req.headers()
             .get("x-forwarded-proto")
             .map(|v| v.to_str().unwrap())
-            .unwrap_or("-")
+            .unwrap_or("-"),
+        req.headers()
+            .get_all("x-forwarded-for")
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect::<Vec<_>>()
+            .join("|"),
+        req.headers()
+            .keys()
+            .any(|k| k.as_str().starts_with("x-sluice")),
     );
     Ok(Response::new(Full::new(Bytes::from(text))))
 }
@@ -358,6 +367,22 @@ async fn https_backends_verify_against_a_custom_ca_and_follow_alpn() {
         1,
         "one TLS connection, multiplexed"
     );
+    // The map's work is done for a peer that chose HTTP/2: a client's forwarding
+    // and sluice's own fields do not pass.
+    let spoofed = [
+        ("X-Forwarded-For", "6.6.6.6"),
+        ("X-Sluice-Peer", "x"),
+        ("TE", "trailers"),
+    ];
+    for path in ["/h2/spoofed", "/h1/spoofed"] {
+        let r = request(sluice.addr, "GET", path, &spoofed, b"").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(
+            r.text().ends_with("xff=127.0.0.1 sluice=false"),
+            "{}",
+            r.text()
+        );
+    }
     let r = get(sluice.addr, "/h1/a").await;
     assert_eq!(r.status, 200);
     assert!(r.text().starts_with("HTTP/1.1 /h1/a"), "{}", r.text());

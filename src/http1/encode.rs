@@ -59,12 +59,11 @@ fn fields(out: &mut Vec<u8>, headers: &HeaderMap) {
     }
 }
 
-/// A request's header fields, with every `Cookie` field joined into one by `"; "`:
-/// an HTTP/2 client sends each cookie as its own field (RFC 9113 §8.2.3), and many
-/// HTTP/1.1 servers read only the first.
-/// Writes a request's field lines from `headers` (one `Content-Length`, the `Cookie`
-/// fields joined as one), each field as `pass` decides: `Some(true)` written,
-/// `Some(false)` left out, `None` stop (`false`: what was written is not the whole).
+/// Writes a request's field lines from `headers`, each field as `pass` decides:
+/// `Some(true)` written, `Some(false)` left out, `None` stop (`false`: what was
+/// written is not the whole). One `Content-Length`, and every `Cookie` field joined
+/// into one by `"; "`: an HTTP/2 client sends each cookie as its own field (RFC 9113
+/// §8.2.3), and many HTTP/1.1 servers read only the first.
 pub(crate) fn request_fields<'h>(
     out: &mut Vec<u8>,
     headers: &'h HeaderMap,

@@ -229,9 +229,7 @@ impl<'h> RequestFacts<'h> {
         } else if name == http::header::UPGRADE {
             self.upgrade_field = true;
         } else if name == http::header::TE {
-            self.te_trailers |= value.split(|&b| b == b',').any(|c| {
-                trim(c.split(|&b| b == b';').next().unwrap_or(c)).eq_ignore_ascii_case(b"trailers")
-            });
+            self.te_trailers |= asks_trailers(value);
         } else if name == http::header::EXPECT {
             self.expect_continue = trim(value).eq_ignore_ascii_case(b"100-continue");
         }
@@ -747,20 +745,25 @@ impl ResponseFacts {
     }
 }
 
+/// Whether a `TE` value lists `trailers` (in any case, parameters aside).
+pub(crate) fn asks_trailers(v: &[u8]) -> bool {
+    v.split(|&b| b == b',').any(|t| {
+        t.split(|&b| b == b';')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"trailers")
+    })
+}
+
 /// `TE` as a backend may receive it: exactly `trailers` when the client asked for
 /// trailers (in any case, among other codings) and they may pass, else nothing. HTTP/2
 /// refuses any other spelling, and a refusal must never look like the peer's fault.
 pub(crate) fn normalise_te(h: &mut http::HeaderMap, keep_trailers: bool) {
     let trailers = keep_trailers
-        && h.get_all(http::header::TE).iter().any(|v| {
-            v.as_bytes().split(|&b| b == b',').any(|t| {
-                t.split(|&b| b == b';')
-                    .next()
-                    .unwrap_or_default()
-                    .trim_ascii()
-                    .eq_ignore_ascii_case(b"trailers")
-            })
-        });
+        && h.get_all(http::header::TE)
+            .iter()
+            .any(|v| asks_trailers(v.as_bytes()));
     if trailers {
         h.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
     } else {

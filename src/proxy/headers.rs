@@ -148,15 +148,16 @@ pub(crate) fn request(
 /// its own (`host keep`, no `header_up`), written from the client's map, which stays
 /// as it came: the lines [`request`] would leave in the map and `http1::encode` write
 /// from it, save that the client's order stands (a removal from the map moves its
-/// last field into the gap). No field is hashed, inserted or removed. `None`: a field
-/// needs the map's work (a `Connection` that names others, `TE`); nothing is kept.
+/// last field into the gap), and a `TE: trailers` kept is written after the client's
+/// fields. No field is hashed, inserted or removed. `None`: a `Connection` names
+/// other fields to drop, which is the map's work; nothing is kept.
 pub(crate) fn forwarded(
     h: &HeaderMap,
     client_ip: &HeaderValue,
     scheme: &HeaderValue,
 ) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(FORWARDED_ROOM);
-    let mut host = None;
+    let (mut host, mut te) = (None, false);
     let whole = encode::request_fields(&mut out, h, |name, value| {
         match names::kind(name.as_str().as_bytes()) {
             Kind::Other | Kind::PoweredBy => {
@@ -166,12 +167,20 @@ pub(crate) fn forwarded(
                 Some(true)
             }
             Kind::HopByHop(0) if connection_names(value.as_bytes()).next().is_some() => None,
-            Kind::Te => None,
+            Kind::Te => {
+                te |= crate::http1::head::asks_trailers(value.as_bytes());
+                Some(false)
+            }
             Kind::HopByHop(_) | Kind::Sluice | Kind::Forwarding { .. } => Some(false),
         }
     });
     if !whole {
         return None;
+    }
+    if te {
+        // `TE` is hop-by-hop, but a client that takes trailers says so to the backend
+        // (`http1::head::normalise_te`).
+        encode::field(&mut out, header::TE.as_str().as_bytes(), b"trailers");
     }
     encode::field(&mut out, XFF.as_str().as_bytes(), client_ip.as_bytes());
     encode::field(&mut out, XFP.as_str().as_bytes(), scheme.as_bytes());
@@ -329,7 +338,7 @@ mod tests {
             encode::request_fields(&mut want, &mapped, |_, _| Some(true));
             let needs_map = h.get_all(header::CONNECTION).iter().any(|v| {
                 connection_names(v.as_bytes()).next().is_some()
-            }) || h.contains_key(header::TE);
+            });
             match forwarded(&h, &ip, &scheme) {
                 None => proptest::prop_assert!(needs_map, "{pairs:?}"),
                 Some(got) => {
@@ -342,20 +351,30 @@ mod tests {
                     };
                     proptest::prop_assert!(text.ends_with("\r\n") && text.contains(tail), "{text}");
                     let names = |t: &str| t.split("\r\n").filter_map(|l| l.split(':').next()).filter(|n| !n.is_empty()).map(str::to_string).collect::<Vec<_>>();
-                    // The map's order, the client's fields first.
-                    let kept: Vec<String> = h
+                    // The map's order, the client's fields first; then `TE: trailers`
+                    // when kept, then sluice's forwarding fields.
+                    let ours = |k: &String| k.starts_with("x-forwarded-") || k == "te";
+                    let mut kept: Vec<String> = h
                         .iter()
                         .map(|(k, _)| k.as_str().to_string())
-                        // An untrusted client's own go; sluice's come last.
-                        .filter(|k| !k.starts_with("x-forwarded-"))
+                        .filter(|k| !ours(k))
                         .filter(|k| names(&String::from_utf8_lossy(&want)).contains(k))
                         .collect();
-                    let mut kept_once = kept.clone();
-                    kept_once.dedup();
-                    let got_names = names(&text);
-                    let mut got_once = got_names[..got_names.len() - 2 - usize::from(h.contains_key(header::HOST))].to_vec();
-                    got_once.dedup();
-                    proptest::prop_assert_eq!(got_once, kept_once);
+                    kept.dedup();
+                    let mut got_names = names(&text);
+                    let tail: Vec<String> = got_names.iter().skip_while(|k| !ours(k)).cloned().collect();
+                    got_names.retain(|k| !ours(k));
+                    got_names.dedup();
+                    proptest::prop_assert_eq!(got_names, kept);
+                    let te = names(&String::from_utf8_lossy(&want)).contains(&"te".to_string());
+                    let mut want_tail = vec!["x-forwarded-for", "x-forwarded-proto"];
+                    if h.contains_key(header::HOST) {
+                        want_tail.push("x-forwarded-host");
+                    }
+                    if te {
+                        want_tail.insert(0, "te");
+                    }
+                    proptest::prop_assert_eq!(tail, want_tail);
                 }
             }
         }
