@@ -131,6 +131,7 @@ pub fn http1_request(data: &[u8]) {
         let Ok(h) = head::parse_request(buf.split_to(end).freeze()) else {
             return;
         };
+        forwarded_lines(&h.headers);
         let lengths = h
             .headers
             .get_all(http::header::CONTENT_LENGTH)
@@ -337,6 +338,74 @@ pub fn response_fields(
         .collect();
     fields[1..].sort_by_key(|l| l.split(':').next().unwrap_or("").to_string());
     Ok(Some((fields, flags, r.fields.is_some())))
+}
+
+/// A request's fields as an HTTP/1 backend gets them from an untrusted client on a
+/// plain pool, both ways: written at once from the client's map
+/// (`proxy::headers::forwarded`), and through the map's work and its encoder. The
+/// same fields per name, in order; the lines keep the map's order of the client's
+/// fields, then a kept `TE: trailers`, then the forwarding fields; and the lines are
+/// written unless a `Connection` names other fields. The fuzz target
+/// `http1_request` and a property test hold every head to it.
+pub fn forwarded_lines(h: &http::HeaderMap) {
+    use crate::proxy::headers;
+    use http::header::{self as n, HeaderValue};
+    let ip = HeaderValue::from_static("192.0.2.1");
+    let scheme = HeaderValue::from_static("https");
+    let mut mapped = h.clone();
+    let cfg = crate::config::ProxyConfig::new(vec![]);
+    headers::request(&mut mapped, &ip, &scheme, false, &cfg);
+    let mut want = Vec::new();
+    crate::http1::encode::request_fields(&mut want, &mapped, |_, _| Some(true));
+    let names_other_fields = h.get_all(n::CONNECTION).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .map(<[u8]>::trim_ascii)
+            .any(|t| {
+                !t.is_empty()
+                    && !t.eq_ignore_ascii_case(b"close")
+                    && !t.eq_ignore_ascii_case(b"keep-alive")
+            })
+    });
+    let Some(got) = headers::forwarded(h, &ip, &scheme) else {
+        assert!(names_other_fields, "{h:?}");
+        return;
+    };
+    assert!(!names_other_fields, "{h:?}");
+    let lines = |b: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(b)
+            .split("\r\n")
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let by_name = |mut v: Vec<String>| {
+        v.sort_by_key(|l| l.split(':').next().unwrap_or("").to_string());
+        v
+    };
+    let (got, want) = (lines(&got), lines(&want));
+    assert_eq!(by_name(got.clone()), by_name(want.clone()), "{h:?}");
+    let name = |l: &String| l.split(':').next().unwrap_or("").to_string();
+    let ours = |k: &String| k.starts_with("x-forwarded-") || k == "te";
+    let mut kept: Vec<String> = h
+        .keys()
+        .map(|k| k.as_str().to_string())
+        .filter(|k| !ours(k))
+        .collect();
+    let passed: Vec<String> = want.iter().map(name).collect();
+    kept.retain(|k| passed.contains(k));
+    let mut client: Vec<String> = got.iter().map(name).filter(|k| !ours(k)).collect();
+    client.dedup();
+    assert_eq!(client, kept, "{h:?}");
+    let tail: Vec<String> = got.iter().map(name).skip_while(|k| !ours(k)).collect();
+    let mut want_tail = vec!["x-forwarded-for", "x-forwarded-proto"];
+    if h.contains_key(n::HOST) {
+        want_tail.push("x-forwarded-host");
+    }
+    if passed.iter().any(|k| k == "te") {
+        want_tail.insert(0, "te");
+    }
+    assert_eq!(tail, want_tail, "{h:?}");
 }
 
 /// Path normalisation: a normal result is absolute, has no dot segments or empty
@@ -632,6 +701,65 @@ mod as_sent {
                 let needs_map = needs_map || (compressible && (!identity_only || has("vary")));
                 prop_assert_eq!(used, !needs_map, "{}", head);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod forwarded {
+    use proptest::prelude::*;
+
+    /// Names a request may carry: each kind the proxy tells apart, in several
+    /// spellings, and plain ones.
+    const NAMES: [&str; 24] = [
+        "host",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "upgrade",
+        "expect",
+        "transfer-encoding",
+        "proxy-authorization",
+        "te",
+        "content-length",
+        "cookie",
+        "x-forwarded-for",
+        "x_forwarded_for",
+        "x-forwarded-host",
+        "forwarded",
+        "x-real-ip",
+        "x-sluice-peer",
+        "x_sluice_role",
+        "x-powered-by",
+        "user-agent",
+        "accept",
+        "x-a",
+        "x-b",
+        "x_a",
+    ];
+    const VALUES: [&str; 8] = [
+        "",
+        "1",
+        "close",
+        "keep-alive",
+        "x-a",
+        "trailers",
+        "gzip, trailers",
+        "a=1",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+        /// Any mix of those names and values: [`super::forwarded_lines`].
+        #[test]
+        fn forwarded_lines_are_the_maps(
+            fields in proptest::collection::vec((0..NAMES.len(), 0..VALUES.len()), 0..12),
+        ) {
+            let mut h = http::HeaderMap::new();
+            for &(n, v) in &fields {
+                h.append(http::HeaderName::from_static(NAMES[n]), http::HeaderValue::from_static(VALUES[v]));
+            }
+            super::forwarded_lines(&h);
         }
     }
 }
