@@ -8,8 +8,9 @@ backend on /h2b/ where it can (nginx 1.22 cannot speak HTTP/2 to a backend).
 Method (docs/performance.md): the proxy under test runs alone on CPU 0; the load
 generator and the backend share CPU 1. Each measurement starts the proxy fresh, warms
 it up for a second, then runs the load while reading the proxy's own CPU time
-(utime + stime from /proc/PID/stat) before and after. Rounds interleave the proxies
-(A B C D A B C D ...), and the table reports medians with the min-max spread.
+(utime + stime from /proc/PID/stat) before and after. Rounds interleave the proxies,
+each round starting one later (A B C D, B C D A, ...), and the table reports medians
+with the min-max spread.
 Every process started here is killed by PID on exit, Ctrl-C included.
 """
 
@@ -29,7 +30,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLUICE = os.path.join(ROOT, "target", "dist", "sluice")
 # Another sluice binary (an earlier commit's) measured in the same rounds, interleaved,
-# as "sluice-base": the fair before/after on a noisy machine.
+# as "sluice-base": the fair before/after on a noisy machine. BASE_SAME=1 when it is
+# recent enough for the same config (an HTTP/3 listener, a memory cache route).
 SLUICE_BASE = os.environ.get("SLUICE_BASE", "")
 # FLOOR=path/to/sluice-floor (bench/floor.sh sets it): bare byte relays, over epoll and
 # over io_uring (plain and multishot receives), as "floor-epoll", "floor-uring" and
@@ -377,11 +379,15 @@ def sluice_proxy(backend, workers=1, cpu=0, binary=SLUICE, tls=True, filters="",
     conf = os.path.join(WORK, "sluice.conf")
     # An older binary (SLUICE_BASE) may not know TLS or h2c backends.
     # HTTP/3 on the TLS port (UDP) for the binary under test only.
-    quic = " quic" if binary == SLUICE else ""
+    # BASE_SAME=1: a recent SLUICE_BASE gets the same listeners and routes, so the two
+    # binaries are compared on one config (without it the one under test alone runs a
+    # QUIC endpoint and a 256 MiB memory cache: ~2 MiB more peak RSS).
+    full = binary == SLUICE or os.environ.get("BASE_SAME") == "1"
+    quic = " quic" if full else ""
     extra = f"listen 127.0.0.1:{tls_port} tls{quic}\n" if tls else ""
     # The cache scenarios' route: only the binary under test has the cache (not an
     # older SLUICE_BASE), so sluice-base skips them.
-    cached = f"route /cache/* {{ cache {{ store memory 256M }} proxy 127.0.0.1:{backend} }} " if binary == SLUICE else ""
+    cached = f"route /cache/* {{ cache {{ store memory 256M }} proxy 127.0.0.1:{backend} }} " if full else ""
     site = (f"tls {CERT} {KEY}; {cached}route /h2b/* {{ strip /h2b; proxy h2c://127.0.0.1:{BACKEND_H2} }} "
             f"route /php/* {{ strip /php; fastcgi 127.0.0.1:{PHP_PORT} {{ root {WORK}/php; max_conns 2 }} }} "
             f"route /static/* {{ strip /static; files {WORK}/static }} "
@@ -625,8 +631,12 @@ def main():
     results = {}  # (test, proxy) -> list of dicts
     started = time.time()
     for rnd in range(ROUNDS):
+        # Each round starts one proxy later: a place in the order (right after another
+        # proxy's run, or first) moved the figures more than a 5 % change did.
+        turn = rnd % len(proxies)
+        order = list(proxies.items())[turn:] + list(proxies.items())[:turn]
         for test, scenario, conns in runs:
-            for name, make in proxies.items():
+            for name, make in order:
                 if name in SKIP.get(scenario, ()):
                     continue
                 CURRENT_TEST = scenario
