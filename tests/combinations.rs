@@ -333,10 +333,7 @@ async fn answers_pass_alike_with_their_fields_as_sent_or_through_the_map() {
                 let case = format!("answer {n}, {method}, {accept:?}");
                 assert_eq!(seen(&plain, true), seen(&filtered, true), "{case}");
                 let (lines, _) = seen(&plain, false);
-                let fields: Vec<String> = lines[1..]
-                    .iter()
-                    .map(|l| l.split(':').next().unwrap().to_string())
-                    .collect();
+                let fields = names_of(&lines[1..]);
                 let gone = [
                     "x-powered-by",
                     "x-sluice-peer",
@@ -492,10 +489,7 @@ async fn requests_reach_the_backend_alike_with_their_lines_written_or_through_th
                 fields_seen(&mapped, true),
                 "{case}"
             );
-            let names: Vec<String> = fields_seen(&plain, false)
-                .iter()
-                .map(|l| l.split(':').next().unwrap().to_string())
-                .collect();
+            let names = names_of(&fields_seen(&plain, false));
             let gone = [
                 "keep-alive",
                 "proxy-connection",
@@ -604,4 +598,12 @@ fn none_of(fields: &[String], gone: &[&str], case: &str) {
     for g in gone {
         assert!(!fields.iter().any(|f| f == g), "{case}: {g} in {fields:?}");
     }
+}
+
+/// The names of field lines, as they were written.
+fn names_of(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| l.split(':').next().unwrap().to_string())
+        .collect()
 }
