@@ -330,14 +330,24 @@ pub fn response_fields(
         http::Version::HTTP_11,
         true,
     );
-    let text = String::from_utf8_lossy(&out);
-    let mut fields: Vec<String> = text
+    let mut fields = lines_of(&out);
+    by_name(&mut fields[1..]);
+    Ok(Some((fields, flags, r.fields.is_some())))
+}
+
+/// The non-empty lines of a head (or of its field lines).
+fn lines_of(b: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(b)
         .split("\r\n")
         .filter(|l| !l.is_empty())
         .map(str::to_string)
-        .collect();
-    fields[1..].sort_by_key(|l| l.split(':').next().unwrap_or("").to_string());
-    Ok(Some((fields, flags, r.fields.is_some())))
+        .collect()
+}
+
+/// Field lines sorted by name, stably: each name's lines keep their order, which is
+/// all a field's meaning depends on.
+fn by_name(lines: &mut [String]) {
+    lines.sort_by_key(|l| l.split(':').next().unwrap_or("").to_string());
 }
 
 /// A request's fields as an HTTP/1 backend gets them from an untrusted client on a
@@ -372,19 +382,11 @@ pub fn forwarded_lines(h: &http::HeaderMap) {
         return;
     };
     assert!(!names_other_fields, "{h:?}");
-    let lines = |b: &[u8]| -> Vec<String> {
-        String::from_utf8_lossy(b)
-            .split("\r\n")
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect()
-    };
-    let by_name = |mut v: Vec<String>| {
-        v.sort_by_key(|l| l.split(':').next().unwrap_or("").to_string());
-        v
-    };
-    let (got, want) = (lines(&got), lines(&want));
-    assert_eq!(by_name(got.clone()), by_name(want.clone()), "{h:?}");
+    let (got, want) = (lines_of(&got), lines_of(&want));
+    let (mut got_sorted, mut want_sorted) = (got.clone(), want.clone());
+    by_name(&mut got_sorted);
+    by_name(&mut want_sorted);
+    assert_eq!(got_sorted, want_sorted, "{h:?}");
     let name = |l: &String| l.split(':').next().unwrap_or("").to_string();
     // sluice's own: an untrusted client's fields of these names never pass.
     let ours = |k: &String| {

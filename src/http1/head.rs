@@ -575,12 +575,7 @@ fn sent_fields(
                 match as_written(head, name, h.value) {
                     // The line as it came, in one copy.
                     Some(line) => lines.extend_from_slice(line),
-                    None => {
-                        lines.extend_from_slice(name);
-                        lines.extend_from_slice(b": ");
-                        lines.extend_from_slice(h.value);
-                        lines.extend_from_slice(b"\r\n");
-                    }
+                    None => super::encode::field(&mut lines, name, h.value),
                 }
                 names::lower_in_place(&mut lines[at..at + name.len()]);
             }
@@ -626,8 +621,8 @@ fn fate(name: &[u8], value: &[u8], typed: &mut bool, rule: AsSent) -> Fate {
             Fate::Framing(header::CONTENT_LENGTH)
         }
         _ => match names::kind(name) {
-            Kind::HopByHop(0) => Fate::Framing(header::CONNECTION),
-            Kind::HopByHop(3) => Fate::Framing(header::TRANSFER_ENCODING),
+            Kind::HopByHop(names::CONNECTION_AT) => Fate::Framing(header::CONNECTION),
+            Kind::HopByHop(names::TRANSFER_ENCODING_AT) => Fate::Framing(header::TRANSFER_ENCODING),
             Kind::HopByHop(_) | Kind::Te | Kind::Sluice | Kind::PoweredBy => Fate::Drop,
             Kind::Forwarding { .. } | Kind::Other => Fate::Pass,
         },

@@ -42,6 +42,11 @@ pub(crate) enum Kind {
     Forwarding { ours_spelled: bool },
 }
 
+/// `Connection`'s place in [`HOP_BY_HOP`]: read for the options it names.
+pub(crate) const CONNECTION_AT: u8 = 0;
+/// `Transfer-Encoding`'s place in [`HOP_BY_HOP`]: read for an answer's framing.
+pub(crate) const TRANSFER_ENCODING_AT: u8 = 3;
+
 /// `Trailer` is not among them: it announces the trailers, which pass end to end
 /// (RFC 9110 §6.6.2; Go's HTTP/2 server keeps only the request trailers it announces).
 pub(crate) static HOP_BY_HOP: [HeaderName; 8] = [
@@ -92,11 +97,13 @@ pub(crate) fn kind(name: &[u8]) -> Kind {
         (2, b't') if name.eq_ignore_ascii_case(b"te") => Kind::Te,
         (6, b'e') if is(&const { pad(b"expect") }) => Kind::HopByHop(7),
         (7, b'u') if is(&const { pad(b"upgrade") }) => Kind::HopByHop(4),
-        (10, b'c') if is(&const { pad(b"connection") }) => Kind::HopByHop(0),
+        (10, b'c') if is(&const { pad(b"connection") }) => Kind::HopByHop(CONNECTION_AT),
         (10, b'k') if is(&const { pad(b"keep-alive") }) => Kind::HopByHop(1),
         (12, b'x') if is(&const { pad(b"x-powered-by") }) => Kind::PoweredBy,
         (16, b'p') if is(&const { pad(b"proxy-connection") }) => Kind::HopByHop(2),
-        (17, b't') if is(&const { pad(b"transfer-encoding") }) => Kind::HopByHop(3),
+        (17, b't') if is(&const { pad(b"transfer-encoding") }) => {
+            Kind::HopByHop(TRANSFER_ENCODING_AT)
+        }
         (18, b'p') if is(&const { pad(b"proxy-authenticate") }) => Kind::HopByHop(5),
         (19, b'p') if is(&const { pad(b"proxy-authorization") }) => Kind::HopByHop(6),
         // Every forwarding name starts with one of these, and is 9 to 24 bytes long.

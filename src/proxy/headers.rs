@@ -166,7 +166,11 @@ pub(crate) fn forwarded(
                 }
                 Some(true)
             }
-            Kind::HopByHop(0) if connection_names(value.as_bytes()).next().is_some() => None,
+            Kind::HopByHop(names::CONNECTION_AT)
+                if connection_names(value.as_bytes()).next().is_some() =>
+            {
+                None
+            }
             Kind::Te => {
                 te |= crate::http1::head::asks_trailers(value.as_bytes());
                 Some(false)

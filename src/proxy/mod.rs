@@ -574,12 +574,11 @@ fn origin_form(parts: &mut http::request::Parts) {
     }
 }
 
-/// Before an HTTP/2 backend: the proxy's work done on the map after all, for a
+/// Before an HTTP/2 backend: [`prepare`]'s work done on the map after all, for a
 /// request whose lines were written for an HTTP/1 one ([`outgoing`]).
 fn lines_to_map(pool: &Pool, out: &mut Outgoing, client: &Client<'_>) {
     if out.lines.take().is_some() {
-        let h = &mut out.parts.headers;
-        headers::request(h, client.ip, client.scheme, client.trusted, &pool.cfg);
+        prepare_parts(pool, &mut out.parts, client);
     }
 }
 
