@@ -128,10 +128,20 @@ pub fn http1_request(data: &[u8]) {
             }
         };
         assert!(end <= buf.len());
-        let Ok(h) = head::parse_request(buf.split_to(end).freeze()) else {
+        let bytes = buf.split_to(end).freeze();
+        let Ok(mut h) = head::parse_request(bytes.clone(), true) else {
             return;
         };
-        forwarded_lines(&h.headers);
+        // The map made at once and the map made later from the fields as they came are
+        // the same map.
+        let at_once = head::parse_request(bytes, false).expect("the same head parses");
+        assert!(at_once.fields.is_none());
+        if let Some(f) = h.fields.take() {
+            h.headers = f.to_map();
+            forwarded_lines(&h.headers, Some(&f));
+        }
+        assert_eq!(h.headers, at_once.headers);
+        forwarded_lines(&h.headers, None);
         let lengths = h
             .headers
             .get_all(http::header::CONTENT_LENGTH)
@@ -351,13 +361,14 @@ fn by_name(lines: &mut [String]) {
 }
 
 /// A request's fields as an HTTP/1 backend gets them from an untrusted client on a
-/// plain pool, both ways: written at once from the client's map
-/// (`proxy::headers::forwarded`), and through the map's work and its encoder. The
-/// same fields per name, in order; the lines keep the map's order of the client's
-/// fields, then a kept `TE: trailers`, then the forwarding fields; and the lines are
-/// written unless a `Connection` names other fields. The fuzz target
-/// `http1_request` and a property test hold every head to it.
-pub fn forwarded_lines(h: &http::HeaderMap) {
+/// plain pool, both ways: written at once (`proxy::headers::forwarded`) from the
+/// client's map `h`, or from its fields as they came (`raw`, whose map `h` is), and
+/// through the map's work and its encoder. The same fields per name, in order; the
+/// lines keep the client's order of its fields (the map's, or the head's), then a kept
+/// `TE: trailers`, then the forwarding fields; and the lines are written unless a
+/// `Connection` names other fields. The fuzz target `http1_request` and a property
+/// test hold every head to it.
+pub(crate) fn forwarded_lines(h: &http::HeaderMap, raw: Option<&crate::http1::fields::Fields>) {
     use crate::proxy::headers;
     use http::header::{self as n, HeaderValue};
     let ip = HeaderValue::from_static("192.0.2.1");
@@ -366,7 +377,11 @@ pub fn forwarded_lines(h: &http::HeaderMap) {
     let cfg = crate::config::ProxyConfig::new(vec![]);
     headers::request(&mut mapped, &ip, &scheme, false, &cfg);
     let mut want = Vec::new();
-    crate::http1::encode::request_fields(&mut want, &mapped, |_, _| Some(true));
+    crate::http1::encode::request_fields(
+        &mut want,
+        || headers::map_lines(&mapped),
+        |_, _| Some(true),
+    );
     let names_other_fields = h.get_all(n::CONNECTION).iter().any(|v| {
         v.as_bytes()
             .split(|&b| b == b',')
@@ -377,7 +392,11 @@ pub fn forwarded_lines(h: &http::HeaderMap) {
                     && !t.eq_ignore_ascii_case(b"keep-alive")
             })
     });
-    let Some(got) = headers::forwarded(h, &ip, &scheme) else {
+    let got = match raw {
+        Some(f) => headers::forwarded(|| f.iter(), &ip, &scheme),
+        None => headers::forwarded(|| headers::map_lines(h), &ip, &scheme),
+    };
+    let Some(got) = got else {
         assert!(names_other_fields, "{h:?}");
         return;
     };
@@ -398,13 +417,20 @@ pub fn forwarded_lines(h: &http::HeaderMap) {
         ]
         .contains(&k.as_str())
     };
-    let mut kept: Vec<String> = h
-        .keys()
-        .map(|k| k.as_str().to_string())
-        .filter(|k| !ours(k))
-        .collect();
+    let mut kept: Vec<String> = match raw {
+        None => h.keys().map(|k| k.as_str().to_string()).collect(),
+        // The head's order, every `Cookie` joined into the first.
+        Some(f) => {
+            let mut cookie = false;
+            f.iter()
+                .map(|(n, _)| String::from_utf8_lossy(n).to_ascii_lowercase())
+                .filter(|k| k != "cookie" || !std::mem::replace(&mut cookie, true))
+                .collect()
+        }
+    };
     let passed: Vec<String> = want.iter().map(name).collect();
-    kept.retain(|k| passed.contains(k));
+    kept.retain(|k| !ours(k) && passed.contains(k));
+    kept.dedup();
     let mut client: Vec<String> = got.iter().map(name).filter(|k| !ours(k)).collect();
     client.dedup();
     assert_eq!(client, kept, "{h:?}");
@@ -765,13 +791,29 @@ mod forwarded {
         /// Any mix of those names and values: [`super::forwarded_lines`].
         #[test]
         fn forwarded_lines_are_the_maps(
-            fields in proptest::collection::vec((0..NAMES.len(), 0..VALUES.len()), 0..12),
+            fields in proptest::collection::vec((0..NAMES.len(), 0..VALUES.len(), any::<u32>()), 0..12),
         ) {
             let mut h = http::HeaderMap::new();
-            for &(n, v) in &fields {
+            // The same fields in a head, each name in a case of its own.
+            let mut head = b"GET / HTTP/1.0\r\n".to_vec();
+            for &(n, v, case) in &fields {
                 h.append(http::HeaderName::from_static(NAMES[n]), http::HeaderValue::from_static(VALUES[v]));
+                let name = NAMES[n].bytes().enumerate().map(|(i, c)| match case >> (i % 32) & 1 {
+                    1 => c.to_ascii_uppercase(),
+                    _ => c,
+                });
+                head.extend(name);
+                head.extend_from_slice(b": ");
+                head.extend_from_slice(VALUES[v].as_bytes());
+                head.extend_from_slice(b"\r\n");
             }
-            super::forwarded_lines(&h);
+            head.extend_from_slice(b"\r\n");
+            super::forwarded_lines(&h, None);
+            // Heads the parser takes as they came (one `Host`, a sound length, …).
+            let parsed = crate::http1::head::parse_request(bytes::Bytes::from(head), true);
+            if let Ok(crate::http1::head::RequestHead { fields: Some(f), .. }) = parsed {
+                super::forwarded_lines(&f.to_map(), Some(&f));
+            }
         }
     }
 }

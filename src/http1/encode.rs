@@ -7,9 +7,9 @@ use std::task::{Context, Poll, Waker};
 
 use http_body::Body as _;
 
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
+use http::{HeaderMap, StatusCode, Version};
 
-use super::COALESCE;
+use super::{names, COALESCE};
 use crate::body::{Body, BodyError};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
@@ -64,44 +64,61 @@ fn fields(out: &mut Vec<u8>, headers: &HeaderMap) {
 /// written is not the whole). One `Content-Length`, and every `Cookie` field joined
 /// into one by `"; "`: an HTTP/2 client sends each cookie as its own field (RFC 9113
 /// §8.2.3), and many HTTP/1.1 servers read only the first.
-pub(crate) fn request_fields<'h>(
+///
+/// `fields` makes an iterator of `(name, value)`: a map's (lower-case names, each name's values
+/// together) or a head's as they came (names in any case, written lower-case).
+pub(crate) fn request_fields<'h, I>(
     out: &mut Vec<u8>,
-    headers: &'h HeaderMap,
-    mut pass: impl FnMut(&'h HeaderName, &'h HeaderValue) -> Option<bool>,
-) -> bool {
+    fields: impl Fn() -> I,
+    mut pass: impl FnMut(&'h [u8], &'h [u8]) -> Option<bool>,
+) -> bool
+where
+    I: Iterator<Item = (&'h [u8], &'h [u8])>,
+{
     let (mut cookie_done, mut length_done) = (false, false);
-    for (name, value) in headers {
+    for (name, value) in fields() {
         match pass(name, value) {
             Some(true) => {}
             Some(false) => continue,
             None => return false,
         }
-        // One length, whatever the front allowed: equal repeats arrive from HTTP/2
-        // clients, and the body was framed by the first.
-        if name == http::header::CONTENT_LENGTH {
-            if length_done {
-                continue;
-            }
-            length_done = true;
-        }
-        if name == http::header::COOKIE {
-            if cookie_done {
-                continue;
-            }
-            cookie_done = true;
-            out.extend_from_slice(b"cookie: ");
-            for (k, v) in headers.get_all(http::header::COOKIE).iter().enumerate() {
-                if k > 0 {
-                    out.extend_from_slice(b"; ");
+        let at = out.len();
+        match name.len() {
+            // One length, whatever the front allowed: equal repeats arrive from HTTP/2
+            // clients, and the body was framed by the first.
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                if length_done {
+                    continue;
                 }
-                out.extend_from_slice(v.as_bytes());
+                length_done = true;
             }
-            out.extend_from_slice(b"\r\n");
-            continue;
+            6 if name.eq_ignore_ascii_case(b"cookie") => {
+                if !cookie_done {
+                    cookie_done = true;
+                    cookies(out, fields());
+                }
+                continue;
+            }
+            _ => {}
         }
-        field(out, name.as_str().as_bytes(), value.as_bytes());
+        field(out, name, value);
+        names::lower_in_place(&mut out[at..at + name.len()]);
     }
     true
+}
+
+/// Every `Cookie` field of `fields` as one line, joined by `"; "`.
+fn cookies<'h>(out: &mut Vec<u8>, fields: impl Iterator<Item = (&'h [u8], &'h [u8])>) {
+    out.extend_from_slice(b"cookie: ");
+    let mut first = true;
+    for (_, v) in fields.filter(|(n, _)| n.eq_ignore_ascii_case(b"cookie")) {
+        if !first {
+            out.extend_from_slice(b"; ");
+        }
+        first = false;
+        out.extend_from_slice(v);
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 /// One field line.
@@ -148,7 +165,15 @@ pub(crate) fn request_head(
     out.extend_from_slice(b" HTTP/1.1\r\n");
     match lines {
         Some(lines) => out.extend_from_slice(lines),
-        None => _ = request_fields(out, &parts.headers, |_, _| Some(true)),
+        None => {
+            let fields = || {
+                parts
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+            };
+            _ = request_fields(out, fields, |_, _| Some(true));
+        }
     }
     match body {
         BodyOut::Empty | BodyOut::Declared => {}

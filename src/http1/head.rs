@@ -17,7 +17,8 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode, Uri, Version};
 
 use super::decode::Decoder;
-use super::names::{self, Kind};
+use super::fields::Fields;
+use super::names::{self, Fact, Kind};
 use super::{MAX_HEAD, MAX_HEADERS, MAX_RESPONSE_HEADERS};
 
 /// How a request body is delimited.
@@ -33,7 +34,9 @@ pub(crate) struct RequestHead {
     pub method: Method,
     pub uri: Uri,
     pub version: Version,
+    /// Empty when the fields are kept as they came (`fields`).
     pub headers: HeaderMap,
+    pub fields: Option<Fields>,
     pub framing: Framing,
     pub keep_alive: bool,
     pub expect_continue: bool,
@@ -61,7 +64,9 @@ pub(crate) fn is_tchar(b: u8) -> bool {
 
 /// Parses a complete request head (as found by [`super::scan::RequestScan`], leading
 /// empty lines included).
-pub(crate) fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
+/// `defer`: a head whose fields pass on as they came keeps them as [`Fields`], with
+/// an empty map, for the pipeline to build the map only when a reader needs it.
+pub(crate) fn parse_request(head: Bytes, defer: bool) -> Result<RequestHead, HeadError> {
     if head.len() > MAX_HEAD {
         return Err(HeadError::TooLarge);
     }
@@ -83,19 +88,13 @@ pub(crate) fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
         }
     }
     let (method, version, uri) = request_line(&req, &head)?;
-    // Room for the forwarding fields a proxy adds, so they do not regrow the map.
-    let mut headers = HeaderMap::with_capacity(req.headers.len() + 4);
+    let mut fields = Fields::new(head.clone(), req.headers.len());
     let mut facts = RequestFacts::default();
     for h in req.headers.iter() {
-        let name = names::from_token(h.name.as_bytes())
-            .map_err(|_| HeadError::Bad("invalid header name"))?;
-        let value = parsed_value(&head, h.value);
-        if facts.note(&name, h.value)? {
-            headers.append(name, value);
+        let (name, fact) = (h.name.as_bytes(), names::fact(h.name.as_bytes()));
+        if facts.note(fact, h.value)? {
+            fields.push(name, h.value, fact);
         }
-    }
-    if let (true, Some(n)) = (facts.length_rewritten, facts.content_length) {
-        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
     }
     match facts.hosts {
         1 => {}
@@ -104,16 +103,11 @@ pub(crate) fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
         _ => return Err(HeadError::Bad("more than one Host")),
     }
     let framing = facts.framing()?;
-    if let Some(authority) = uri.authority() {
-        // Absolute form: the target's authority is the host, for routing and for the
-        // backend alike (RFC 9112 §3.2.2), so the two can never disagree.
-        if authority.as_str().contains('@') {
-            return Err(HeadError::Bad("user information in the request target"));
-        }
-        let v = HeaderValue::from_str(authority.as_str())
-            .map_err(|_| HeadError::Bad("invalid request target"))?;
-        headers.insert(header::HOST, v);
-    }
+    let as_came = !facts.length_rewritten && uri.authority().is_none();
+    let (headers, fields) = match (defer && as_came, fields) {
+        (true, fields) => (HeaderMap::new(), Some(fields)),
+        (false, fields) => (map_of(&fields, &facts, &uri)?, None),
+    };
     let keep_alive = match version {
         Version::HTTP_11 => !facts.conn_close,
         _ => facts.conn_keep_alive && !facts.conn_close,
@@ -124,12 +118,33 @@ pub(crate) fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
         uri,
         version,
         headers,
+        fields,
         framing,
         keep_alive,
         expect_continue: facts.expect_continue && is_11,
         trailers: facts.te_trailers,
         upgrade: facts.conn_upgrade && facts.upgrade_field && is_11,
     })
+}
+
+/// A request's map: its fields as they came, one plain `Content-Length` for a
+/// repeated or listed one, and an absolute-form target's authority as `Host`.
+fn map_of(fields: &Fields, facts: &RequestFacts<'_>, uri: &Uri) -> Result<HeaderMap, HeadError> {
+    let mut headers = fields.to_map();
+    if let (true, Some(n)) = (facts.length_rewritten, facts.content_length) {
+        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    if let Some(authority) = uri.authority() {
+        // Absolute form: the target's authority is the host, for routing and for the
+        // backend alike (RFC 9112 §3.2.2), so the two can never disagree.
+        if authority.as_str().contains('@') {
+            return Err(HeadError::Bad("user information in the request target"));
+        }
+        let v = HeaderValue::from_str(authority.as_str())
+            .map_err(|_| HeadError::Bad("invalid request target"))?;
+        headers.insert(header::HOST, v);
+    }
+    Ok(headers)
 }
 
 /// A field value of `head` that httparse parsed, shared with the head without a copy
@@ -145,7 +160,7 @@ pub(crate) fn parse_request(head: Bytes) -> Result<RequestHead, HeadError> {
 /// default configuration (no obsolete line folding, so no CR or LF inside a value).
 #[allow(unsafe_code)]
 #[inline]
-fn parsed_value(head: &Bytes, value: &[u8]) -> HeaderValue {
+pub(super) fn parsed_value(head: &Bytes, value: &[u8]) -> HeaderValue {
     let shared = head.slice_ref(value);
     // SAFETY: `value` is a field value httparse accepted, which holds only bytes a
     // `HeaderValue` may hold (see above); `http` checks it again in debug builds.
@@ -197,8 +212,8 @@ impl<'h> RequestFacts<'h> {
     /// Notes one field; `Ok(false)`: it is not passed on as it came (a Content-Length
     /// rewritten once at the end).
     #[inline]
-    fn note(&mut self, name: &HeaderName, value: &'h [u8]) -> Result<bool, HeadError> {
-        if name == http::header::CONTENT_LENGTH {
+    fn note(&mut self, name: Fact, value: &'h [u8]) -> Result<bool, HeadError> {
+        if name == Fact::ContentLength {
             let first = self.content_length.is_none();
             self.content_length =
                 Some(length_field(value, self.content_length).map_err(HeadError::Bad)?);
@@ -207,7 +222,7 @@ impl<'h> RequestFacts<'h> {
                 self.length_rewritten = true;
                 return Ok(false);
             }
-        } else if name == http::header::TRANSFER_ENCODING {
+        } else if name == Fact::TransferEncoding {
             self.te_seen = true;
             if value.iter().any(|&b| b.is_ascii_control() && b != b'\t') {
                 return Err(HeadError::Bad("control character in Transfer-Encoding"));
@@ -218,19 +233,19 @@ impl<'h> RequestFacts<'h> {
                     .map(trim)
                     .filter(|c| !c.is_empty()),
             );
-        } else if name == http::header::HOST {
+        } else if name == Fact::Host {
             self.hosts += 1;
-        } else if name == http::header::CONNECTION {
+        } else if name == Fact::Connection {
             for token in value.split(|&b| b == b',').map(trim) {
                 self.conn_close |= token.eq_ignore_ascii_case(b"close");
                 self.conn_keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
                 self.conn_upgrade |= token.eq_ignore_ascii_case(b"upgrade");
             }
-        } else if name == http::header::UPGRADE {
+        } else if name == Fact::Upgrade {
             self.upgrade_field = true;
-        } else if name == http::header::TE {
+        } else if name == Fact::Te {
             self.te_trailers |= asks_trailers(value);
-        } else if name == http::header::EXPECT {
+        } else if name == Fact::Expect {
             self.expect_continue = trim(value).eq_ignore_ascii_case(b"100-continue");
         }
         Ok(true)
@@ -775,7 +790,20 @@ mod tests {
         let end = super::super::scan::RequestScan::default()
             .find_end(&b)?
             .expect("complete head");
-        parse_request(b.slice(..end))
+        let at_once = parse_request(b.slice(..end), false);
+        // Kept as they came, the fields make the same map later.
+        let kept = parse_request(b.slice(..end), true).map(|mut h| {
+            if let Some(f) = h.fields.take() {
+                h.headers = f.to_map();
+            }
+            h
+        });
+        match (&at_once, kept) {
+            (Ok(a), Ok(k)) => assert_eq!(a.headers, k.headers),
+            (Err(a), Err(k)) => assert_eq!(*a, k),
+            (a, k) => panic!("{a:?} / {k:?}"),
+        }
+        at_once
     }
 
     fn response(s: &str) -> Result<ResponseHead, InvalidResponse> {

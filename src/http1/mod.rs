@@ -8,6 +8,7 @@
 
 pub(crate) mod decode;
 pub(crate) mod encode;
+pub(crate) mod fields;
 pub(crate) mod head;
 pub(crate) mod names;
 pub(crate) use names::keep_trailers;

@@ -123,6 +123,39 @@ pub(crate) fn kind(name: &[u8]) -> Kind {
     }
 }
 
+/// What a request field's name tells the parser about framing and the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fact {
+    Other,
+    ContentLength,
+    TransferEncoding,
+    Host,
+    Connection,
+    Upgrade,
+    Te,
+    Expect,
+}
+
+/// Which [`Fact`] `name` (any case; a token) is, as [`kind`] tells a name's kind: by
+/// its length and first byte, then one folded comparison.
+#[inline]
+pub(crate) fn fact(name: &[u8]) -> Fact {
+    let Some(&first) = name.first() else {
+        return Fact::Other;
+    };
+    let is = |lower: &[u8; 32]| folded_eq(name, lower);
+    match (name.len(), first | 0x20) {
+        (2, b't') if name.eq_ignore_ascii_case(b"te") => Fact::Te,
+        (4, b'h') if is(&const { pad(b"host") }) => Fact::Host,
+        (6, b'e') if is(&const { pad(b"expect") }) => Fact::Expect,
+        (7, b'u') if is(&const { pad(b"upgrade") }) => Fact::Upgrade,
+        (10, b'c') if is(&const { pad(b"connection") }) => Fact::Connection,
+        (14, b'c') if is(&const { pad(b"content-length") }) => Fact::ContentLength,
+        (17, b't') if is(&const { pad(b"transfer-encoding") }) => Fact::TransferEncoding,
+        _ => Fact::Other,
+    }
+}
+
 /// Whether `name` (any case) spells the lower-case `field`, reading `_` as `-` (CGI-style
 /// servers and some frameworks fold the two, so `X_Forwarded_For` would pass as the
 /// real thing).
@@ -448,6 +481,23 @@ mod tests {
         let mut names: Vec<&'static str> = vec!["te", "x-powered-by", "x-sluice-peer"];
         names.extend(HOP_BY_HOP.iter().map(HeaderName::as_str));
         names.extend(FORWARDING.iter().map(|n| std::str::from_utf8(n).unwrap()));
+        near_token(names)
+    }
+
+    /// The names [`fact`] tells apart, spelled as [`kind_token`] spells its own.
+    const FACTS: [(&str, Fact); 7] = [
+        ("te", Fact::Te),
+        ("host", Fact::Host),
+        ("expect", Fact::Expect),
+        ("upgrade", Fact::Upgrade),
+        ("connection", Fact::Connection),
+        ("content-length", Fact::ContentLength),
+        ("transfer-encoding", Fact::TransferEncoding),
+    ];
+
+    /// One of `names`, each letter in either case, maybe with `_` for a `-` and one
+    /// byte changed; or any token.
+    fn near_token(names: Vec<&'static str>) -> impl Strategy<Value = Vec<u8>> {
         let near = proptest::sample::select(names).prop_flat_map(|n| {
             let changed = proptest::option::of((0..n.len(), proptest::sample::select(TCHAR)));
             let flips =
@@ -497,6 +547,27 @@ mod tests {
                 },
             };
             proptest::prop_assert_eq!(kind(&b), want);
+        }
+
+        #[test]
+        fn a_token_is_the_fact_its_lower_case_spells(
+            b in near_token(FACTS.iter().map(|(n, _)| *n).collect())
+        ) {
+            let lower = b.to_ascii_lowercase();
+            let want = FACTS
+                .iter()
+                .find(|(n, _)| n.as_bytes() == lower)
+                .map_or(Fact::Other, |(_, f)| *f);
+            proptest::prop_assert_eq!(fact(&b), want);
+        }
+
+        /// A request's names are turned into `HeaderName`s only when its map is built,
+        /// long after the head was accepted: every token httparse passes must be one.
+        #[test]
+        fn every_token_is_a_header_name(
+            b in proptest::collection::vec(proptest::sample::select(TCHAR), 1..200)
+        ) {
+            proptest::prop_assert!(from_token(&b).is_ok());
         }
 
         #[test]

@@ -21,6 +21,7 @@ use crate::config::template::Values;
 use crate::config::{Compression, Template};
 use crate::filter::hold::{Refused, Stopped};
 use crate::filter::{Action, Cx, Stage, Step, Vars, Verified};
+use crate::http1::fields::Fields;
 use crate::http1::head::{AsSent, SentFields};
 use crate::inplace::boxed;
 use crate::proxy;
@@ -152,9 +153,14 @@ pub(crate) struct Offer {
 /// Serves one request on the current generation. Boxed so a connection's task stays
 /// small while it waits idle. An ACME HTTP-01 challenge is told apart before any
 /// future is made, so requests that are not one carry nothing of it.
+///
+/// `fields`: an HTTP/1 request's fields as they came, its map empty
+/// ([`crate::http1::fields`]); the map is built as soon as something on the request's
+/// way may read it, and never when nothing does.
 pub(crate) fn handle(
     live: &Live,
     req: Request<Body>,
+    fields: Option<Fields>,
     client: ClientInfo,
     offer: Offer,
 ) -> ResponseFuture {
@@ -169,11 +175,21 @@ pub(crate) fn handle(
                     meter: None,
                     fields: None,
                 },
-                None => serve(gen, req, client, offer).await,
+                None => serve(gen, req, fields, client, offer).await,
             }
         });
     }
-    boxed(|| serve(gen, req, client, offer))
+    boxed(|| serve(gen, req, fields, client, offer))
+}
+
+/// Builds the request's map from its fields as they came, if they were kept so: a
+/// reader of the map comes next.
+#[inline]
+fn with_map(req: &mut Request<Body>, fields: &mut Option<Fields>) {
+    if let Some(f) = fields.take() {
+        debug_assert!(req.headers().is_empty(), "a kept request's map is empty");
+        *req.headers_mut() = f.to_map();
+    }
 }
 
 /// The request's whole journey. An `async move` block, not an `async fn`: the block
@@ -185,10 +201,15 @@ pub(crate) fn handle(
 fn serve(
     gen: Arc<Generation>,
     mut req: Request<Body>,
+    mut fields: Option<Fields>,
     client: ClientInfo,
     offer: Offer,
 ) -> impl std::future::Future<Output = Answer> + Send {
     async move {
+        // The connection asked the generation before this one, as a reload landed.
+        if !gen.defers_fields {
+            with_map(&mut req, &mut fields);
+        }
         // gRPC needs HTTP/2 or HTTP/3: an HTTP/1.1 request is not asked.
         let grpc = crate::grpc::is_call(&req);
         let slots = Slots {
@@ -207,7 +228,15 @@ fn serve(
             meter: None,
             started: gen.metered.then(std::time::Instant::now),
         };
-        let mut resp = run(&gen, &mut req, &client, &slots, offer, &mut metering.meter).await;
+        let mut resp = run(
+            &gen,
+            (&mut req, fields),
+            &client,
+            &slots,
+            offer,
+            &mut metering.meter,
+        )
+        .await;
         // A gRPC-Web call's answer is marked by the `grpc_web` filter.
         if grpc || resp.extensions().get::<crate::grpc::web::Mode>().is_some() {
             grpc_answer(&mut resp, metering.meter.clone());
@@ -295,7 +324,7 @@ struct Traced {
 #[allow(clippy::manual_async_fn)]
 fn run<'a>(
     gen: &'a Arc<Generation>,
-    req: &'a mut Request<Body>,
+    (req, mut fields): (&'a mut Request<Body>, Option<Fields>),
     client: &'a ClientInfo,
     slots: &'a Slots,
     offer: Offer,
@@ -303,10 +332,13 @@ fn run<'a>(
 ) -> impl std::future::Future<Output = Response<Body>> + use<'a> {
     async move {
         // Not a nested async fn: awaiting one moves its whole (large) future once more.
-        let (site, route, normalized) = match locate(gen, req, client, meter) {
+        let (site, route, normalized) = match locate(gen, req, &mut fields, client, meter) {
             Ok(found) => found,
             Err(resp) => return *resp,
         };
+        if !route.defers_fields {
+            with_map(req, &mut fields);
+        }
         if let Some(traced) = slots.trace.as_ref().filter(|t| t.ctx.sampled) {
             let pattern = crate::runtime::compile::route_label(&site.name, &route.name);
             let _ = traced.located.set((site.name.clone(), pattern.to_string()));
@@ -331,7 +363,7 @@ fn run<'a>(
         cx.client_cert = tls_client.is_some_and(|t| t.cert.is_some());
         cx.meter = route.meter.as_ref();
         cx.https = client.scheme == Scheme::Https;
-        let asked = Asked::of(route, req);
+        let asked = Asked::of(route, req, fields.as_ref());
         // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
         // target as received, before `strip`/`rewrite`.
         let received = matches!(route.handler, Handler::FastCgi(_) | Handler::Files(_))
@@ -350,7 +382,18 @@ fn run<'a>(
                 }
                 let resp = match &route.cache {
                     None => {
-                        call_handler(gen, route, req, client, &cx, slots, offer, received).await
+                        let (req, fields) = (&mut *req, fields.as_ref());
+                        call_handler(
+                            gen,
+                            route,
+                            (req, fields),
+                            client,
+                            &cx,
+                            slots,
+                            offer,
+                            received,
+                        )
+                        .await
                     }
                     Some(cache) => {
                         let at = Place { gen, site, route };
@@ -441,11 +484,16 @@ fn taken(resp: &mut Response<Body>) -> Response<Body> {
 #[allow(clippy::type_complexity)]
 fn locate<'g>(
     gen: &'g Generation,
-    req: &Request<Body>,
+    req: &mut Request<Body>,
+    fields: &mut Option<Fields>,
     client: &ClientInfo,
     meter: &mut Option<Arc<Meter>>,
 ) -> Result<(&'g Site, &'g Route, Option<String>), Box<Response<Body>>> {
-    let Some(host) = crate::route::path::site_host(host_of(req)) else {
+    let host = match fields {
+        Some(f) => f.host().and_then(|h| as_str(h)).unwrap_or(""),
+        None => host_of(req),
+    };
+    let Some(host) = crate::route::path::site_host(host) else {
         bump(&COUNTERS.bad_request);
         *meter = gen.metered.then(|| UNROUTED.clone());
         let bad = local_response(StatusCode::BAD_REQUEST, "Bad request: invalid Host\n");
@@ -457,6 +505,9 @@ fn locate<'g>(
         let unknown = local_response(StatusCode::MISDIRECTED_REQUEST, "unknown site\n");
         return Err(Box::new(unknown));
     };
+    if !site.defers_fields {
+        with_map(req, fields);
+    }
     match find_route(gen, site, req, client) {
         Ok((route, normalized)) => {
             meter.clone_from(&route.meter);
@@ -492,13 +543,21 @@ struct Asked {
 }
 
 impl Asked {
-    fn of(route: &Route, req: &Request<Body>) -> Asked {
-        let accept = route
-            .may_compress
-            .then(|| req.headers().get(header::ACCEPT_ENCODING).cloned())
-            .flatten();
+    fn of(route: &Route, req: &Request<Body>, fields: Option<&Fields>) -> Asked {
+        let (accept, authorized) = match (route.may_compress, fields) {
+            (false, _) => (None, false),
+            (true, None) => {
+                let accept = req.headers().get(header::ACCEPT_ENCODING).cloned();
+                let authorized = req.headers().contains_key(header::AUTHORIZATION);
+                (accept, authorized)
+            }
+            (true, Some(f)) => (
+                f.value(b"accept-encoding"),
+                f.get(b"authorization").is_some(),
+            ),
+        };
         Asked {
-            authorized: accept.is_some() && req.headers().contains_key(header::AUTHORIZATION),
+            authorized: accept.is_some() && authorized,
             accept,
             is_head: req.method() == http::Method::HEAD,
         }
@@ -757,6 +816,14 @@ pub(super) fn host_of(req: &Request<Body>) -> &str {
         .unwrap_or("")
 }
 
+/// A field value as text, on `HeaderValue::to_str`'s terms (visible ASCII and tabs).
+fn as_str(v: &[u8]) -> Option<&str> {
+    v.iter()
+        .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
+        .then(|| std::str::from_utf8(v).ok())
+        .flatten()
+}
+
 /// The route in `site` for the request's normalised path, and the normalised path when
 /// it differs from the target's. `Err`: sluice's own answer (400, 404), or the site's
 /// controls' (a version it is not served over, the redirect to HTTPS, maintenance).
@@ -840,7 +907,7 @@ fn vars(
 fn call_handler<'a, 'x>(
     gen: &'a Generation,
     route: &'a Route,
-    req: &'a mut Request<Body>,
+    (req, fields): (&'a mut Request<Body>, Option<&'a Fields>),
     client: &'a ClientInfo,
     cx: &'a Cx<'x>,
     slots: &'a Slots,
@@ -871,6 +938,7 @@ fn call_handler<'a, 'x>(
                     metered: gen.metered,
                     grpc: slots.grpc,
                     as_sent: offer.as_sent.map(|rule| (rule, &slots.fields)),
+                    fields,
                 };
                 proxy::forward(pool, req, &c).await
             }
@@ -943,7 +1011,14 @@ async fn cached(
     }
     let fetch = |mut req: Request<Body>| async move {
         call_handler(
-            at.gen, at.route, &mut req, client, cx, slots, offer, received,
+            at.gen,
+            at.route,
+            (&mut req, None),
+            client,
+            cx,
+            slots,
+            offer,
+            received,
         )
         .await
     };
@@ -989,7 +1064,7 @@ fn refresh(
         call_handler(
             &gen,
             route,
-            &mut req,
+            (&mut req, None),
             &client,
             &cx,
             &slots,

@@ -103,6 +103,7 @@ impl Filter for ForwardAuth {
                 grpc: false,
                 // The service's answer is read as a map.
                 as_sent: None,
+                fields: None,
             };
             let asked = async {
                 let answer = super::forward(&pool, &mut ask, &client).await;

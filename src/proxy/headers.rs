@@ -151,32 +151,30 @@ pub(crate) fn request(
 /// last field into the gap), and a `TE: trailers` kept is written after the client's
 /// fields. No field is hashed, inserted or removed. `None`: a `Connection` names
 /// other fields to drop, which is the map's work; nothing is kept.
-pub(crate) fn forwarded(
-    h: &HeaderMap,
+///
+/// `fields` makes an iterator of the client's fields, from its map ([`map_lines`]) or
+/// as they came (`http1::fields::Fields::iter`, names in any case: they are written
+/// lower-case).
+pub(crate) fn forwarded<'h, I: Iterator<Item = (&'h [u8], &'h [u8])>>(
+    fields: impl Fn() -> I,
     client_ip: &HeaderValue,
     scheme: &HeaderValue,
 ) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(FORWARDED_ROOM);
     let (mut host, mut te) = (None, false);
-    let whole = encode::request_fields(&mut out, h, |name, value| {
-        match names::kind(name.as_str().as_bytes()) {
-            Kind::Other | Kind::PoweredBy => {
-                if name == header::HOST && host.is_none() {
-                    host = Some(value);
-                }
-                Some(true)
+    let whole = encode::request_fields(&mut out, fields, |name, value| match names::kind(name) {
+        Kind::Other | Kind::PoweredBy => {
+            if host.is_none() && name.eq_ignore_ascii_case(b"host") {
+                host = Some(value);
             }
-            Kind::HopByHop(names::CONNECTION_AT)
-                if connection_names(value.as_bytes()).next().is_some() =>
-            {
-                None
-            }
-            Kind::Te => {
-                te |= crate::http1::head::asks_trailers(value.as_bytes());
-                Some(false)
-            }
-            Kind::HopByHop(_) | Kind::Sluice | Kind::Forwarding { .. } => Some(false),
+            Some(true)
         }
+        Kind::HopByHop(names::CONNECTION_AT) if connection_names(value).next().is_some() => None,
+        Kind::Te => {
+            te |= crate::http1::head::asks_trailers(value);
+            Some(false)
+        }
+        Kind::HopByHop(_) | Kind::Sluice | Kind::Forwarding { .. } => Some(false),
     });
     if !whole {
         return None;
@@ -189,9 +187,14 @@ pub(crate) fn forwarded(
     encode::field(&mut out, XFF.as_str().as_bytes(), client_ip.as_bytes());
     encode::field(&mut out, XFP.as_str().as_bytes(), scheme.as_bytes());
     if let Some(host) = host {
-        encode::field(&mut out, XFH.as_str().as_bytes(), host.as_bytes());
+        encode::field(&mut out, XFH.as_str().as_bytes(), host);
     }
     Some(out)
+}
+
+/// A map's fields as [`forwarded`] and `http1::encode::request_fields` read them.
+pub(crate) fn map_lines(h: &HeaderMap) -> impl Iterator<Item = (&[u8], &[u8])> {
+    h.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
 }
 
 /// Room for a usual request's lines in one allocation (a browser's are ~500 bytes, an

@@ -32,6 +32,7 @@ use crate::body::Body;
 use crate::config::template::Values;
 use crate::config::units::format_duration;
 use crate::config::{HashKey, Policy};
+use crate::http1::fields::Fields;
 use crate::http1::head::SentFields;
 use crate::reply::local_response;
 use crate::stats::{bump, COUNTERS};
@@ -79,6 +80,9 @@ pub(crate) struct Client<'a> {
         crate::http1::head::AsSent,
         &'a std::sync::Mutex<Option<Box<SentFields>>>,
     )>,
+    /// The request's fields as they came, its map not built (only on a route whose
+    /// pool writes them at once, `Pool::writes_lines`).
+    pub fields: Option<&'a Fields>,
 }
 
 /// An `async move` block rather than an `async fn` (here and in [`attempts`]): an
@@ -172,7 +176,7 @@ fn attempts<'a, 'c>(
         let cfg = &pool.cfg;
         let key = hash_key(&cfg.lb, req, client);
         // Decided on the client's request, before `header_up` may add fields.
-        let stale = Stale::of(req, &pool.cfg);
+        let stale = Stale::of(req, client.fields, &pool.cfg);
         let out = outgoing(pool, crate::body::take_request(req), client, deadline);
         let mut sending = Sending {
             out,
@@ -537,7 +541,10 @@ fn outgoing(
 ) -> Outgoing {
     let cfg = &pool.cfg;
     // Decided on the client's request, before `header_up` may add fields.
-    let replayable = cfg.retry_on.any() && is_idempotent(&req);
+    let replayable = cfg.retry_on.any() && is_idempotent(&req, client.fields);
+    if let Some(f) = client.fields {
+        return as_they_came(pool, req, f, client, deadline, replayable);
+    }
     let plain = !client.trusted
         && !client.tracing
         && client.spans.is_none()
@@ -547,7 +554,11 @@ fn outgoing(
         // An `h2c://` pool's peers always take the map.
         && cfg.scheme() != crate::config::BackendScheme::H2c;
     let lines = match plain {
-        true => headers::forwarded(req.headers(), client.ip, client.scheme),
+        true => headers::forwarded(
+            || headers::map_lines(req.headers()),
+            client.ip,
+            client.scheme,
+        ),
         false => None,
     };
     let (mut parts, body) = req.into_parts();
@@ -559,6 +570,40 @@ fn outgoing(
     out.lines = lines;
     if replayable {
         out.keep_for_replay(cfg.retry_buffer);
+    }
+    out.deadline = deadline;
+    out.as_sent = client.as_sent.map(|(rule, _)| rule);
+    out
+}
+
+/// [`outgoing`] for a request whose map was never built: its fields are written from
+/// the lines as they came ([`headers::forwarded`], the pool writes lines); when a
+/// `Connection` names fields to drop, the map is built after all and prepared.
+fn as_they_came(
+    pool: &Pool,
+    req: Request<Body>,
+    fields: &Fields,
+    client: &Client<'_>,
+    deadline: Option<std::time::Instant>,
+    replayable: bool,
+) -> Outgoing {
+    let (mut parts, body) = req.into_parts();
+    let lines = headers::forwarded(|| fields.iter(), client.ip, client.scheme);
+    let declared = match lines {
+        Some(_) => {
+            origin_form(&mut parts);
+            fields.has_length
+        }
+        None => {
+            parts.headers = fields.to_map();
+            prepare_parts(pool, &mut parts, client);
+            parts.headers.contains_key(header::CONTENT_LENGTH)
+        }
+    };
+    let mut out = Outgoing::framed(parts, body, declared);
+    out.lines = lines;
+    if replayable {
+        out.keep_for_replay(pool.cfg.retry_buffer);
     }
     out.deadline = deadline;
     out.as_sent = client.as_sent.map(|(rule, _)| rule);
@@ -733,9 +778,9 @@ enum Stale {
 impl Stale {
     /// Of the client's request (a body first: a POST with one looks at no field), and
     /// the pool's `resend_stale` (`global { retries off }` sends nothing twice).
-    fn of(req: &Request<Body>, cfg: &crate::config::ProxyConfig) -> Stale {
+    fn of(req: &Request<Body>, fields: Option<&Fields>, cfg: &crate::config::ProxyConfig) -> Stale {
         use http_body::Body as _;
-        match cfg.resend_stale && req.body().is_end_stream() && is_idempotent(req) {
+        match cfg.resend_stale && req.body().is_end_stream() && is_idempotent(req, fields) {
             true => Stale::SendAgain,
             false => Stale::AskTheKernel,
         }

@@ -10,6 +10,7 @@ use http::{Request, Response};
 
 use super::refusal::{sent_and_failed, sent_and_failed_counted};
 use crate::body::Body;
+use crate::http1::fields::Fields;
 use crate::stats::{bump, COUNTERS};
 use crate::upstream::conn::{Outgoing, SendError};
 use crate::upstream::{FailureKind, Note, Pick, Pool, Tried};
@@ -109,10 +110,14 @@ pub(super) fn retry_to(
 
 /// Methods that may be sent twice (RFC 9110 §9.2.2), or a request that says so with
 /// `Idempotency-Key`.
-pub(super) fn is_idempotent(req: &Request<Body>) -> bool {
+/// `fields`: the request's fields as they came, when its map was not built.
+pub(super) fn is_idempotent(req: &Request<Body>, fields: Option<&Fields>) -> bool {
     use http::Method;
     matches!(
         *req.method(),
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    ) || req.headers().contains_key("idempotency-key")
+    ) || match fields {
+        Some(f) => f.get(b"idempotency-key").is_some(),
+        None => req.headers().contains_key("idempotency-key"),
+    }
 }

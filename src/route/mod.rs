@@ -96,6 +96,10 @@ pub(crate) struct Site {
     pub meter: Option<Arc<crate::stats::Meter>>,
     /// The site's own `access_log` (or `off`).
     pub log: Option<crate::access::SiteLog>,
+    /// No route of the site is chosen by a field, and it has no `access_log` of its
+    /// own and no redirect to HTTPS: a request's fields as they came can wait until its route is known
+    /// ([`Route::defers_fields`]).
+    pub defers_fields: bool,
 }
 
 /// A site's maintenance switch at run time: as configured, or forced on or off by the
@@ -152,6 +156,10 @@ pub(crate) struct Route {
     /// and compression's look at its type ([`Route::leaves_fields`]): an HTTP/1
     /// client may get them as the backend sent them.
     pub fields_as_sent: bool,
+    /// Nothing of the route reads a request field but what the fields as they came
+    /// answer ([`Route::reads_no_field`]): an HTTP/1 request keeps them so, and no map
+    /// is built for it.
+    pub defers_fields: bool,
 }
 
 impl Route {
@@ -165,6 +173,21 @@ impl Route {
             && self.error_pages.is_none()
             && matches!(&self.handler, Handler::Proxy(p)
                 if p.cfg.header_down.is_empty() && !p.cfg.origin_headers)
+    }
+}
+
+impl Route {
+    /// Whether the route reads no request field but routing's `Host`, compression's
+    /// `Accept-Encoding` and `Authorization`, and what the proxy reads of a pool that
+    /// writes the client's lines ([`Pool::writes_lines`]): no filter, no cache, no
+    /// placeholder or client address taken from the request.
+    pub(crate) fn reads_no_field(&self) -> bool {
+        self.filters.is_empty()
+            && self.cache.is_none()
+            && !self.uses_placeholders
+            && !self.uses_client_ip
+            && self.auth_headers.is_empty()
+            && matches!(&self.handler, Handler::Proxy(p) if p.writes_lines())
     }
 }
 

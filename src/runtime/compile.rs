@@ -112,6 +112,11 @@ impl Generation {
                     .unwrap_or_else(|| crate::otel::Tracer::new(c))
             })
         });
+        // An access log reads fields as its line begins, before the route is known.
+        let logged = config.global.access_log.is_some()
+            || config.sites.iter().any(|s| s.access_log.is_some());
+        let defers_fields =
+            !config.global.tracing && tracer.is_none() && config.global.trust.is_empty() && !logged;
         Generation {
             sends_proxy_protocol,
             kept: kept.done(),
@@ -126,6 +131,7 @@ impl Generation {
             tunnel_drain: config.global.tunnel_drain,
             tunnel_idle: config.global.tunnel_idle,
             metered: config.global.admin.is_some(),
+            defers_fields,
             auth_pools,
             acme_http01: acme.clone().filter(|m| m.config.http01),
             acme,
@@ -555,12 +561,19 @@ fn site(s: &config::Site, shared: &Shared) -> Site {
         error_pages: &s.error_pages,
         name: &s.name,
     };
-    let routes = s
+    let routes: Vec<Route> = s
         .routes
         .iter()
         .map(|r| route(r, shared, own.as_ref(), &first))
         .collect();
+    let routed_by_fields = routes.iter().any(|r| {
+        r.matchers
+            .iter()
+            .any(|m| matches!(m, crate::route::Matcher::Header(..)))
+    });
     Site {
+        // The redirect to HTTPS reads `Host` before the route is known.
+        defers_fields: !routed_by_fields && s.access_log.is_none() && s.https_redirect.is_none(),
         name: s.name.clone(),
         hosts: s
             .host_words
@@ -724,8 +737,10 @@ fn route(
         challenge,
         meter,
         fields_as_sent: false,
+        defers_fields: false,
     };
     route.fields_as_sent = route.leaves_fields();
+    route.defers_fields = route.reads_no_field();
     route
 }
 

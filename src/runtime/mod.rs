@@ -42,6 +42,10 @@ pub(crate) struct Generation {
     pub kept: carry::Kept,
     /// The admin API is on: requests are metered (`sluice_http_*`).
     pub metered: bool,
+    /// Nothing global reads a request's fields before its route is known (no
+    /// tracing, no `trust`, no access log): an HTTP/1 request may keep its fields as they came
+    /// (`http1::fields`), as its site and route then allow.
+    pub defers_fields: bool,
     /// The pools `forward_auth` filters ask.
     pub auth_pools: Vec<Arc<Pool>>,
     /// The certificates of `tls auto` sites, when there are any: carried while the
@@ -134,12 +138,16 @@ pub(crate) struct Live {
     current: ArcSwap<Generation>,
     /// The current generation meters requests: a connection notes when each began.
     metered: std::sync::atomic::AtomicBool,
+    /// The current generation's [`Generation::defers_fields`], for a connection to
+    /// read before it parses a head.
+    defers_fields: std::sync::atomic::AtomicBool,
 }
 
 impl Live {
     pub(crate) fn new(g: Generation) -> Arc<Live> {
         Arc::new(Live {
             metered: g.metered.into(),
+            defers_fields: g.defers_fields.into(),
             current: ArcSwap::from_pointee(g),
         })
     }
@@ -155,6 +163,13 @@ impl Live {
         self.metered.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Whether a request's fields may be kept as they came (a request that starts as
+    /// a reload lands is checked again on the generation it runs on).
+    pub(crate) fn defers_fields(&self) -> bool {
+        self.defers_fields
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Makes `next` the live generation. What the old one kept that `next` did not
     /// carry over is retired now (a pool's background tasks stop and its idle
     /// connections close), while requests still running on the old generation finish
@@ -162,6 +177,8 @@ impl Live {
     pub(crate) fn swap(&self, next: Generation) {
         self.metered
             .store(next.metered, std::sync::atomic::Ordering::Relaxed);
+        self.defers_fields
+            .store(next.defers_fields, std::sync::atomic::Ordering::Relaxed);
         let old = self.current.swap(Arc::new(next));
         old.kept.retire_gone(&self.current.load().kept);
     }

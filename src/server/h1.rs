@@ -26,6 +26,7 @@ use crate::access::{Marks, Pending};
 use crate::body::{Body, BodyError};
 use crate::http1::decode::{self, Decoded, Decoder};
 use crate::http1::encode::{self, Delimit};
+use crate::http1::fields::Fields;
 use crate::http1::head::{parse_request, Framing, HeadError, RequestHead};
 use crate::http1::scan::RequestScan;
 use crate::http1::{MAX_HEAD, READ_CHUNK};
@@ -50,13 +51,14 @@ impl Conn {
     /// The request's access log line, begun (when the log is on).
     fn pending(
         &self,
+        log: Option<Arc<crate::access::AccessLog>>,
         method: &http::Method,
         uri: &http::Uri,
         headers: &http::HeaderMap,
         version: http::Version,
         started: Option<std::time::Instant>,
     ) -> Option<Pending> {
-        let log = self.access.load_full()?;
+        let log = log?;
         let client = self.client.for_log();
         Some(Pending::new(
             log, method, uri, headers, version, client, started,
@@ -130,7 +132,7 @@ impl Conn {
         loop {
             if let Some(end) = scan.find_end(buf)? {
                 let bytes: Bytes = buf.split_to(end).freeze();
-                return parse_request(bytes).map(Some);
+                return parse_request(bytes, self.live.defers_fields()).map(Some);
             }
             if buf.capacity() - buf.len() < 1024 {
                 // The scanner refuses a head past MAX_HEAD; no need to cap the read here.
@@ -240,7 +242,8 @@ impl Conn {
             method,
             uri,
             version,
-            headers,
+            mut headers,
+            mut fields,
             framing,
             keep_alive,
             expect_continue,
@@ -259,7 +262,15 @@ impl Conn {
         let (want, pump, body) = Pump::of(framing, expect_continue);
         // One clock read serves the meter and the log.
         let started = self.live.metered().then(std::time::Instant::now);
-        let mut log = self.pending(&method, &uri, &headers, version, started);
+        let access = self.access.load_full();
+        // A switch of protocols, and the log's line, read fields (a reload may have
+        // turned the log on since the head was parsed).
+        if upgrade || access.is_some() {
+            if let Some(f) = fields.take() {
+                headers = f.to_map();
+            }
+        }
+        let mut log = self.pending(access, &method, &uri, &headers, version, started);
         let req = request(method, uri, version, headers, body);
         let _guard = self.counted.request();
         let mut ex = Exchange {
@@ -280,7 +291,7 @@ impl Conn {
             started,
         };
         let Some(resp) = ex
-            .dispatch(stream, buf, want, req, &self.live, &self.client)
+            .dispatch(stream, buf, want, (req, fields), &self.live, &self.client)
             .await
         else {
             return false;
@@ -410,7 +421,7 @@ impl Exchange {
         stream: &mut S,
         buf: &mut BytesMut,
         mut want: Option<oneshot::Receiver<()>>,
-        req: Request<Body>,
+        (req, fields): (Request<Body>, Option<Fields>),
         live: &Live,
         client: &ClientInfo,
     ) -> Option<Response<Body>> {
@@ -420,7 +431,7 @@ impl Exchange {
             fields: true,
             as_sent: None,
         };
-        let mut fut = pipeline::handle(live, req, client.clone(), offer);
+        let mut fut = pipeline::handle(live, req, fields, client.clone(), offer);
         // An HTTP/1.0 client must not get an interim answer.
         let interim = self.version == Version::HTTP_11;
         let (mut rd, mut wr) = stream.split();

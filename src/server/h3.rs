@@ -495,7 +495,7 @@ async fn serve_stream(
         as_sent: None,
     };
     let (parts, ()) = req.into_parts();
-    let fut = pipeline::handle(&live, Request::from_parts(parts, body), client, offer);
+    let fut = pipeline::handle(&live, Request::from_parts(parts, body), None, client, offer);
     let Some(answer) = with_interim(fut, send).await else {
         return;
     };

@@ -76,9 +76,17 @@ impl Outgoing {
 
     #[inline]
     pub(crate) fn from_parts(parts: http::request::Parts, body: Body) -> Outgoing {
+        let declared = parts.headers.contains_key(header::CONTENT_LENGTH);
+        Outgoing::framed(parts, body, declared)
+    }
+
+    /// `declared`: the fields the request goes out with carry its `Content-Length`
+    /// (its map, or the lines written for it).
+    #[inline]
+    pub(crate) fn framed(parts: http::request::Parts, body: Body, declared: bool) -> Outgoing {
         let framing = if body.is_end_stream() {
             BodyOut::Empty
-        } else if parts.headers.contains_key(header::CONTENT_LENGTH) {
+        } else if declared {
             BodyOut::Declared
         } else if let Some(n) = body.size_hint().exact() {
             BodyOut::Length(n)

@@ -57,6 +57,23 @@ impl Pool {
         &self.id.name
     }
 
+    /// Whether the pool's requests may go out as the client's fields, written at once,
+    /// with no map built (`http1::fields`): it adds no field of its own (`host keep`,
+    /// no `header_up`), its peers speak HTTP/1.1 only (an `https://` peer may choose
+    /// HTTP/2, which takes a map), and `lb hash` reads no field or cookie.
+    pub(crate) fn writes_lines(&self) -> bool {
+        let cfg = &self.cfg;
+        cfg.header_up.is_empty()
+            && matches!(cfg.host, crate::config::HostMode::Keep)
+            && cfg.scheme() == crate::config::BackendScheme::Http
+            && !matches!(
+                cfg.lb,
+                crate::config::Policy::Hash(
+                    crate::config::HashKey::Header(_) | crate::config::HashKey::Cookie(_)
+                )
+            )
+    }
+
     pub(crate) fn peers(&self) -> &[Arc<Peer>] {
         &self.peers
     }

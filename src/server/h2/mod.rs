@@ -221,7 +221,7 @@ async fn one_stream(
     };
     let client_addr = client.addr;
     let head_only = req.method() == Method::HEAD;
-    let fut = pipeline::handle(&live, req.map(|()| body), client, offer);
+    let fut = pipeline::handle(&live, req.map(|()| body), None, client, offer);
     // `None`: the client reset the stream first; the request is dropped (a 499).
     let Some(answer) = send::answer(fut, &mut respond).await else {
         return;
