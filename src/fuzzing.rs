@@ -450,6 +450,8 @@ pub(crate) fn forwarded_lines(h: &http::HeaderMap, raw: Option<&crate::http1::fi
 /// input was already normal. Host normalisation: idempotent, lower case.
 pub fn path(data: &[u8]) {
     let Ok(p) = std::str::from_utf8(data) else {
+        // A host is ASCII: bytes that are not even text name no site.
+        assert!(path::site_host(data).is_none(), "{data:?}");
         return;
     };
     if let Ok(n) = path::normalize(p) {
@@ -490,7 +492,7 @@ pub fn path(data: &[u8]) {
     assert!(!h.bytes().any(|b| b.is_ascii_uppercase()), "{p:?} -> {h:?}");
     // The site lookup's one pass finds what the check and the normal form find.
     let want = path::valid_host(p).then(|| h.clone());
-    assert_eq!(path::site_host(p), want, "{p:?}");
+    assert_eq!(path::site_host(p.as_bytes()), want, "{p:?}");
     // One trailing dot goes (`a.test.` is `a.test`); `a.test..` names no host.
     if !h.contains([':', '[', ']']) && !h.ends_with('.') {
         assert_eq!(path::normalize_host(&h), h, "{p:?}");

@@ -5,74 +5,119 @@
 //! The head-as-bytes step for requests (docs/performance.md, thirteenth part): on a
 //! route where nothing but routing, compression and the proxy reads a field, a request
 //! from an HTTP/1 client reaches its backend without a map ever being built; the
-//! readers ask [`Fields::get`] and the proxy writes the lines from [`Fields::iter`].
+//! readers ask [`Fields::get`] (or what the parser noted: `Host`, `Accept-Encoding`)
+//! and the proxy writes the lines from [`Fields::iter`].
+//!
+//! One allocation, as the map's two were: the places of a usual request's fields lie
+//! in the same box as the head's handle, and the box is what moves between the
+//! request's layers (eight bytes, where a head's handle and a `Vec` were 56).
 
 use bytes::Bytes;
 use http::HeaderMap;
 
-use super::names;
+use super::names::{self, Fact};
 
-/// Where one field line's name and value lie in the head.
-#[derive(Debug, Clone, Copy)]
+/// Where one field line's name and value lie in the head. A head is at most
+/// `MAX_HEAD` (64 KiB) long and ends with an empty line, so every place fits 16 bits.
+#[derive(Debug, Clone, Copy, Default)]
 struct Line {
-    name: u32,
-    name_end: u32,
-    value: u32,
-    value_end: u32,
+    name: u16,
+    name_end: u16,
+    value: u16,
+    value_end: u16,
 }
+
+/// Fields whose places lie in the box; more spill into a `Vec` (a browser sends about
+/// a dozen).
+const INLINE: usize = 16;
 
 /// A request's fields as received (see the module's documentation). Only a head whose
 /// fields pass on as they came has them: one that repeats or lists its
 /// `Content-Length`, or whose target carries its own host, gets its map at once.
 #[derive(Debug)]
-pub(crate) struct Fields {
+pub(crate) struct Fields(Box<Inner>);
+
+#[derive(Debug)]
+struct Inner {
     head: Bytes,
-    lines: Vec<Line>,
-    /// The first `Host` line's place in `lines` (a head has at most one).
+    len: usize,
+    inline: [Line; INLINE],
+    spill: Vec<Line>,
+    /// The first `Host`'s and `Accept-Encoding`'s places among the lines.
     host: Option<u16>,
-    /// A `Content-Length` is among them.
-    pub has_length: bool,
+    accept_encoding: Option<u16>,
+    authorization: bool,
+    has_length: bool,
 }
 
 impl Fields {
-    pub(super) fn new(head: Bytes, room: usize) -> Fields {
-        Fields {
+    pub(super) fn new(head: Bytes) -> Fields {
+        debug_assert!(head.len() <= super::MAX_HEAD);
+        Fields(Box::new(Inner {
             head,
-            lines: Vec::with_capacity(room),
+            len: 0,
+            inline: [Line::default(); INLINE],
+            spill: Vec::new(),
             host: None,
+            accept_encoding: None,
+            authorization: false,
             has_length: false,
-        }
+        }))
     }
 
     /// Notes a field line; `name` and `value` are slices of the head.
     #[inline]
-    pub(super) fn push(&mut self, name: &[u8], value: &[u8], fact: names::Fact) {
-        let base = self.head.as_ptr() as usize;
-        let at = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
+    pub(super) fn push(&mut self, name: &[u8], value: &[u8], fact: Fact) {
+        let f = &mut *self.0;
+        let base = f.head.as_ptr() as usize;
+        let at = |s: &[u8]| (s.as_ptr() as usize - base) as u16;
         let (name_at, value_at) = (at(name), at(value));
+        let line = Line {
+            name: name_at,
+            name_end: name_at + name.len() as u16,
+            value: value_at,
+            value_end: value_at + value.len() as u16,
+        };
+        let i = f.len as u16;
         match fact {
-            names::Fact::Host if self.host.is_none() => self.host = Some(self.lines.len() as u16),
-            names::Fact::ContentLength => self.has_length = true,
+            Fact::Host if f.host.is_none() => f.host = Some(i),
+            Fact::AcceptEncoding if f.accept_encoding.is_none() => f.accept_encoding = Some(i),
+            Fact::Authorization => f.authorization = true,
+            Fact::ContentLength => f.has_length = true,
             _ => {}
         }
-        self.lines.push(Line {
-            name: name_at,
-            name_end: name_at + name.len() as u32,
-            value: value_at,
-            value_end: value_at + value.len() as u32,
-        });
+        match f.inline.get_mut(f.len) {
+            Some(slot) => *slot = line,
+            None => f.spill.push(line),
+        }
+        f.len += 1;
+    }
+
+    fn lines(&self) -> impl Iterator<Item = &Line> {
+        let f = &*self.0;
+        f.inline[..f.len.min(INLINE)].iter().chain(&f.spill)
     }
 
     fn line(&self, l: &Line) -> (&[u8], &[u8]) {
+        let head = &self.0.head;
         (
-            &self.head[l.name as usize..l.name_end as usize],
-            &self.head[l.value as usize..l.value_end as usize],
+            &head[usize::from(l.name)..usize::from(l.name_end)],
+            &head[usize::from(l.value)..usize::from(l.value_end)],
         )
     }
 
+    fn nth(&self, i: u16) -> (&[u8], &[u8]) {
+        let i = usize::from(i);
+        let f = &*self.0;
+        self.line(match f.inline.get(i) {
+            Some(l) => l,
+            None => &f.spill[i - INLINE],
+        })
+    }
+
     /// Every field as `(name, value)`, names as the client spelled them, in its order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone + '_ {
-        self.lines.iter().map(|l| self.line(l))
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.lines().map(|l| self.line(l))
     }
 
     /// The first value of the field named `lower` (lower case).
@@ -82,28 +127,36 @@ impl Fields {
             .map(|(_, v)| v)
     }
 
-    /// The first value of the field named `lower`, shared with the head.
-    pub(crate) fn value(&self, lower: &[u8]) -> Option<http::HeaderValue> {
-        self.get(lower)
-            .map(|v| super::head::parsed_value(&self.head, v))
-    }
-
     /// `Host`'s value, found as the head was parsed.
     #[inline]
     pub(crate) fn host(&self) -> Option<&[u8]> {
-        self.host.map(|i| self.line(&self.lines[usize::from(i)]).1)
+        self.0.host.map(|i| self.nth(i).1)
+    }
+
+    /// The first `Accept-Encoding`, shared with the head, and whether an
+    /// `Authorization` came: what compression asks of a request.
+    pub(crate) fn accept_encoding(&self) -> (Option<http::HeaderValue>, bool) {
+        let f = &*self.0;
+        let accept = f.accept_encoding.map(|i| self.nth(i).1);
+        let accept = accept.map(|v| super::head::parsed_value(&f.head, v));
+        (accept, f.authorization)
+    }
+
+    /// A `Content-Length` is among them.
+    pub(crate) fn has_length(&self) -> bool {
+        self.0.has_length
     }
 
     /// The map the parser would have built: every field, in order, its value shared
     /// with the head.
     pub(crate) fn to_map(&self) -> HeaderMap {
         // Room for the forwarding fields a proxy adds, so they do not regrow the map.
-        let mut map = HeaderMap::with_capacity(self.lines.len() + 4);
+        let mut map = HeaderMap::with_capacity(self.0.len + 4);
         for (name, value) in self.iter() {
             // Every token is a name (`names::tests::every_token_is_a_header_name`), and
             // httparse passed only tokens.
             if let Ok(name) = names::from_token(name) {
-                map.append(name, super::head::parsed_value(&self.head, value));
+                map.append(name, super::head::parsed_value(&self.0.head, value));
             }
         }
         map

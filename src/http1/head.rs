@@ -88,12 +88,27 @@ pub(crate) fn parse_request(head: Bytes, defer: bool) -> Result<RequestHead, Hea
         }
     }
     let (method, version, uri) = request_line(&req, &head)?;
-    let mut fields = Fields::new(head.clone(), req.headers.len());
+    // Kept as they came, or (when the connection knows a map will be read) the map at
+    // once, without the fields' box.
+    let mut fields = defer.then(|| Fields::new(head.clone()));
+    let mut headers = match defer {
+        true => HeaderMap::new(),
+        // Room for the forwarding fields a proxy adds, so they do not regrow the map.
+        false => HeaderMap::with_capacity(req.headers.len() + 4),
+    };
     let mut facts = RequestFacts::default();
     for h in req.headers.iter() {
         let (name, fact) = (h.name.as_bytes(), names::fact(h.name.as_bytes()));
         if facts.note(fact, h.value)? {
-            fields.push(name, h.value, fact);
+            match fields.as_mut() {
+                Some(f) => f.push(name, h.value, fact),
+                // Every token is a name (`names::tests::every_token_is_a_header_name`).
+                None => {
+                    if let Ok(name) = names::from_token(name) {
+                        headers.append(name, parsed_value(&head, h.value));
+                    }
+                }
+            }
         }
     }
     match facts.hosts {
@@ -103,11 +118,12 @@ pub(crate) fn parse_request(head: Bytes, defer: bool) -> Result<RequestHead, Hea
         _ => return Err(HeadError::Bad("more than one Host")),
     }
     let framing = facts.framing()?;
-    let as_came = !facts.length_rewritten && uri.authority().is_none();
-    let (headers, fields) = match (defer && as_came, fields) {
-        (true, fields) => (HeaderMap::new(), Some(fields)),
-        (false, fields) => (map_of(&fields, &facts, &uri)?, None),
-    };
+    if facts.length_rewritten || uri.authority().is_some() {
+        if let Some(f) = fields.take() {
+            headers = f.to_map();
+        }
+        amend(&mut headers, &facts, &uri)?;
+    }
     let keep_alive = match version {
         Version::HTTP_11 => !facts.conn_close,
         _ => facts.conn_keep_alive && !facts.conn_close,
@@ -127,10 +143,10 @@ pub(crate) fn parse_request(head: Bytes, defer: bool) -> Result<RequestHead, Hea
     })
 }
 
-/// A request's map: its fields as they came, one plain `Content-Length` for a
-/// repeated or listed one, and an absolute-form target's authority as `Host`.
-fn map_of(fields: &Fields, facts: &RequestFacts<'_>, uri: &Uri) -> Result<HeaderMap, HeadError> {
-    let mut headers = fields.to_map();
+/// What a request's map holds but its fields as they came do not: one plain
+/// `Content-Length` for a repeated or listed one, and an absolute-form target's
+/// authority as `Host`.
+fn amend(headers: &mut HeaderMap, facts: &RequestFacts<'_>, uri: &Uri) -> Result<(), HeadError> {
     if let (true, Some(n)) = (facts.length_rewritten, facts.content_length) {
         headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
     }
@@ -144,7 +160,7 @@ fn map_of(fields: &Fields, facts: &RequestFacts<'_>, uri: &Uri) -> Result<Header
             .map_err(|_| HeadError::Bad("invalid request target"))?;
         headers.insert(header::HOST, v);
     }
-    Ok(headers)
+    Ok(())
 }
 
 /// A field value of `head` that httparse parsed, shared with the head without a copy

@@ -134,6 +134,9 @@ pub(crate) enum Fact {
     Upgrade,
     Te,
     Expect,
+    /// Not a framing fact: noted for compression, which asks of every request.
+    AcceptEncoding,
+    Authorization,
 }
 
 /// Which [`Fact`] `name` (any case; a token) is, as [`kind`] tells a name's kind: by
@@ -150,6 +153,8 @@ pub(crate) fn fact(name: &[u8]) -> Fact {
         (6, b'e') if is(&const { pad(b"expect") }) => Fact::Expect,
         (7, b'u') if is(&const { pad(b"upgrade") }) => Fact::Upgrade,
         (10, b'c') if is(&const { pad(b"connection") }) => Fact::Connection,
+        (13, b'a') if is(&const { pad(b"authorization") }) => Fact::Authorization,
+        (15, b'a') if is(&const { pad(b"accept-encoding") }) => Fact::AcceptEncoding,
         (14, b'c') if is(&const { pad(b"content-length") }) => Fact::ContentLength,
         (17, b't') if is(&const { pad(b"transfer-encoding") }) => Fact::TransferEncoding,
         _ => Fact::Other,
@@ -485,7 +490,9 @@ mod tests {
     }
 
     /// The names [`fact`] tells apart, spelled as [`kind_token`] spells its own.
-    const FACTS: [(&str, Fact); 7] = [
+    const FACTS: [(&str, Fact); 9] = [
+        ("authorization", Fact::Authorization),
+        ("accept-encoding", Fact::AcceptEncoding),
         ("te", Fact::Te),
         ("host", Fact::Host),
         ("expect", Fact::Expect),

@@ -490,9 +490,10 @@ fn locate<'g>(
     meter: &mut Option<Arc<Meter>>,
 ) -> Result<(&'g Site, &'g Route, Option<String>), Box<Response<Body>>> {
     let host = match fields {
-        Some(f) => f.host().and_then(|h| as_str(h)).unwrap_or(""),
-        None => host_of(req),
+        Some(f) => f.host(),
+        None => req.headers().get(header::HOST).map(HeaderValue::as_bytes),
     };
+    let host = host.unwrap_or(b"");
     let Some(host) = crate::route::path::site_host(host) else {
         bump(&COUNTERS.bad_request);
         *meter = gen.metered.then(|| UNROUTED.clone());
@@ -551,10 +552,7 @@ impl Asked {
                 let authorized = req.headers().contains_key(header::AUTHORIZATION);
                 (accept, authorized)
             }
-            (true, Some(f)) => (
-                f.value(b"accept-encoding"),
-                f.get(b"authorization").is_some(),
-            ),
+            (true, Some(f)) => f.accept_encoding(),
         };
         Asked {
             authorized: accept.is_some() && authorized,
@@ -814,14 +812,6 @@ pub(super) fn host_of(req: &Request<Body>) -> &str {
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
-}
-
-/// A field value as text, on `HeaderValue::to_str`'s terms (visible ASCII and tabs).
-fn as_str(v: &[u8]) -> Option<&str> {
-    v.iter()
-        .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
-        .then(|| std::str::from_utf8(v).ok())
-        .flatten()
 }
 
 /// The route in `site` for the request's normalised path, and the normalised path when

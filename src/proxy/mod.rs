@@ -592,7 +592,7 @@ fn as_they_came(
     let declared = match lines {
         Some(_) => {
             origin_form(&mut parts);
-            fields.has_length
+            fields.has_length()
         }
         None => {
             parts.headers = fields.to_map();
