@@ -441,18 +441,23 @@ fn fields_seen(body: &[u8], sorted: bool) -> Vec<String> {
     lines
 }
 
-/// A plain pool writes an untrusted client's fields for an HTTP/1 backend at once
-/// (`proxy::headers::forwarded`); a pool with `header_up` does the work on the map.
-/// Tricky heads × GET, a POST with a length, a chunked POST, over HTTP/1.1 (and
-/// HTTP/1.0, with and without `Host`) and HTTP/2 (cookie crumbs, `TE`): the backend
-/// gets the same fields either way, each name's
-/// values in order, and the plain pool keeps the client's order (a name's repeats
-/// together).
+/// Three ways to a backend's lines: a plain pool writes an HTTP/1 client's fields as
+/// they came, no map built (`http1::fields`); with an access log on, the same pool
+/// writes them at once from the client's map (`proxy::headers::forwarded`); a pool
+/// with `header_up` does the work on the map. Tricky heads × GET, a POST with a
+/// length, a chunked POST, over HTTP/1.1 (and HTTP/1.0, with and without `Host`) and
+/// HTTP/2 (cookie crumbs, `TE`): the backend gets the same fields every way, each
+/// name's values in order; the plain pool keeps the client's order (the head's as it
+/// came, or the map's: a name's repeats together).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_reach_the_backend_alike_with_their_lines_written_or_through_the_map() {
     let (backend, _task) = head_echo().await;
-    let s = Sluice::start(&format!(
-        "listen 127.0.0.1:0\nsite * {{\n route /m/* {{ proxy {backend} {{ header_up X-Map yes }} }}\n proxy {backend}\n}}\n"
+    let sites = format!(
+        "site * {{\n route /m/* {{ proxy {backend} {{ header_up X-Map yes }} }}\n proxy {backend}\n}}\n"
+    );
+    let s = Sluice::start(&format!("listen 127.0.0.1:0\n{sites}"));
+    let logged = Sluice::start(&format!(
+        "global {{ access_log access.log json }}\nlisten 127.0.0.1:0\n{sites}"
     ));
     const HEADS: [&str; 8] = [
         "Host: app.example\r\nUser-Agent: t/1\r\nAccept: */*\r\n",
@@ -482,11 +487,18 @@ async fn requests_reach_the_backend_alike_with_their_lines_written_or_through_th
             };
             let plain = raw(s.addr, ask("/p").as_bytes()).await;
             let mapped = raw(s.addr, ask("/m/p").as_bytes()).await;
+            let from_map = raw(logged.addr, ask("/p").as_bytes()).await;
             let case = format!("head {n}, {method} {version}, {body:?}");
             let (plain, mapped) = (answered(&plain, &case), answered(&mapped, &case));
+            let from_map = answered(&from_map, &case);
             assert_eq!(
                 fields_seen(&plain, true),
                 fields_seen(&mapped, true),
+                "{case}"
+            );
+            assert_eq!(
+                fields_seen(&plain, true),
+                fields_seen(&from_map, true),
                 "{case}"
             );
             let names = names_of(&fields_seen(&plain, false));
@@ -510,13 +522,30 @@ async fn requests_reach_the_backend_alike_with_their_lines_written_or_through_th
                 .count();
             assert_eq!(forwarded, 3, "{case}: one each of XFF, XFP, XFH: {names:?}");
             if n == 4 && method == "GET" {
-                // The client's order, a name's repeats together at its first (the
-                // map's order, without a removal's reshuffle).
+                // The client's order as it came, no map built.
+                assert_eq!(
+                    names[..6],
+                    ["host", "x-multi", "x-other", "x-multi", "x-multi", "accept"],
+                    "{case}"
+                );
+                // From the map: a name's repeats together at its first (the map's
+                // order, without a removal's reshuffle).
+                let names = names_of(&fields_seen(&from_map, false));
                 assert_eq!(
                     names[..6],
                     ["host", "x-multi", "x-multi", "x-multi", "x-other", "accept"],
                     "{case}"
                 );
+            }
+            if n == 3 {
+                // Every `Cookie` joined into the first, whichever way.
+                for seen in [&plain, &mapped, &from_map] {
+                    let cookies: Vec<String> = fields_seen(seen, false)
+                        .into_iter()
+                        .filter(|l| l.starts_with("cookie:"))
+                        .collect();
+                    assert_eq!(cookies, ["cookie: a=1; b=2"], "{case}");
+                }
             }
         }
     }
@@ -563,10 +592,10 @@ async fn requests_reach_the_backend_alike_with_their_lines_written_or_through_th
             "h2 {n}: {plain}"
         );
     }
-    // HTTP/1.0 without `Host`: no `X-Forwarded-Host` either way.
-    for path in ["/p", "/m/p"] {
+    // HTTP/1.0 without `Host`: no `X-Forwarded-Host` any way.
+    for (at, path) in [(s.addr, "/p"), (s.addr, "/m/p"), (logged.addr, "/p")] {
         let out = raw(
-            s.addr,
+            at,
             format!("GET {path} HTTP/1.0\r\nX-Kept: 1\r\n\r\n").as_bytes(),
         )
         .await;
