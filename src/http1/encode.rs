@@ -65,18 +65,14 @@ fn fields(out: &mut Vec<u8>, headers: &HeaderMap) {
 /// into one by `"; "`: an HTTP/2 client sends each cookie as its own field (RFC 9113
 /// §8.2.3), and many HTTP/1.1 servers read only the first.
 ///
-/// `fields` makes an iterator of `(name, value)`: a map's (lower-case names, each name's values
-/// together) or a head's as they came (names in any case, written lower-case).
-pub(crate) fn request_fields<'h, I>(
+/// `fields`: a map's, or a head's as they came ([`Source`]).
+pub(crate) fn request_fields<'h, S: Source>(
     out: &mut Vec<u8>,
-    fields: impl Fn() -> I,
+    fields: &'h S,
     mut pass: impl FnMut(&'h [u8], &'h [u8]) -> Option<bool>,
-) -> bool
-where
-    I: Iterator<Item = (&'h [u8], &'h [u8])>,
-{
+) -> bool {
     let (mut cookie_done, mut length_done) = (false, false);
-    for (name, value) in fields() {
+    for (name, value) in fields.fields() {
         match pass(name, value) {
             Some(true) => {}
             Some(false) => continue,
@@ -95,16 +91,35 @@ where
             6 if name.eq_ignore_ascii_case(b"cookie") => {
                 if !cookie_done {
                     cookie_done = true;
-                    cookies(out, fields());
+                    cookies(out, fields.fields());
                 }
                 continue;
             }
             _ => {}
         }
         field(out, name, value);
-        names::lower_in_place(&mut out[at..at + name.len()]);
+        if !S::LOWER {
+            names::lower_in_place(&mut out[at..at + name.len()]);
+        }
     }
     true
+}
+
+/// A request's fields, for [`request_fields`] to write: a map's, or a head's as they
+/// came (`super::fields::Fields`).
+pub(crate) trait Source {
+    /// The names come lower-case (a map's); else each is lowered as it is written.
+    const LOWER: bool;
+    /// Every field as `(name, value)`, a map's with each name's values together.
+    fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])>;
+}
+
+impl Source for HeaderMap {
+    const LOWER: bool = true;
+    fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.iter()
+            .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+    }
 }
 
 /// Every `Cookie` field of `fields` as one line, joined by `"; "`.
@@ -165,15 +180,7 @@ pub(crate) fn request_head(
     out.extend_from_slice(b" HTTP/1.1\r\n");
     match lines {
         Some(lines) => out.extend_from_slice(lines),
-        None => {
-            let fields = || {
-                parts
-                    .headers
-                    .iter()
-                    .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
-            };
-            _ = request_fields(out, fields, |_, _| Some(true));
-        }
+        None => _ = request_fields(out, &parts.headers, |_, _| Some(true)),
     }
     match body {
         BodyOut::Empty | BodyOut::Declared => {}

@@ -162,3 +162,10 @@ impl Fields {
         map
     }
 }
+
+impl super::encode::Source for Fields {
+    const LOWER: bool = false;
+    fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.iter()
+    }
+}

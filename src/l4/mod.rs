@@ -51,7 +51,7 @@ impl Route {
         let name = sni.map_or(String::new(), |n| {
             n.trim_end_matches('.').to_ascii_lowercase()
         });
-        self.names.find(&name).map(|i| &self.pools[i])
+        self.names.find(name.as_bytes()).map(|i| &self.pools[i])
     }
 }
 

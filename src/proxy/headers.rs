@@ -152,11 +152,10 @@ pub(crate) fn request(
 /// fields. No field is hashed, inserted or removed. `None`: a `Connection` names
 /// other fields to drop, which is the map's work; nothing is kept.
 ///
-/// `fields` makes an iterator of the client's fields, from its map ([`map_lines`]) or
-/// as they came (`http1::fields::Fields::iter`, names in any case: they are written
-/// lower-case).
-pub(crate) fn forwarded<'h, I: Iterator<Item = (&'h [u8], &'h [u8])>>(
-    fields: impl Fn() -> I,
+/// `fields`: the client's map, or its fields as they came (`http1::fields`, names in
+/// any case: they are written lower-case).
+pub(crate) fn forwarded(
+    fields: &impl encode::Source,
     client_ip: &HeaderValue,
     scheme: &HeaderValue,
 ) -> Option<Vec<u8>> {
@@ -190,11 +189,6 @@ pub(crate) fn forwarded<'h, I: Iterator<Item = (&'h [u8], &'h [u8])>>(
         encode::field(&mut out, XFH.as_str().as_bytes(), host);
     }
     Some(out)
-}
-
-/// A map's fields as [`forwarded`] and `http1::encode::request_fields` read them.
-pub(crate) fn map_lines(h: &HeaderMap) -> impl Iterator<Item = (&[u8], &[u8])> {
-    h.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
 }
 
 /// Room for a usual request's lines in one allocation (a browser's are ~500 bytes, an

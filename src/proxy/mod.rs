@@ -554,11 +554,7 @@ fn outgoing(
         // An `h2c://` pool's peers always take the map.
         && cfg.scheme() != crate::config::BackendScheme::H2c;
     let lines = match plain {
-        true => headers::forwarded(
-            || headers::map_lines(req.headers()),
-            client.ip,
-            client.scheme,
-        ),
+        true => headers::forwarded(req.headers(), client.ip, client.scheme),
         false => None,
     };
     let (mut parts, body) = req.into_parts();
@@ -588,7 +584,7 @@ fn as_they_came(
     replayable: bool,
 ) -> Outgoing {
     let (mut parts, body) = req.into_parts();
-    let lines = headers::forwarded(|| fields.iter(), client.ip, client.scheme);
+    let lines = headers::forwarded(fields, client.ip, client.scheme);
     let declared = match lines {
         Some(_) => {
             origin_form(&mut parts);

@@ -28,9 +28,9 @@ pub(crate) struct Sites {
 /// listener's `sni` pools all look names up with it.
 #[derive(Default)]
 pub(crate) struct HostIndex {
-    exact: HashMap<String, usize>,
+    exact: HashMap<Box<[u8]>, usize>,
     /// `(".example.com", index)`, longest suffix first.
-    suffixes: Vec<(String, usize)>,
+    suffixes: Vec<(Box<[u8]>, usize)>,
     any: Option<usize>,
 }
 
@@ -47,9 +47,9 @@ impl HostIndex {
         for h in hosts {
             match h {
                 HostPattern::Exact(name) => {
-                    self.exact.entry(name.clone()).or_insert(idx);
+                    self.exact.entry(name.as_bytes().into()).or_insert(idx);
                 }
-                HostPattern::Suffix(sfx) => self.suffixes.push((sfx.clone(), idx)),
+                HostPattern::Suffix(sfx) => self.suffixes.push((sfx.as_bytes().into(), idx)),
                 HostPattern::Any => self.any = Some(idx),
             }
         }
@@ -59,13 +59,13 @@ impl HostIndex {
 
     /// The index for a normalised (lower-case, no trailing dot) host.
     #[inline]
-    pub(crate) fn find(&self, host: &str) -> Option<usize> {
+    pub(crate) fn find(&self, host: &[u8]) -> Option<usize> {
         if let Some(&i) = self.exact.get(host) {
             return Some(i);
         }
         self.suffixes
             .iter()
-            .find(|(sfx, _)| host.len() > sfx.len() && host.ends_with(sfx.as_str()))
+            .find(|(sfx, _)| host.len() > sfx.len() && host.ends_with(sfx))
             .map(|(_, i)| *i)
             .or(self.any)
     }
@@ -244,7 +244,7 @@ impl Sites {
     }
 
     /// The site for a normalised host ([`path::normalize_host`]).
-    pub(crate) fn find(&self, host: &str) -> Option<&Site> {
+    pub(crate) fn find(&self, host: &[u8]) -> Option<&Site> {
         self.hosts.find(host).map(|i| &self.list[i])
     }
 

@@ -220,8 +220,8 @@ impl SniCerts {
         match name {
             Some(n) => self
                 .names
-                .find(&n.trim_end_matches('.').to_ascii_lowercase()),
-            None => self.names.find(""),
+                .find(n.trim_end_matches('.').to_ascii_lowercase().as_bytes()),
+            None => self.names.find(b""),
         }
     }
 }

@@ -76,7 +76,8 @@ impl Outgoing {
 
     #[inline]
     pub(crate) fn from_parts(parts: http::request::Parts, body: Body) -> Outgoing {
-        let declared = parts.headers.contains_key(header::CONTENT_LENGTH);
+        // Looked up only when there is a body to frame.
+        let declared = !body.is_end_stream() && parts.headers.contains_key(header::CONTENT_LENGTH);
         Outgoing::framed(parts, body, declared)
     }
 
