@@ -585,18 +585,17 @@ fn as_they_came(
 ) -> Outgoing {
     let (mut parts, body) = req.into_parts();
     let lines = headers::forwarded(fields, client.ip, client.scheme);
-    let declared = match lines {
+    let mut out = match lines {
         Some(_) => {
             origin_form(&mut parts);
-            fields.has_length()
+            Outgoing::framed(parts, body, |_| fields.has_length())
         }
         None => {
             parts.headers = fields.to_map();
             prepare_parts(pool, &mut parts, client);
-            parts.headers.contains_key(header::CONTENT_LENGTH)
+            Outgoing::from_parts(parts, body)
         }
     };
-    let mut out = Outgoing::framed(parts, body, declared);
     out.lines = lines;
     if replayable {
         out.keep_for_replay(pool.cfg.retry_buffer);

@@ -115,8 +115,13 @@ impl Generation {
         // An access log reads fields as its line begins, before the route is known.
         let logged = config.global.access_log.is_some()
             || config.sites.iter().any(|s| s.access_log.is_some());
-        let defers_fields =
-            !config.global.tracing && tracer.is_none() && config.global.trust.is_empty() && !logged;
+        // And some route has use for it: else every request would pay for fields kept
+        // only to be made into its map.
+        let defers_fields = !config.global.tracing
+            && tracer.is_none()
+            && config.global.trust.is_empty()
+            && !logged
+            && sites.routes().any(|r| r.defers_fields);
         Generation {
             sends_proxy_protocol,
             kept: kept.done(),

@@ -76,18 +76,23 @@ impl Outgoing {
 
     #[inline]
     pub(crate) fn from_parts(parts: http::request::Parts, body: Body) -> Outgoing {
-        // Looked up only when there is a body to frame.
-        let declared = !body.is_end_stream() && parts.headers.contains_key(header::CONTENT_LENGTH);
-        Outgoing::framed(parts, body, declared)
+        Outgoing::framed(parts, body, |p| {
+            p.headers.contains_key(header::CONTENT_LENGTH)
+        })
     }
 
-    /// `declared`: the fields the request goes out with carry its `Content-Length`
-    /// (its map, or the lines written for it).
+    /// `declared`: whether the fields the request goes out with carry its
+    /// `Content-Length` (its map, or the lines written for it); asked only when there
+    /// is a body to frame.
     #[inline]
-    pub(crate) fn framed(parts: http::request::Parts, body: Body, declared: bool) -> Outgoing {
+    pub(crate) fn framed(
+        parts: http::request::Parts,
+        body: Body,
+        declared: impl FnOnce(&http::request::Parts) -> bool,
+    ) -> Outgoing {
         let framing = if body.is_end_stream() {
             BodyOut::Empty
-        } else if declared {
+        } else if declared(&parts) {
             BodyOut::Declared
         } else if let Some(n) = body.size_hint().exact() {
             BodyOut::Length(n)
