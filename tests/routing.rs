@@ -471,3 +471,48 @@ fn error_pages_are_checked_at_load() {
         assert_check_fails(&dir, text, want);
     }
 }
+
+/// The site is found by the same `Host` rules whether the request's fields were kept
+/// as they came (a plain proxy route, nothing else reading them) or made into a map at
+/// once (an access log on): case, port and one trailing dot ignored, a byte no host
+/// name holds refused `400`, no `Host` (HTTP/1.0) the default site.
+#[tokio::test]
+async fn hosts_route_alike_from_the_fields_as_they_came_or_the_map() {
+    let b = Backend::text("proxied").await;
+    let sites = format!(
+        "site example.com {{ proxy {} }}\nsite * {{ respond \"default site\" }}\n",
+        b.addr
+    );
+    let kept = Sluice::start(&sites);
+    let mapped = Sluice::start(&format!(
+        "global {{ access_log access.log json }}\nlisten 127.0.0.1:0\n{sites}"
+    ));
+    let cases: [(&[u8], &str); 6] = [
+        (b"Host: example.com", "200"),
+        (b"Host: EXAMPLE.com.:8080", "200"),
+        (b"host:example.COM", "200"),
+        (b"Host: caf\xc3\xa9.example.com", "400"),
+        (b"Host: example.com/x", "400"),
+        (b"Host: other.org", "default site"),
+    ];
+    for s in [&kept, &mapped] {
+        for (host, want) in cases {
+            let mut req = b"GET / HTTP/1.1\r\nConnection: close\r\n".to_vec();
+            req.extend_from_slice(host);
+            req.extend_from_slice(b"\r\n\r\n");
+            let out = String::from_utf8_lossy(&raw(s.addr, &req).await).to_string();
+            let seen = match want {
+                "200" => out.starts_with("HTTP/1.1 200") && out.ends_with("proxied"),
+                "400" => out.starts_with("HTTP/1.1 400") && out.contains("invalid Host"),
+                body => out.ends_with(body),
+            };
+            assert!(
+                seen,
+                "{:?}: want {want}, got {out}",
+                String::from_utf8_lossy(host)
+            );
+        }
+        let out = raw(s.addr, b"GET / HTTP/1.0\r\n\r\n").await;
+        assert!(String::from_utf8_lossy(&out).ends_with("default site"));
+    }
+}
