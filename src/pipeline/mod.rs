@@ -549,7 +549,9 @@ impl Asked {
             (false, _) => (None, false),
             (true, None) => {
                 let accept = req.headers().get(header::ACCEPT_ENCODING).cloned();
-                let authorized = req.headers().contains_key(header::AUTHORIZATION);
+                // Asked only when it matters.
+                let authorized =
+                    accept.is_some() && req.headers().contains_key(header::AUTHORIZATION);
                 (accept, authorized)
             }
             (true, Some(f)) => f.accept_encoding(),

@@ -111,6 +111,7 @@ pub(super) fn retry_to(
 /// Methods that may be sent twice (RFC 9110 §9.2.2), or a request that says so with
 /// `Idempotency-Key`.
 /// `fields`: the request's fields as they came, when its map was not built.
+#[inline]
 pub(super) fn is_idempotent(req: &Request<Body>, fields: Option<&Fields>) -> bool {
     use http::Method;
     matches!(
