@@ -790,13 +790,21 @@ mod forwarded {
         /// Any mix of those names and values: [`super::forwarded_lines`].
         #[test]
         fn forwarded_lines_are_the_maps(
-            fields in proptest::collection::vec((0..NAMES.len(), 0..VALUES.len(), any::<u32>()), 0..12),
+            // Past the fields' 16 inline places too.
+            fields in proptest::collection::vec((0..NAMES.len(), 0..VALUES.len(), any::<u32>()), 0..40),
         ) {
             let mut h = http::HeaderMap::new();
             // The same fields in a head, each name in a case of its own.
             let mut head = b"GET / HTTP/1.0\r\n".to_vec();
+            let mut host = false;
             for &(n, v, case) in &fields {
                 h.append(http::HeaderName::from_static(NAMES[n]), http::HeaderValue::from_static(VALUES[v]));
+                // The head keeps what the parser takes as it came: one `Host`, no
+                // framing field (their own tests hold those).
+                let framing = matches!(NAMES[n], "content-length" | "transfer-encoding");
+                if framing || (NAMES[n] == "host" && std::mem::replace(&mut host, true)) {
+                    continue;
+                }
                 let name = NAMES[n].bytes().enumerate().map(|(i, c)| match case >> (i % 32) & 1 {
                     1 => c.to_ascii_uppercase(),
                     _ => c,
@@ -808,11 +816,9 @@ mod forwarded {
             }
             head.extend_from_slice(b"\r\n");
             super::forwarded_lines(&h, None);
-            // Heads the parser takes as they came (one `Host`, a sound length, …).
             let parsed = crate::http1::head::parse_request(bytes::Bytes::from(head), true);
-            if let Ok(crate::http1::head::RequestHead { fields: Some(f), .. }) = parsed {
-                super::forwarded_lines(&f.to_map(), Some(&f));
-            }
+            let f = parsed.expect("the head parses").fields.expect("kept as they came");
+            super::forwarded_lines(&f.to_map(), Some(&f));
         }
     }
 }

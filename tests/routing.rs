@@ -516,3 +516,67 @@ async fn hosts_route_alike_from_the_fields_as_they_came_or_the_map() {
         assert!(String::from_utf8_lossy(&out).ends_with("default site"));
     }
 }
+
+/// A site whose routes are chosen by a field builds the request's map before its
+/// routes are looked at, though another site's requests keep their fields as they
+/// came: `match header` still decides. Past the fields' inline places (30 of them,
+/// `Host` last) and near the largest head (64 KiB, `Host` after a 65,000-byte field),
+/// the kept fields still find the site and reach the backend whole.
+#[tokio::test]
+async fn kept_fields_route_by_header_many_fields_and_a_large_head() {
+    let b = Backend::echo_head().await;
+    let s = Sluice::start(&format!(
+        "site m.test {{
+            route /h/* {{
+                match header X-Canary 1
+                proxy {b}
+            }}
+            route /h/* {{ respond \"no canary\" }}
+        }}
+        site many.test {{ proxy {b} {{ header_down X-Site many }} }}
+        site * {{ proxy {b} }}",
+        b = b.addr
+    ));
+    let canary = request(
+        s.addr,
+        "GET",
+        "/h/x",
+        &[("Host", "m.test"), ("X-Canary", "1")],
+        b"",
+    )
+    .await;
+    assert!(canary.text().starts_with("GET /h/x\n"), "{}", canary.text());
+    let plain = get_host(s.addr, "m.test", "/h/x").await;
+    assert_eq!(plain.text(), "no canary");
+    // Thirty fields, `Accept-Encoding` and `Host` last.
+    let mut head = b"GET /many HTTP/1.1\r\nConnection: close\r\n".to_vec();
+    for i in 0..28 {
+        head.extend_from_slice(format!("X-F{i}: v{i}\r\n").as_bytes());
+    }
+    head.extend_from_slice(b"Accept-Encoding: identity\r\nHost: Many.Test\r\n\r\n");
+    let out = String::from_utf8_lossy(&raw(s.addr, &head).await).to_string();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(
+        out.to_ascii_lowercase().contains("\r\nx-site: many\r\n"),
+        "the site by the last Host: {out}"
+    );
+    for i in 0..28 {
+        assert!(out.contains(&format!("\nx-f{i}: v{i}\n")), "x-f{i}: {out}");
+    }
+    assert!(out.contains("\nhost: Many.Test\n"), "{out}");
+    assert!(out.contains("\nx-forwarded-host: Many.Test\n"), "{out}");
+    assert!(out.contains("\naccept-encoding: identity\n"), "{out}");
+    // A head just under 64 KiB, `Host` after its largest field.
+    let mut head = b"GET /big HTTP/1.1\r\nConnection: close\r\nX-Big: ".to_vec();
+    head.extend(std::iter::repeat_n(b'a', 65_000));
+    head.extend_from_slice(b"\r\nHost: big.test\r\n\r\n");
+    assert!(head.len() < 64 * 1024);
+    let out = String::from_utf8_lossy(&raw(s.addr, &head).await).to_string();
+    assert!(
+        out.starts_with("HTTP/1.1 200"),
+        "{}",
+        &out[..out.len().min(200)]
+    );
+    assert!(out.contains("\nx-forwarded-host: big.test\n"));
+    assert!(out.contains(&format!("\nx-big: {}\n", "a".repeat(65_000))));
+}

@@ -27,6 +27,9 @@ struct Line {
     value_end: u16,
 }
 
+// Every place in a head fits a `Line`'s 16 bits.
+const _: () = assert!(super::MAX_HEAD <= 1 << 16);
+
 /// Fields whose places lie in the box; more spill into a `Vec` (a browser sends about
 /// a dozen).
 const INLINE: usize = 16;

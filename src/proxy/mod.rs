@@ -583,6 +583,9 @@ fn as_they_came(
     deadline: Option<std::time::Instant>,
     replayable: bool,
 ) -> Outgoing {
+    // What the route's and the generation's flags promised (`Route::reads_no_field`,
+    // `Generation::defers_fields`): the map's way would have written these lines too.
+    debug_assert!(!client.trusted && !client.tracing && client.spans.is_none() && !client.grpc);
     let (mut parts, body) = req.into_parts();
     let lines = headers::forwarded(fields, client.ip, client.scheme);
     let mut out = match lines {
