@@ -310,6 +310,16 @@ struct Slots {
     trace: Option<Box<Traced>>,
 }
 
+impl Slots {
+    /// A sampled trace notes the site and route that took the request.
+    fn located(&self, site: &Site, route: &Route) {
+        if let Some(traced) = self.trace.as_ref().filter(|t| t.ctx.sampled) {
+            let pattern = crate::runtime::compile::route_label(&site.name, &route.name);
+            let _ = traced.located.set((site.name.clone(), pattern.to_string()));
+        }
+    }
+}
+
 /// What a traced request's spans need from its journey.
 struct Traced {
     ctx: crate::otel::Ctx,
@@ -336,13 +346,7 @@ fn run<'a>(
             Ok(found) => found,
             Err(resp) => return *resp,
         };
-        if !route.defers_fields {
-            with_map(req, &mut fields);
-        }
-        if let Some(traced) = slots.trace.as_ref().filter(|t| t.ctx.sampled) {
-            let pattern = crate::runtime::compile::route_label(&site.name, &route.name);
-            let _ = traced.located.set((site.name.clone(), pattern.to_string()));
-        }
+        slots.located(site, route);
         // A site with its own access_log: its responses say where their line goes.
         let line = site.log.as_ref().map(|l| Box::new(l.line(req.headers())));
         if let Some(mut resp) = controls::maintenance(gen, site, Some(route), req, client) {
@@ -355,20 +359,16 @@ fn run<'a>(
         let vars = route
             .uses_placeholders
             .then(|| vars(req, client, route, normalized.as_deref(), tls_client));
-        let client_ip = match route.uses_client_ip {
-            true => gen.client_ip(client.addr.ip(), req.headers()),
-            false => client.addr.ip(),
-        };
-        let mut cx = Cx::new(normalized, vars.as_ref(), client_ip);
+        let mut cx = Cx::new(
+            normalized,
+            vars.as_ref(),
+            client_ip(gen, route, client, req),
+        );
         cx.client_cert = tls_client.is_some_and(|t| t.cert.is_some());
         cx.meter = route.meter.as_ref();
         cx.https = client.scheme == Scheme::Https;
         let asked = Asked::of(route, req, fields.as_ref());
-        // FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
-        // target as received, before `strip`/`rewrite`.
-        let received = matches!(route.handler, Handler::FastCgi(_) | Handler::Files(_))
-            .then(|| req.uri().path_and_query().cloned())
-            .flatten();
+        let received = received(route, req);
         // Bodies a filter watches as they stream (`body_deny` past its hold): a refusal
         // there replaces the handler's answer.
         let mut watched = Vec::new();
@@ -382,18 +382,8 @@ fn run<'a>(
                 }
                 let resp = match &route.cache {
                     None => {
-                        let (req, fields) = (&mut *req, fields.as_ref());
-                        call_handler(
-                            gen,
-                            route,
-                            (req, fields),
-                            client,
-                            &cx,
-                            slots,
-                            offer,
-                            received,
-                        )
-                        .await
+                        let req = (req, fields.as_ref());
+                        call_handler(gen, route, req, client, &cx, slots, offer, received).await
                     }
                     Some(cache) => {
                         let at = Place { gen, site, route };
@@ -415,6 +405,28 @@ fn run<'a>(
         logged_to(line, &mut resp);
         resp
     }
+}
+
+/// The client's address as the route decides on it: through `trust`'s forwarding
+/// fields only when some filter or condition of the route asks.
+fn client_ip(
+    gen: &Generation,
+    route: &Route,
+    client: &ClientInfo,
+    req: &Request<Body>,
+) -> std::net::IpAddr {
+    match route.uses_client_ip {
+        true => gen.client_ip(client.addr.ip(), req.headers()),
+        false => client.addr.ip(),
+    }
+}
+
+/// FastCGI's REQUEST_URI, and the folder redirects of both file handlers, use the
+/// target as received, before `strip`/`rewrite`.
+fn received(route: &Route, req: &Request<Body>) -> Option<PathAndQuery> {
+    matches!(route.handler, Handler::FastCgi(_) | Handler::Files(_))
+        .then(|| req.uri().path_and_query().cloned())
+        .flatten()
 }
 
 /// The offer, with whether a proxied answer may keep its fields as the backend sent
@@ -480,7 +492,9 @@ fn taken(resp: &mut Response<Body>) -> Response<Body> {
 
 /// The request's site and route, on the normalised host and path (and the path, when
 /// normalising changed it), with the meter its response counts on; or the answer when
-/// there is no site or no route for it.
+/// there is no site or no route for it. Fields kept as they came become the request's
+/// map before a site that reads them looks at its routes, and once a route that reads
+/// them is found ([`Site::defers_fields`], [`Route::defers_fields`]).
 #[allow(clippy::type_complexity)]
 fn locate<'g>(
     gen: &'g Generation,
@@ -512,6 +526,9 @@ fn locate<'g>(
     match find_route(gen, site, req, client) {
         Ok((route, normalized)) => {
             meter.clone_from(&route.meter);
+            if !route.defers_fields {
+                with_map(req, fields);
+            }
             Ok((site, route, normalized))
         }
         Err(resp) => {

@@ -177,6 +177,14 @@ impl Route {
 }
 
 impl Route {
+    /// The route with what it is judged by at load filled in
+    /// ([`Route::fields_as_sent`], [`Route::defers_fields`]).
+    pub(crate) fn judged(mut self) -> Route {
+        self.fields_as_sent = self.leaves_fields();
+        self.defers_fields = self.reads_no_field();
+        self
+    }
+
     /// Whether the route reads no request field but routing's `Host`, compression's
     /// `Accept-Encoding` and `Authorization`, and what the proxy reads of a pool that
     /// writes the client's lines ([`Pool::writes_lines`]): no filter, no cache, no

@@ -112,16 +112,7 @@ impl Generation {
                     .unwrap_or_else(|| crate::otel::Tracer::new(c))
             })
         });
-        // An access log reads fields as its line begins, before the route is known.
-        let logged = config.global.access_log.is_some()
-            || config.sites.iter().any(|s| s.access_log.is_some());
-        // And some route has use for it: else every request would pay for fields kept
-        // only to be made into its map.
-        let defers_fields = !config.global.tracing
-            && tracer.is_none()
-            && config.global.trust.is_empty()
-            && !logged
-            && sites.routes().any(|r| r.defers_fields);
+        let defers_fields = defers_fields(config, tracer.is_some(), &sites);
         Generation {
             sends_proxy_protocol,
             kept: kept.done(),
@@ -552,6 +543,20 @@ fn handler(r: &config::Route, shared: &Shared, filters: &mut Vec<Stage>) -> Hand
 }
 
 /// A site: its routes, and its controls (maintenance, redirect, HSTS, versions).
+/// [`Generation::defers_fields`]: nothing global reads a request's fields before its
+/// route is known (an access log reads them as its line begins), and some route has
+/// use for them kept (else every request would pay for fields kept only to be made
+/// into its map).
+fn defers_fields(config: &Config, traced: bool, sites: &Sites) -> bool {
+    let logged =
+        config.global.access_log.is_some() || config.sites.iter().any(|s| s.access_log.is_some());
+    !config.global.tracing
+        && !traced
+        && config.global.trust.is_empty()
+        && !logged
+        && sites.routes().any(|r| r.defers_fields)
+}
+
 fn site(s: &config::Site, shared: &Shared) -> Site {
     let own = s.maintenance.clone().map(Arc::new);
     let client_auth = s.tls.as_ref().is_some_and(|t| t.client.is_some());
@@ -711,7 +716,7 @@ fn route(
             Handler::None | Handler::Files(_) | Handler::FastCgi(_) => false,
         };
     let meter = shared.meter(site.name, route_label(site.name, &r.name));
-    let mut route = Route {
+    Route {
         name: r.name.clone(),
         pattern: r.pattern.clone(),
         matchers: r.matchers.iter().map(matcher).collect(),
@@ -743,10 +748,8 @@ fn route(
         meter,
         fields_as_sent: false,
         defers_fields: false,
-    };
-    route.fields_as_sent = route.leaves_fields();
-    route.defers_fields = route.reads_no_field();
-    route
+    }
+    .judged()
 }
 
 /// Each `challenge` of the route (its site's included) made again for this route: it

@@ -65,6 +65,24 @@ impl Conn {
         ))
     }
 
+    /// The access log, loaded; a request's fields kept as they came become its map
+    /// when the log's line or a switch of protocols (`upgrade`) will read them (a
+    /// reload may have turned the log on since the head was parsed).
+    fn mapped_if_read(
+        &self,
+        upgrade: bool,
+        headers: &mut HeaderMap,
+        fields: &mut Option<Fields>,
+    ) -> Option<Arc<crate::access::AccessLog>> {
+        let access = self.access.load_full();
+        if upgrade || access.is_some() {
+            if let Some(f) = fields.take() {
+                *headers = f.to_map();
+            }
+        }
+        access
+    }
+
     /// Serves requests on `stream` until the client leaves, a limit is hit or sluice
     /// shuts down. `buf` holds bytes already read (the protocol sniff).
     ///
@@ -262,14 +280,7 @@ impl Conn {
         let (want, pump, body) = Pump::of(framing, expect_continue);
         // One clock read serves the meter and the log.
         let started = self.live.metered().then(std::time::Instant::now);
-        let access = self.access.load_full();
-        // A switch of protocols, and the log's line, read fields (a reload may have
-        // turned the log on since the head was parsed).
-        if upgrade || access.is_some() {
-            if let Some(f) = fields.take() {
-                headers = f.to_map();
-            }
-        }
+        let access = self.mapped_if_read(upgrade, &mut headers, &mut fields);
         let mut log = self.pending(access, &method, &uri, &headers, version, started);
         let req = request(method, uri, version, headers, body);
         let _guard = self.counted.request();
