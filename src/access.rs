@@ -129,6 +129,53 @@ impl Marks {
 /// A site's own `access_log` (`None`: `off`), as the generation holds it.
 pub(crate) struct SiteLog(pub Option<Arc<AccessLog>>);
 
+/// A request's fields as a line reads them: its map, or its fields as they came (an
+/// HTTP/1 request whose map was never built, `http1::fields`).
+#[derive(Clone, Copy)]
+pub(crate) enum Seen<'a> {
+    Map(&'a http::HeaderMap),
+    Kept(&'a crate::http1::fields::Fields),
+}
+
+impl Seen<'_> {
+    /// The first value of `name`.
+    fn get(self, name: &http::HeaderName) -> Option<http::HeaderValue> {
+        match self {
+            Seen::Map(h) => h.get(name).cloned(),
+            Seen::Kept(f) => f.value(name.as_str().as_bytes()),
+        }
+    }
+
+    /// The first `Host`, `User-Agent`, `Referer` and `Authorization`, in one pass
+    /// over the fields, not a lookup each.
+    fn firsts(self) -> [Option<http::HeaderValue>; 4] {
+        use http::header;
+        match self {
+            Seen::Kept(f) => f.firsts([b"host", b"user-agent", b"referer", b"authorization"]),
+            Seen::Map(h) => {
+                let mut out = [const { None }; 4];
+                for (name, value) in h {
+                    let slot = if name == header::HOST {
+                        0
+                    } else if name == header::USER_AGENT {
+                        1
+                    } else if name == header::REFERER {
+                        2
+                    } else if name == header::AUTHORIZATION {
+                        3
+                    } else {
+                        continue;
+                    };
+                    if out[slot].is_none() {
+                        out[slot] = Some(value.clone());
+                    }
+                }
+                out
+            }
+        }
+    }
+}
+
 /// Where a site's response is logged: its own log, with the request fields its
 /// template asks for (taken when the site was found), or nowhere.
 #[derive(Clone)]
@@ -139,11 +186,9 @@ pub(crate) struct SiteLine {
 
 impl SiteLog {
     /// The line's destination for a request of the site with these fields.
-    pub(crate) fn line(&self, headers: &http::HeaderMap) -> SiteLine {
+    pub(crate) fn line(&self, headers: Seen<'_>) -> SiteLine {
         let asked = match self.0.as_ref().map(|l| &l.config.format) {
-            Some(AccessFormat::Template(t)) => {
-                t.headers.iter().map(|h| headers.get(h).cloned()).collect()
-            }
+            Some(AccessFormat::Template(t)) => t.headers.iter().map(|h| headers.get(h)).collect(),
             _ => Arc::from([]),
         };
         SiteLine {
@@ -208,7 +253,7 @@ impl Pending {
         client: Client<'_>,
         started: Option<Instant>,
     ) -> Pending {
-        let (method, uri, headers) = (req.method(), req.uri(), req.headers());
+        let (method, uri, headers) = (req.method(), req.uri(), Seen::Map(req.headers()));
         Pending::new(log, method, uri, headers, req.version(), client, started)
     }
 
@@ -216,37 +261,17 @@ impl Pending {
         log: Arc<AccessLog>,
         method: &http::Method,
         uri: &http::Uri,
-        headers: &http::HeaderMap,
+        headers: Seen<'_>,
         version: http::Version,
         client: Client<'_>,
         started: Option<Instant>,
     ) -> Pending {
-        use http::header;
         // A site's own log may be Apache's: the user is taken whenever one is named.
         let asked = match &log.config.format {
-            AccessFormat::Template(t) => {
-                t.headers.iter().map(|h| headers.get(h).cloned()).collect()
-            }
+            AccessFormat::Template(t) => t.headers.iter().map(|h| headers.get(h)).collect(),
             _ => Vec::new(),
         };
-        // One pass over the fields (the first of each name), not a hashed lookup each.
-        let (mut host, mut user_agent, mut referer, mut auth) = (None, None, None, None);
-        for (name, value) in headers {
-            let slot = if name == header::HOST {
-                &mut host
-            } else if name == header::USER_AGENT {
-                &mut user_agent
-            } else if name == header::REFERER {
-                &mut referer
-            } else if name == header::AUTHORIZATION {
-                &mut auth
-            } else {
-                continue;
-            };
-            if slot.is_none() {
-                *slot = Some(value);
-            }
-        }
+        let [host, user_agent, referer, auth] = headers.firsts();
         Pending {
             client: client.ip.clone(),
             logged: false,
@@ -256,10 +281,10 @@ impl Pending {
             start: started.unwrap_or_else(Instant::now),
             method: method.clone(),
             path: uri.path_and_query().cloned(),
-            host: host.cloned(),
-            user_agent: user_agent.cloned(),
-            referer: referer.cloned(),
-            user: auth.and_then(basic_user),
+            host,
+            user_agent,
+            referer,
+            user: auth.as_ref().and_then(basic_user),
             protocol: protocol(version),
             log,
         }

@@ -502,3 +502,49 @@ async fn log_format_json_makes_sluice_s_own_lines_json() {
     assert!(line.starts_with("{\"ts\":"), "the time first: {line}");
     assert!(v["ts"].as_str().unwrap().ends_with('Z'), "{v}");
 }
+
+/// A request whose fields are kept as they came (a plain proxy route: no map is built
+/// for it) is logged alike: the global template's and the site's own log's fields, the
+/// user, the agent and the host, in any case as the client spelled them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_read_the_fields_as_they_came() {
+    let b = Backend::text("hello").await;
+    let dir = TempDir::new();
+    let (global, own) = (dir.0.join("access.log"), dir.0.join("a.log"));
+    let path = dir.write(
+        "sluice.conf",
+        &format!(
+            "global {{ admin off; access_log access.log \"{{host}} t={{header.x-tenant}}\" }}
+listen 127.0.0.1:0
+site a.test {{ access_log a.log \"{{host}} {{header.x-tenant}} {{header.user-agent}}\"
+ proxy {b} }}
+site * {{ proxy {b} }}
+",
+            b = b.addr
+        ),
+    );
+    let s = Sluice::spawn(&["run", "-c", path.to_str().unwrap()], dir);
+    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    use tokio::io::AsyncWriteExt;
+    c.write_all(
+        b"GET /x HTTP/1.1\r\nhost: A.Test\r\nx-TENANT: acme\r\nUSER-agent: ua/1\r\n\
+          Connection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let out = answers(&mut c).await;
+    assert_eq!(out[0].status, 200);
+    let r = request(
+        s.addr,
+        "GET",
+        "/y",
+        &[("Host", "c.test"), ("X-Tenant", "other")],
+        b"",
+    )
+    .await;
+    assert_eq!(r.text(), "hello");
+    let a = lines(&own, 1);
+    assert_eq!(a, ["A.Test acme ua/1"], "{a:?}");
+    let g = lines(&global, 1);
+    assert_eq!(g, ["c.test t=other"], "{g:?}");
+}

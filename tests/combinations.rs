@@ -442,8 +442,8 @@ fn fields_seen(body: &[u8], sorted: bool) -> Vec<String> {
 }
 
 /// Three ways to a backend's lines: a plain pool writes an HTTP/1 client's fields as
-/// they came, no map built (`http1::fields`); with an access log on, the same pool
-/// writes them at once from the client's map (`proxy::headers::forwarded`); a pool
+/// they came, no map built (`http1::fields`); with `trust` on (of other addresses),
+/// the same pool writes them at once from the client's map (`proxy::headers::forwarded`); a pool
 /// with `header_up` does the work on the map. Tricky heads × GET, a POST with a
 /// length, a chunked POST, over HTTP/1.1 (and HTTP/1.0, with and without `Host`) and
 /// HTTP/2 (cookie crumbs, `TE`): the backend gets the same fields every way, each
@@ -456,8 +456,9 @@ async fn requests_reach_the_backend_alike_with_their_lines_written_or_through_th
         "site * {{\n route /m/* {{ proxy {backend} {{ header_up X-Map yes }} }}\n proxy {backend}\n}}\n"
     );
     let s = Sluice::start(&format!("listen 127.0.0.1:0\n{sites}"));
+    // `trust` (of no address here) builds every request's map at parse.
     let logged = Sluice::start(&format!(
-        "global {{ access_log access.log json }}\nlisten 127.0.0.1:0\n{sites}"
+        "global {{ trust 192.0.2.0/24 }}\nlisten 127.0.0.1:0\n{sites}"
     ));
     const HEADS: [&str; 8] = [
         "Host: app.example\r\nUser-Agent: t/1\r\nAccept: */*\r\n",

@@ -130,6 +130,29 @@ impl Fields {
             .map(|(_, v)| v)
     }
 
+    /// The first value of the field named `lower` (lower case), shared with the head.
+    pub(crate) fn value(&self, lower: &[u8]) -> Option<http::HeaderValue> {
+        let v = self.get(lower)?;
+        Some(super::head::parsed_value(&self.0.head, v))
+    }
+
+    /// The first value of each field named in `lower` (lower case), in one pass.
+    pub(crate) fn firsts<const N: usize>(
+        &self,
+        lower: [&[u8]; N],
+    ) -> [Option<http::HeaderValue>; N] {
+        let mut out = [const { None }; N];
+        for (name, value) in self.iter() {
+            let Some(i) = lower.iter().position(|l| name.eq_ignore_ascii_case(l)) else {
+                continue;
+            };
+            if out[i].is_none() {
+                out[i] = Some(super::head::parsed_value(&self.0.head, value));
+            }
+        }
+        out
+    }
+
     /// `Host`'s value, found as the head was parsed.
     #[inline]
     pub(crate) fn host(&self) -> Option<&[u8]> {

@@ -348,7 +348,10 @@ fn run<'a>(
         };
         slots.located(site, route);
         // A site with its own access_log: its responses say where their line goes.
-        let line = site.log.as_ref().map(|l| Box::new(l.line(req.headers())));
+        let line = site
+            .log
+            .as_ref()
+            .map(|l| Box::new(l.line(seen(req, &fields))));
         if let Some(mut resp) = controls::maintenance(gen, site, Some(route), req, client) {
             controls::hsts(site, client, &mut resp);
             logged_to(line, &mut resp);
@@ -404,6 +407,14 @@ fn run<'a>(
         finish(site, route, client, &cx, &asked, &mut resp);
         logged_to(line, &mut resp);
         resp
+    }
+}
+
+/// The request's fields as a log line reads them: as they came, when they were kept.
+fn seen<'r>(req: &'r Request<Body>, fields: &'r Option<Fields>) -> crate::access::Seen<'r> {
+    match fields {
+        Some(f) => crate::access::Seen::Kept(f),
+        None => crate::access::Seen::Map(req.headers()),
     }
 }
 
@@ -533,7 +544,10 @@ fn locate<'g>(
         }
         Err(resp) => {
             meter.clone_from(&site.meter);
-            let line = site.log.as_ref().map(|l| Box::new(l.line(req.headers())));
+            let line = site
+                .log
+                .as_ref()
+                .map(|l| Box::new(l.line(seen(req, fields))));
             let mut resp = no_route(site, client, *resp);
             logged_to(line, &mut resp);
             Err(Box::new(resp))

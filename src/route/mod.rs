@@ -96,9 +96,9 @@ pub(crate) struct Site {
     pub meter: Option<Arc<crate::stats::Meter>>,
     /// The site's own `access_log` (or `off`).
     pub log: Option<crate::access::SiteLog>,
-    /// No route of the site is chosen by a field, and it has no `access_log` of its
-    /// own and no redirect to HTTPS: a request's fields as they came can wait until its route is known
-    /// ([`Route::defers_fields`]).
+    /// No route of the site is chosen by a field and it has no redirect to HTTPS: a
+    /// request's fields as they came can wait until its route is known
+    /// ([`Route::defers_fields`]). A log line reads them as they came.
     pub defers_fields: bool,
 }
 

@@ -542,21 +542,18 @@ fn handler(r: &config::Route, shared: &Shared, filters: &mut Vec<Stage>) -> Hand
     }
 }
 
-/// A site: its routes, and its controls (maintenance, redirect, HSTS, versions).
 /// [`Generation::defers_fields`]: nothing global reads a request's fields before its
-/// route is known (an access log reads them as its line begins), and some route has
-/// use for them kept (else every request would pay for fields kept only to be made
-/// into its map).
+/// route is known (access logs read the fields as they came), and some route has use
+/// for them kept (else every request would pay for fields kept only to be made into
+/// its map).
 fn defers_fields(config: &Config, traced: bool, sites: &Sites) -> bool {
-    let logged =
-        config.global.access_log.is_some() || config.sites.iter().any(|s| s.access_log.is_some());
     !config.global.tracing
         && !traced
         && config.global.trust.is_empty()
-        && !logged
         && sites.routes().any(|r| r.defers_fields)
 }
 
+/// A site: its routes, and its controls (maintenance, redirect, HSTS, versions).
 fn site(s: &config::Site, shared: &Shared) -> Site {
     let own = s.maintenance.clone().map(Arc::new);
     let client_auth = s.tls.as_ref().is_some_and(|t| t.client.is_some());
@@ -583,7 +580,7 @@ fn site(s: &config::Site, shared: &Shared) -> Site {
     });
     Site {
         // The redirect to HTTPS reads `Host` before the route is known.
-        defers_fields: !routed_by_fields && s.access_log.is_none() && s.https_redirect.is_none(),
+        defers_fields: !routed_by_fields && s.https_redirect.is_none(),
         name: s.name.clone(),
         hosts: s
             .host_words

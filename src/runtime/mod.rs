@@ -43,7 +43,7 @@ pub(crate) struct Generation {
     /// The admin API is on: requests are metered (`sluice_http_*`).
     pub metered: bool,
     /// Nothing global reads a request's fields before its route is known (no
-    /// tracing, no `trust`, no access log) and some route reads none
+    /// tracing, no `trust`; access logs read them as they came) and some route reads none
     /// (`Route::defers_fields`): an HTTP/1 request may keep its fields as they came
     /// (`http1::fields`), as its site and route then allow.
     pub defers_fields: bool,

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, timeout_at, Instant};
 
 use super::drain::{ConnectionGuard, Watch};
-use crate::access::{Marks, Pending};
+use crate::access::{Marks, Pending, Seen};
 use crate::body::{Body, BodyError};
 use crate::http1::decode::{self, Decoded, Decoder};
 use crate::http1::encode::{self, Delimit};
@@ -49,38 +49,25 @@ pub(crate) struct Conn {
 
 impl Conn {
     /// The request's access log line, begun (when the log is on).
+    /// `fields`: the request's fields as they came, when its map (`headers`) was not
+    /// built; the line reads them so.
     fn pending(
         &self,
-        log: Option<Arc<crate::access::AccessLog>>,
         method: &http::Method,
         uri: &http::Uri,
-        headers: &http::HeaderMap,
+        (headers, fields): (&HeaderMap, Option<&Fields>),
         version: http::Version,
         started: Option<std::time::Instant>,
     ) -> Option<Pending> {
-        let log = log?;
+        let log = self.access.load_full()?;
         let client = self.client.for_log();
+        let seen = match fields {
+            Some(f) => Seen::Kept(f),
+            None => Seen::Map(headers),
+        };
         Some(Pending::new(
-            log, method, uri, headers, version, client, started,
+            log, method, uri, seen, version, client, started,
         ))
-    }
-
-    /// The access log, loaded; a request's fields kept as they came become its map
-    /// when the log's line or a switch of protocols (`upgrade`) will read them (a
-    /// reload may have turned the log on since the head was parsed).
-    fn mapped_if_read(
-        &self,
-        upgrade: bool,
-        headers: &mut HeaderMap,
-        fields: &mut Option<Fields>,
-    ) -> Option<Arc<crate::access::AccessLog>> {
-        let access = self.access.load_full();
-        if upgrade || access.is_some() {
-            if let Some(f) = fields.take() {
-                *headers = f.to_map();
-            }
-        }
-        access
     }
 
     /// Serves requests on `stream` until the client leaves, a limit is hit or sluice
@@ -280,8 +267,10 @@ impl Conn {
         let (want, pump, body) = Pump::of(framing, expect_continue);
         // One clock read serves the meter and the log.
         let started = self.live.metered().then(std::time::Instant::now);
-        let access = self.mapped_if_read(upgrade, &mut headers, &mut fields);
-        let mut log = self.pending(access, &method, &uri, &headers, version, started);
+        // A switch of protocols reads fields: they become its map.
+        with_map_if(upgrade, &mut headers, &mut fields);
+        let seen = (&headers, fields.as_ref());
+        let mut log = self.pending(&method, &uri, seen, version, started);
         let req = request(method, uri, version, headers, body);
         let _guard = self.counted.request();
         let mut ex = Exchange {
@@ -329,6 +318,14 @@ impl Conn {
             Box::pin(linger(stream)).await;
         }
         keep
+    }
+}
+
+/// The request's map built from its fields as they came (if they were kept so), when
+/// `read`.
+fn with_map_if(read: bool, headers: &mut HeaderMap, fields: &mut Option<Fields>) {
+    if let Some(f) = fields.take_if(|_| read) {
+        *headers = f.to_map();
     }
 }
 
