@@ -267,10 +267,8 @@ impl Conn {
         let (want, pump, body) = Pump::of(framing, expect_continue);
         // One clock read serves the meter and the log.
         let started = self.live.metered().then(std::time::Instant::now);
-        // A switch of protocols reads fields: they become its map.
         with_map_if(upgrade, &mut headers, &mut fields);
-        let seen = (&headers, fields.as_ref());
-        let mut log = self.pending(&method, &uri, seen, version, started);
+        let mut log = self.pending(&method, &uri, (&headers, fields.as_ref()), version, started);
         let req = request(method, uri, version, headers, body);
         let _guard = self.counted.request();
         let mut ex = Exchange {
@@ -322,7 +320,7 @@ impl Conn {
 }
 
 /// The request's map built from its fields as they came (if they were kept so), when
-/// `read`.
+/// `read`: a switch of protocols reads them.
 fn with_map_if(read: bool, headers: &mut HeaderMap, fields: &mut Option<Fields>) {
     if let Some(f) = fields.take_if(|_| read) {
         *headers = f.to_map();
