@@ -137,7 +137,15 @@ pub(crate) enum Seen<'a> {
     Kept(&'a crate::http1::fields::Fields),
 }
 
-impl Seen<'_> {
+impl<'a> Seen<'a> {
+    /// A request's fields as they came when they were kept (`fields`), else its map.
+    pub(crate) fn of(
+        headers: &'a http::HeaderMap,
+        fields: Option<&'a crate::http1::fields::Fields>,
+    ) -> Seen<'a> {
+        fields.map_or(Seen::Map(headers), Seen::Kept)
+    }
+
     /// The first value of `name`.
     fn get(self, name: &http::HeaderName) -> Option<http::HeaderValue> {
         match self {

@@ -15,7 +15,7 @@
 use bytes::Bytes;
 use http::HeaderMap;
 
-use super::names::{self, Fact};
+use super::names::Fact;
 
 /// Where one field line's name and value lie in the head. A head is at most
 /// `MAX_HEAD` (64 KiB) long and ends with an empty line, so every place fits 16 bits.
@@ -173,17 +173,22 @@ impl Fields {
         self.0.has_length
     }
 
+    /// Makes `headers` the request's map, when its fields were kept as they came
+    /// (taking them): a reader of the map comes next.
+    pub(crate) fn into_map(fields: &mut Option<Fields>, headers: &mut HeaderMap) {
+        if let Some(f) = fields.take() {
+            debug_assert!(headers.is_empty(), "a kept request's map is empty");
+            *headers = f.to_map();
+        }
+    }
+
     /// The map the parser would have built: every field, in order, its value shared
     /// with the head.
     pub(crate) fn to_map(&self) -> HeaderMap {
         // Room for the forwarding fields a proxy adds, so they do not regrow the map.
         let mut map = HeaderMap::with_capacity(self.0.len + 4);
         for (name, value) in self.iter() {
-            // Every token is a name (`names::tests::every_token_is_a_header_name`), and
-            // httparse passed only tokens.
-            if let Ok(name) = names::from_token(name) {
-                map.append(name, super::head::parsed_value(&self.0.head, value));
-            }
+            super::head::append(&mut map, &self.0.head, name, value);
         }
         map
     }

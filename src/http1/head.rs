@@ -102,12 +102,7 @@ pub(crate) fn parse_request(head: Bytes, defer: bool) -> Result<RequestHead, Hea
         if facts.note(fact, h.value)? {
             match fields.as_mut() {
                 Some(f) => f.push(name, h.value, fact),
-                // Every token is a name (`names::tests::every_token_is_a_header_name`).
-                None => {
-                    if let Ok(name) = names::from_token(name) {
-                        headers.append(name, parsed_value(&head, h.value));
-                    }
-                }
+                None => append(&mut headers, &head, name, h.value),
             }
         }
     }
@@ -161,6 +156,16 @@ fn amend(headers: &mut HeaderMap, facts: &RequestFacts<'_>, uri: &Uri) -> Result
         headers.insert(header::HOST, v);
     }
     Ok(())
+}
+
+/// Appends a field httparse parsed from `head` to `map`, its value shared with the
+/// head. Every token is a name (`names::tests::every_token_is_a_header_name`), and
+/// httparse passes only tokens.
+#[inline]
+pub(super) fn append(map: &mut HeaderMap, head: &Bytes, name: &[u8], value: &[u8]) {
+    if let Ok(name) = names::from_token(name) {
+        map.append(name, parsed_value(head, value));
+    }
 }
 
 /// A field value of `head` that httparse parsed, shared with the head without a copy

@@ -16,6 +16,7 @@ use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
 
+use crate::access::Seen;
 use crate::body::{take_request, Body};
 use crate::config::template::Values;
 use crate::config::{Compression, Template};
@@ -186,10 +187,7 @@ pub(crate) fn handle(
 /// reader of the map comes next.
 #[inline]
 fn with_map(req: &mut Request<Body>, fields: &mut Option<Fields>) {
-    if let Some(f) = fields.take() {
-        debug_assert!(req.headers().is_empty(), "a kept request's map is empty");
-        *req.headers_mut() = f.to_map();
-    }
+    Fields::into_map(fields, req.headers_mut());
 }
 
 /// The request's whole journey. An `async move` block, not an `async fn`: the block
@@ -351,7 +349,7 @@ fn run<'a>(
         let line = site
             .log
             .as_ref()
-            .map(|l| Box::new(l.line(seen(req, &fields))));
+            .map(|l| Box::new(l.line(Seen::of(req.headers(), fields.as_ref()))));
         if let Some(mut resp) = controls::maintenance(gen, site, Some(route), req, client) {
             controls::hsts(site, client, &mut resp);
             logged_to(line, &mut resp);
@@ -407,14 +405,6 @@ fn run<'a>(
         finish(site, route, client, &cx, &asked, &mut resp);
         logged_to(line, &mut resp);
         resp
-    }
-}
-
-/// The request's fields as a log line reads them: as they came, when they were kept.
-fn seen<'r>(req: &'r Request<Body>, fields: &'r Option<Fields>) -> crate::access::Seen<'r> {
-    match fields {
-        Some(f) => crate::access::Seen::Kept(f),
-        None => crate::access::Seen::Map(req.headers()),
     }
 }
 
@@ -547,7 +537,7 @@ fn locate<'g>(
             let line = site
                 .log
                 .as_ref()
-                .map(|l| Box::new(l.line(seen(req, fields))));
+                .map(|l| Box::new(l.line(Seen::of(req.headers(), fields.as_ref()))));
             let mut resp = no_route(site, client, *resp);
             logged_to(line, &mut resp);
             Err(Box::new(resp))

@@ -532,7 +532,8 @@ fn prepare_parts(pool: &Pool, parts: &mut http::request::Parts, client: &Client<
 /// adds no field of its own has its fields written at once, as an HTTP/1 backend gets
 /// them ([`headers::forwarded`]), and its map is left alone; any other goes through
 /// [`prepare`]. Tracing and gRPC change fields on the way and take the map, as does
-/// a pool that speaks only HTTP/2.
+/// a pool that speaks only HTTP/2. A request whose map was never built (its fields as
+/// they came, `http1::fields`) has its lines written from them.
 fn outgoing(
     pool: &Pool,
     req: Request<Body>,
@@ -542,27 +543,40 @@ fn outgoing(
     let cfg = &pool.cfg;
     // Decided on the client's request, before `header_up` may add fields.
     let replayable = cfg.retry_on.any() && is_idempotent(&req, client.fields);
-    if let Some(f) = client.fields {
-        return as_they_came(pool, req, f, client, deadline, replayable);
-    }
-    let plain = !client.trusted
-        && !client.tracing
-        && client.spans.is_none()
-        && !client.grpc
-        && cfg.header_up.is_empty()
-        && matches!(cfg.host, crate::config::HostMode::Keep)
-        // An `h2c://` pool's peers always take the map.
-        && cfg.scheme() != crate::config::BackendScheme::H2c;
-    let lines = match plain {
-        true => headers::forwarded(req.headers(), client.ip, client.scheme),
-        false => None,
-    };
     let (mut parts, body) = req.into_parts();
-    match lines {
-        Some(_) => origin_form(&mut parts),
-        None => prepare_parts(pool, &mut parts, client),
-    }
-    let mut out = Outgoing::from_parts(parts, body);
+    let lines = match client.fields {
+        // What the route's and the generation's flags promised (`Route::reads_no_field`,
+        // `Generation::defers_fields`): the map's way would write these lines too.
+        Some(f) => {
+            debug_assert!(!client.trusted && !client.tracing && client.spans.is_none());
+            headers::forwarded(f, client.ip, client.scheme)
+        }
+        None if writes_lines(cfg, client) => {
+            headers::forwarded(&parts.headers, client.ip, client.scheme)
+        }
+        None => None,
+    };
+    let mut out = match lines {
+        Some(_) => {
+            origin_form(&mut parts);
+            // The lines carry the client's `Content-Length`, if it sent one.
+            let fields = client.fields;
+            Outgoing::framed(parts, body, |p| {
+                fields.map_or_else(
+                    || p.headers.contains_key(header::CONTENT_LENGTH),
+                    Fields::has_length,
+                )
+            })
+        }
+        None => {
+            // A `Connection` that names fields: the map after all.
+            if let Some(f) = client.fields {
+                parts.headers = f.to_map();
+            }
+            prepare_parts(pool, &mut parts, client);
+            Outgoing::from_parts(parts, body)
+        }
+    };
     out.lines = lines;
     if replayable {
         out.keep_for_replay(cfg.retry_buffer);
@@ -572,40 +586,17 @@ fn outgoing(
     out
 }
 
-/// [`outgoing`] for a request whose map was never built: its fields are written from
-/// the lines as they came ([`headers::forwarded`], the pool writes lines); when a
-/// `Connection` names fields to drop, the map is built after all and prepared.
-fn as_they_came(
-    pool: &Pool,
-    req: Request<Body>,
-    fields: &Fields,
-    client: &Client<'_>,
-    deadline: Option<std::time::Instant>,
-    replayable: bool,
-) -> Outgoing {
-    // What the route's and the generation's flags promised (`Route::reads_no_field`,
-    // `Generation::defers_fields`): the map's way would have written these lines too.
-    debug_assert!(!client.trusted && !client.tracing && client.spans.is_none() && !client.grpc);
-    let (mut parts, body) = req.into_parts();
-    let lines = headers::forwarded(fields, client.ip, client.scheme);
-    let mut out = match lines {
-        Some(_) => {
-            origin_form(&mut parts);
-            Outgoing::framed(parts, body, |_| fields.has_length())
-        }
-        None => {
-            parts.headers = fields.to_map();
-            prepare_parts(pool, &mut parts, client);
-            Outgoing::from_parts(parts, body)
-        }
-    };
-    out.lines = lines;
-    if replayable {
-        out.keep_for_replay(pool.cfg.retry_buffer);
-    }
-    out.deadline = deadline;
-    out.as_sent = client.as_sent.map(|(rule, _)| rule);
-    out
+/// Whether a request whose map was built goes out as lines written at once: an
+/// untrusted client, no tracing, not gRPC, and a pool that adds no field of its own
+/// and whose peers may speak HTTP/1 (an `h2c://` pool's always take the map).
+fn writes_lines(cfg: &crate::config::ProxyConfig, client: &Client<'_>) -> bool {
+    !client.trusted
+        && !client.tracing
+        && client.spans.is_none()
+        && !client.grpc
+        && cfg.header_up.is_empty()
+        && matches!(cfg.host, crate::config::HostMode::Keep)
+        && cfg.scheme() != crate::config::BackendScheme::H2c
 }
 
 /// The target and version a backend gets: HTTP/1.1 (or HTTP/2 frames), the origin

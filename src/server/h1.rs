@@ -60,11 +60,7 @@ impl Conn {
         started: Option<std::time::Instant>,
     ) -> Option<Pending> {
         let log = self.access.load_full()?;
-        let client = self.client.for_log();
-        let seen = match fields {
-            Some(f) => Seen::Kept(f),
-            None => Seen::Map(headers),
-        };
+        let (client, seen) = (self.client.for_log(), Seen::of(headers, fields));
         Some(Pending::new(
             log, method, uri, seen, version, client, started,
         ))
@@ -322,8 +318,8 @@ impl Conn {
 /// The request's map built from its fields as they came (if they were kept so), when
 /// `read`: a switch of protocols reads them.
 fn with_map_if(read: bool, headers: &mut HeaderMap, fields: &mut Option<Fields>) {
-    if let Some(f) = fields.take_if(|_| read) {
-        *headers = f.to_map();
+    if read {
+        Fields::into_map(fields, headers);
     }
 }
 
