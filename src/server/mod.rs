@@ -5,6 +5,7 @@
 //! Never blocks the runtime; an accept error (out of descriptors) is logged and
 //! retried after a pause rather than spinning.
 
+mod beside;
 pub(crate) mod conn;
 pub(crate) mod drain;
 pub(crate) mod h1;

@@ -28,6 +28,7 @@ use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::beside::{beside, Ended};
 use super::conn::{Access, Counted, StreamDone, StreamLog, CONNECTION_FIELDS, IDLE_TIMEOUT};
 use super::drain::{Drain, RequestGuard, Watch};
 use super::stall::{Held, Stalls};
@@ -106,27 +107,46 @@ pub(crate) async fn serve<S: Transport>(
         }))
     };
     let mut running = FuturesUnordered::new();
-    tokio::select! {
-        r = drive(&mut conn, &mut running, &start) => {
+    // Polled only when one of them woke the task, not on every frame.
+    let ends = async {
+        tokio::select! {
+            _ = watch.closing() => End::Closing,
+            _ = activity.stalls.sweep(addr) => End::Stalled,
+            _ = activity.idle(IDLE_TIMEOUT) => End::Idle,
+        }
+    };
+    match beside(drive(&mut conn, &mut running, &start), ends).await {
+        Ended::Work(r) => {
             if let Err(e) = r {
                 tracing::debug!(client = %addr, "sluice: h2 connection ended: {e}");
             }
             return;
         }
-        _ = watch.closing() => {}
+        Ended::Side(End::Closing) => {}
         // A stream the client stopped reading: the connection closes at once.
-        _ = activity.stalls.sweep(addr) => return,
-        _ = activity.idle(IDLE_TIMEOUT) => {
+        Ended::Side(End::Stalled) => return,
+        Ended::Side(End::Idle) => {
             tracing::debug!(client = %addr, "sluice: h2 connection idle for {:?}, closing", IDLE_TIMEOUT);
         }
     }
-    // GOAWAY: streams already open finish, no new ones start.
+    // GOAWAY: streams already open finish, no new ones start. A stream the client
+    // stopped reading is closed, not waited for.
     conn.graceful_shutdown();
-    tokio::select! {
-        _ = drive(&mut conn, &mut running, &start) => {}
-        // A stream the client stopped reading: closed, not waited for.
-        _ = activity.stalls.sweep(addr) => {}
-    }
+    let _ = beside(
+        drive(&mut conn, &mut running, &start),
+        activity.stalls.sweep(addr),
+    )
+    .await;
+}
+
+/// What ends an HTTP/2 connection besides its client.
+enum End {
+    /// Shutdown, or an upgrade handed the listeners on: GOAWAY.
+    Closing,
+    /// A stream the client stopped reading.
+    Stalled,
+    /// No stream open for the idle timeout.
+    Idle,
 }
 
 /// One stream's work, from its request to its answer's last frame.
