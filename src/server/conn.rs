@@ -38,6 +38,30 @@ pub(super) const CONNECTION_FIELDS: [header::HeaderName; 5] = [
     header::HeaderName::from_static("proxy-connection"),
 ];
 
+/// Readies an answer's fields for an HTTP/2 or HTTP/3 head: the connection fields and
+/// `TE` go, and `Date` comes when the answer has none. One walk over the names finds
+/// both, where a lookup a name hashed each (~700 instructions a request); an answer
+/// with none of them, nearly every one, is not changed.
+pub(super) fn ready_for_streams(headers: &mut http::HeaderMap) {
+    let (mut connection, mut date) = (false, false);
+    for name in headers.keys() {
+        if *name == header::DATE {
+            date = true;
+        } else if *name == header::TE || CONNECTION_FIELDS.contains(name) {
+            connection = true;
+        }
+    }
+    if connection {
+        for name in &CONNECTION_FIELDS {
+            headers.remove(name);
+        }
+        headers.remove(header::TE);
+    }
+    if !date {
+        headers.insert(header::DATE, crate::reply::date());
+    }
+}
+
 /// A request body whose bytes are counted as they are read (for a meter); what had
 /// arrived of it when the handler let it go unread counts too (DESIGN §18.4).
 pub(super) struct Counted {
@@ -171,5 +195,51 @@ pub(super) fn host_from_authority<B>(req: &mut http::Request<B>) -> Option<&'sta
             Some("Bad request: more than one Host\n")
         }
         None => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderMap;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const NAMES: [&str; 10] = [
+        "connection",
+        "transfer-encoding",
+        "upgrade",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "date",
+        "content-type",
+        "x-keep-alive",
+        "server",
+    ];
+
+    proptest! {
+        /// The one walk leaves what a lookup a name left: no connection field, no
+        /// `TE`, a `Date` (the answer's own when it had one), every other field as it
+        /// was, in its order.
+        #[test]
+        fn ready_for_streams_is_a_lookup_a_name(fields in proptest::collection::vec((0..NAMES.len(), 0u8..4), 0..12)) {
+            let mut map = HeaderMap::new();
+            for (i, v) in &fields {
+                map.append(NAMES[*i], HeaderValue::from(u16::from(*v)));
+            }
+            let mut want = map.clone();
+            for name in &CONNECTION_FIELDS {
+                want.remove(name);
+            }
+            want.remove(header::TE);
+            let had_date = want.contains_key(header::DATE);
+            ready_for_streams(&mut map);
+            if !had_date {
+                prop_assert!(map.contains_key(header::DATE));
+                map.remove(header::DATE);
+            }
+            prop_assert_eq!(map, want);
+        }
     }
 }

@@ -25,7 +25,8 @@ use http_body::{Frame, SizeHint};
 use tokio::sync::{watch, Notify};
 
 use super::conn::{
-    Access, Counted, StreamDone, StreamLog, CONNECTION_FIELDS, HEAD_TIMEOUT, IDLE_TIMEOUT,
+    ready_for_streams, Access, Counted, StreamDone, StreamLog, CONNECTION_FIELDS, HEAD_TIMEOUT,
+    IDLE_TIMEOUT,
 };
 use super::drain::{ConnectionGuard, Drain};
 use super::transport::SEND_TIMEOUT;
@@ -782,13 +783,8 @@ async fn respond(
 ) -> Result<(), String> {
     use http_body::Body as _;
     let (mut parts, body) = resp.into_parts();
-    for name in &CONNECTION_FIELDS {
-        parts.headers.remove(name);
-    }
+    ready_for_streams(&mut parts.headers);
     parts.version = Version::HTTP_3;
-    if !parts.headers.contains_key(header::DATE) {
-        parts.headers.insert(header::DATE, crate::reply::date());
-    }
     let bodiless = head_only
         || parts.status == StatusCode::NO_CONTENT
         || parts.status == StatusCode::NOT_MODIFIED;

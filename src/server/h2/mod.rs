@@ -29,7 +29,7 @@ use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::beside::{beside, Ended};
-use super::conn::{Access, Counted, StreamDone, StreamLog, CONNECTION_FIELDS, IDLE_TIMEOUT};
+use super::conn::{Access, Counted, StreamDone, StreamLog, IDLE_TIMEOUT};
 use super::drain::{Drain, RequestGuard, Watch};
 use super::stall::{Held, Stalls};
 use crate::access::{AccessLog, Pending};

@@ -14,8 +14,9 @@ use http::{header, HeaderValue, Response, StatusCode};
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::{Guarded, CONNECTION_FIELDS};
+use super::Guarded;
 use crate::pipeline;
+use crate::server::conn::ready_for_streams;
 
 /// The pipeline's answer, with the interim answers (`103 Early Hints`) that came
 /// before it sent as they come; `None` when the client reset the stream first (the
@@ -61,7 +62,7 @@ pub(super) async fn respond(
     let (mut parts, mut body) = resp.into_parts();
     let no_content =
         parts.status == StatusCode::NO_CONTENT || parts.status == StatusCode::NOT_MODIFIED;
-    prepare(&mut parts.headers);
+    ready_for_streams(&mut parts.headers);
     let end = head_only || no_content || body.is_end_stream();
     if let (Some(n), false) = (body.size_hint().exact(), no_content || (end && !head_only)) {
         parts
@@ -84,17 +85,6 @@ pub(super) async fn respond(
     }
     if let Err(why) = pipe(tx, &mut body).await {
         tracing::debug!("sluice: an h2 response was cut off: {why}");
-    }
-}
-
-/// What no HTTP/2 head carries goes; `Date` comes when the answer has none.
-fn prepare(headers: &mut http::HeaderMap) {
-    for name in &CONNECTION_FIELDS {
-        headers.remove(name);
-    }
-    headers.remove(header::TE);
-    if !headers.contains_key(header::DATE) {
-        headers.insert(header::DATE, crate::reply::date());
     }
 }
 
@@ -194,7 +184,7 @@ pub(super) async fn tunnel(
     client: std::net::SocketAddr,
 ) {
     let (mut parts, body) = resp.into_parts();
-    prepare(&mut parts.headers);
+    ready_for_streams(&mut parts.headers);
     parts.headers.remove(header::CONTENT_LENGTH);
     let busy = body._stream.clone_open();
     let send = match respond.send_response(Response::from_parts(parts, ()), false) {
