@@ -86,25 +86,26 @@ pub(crate) async fn serve<S: Transport>(
         _ = watch.closing() => return,
     };
     let activity = Arc::new(Activity::new());
-    let start = |req, respond| -> StreamTask {
+    let start = |req, respond| {
         let held = Holds {
             guard: drain.request(),
             stream: activity.open(),
         };
-        let fut = one_stream(
-            req,
-            respond,
-            live.clone(),
-            client.clone(),
-            held,
-            access.load_full(),
-        );
+        // Made in its box: made on the stack, it was copied whole into it.
+        let fut = crate::inplace::boxed(|| {
+            one_stream(
+                req,
+                respond,
+                live.clone(),
+                client.clone(),
+                held,
+                access.load_full(),
+            )
+        });
         // A panic ends its own stream only, as it would in a task of its own.
-        Box::pin(std::panic::AssertUnwindSafe(fut).catch_unwind().map(|r| {
-            if r.is_err() {
-                tracing::error!("sluice: an HTTP/2 stream's handling panicked; the stream was reset, its connection goes on");
-            }
-        }))
+        std::panic::AssertUnwindSafe(fut)
+            .catch_unwind()
+            .map(stream_panicked as fn(_))
     };
     let mut running = FuturesUnordered::new();
     // Polled only when one of them woke the task, not on every frame.
@@ -149,8 +150,12 @@ enum End {
     Idle,
 }
 
-/// One stream's work, from its request to its answer's last frame.
-type StreamTask = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// A stream's handling panicked.
+fn stream_panicked(r: std::thread::Result<()>) {
+    if r.is_err() {
+        tracing::error!("sluice: an HTTP/2 stream's handling panicked; the stream was reset, its connection goes on");
+    }
+}
 
 /// Runs the connection and its streams until the connection ends. The streams run in
 /// the connection's own task, not a task each: a stream's work (the pipeline, its
@@ -160,10 +165,10 @@ type StreamTask = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// connection). A stream still running when its connection ends is dropped with it,
 /// as an HTTP/1.1 request is when its client leaves. All of a connection's streams
 /// run on one thread, as in nginx and HAProxy.
-fn drive<'a, T: AsyncRead + AsyncWrite + Unpin>(
+fn drive<'a, T: AsyncRead + AsyncWrite + Unpin, F: Future<Output = ()> + Unpin>(
     conn: &'a mut Connection<T, Bytes>,
-    running: &'a mut FuturesUnordered<StreamTask>,
-    start: &'a impl Fn(Request<RecvStream>, SendResponse<Bytes>) -> StreamTask,
+    running: &'a mut FuturesUnordered<F>,
+    start: &'a impl Fn(Request<RecvStream>, SendResponse<Bytes>) -> F,
 ) -> impl Future<Output = Result<(), h2::Error>> + 'a {
     std::future::poll_fn(move |cx| loop {
         while let Poll::Ready(Some(())) = running.poll_next_unpin(cx) {}
