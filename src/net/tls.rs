@@ -149,7 +149,8 @@ thread_local! {
     /// Where a kept connection's next request is first read. A read through the TLS
     /// session must be given initialised bytes, and zeroing a fresh 2 KiB on the stack
     /// each time an idle connection was polled cost ~130 instructions a poll, two a
-    /// request. Zeroed once a thread; only what a read filled is copied out of it.
+    /// request. Zeroed once a thread; what a read filled is copied out of it and
+    /// zeroed again.
     static FIRST: std::cell::RefCell<[u8; FIRST_READ]> = const { std::cell::RefCell::new([0; FIRST_READ]) };
 }
 
@@ -168,7 +169,12 @@ impl Transport for TlsConn {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(Err(_)) => Poll::Ready(Err(Closed)),
                 Poll::Ready(Ok(())) if rb.filled().is_empty() => Poll::Ready(Err(Closed)),
-                Poll::Ready(Ok(())) => Poll::Ready(Ok(first_bytes(rb.filled()))),
+                Poll::Ready(Ok(())) => {
+                    let bytes = first_bytes(rb.filled());
+                    // No client's plaintext stays behind in the thread's buffer.
+                    rb.filled_mut().fill(0);
+                    Poll::Ready(Ok(bytes))
+                }
             }
         })
     }

@@ -146,6 +146,27 @@ mod tests {
         drop(tx);
     }
 
+    /// A side woken from another thread while the work keeps the task busy still
+    /// ends the race.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_side_woken_from_another_thread_is_polled() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<u8>();
+        let work = async {
+            loop {
+                tokio::task::yield_now().await;
+            }
+        };
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.send(3).unwrap();
+        });
+        let ended = tokio::time::timeout(Duration::from_secs(5), beside(work, rx))
+            .await
+            .expect("the side's wake from another thread was seen");
+        assert!(matches!(ended, Ended::Side(Ok(3))));
+        sender.join().unwrap();
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn the_work_ends_the_race() {
         let (tx, rx) = tokio::sync::oneshot::channel::<u8>();

@@ -62,28 +62,10 @@ pub(crate) async fn serve<S: Transport>(
     mut watch: Watch,
     access: Access,
 ) {
-    let io = Rewind { pre, inner: stream };
     let addr = client.addr;
-    let mut builder = h2::server::Builder::new();
-    builder
-        .initial_window_size(WINDOW)
-        .initial_connection_window_size(WINDOW)
-        .max_header_list_size(MAX_HEAD as u32)
-        .max_concurrent_streams(MAX_STREAMS)
-        .max_send_buffer_size(SEND_BUFFER)
-        .max_local_error_reset_streams(Some(MAX_ERROR_RESETS))
-        .enable_connect_protocol();
-    // The client's preface and settings, within the idle timeout.
-    let mut conn = tokio::select! {
-        c = tokio::time::timeout(IDLE_TIMEOUT, builder.handshake(io)) => match c {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => {
-                tracing::debug!(client = %addr, "sluice: h2 connection ended before its preface: {e}");
-                return;
-            }
-            Err(_) => return,
-        },
-        _ = watch.closing() => return,
+    let io = Rewind { pre, inner: stream };
+    let Some(mut conn) = handshake(io, addr, &mut watch).await else {
+        return;
     };
     let activity = Arc::new(Activity::new());
     let start = |req, respond| {
@@ -138,6 +120,35 @@ pub(crate) async fn serve<S: Transport>(
         activity.stalls.sweep(addr),
     )
     .await;
+}
+
+/// The client's preface and settings, within the idle timeout; `None` when they do
+/// not come, or sluice began to close first.
+async fn handshake<S: Transport>(
+    io: Rewind<S>,
+    addr: std::net::SocketAddr,
+    watch: &mut Watch,
+) -> Option<Connection<Rewind<S>, Bytes>> {
+    let mut builder = h2::server::Builder::new();
+    builder
+        .initial_window_size(WINDOW)
+        .initial_connection_window_size(WINDOW)
+        .max_header_list_size(MAX_HEAD as u32)
+        .max_concurrent_streams(MAX_STREAMS)
+        .max_send_buffer_size(SEND_BUFFER)
+        .max_local_error_reset_streams(Some(MAX_ERROR_RESETS))
+        .enable_connect_protocol();
+    tokio::select! {
+        c = tokio::time::timeout(IDLE_TIMEOUT, builder.handshake(io)) => match c {
+            Ok(Ok(conn)) => Some(conn),
+            Ok(Err(e)) => {
+                tracing::debug!(client = %addr, "sluice: h2 connection ended before its preface: {e}");
+                None
+            }
+            Err(_) => None,
+        },
+        _ = watch.closing() => None,
+    }
 }
 
 /// What ends an HTTP/2 connection besides its client.
