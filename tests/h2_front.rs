@@ -100,3 +100,57 @@ async fn a_head_carries_the_length_and_a_bare_connect_is_refused() {
         String::from_utf8_lossy(&body)
     );
 }
+
+/// A client whose window is shut gets a small answer's head, and its body once the
+/// window opens; meanwhile the answer holds nothing of sluice's (the pool's one slot is
+/// free for the next request): its last frame waits in the stream, not in a handler.
+/// The frames before a streamed answer's last still wait for room (tests/idle.rs).
+#[tokio::test]
+async fn a_small_answer_waits_for_a_shut_window_without_holding_its_slot() {
+    let b = Backend::text("small").await;
+    let s = Sluice::start(&format!(
+        "site * {{ proxy {} {{ limit 1 100ms }} }}",
+        b.addr
+    ));
+    let tcp = TcpStream::connect(s.addr).await.unwrap();
+    let (send, mut conn) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, Bytes>(tcp)
+        .await
+        .unwrap();
+    let (open_tx, open_rx) = tokio::sync::oneshot::channel::<()>();
+    let driver = tokio::spawn(async move {
+        tokio::select! {
+            _ = &mut conn => return,
+            _ = open_rx => {}
+        }
+        conn.set_initial_window_size(65_535).unwrap();
+        let _ = conn.await;
+    });
+    let mut send = send.ready().await.unwrap();
+    let req = http::Request::get("http://a/").body(()).unwrap();
+    let (resp, _) = send.send_request(req, true).unwrap();
+    let resp = tokio::time::timeout(WAIT, resp).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    // Shut window: no byte of the body yet.
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), body.data())
+            .await
+            .is_err(),
+        "data came through a window of zero"
+    );
+    // The slot is free: the next request is answered, not refused with 503.
+    assert_eq!(
+        get(s.addr, "/").await.status,
+        200,
+        "the shut stream holds the slot"
+    );
+    open_tx.send(()).unwrap();
+    let mut got = Vec::new();
+    while let Some(d) = tokio::time::timeout(WAIT, body.data()).await.unwrap() {
+        got.extend_from_slice(&d.unwrap());
+    }
+    assert_eq!(got, b"small");
+    driver.abort();
+}

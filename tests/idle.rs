@@ -1,8 +1,9 @@
 //! Idle client connections close after 60 s (DESIGN §5): an HTTP/1.1 keep-alive
 //! connection silently, an h2 connection with a GOAWAY once no stream has been open for
 //! that long — but never while a stream is still streaming. A response the client
-//! stops reading ends after 60 s without progress, on h1 and h2 alike. The test takes about 70 s
-//! (its cases run side by side); the timeout is the product's, not a test knob.
+//! stops reading ends after 60 s without progress, on h1 and h2 alike. The test takes about
+//! 125 s (its cases run side by side; one waits out two periods); the timeouts are the
+//! product's, not test knobs.
 
 mod common;
 
@@ -21,7 +22,7 @@ fn assert_closed_on_time(took: Duration, what: &str) {
     );
 }
 
-/// The three cases run side by side in one test: the test harness runs as many tests at
+/// The cases run side by side in one test: the test harness runs as many tests at
 /// once as there are CPUs, and each case waits out the product's 60 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_timeouts() {
@@ -32,6 +33,39 @@ async fn idle_timeouts() {
         a_client_that_stops_reading_frees_its_slot_after_60s(false),
         a_client_that_stops_reading_frees_its_slot_after_60s(true),
         an_h2_request_body_that_stalls_fails_after_60s(),
+        a_shut_window_under_a_small_answer_is_closed_after_two_periods(),
+    );
+}
+
+/// A client that never opens its window on a small answer: the answer is done on
+/// sluice's side at once (its last frame waits in the stream), so the connection is
+/// idle from then; after the idle timeout's GOAWAY, the frame the window never let in
+/// gets the send timeout, and the connection is closed.
+async fn a_shut_window_under_a_small_answer_is_closed_after_two_periods() {
+    let b = Backend::text("small").await;
+    let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
+    let tcp = TcpStream::connect(s.addr).await.unwrap();
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let mut send = send.ready().await.unwrap();
+    let req = http::Request::get("http://a/").body(()).unwrap();
+    let (resp, _) = send.send_request(req, true).unwrap();
+    let resp = resp.await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let from = Instant::now();
+    let _held = (send, resp);
+    tokio::time::timeout(2 * IDLE + Duration::from_secs(20), conn)
+        .await
+        .expect("the connection with a shut window is closed")
+        .ok();
+    let took = from.elapsed();
+    assert!(
+        took >= 2 * IDLE - Duration::from_secs(2),
+        "closed after {took:?}, before the idle and send timeouts"
     );
 }
 

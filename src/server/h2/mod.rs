@@ -32,6 +32,7 @@ use super::beside::{beside, Ended};
 use super::conn::{Access, Counted, StreamDone, StreamLog, IDLE_TIMEOUT};
 use super::drain::{Drain, RequestGuard, Watch};
 use super::stall::{Held, Stalls};
+use super::transport::SEND_TIMEOUT;
 use crate::access::{AccessLog, Pending};
 use crate::body::{Body, BodyError};
 use crate::http1::{MAX_HEAD, MAX_HEADERS};
@@ -98,28 +99,35 @@ pub(crate) async fn serve<S: Transport>(
             _ = activity.idle(IDLE_TIMEOUT) => End::Idle,
         }
     };
-    match beside(drive(&mut conn, &mut running, &start), ends).await {
+    let idle = match beside(drive(&mut conn, &mut running, &start), ends).await {
         Ended::Work(r) => {
             if let Err(e) = r {
                 tracing::debug!(client = %addr, "sluice: h2 connection ended: {e}");
             }
             return;
         }
-        Ended::Side(End::Closing) => {}
+        Ended::Side(End::Closing) => false,
         // A stream the client stopped reading: the connection closes at once.
         Ended::Side(End::Stalled) => return,
         Ended::Side(End::Idle) => {
             tracing::debug!(client = %addr, "sluice: h2 connection idle for {:?}, closing", IDLE_TIMEOUT);
+            true
         }
-    }
+    };
     // GOAWAY: streams already open finish, no new ones start. A stream the client
     // stopped reading is closed, not waited for.
     conn.graceful_shutdown();
-    let _ = beside(
+    let rest = beside(
         drive(&mut conn, &mut running, &start),
         activity.stalls.sweep(addr),
-    )
-    .await;
+    );
+    if idle {
+        // No stream of sluice's is open: what is left are last frames the client's
+        // shut window has not let in, and they get the send timeout.
+        let _ = tokio::time::timeout(SEND_TIMEOUT, rest).await;
+    } else {
+        let _ = rest.await;
+    }
 }
 
 /// The client's preface and settings, within the idle timeout; `None` when they do

@@ -116,7 +116,13 @@ async fn pipe(mut tx: SendStream<Bytes>, body: &mut Guarded) -> Result<(), h2::E
                 if data.is_empty() && !end {
                     continue;
                 }
-                room(&mut tx, data.len()).await?;
+                // A last frame goes without waiting: nothing is left to hold back, and
+                // waiting kept the stream, its `limit` slot and its log line open for a
+                // client whose window stays shut. The `h2` crate holds it until the
+                // window opens, as it held any frame larger than the room that was found.
+                if !end {
+                    room(&mut tx, data.len()).await?;
+                }
                 tx.send_data(data, end)?;
                 if end {
                     return Ok(());
