@@ -64,11 +64,15 @@ pub(crate) async fn serve<S: Transport>(
     access: Access,
 ) {
     let addr = client.addr;
-    let io = Rewind { pre, inner: stream };
+    let activity = Arc::new(Activity::new());
+    let io = Rewind {
+        pre,
+        inner: stream,
+        activity: activity.clone(),
+    };
     let Some(mut conn) = handshake(io, addr, &mut watch).await else {
         return;
     };
-    let activity = Arc::new(Activity::new());
     let start = |req, respond| {
         let held = Holds {
             guard: drain.request(),
@@ -117,17 +121,8 @@ pub(crate) async fn serve<S: Transport>(
     // GOAWAY: streams already open finish, no new ones start. A stream the client
     // stopped reading is closed, not waited for.
     conn.graceful_shutdown();
-    let rest = beside(
-        drive(&mut conn, &mut running, &start),
-        activity.stalls.sweep(addr),
-    );
-    if idle {
-        // No stream of sluice's is open: what is left are last frames the client's
-        // shut window has not let in, and they get the send timeout.
-        let _ = tokio::time::timeout(SEND_TIMEOUT, rest).await;
-    } else {
-        let _ = rest.await;
-    }
+    let ends = activity.after_goaway(addr, idle);
+    let _ = beside(drive(&mut conn, &mut running, &start), ends).await;
 }
 
 /// The client's preface and settings, within the idle timeout; `None` when they do
@@ -423,8 +418,11 @@ struct Activity {
     stalls: Stalls,
     open: AtomicUsize,
     started: Instant,
-    /// Milliseconds from `started` to the last stream's end (or the connection's start).
+    /// Milliseconds from `started` to the last stream's end (or the connection's start),
+    /// or to the last byte written once writes count ([`Activity::count_writes`]).
     last_end: AtomicU64,
+    /// Writes count as activity: after the idle timeout's GOAWAY.
+    writes_count: std::sync::atomic::AtomicBool,
 }
 
 impl Activity {
@@ -434,6 +432,44 @@ impl Activity {
             open: AtomicUsize::new(0),
             started: Instant::now(),
             last_end: AtomicU64::new(0),
+            writes_count: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Now, as the time of the last activity.
+    fn stamp(&self) {
+        let since = crate::clock::coarse().saturating_duration_since(self.started);
+        let ms = since.as_secs() * 1000 + u64::from(since.subsec_millis());
+        self.last_end.store(ms, Ordering::Relaxed);
+    }
+
+    /// From now on a byte written to the client is activity, and now is the last.
+    fn count_writes(&self) {
+        self.writes_count.store(true, Ordering::Relaxed);
+        self.stamp();
+    }
+
+    /// After GOAWAY, what ends the connection before its streams do: a stalled stream;
+    /// and after the idle timeout's, the send timeout. No stream of sluice's is open
+    /// then: what is left are last frames the client's window has not let in yet, and
+    /// the timeout counts from the last byte written (a slow reader is not cut) or
+    /// stream open (one the client began before it saw the GOAWAY).
+    async fn after_goaway(&self, addr: std::net::SocketAddr, idle: bool) {
+        if !idle {
+            return self.stalls.sweep(addr).await;
+        }
+        self.count_writes();
+        tokio::select! {
+            _ = self.stalls.sweep(addr) => {}
+            _ = self.idle(SEND_TIMEOUT) => {}
+        }
+    }
+
+    /// `n` bytes went to the client.
+    #[inline]
+    fn wrote(&self, n: usize) {
+        if n > 0 && self.writes_count.load(Ordering::Relaxed) {
+            self.stamp();
         }
     }
 
@@ -592,10 +628,12 @@ impl http_body::Body for Guarded {
     }
 }
 
-/// A stream with some already-read bytes put back in front.
+/// A stream with some already-read bytes put back in front; what it writes is told to
+/// the connection's [`Activity`].
 struct Rewind<S> {
     pre: Bytes,
     inner: S,
+    activity: Arc<Activity>,
 }
 
 impl<S: Transport> AsyncRead for Rewind<S> {
@@ -620,7 +658,11 @@ impl<S: Transport> AsyncWrite for Rewind<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = r {
+            self.activity.wrote(n);
+        }
+        r
     }
 
     fn poll_write_vectored(
@@ -628,7 +670,11 @@ impl<S: Transport> AsyncWrite for Rewind<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = r {
+            self.activity.wrote(n);
+        }
+        r
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -647,6 +693,36 @@ impl<S: Transport> AsyncWrite for Rewind<S> {
 #[cfg(test)]
 mod tests {
     use super::websocket_key;
+
+    /// A byte written is activity only after the idle timeout's GOAWAY: before, a
+    /// connection whose client pings it is still idle with no stream open.
+    #[tokio::test]
+    async fn writes_count_only_after_the_idle_goaway() {
+        use std::sync::atomic::Ordering;
+        let a = super::Activity::new();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        a.wrote(10);
+        assert_eq!(
+            a.last_end.load(Ordering::Relaxed),
+            0,
+            "a write before GOAWAY"
+        );
+        a.count_writes();
+        let at_goaway = a.last_end.load(Ordering::Relaxed);
+        assert!(at_goaway >= 20, "GOAWAY is the last activity: {at_goaway}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        a.wrote(0);
+        assert_eq!(
+            a.last_end.load(Ordering::Relaxed),
+            at_goaway,
+            "nothing written"
+        );
+        a.wrote(1);
+        assert!(
+            a.last_end.load(Ordering::Relaxed) >= at_goaway + 20,
+            "a byte written"
+        );
+    }
 
     #[test]
     fn websocket_keys_are_sixteen_bytes_in_base64_and_differ() {
