@@ -37,6 +37,24 @@ async fn idle_timeouts() {
     );
 }
 
+/// An h2c client whose window is zero from the start and never opens, its connection
+/// driven by a task of its own.
+async fn shut_window(
+    addr: std::net::SocketAddr,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    (send.ready().await.unwrap(), conn)
+}
+
 /// A client that never opens its window on a small answer: the answer is done on
 /// sluice's side at once (its last frame waits in the stream), so the connection is
 /// idle from then; after the idle timeout's GOAWAY, the frame the window never let in
@@ -44,14 +62,7 @@ async fn idle_timeouts() {
 async fn a_shut_window_under_a_small_answer_is_closed_after_two_periods() {
     let b = Backend::text("small").await;
     let s = Sluice::start(&format!("site * {{ proxy {} }}", b.addr));
-    let tcp = TcpStream::connect(s.addr).await.unwrap();
-    let (send, conn) = h2::client::Builder::new()
-        .initial_window_size(0)
-        .handshake::<_, bytes::Bytes>(tcp)
-        .await
-        .unwrap();
-    let conn = tokio::spawn(conn);
-    let mut send = send.ready().await.unwrap();
+    let (mut send, conn) = shut_window(s.addr).await;
     let req = http::Request::get("http://a/").body(()).unwrap();
     let (resp, _) = send.send_request(req, true).unwrap();
     let resp = resp.await.unwrap();
@@ -133,14 +144,8 @@ async fn a_client_that_stops_reading_frees_its_slot_after_60s(h2: bool) {
     if h2 {
         // A window of zero from the start: not one byte of body may be sent, and the
         // client never gives more (the tightest way to hold a stream open).
-        let tcp = TcpStream::connect(s.addr).await.unwrap();
-        let (send, conn) = h2::client::Builder::new()
-            .initial_window_size(0)
-            .handshake::<_, bytes::Bytes>(tcp)
-            .await
-            .unwrap();
-        h2_conn = Some(tokio::spawn(conn));
-        let mut send = send.ready().await.unwrap();
+        let (mut send, conn) = shut_window(s.addr).await;
+        h2_conn = Some(conn);
         let req = http::Request::get("http://a/endless").body(()).unwrap();
         let (resp, _) = send.send_request(req, true).unwrap();
         let resp = resp.await.unwrap();
