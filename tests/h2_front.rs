@@ -31,13 +31,19 @@ async fn exchange(
     }
     let resp = tokio::time::timeout(WAIT, resp).await.unwrap().unwrap();
     let (parts, mut body) = resp.into_parts();
+    let got = body_of(&mut body).await;
+    (interim, http::Response::from_parts(parts, ()), got)
+}
+
+/// The rest of a response body, its window given back as it is read.
+async fn body_of(body: &mut h2::RecvStream) -> Vec<u8> {
     let mut got = Vec::new();
     while let Some(d) = tokio::time::timeout(WAIT, body.data()).await.unwrap() {
         let d = d.unwrap();
         let _ = body.flow_control().release_capacity(d.len());
         got.extend_from_slice(&d);
     }
-    (interim, http::Response::from_parts(parts, ()), got)
+    got
 }
 
 #[tokio::test]
@@ -147,10 +153,6 @@ async fn a_small_answer_waits_for_a_shut_window_without_holding_its_slot() {
         "the shut stream holds the slot"
     );
     open_tx.send(()).unwrap();
-    let mut got = Vec::new();
-    while let Some(d) = tokio::time::timeout(WAIT, body.data()).await.unwrap() {
-        got.extend_from_slice(&d.unwrap());
-    }
-    assert_eq!(got, b"small");
+    assert_eq!(body_of(&mut body).await, b"small");
     driver.abort();
 }

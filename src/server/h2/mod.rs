@@ -13,7 +13,7 @@ mod send;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -422,7 +422,7 @@ struct Activity {
     /// or to the last byte written once writes count ([`Activity::count_writes`]).
     last_end: AtomicU64,
     /// Writes count as activity: after the idle timeout's GOAWAY.
-    writes_count: std::sync::atomic::AtomicBool,
+    writes_count: AtomicBool,
 }
 
 impl Activity {
@@ -432,11 +432,12 @@ impl Activity {
             open: AtomicUsize::new(0),
             started: Instant::now(),
             last_end: AtomicU64::new(0),
-            writes_count: std::sync::atomic::AtomicBool::new(false),
+            writes_count: AtomicBool::new(false),
         }
     }
 
-    /// Now, as the time of the last activity.
+    /// Now (this poll's clock reading), as the time of the last activity: a stream's
+    /// end, a busy period's, or a byte written once writes count.
     fn stamp(&self) {
         let since = crate::clock::coarse().saturating_duration_since(self.started);
         let ms = since.as_secs() * 1000 + u64::from(since.subsec_millis());
@@ -489,8 +490,7 @@ impl Activity {
             }
             if still {
                 // Busy the whole time: look again a full period from now.
-                self.last_end
-                    .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+                self.stamp();
             }
         }
     }
@@ -507,10 +507,8 @@ impl StreamOpen {
 
 impl Drop for StreamOpen {
     fn drop(&mut self) {
-        let a = &self.0;
-        a.last_end
-            .store(a.started.elapsed().as_millis() as u64, Ordering::Relaxed);
-        a.open.fetch_sub(1, Ordering::Relaxed);
+        self.0.stamp();
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
