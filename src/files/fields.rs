@@ -66,6 +66,22 @@ pub(crate) fn lies_under(real: &Path, root: &Path) -> bool {
     r.starts_with(base) && (r.len() == base.len() || base.ends_with(b"/") || r[base.len()] == b'/')
 }
 
+/// Whether `path` is the canonical `root` followed by plain names only (none empty, `.`
+/// or `..`: no doubled or trailing `/`). With no link on the way, such a name is the
+/// canonical path of what it names, and lies under `root`.
+pub(crate) fn plain_under(root: &Path, path: &Path) -> bool {
+    let (p, base) = (path.as_os_str().as_bytes(), root.as_os_str().as_bytes());
+    match p
+        .strip_prefix(base)
+        .and_then(|rest| rest.strip_prefix(b"/"))
+    {
+        Some(rest) => rest
+            .split(|&b| b == b'/')
+            .all(|name| !name.is_empty() && name != b"." && name != b".."),
+        None => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +130,28 @@ mod tests {
                 Path::new(&real).starts_with(&root),
                 "{} under {}", real, root
             );
+        }
+
+        /// A plain name under the root is one that nothing normalises away, whose
+        /// components are the root's and then names only, and that lies under the root.
+        #[test]
+        fn plain_under_is_a_name_nothing_normalises(
+            rel in proptest::collection::vec("a|\\.a|b\\.|\\.|\\.\\.|", 0..4),
+            root in proptest::collection::vec("a|b", 1..3),
+            slash in proptest::bool::ANY,
+        ) {
+            use std::path::{Component, PathBuf};
+            let root = format!("/{}", root.join("/"));
+            let path = format!("{root}{}{}", if slash { "/" } else { "" }, rel.join("/"));
+            let (p, r) = (Path::new(&path), Path::new(&root));
+            let plain = p.components().collect::<PathBuf>().as_os_str() == p.as_os_str()
+                && !p.components().any(|c| c == Component::ParentDir)
+                && p.starts_with(r)
+                && p.components().count() > r.components().count();
+            proptest::prop_assert_eq!(plain_under(r, p), plain, "{}", path);
+            if plain {
+                proptest::prop_assert!(lies_under(p, r));
+            }
         }
     }
 }

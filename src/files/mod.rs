@@ -15,9 +15,12 @@
 //! from the page cache instead (`sendfile`: no read into sluice, no copy).
 //!
 //! A path is opened first and checked after, on the descriptor: where the kernel says
-//! the open file lies must be under DIR ([`Opened::under`]). That takes an `open`, an
-//! `fstat` and one `readlink` of `/proc/self/fd/N`, where resolving the name first took
-//! a `readlink` per path component and still left a window between check and open.
+//! the open file lies must be under DIR ([`Opened::under`]). A name with no link
+//! anywhere on it is opened with `openat2` refusing links (`RESOLVE_NO_SYMLINKS`), and
+//! is then itself where the file lies: an `open` and an `fstat`. A name with a link on
+//! it (or a kernel without `openat2`) takes an `open`, an `fstat` and one `readlink` of
+//! `/proc/self/fd/N`, where resolving the name first took a `readlink` per path
+//! component and still left a window between check and open.
 //! File system calls (`open`, `pread`) run on the worker itself, as nginx makes them
 //! without `aio`: from the page cache they take microseconds, where handing
 //! each to tokio's blocking pool cost more than the read (measured: 155 µs of CPU per
@@ -126,6 +129,9 @@ impl Opened {
     /// one behind a folder sluice may not search) stays absent, so nothing is told of
     /// files elsewhere.
     pub(crate) fn lookup(root: &Path, path: &Path) -> Result<Opened, Unserved> {
+        if let Some(found) = Opened::linkless(root, path) {
+            return found;
+        }
         let file = match open(path, false) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => match open(path, true) {
@@ -142,14 +148,48 @@ impl Opened {
         Opened::checked(root, path, file).ok_or(Unserved::Absent)
     }
 
-    /// `file`, opened from `path`, if it is a file or folder that lies under `root`.
-    fn checked(root: &Path, path: &Path, file: std::fs::File) -> Option<Opened> {
-        let meta = file.metadata().ok()?;
-        // A named pipe, a device or a socket is never served; nor is a file unlinked
-        // since it was opened.
-        if !(meta.is_file() || meta.is_dir()) || meta.nlink() == 0 {
+    /// `path` opened in one call when no link lies anywhere on it, which the kernel
+    /// checks as it walks the name (`openat2` with `RESOLVE_NO_SYMLINKS`). A name made
+    /// of the canonical root and plain names is then where the file lies, so the
+    /// descriptor needs no `readlink` to be placed: one system call a file less.
+    /// `None`: a link on the way (`ELOOP`), a refusal, or a kernel without `openat2`
+    /// (before 5.6, or a sandbox that forbids it; then never tried again), all answered
+    /// by the careful way.
+    fn linkless(root: &Path, path: &Path) -> Option<Result<Opened, Unserved>> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags, CWD};
+        use rustix::io::Errno;
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        static UNSUPPORTED: AtomicBool = AtomicBool::new(false);
+        if UNSUPPORTED.load(Relaxed) || !fields::plain_under(root, path) {
             return None;
         }
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        match rustix::fs::openat2(CWD, path, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS) {
+            Ok(fd) => {
+                let file = std::fs::File::from(fd);
+                Some(match served(&file) {
+                    Some(meta) => Ok(Opened {
+                        real: path.to_path_buf(),
+                        file,
+                        meta,
+                    }),
+                    None => Err(Unserved::Absent),
+                })
+            }
+            Err(e) if [Errno::NOENT, Errno::NOTDIR, Errno::NAMETOOLONG].contains(&e) => {
+                Some(Err(Unserved::Absent))
+            }
+            Err(e) if [Errno::NOSYS, Errno::PERM, Errno::INVAL, Errno::TOOBIG].contains(&e) => {
+                UNSUPPORTED.store(true, Relaxed);
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// `file`, opened from `path`, if it is a file or folder that lies under `root`.
+    fn checked(root: &Path, path: &Path, file: std::fs::File) -> Option<Opened> {
+        let meta = served(&file)?;
         let real = located(&file, path, &meta)?;
         if !fields::lies_under(&real, root) {
             tracing::debug!(
@@ -165,6 +205,13 @@ impl Opened {
     fn is_file(&self) -> bool {
         self.meta.is_file()
     }
+}
+
+/// `file`'s metadata, if it is something a file handler serves: a file or a folder (a
+/// named pipe, a device or a socket never is), not unlinked since it was opened.
+fn served(file: &std::fs::File) -> Option<std::fs::Metadata> {
+    let meta = file.metadata().ok()?;
+    ((meta.is_file() || meta.is_dir()) && meta.nlink() != 0).then_some(meta)
 }
 
 /// Opens `path` for reading without blocking (a named pipe would wait for a writer)
@@ -698,6 +745,48 @@ mod tests {
         std::fs::rename(dir.join("b.txt"), &path).unwrap();
         assert_eq!(located_by_name(&path, &meta), None);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A name with no link on it is opened in one call and placed by its name; a link
+    /// anywhere on the way (inside the root or out of it), a `.` or a doubled `/` is
+    /// left to the careful way, which still places and confines it.
+    #[test]
+    fn only_a_name_without_links_is_opened_in_one_call() {
+        let base = std::env::temp_dir().join(format!("sluice-linkless-{}", std::process::id()));
+        let root = base.join("root");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/a.txt"), "a").unwrap();
+        std::fs::write(base.join("outside.txt"), "o").unwrap();
+        std::os::unix::fs::symlink(root.join("sub"), root.join("via")).unwrap();
+        std::os::unix::fs::symlink(base.join("outside.txt"), root.join("out.txt")).unwrap();
+        let root = std::fs::canonicalize(&root).unwrap();
+        let plain = root.join("sub/a.txt");
+        match Opened::linkless(&root, &plain) {
+            Some(Ok(found)) => assert_eq!(found.real, plain),
+            Some(Err(e)) => panic!("{e:?}"),
+            None => {
+                eprintln!("skipped: this kernel or sandbox has no openat2");
+                return std::fs::remove_dir_all(&base).unwrap();
+            }
+        }
+        assert!(matches!(
+            Opened::linkless(&root, &root.join("sub/none.txt")),
+            Some(Err(Unserved::Absent))
+        ));
+        for name in [
+            "via/a.txt",
+            "out.txt",
+            "sub/./a.txt",
+            "sub//a.txt",
+            "sub/../sub/a.txt",
+        ] {
+            let path = PathBuf::from(format!("{}/{name}", root.display()));
+            assert!(Opened::linkless(&root, &path).is_none(), "{name}");
+        }
+        let through = Opened::lookup(&root, &root.join("via/a.txt")).ok().unwrap();
+        assert_eq!(through.real, plain);
+        assert!(Opened::lookup(&root, &root.join("out.txt")).is_err());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
