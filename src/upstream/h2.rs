@@ -44,6 +44,14 @@ use crate::clock::now_ms;
 /// link busy, small enough that a slow client costs bounded memory per stream.
 const STREAM_WINDOW: u32 = 256 * 1024;
 const CONN_WINDOW: u32 = 1024 * 1024;
+/// Streams an HTTP/2 connection (client or server side) remembers after resetting
+/// them, so that frames the peer sent before it saw the reset are not taken for a
+/// protocol error; the oldest is forgotten first. Set rather than left to the `h2`
+/// crate, whose default (0.4.21) is 2 × the peer's stream limit, else 8,192: a
+/// backend connection whose clients cancel requests would keep thousands.
+pub(crate) const RESETS_KEPT: usize = 50;
+/// How long a reset stream is remembered (the crate's default since 0.4.21).
+pub(crate) const RESETS_KEPT_FOR: Duration = Duration::from_secs(5);
 
 /// A backend connection speaking HTTP/2.
 pub(crate) struct Session {
@@ -305,6 +313,8 @@ where
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONN_WINDOW)
             .enable_push(false)
+            .max_concurrent_reset_streams(RESETS_KEPT)
+            .reset_stream_duration(RESETS_KEPT_FOR)
             // A response head is bounded as over HTTP/1.1 (DESIGN §18.4).
             .max_header_list_size(crate::http1::MAX_RESPONSE_HEAD as u32)
             .handshake::<_, Bytes>(io)

@@ -140,6 +140,8 @@ async fn handshake<S: Transport>(
         .max_concurrent_streams(MAX_STREAMS)
         .max_send_buffer_size(SEND_BUFFER)
         .max_local_error_reset_streams(Some(MAX_ERROR_RESETS))
+        .max_concurrent_reset_streams(crate::upstream::h2::RESETS_KEPT)
+        .reset_stream_duration(crate::upstream::h2::RESETS_KEPT_FOR)
         .enable_connect_protocol();
     tokio::select! {
         c = tokio::time::timeout(IDLE_TIMEOUT, builder.handshake(io)) => match c {
