@@ -304,7 +304,7 @@ fn located_by_name(path: &Path, meta: &std::fs::Metadata) -> Option<PathBuf> {
 
 /// The file `rel` names under the root: itself, or for a folder its first index.
 fn find(cfg: &FilesConfig, rel: &Path, path: &str) -> Found {
-    let wanted = cfg.root.join(rel);
+    let wanted = under(&cfg.root, rel);
     let found = match Opened::lookup(&cfg.root, &wanted) {
         Ok(found) => found,
         Err(Unserved::Forbidden) => return Found::Forbidden,
@@ -345,7 +345,7 @@ fn hidden(rel: &Path) -> bool {
 /// mistake).
 fn fallback(cfg: &FilesConfig, file: &str) -> Result<Opened, Unserved> {
     let rel = decode(file).ok_or(Unserved::Absent)?;
-    match Opened::lookup(&cfg.root, &cfg.root.join(rel))? {
+    match Opened::lookup(&cfg.root, &under(&cfg.root, &rel))? {
         f if f.is_file() => Ok(f),
         _ => Err(Unserved::Absent),
     }
@@ -436,10 +436,15 @@ pub(crate) fn forbidden() -> Response<Body> {
 /// The path's segments, percent-decoded, as a relative filesystem path. `None` when a
 /// segment holds an encoded `/` or `\`, decodes to `.`/`..`, or is not a path at all.
 pub(crate) fn decode(path: &str) -> Option<PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut out = PathBuf::new();
+    use std::os::unix::ffi::OsStringExt;
+    // One buffer for the whole path, the segments joined by `/` as `PathBuf::push`
+    // joins them: an allocation a path, not one a segment and the path's regrowing.
+    let mut out = Vec::with_capacity(path.len());
     for seg in path.split('/').filter(|s| !s.is_empty()) {
-        let mut bytes = Vec::with_capacity(seg.len());
+        if !out.is_empty() {
+            out.push(b'/');
+        }
+        let start = out.len();
         let b = seg.as_bytes();
         let mut i = 0;
         while i < b.len() {
@@ -449,22 +454,30 @@ pub(crate) fn decode(path: &str) -> Option<PathBuf> {
                 if v == b'/' || v == b'\\' || v == 0 {
                     return None;
                 }
-                bytes.push(v);
+                out.push(v);
                 i += 3;
             } else {
                 if b[i] == b'\\' {
                     return None;
                 }
-                bytes.push(b[i]);
+                out.push(b[i]);
                 i += 1;
             }
         }
-        if bytes == b"." || bytes == b".." {
+        if &out[start..] == b"." || &out[start..] == b".." {
             return None;
         }
-        out.push(std::ffi::OsStr::from_bytes(&bytes));
     }
-    Some(out)
+    Some(PathBuf::from(std::ffi::OsString::from_vec(out)))
+}
+
+/// `rel` under the root, made at its size (`Path::join` copies the root and then
+/// grows it for `rel`).
+fn under(root: &Path, rel: &Path) -> PathBuf {
+    let mut path = PathBuf::with_capacity(root.as_os_str().len() + 1 + rel.as_os_str().len());
+    path.push(root);
+    path.push(rel);
+    path
 }
 
 /// `"<mtime seconds hex>-<size hex>"`, the way nginx spells it; a precompressed
@@ -828,6 +841,45 @@ mod tests {
         assert_eq!(decode("/%2E%2E/x"), None);
         assert_eq!(decode("/a/%00"), None);
         assert_eq!(decode("/"), Some(PathBuf::new()));
+    }
+
+    proptest::proptest! {
+        /// Names written with any mix of raw and percent-encoded bytes, behind single
+        /// or doubled slashes, decode to the names joined as a path; a name that is
+        /// `.` or `..` once decoded, or holds a `/`, a `\` or a NUL, refuses the path.
+        #[test]
+        fn decode_gives_the_names_back_as_a_path(
+            names in proptest::collection::vec(
+                proptest::collection::vec(
+                    (proptest::sample::select(b"a.%/\\\0\xc3 ".to_vec()), proptest::bool::ANY),
+                    1..4,
+                ),
+                0..4,
+            ),
+            doubled in proptest::bool::ANY,
+        ) {
+            use std::os::unix::ffi::OsStrExt;
+            let mut path = String::new();
+            for name in &names {
+                path.push_str(if doubled { "//" } else { "/" });
+                for &(b, encode) in name {
+                    // Only what a URL may carry raw is written raw.
+                    if encode || !b.is_ascii() || b == b'%' || b == b'/' || b == 0 {
+                        path.push_str(&format!("%{b:02X}"));
+                    } else {
+                        path.push(b as char);
+                    }
+                }
+            }
+            let bytes: Vec<Vec<u8>> = names.iter().map(|n| n.iter().map(|p| p.0).collect()).collect();
+            let refused = bytes.iter().any(|n| {
+                n == b"." || n == b".." || n.iter().any(|&b| b == b'/' || b == b'\\' || b == 0)
+            });
+            let want = (!refused).then(|| {
+                bytes.iter().map(|n| std::ffi::OsStr::from_bytes(n)).collect::<PathBuf>()
+            });
+            proptest::prop_assert_eq!(decode(&path), want, "{}", path);
+        }
     }
 
     #[test]

@@ -290,6 +290,19 @@ impl Mux {
     }
 }
 
+/// The backend client's settings.
+fn client() -> h2::client::Builder {
+    let mut b = h2::client::Builder::new();
+    b.initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONN_WINDOW)
+        .enable_push(false)
+        .max_concurrent_reset_streams(RESETS_KEPT)
+        .reset_stream_duration(RESETS_KEPT_FOR)
+        // A response head is bounded as over HTTP/1.1 (DESIGN §18.4).
+        .max_header_list_size(crate::http1::MAX_RESPONSE_HEAD as u32);
+    b
+}
+
 /// Opens a session over `io` (a connected socket, or a TLS stream that chose `h2`):
 /// the handshake, the connection task, then the backend's SETTINGS, all within
 /// `limit`.
@@ -309,14 +322,7 @@ where
         frames: FrameScan::default(),
     };
     let fut = async {
-        let (send, mut conn) = h2::client::Builder::new()
-            .initial_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONN_WINDOW)
-            .enable_push(false)
-            .max_concurrent_reset_streams(RESETS_KEPT)
-            .reset_stream_duration(RESETS_KEPT_FOR)
-            // A response head is bounded as over HTTP/1.1 (DESIGN §18.4).
-            .max_header_list_size(crate::http1::MAX_RESPONSE_HEAD as u32)
+        let (send, mut conn) = client()
             .handshake::<_, Bytes>(io)
             .await
             .map_err(|e| format!("HTTP/2 handshake failed: {e}"))?;
