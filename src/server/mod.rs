@@ -114,7 +114,8 @@ pub(crate) async fn accept_loop(
         if !front.tls && !front.proxy_protocol {
             let mut client = ClientInfo::new(client, Scheme::Http);
             client.local = local;
-            spawn_connection(stream, client, live.clone(), counted, access.clone(), false);
+            let (live, access) = (live.clone(), access.clone());
+            spawn_connection(|| connection(stream, client, live, counted, access, false));
             continue;
         }
         tokio::spawn(front_door(
@@ -154,7 +155,7 @@ async fn front_door(
         client.local = local;
         // A task of its own: this one's state (the handshake's, the arguments) is not
         // carried by the connection for its whole life.
-        spawn_connection(stream, client, live, counted, access, false);
+        spawn_connection(|| connection(stream, client, live, counted, access, false));
         return;
     }
     // The certificates of the generation current at accept time.
@@ -174,7 +175,7 @@ async fn front_door(
         client.tls = Some(h.version);
         client.local = local;
         client.alt_svc = alt_svc;
-        spawn_connection(h.conn, client, live, counted, access, h.h2);
+        spawn_connection(|| connection(h.conn, client, live, counted, access, h.h2));
     }
 }
 
@@ -206,21 +207,15 @@ async fn proxied(
     None
 }
 
-/// Runs [`connection`] as a task of its own, its state made in a box of its own
-/// ([`crate::inplace`]): the task then holds a pointer, and spawning it and storing its
-/// end copy a few bytes rather than the whole state (about 700 instructions a
-/// connection, callgrind).
-fn spawn_connection<S: Transport + Sync>(
-    stream: S,
-    client: ClientInfo,
-    live: Arc<Live>,
-    counted: drain::ConnectionGuard,
-    access: conn::Access,
-    alpn_h2: bool,
-) {
-    tokio::spawn(OneReading::new(crate::inplace::boxed(|| {
-        connection(stream, client, live, counted, access, alpn_h2)
-    })));
+/// Runs the [`connection`] `make` makes as a task of its own, its state made in a box
+/// of its own ([`crate::inplace`]): the task then holds a pointer, and spawning it and
+/// storing its end copy a few bytes rather than the whole state (about 700
+/// instructions a connection, callgrind).
+fn spawn_connection<F>(make: impl FnOnce() -> F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(OneReading::new(crate::inplace::boxed(make)));
 }
 
 /// One client connection's task: waits for its first bytes (no buffer until then),
