@@ -28,7 +28,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SLUICE = os.path.join(ROOT, "target", "dist", "sluice")
+# SLUICE_BIN=path: another build of sluice in its place (bench/pgo.sh trains an
+# instrumented one on these scenarios, then measures the profile-guided one).
+SLUICE = os.environ.get("SLUICE_BIN") or os.path.join(ROOT, "target", "dist", "sluice")
 # Another sluice binary (an earlier commit's) measured in the same rounds, interleaved,
 # as "sluice-base": the fair before/after on a noisy machine. BASE_SAME=1 when it is
 # recent enough for the same config (an HTTP/3 listener, a memory cache route).
@@ -691,6 +693,8 @@ def report(results, proxies, tests, scaling, took):
     cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True, text=True).stdout.strip()
     lines.append(f"sluice bench — {time.strftime('%Y-%m-%d %H:%M')} — {os.cpu_count()} CPUs ({cpu}), {ROUNDS} rounds x {DURATION}s, took {took:.0f}s")
     lines.append("medians, [min-max] over rounds; cpu = the proxy's own user+system CPU per request")
+    if os.environ.get("SLUICE_BIN"):
+        lines.append(f"sluice = {SLUICE}")
     lines.append("")
     for test in tests:
         lines.append(f"## {test}")

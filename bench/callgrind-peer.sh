@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# nginx's or HAProxy's user-space instructions a proxied request, on bench/callgrind.sh's
+# load and backend: the same two runs (N1 and N2 requests of 13 bytes) and their
+# difference, so sluice's figure has its peers' beside it.
+#   bench/callgrind-peer.sh nginx|haproxy
+#   LOAD="-c 16 -m 1" bench/callgrind-peer.sh haproxy   (an h2c front)
+#   CG_OPTS="--cache-sim=yes" CG_KEEP=/tmp/ngx bench/callgrind-peer.sh nginx
+#                                    (simulated cache misses, kept as /tmp/ngx.N1, .N2)
+# nginx runs one process (`master_process off`), HAProxy one thread, each with kept
+# backend connections, as bench/bench.py runs them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+who=${1:?usage: bench/callgrind-peer.sh nginx|haproxy}
+N1=${N1:-2000}
+N2=${N2:-12000}
+LOAD=${LOAD:---h1 -c 16}
+h2=""
+case " $LOAD " in *" --h1 "*) ;; *) h2=1 ;; esac
+. bench/lib.sh
+need_tools valgrind:valgrind nginx:nginx haproxy:haproxy h2load:nghttp2-client curl:curl
+start_backend
+peer_config() {
+    local port=$1
+    if [ "$who" = nginx ]; then
+        mkdir -p "$work/px"
+        cat >"$work/px.conf" <<NGX
+master_process off; daemon off; worker_processes 1; pid $work/px.pid; error_log $work/px.err;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 1000000; keepalive_timeout 300s;
+  client_body_temp_path $work/px; proxy_temp_path $work/px;
+  upstream b { server 127.0.0.1:$bport; keepalive 1024; keepalive_requests 1000000; }
+  server { listen 127.0.0.1:$port${h2:+ http2};
+    location / { proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+NGX
+        echo "nginx -p $work -c $work/px.conf"
+    else
+        cat >"$work/px.cfg" <<HAP
+global
+    nbthread 1
+    maxconn 8000
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 300s
+    timeout server 300s
+    timeout http-keep-alive 300s
+    http-reuse always
+frontend f1
+    bind 127.0.0.1:$port${h2:+ proto h2}
+    default_backend b
+backend b
+    server s1 127.0.0.1:$bport
+HAP
+        echo "haproxy -f $work/px.cfg"
+    fi
+}
+run() {
+    local n=$1 port pid
+    port=$(free_port)
+    # shellcheck disable=SC2046 # the command line peer_config prints
+    valgrind --tool=callgrind ${CG_OPTS:-} --callgrind-out-file="$work/cg.$n" \
+        $(peer_config "$port") 2>"$work/valgrind.$n" &
+    pid=$!
+    for _ in $(seq 100); do
+        curl -s -o /dev/null ${h2:+--http2-prior-knowledge} "http://127.0.0.1:$port/small" && break
+        sleep 0.3
+    done
+    h2load $LOAD -n "$n" "http://127.0.0.1:$port/small" >"$work/h2load.$n"
+    grep -q " 0 failed, 0 errored" "$work/h2load.$n" || grep "requests:" "$work/h2load.$n" >&2
+    # nginx finishes its requests on QUIT; HAProxy stops on TERM.
+    kill -QUIT $pid 2>/dev/null || true
+    sleep 1
+    kill -TERM $pid 2>/dev/null || true
+    wait $pid || true
+    if [ -n "${CG_KEEP:-}" ]; then cp "$work/cg.$n" "$CG_KEEP.$n"; fi
+    grep -m1 '^summary:' "$work/cg.$n" | awk '{print $2}'
+}
+a=$(run "$N1")
+b=$(run "$N2")
+echo "$who instructions: $N1 requests $a, $N2 requests $b"
+echo "per request: $(( (b - a) / (N2 - N1) ))"
