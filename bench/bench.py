@@ -30,7 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # SLUICE_BIN=path: another build of sluice in its place (bench/pgo.sh trains an
 # instrumented one on these scenarios, then measures the profile-guided one).
-SLUICE = os.environ.get("SLUICE_BIN") or os.path.join(ROOT, "target", "dist", "sluice")
+SLUICE = os.path.abspath(os.environ.get("SLUICE_BIN") or os.path.join(ROOT, "target", "dist", "sluice"))
 # Another sluice binary (an earlier commit's) measured in the same rounds, interleaved,
 # as "sluice-base": the fair before/after on a noisy machine. BASE_SAME=1 when it is
 # recent enough for the same config (an HTTP/3 listener, a memory cache route).
@@ -143,7 +143,8 @@ def stop(p):
     try:
         p.wait(timeout=3)
     except subprocess.TimeoutExpired:
-        pass
+        # bench/pgo.sh looks for this: a build with counters writes them at exit only.
+        print(f"bench: {p.args[0]} did not exit within 3 s of SIGTERM; killed", file=sys.stderr, flush=True)
     kill_group(p, signal.SIGKILL)
     p.wait()
 

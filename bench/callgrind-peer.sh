@@ -19,6 +19,7 @@ case " $LOAD " in *" --h1 "*) ;; *) h2=1 ;; esac
 . bench/lib.sh
 need_tools valgrind:valgrind nginx:nginx haproxy:haproxy h2load:nghttp2-client curl:curl
 start_backend
+# Writes the peer's config for PORT and sets `cmd` to its command line.
 peer_config() {
     local port=$1
     if [ "$who" = nginx ]; then
@@ -32,7 +33,7 @@ http { access_log off; keepalive_requests 1000000; keepalive_timeout 300s;
   server { listen 127.0.0.1:$port${h2:+ http2};
     location / { proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 NGX
-        echo "nginx -p $work -c $work/px.conf"
+        cmd=(nginx -p "$work" -c "$work/px.conf")
     else
         cat >"$work/px.cfg" <<HAP
 global
@@ -51,23 +52,34 @@ frontend f1
 backend b
     server s1 127.0.0.1:$bport
 HAP
-        echo "haproxy -f $work/px.cfg"
+        cmd=(haproxy -f "$work/px.cfg")
     fi
 }
 run() {
     local n=$1 port pid
     port=$(free_port)
-    # shellcheck disable=SC2046 # the command line peer_config prints
-    valgrind --tool=callgrind ${CG_OPTS:-} --callgrind-out-file="$work/cg.$n" \
-        $(peer_config "$port") 2>"$work/valgrind.$n" &
+    peer_config "$port"
+    # shellcheck disable=SC2086 # CG_OPTS is a list of options
+    valgrind --tool=callgrind ${CG_OPTS:-} --callgrind-out-file="$work/cg.$n" "${cmd[@]}" \
+        2>"$work/valgrind.$n" &
     pid=$!
+    local up=""
     for _ in $(seq 100); do
-        curl -s -o /dev/null ${h2:+--http2-prior-knowledge} "http://127.0.0.1:$port/small" && break
+        if curl -s -o /dev/null ${h2:+--http2-prior-knowledge} "http://127.0.0.1:$port/small"; then
+            up=1
+            break
+        fi
+        kill -0 $pid 2>/dev/null || break
         sleep 0.3
     done
+    if [ -z "$up" ]; then
+        echo "$who did not answer on port $port:" >&2
+        tail -5 "$work/valgrind.$n" >&2
+        exit 1
+    fi
     h2load $LOAD -n "$n" "http://127.0.0.1:$port/small" >"$work/h2load.$n"
     grep -q " 0 failed, 0 errored" "$work/h2load.$n" || grep "requests:" "$work/h2load.$n" >&2
-    # nginx finishes its requests on QUIT; HAProxy stops on TERM.
+    # nginx (one process) exits on QUIT; HAProxy ignores QUIT and stops on TERM.
     kill -QUIT $pid 2>/dev/null || true
     sleep 1
     kill -TERM $pid 2>/dev/null || true

@@ -16,7 +16,7 @@ cargo build --profile dist --quiet --bin sluice --example h3load --example grpce
 # PGO=1: measure the profile-guided build (bench/pgo.sh, built first) as `sluice`.
 if [ "${PGO:-}" = 1 ]; then
     bench/pgo.sh
-    export SLUICE_BIN=target/pgo/dist/sluice
+    export SLUICE_BIN="target/pgo/$(rustc -vV | sed -n 's/^host: //p')/dist/sluice"
 fi
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 exec python3 bench/bench.py "$@"
