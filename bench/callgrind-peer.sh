@@ -84,10 +84,6 @@ run() {
     sleep 1
     kill -TERM $pid 2>/dev/null || true
     wait $pid || true
-    if [ -n "${CG_KEEP:-}" ]; then cp "$work/cg.$n" "$CG_KEEP.$n"; fi
-    grep -m1 '^summary:' "$work/cg.$n" | awk '{print $2}'
+    cg_total "$n"
 }
-a=$(run "$N1")
-b=$(run "$N2")
-echo "$who instructions: $N1 requests $a, $N2 requests $b"
-echo "per request: $(( (b - a) / (N2 - N1) ))"
+cg_per_request "$who "

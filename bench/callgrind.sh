@@ -42,10 +42,6 @@ run() {
     grep -q " 0 failed, 0 errored" "$work/h2load.$n" || grep "requests:" "$work/h2load.$n" >&2
     kill -TERM $pid
     wait $pid || true
-    if [ -n "${CG_KEEP:-}" ]; then cp "$work/cg.$n" "$CG_KEEP.$n"; fi
-    grep -m1 '^summary:' "$work/cg.$n" | awk '{print $2}'
+    cg_total "$n"
 }
-a=$(run "$N1")
-b=$(run "$N2")
-echo "instructions: $N1 requests $a, $N2 requests $b"
-echo "per request: $(( (b - a) / (N2 - N1) ))"
+cg_per_request ""

@@ -8,6 +8,9 @@
 #   sluice_config PORT     -> $work/sluice.conf (SLUICE_ADMIN, SLUICE_GLOBAL, SLUICE_FILTERS;
 #                             TLS=1: a TLS listener with a fresh self-signed certificate)
 #   $scheme                -> http or https, as TLS says
+#   cg_total N             -> the instructions of callgrind's $work/cg.N (kept as $CG_KEEP.N
+#                             when CG_KEEP is set)
+#   cg_per_request LABEL   -> runs `run N1` and `run N2`, prints the difference a request
 need_tools() {
     local missing=() tool
     for tool in "$@"; do
@@ -62,4 +65,15 @@ wait_up() {
         sleep 0.2
     done
     return 1
+}
+cg_total() {
+    if [ -n "${CG_KEEP:-}" ]; then cp "$work/cg.$1" "$CG_KEEP.$1"; fi
+    grep -m1 '^summary:' "$work/cg.$1" | awk '{print $2}'
+}
+cg_per_request() {
+    local a b
+    a=$(run "$N1")
+    b=$(run "$N2")
+    echo "${1}instructions: $N1 requests $a, $N2 requests $b"
+    echo "per request: $(( (b - a) / (N2 - N1) ))"
 }
