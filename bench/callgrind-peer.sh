@@ -14,8 +14,8 @@ who=${1:?usage: bench/callgrind-peer.sh nginx|haproxy}
 N1=${N1:-2000}
 N2=${N2:-12000}
 LOAD=${LOAD:---h1 -c 16}
-h2=""
-case " $LOAD " in *" --h1 "*) ;; *) h2=1 ;; esac
+h2c=""
+case " $LOAD " in *" --h1 "*) ;; *) h2c=1 ;; esac
 . bench/lib.sh
 need_tools valgrind:valgrind nginx:nginx haproxy:haproxy h2load:nghttp2-client curl:curl
 start_backend
@@ -30,7 +30,7 @@ events { worker_connections 1024; }
 http { access_log off; keepalive_requests 1000000; keepalive_timeout 300s;
   client_body_temp_path $work/px; proxy_temp_path $work/px;
   upstream b { server 127.0.0.1:$bport; keepalive 1024; keepalive_requests 1000000; }
-  server { listen 127.0.0.1:$port${h2:+ http2};
+  server { listen 127.0.0.1:$port${h2c:+ http2};
     location / { proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 NGX
         cmd=(nginx -p "$work" -c "$work/px.conf")
@@ -47,7 +47,7 @@ defaults
     timeout http-keep-alive 300s
     http-reuse always
 frontend f1
-    bind 127.0.0.1:$port${h2:+ proto h2}
+    bind 127.0.0.1:$port${h2c:+ proto h2}
     default_backend b
 backend b
     server s1 127.0.0.1:$bport
@@ -63,20 +63,7 @@ run() {
     valgrind --tool=callgrind ${CG_OPTS:-} --callgrind-out-file="$work/cg.$n" "${cmd[@]}" \
         2>"$work/valgrind.$n" &
     pid=$!
-    local up=""
-    for _ in $(seq 100); do
-        if curl -s -o /dev/null ${h2:+--http2-prior-knowledge} "http://127.0.0.1:$port/small"; then
-            up=1
-            break
-        fi
-        kill -0 $pid 2>/dev/null || break
-        sleep 0.3
-    done
-    if [ -z "$up" ]; then
-        echo "$who did not answer on port $port:" >&2
-        tail -5 "$work/valgrind.$n" >&2
-        exit 1
-    fi
+    wait_up "$port" $pid "$work/valgrind.$n" || exit 1
     h2load $LOAD -n "$n" "http://127.0.0.1:$port/small" >"$work/h2load.$n"
     grep -q " 0 failed, 0 errored" "$work/h2load.$n" || grep "requests:" "$work/h2load.$n" >&2
     # nginx (one process) exits on QUIT; HAProxy ignores QUIT and stops on TERM.

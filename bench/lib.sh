@@ -8,6 +8,8 @@
 #   sluice_config PORT     -> $work/sluice.conf (SLUICE_ADMIN, SLUICE_GLOBAL, SLUICE_FILTERS;
 #                             TLS=1: a TLS listener with a fresh self-signed certificate)
 #   $scheme                -> http or https, as TLS says
+#   wait_up PORT [PID LOG] -> PORT answers /small (h2c with prior knowledge when $h2c is
+#                             set); fails when PID exits first, with LOG's last lines
 #   cg_total N             -> the instructions of callgrind's $work/cg.N (kept as $CG_KEEP.N
 #                             when CG_KEEP is set)
 #   cg_per_request LABEL   -> runs `run N1` and `run N2`, prints the difference a request
@@ -60,10 +62,14 @@ sluice_config() {
     printf 'global { workers 1; admin %s; %s }\nlisten 127.0.0.1:%s%s\nsite * {\n%s\n%s\nproxy 127.0.0.1:%s %s }\n' "${SLUICE_ADMIN:-off}" "${SLUICE_GLOBAL:-}" "$1" "$listen_tls" "$site_tls" "$(printf '%s' "${SLUICE_FILTERS:-}" | tr ';' '\n')" "$bport" "${SLUICE_PROXY:-}" >"$work/sluice.conf"
 }
 wait_up() {
+    local port=$1 pid=${2:-} log=${3:-}
     for _ in $(seq 100); do
-        curl -sk -o /dev/null "$scheme://127.0.0.1:$1/small" && return 0
+        curl -sk -o /dev/null ${h2c:+--http2-prior-knowledge} "$scheme://127.0.0.1:$port/small" && return 0
+        if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then break; fi
         sleep 0.2
     done
+    echo "nothing answered on port $port" >&2
+    if [ -n "$log" ]; then tail -5 "$log" >&2; fi
     return 1
 }
 cg_total() {
