@@ -433,7 +433,7 @@ impl Exchange {
             fields: true,
             as_sent: None,
         };
-        let mut fut = pipeline::handle(live, req, fields, client.clone(), offer);
+        let mut fut = pipeline::handle(live, req, fields, client, offer);
         // An HTTP/1.0 client must not get an interim answer.
         let interim = self.version == Version::HTTP_11;
         let (mut rd, mut wr) = stream.split();

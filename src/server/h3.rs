@@ -443,7 +443,7 @@ async fn one_stream(
 /// The pipeline's answer, with the interim answers (`103 Early Hints`) that came before
 /// it sent as they come; `None` when the client stopped reading them.
 async fn with_interim(
-    mut fut: pipeline::ResponseFuture,
+    mut fut: pipeline::ResponseFuture<'_>,
     send: &mut SendHalf,
 ) -> Option<pipeline::Answer> {
     loop {
@@ -496,7 +496,13 @@ async fn serve_stream(
         as_sent: None,
     };
     let (parts, ()) = req.into_parts();
-    let fut = pipeline::handle(&live, Request::from_parts(parts, body), None, client, offer);
+    let fut = pipeline::handle(
+        &live,
+        Request::from_parts(parts, body),
+        None,
+        &client,
+        offer,
+    );
     let Some(answer) = with_interim(fut, send).await else {
         return;
     };

@@ -80,14 +80,7 @@ pub(crate) async fn serve<S: Transport>(
         };
         // Made in its box: made on the stack, it was copied whole into it.
         let fut = crate::inplace::boxed(|| {
-            one_stream(
-                req,
-                respond,
-                live.clone(),
-                client.clone(),
-                held,
-                access.load_full(),
-            )
+            one_stream(req, respond, &live, &client, held, access.load_full())
         });
         // A panic ends its own stream only, as it would in a task of its own.
         std::panic::AssertUnwindSafe(fut)
@@ -233,8 +226,8 @@ impl Holds {
 async fn one_stream(
     req: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
-    live: Arc<Live>,
-    client: ClientInfo,
+    live: &Live,
+    client: &ClientInfo,
     held: Holds,
     log: Option<Arc<AccessLog>>,
 ) {
@@ -262,7 +255,7 @@ async fn one_stream(
     };
     let client_addr = client.addr;
     let head_only = req.method() == Method::HEAD;
-    let fut = pipeline::handle(&live, req.map(|()| body), None, client, offer);
+    let fut = pipeline::handle(live, req.map(|()| body), None, client, offer);
     // `None`: the client reset the stream first; the request is dropped (a 499).
     let Some(answer) = send::answer(fut, &mut respond).await else {
         return;

@@ -22,7 +22,7 @@ use crate::server::conn::ready_for_streams;
 /// before it sent as they come; `None` when the client reset the stream first (the
 /// request is dropped, as an HTTP/1.1 request is when its client leaves).
 pub(super) async fn answer(
-    fut: pipeline::ResponseFuture,
+    fut: pipeline::ResponseFuture<'_>,
     respond: &mut SendResponse<Bytes>,
 ) -> Option<pipeline::Answer> {
     let mut fut = pin!(fut);
