@@ -142,11 +142,14 @@ pub(crate) struct Closed;
 pub(crate) const FIRST_READ: usize = 2048;
 
 /// A request head's buffer: room for [`FIRST_READ`] and the rest of a larger head (it
-/// grows past this). 3.5 KiB rather than 4: a request's boxed state is just under 4 KiB
-/// (4,048 B), and two blocks allocated and freed in turn each request in the same
+/// grows past this). 3.5 KiB rather than 4: when a request's boxed state was just under
+/// 4 KiB (4,048 B), two blocks allocated and freed in turn each request in the same
 /// mimalloc size class (3.5–4 KiB) sent it searching its pages every other request —
-/// 367 instructions a keep-alive request (callgrind). Measure again when either size
-/// moves.
+/// 367 instructions a keep-alive request (callgrind). The state has since shrunk to
+/// 3,456 B and shares this buffer's class (3–3.5 KiB); 4 KiB was measured again
+/// (performance.md, seventeenth part): 120 instructions fewer on keep-alive, 100–160
+/// more on the h2c front, so this stays. Measure again when either size moves
+/// (`-Zprint-type-sizes` gives the state's).
 const FIRST_BUFFER: usize = 3584;
 
 /// The bytes of a read into the stack, in a fresh buffer of [`FIRST_BUFFER`] bytes.

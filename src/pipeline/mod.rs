@@ -154,9 +154,12 @@ pub(crate) struct Offer {
     pub as_sent: Option<AsSent>,
 }
 
-/// Serves one request on the current generation. Boxed so a connection's task stays
-/// small while it waits idle. An ACME HTTP-01 challenge is told apart before any
-/// future is made, so requests that are not one carry nothing of it.
+/// Serves one request on the current generation, borrowing the connection's `client`.
+/// Boxed so a connection's task stays small while it waits idle, and built in its box:
+/// returned unboxed, the state was built on the stack and copied whole into the
+/// connection's (measured: 437 instructions more a keep-alive request than the
+/// allocation costs). An ACME HTTP-01 challenge is told apart before any future is
+/// made, so requests that are not one carry nothing of it.
 ///
 /// `fields`: an HTTP/1 request's fields as they came, its map empty
 /// ([`crate::http1::fields`]); the map is built as soon as something on the request's
