@@ -146,10 +146,11 @@ pub(crate) const FIRST_READ: usize = 2048;
 /// 4 KiB (4,048 B), two blocks allocated and freed in turn each request in the same
 /// mimalloc size class (3.5–4 KiB) sent it searching its pages every other request —
 /// 367 instructions a keep-alive request (callgrind). The state has since shrunk to
-/// 3,456 B and shares this buffer's class (3–3.5 KiB); 4 KiB was measured again
-/// (performance.md, seventeenth part): 120 instructions fewer on keep-alive, 100–160
-/// more on the h2c front, so this stays. Measure again when either size moves
-/// (`-Zprint-type-sizes` gives the state's).
+/// 3,456 B and shares this buffer's class (3–3.5 KiB) again; 4 KiB was measured
+/// (performance.md, seventeenth part): 120 instructions fewer on keep-alive, 90–160 more
+/// on the h2c front (layout: that front makes this buffer once a connection). Not a
+/// clear gain, so this stays; measure it on the PGO build, and again when either size
+/// moves (`-Zprint-type-sizes` gives the state's).
 const FIRST_BUFFER: usize = 3584;
 
 /// The bytes of a read into the stack, in a fresh buffer of [`FIRST_BUFFER`] bytes.
