@@ -478,12 +478,13 @@ def start_grpc_backend():
 def h3load(port, conns, duration=DURATION):
     # As h2load's run: 8 requests in flight on each connection, pinned to CPU 1.
     cmd = ["taskset", "-c", "1", H3LOAD, f"127.0.0.1:{port}", "/small", "-c", str(conns), "-m", "8", "-D", str(duration)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30)
+    out = run.stdout
     m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded", out)
     rps = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
     lat = re.search(r"time for request:\s+([\d.]+)(us)\s+([\d.]+)(us)\s+([\d.]+)(us)", out)
     if not (m and rps and lat):
-        sys.exit(f"bench: cannot read h3load output:\n{out}")
+        sys.exit(f"bench: cannot read h3load output (exit {run.returncode}):\n{out}{run.stderr}")
     return {"requests": int(m.group(1)), "rps": float(rps.group(1)), "p50": float(lat.group(5)), "p99": float(lat.group(3))}
 
 
