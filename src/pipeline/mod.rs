@@ -137,8 +137,8 @@ pub(crate) struct Answer {
 /// A request's journey, borrowing its connection's [`ClientInfo`]: an HTTP/1.1
 /// connection and an HTTP/2 one (whose streams run in its task) outlive their requests,
 /// so these take no copy of it (144 bytes, and a reference count each for its address
-/// value, certificate and `Alt-Svc`). An HTTP/3 stream, a task of its own, lends its own
-/// copy.
+/// value, certificate and `Alt-Svc`). HTTP/3 streams, tasks of their own, share their
+/// connection's through an `Arc`.
 pub(crate) type ResponseFuture<'c> = Pin<Box<dyn Future<Output = Answer> + Send + 'c>>;
 
 /// What the connection can do with a request besides answer it.
@@ -159,8 +159,9 @@ pub(crate) struct Offer {
 /// Serves one request on the current generation, borrowing the connection's `client`.
 /// Boxed so a connection's task stays small while it waits idle, and built in its box:
 /// returned unboxed (one allocation fewer), a keep-alive request cost 437 instructions
-/// more, the state then being made on the stack and moved into the connection's. An ACME HTTP-01 challenge is told apart before any future is
-/// made, so requests that are not one carry nothing of it.
+/// more, the state then being made on the stack and moved into the connection's. An
+/// ACME HTTP-01 challenge is told apart before any future is made, so requests that are
+/// not one carry nothing of it.
 ///
 /// `fields`: an HTTP/1 request's fields as they came, its map empty
 /// ([`crate::http1::fields`]); the map is built as soon as something on the request's

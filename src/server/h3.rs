@@ -233,6 +233,8 @@ async fn connection(
     let mut client = ClientInfo::new(peer, Scheme::Https);
     client.tls = Some("TLSv1.3");
     client.local = local;
+    // Streams are tasks of their own: they share the connection's facts, not copy them.
+    let client = Arc::new(client);
     let drain = counted.drain();
     serve_streams(
         &mut h3,
@@ -397,7 +399,7 @@ type RecvHalf = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
 async fn one_stream(
     resolver: Resolver,
     live: Arc<Live>,
-    client: ClientInfo,
+    client: Arc<ClientInfo>,
     (drain, hold, reject): (Drain, StreamHold, bool),
     log: Option<Arc<AccessLog>>,
 ) {
@@ -474,7 +476,7 @@ async fn serve_stream(
     body: Body,
     send: &mut SendHalf,
     live: Arc<Live>,
-    client: ClientInfo,
+    client: Arc<ClientInfo>,
     log: Option<Arc<AccessLog>>,
 ) {
     let started = live.metered().then(Instant::now);
