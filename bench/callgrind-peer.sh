@@ -4,6 +4,7 @@
 # difference, so sluice's figure has its peers' beside it.
 #   bench/callgrind-peer.sh nginx|haproxy
 #   LOAD="-c 16 -m 1" bench/callgrind-peer.sh haproxy   (an h2c front)
+#   NEW_CONN=1 bench/callgrind-peer.sh nginx   (`ab -c 16`: a new connection a request)
 #   CG_OPTS="--cache-sim=yes" CG_KEEP=/tmp/ngx bench/callgrind-peer.sh nginx
 #                                    (simulated cache misses, kept as /tmp/ngx.N1, .N2)
 # nginx runs one process (`master_process off`), HAProxy one thread, each with kept
@@ -17,7 +18,7 @@ LOAD=${LOAD:---h1 -c 16}
 h2c=""
 case " $LOAD " in *" --h1 "*) ;; *) h2c=1 ;; esac
 . bench/lib.sh
-need_tools valgrind:valgrind nginx:nginx haproxy:haproxy h2load:nghttp2-client curl:curl
+need_tools valgrind:valgrind nginx:nginx haproxy:haproxy h2load:nghttp2-client curl:curl ab:apache2-utils
 start_backend
 # Writes the peer's config for PORT and sets `cmd` to its command line.
 peer_config() {
@@ -64,8 +65,7 @@ run() {
         2>"$work/valgrind.$n" &
     pid=$!
     wait_up "$port" $pid "$work/valgrind.$n" || exit 1
-    h2load $LOAD -n "$n" "http://127.0.0.1:$port/small" >"$work/h2load.$n"
-    grep -q " 0 failed, 0 errored" "$work/h2load.$n" || grep "requests:" "$work/h2load.$n" >&2
+    drive "$n" "$port" "$work/load.$n"
     # nginx (one process) exits on QUIT; HAProxy ignores QUIT and stops on TERM.
     kill -QUIT $pid 2>/dev/null || true
     sleep 1

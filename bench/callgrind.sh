@@ -15,6 +15,7 @@
 #                                      go to CG_KEEP profiles)
 #   TARGETS=FILE bench/callgrind.sh   (request targets, one a line, e.g. `small?t=…`,
 #                                      taken in turn: requests that differ, like tokens)
+#   NEW_CONN=1 bench/callgrind.sh   (`ab -c 16`: a new connection a request)
 # Needs valgrind, nginx and h2load (nghttp2-client); installs them on Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +24,7 @@ N2=${N2:-12000}
 # The load: h1 over 16 connections; LOAD="-c 16 -m 1" measures an h2c front instead.
 LOAD=${LOAD:---h1 -c 16}
 . bench/lib.sh
-need_tools valgrind:valgrind nginx:nginx h2load:nghttp2-client curl:curl
+need_tools valgrind:valgrind nginx:nginx h2load:nghttp2-client curl:curl ab:apache2-utils
 sluice_bin "${1:-}"
 start_backend
 run() {
@@ -33,13 +34,7 @@ run() {
     valgrind --tool=callgrind ${CG_OPTS:-} --callgrind-out-file="$work/cg.$n" "$bin" run -c "$work/sluice.conf" 2>"$work/valgrind.$n" &
     local pid=$!
     wait_up "$port"
-    if [ -n "${TARGETS:-}" ]; then
-        sed "s|^|$scheme://127.0.0.1:$port/|" "$TARGETS" >"$work/uris"
-        h2load $LOAD -n "$n" -i "$work/uris" >"$work/h2load.$n"
-    else
-        h2load $LOAD -n "$n" "$scheme://127.0.0.1:$port/${URL_PATH:-small}" >"$work/h2load.$n"
-    fi
-    grep -q " 0 failed, 0 errored" "$work/h2load.$n" || grep "requests:" "$work/h2load.$n" >&2
+    drive "$n" "$port" "$work/load.$n"
     kill -TERM $pid
     wait $pid || true
     cg_total "$n"

@@ -10,6 +10,10 @@
 #   $scheme                -> http or https, as TLS says
 #   wait_up PORT [PID LOG] -> PORT answers /small (h2c with prior knowledge when $h2c is
 #                             set); fails when PID exits first, with LOG's last lines
+#   drive N PORT OUT       -> N requests of /$URL_PATH (small) to PORT, the load's report in
+#                             OUT: `h2load $LOAD` (TARGETS=FILE: its targets in turn), or
+#                             with NEW_CONN=1 `ab -c 16`, a new connection a request; says
+#                             on stderr when requests failed
 #   cg_total N             -> the instructions of callgrind's $work/cg.N (kept as $CG_KEEP.N
 #                             when CG_KEEP is set)
 #   cg_per_request LABEL   -> runs `run N1` and `run N2`, prints the difference a request
@@ -71,6 +75,23 @@ wait_up() {
     echo "nothing answered on port $port" >&2
     if [ -n "$log" ]; then tail -5 "$log" >&2; fi
     return 1
+}
+drive() {
+    local n=$1 port=$2 out=$3 url="$scheme://127.0.0.1:$2/${URL_PATH:-small}"
+    if [ -n "${NEW_CONN:-}" ]; then
+        ab -q -c 16 -n "$n" "$url" >"$out" 2>&1
+        grep -q "^Failed requests: *0$" "$out" || grep -E "^(Complete|Failed) requests" "$out" >&2
+        return 0
+    fi
+    if [ -n "${TARGETS:-}" ]; then
+        sed "s|^|$scheme://127.0.0.1:$port/|" "$TARGETS" >"$work/uris"
+        # shellcheck disable=SC2086 # LOAD is a list of h2load's options
+        h2load $LOAD -n "$n" -i "$work/uris" >"$out"
+    else
+        # shellcheck disable=SC2086
+        h2load $LOAD -n "$n" "$url" >"$out"
+    fi
+    grep -q " 0 failed, 0 errored" "$out" || grep "requests:" "$out" >&2
 }
 cg_total() {
     if [ -n "${CG_KEEP:-}" ]; then cp "$work/cg.$1" "$CG_KEEP.$1"; fi

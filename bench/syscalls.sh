@@ -8,13 +8,14 @@
 #   N=40000 LOAD="-c 16 -m 1" bench/syscalls.sh    (an h2c front)
 #   URL_PATH=big bench/syscalls.sh    (64 KiB responses)
 #   TLS=1 bench/syscalls.sh    (a TLS listener; LOAD="-c 16 -m 1" for h2 over TLS)
+#   NEW_CONN=1 bench/syscalls.sh    (`ab -c 16`: a new connection a request)
 # SLUICE_ADMIN, SLUICE_GLOBAL and SLUICE_FILTERS as for bench/callgrind.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-40000}
 LOAD=${LOAD:---h1 -c 16}
 . bench/lib.sh
-need_tools strace:strace nginx:nginx h2load:nghttp2-client curl:curl
+need_tools strace:strace nginx:nginx h2load:nghttp2-client curl:curl ab:apache2-utils
 sluice_bin "${1:-}"
 start_backend
 port=$(free_port)
@@ -25,8 +26,7 @@ wait_up "$port"
 strace -f -c -o "$work/strace" -p "$pid" 2>/dev/null &
 tracer=$!
 sleep 1
-h2load $LOAD -n "$N" "$scheme://127.0.0.1:$port/${URL_PATH:-small}" >"$work/h2load"
-grep -q " 0 failed, 0 errored" "$work/h2load" || grep "requests:" "$work/h2load" >&2
+drive "$N" "$port" "$work/load"
 kill -INT $tracer
 wait $tracer || true
 kill -TERM $pid
