@@ -37,7 +37,8 @@ SLUICE = os.path.abspath(os.environ.get("SLUICE_BIN") or os.path.join(ROOT, "tar
 SLUICE_BASE = os.environ.get("SLUICE_BASE", "")
 # FLOOR=path/to/sluice-floor (bench/floor.sh sets it): bare byte relays, over epoll and
 # over io_uring (plain and multishot receives), as "floor-epoll", "floor-uring" and
-# "floor-multi" in the relay scenarios — what a proxy that does no HTTP work costs here.
+# "floor-multi" in the relay scenarios — what a proxy that does no HTTP work costs here;
+# in the new-connection scenario, "floor-epoll" is the least pooling proxy instead.
 FLOOR = os.environ.get("FLOOR", "")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 DURATION = int(os.environ.get("DURATION", "4"))
@@ -415,6 +416,8 @@ def floor_proxy(backend, mode):
     # A bare relay has no routes: the WebSocket scenario's relay goes to the echo server.
     if CURRENT_TEST == "ws-echo-1KiB":
         backend = WS_BACKEND
+    if CURRENT_TEST == "new-connection":
+        mode = "epoll-pool"
     port = free_port()
     p = start([FLOOR, mode, f"127.0.0.1:{port}", f"127.0.0.1:{backend}"], 0, [port])
     return p, [p.pid], {"h1": port, "h2c": None, "tls": None}
@@ -573,8 +576,10 @@ SKIP = {
     "cache-hit-64KiB": {"direct", "haproxy", "nginx16k", "sluice-base"},
 }
 # The bare relays open a backend connection per client connection and relay whatever
-# comes: only keep-alive loads over plain TCP measure them fairly.
-FLOOR_TESTS = {"keepalive-13B", "keepalive-64KiB", "ws-echo-1KiB"}
+# comes: only keep-alive loads over plain TCP measure them fairly. A new connection a
+# request has its own floor over epoll (`epoll-pool`: backend connections kept, one
+# fixed request sent on them), none over io_uring.
+FLOOR_TESTS = {"keepalive-13B", "keepalive-64KiB", "ws-echo-1KiB", "new-connection"}
 
 
 def main():
@@ -618,6 +623,7 @@ def main():
             if test not in FLOOR_TESTS:
                 SKIP.setdefault(test, set()).update(floors)
         SKIP.setdefault("idle", set()).update(floors)
+        SKIP.setdefault("new-connection", set()).update({"floor-uring", "floor-multi"})
     if ONLY:
         proxies = {k: v for k, v in proxies.items() if k in ONLY}
     else:

@@ -18,6 +18,15 @@
 //!   for the connection's life, into buffers the kernel picks from a registered ring of
 //!   16 KiB buffers shared by every connection (given back once their bytes are sent).
 //!
+//! - `epoll-pool`: for a load that opens a new connection a request (`Connection:
+//!   close`), where a byte relay is no floor (the client's `Connection: close` would
+//!   reach the backend, and a pooling proxy keeps its backend connections). The least
+//!   a pooling proxy can do over tokio's sockets, as sluice uses them (registered when
+//!   accepted, removed before `close`): accept, read the request's head, send one fixed
+//!   request (`GET /small`) on an idle backend connection (one is dialled when none is
+//!   idle), read the answer to its `Content-Length`, pass it on with `Connection:
+//!   close`, close the client's connection and keep the backend's.
+//!
 //! Not part of sluice (its own workspace; `bench/floor.sh` builds and runs it).
 
 use std::io::{self, Read, Write};
@@ -25,7 +34,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: sluice-floor epoll|uring|uring-multi LISTEN BACKEND";
+    let usage = "usage: sluice-floor epoll|epoll-pool|uring|uring-multi LISTEN BACKEND";
     let [_, mode, listen, backend] = &args[..] else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -36,6 +45,7 @@ fn main() {
     };
     let result = match mode.as_str() {
         "epoll" => epoll::run(listen, backend),
+        "epoll-pool" => pool::run(listen, backend),
         "uring" => uring::run(listen, backend),
         "uring-multi" => multi::run(listen, backend),
         _ => {
@@ -191,6 +201,107 @@ mod epoll {
                 }
             }
         }
+    }
+}
+
+mod pool {
+    use super::*;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    /// What is asked of the backend for every client's request.
+    const REQUEST: &[u8] = b"GET /small HTTP/1.1\r\nHost: floor\r\n\r\n";
+
+    type Idle = Rc<RefCell<Vec<TcpStream>>>;
+
+    pub fn run(listen: SocketAddr, backend: SocketAddr) -> io::Result<()> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()?;
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async move {
+            let l = std::net::TcpListener::bind(listen)?;
+            l.set_nonblocking(true)?;
+            let l = tokio::net::TcpListener::from_std(l)?;
+            let idle: Idle = Rc::default();
+            loop {
+                let (c, _) = l.accept().await?;
+                let idle = idle.clone();
+                tokio::task::spawn_local(async move {
+                    let _ = serve(c, backend, idle).await;
+                });
+            }
+        })
+    }
+
+    /// One client connection, one request; the backend connection goes back to `idle`
+    /// when its answer was read whole.
+    async fn serve(mut c: TcpStream, backend: SocketAddr, idle: Idle) -> io::Result<()> {
+        let mut buf = [0u8; 4096];
+        let mut len = 0;
+        while find(&buf[..len], b"\r\n\r\n").is_none() {
+            len += read_more(&mut c, &mut buf[len..]).await?;
+        }
+        let popped = idle.borrow_mut().pop();
+        let mut b = match popped {
+            Some(b) => b,
+            None => {
+                let b = TcpStream::connect(backend).await?;
+                b.set_nodelay(true)?;
+                b
+            }
+        };
+        b.write_all(REQUEST).await?;
+        let mut len = 0;
+        let (head, body) = loop {
+            len += read_more(&mut b, &mut buf[len..]).await?;
+            if let Some(end) = find(&buf[..len], b"\r\n\r\n") {
+                break (end + 4, length(&buf[..end]).ok_or_else(bad)?);
+            }
+        };
+        while len < head + body {
+            len += read_more(&mut b, &mut buf[len..]).await?;
+        }
+        idle.borrow_mut().push(b);
+        // The answer as it came, but for its `Connection` field.
+        let kept = b"Connection: keep-alive\r\n";
+        let at = find(&buf[..head], kept).ok_or_else(bad)?;
+        let parts = [
+            io::IoSlice::new(&buf[..at]),
+            io::IoSlice::new(b"Connection: close\r\n"),
+            io::IoSlice::new(&buf[at + kept.len()..len]),
+        ];
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let n = c.write_vectored(&parts).await?;
+        if n < total {
+            return Err(bad()); // 13 bytes of body and a head: a socket takes them whole
+        }
+        Ok(())
+    }
+
+    async fn read_more(s: &mut TcpStream, room: &mut [u8]) -> io::Result<usize> {
+        match s.read(room).await? {
+            0 => Err(io::ErrorKind::UnexpectedEof.into()),
+            n => Ok(n),
+        }
+    }
+
+    fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+        hay.windows(needle.len()).position(|w| w == needle)
+    }
+
+    /// The `Content-Length` of a response head (as nginx spells it).
+    fn length(head: &[u8]) -> Option<usize> {
+        let name = b"\r\nContent-Length: ";
+        let at = find(head, name)? + name.len();
+        let digits = head[at..].iter().take_while(|b| b.is_ascii_digit());
+        Some(digits.fold(0, |n, d| n * 10 + (d - b'0') as usize))
+    }
+
+    fn bad() -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, "unexpected answer")
     }
 }
 
