@@ -12,7 +12,7 @@
 #                             set); fails when PID exits first, with LOG's last lines
 #   drive N PORT OUT       -> N requests of /$URL_PATH (small) to PORT, the load's report in
 #                             OUT: `h2load $LOAD` (TARGETS=FILE: its targets in turn), or
-#                             with NEW_CONN=1 `ab -c 16`, a new connection a request; says
+#                             with NEW_CONN=1 `ab -c 16` (NEW_CONN_C=256: `-c 256`), a new connection a request; says
 #                             on stderr when requests failed
 #   cg_total N             -> the instructions of callgrind's $work/cg.N (kept as $CG_KEEP.N
 #                             when CG_KEEP is set)
@@ -79,7 +79,7 @@ wait_up() {
 drive() {
     local n=$1 port=$2 out=$3 url="$scheme://127.0.0.1:$2/${URL_PATH:-small}"
     if [ -n "${NEW_CONN:-}" ]; then
-        ab -q -c 16 -n "$n" "$url" >"$out" 2>&1
+        ab -q -c "${NEW_CONN_C:-16}" -n "$n" "$url" >"$out" 2>&1
         grep -q "^Failed requests: *0$" "$out" || grep -E "^(Complete|Failed) requests" "$out" >&2
         return 0
     fi

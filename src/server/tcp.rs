@@ -23,6 +23,7 @@ pub(crate) async fn accept_loop(
     let mut watch = drain.watch();
     // Connections this listener relays now; carried across reloads with the listener.
     let open = crate::l4::Open::default();
+    let mut pace = super::Pace::default();
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -52,5 +53,6 @@ pub(crate) async fn accept_loop(
             admitted.relay(stream, addr, peer, now).await;
             drop((in_flight, counted));
         });
+        pace.taken().await;
     }
 }
