@@ -488,6 +488,9 @@ def h3load(port, conns, duration=DURATION):
     lat = re.search(r"time for request:\s+([\d.]+)(us)\s+([\d.]+)(us)\s+([\d.]+)(us)", out)
     if not (m and rps and lat):
         sys.exit(f"bench: cannot read h3load output (exit {run.returncode}):\n{out}{run.stderr}")
+    refused = re.search(r"connections: (\d+) made, (\d+) failed", out)
+    if refused and int(refused.group(2)):
+        print(f"bench: h3load ran on {refused.group(1)} of {conns} connections:\n{run.stderr}", file=sys.stderr)
     return {"requests": int(m.group(1)), "rps": float(rps.group(1)), "p50": float(lat.group(5)), "p99": float(lat.group(3))}
 
 

@@ -124,13 +124,21 @@ async fn run(a: Args) {
     let tally = Arc::new(Tally::default());
     let uri: http::Uri = format!("https://{}{}", a.host, a.path).parse().unwrap();
     let mut senders = Vec::new();
+    let mut refused = 0;
     for _ in 0..a.conns {
-        let conn = endpoint.connect(a.addr, &a.host).unwrap().await.unwrap();
-        let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn))
-            .await
-            .unwrap();
-        tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
-        senders.push(send);
+        // A handshake that fails is counted and said, not fatal: the load runs on the
+        // connections that were made (a panic here once stopped `bench/pgo.sh`).
+        match connect(&endpoint, &a).await {
+            Ok(send) => senders.push(send),
+            Err(e) => {
+                refused += 1;
+                eprintln!("h3load: a connection failed: {e}");
+            }
+        }
+    }
+    if senders.is_empty() {
+        eprintln!("h3load: no connection was made ({refused} failed)");
+        std::process::exit(1);
     }
     let started = Instant::now();
     let deadline = started + a.duration;
@@ -160,6 +168,7 @@ async fn run(a: Args) {
     let failed = tally.failed.load(Ordering::Relaxed);
     let n = (ok + failed).max(1);
     println!("requests: {n} total, {n} started, {n} done, {ok} succeeded, {failed} failed");
+    println!("connections: {} made, {refused} failed", senders.len());
     println!("finished in {took:.2}s, {:.2} req/s", ok as f64 / took);
     println!(
         "time for request:  0us  {}us  {}us",
@@ -168,11 +177,23 @@ async fn run(a: Args) {
     );
 }
 
+type Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
+
+/// One connection: its QUIC handshake, its HTTP/3 setup, its driver spawned.
+async fn connect(endpoint: &quinn::Endpoint, a: &Args) -> Result<Sender, String> {
+    let connecting = endpoint
+        .connect(a.addr, &a.host)
+        .map_err(|e| e.to_string())?;
+    let conn = connecting.await.map_err(|e| e.to_string())?;
+    let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
+    Ok(send)
+}
+
 /// One GET, its body read and dropped; whether it came back 2xx.
-async fn one(
-    send: &mut h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
-    req: http::Request<()>,
-) -> bool {
+async fn one(send: &mut Sender, req: http::Request<()>) -> bool {
     let Ok(mut s) = send.send_request(req).await else {
         return false;
     };

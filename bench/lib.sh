@@ -12,8 +12,9 @@
 #                             set); fails when PID exits first, with LOG's last lines
 #   drive N PORT OUT       -> N requests of /$URL_PATH (small) to PORT, the load's report in
 #                             OUT: `h2load $LOAD` (TARGETS=FILE: its targets in turn), or
-#                             with NEW_CONN=1 `ab -c 16` (NEW_CONN_C=256: `-c 256`), a new connection a request; says
-#                             on stderr when requests failed
+#                             with NEW_CONN=1 `ab -c 16` (NEW_CONN_C=256: `-c 256`), a
+#                             new connection a request; says on stderr when requests
+#                             failed
 #   cg_total N             -> the instructions of callgrind's $work/cg.N (kept as $CG_KEEP.N
 #                             when CG_KEEP is set)
 #   cg_per_request LABEL   -> runs `run N1` and `run N2`, prints the difference a request

@@ -62,21 +62,23 @@ pub(crate) struct Front {
 }
 
 /// How an accept loop shares its thread with the connections it took: after every
-/// [`Self::BATCH`] connections it yields until the runtime has polled for I/O, so the
-/// connections already taken read, forward and finish before more are taken (nginx
-/// takes one an event loop turn). Without it, a listener with a full backlog is
-/// drained (up to tokio's budget, 128) before any of its connections runs: every one
-/// of them holds its task, buffers and backend exchange at once. At 256 clients
-/// opening a connection a request, that working set missed a 512 KiB cache ~200 times
-/// a request, and mimalloc gave pages back (`madvise`) that the next batch faulted in
-/// again (docs/performance.md, eighteenth part).
+/// [`Self::BATCH`] connections it yields. On the current-thread runtime (`workers 1`)
+/// tokio defers that wake past the I/O driver's next turn, so the connections taken run
+/// until they wait (most for their backend) and those already answered finish before
+/// more are taken (nginx takes one an event loop turn); on the multi-thread runtime the
+/// wake comes when the worker runs out of local work or at its maintenance tick.
+/// Without it, a listener with a full backlog was drained (up to tokio's budget, 128)
+/// before any of its connections ran, each holding its task, buffers and backend
+/// exchange at once: at 256 clients opening a connection a request, ~200 misses of a
+/// 512 KiB cache a request, and mimalloc giving pages back (`madvise`) for the next
+/// batch to touch again (docs/performance.md, eighteenth part).
 #[derive(Debug, Default)]
 pub(crate) struct Pace(u32);
 
 impl Pace {
     /// Connections taken between two yields: few enough to keep the working set small,
-    /// enough that the yield's own cost (a turn of the I/O driver, an `eventfd` write)
-    /// is spread thin (4 cost as many instructions as no pacing, 16 fewer).
+    /// enough that the yield's own cost (a turn of the I/O driver) is spread thin (one
+    /// cost 1,300 instructions a connection, 4 as many as no pacing, 16 fewer).
     const BATCH: u32 = 16;
 
     /// Counts a connection just handed to its task, and yields after a batch.
@@ -112,6 +114,8 @@ pub(crate) async fn accept_loop(
     let wildcard = bound.is_some_and(|a| a.ip().is_unspecified());
     let mut pace = Pace::default();
     loop {
+        // `close` is a `notify_one` (a permit kept): one sent while the loop yields in
+        // `pace` is seen here next.
         let (stream, client) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
@@ -362,7 +366,7 @@ mod tests {
     /// `taken` waits for the runtime's turn, the ones before it go straight on, and the
     /// count starts again.
     #[tokio::test]
-    async fn an_accept_loop_yields_after_each_batch() {
+    async fn pace_yields_after_each_batch() {
         use std::future::Future;
         let mut pace = Pace::default();
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
