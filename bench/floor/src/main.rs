@@ -60,6 +60,26 @@ fn main() {
     }
 }
 
+/// Runs `serve` on the listener on one thread (tokio's current-thread runtime, tasks
+/// local to it): the two epoll modes.
+fn on_one_thread<F>(
+    listen: SocketAddr,
+    serve: impl FnOnce(tokio::net::TcpListener) -> F,
+) -> io::Result<()>
+where
+    F: std::future::Future<Output = io::Result<()>>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let l = std::net::TcpListener::bind(listen)?;
+        l.set_nonblocking(true)?;
+        serve(tokio::net::TcpListener::from_std(l)?).await
+    })
+}
+
 /// The backend connection for a new client: a blocking connect (loopback, at once).
 fn dial(backend: SocketAddr) -> io::Result<TcpStream> {
     let b = TcpStream::connect(backend)?;
@@ -138,14 +158,7 @@ mod epoll {
     use tokio::io::unix::AsyncFd;
 
     pub fn run(listen: SocketAddr, backend: SocketAddr) -> io::Result<()> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .build()?;
-        let local = tokio::task::LocalSet::new();
-        local.block_on(&rt, async move {
-            let l = std::net::TcpListener::bind(listen)?;
-            l.set_nonblocking(true)?;
-            let l = tokio::net::TcpListener::from_std(l)?;
+        on_one_thread(listen, |l| async move {
             loop {
                 let (c, _) = l.accept().await?;
                 tokio::task::spawn_local(async move {
@@ -218,14 +231,7 @@ mod pool {
     type Idle = Rc<RefCell<Vec<TcpStream>>>;
 
     pub fn run(listen: SocketAddr, backend: SocketAddr) -> io::Result<()> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .build()?;
-        let local = tokio::task::LocalSet::new();
-        local.block_on(&rt, async move {
-            let l = std::net::TcpListener::bind(listen)?;
-            l.set_nonblocking(true)?;
-            let l = tokio::net::TcpListener::from_std(l)?;
+        on_one_thread(listen, |l| async move {
             let idle: Idle = Rc::default();
             let mut taken = 0u32;
             loop {
