@@ -77,6 +77,12 @@ impl Drain {
         self.inner.wheel.close_after_response();
     }
 
+    /// Connections counted open (taken by an accept loop and not yet closed).
+    #[cfg(test)]
+    pub(crate) fn connections(&self) -> usize {
+        self.inner.connections.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn requests_in_flight(&self) -> usize {
         self.inner.requests.load(Ordering::Relaxed)
     }

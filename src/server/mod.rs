@@ -362,6 +362,53 @@ async fn sniff<S: Transport>(
 mod tests {
     use super::*;
 
+    /// A full backlog is not all taken before the connections taken run: 100 clients
+    /// wait with their requests sent (fewer than tokio's budget of 128, which alone
+    /// would stop an unpaced loop), and the first is answered while some of them are
+    /// still waiting to be taken.
+    #[tokio::test]
+    async fn a_full_backlog_is_answered_while_it_is_taken() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let text = "site * { respond 200 \"ok\" }";
+        let c = crate::config::load_text("t.conf", text).unwrap().config;
+        let live = Live::new(crate::runtime::Generation::compile(&c, None));
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut clients = Vec::new();
+        for _ in 0..100 {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+                .await
+                .unwrap();
+            clients.push(s);
+        }
+        let (drain, close) = (Drain::new(), Arc::new(tokio::sync::Notify::new()));
+        let access: conn::Access = Arc::new(arc_swap::ArcSwapOption::empty());
+        let front = Front {
+            tls: false,
+            proxy_protocol: false,
+        };
+        let (d, c) = (drain.clone(), close.clone());
+        let task = tokio::spawn(accept_loop(l, addr, live, d, c, access, front, None));
+        let mut buf = [0u8; 64];
+        let read = clients[0].read(&mut buf);
+        let n = tokio::time::timeout(Duration::from_secs(10), read)
+            .await
+            .expect("the first client was answered")
+            .unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+        let taken = drain.connections();
+        assert!(
+            taken < 100,
+            "all {taken} were taken before the first was answered"
+        );
+        close.notify_one();
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
     /// An accept loop lets its connections run after each batch: the batch's last
     /// `taken` waits for the runtime's turn, the ones before it go straight on, and the
     /// count starts again.
