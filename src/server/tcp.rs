@@ -24,6 +24,9 @@ pub(crate) async fn accept_loop(
     // Connections this listener relays now; carried across reloads with the listener.
     let open = crate::l4::Open::default();
     let mut pace = super::Pace::default();
+    // Made once for the listener's life, as the HTTP loop's are.
+    let (closing, closed) = (watch.closing(), close.notified());
+    tokio::pin!(closing, closed);
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -34,8 +37,8 @@ pub(crate) async fn accept_loop(
                     continue;
                 }
             },
-            _ = watch.closing() => return,
-            _ = close.notified() => return,
+            _ = &mut closing => return,
+            _ = &mut closed => return,
         };
         let gen = live.load();
         let Some(route) = gen.tcp_route(addr) else {
