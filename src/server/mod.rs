@@ -78,7 +78,7 @@ pub(crate) struct Pace(u32);
 impl Pace {
     /// Connections taken between two yields: few enough to keep the working set small,
     /// enough that the yield's own cost (a turn of the I/O driver) is spread thin (one
-    /// cost 1,300 instructions a connection, 4 as many as no pacing, 16 fewer).
+    /// cost 1,300 instructions a connection more; 4 and 16 no more than no pacing).
     const BATCH: u32 = 16;
 
     /// Counts a connection just handed to its task, and yields after a batch.
