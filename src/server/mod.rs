@@ -365,6 +365,12 @@ async fn sniff<S: Transport>(
 mod tests {
     use super::*;
 
+    /// The live generation of a config's text.
+    fn live(text: &str) -> Arc<Live> {
+        let c = crate::config::load_text("t.conf", text).unwrap().config;
+        Live::new(crate::runtime::Generation::compile(&c, None))
+    }
+
     /// A full backlog is not all taken before the connections taken run: 100 clients
     /// wait with their requests sent (fewer than tokio's budget of 128, which alone
     /// would stop an unpaced loop), and the first is answered while some of them are
@@ -373,8 +379,7 @@ mod tests {
     async fn a_full_backlog_is_answered_while_it_is_taken() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let text = "site * { respond 200 \"ok\" }";
-        let c = crate::config::load_text("t.conf", text).unwrap().config;
-        let live = Live::new(crate::runtime::Generation::compile(&c, None));
+        let live = live(text);
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let mut clients = Vec::new();
@@ -439,8 +444,7 @@ mod tests {
     #[tokio::test]
     async fn an_http1_connection_task_stays_small() {
         let text = "site a { proxy 127.0.0.1:1 }";
-        let c = crate::config::load_text("t.conf", text).unwrap().config;
-        let live = Live::new(crate::runtime::Generation::compile(&c, None));
+        let live = live(text);
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let s = tokio::net::TcpStream::connect(l.local_addr().unwrap())
             .await
