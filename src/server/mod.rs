@@ -81,12 +81,61 @@ impl Pace {
     /// cost 1,300 instructions a connection more; 4 and 16 no more than no pacing).
     const BATCH: u32 = 16;
 
-    /// Counts a connection just handed to its task, and yields after a batch.
+    /// Counts a connection about to be taken, and yields after a batch.
     pub(crate) async fn taken(&mut self) {
         self.0 += 1;
         if self.0 == Self::BATCH {
             self.0 = 0;
             tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// What an accept loop takes its connections through: one at a time, paced ([`Pace`]),
+/// until shutdown starts or `close` is notified (a reload removed the listener).
+pub(crate) struct Taking {
+    /// Made once for the listener's life, not once a connection (their making, polling
+    /// and dropping cost ~280 instructions an accept). `close` is a `notify_one`: one
+    /// sent while the loop yields or works wakes this waiter all the same.
+    stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    pace: Pace,
+}
+
+impl Taking {
+    pub(crate) fn new(drain: &Drain, close: Arc<tokio::sync::Notify>) -> Self {
+        let mut watch = drain.watch();
+        let stop = async move {
+            tokio::select! {
+                _ = watch.closing() => {}
+                _ = close.notified() => {}
+            }
+        };
+        Taking {
+            stop: Box::pin(stop),
+            pace: Pace::default(),
+        }
+    }
+
+    /// The next connection on `listener`, or `None` once told to stop. An accept error
+    /// (most often out of descriptors) is logged, naming the listener as `what` says,
+    /// and waited out for 100 ms.
+    pub(crate) async fn next(
+        &mut self,
+        listener: &TcpListener,
+        what: impl Fn() -> String,
+    ) -> Option<(tokio::net::TcpStream, SocketAddr)> {
+        self.pace.taken().await;
+        loop {
+            tokio::select! {
+                r = listener.accept() => match r {
+                    Ok(x) => return Some(x),
+                    Err(e) => {
+                        tracing::warn!("sluice: accept failed on {}: {e}; pausing 100ms", what());
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                _ = self.stop.as_mut() => return None,
+            }
         }
     }
 }
@@ -106,31 +155,14 @@ pub(crate) async fn accept_loop(
     front: Front,
     alt_svc: Option<AltSvc>,
 ) {
-    let mut watch = drain.watch();
     // The address clients reach: a PROXY protocol header's destination. A wildcard
     // listener looks each connection's up while some pool sends headers (else its
     // own address, `0.0.0.0:PORT`, stands).
     let bound = listener.local_addr().ok();
     let wildcard = bound.is_some_and(|a| a.ip().is_unspecified());
-    let mut pace = Pace::default();
-    // Made once for the listener's life, not once a connection (their making, polling
-    // and dropping cost ~280 instructions an accept). `close` is a `notify_one`: one
-    // sent while the loop yields in `pace` wakes this waiter all the same.
-    let (closing, closed) = (watch.closing(), close.notified());
-    tokio::pin!(closing, closed);
-    loop {
-        let (stream, client) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!("sluice: accept failed on {}: {e}; pausing 100ms", listener.local_addr().map(|a| a.to_string()).unwrap_or_default());
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            _ = &mut closing => return,
-            _ = &mut closed => return,
-        };
+    let mut taking = Taking::new(&drain, close);
+    let what = || bound.map(|a| a.to_string()).unwrap_or_default();
+    while let Some((stream, client)) = taking.next(&listener, what).await {
         let gen = live.load();
         if let Some(g) = gen.listen_guards(configured) {
             if !g.admits(client.ip().to_canonical()) {
@@ -163,7 +195,6 @@ pub(crate) async fn accept_loop(
                 alt_svc.as_ref().and_then(|a| a.load_full()),
             ));
         }
-        pace.taken().await;
     }
 }
 

@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 
@@ -20,26 +19,10 @@ pub(crate) async fn accept_loop(
     close: Arc<tokio::sync::Notify>,
     addr: SocketAddr,
 ) {
-    let mut watch = drain.watch();
     // Connections this listener relays now; carried across reloads with the listener.
     let open = crate::l4::Open::default();
-    let mut pace = super::Pace::default();
-    // Made once for the listener's life, as the HTTP loop's are.
-    let (closing, closed) = (watch.closing(), close.notified());
-    tokio::pin!(closing, closed);
-    loop {
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!("sluice: accept failed on tcp {addr}: {e}; pausing 100ms");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            _ = &mut closing => return,
-            _ = &mut closed => return,
-        };
+    let mut taking = super::Taking::new(&drain, close);
+    while let Some((stream, peer)) = taking.next(&listener, || format!("tcp {addr}")).await {
         let gen = live.load();
         let Some(route) = gen.tcp_route(addr) else {
             continue;
@@ -56,6 +39,5 @@ pub(crate) async fn accept_loop(
             admitted.relay(stream, addr, peer, now).await;
             drop((in_flight, counted));
         });
-        pace.taken().await;
     }
 }
